@@ -95,7 +95,7 @@ class HWConfig:
 
     @property
     def out_width(self) -> int:
-        """OUT holds ACC values truncated to the input width (VTA: LOG_OUT_WIDTH = LOG_INP_WIDTH)."""
+        """OUT holds ACC values truncated to the input width (as VTA's LOG_OUT_WIDTH)."""
         return self.inp_width
 
     # ---- element (tensor) sizes in bytes --------------------------------------------------
@@ -151,7 +151,9 @@ class HWConfig:
 
     @property
     def log_inp_depth(self) -> int:
-        return self.log_inp_buff_size - (self.log_batch + self.log_block_in + self.log_inp_width - 3)
+        return self.log_inp_buff_size - (
+            self.log_batch + self.log_block_in + self.log_inp_width - 3
+        )
 
     @property
     def log_wgt_depth(self) -> int:
@@ -291,7 +293,9 @@ def _validate(cfg: HWConfig) -> None:
         raise ValueError(f"HWConfig.alu_mul must be a bool, not {cfg.alu_mul!r}")
     for knob in ("name", "board"):
         if not isinstance(getattr(cfg, knob), str) or not getattr(cfg, knob):
-            raise ValueError(f"HWConfig.{knob} must be a non-empty string, not {getattr(cfg, knob)!r}")
+            raise ValueError(
+                f"HWConfig.{knob} must be a non-empty string, not {getattr(cfg, knob)!r}"
+            )
     # Every buffer must hold at least one element.
     for buf in ("inp", "wgt", "acc"):
         if getattr(cfg, f"log_{buf}_depth") < 0:

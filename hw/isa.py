@@ -194,7 +194,7 @@ class Uop:
     wgt_idx: int = 0
 
 
-Insn = Union[MemInsn, GemmInsn, AluInsn, FinishInsn]
+Insn = Union[MemInsn, GemmInsn, AluInsn, FinishInsn]  # noqa: UP007 (a runtime alias)
 
 
 def stage_of(insn: Insn) -> Stage:
@@ -260,8 +260,7 @@ class Layout:
             v = int(values.get(f.name, 0))
             if not f.lo <= v <= f.hi:
                 raise IsaError(
-                    f"{what} field {f.name} must be in [{f.lo}, {f.hi}] "
-                    f"({f.width} bits), not {v}"
+                    f"{what} field {f.name} must be in [{f.lo}, {f.hi}] ({f.width} bits), not {v}"
                 )
             word |= (v & ((1 << f.width) - 1)) << f.lsb
         return word
@@ -524,9 +523,7 @@ def encode_uops(uops: list[Uop], cfg: HWConfig) -> bytes:
 def decode_uop_array(words: np.ndarray, cfg: HWConfig) -> tuple[np.ndarray, ...]:
     """Vectorized micro-op decode: uint32 words -> (dst_idx, src_idx, wgt_idx) int64 arrays."""
     w = words.astype(np.int64)
-    return tuple(
-        (w >> f.lsb) & ((1 << f.width) - 1) for f in layouts(cfg).uop.fields
-    )  # type: ignore[return-value]
+    return tuple((w >> f.lsb) & ((1 << f.width) - 1) for f in layouts(cfg).uop.fields)  # type: ignore[return-value]
 
 
 # ---- semantics shared by every model of the hardware --------------------------------------

@@ -1,1 +1,39 @@
-"""runtime/device/vta"""
+"""Accelerator devices: one protocol, several backends (sim now; cyclesim, rtl, pynq to come)."""
+
+from __future__ import annotations
+
+from ....hw.config import HWConfig
+from .base import Device, DeviceError, LoadedProgram, RunResult
+
+BACKENDS = ("sim", "cyclesim", "rtl", "pynq")
+_NOT_BUILT = {
+    "cyclesim": "the cycle-accurate simulator (issue 7)",
+    "rtl": "the RTL backend (issue 8)",
+    "pynq": "the PYNQ board backend",
+}
+
+
+def open_device(backend: str = "sim", config: str | HWConfig = "pynq", **options: object) -> Device:
+    """Open an accelerator device.
+
+    Args:
+        backend: one of ``BACKENDS``.
+        config: a HWConfig, a preset name or a JSON file path.
+        options: backend options (``sim``: ``memory_bytes``).
+
+    Raises:
+        DeviceError: for an unknown backend or one that is not built yet.
+    """
+    cfg = HWConfig.load(config)
+    if backend == "sim":
+        from .sim import SimDevice
+
+        return SimDevice(cfg, **options)  # type: ignore[arg-type]
+    if backend in _NOT_BUILT:
+        raise DeviceError(
+            f"device backend {backend!r} is not built yet: it needs {_NOT_BUILT[backend]}"
+        )
+    raise DeviceError(f"device backend must be one of {BACKENDS}, not {backend!r}")
+
+
+__all__ = ["BACKENDS", "Device", "DeviceError", "LoadedProgram", "RunResult", "open_device"]

@@ -1,0 +1,86 @@
+"""Helpers shared by the compute blocks: SRAM port signatures, lane views, ACC forwarding."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, Value, signed
+from amaranth.lib import data
+from amaranth.lib.memory import ReadPort, WritePort
+
+from ..config import HWConfig
+
+UOP_BITS = 32
+
+
+def inp_bits(cfg: HWConfig) -> int:
+    """Bits of one INP element (BATCH x BLOCK_IN lanes, lane 0 in the low bits)."""
+    return cfg.batch * cfg.block_in * cfg.inp_width
+
+
+def wgt_bits(cfg: HWConfig) -> int:
+    """Bits of one WGT element (BLOCK_OUT x BLOCK_IN lanes, row-major [out][in])."""
+    return cfg.block_out * cfg.block_in * cfg.wgt_width
+
+
+def acc_bits(cfg: HWConfig) -> int:
+    """Bits of one ACC element (BATCH x BLOCK_OUT lanes of acc_width)."""
+    return cfg.batch * cfg.block_out * cfg.acc_width
+
+
+def out_bits(cfg: HWConfig) -> int:
+    """Bits of one OUT element (BATCH x BLOCK_OUT lanes of out_width)."""
+    return cfg.batch * cfg.block_out * cfg.out_width
+
+
+def read_port(addr_width: int, bits: int) -> ReadPort.Signature:
+    """A synchronous SRAM read port as seen from the memory (flip it with ``In`` to use it)."""
+    return ReadPort.Signature(addr_width=addr_width, shape=bits)
+
+
+def write_port(addr_width: int, bits: int) -> WritePort.Signature:
+    """A whole-element SRAM write port as seen from the memory."""
+    return WritePort.Signature(addr_width=addr_width, shape=bits)
+
+
+def lanes(value: Value, rows: int, cols: int, width: int) -> data.View:
+    """A ``rows x cols`` array view of signed ``width``-bit lanes packed LSB first, row-major."""
+    return data.View(data.ArrayLayout(data.ArrayLayout(signed(width), cols), rows), value)
+
+
+def tree_sum(values: list[Value]) -> Value:
+    """A balanced adder tree (yosys does not rebalance a linear chain)."""
+    assert values, "tree_sum needs at least one value"
+    while len(values) > 1:
+        pairs = [values[i] + values[i + 1] for i in range(0, len(values) - 1, 2)]
+        values = pairs + values[len(values) - len(values) % 2 :]
+    return values[0]
+
+
+class AccForward:
+    """Bypass for ACC read-after-write hazards in a pipeline with one ACC write per cycle.
+
+    A value read from ACC at cycle ``r`` (registered port, old data on a same-cycle write) and
+    used at cycle ``r + 2`` misses the writes made at cycles ``r`` and ``r + 1``. ``record``
+    remembers the last two writes; ``forward`` returns the newest of them to the same address,
+    or the SRAM value. Forwarding the write at ``r`` is harmless with a write-first SRAM, so the
+    core is correct with either kind of port.
+    """
+
+    def __init__(self, m: Module, addr_width: int, bits: int) -> None:
+        self._hist = [
+            (Signal(name=f"fwd{i}_en"), Signal(addr_width, name=f"fwd{i}_addr"),
+             Signal(bits, name=f"fwd{i}_data"))
+            for i in (1, 2)
+        ]  # fmt: skip
+        self._m = m
+
+    def record(self, en: Value, addr: Value, value: Value) -> None:
+        (en1, addr1, data1), (en2, addr2, data2) = self._hist
+        self._m.d.sync += [
+            en1.eq(en), addr1.eq(addr), data1.eq(value),
+            en2.eq(en1), addr2.eq(addr1), data2.eq(data1),
+        ]  # fmt: skip
+
+    def forward(self, addr: Value, sram: Value) -> Value:
+        (en1, addr1, data1), (en2, addr2, data2) = self._hist
+        older = Mux(en2 & (addr2 == addr), data2, sram)
+        return Mux(en1 & (addr1 == addr), data1, older)

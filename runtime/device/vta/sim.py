@@ -1,0 +1,56 @@
+"""The ``sim`` backend: device memory and runs on the bit-exact functional simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....hw.config import HWConfig
+from ....sim.functional import FunctionalSim
+from ....sim.memory import Allocation, DeviceMemory
+from .base import RunResult, timed
+
+DEFAULT_MEMORY = 256 << 20
+
+
+class SimDevice:
+    """Runs programs on ``tensorforge.sim.functional``; memory is a host numpy array."""
+
+    backend = "sim"
+
+    def __init__(self, config: HWConfig, memory_bytes: int = DEFAULT_MEMORY) -> None:
+        self.config = config
+        self.memory = DeviceMemory(memory_bytes)
+        self.sim = FunctionalSim(config, self.memory)
+
+    def alloc(self, nbytes: int, align: int = 64) -> Allocation:
+        return self.memory.alloc(nbytes, align)
+
+    def free(self, block: Allocation) -> None:
+        self.memory.free(block)
+
+    def write(self, block: Allocation, data: bytes | np.ndarray, offset: int = 0) -> None:
+        size = data.nbytes if isinstance(data, np.ndarray) else len(data)
+        _check_range(block, offset, size)
+        self.memory.write(block.addr + offset, data)
+
+    def read(self, block: Allocation, nbytes: int | None = None, offset: int = 0) -> bytes:
+        nbytes = block.nbytes - offset if nbytes is None else nbytes
+        _check_range(block, offset, nbytes)
+        return self.memory.read(block.addr + offset, nbytes)
+
+    def run(self, insns: Allocation, insn_count: int) -> RunResult:
+        stats, wall = timed(self.sim.run, insns.addr, insn_count)
+        return RunResult(stats.as_dict(), wall, None, self.backend)
+
+    def close(self) -> None:
+        pass
+
+
+def _check_range(block: Allocation, offset: int, nbytes: int) -> None:
+    from .base import DeviceError
+
+    if offset < 0 or nbytes < 0 or offset + nbytes > block.nbytes:
+        raise DeviceError(
+            f"access of {nbytes} bytes at offset {offset} is outside the {block.nbytes}-byte "
+            f"buffer at {block.addr:#x}"
+        )

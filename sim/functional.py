@@ -1,0 +1,490 @@
+"""Functional simulator: bit-exact execution of an instruction stream, with the token protocol.
+
+The model follows the hardware's structure (vta_facts.md §2.1) without its timing: fetch routes
+instructions in order into three bounded command queues (load, compute, store); each stage runs
+its queue in order, popping dependency tokens before an instruction and pushing them after it.
+A program whose tokens cannot be satisfied is reported as a deadlock naming each stage's waiting
+instruction and queue; it never hangs. Data semantics are those documented in hw/isa.py.
+
+Example:
+    >>> from tensorforge.hw.config import HWConfig
+    >>> from tensorforge.hw.isa import FinishInsn
+    >>> from tensorforge.sim.memory import DeviceMemory
+    >>> sim = FunctionalSim(HWConfig.preset("tiny"), DeviceMemory(1 << 16))
+    >>> sim.execute([FinishInsn()]).insn_count
+    1
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..hw.config import HWConfig
+from ..hw.isa import (
+    INSN_BYTES,
+    AluInsn,
+    AluOp,
+    FinishInsn,
+    GemmInsn,
+    Insn,
+    MemInsn,
+    MemType,
+    Opcode,
+    Stage,
+    alu_apply,
+    decode_program,
+    decode_uop_array,
+    describe,
+    stage_of,
+)
+from .memory import DeviceMemory, DeviceMemoryError
+
+GEMM_CHUNK = 4096  # micro-op steps per vectorized GEMM batch (bounds temporary memory)
+
+
+class SimError(RuntimeError):
+    """An instruction that cannot execute: out-of-range SRAM/DRAM access, bad fields, bad flags."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class DeadlockError(SimError):
+    """No stage can make progress and FINISH has not run."""
+
+
+@dataclass
+class SimStats:
+    """Counters as VTA's fsim keeps them (vta_facts.md §3.1), plus instruction counts."""
+
+    inp_load_nbytes: int = 0
+    wgt_load_nbytes: int = 0
+    acc_load_nbytes: int = 0
+    uop_load_nbytes: int = 0
+    out_store_nbytes: int = 0
+    gemm_counter: int = 0
+    alu_counter: int = 0
+    insn_count: int = 0
+    load_insns: int = 0
+    compute_insns: int = 0
+    store_insns: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+# Token queues named by (producer, consumer): l2g = load -> compute ("g" is the gemm/compute
+# stage), g2l = compute -> load, g2s = compute -> store, s2g = store -> compute.
+_POP = {
+    Stage.LOAD: {"pop_next": "g2l"},
+    Stage.COMPUTE: {"pop_prev": "l2g", "pop_next": "s2g"},
+    Stage.STORE: {"pop_prev": "g2s"},
+}
+_PUSH = {
+    Stage.LOAD: {"push_next": "l2g"},
+    Stage.COMPUTE: {"push_prev": "g2l", "push_next": "g2s"},
+    Stage.STORE: {"push_prev": "s2g"},
+}
+_PRODUCER = {"l2g": "load", "g2l": "compute", "g2s": "compute", "s2g": "store"}
+
+
+def check_dep_flags(insn: Insn, index: int) -> None:
+    """Reject dependency flags that name a stage the instruction's stage does not have."""
+    stage = stage_of(insn)
+    allowed = set(_POP[stage]) | set(_PUSH[stage])
+    for flag in ("pop_prev", "pop_next", "push_prev", "push_next"):
+        if getattr(insn, flag) and flag not in allowed:
+            side = "previous" if flag.endswith("prev") else "next"
+            raise SimError(
+                f"instruction {index} ({describe(insn)}) sets {flag}, but the "
+                f"{stage.name.lower()} stage has no {side} stage",
+                index,
+            )
+
+
+class FunctionalSim:
+    """Executes programs on SRAM state that persists between runs, as the hardware's does.
+
+    Args:
+        cfg: the hardware configuration.
+        memory: the device DRAM the program's DMA instructions address.
+    """
+
+    def __init__(self, cfg: HWConfig, memory: DeviceMemory) -> None:
+        self.cfg = cfg
+        self.memory = memory
+        self.reset()
+
+    def reset(self) -> None:
+        """Clear every SRAM (the state after a bitstream load)."""
+        c = self.cfg
+        self.uop = np.zeros(c.uop_depth, dtype=np.uint32)
+        self.inp = np.zeros((c.inp_depth, c.batch, c.block_in), dtype=np.int8)
+        self.wgt = np.zeros((c.wgt_depth, c.block_out, c.block_in), dtype=np.int8)
+        self.acc = np.zeros((c.acc_depth, c.batch, c.block_out), dtype=np.int32)
+        self.out = np.zeros((c.out_depth, c.batch, c.block_out), dtype=np.int8)
+
+    # ---- running programs -------------------------------------------------------------------
+    def run(self, insn_addr: int, insn_count: int) -> SimStats:
+        """Fetch ``insn_count`` instructions from DRAM at ``insn_addr`` and execute them."""
+        if insn_addr % INSN_BYTES:
+            raise SimError(f"instruction address must be {INSN_BYTES}-aligned, not {insn_addr:#x}")
+        try:
+            raw = self.memory.read(insn_addr, insn_count * INSN_BYTES)
+        except DeviceMemoryError as e:
+            raise SimError(f"fetch: {e}") from None
+        return self.execute(decode_program(raw, self.cfg))
+
+    def execute(self, insns: Sequence[Insn]) -> SimStats:
+        """Execute decoded instructions through the queue and token model."""
+        self._validate(insns)
+        stats = SimStats()
+        _Pipeline(self, insns, stats).run()
+        return stats
+
+    def _validate(self, insns: Sequence[Insn]) -> None:
+        if not insns:
+            raise SimError("the program is empty: it needs at least a FINISH instruction")
+        for i, insn in enumerate(insns):
+            check_dep_flags(insn, i)
+            if isinstance(insn, FinishInsn) and i != len(insns) - 1:
+                raise SimError(
+                    f"instruction {i} is FINISH but {len(insns) - 1 - i} instruction(s) follow "
+                    "it; FINISH must be the last instruction",
+                    i,
+                )
+        if not isinstance(insns[-1], FinishInsn):
+            raise SimError(
+                f"the program's last instruction ({len(insns) - 1}, {describe(insns[-1])}) "
+                "must be FINISH"
+            )
+
+    # ---- instruction semantics --------------------------------------------------------------
+    def exec_insn(self, insn: Insn, index: int, stats: SimStats) -> None:
+        stats.insn_count += 1
+        if isinstance(insn, MemInsn):
+            if insn.opcode == Opcode.LOAD:
+                self._load(insn, index, stats)
+            else:
+                self._store(insn, index, stats)
+        elif isinstance(insn, GemmInsn):
+            self._gemm(insn, index, stats)
+        elif isinstance(insn, AluInsn):
+            self._alu(insn, index, stats)
+
+    def _sram(self, mt: MemType) -> tuple[np.ndarray, int, str]:
+        """(SRAM array, DRAM element bytes, stats counter) for a LOAD's memory_type."""
+        c = self.cfg
+        return {
+            MemType.UOP: (self.uop, c.uop_elem_bytes, "uop_load_nbytes"),
+            MemType.INP: (self.inp, c.inp_elem_bytes, "inp_load_nbytes"),
+            MemType.WGT: (self.wgt, c.wgt_elem_bytes, "wgt_load_nbytes"),
+            MemType.ACC: (self.acc, c.acc_elem_bytes, "acc_load_nbytes"),
+            MemType.ACC_8BIT: (self.acc, c.acc8_elem_bytes, "acc_load_nbytes"),
+            MemType.OUT: (self.out, c.out_elem_bytes, "out_store_nbytes"),
+        }[mt]
+
+    def _dram_rows(
+        self, insn: MemInsn, elem_bytes: int, index: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(uint8 view of the DRAM span, element offsets of each transferred element in it)."""
+        first = insn.dram_base * elem_bytes
+        last = insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size
+        nbytes = last * elem_bytes - first
+        try:
+            span = self.memory.view(first, nbytes)
+        except DeviceMemoryError as e:
+            raise SimError(f"instruction {index} ({describe(insn)}): {e}", index) from None
+        rows = np.arange(insn.y_size)[:, None] * insn.x_stride + np.arange(insn.x_size)[None, :]
+        return span.reshape(-1, elem_bytes), rows.reshape(-1)
+
+    def _check_sram(self, insn: Insn, index: int, what: str, lo: int, hi: int, depth: int) -> None:
+        if lo < 0 or hi > depth:
+            raise SimError(
+                f"instruction {index} ({describe(insn)}): {what} indices [{lo}, {hi}) exceed the "
+                f"{what} buffer's {depth} entries",
+                index,
+            )
+
+    def _load(self, insn: MemInsn, index: int, stats: SimStats) -> None:
+        if insn.memory_type == MemType.OUT:
+            raise SimError(f"instruction {index}: LOAD cannot target the OUT buffer", index)
+        sram, eb, counter = self._sram(insn.memory_type)
+        if insn.x_size == 0 or insn.y_size == 0:
+            return  # a token-only NOP
+        ny = insn.y_pad_0 + insn.y_size + insn.y_pad_1
+        nx = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+        name = insn.memory_type.name if insn.memory_type != MemType.ACC_8BIT else "ACC"
+        self._check_sram(insn, index, name, insn.sram_base, insn.sram_base + ny * nx, len(sram))
+        span, offsets = self._dram_rows(insn, eb, index)
+        data = span[offsets].reshape(insn.y_size, insn.x_size, eb)
+        if insn.memory_type == MemType.ACC_8BIT:
+            values = data.view(np.int8).astype(np.int32)
+        elif insn.memory_type == MemType.UOP:
+            values = data.copy().view("<u4")[..., 0]
+        else:
+            values = (
+                data.copy()
+                .view(sram.dtype.newbyteorder("<"))
+                .reshape(insn.y_size, insn.x_size, *sram.shape[1:])
+            )
+        tile = np.zeros((ny, nx, *sram.shape[1:]), dtype=sram.dtype)
+        tile[
+            insn.y_pad_0 : insn.y_pad_0 + insn.y_size, insn.x_pad_0 : insn.x_pad_0 + insn.x_size
+        ] = values.reshape(insn.y_size, insn.x_size, *sram.shape[1:])
+        sram[insn.sram_base : insn.sram_base + ny * nx] = tile.reshape(ny * nx, *sram.shape[1:])
+        setattr(stats, counter, getattr(stats, counter) + insn.x_size * insn.y_size * eb)
+
+    def _store(self, insn: MemInsn, index: int, stats: SimStats) -> None:
+        if insn.memory_type != MemType.OUT:
+            raise SimError(
+                f"instruction {index}: STORE memory_type must be OUT, not {insn.memory_type.name}",
+                index,
+            )
+        if insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1:
+            raise SimError(f"instruction {index}: STORE cannot pad (pad fields must be 0)", index)
+        if insn.x_size == 0 or insn.y_size == 0:
+            return
+        n = insn.y_size * insn.x_size
+        self._check_sram(insn, index, "OUT", insn.sram_base, insn.sram_base + n, len(self.out))
+        eb = self.cfg.out_elem_bytes
+        span, offsets = self._dram_rows(insn, eb, index)
+        src = self.out[insn.sram_base : insn.sram_base + n].reshape(n, -1).view(np.uint8)
+        span[offsets] = src
+        stats.out_store_nbytes += n * eb
+
+    def _loop_indices(
+        self, insn: GemmInsn | AluInsn, index: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(dst, src, wgt) index arrays of every step, in execution order."""
+        if insn.uop_end < insn.uop_bgn:
+            raise SimError(
+                f"instruction {index} ({describe(insn)}): uop_end ({insn.uop_end}) must be >= "
+                f"uop_bgn ({insn.uop_bgn})",
+                index,
+            )
+        self._check_sram(insn, index, "UOP", insn.uop_bgn, insn.uop_end, len(self.uop))
+        dst, src, wgt = decode_uop_array(self.uop[insn.uop_bgn : insn.uop_end], self.cfg)
+        io = np.arange(insn.iter_out)[:, None, None]
+        ii = np.arange(insn.iter_in)[None, :, None]
+
+        def steps(base: np.ndarray, f_out: int, f_in: int) -> np.ndarray:
+            return (base[None, None, :] + io * f_out + ii * f_in).reshape(-1)
+
+        wgt_f = (insn.wgt_factor_out, insn.wgt_factor_in) if isinstance(insn, GemmInsn) else (0, 0)
+        return (
+            steps(dst, insn.dst_factor_out, insn.dst_factor_in),
+            steps(src, insn.src_factor_out, insn.src_factor_in),
+            steps(wgt, *wgt_f),
+        )
+
+    def _check_steps(self, insn: Insn, index: int, what: str, idx: np.ndarray, depth: int) -> None:
+        if idx.size and (idx.min() < 0 or idx.max() >= depth):
+            bad = int(idx[(idx < 0) | (idx >= depth)][0])
+            raise SimError(
+                f"instruction {index} ({describe(insn)}): {what} index {bad} is out of range "
+                f"[0, {depth})",
+                index,
+            )
+
+    def _write_out(self, rows: np.ndarray) -> None:
+        rows = np.unique(rows)
+        self.out[rows] = self.acc[rows].astype(np.int8)
+
+    def _gemm(self, insn: GemmInsn, index: int, stats: SimStats) -> None:
+        dst, src, wgt = self._loop_indices(insn, index)
+        self._check_steps(insn, index, "ACC", dst, len(self.acc))
+        if insn.reset_reg:
+            self.acc[dst] = 0
+            self._write_out(dst)
+            return
+        self._check_steps(insn, index, "INP", src, len(self.inp))
+        self._check_steps(insn, index, "WGT", wgt, len(self.wgt))
+        for lo in range(0, dst.size, GEMM_CHUNK):
+            d, s, w = (
+                dst[lo : lo + GEMM_CHUNK],
+                src[lo : lo + GEMM_CHUNK],
+                wgt[lo : lo + GEMM_CHUNK],
+            )
+            prod = np.einsum(
+                "nbk,nok->nbo", self.inp[s].astype(np.int32), self.wgt[w].astype(np.int32)
+            )
+            # int32 addition wraps, as the hardware's accumulator does; order cannot matter.
+            np.add.at(self.acc, d, prod)
+        self._write_out(dst)
+        stats.gemm_counter += dst.size
+
+    def _alu(self, insn: AluInsn, index: int, stats: SimStats) -> None:
+        if insn.alu_opcode == AluOp.MUL and not self.cfg.alu_mul:
+            raise SimError(
+                f"instruction {index} (ALU MUL): HWConfig {self.cfg.name!r} has no ALU MUL "
+                "(alu_mul=False)",
+                index,
+            )
+        dst, src, _ = self._loop_indices(insn, index)
+        depth = len(self.acc)
+        self._check_steps(insn, index, "ACC", dst, depth)
+        stats.alu_counter += dst.size
+        if insn.reset_reg:
+            self.acc[dst] = 0
+            self._write_out(dst)
+            return
+        if not insn.use_imm:
+            self._check_steps(insn, index, "ACC", src, depth)
+        if dst.size:
+            self._alu_steps(insn, dst, src)
+            self._write_out(dst)
+
+    def _alu_steps(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray) -> None:
+        """Apply the ALU steps with the result of executing them one after another."""
+        op, bits, n = insn.alu_opcode, self.cfg.acc_width, dst.size
+        order = np.arange(n)
+        # A step reading an ACC entry that an earlier step wrote needs sequential execution.
+        first_write = np.full(len(self.acc), n)
+        np.minimum.at(first_write, dst, order)
+        raw = not insn.use_imm and bool(np.any(first_write[src] < order))
+        repeated = np.unique(dst).size < n
+        if not raw and not repeated:
+            b = insn.imm if insn.use_imm else self.acc[src]
+            self.acc[dst] = alu_apply(op, self.acc[dst], b, bits)
+        elif not raw and op in _UFUNC_AT:
+            # Repeated destinations of an associative, commutative op: ufunc.at applies them in
+            # order; ADD and MUL wrap correctly because int64 arithmetic keeps the low bits.
+            acc = self.acc.astype(np.int64)
+            b = (
+                np.broadcast_to(np.int64(insn.imm), (n, *acc.shape[1:]))
+                if insn.use_imm
+                else (acc[src])
+            )
+            with np.errstate(over="ignore"):
+                _UFUNC_AT[op].at(acc, dst, b)
+            self.acc[:] = alu_apply(AluOp.ADD, acc, 0, bits)  # wrap to acc_width bits
+        else:
+            for d, s in zip(dst.tolist(), src.tolist(), strict=True):
+                b = insn.imm if insn.use_imm else self.acc[s]
+                self.acc[d] = alu_apply(op, self.acc[d], b, bits)
+
+
+_UFUNC_AT = {
+    AluOp.MIN: np.minimum,
+    AluOp.MAX: np.maximum,
+    AluOp.ADD: np.add,
+    AluOp.MUL: np.multiply,
+}
+
+
+class _Pipeline:
+    """Fetch, the three in-order stages and the four token queues of one program run."""
+
+    def __init__(self, sim: FunctionalSim, insns: Sequence[Insn], stats: SimStats) -> None:
+        self.sim, self.insns, self.stats = sim, insns, stats
+        self.queues: dict[Stage, deque[int]] = {s: deque() for s in Stage}
+        self.tokens = {"l2g": 0, "g2l": 0, "g2s": 0, "s2g": 0}
+        self.pending: dict[Stage, list[str]] = {s: [] for s in Stage}
+        self.fetched = 0
+        self.done = False
+
+    def run(self) -> None:
+        while not self.done:
+            progress = self._fetch()
+            for stage in Stage:
+                progress |= self._step(stage)
+            if not progress and not self.done:
+                raise DeadlockError(self._deadlock_report())
+        self._check_drained()
+
+    def _fetch(self) -> bool:
+        depth, moved = self.sim.cfg.insn_queue_depth, False
+        while self.fetched < len(self.insns):
+            stage = stage_of(self.insns[self.fetched])
+            if len(self.queues[stage]) >= depth:
+                break
+            self.queues[stage].append(self.fetched)
+            self.fetched += 1
+            moved = True
+        return moved
+
+    def _push_pending(self, stage: Stage) -> bool:
+        moved = False
+        while (
+            self.pending[stage]
+            and self.tokens[self.pending[stage][0]] < self.sim.cfg.dep_queue_depth
+        ):
+            self.tokens[self.pending[stage].pop(0)] += 1
+            moved = True
+        return moved
+
+    def _step(self, stage: Stage) -> bool:
+        if self.pending[stage]:
+            return self._push_pending(stage)
+        queue = self.queues[stage]
+        if not queue:
+            return False
+        index = queue[0]
+        insn = self.insns[index]
+        pops = [q for flag, q in _POP[stage].items() if getattr(insn, flag)]
+        if any(self.tokens[q] == 0 for q in pops):
+            return False
+        for q in pops:
+            self.tokens[q] -= 1
+        queue.popleft()
+        self.sim.exec_insn(insn, index, self.stats)
+        counter = f"{stage.name.lower()}_insns"
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        self.pending[stage] = [q for flag, q in _PUSH[stage].items() if getattr(insn, flag)]
+        self._push_pending(stage)
+        if isinstance(insn, FinishInsn):
+            self.done = True
+        return True
+
+    def _waiting(self, stage: Stage) -> str:
+        name = f"{stage.name.lower()} stage"
+        if self.pending[stage]:
+            q = self.pending[stage][0]
+            return f"{name} waits to push a token into {q}, which is full"
+        if not self.queues[stage]:
+            return f"{name} is idle"
+        index = self.queues[stage][0]
+        insn = self.insns[index]
+        empty = [q for flag, q in _POP[stage].items() if getattr(insn, flag) and not self.tokens[q]]
+        whom = " and ".join(f"{q} (from {_PRODUCER[q]})" for q in empty)
+        return f"{name} waits at instruction {index} ({describe(insn)}) to pop a token from {whom}"
+
+    def _deadlock_report(self) -> str:
+        parts = [self._waiting(s) for s in Stage]
+        if self.fetched < len(self.insns):
+            nxt = self.insns[self.fetched]
+            parts.append(
+                f"fetch is blocked at instruction {self.fetched} ({describe(nxt)}): the "
+                f"{stage_of(nxt).name.lower()} queue is full "
+                f"({self.sim.cfg.insn_queue_depth} entries)"
+            )
+        return (
+            f"deadlock after {self.stats.insn_count} of {len(self.insns)} instructions: "
+            + "; ".join(parts)
+        )
+
+    def _check_drained(self) -> None:
+        left = sorted(i for q in self.queues.values() for i in q)
+        if left or self.fetched < len(self.insns):
+            first = left[0] if left else self.fetched
+            raise SimError(
+                f"FINISH ran with {len(left) + len(self.insns) - self.fetched} instruction(s) not "
+                f"yet executed (first: instruction {first}, {describe(self.insns[first])}); "
+                "FINISH must wait for them with dependency tokens",
+                first,
+            )
+        leftover = {q: n for q, n in self.tokens.items() if n}
+        for stage in Stage:
+            for q in self.pending[stage]:
+                leftover[q] = leftover.get(q, 0) + 1
+        if leftover:
+            raise SimError(
+                f"FINISH ran with tokens left in {leftover}; every pushed token must be popped, "
+                "or the next program starts out of step"
+            )
