@@ -197,7 +197,7 @@ class FunctionalSim:
         last = insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size
         nbytes = last * elem_bytes - first
         try:
-            span = self.memory.view(first, nbytes)
+            span = self.memory.view(first, nbytes, f"DRAM {insn.opcode.name.lower()}")
         except DeviceMemoryError as e:
             raise SimError(f"instruction {index} ({describe(insn)}): {e}", index) from None
         rows = np.arange(insn.y_size)[:, None] * insn.x_stride + np.arange(insn.x_size)[None, :]
@@ -389,14 +389,18 @@ class _Pipeline:
         self.fetched = 0
         self.done = False
 
+    # Compute runs first and each stage runs until it blocks, so FINISH is reached as early as
+    # the tokens allow: a FINISH that could overtake unfinished work is then caught.
+    ORDER = (Stage.COMPUTE, Stage.LOAD, Stage.STORE)
+
     def run(self) -> None:
         while not self.done:
             progress = self._fetch()
-            for stage in Stage:
-                progress |= self._step(stage)
+            for stage in self.ORDER:
+                while not self.done and self._step(stage):
+                    progress = True
             if not progress and not self.done:
                 raise DeadlockError(self._deadlock_report())
-        self._check_drained()
 
     def _fetch(self) -> bool:
         depth, moved = self.sim.cfg.insn_queue_depth, False
@@ -423,13 +427,15 @@ class _Pipeline:
         if self.pending[stage]:
             return self._push_pending(stage)
         queue = self.queues[stage]
-        if not queue:
+        if not queue and not (self._fetch() and queue):
             return False
         index = queue[0]
         insn = self.insns[index]
         pops = [q for flag, q in _POP[stage].items() if getattr(insn, flag)]
         if any(self.tokens[q] == 0 for q in pops):
             return False
+        if isinstance(insn, FinishInsn):
+            self._check_drained(pops)
         for q in pops:
             self.tokens[q] -= 1
         queue.popleft()
@@ -469,22 +475,25 @@ class _Pipeline:
             + "; ".join(parts)
         )
 
-    def _check_drained(self) -> None:
-        left = sorted(i for q in self.queues.values() for i in q)
+    def _check_drained(self, finish_pops: list[str]) -> None:
+        """FINISH is ready: everything else must have run, and no token may be left over."""
+        left = sorted(i for q in self.queues.values() for i in q)[:-1]  # the last is FINISH
         if left or self.fetched < len(self.insns):
             first = left[0] if left else self.fetched
+            count = len(left) + len(self.insns) - self.fetched
             raise SimError(
-                f"FINISH ran with {len(left) + len(self.insns) - self.fetched} instruction(s) not "
-                f"yet executed (first: instruction {first}, {describe(self.insns[first])}); "
-                "FINISH must wait for them with dependency tokens",
+                f"FINISH can run with {count} instruction(s) not yet executed (first: "
+                f"instruction {first}, {describe(self.insns[first])}); FINISH must wait for "
+                "them with dependency tokens",
                 first,
             )
-        leftover = {q: n for q, n in self.tokens.items() if n}
+        leftover = {q: n - finish_pops.count(q) for q, n in self.tokens.items()}
+        leftover = {q: n for q, n in leftover.items() if n}
         for stage in Stage:
             for q in self.pending[stage]:
                 leftover[q] = leftover.get(q, 0) + 1
         if leftover:
             raise SimError(
-                f"FINISH ran with tokens left in {leftover}; every pushed token must be popped, "
+                f"FINISH would leave tokens in {leftover}; every pushed token must be popped, "
                 "or the next program starts out of step"
             )

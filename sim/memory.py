@@ -128,7 +128,7 @@ class DeviceMemory:
         off = self.offset(addr, nbytes, "read")
         return self.data[off : off + nbytes].tobytes()
 
-    def view(self, addr: int, nbytes: int) -> np.ndarray:
+    def view(self, addr: int, nbytes: int, what: str = "access") -> np.ndarray:
         """A writable uint8 view of [addr, addr + nbytes) (no copy)."""
-        off = self.offset(addr, nbytes, "view")
+        off = self.offset(addr, nbytes, what)
         return self.data[off : off + nbytes]

@@ -1,3 +1,21 @@
-"""TensorForge: a deep-learning compiler and VTA-like accelerator co-design kit."""
+"""TensorForge: a deep-learning compiler and VTA-like accelerator co-design kit.
+
+The layers are subpackages: ``tensorforge.hw`` (HWConfig, ISA, Amaranth design),
+``tensorforge.sim`` (simulators), ``tensorforge.runtime`` (program images, devices) and
+``tensorforge.compiler``. The names below are the public entry points.
+"""
 
 __version__ = "0.1.0"
+
+from .hw.config import HWConfig  # noqa: E402
+from .runtime.device.vta import LoadedProgram, open_device  # noqa: E402
+from .runtime.program import ProgramBuilder, ProgramImage  # noqa: E402
+
+__all__ = [
+    "HWConfig",
+    "LoadedProgram",
+    "ProgramBuilder",
+    "ProgramImage",
+    "__version__",
+    "open_device",
+]

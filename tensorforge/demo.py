@@ -201,10 +201,16 @@ def build_matmul(
     return MatmulKernel(cfg, b.build(), a, w, bias, shift, tm)
 
 
-def run_demo(config: str | HWConfig = "pynq", m: int = 256, k: int = 256, n: int = 128) -> bool:
+def demo_kernel(cfg: HWConfig) -> MatmulKernel:
+    """The demo's matmul, sized to the config: 256 x 16 blocks @ 16 x 8 blocks."""
+    return build_matmul(cfg, 256 * cfg.batch, 16 * cfg.block_in, 8 * cfg.block_out, seed=0)
+
+
+def run_demo(config: str | HWConfig = "pynq", save: str | None = None) -> bool:
     """Assemble, run on the functional simulator, check against numpy, print a report."""
     cfg = HWConfig.load(config)
-    kernel = build_matmul(cfg, m, k, n, tile_rows=None, seed=0)
+    kernel = demo_kernel(cfg)
+    (m, k), n = kernel.a.shape, kernel.w.shape[0]
     out, result = kernel.run_on("sim")
     ref = kernel.reference()
     ok = bool(np.array_equal(out, ref))
@@ -223,4 +229,7 @@ def run_demo(config: str | HWConfig = "pynq", m: int = 256, k: int = 256, n: int
     mism = int(np.count_nonzero(out != ref))
     verdict = "bit-exact" if ok else f"MISMATCH in {mism} of {out.size} elements"
     print(f"  vs numpy: {verdict}")
+    if save:
+        kernel.image.save(save)
+        print(f"  program image saved to {save} (run it with: tensorforge sim run {save})")
     return ok

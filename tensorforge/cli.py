@@ -1,0 +1,161 @@
+"""The ``tensorforge`` command line.
+
+tensorforge --version
+tensorforge isa [--config pynq] [--text]
+tensorforge config [--config pynq]
+tensorforge sim run PROGRAM.tfp [--input NAME=FILE.npy ...] [--random-inputs] [--output-dir D]
+tensorforge demo [--config pynq] [--save PROGRAM.tfp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+
+
+def _config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        default="pynq",
+        help="HWConfig preset (pynq, tiny, ultra96, kv260) or a JSON file (default: pynq)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tensorforge",
+        description="TensorForge: a deep-learning compiler and VTA-like accelerator kit.",
+    )
+    parser.add_argument("--version", action="version", version=f"tensorforge {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("isa", help="print the ISA's bit layout for a HWConfig")
+    _config_arg(p)
+    p.add_argument("--text", action="store_true", help="plain text instead of Markdown")
+
+    p = sub.add_parser("config", help="print a HWConfig with its derived quantities")
+    _config_arg(p)
+
+    sim = sub.add_parser("sim", help="accelerator simulators")
+    sim_sub = sim.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
+    p = sim_sub.add_parser("run", help="run a program image on the functional simulator")
+    p.add_argument("program", help="a program image file (.tfp)")
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input slot's data (repeatable)",
+    )
+    p.add_argument(
+        "--random-inputs", action="store_true", help="fill missing inputs with seeded random data"
+    )
+    p.add_argument("--output-dir", help="write each output slot to DIR/NAME.npy")
+    p.add_argument("--json", action="store_true", help="print the stats as JSON")
+
+    p = sub.add_parser("demo", help="assemble an int8 matmul, simulate it, check it against numpy")
+    _config_arg(p)
+    p.add_argument("--save", metavar="FILE", help="also save the program image")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(parser, args)
+    except (ValueError, RuntimeError, OSError) as e:
+        # Our errors name what went wrong; a traceback would bury that.
+        print(f"tensorforge: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .hw.config import HWConfig
+
+    if args.command == "isa":
+        from .hw.isa import layout_table
+
+        print(layout_table(HWConfig.load(args.config), markdown=not args.text), end="")
+        return 0
+    if args.command == "config":
+        return _print_config(HWConfig.load(args.config))
+    if args.command == "sim" and args.sim_command == "run":
+        return _sim_run(args)
+    if args.command == "demo":
+        return _demo(args)
+    parser.print_help()
+    return 2
+
+
+def _print_config(cfg: object) -> int:
+    from .hw.config import HWConfig
+
+    assert isinstance(cfg, HWConfig)
+    print(cfg.to_json())
+    rows = [
+        (
+            "GEMM shape (BATCH x BLOCK_IN x BLOCK_OUT)",
+            f"{cfg.batch}x{cfg.block_in}x{cfg.block_out}",
+        ),
+        ("bitstream name", cfg.bitstream_name),
+        ("peak GOPS at clock", f"{cfg.peak_gops:.1f}"),
+    ]
+    for buf in ("uop", "inp", "wgt", "acc"):
+        size, depth = getattr(cfg, f"{buf}_buff_size"), getattr(cfg, f"{buf}_depth")
+        eb = getattr(cfg, f"{buf}_elem_bytes")
+        rows.append((f"{buf.upper()} buffer", f"{size} B = {depth} x {eb} B"))
+    for label, value in rows:
+        print(f"{label:<44}{value}")
+    return 0
+
+
+def _sim_run(args: argparse.Namespace) -> int:
+    from .runtime.device.vta import LoadedProgram, open_device
+    from .runtime.program import ProgramImage
+
+    image = ProgramImage.load(args.program)
+    inputs: dict[str, np.ndarray] = {}
+    for spec in args.input:
+        name, sep, file = spec.partition("=")
+        if not sep:
+            raise ValueError(f"--input must be NAME=FILE.npy, not {spec!r}")
+        inputs[name] = np.load(file, allow_pickle=False)
+    rng = np.random.default_rng(0)
+    for slot in image.slots:
+        if slot.kind == "input" and slot.name not in inputs and args.random_inputs:
+            info = np.iinfo(slot.dtype) if np.dtype(slot.dtype).kind in "iu" else None
+            lo, hi = (info.min, info.max + 1) if info else (-1, 1)
+            inputs[slot.name] = rng.integers(lo, hi, slot.shape).astype(slot.dtype)
+    device = open_device("sim", image.config)
+    outputs, result = LoadedProgram.load(device, image).run(inputs)
+    if args.output_dir:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, array in outputs.items():
+            np.save(out / f"{name}.npy", array)
+    if args.json:
+        print(json.dumps({"program": image.name, "wall_s": result.wall_s, **result.stats}))
+    else:
+        print(f"program {image.name!r}: {image.insn_count} instructions on {result.backend}")
+        for key, value in result.stats.items():
+            print(f"  {key:<18}{value:>12,}")
+        print(f"  wall time         {result.wall_s * 1e3:>10.1f} ms")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return 0 if run_demo(args.config, save=args.save) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

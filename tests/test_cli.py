@@ -1,0 +1,55 @@
+"""The command line: version, ISA table, config, demo, sim run, and clean errors."""
+
+import json
+
+import numpy as np
+
+from tensorforge import __version__
+from tensorforge.cli import main
+from tensorforge.hw.config import HWConfig
+from tensorforge.hw.isa import layout_table
+
+
+def test_version(capsys):
+    try:
+        main(["--version"])
+    except SystemExit as e:
+        assert e.code == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_isa_prints_the_generated_table(capsys):
+    assert main(["isa", "--config", "tiny"]) == 0
+    assert capsys.readouterr().out == layout_table(HWConfig.preset("tiny"))
+
+
+def test_config_prints_json_and_derived_sizes(capsys):
+    assert main(["config", "--config", "pynq"]) == 0
+    out = capsys.readouterr().out
+    assert "WGT buffer" in out and "262144 B = 1024 x 256 B" in out
+    assert json.loads(out[: out.index("}") + 1]) == HWConfig.preset("pynq").to_dict()
+
+
+def test_demo_saves_a_program_that_sim_run_executes(capsys, tmp_path):
+    path = tmp_path / "mm.tfp"
+    assert main(["demo", "--config", "tiny", "--save", str(path)]) == 0
+    assert "vs numpy: bit-exact" in capsys.readouterr().out
+    a = np.zeros((256, 16, 1, 4), np.int8)
+    np.save(tmp_path / "a.npy", a)
+    out_dir = tmp_path / "out"
+    rc = main(["sim", "run", str(path), "--input", f"A={tmp_path / 'a.npy'}", "--json",
+               "--output-dir", str(out_dir)])  # fmt: skip
+    assert rc == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["gemm_counter"] == 256 * 16 * 8
+    c = np.load(out_dir / "C.npy")
+    assert c.shape == (256, 8, 1, 4)
+
+
+def test_errors_are_one_line_not_tracebacks(capsys, tmp_path):
+    assert main(["isa", "--config", "nosuch"]) == 1
+    assert capsys.readouterr().err.startswith("tensorforge: error: unknown HWConfig preset")
+    bad = tmp_path / "x.tfp"
+    bad.write_bytes(b"garbage")
+    assert main(["sim", "run", str(bad)]) == 1
+    assert "not a TensorForge program image" in capsys.readouterr().err
