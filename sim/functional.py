@@ -58,6 +58,18 @@ class DeadlockError(SimError):
     """No stage can make progress and FINISH has not run."""
 
 
+class SramRangeError(SimError):
+    """An SRAM index beyond a buffer's depth."""
+
+
+class DramRangeError(SimError):
+    """A DMA access outside device memory (the bus would answer with an error response)."""
+
+
+class DepFlagError(SimError):
+    """A dependency flag naming a stage that the instruction's stage does not have."""
+
+
 @dataclass
 class SimStats:
     """Counters as VTA's fsim keeps them (vta_facts.md §3.1), plus instruction counts."""
@@ -100,7 +112,7 @@ def check_dep_flags(insn: Insn, index: int) -> None:
     for flag in ("pop_prev", "pop_next", "push_prev", "push_next"):
         if getattr(insn, flag) and flag not in allowed:
             side = "previous" if flag.endswith("prev") else "next"
-            raise SimError(
+            raise DepFlagError(
                 f"instruction {index} ({describe(insn)}) sets {flag}, but the "
                 f"{stage.name.lower()} stage has no {side} stage",
                 index,
@@ -137,7 +149,7 @@ class FunctionalSim:
         try:
             raw = self.memory.read(insn_addr, insn_count * INSN_BYTES)
         except DeviceMemoryError as e:
-            raise SimError(f"fetch: {e}") from None
+            raise DramRangeError(f"fetch: {e}") from None
         return self.execute(decode_program(raw, self.cfg))
 
     def execute(self, insns: Sequence[Insn]) -> SimStats:
@@ -199,13 +211,13 @@ class FunctionalSim:
         try:
             span = self.memory.view(first, nbytes, f"DRAM {insn.opcode.name.lower()}")
         except DeviceMemoryError as e:
-            raise SimError(f"instruction {index} ({describe(insn)}): {e}", index) from None
+            raise DramRangeError(f"instruction {index} ({describe(insn)}): {e}", index) from None
         rows = np.arange(insn.y_size)[:, None] * insn.x_stride + np.arange(insn.x_size)[None, :]
         return span.reshape(-1, elem_bytes), rows.reshape(-1)
 
     def _check_sram(self, insn: Insn, index: int, what: str, lo: int, hi: int, depth: int) -> None:
         if lo < 0 or hi > depth:
-            raise SimError(
+            raise SramRangeError(
                 f"instruction {index} ({describe(insn)}): {what} indices [{lo}, {hi}) exceed the "
                 f"{what} buffer's {depth} entries",
                 index,
@@ -286,7 +298,7 @@ class FunctionalSim:
     def _check_steps(self, insn: Insn, index: int, what: str, idx: np.ndarray, depth: int) -> None:
         if idx.size and (idx.min() < 0 or idx.max() >= depth):
             bad = int(idx[(idx < 0) | (idx >= depth)][0])
-            raise SimError(
+            raise SramRangeError(
                 f"instruction {index} ({describe(insn)}): {what} index {bad} is out of range "
                 f"[0, {depth})",
                 index,
