@@ -1,0 +1,63 @@
+"""Schedules and their primitives: how a tensor expression is computed (TVM §4.1-4.4)."""
+
+from __future__ import annotations
+
+from .primitives import (
+    PRIMITIVES,
+    Bind,
+    CacheRead,
+    CacheWrite,
+    ComputeAt,
+    ComputeInline,
+    ComputeRoot,
+    DoubleBuffer,
+    Fuse,
+    Parallel,
+    Pragma,
+    Reorder,
+    ScheduleError,
+    SetScope,
+    Split,
+    Tensorize,
+    Tile,
+    Unroll,
+    Vectorize,
+    primitive_name,
+    records_from_json,
+    records_to_json,
+)
+from .schedule import Schedule, create_schedule
+from .stage import Annotation, AttachKind, ForKind, FuseRelation, SplitRelation, Stage
+
+__all__ = [
+    "PRIMITIVES",
+    "Annotation",
+    "AttachKind",
+    "Bind",
+    "CacheRead",
+    "CacheWrite",
+    "ComputeAt",
+    "ComputeInline",
+    "ComputeRoot",
+    "DoubleBuffer",
+    "ForKind",
+    "Fuse",
+    "FuseRelation",
+    "Parallel",
+    "Pragma",
+    "Reorder",
+    "Schedule",
+    "ScheduleError",
+    "SetScope",
+    "Split",
+    "SplitRelation",
+    "Stage",
+    "Tensorize",
+    "Tile",
+    "Unroll",
+    "Vectorize",
+    "create_schedule",
+    "primitive_name",
+    "records_from_json",
+    "records_to_json",
+]

@@ -1,0 +1,433 @@
+"""Scalar expression nodes shared by tensor expressions and the loop IR, with dtype inference."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import dtype as dt
+
+if TYPE_CHECKING:
+    from .tensor import IterVar, Tensor
+
+
+class Op(enum.Enum):
+    """Binary operator kinds of `BinOp`."""
+
+    # arithmetic: the result has the operands' (promoted) dtype
+    ADD = "+"
+    SUB = "-"
+    MUL = "*"
+    DIV = "/"  # true division for floats, C (truncating) division for integers
+    FLOORDIV = "//"
+    FLOORMOD = "%"
+    MIN = "min"
+    MAX = "max"
+    # comparison: the result is bool
+    EQ = "=="
+    NE = "!="
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+    # logical: bool operands and result
+    AND = "&&"
+    OR = "||"
+
+
+ARITH_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.FLOORMOD, Op.MIN, Op.MAX)
+COMPARE_OPS = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
+LOGIC_OPS = (Op.AND, Op.OR)
+
+
+class CallKind(enum.Enum):
+    """How a `Call` may be treated by passes and back-ends."""
+
+    PURE = "pure"  # math intrinsic: no side effects, may be folded, duplicated or dropped
+    EXTERN = "extern"  # opaque (tensor intrinsics, barriers, DMA): never moved or dropped
+
+
+# Math intrinsics: name -> number of operands. All take and return floats.
+MATH_INTRINSICS = {
+    "exp": 1,
+    "exp2": 1,
+    "log": 1,
+    "log2": 1,
+    "log1p": 1,
+    "sqrt": 1,
+    "rsqrt": 1,
+    "tanh": 1,
+    "sigmoid": 1,
+    "erf": 1,
+    "sin": 1,
+    "cos": 1,
+    "floor": 1,
+    "ceil": 1,
+    "round": 1,
+    "trunc": 1,
+    "pow": 2,
+}
+
+
+class ExprOps:
+    """Python operators that build expressions; shared by `Expr` and `IterVar`."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Expr:
+        return binary(Op.ADD, self, other)
+
+    def __radd__(self, other: Any) -> Expr:
+        return binary(Op.ADD, other, self)
+
+    def __sub__(self, other: Any) -> Expr:
+        return binary(Op.SUB, self, other)
+
+    def __rsub__(self, other: Any) -> Expr:
+        return binary(Op.SUB, other, self)
+
+    def __mul__(self, other: Any) -> Expr:
+        return binary(Op.MUL, self, other)
+
+    def __rmul__(self, other: Any) -> Expr:
+        return binary(Op.MUL, other, self)
+
+    def __truediv__(self, other: Any) -> Expr:
+        return binary(Op.DIV, self, other)
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        return binary(Op.DIV, other, self)
+
+    def __floordiv__(self, other: Any) -> Expr:
+        return binary(Op.FLOORDIV, self, other)
+
+    def __rfloordiv__(self, other: Any) -> Expr:
+        return binary(Op.FLOORDIV, other, self)
+
+    def __mod__(self, other: Any) -> Expr:
+        return binary(Op.FLOORMOD, self, other)
+
+    def __rmod__(self, other: Any) -> Expr:
+        return binary(Op.FLOORMOD, other, self)
+
+    def __neg__(self) -> Expr:
+        return binary(Op.SUB, 0, self)
+
+    def __lt__(self, other: Any) -> Expr:
+        return binary(Op.LT, self, other)
+
+    def __le__(self, other: Any) -> Expr:
+        return binary(Op.LE, self, other)
+
+    def __gt__(self, other: Any) -> Expr:
+        return binary(Op.GT, self, other)
+
+    def __ge__(self, other: Any) -> Expr:
+        return binary(Op.GE, self, other)
+
+    def astype(self, dtype: str) -> Expr:
+        return cast(self, dtype)
+
+
+class Expr(ExprOps):
+    """Base of scalar expression nodes. Every node has a `dtype` field.
+
+    Nodes compare by identity; `a == b` builds an `EQ` node (use `structural_equal` to compare
+    trees). Such a node is truthy only when both sides are the same object, as in TVM.
+    """
+
+    __slots__ = ()
+    dtype: str
+
+    def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
+        return binary(Op.EQ, self, other)
+
+    def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
+        return binary(Op.NE, self, other)
+
+    def __and__(self, other: Any) -> Expr:
+        return binary(Op.AND, self, other)
+
+    def __or__(self, other: Any) -> Expr:
+        return binary(Op.OR, self, other)
+
+    def __invert__(self) -> Expr:
+        return logical_not(self)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "a symbolic expression has no truth value; use te.select/te.if_then_else for "
+            "conditions, not Python `if`/`and`/`or`"
+        )
+
+    def __repr__(self) -> str:
+        from .visitor import expr_to_str  # the printer builds on every node; imported late
+
+        return expr_to_str(self)
+
+
+def _node(cls: type) -> type:
+    return dataclass(frozen=True, slots=True, eq=False, repr=False)(cls)
+
+
+@_node
+class Var(Expr):
+    """A scalar variable (loop variable, symbolic parameter). Compared by identity."""
+
+    name: str
+    dtype: str = dt.INDEX_DTYPE
+
+
+@_node
+class IntImm(Expr):
+    """An integer or bool constant."""
+
+    value: int
+    dtype: str = dt.INDEX_DTYPE
+
+
+@_node
+class FloatImm(Expr):
+    """A floating-point constant."""
+
+    value: float
+    dtype: str = "float32"
+
+
+@_node
+class Cast(Expr):
+    """Conversion of `value` to `dtype` (float->int truncates toward zero, ints wrap)."""
+
+    dtype: str
+    value: Expr
+
+
+@_node
+class BinOp(Expr):
+    """`a <op> b`; operands already have the same dtype (the constructors insert casts)."""
+
+    op: Op
+    a: Expr
+    b: Expr
+    dtype: str
+
+    def __bool__(self) -> bool:
+        # Lets `var in list` and `==` between handles work as identity tests, as in TVM.
+        if self.op is Op.EQ:
+            return self.a is self.b
+        if self.op is Op.NE:
+            return self.a is not self.b
+        return Expr.__bool__(self)
+
+
+@_node
+class Not(Expr):
+    """Logical negation of a bool expression."""
+
+    a: Expr
+    dtype: str = "bool"
+
+
+@_node
+class Select(Expr):
+    """`condition ? true_value : false_value`; both branches may be evaluated (no guarding)."""
+
+    condition: Expr
+    true_value: Expr
+    false_value: Expr
+    dtype: str
+
+
+@_node
+class Call(Expr):
+    """A call of a math intrinsic, `if_then_else` (lazy) or an opaque extern intrinsic."""
+
+    name: str
+    args: tuple[Expr, ...]
+    dtype: str
+    kind: CallKind = CallKind.PURE
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CommReducer:
+    """A commutative reducer: `result` combines `lhs` (accumulator) and `rhs` (new value).
+
+    Not an expression itself: `lhs` and `rhs` are bound only inside `result`.
+    """
+
+    name: str
+    lhs: Var
+    rhs: Var
+    result: Expr
+    identity: Expr
+    dtype: str
+
+
+@_node
+class Reduce(Expr):
+    """Reduction of `source` over `axis` with `combiner`, counting only where `condition`."""
+
+    combiner: CommReducer
+    source: Expr
+    axis: tuple[IterVar, ...]
+    condition: Expr
+    dtype: str
+
+
+@_node
+class ProducerLoad(Expr):
+    """Element `indices` of tensor `producer` (the te form; lowered to a buffer load)."""
+
+    producer: Tensor
+    indices: tuple[Expr, ...]
+    dtype: str
+
+
+# ---- constructors with dtype inference -------------------------------------------------------
+
+
+def const(value: int | float | bool, dtype: str | None = None) -> Expr:
+    """A constant; the dtype defaults to bool, int32 or float32 after the Python type."""
+    if dtype is None:
+        dtype = "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else ""
+        dtype = dtype or "float32"
+    dt.check_dtype(dtype)
+    if dt.is_float(dtype):
+        return FloatImm(float(value), dtype)
+    if dt.is_bool(dtype):
+        return IntImm(int(bool(value)), "bool")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"constant of dtype {dtype!r} must be integral, not {value!r}")
+    return IntImm(dt.wrap_int(int(value), dtype), dtype)
+
+
+def as_expr(value: Any, dtype_hint: str | None = None) -> Expr:
+    """Convert a Python number, IterVar or Expr to an Expr (numbers take `dtype_hint`)."""
+    if isinstance(value, Expr):
+        return value
+    if hasattr(value, "as_expr"):
+        return value.as_expr()
+    if isinstance(value, bool):
+        return const(value, "bool")
+    if isinstance(value, int):
+        hint = dtype_hint if dtype_hint and not dt.is_bool(dtype_hint) else "int32"
+        return const(value, hint)
+    if isinstance(value, float):
+        return const(value, dtype_hint if dtype_hint and dt.is_float(dtype_hint) else "float32")
+    raise TypeError(f"expected an expression or a number, not {type(value).__name__} {value!r}")
+
+
+def cast(value: Any, dtype: str) -> Expr:
+    """Convert `value` to `dtype` (a no-op when it already has it)."""
+    dt.check_dtype(dtype)
+    expr = as_expr(value, dtype)
+    return expr if expr.dtype == dtype else Cast(dtype, expr)
+
+
+def match_types(a: Any, b: Any) -> tuple[Expr, Expr]:
+    if not isinstance(a, Expr) and not hasattr(a, "as_expr"):
+        b = as_expr(b)
+        return as_expr(a, b.dtype), b
+    a = as_expr(a)
+    return a, as_expr(b, a.dtype)
+
+
+def binary(op: Op, a: Any, b: Any) -> Expr:
+    """Build `a <op> b`, converting numbers and promoting dtypes (numpy's rules)."""
+    a, b = match_types(a, b)
+    if op in LOGIC_OPS:
+        for side in (a, b):
+            if not dt.is_bool(side.dtype):
+                raise TypeError(f"operands of {op.value} must be bool, not {side.dtype!r}")
+        return BinOp(op, a, b, "bool")
+    common = dt.promote(a.dtype, b.dtype)
+    a, b = cast(a, common), cast(b, common)
+    return BinOp(op, a, b, "bool" if op in COMPARE_OPS else common)
+
+
+def logical_not(a: Any) -> Expr:
+    a = as_expr(a)
+    if not dt.is_bool(a.dtype):
+        raise TypeError(f"operand of logical not must be bool, not {a.dtype!r}")
+    return Not(a)
+
+
+def all_of(*conds: Any) -> Expr:
+    """Conjunction of bool expressions (True when empty)."""
+    result: Expr = const(True)
+    for i, cond in enumerate(conds):
+        result = as_expr(cond) if i == 0 else binary(Op.AND, result, cond)
+    return result
+
+
+def any_of(*conds: Any) -> Expr:
+    """Disjunction of bool expressions (False when empty)."""
+    result: Expr = const(False)
+    for i, cond in enumerate(conds):
+        result = as_expr(cond) if i == 0 else binary(Op.OR, result, cond)
+    return result
+
+
+def min_expr(a: Any, b: Any) -> Expr:
+    return binary(Op.MIN, a, b)
+
+
+def max_expr(a: Any, b: Any) -> Expr:
+    return binary(Op.MAX, a, b)
+
+
+def select(condition: Any, true_value: Any, false_value: Any) -> Expr:
+    """`condition ? true_value : false_value`. Both branches may be evaluated; to guard an
+    out-of-bounds read (padding) use `if_then_else`."""
+    condition = as_expr(condition)
+    if not dt.is_bool(condition.dtype):
+        raise TypeError(f"select condition must be bool, not {condition.dtype!r}")
+    t, f = match_types(true_value, false_value)
+    common = dt.promote(t.dtype, f.dtype)
+    return Select(condition, cast(t, common), cast(f, common), common)
+
+
+def if_then_else(condition: Any, true_value: Any, false_value: Any) -> Expr:
+    """Like `select`, but only the chosen branch is evaluated (safe for padding reads)."""
+    sel = select(condition, true_value, false_value)
+    assert isinstance(sel, Select)
+    args = (sel.condition, sel.true_value, sel.false_value)
+    return Call("if_then_else", args, sel.dtype)
+
+
+def call_math(name: str, *args: Any) -> Expr:
+    """Call the math intrinsic `name` (see MATH_INTRINSICS) on float operands."""
+    arity = MATH_INTRINSICS.get(name)
+    if arity is None:
+        raise ValueError(f"unknown math intrinsic {name!r}; known: {', '.join(MATH_INTRINSICS)}")
+    if len(args) != arity:
+        raise TypeError(f"{name} takes {arity} operand(s), not {len(args)}")
+    exprs = [as_expr(a) for a in args]
+    common = exprs[0].dtype
+    for e in exprs[1:]:
+        common = dt.promote(common, e.dtype)
+    if not dt.is_float(common):
+        raise TypeError(f"{name} needs float operands, not {common!r}; cast first")
+    return Call(name, tuple(cast(e, common) for e in exprs), common)
+
+
+def call_extern(name: str, *args: Any, dtype: str = "int32") -> Expr:
+    """An opaque call (tensor intrinsic, barrier, DMA) that passes never move or drop."""
+    return Call(name, tuple(as_expr(a) for a in args), dt.check_dtype(dtype), CallKind.EXTERN)
+
+
+def abs_expr(x: Any) -> Expr:
+    x = as_expr(x)
+    return select(x < 0, -x, x)
+
+
+def is_const_int(expr: Expr, value: int | None = None) -> bool:
+    """Whether `expr` is an integer constant (equal to `value` when given)."""
+    return (
+        isinstance(expr, IntImm)
+        and not dt.is_bool(expr.dtype)
+        and (value is None or expr.value == value)
+    )

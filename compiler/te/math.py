@@ -1,0 +1,80 @@
+"""Math intrinsics on float expressions (`exp`, `log`, `sqrt`, `tanh`, `erf`, `pow`, ...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .expr import Expr, abs_expr, call_math
+
+
+def exp(x: Any) -> Expr:
+    return call_math("exp", x)
+
+
+def exp2(x: Any) -> Expr:
+    return call_math("exp2", x)
+
+
+def log(x: Any) -> Expr:
+    return call_math("log", x)
+
+
+def log2(x: Any) -> Expr:
+    return call_math("log2", x)
+
+
+def log1p(x: Any) -> Expr:
+    return call_math("log1p", x)
+
+
+def sqrt(x: Any) -> Expr:
+    return call_math("sqrt", x)
+
+
+def rsqrt(x: Any) -> Expr:
+    return call_math("rsqrt", x)
+
+
+def tanh(x: Any) -> Expr:
+    return call_math("tanh", x)
+
+
+def sigmoid(x: Any) -> Expr:
+    return call_math("sigmoid", x)
+
+
+def erf(x: Any) -> Expr:
+    return call_math("erf", x)
+
+
+def sin(x: Any) -> Expr:
+    return call_math("sin", x)
+
+
+def cos(x: Any) -> Expr:
+    return call_math("cos", x)
+
+
+def floor(x: Any) -> Expr:
+    return call_math("floor", x)
+
+
+def ceil(x: Any) -> Expr:
+    return call_math("ceil", x)
+
+
+def round(x: Any) -> Expr:  # noqa: A001 - the intrinsic's name
+    return call_math("round", x)
+
+
+def trunc(x: Any) -> Expr:
+    return call_math("trunc", x)
+
+
+def power(x: Any, y: Any) -> Expr:
+    return call_math("pow", x, y)
+
+
+def abs(x: Any) -> Expr:  # noqa: A001 - the intrinsic's name
+    """|x| for any numeric dtype."""
+    return abs_expr(x)

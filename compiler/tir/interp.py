@@ -1,0 +1,447 @@
+"""The reference interpreter of the loop IR: runs a `PrimFunc` on numpy arrays.
+
+The IR is compiled once into nested Python closures, then run. Integers wrap exactly at their
+width; floats are computed in double precision and rounded to the buffer's dtype when stored
+(float32 and float16 rounding are exact, only intermediate values are more precise). Reads and
+writes are bounds-checked and `select` evaluates both branches, so a schedule that reads out of
+bounds fails here instead of silently succeeding. Works before and after storage_flatten.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from ..te import dtype as dt
+from ..te.expr import BinOp, Call, CallKind, Cast, Expr, FloatImm, IntImm, Not, Op, Select, Var
+from .stmt import (
+    Allocate,
+    AttrStmt,
+    Buffer,
+    BufferLoad,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+)
+
+Env = list[Any]
+Fn = Callable[[Env], Any]
+
+# name -> Python implementation of an extern call, for tensor intrinsics in tests
+EXTERN_FUNCS: dict[str, Callable[..., Any]] = {}
+
+
+class InterpretError(Exception):
+    """The program failed at run time (out-of-bounds access, division by zero, ...)."""
+
+
+def register_extern(name: str, fn: Callable[..., Any]) -> None:
+    """Give the interpreter a Python implementation of extern call `name`."""
+    EXTERN_FUNCS[name] = fn
+
+
+def _safe(fn: Callable[..., float]) -> Callable[..., float]:
+    def call(*args: float) -> float:
+        try:
+            return fn(*args)
+        except OverflowError:
+            return math.inf
+        except (ValueError, ZeroDivisionError):
+            return math.nan
+
+    return call
+
+
+_MATH: dict[str, Callable[..., float]] = {
+    "exp": _safe(math.exp),
+    "exp2": _safe(lambda x: 2.0**x),
+    "log": _safe(lambda x: -math.inf if x == 0 else math.log(x)),
+    "log2": _safe(lambda x: -math.inf if x == 0 else math.log2(x)),
+    "log1p": _safe(math.log1p),
+    "sqrt": _safe(math.sqrt),
+    "rsqrt": _safe(lambda x: math.inf if x == 0 else 1.0 / math.sqrt(x)),
+    "tanh": math.tanh,
+    "sigmoid": _safe(lambda x: 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0),
+    "erf": math.erf,
+    "sin": _safe(math.sin),
+    "cos": _safe(math.cos),
+    "floor": _safe(lambda x: float(math.floor(x))),
+    "ceil": _safe(lambda x: float(math.ceil(x))),
+    "round": _safe(lambda x: float(np.round(x))),
+    "trunc": _safe(lambda x: float(math.trunc(x))),
+    "pow": _safe(math.pow),
+}
+
+
+def _rounder(dtype: str) -> Callable[[Any], Any] | None:
+    """Conversion of a Python value to what a `dtype` buffer holds (None: unchanged)."""
+    if dtype == "float32":
+        cell = array("f", [0.0])
+
+        def to_f32(x: float) -> float:
+            cell[0] = x
+            return cell[0]
+
+        return to_f32
+    if dtype == "float16":
+        return lambda x: float(np.float16(x))
+    return None
+
+
+def _fdiv(a: float, b: float) -> float:
+    try:
+        return a / b
+    except ZeroDivisionError:
+        if a == 0 or a != a:
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _int_div(a: int, b: int) -> int:
+    if b == 0:
+        raise InterpretError("integer division by zero")
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _checked(op: Callable[[int, int], int]) -> Callable[[int, int], int]:
+    def run(a: int, b: int) -> int:
+        if b == 0:
+            raise InterpretError("integer division by zero")
+        return op(a, b)
+
+    return run
+
+
+_INT_OPS: dict[Op, Callable[[Any, Any], Any]] = {
+    Op.ADD: lambda a, b: a + b,
+    Op.SUB: lambda a, b: a - b,
+    Op.MUL: lambda a, b: a * b,
+    Op.DIV: _int_div,
+    Op.FLOORDIV: _checked(lambda a, b: a // b),
+    Op.FLOORMOD: _checked(lambda a, b: a % b),
+    Op.MIN: min,
+    Op.MAX: max,
+}
+_FLOAT_OPS: dict[Op, Callable[[Any, Any], Any]] = {
+    **_INT_OPS,
+    Op.DIV: _fdiv,
+    Op.FLOORDIV: lambda a, b: float(math.floor(_fdiv(a, b))),
+    Op.FLOORMOD: lambda a, b: a - math.floor(_fdiv(a, b)) * b if b else math.nan,
+}
+_CMP_OPS: dict[Op, Callable[[Any, Any], bool]] = {
+    Op.EQ: lambda a, b: a == b,
+    Op.NE: lambda a, b: a != b,
+    Op.LT: lambda a, b: a < b,
+    Op.LE: lambda a, b: a <= b,
+    Op.GT: lambda a, b: a > b,
+    Op.GE: lambda a, b: a >= b,
+}
+
+
+class _Compiler:
+    def __init__(self) -> None:
+        self.slots: dict[int, int] = {}  # id(Var or Buffer) -> env slot
+        self.keep: list[Any] = []  # keeps ids stable
+
+    def slot(self, node: Any) -> int:
+        key = id(node)
+        if key not in self.slots:
+            self.slots[key] = len(self.slots)
+            self.keep.append(node)
+        return self.slots[key]
+
+    # ---- expressions ----------------------------------------------------------------------
+
+    def expr(self, e: Expr) -> Fn:
+        method = getattr(self, "expr_" + type(e).__name__, None)
+        if method is None:
+            raise InterpretError(f"cannot interpret expression node {type(e).__name__}")
+        return method(e)
+
+    def expr_IntImm(self, e: IntImm) -> Fn:
+        value: Any = bool(e.value) if dt.is_bool(e.dtype) else e.value
+        return lambda env: value
+
+    def expr_FloatImm(self, e: FloatImm) -> Fn:
+        value = e.value
+        return lambda env: value
+
+    def expr_Var(self, e: Var) -> Fn:
+        return itemgetter(self.slot(e))
+
+    def expr_BinOp(self, e: BinOp) -> Fn:
+        fa, fb = self.expr(e.a), self.expr(e.b)
+        if e.op is Op.AND:
+            return lambda env: fa(env) and fb(env)
+        if e.op is Op.OR:
+            return lambda env: fa(env) or fb(env)
+        if e.op in _CMP_OPS:
+            cmp = _CMP_OPS[e.op]
+            return lambda env: cmp(fa(env), fb(env))
+        if dt.is_float(e.dtype):
+            fop = _FLOAT_OPS[e.op]
+            return lambda env: fop(fa(env), fb(env))
+        iop = _INT_OPS[e.op]
+        if dt.is_bool(e.dtype):
+            return lambda env: bool(iop(fa(env), fb(env)))
+        lo, hi, dtype = dt.min_value(e.dtype), dt.max_value(e.dtype), e.dtype
+        wrap = dt.wrap_int
+
+        def run(env: Env) -> int:
+            r = iop(fa(env), fb(env))
+            return r if lo <= r <= hi else wrap(r, dtype)
+
+        return run
+
+    def expr_Not(self, e: Not) -> Fn:
+        fa = self.expr(e.a)
+        return lambda env: not fa(env)
+
+    def expr_Select(self, e: Select) -> Fn:
+        fc, ft, ff = self.expr(e.condition), self.expr(e.true_value), self.expr(e.false_value)
+
+        def run(env: Env) -> Any:
+            t, f = ft(env), ff(env)  # both branches are evaluated, as back-ends may
+            return t if fc(env) else f
+
+        return run
+
+    def expr_Cast(self, e: Cast) -> Fn:
+        fv, src, dst = self.expr(e.value), e.value.dtype, e.dtype
+        if dt.is_bool(dst):
+            return lambda env: bool(fv(env))
+        if dt.is_float(dst):
+            rnd = _rounder(dst) or (lambda x: x)
+            return lambda env: rnd(float(fv(env)))
+        wrap = dt.wrap_int
+
+        def to_int(env: Env) -> int:
+            x = fv(env)
+            if dt.is_float(src):
+                if not math.isfinite(x):
+                    raise InterpretError(f"cast of {x} to {dst}")
+                x = math.trunc(x)
+            return wrap(int(x), dst)
+
+        return to_int
+
+    def expr_Call(self, e: Call) -> Fn:
+        args = [self.expr(a) for a in e.args]
+        if e.name == "if_then_else":
+            fc, ft, ff = args
+            return lambda env: ft(env) if fc(env) else ff(env)
+        if e.kind is CallKind.PURE:
+            fn = _MATH.get(e.name)
+            if fn is None:
+                raise InterpretError(f"unknown math intrinsic {e.name!r}")
+            if len(args) == 1:
+                (fa,) = args
+                return lambda env: fn(fa(env))
+            return lambda env: fn(*(f(env) for f in args))
+        ext = EXTERN_FUNCS.get(e.name)
+        if ext is None:
+            raise InterpretError(
+                f"no interpreter implementation of extern {e.name!r}; add one with "
+                "tir.register_extern"
+            )
+        return lambda env: ext(*(f(env) for f in args))
+
+    def _index(self, buf: Buffer, indices: tuple[Expr, ...]) -> Fn:
+        fns = [self.expr(i) for i in indices]
+        shape, name = buf.shape, buf.name
+        if len(fns) == 1:
+            (fi,) = fns
+            size = shape[0]
+
+            def flat(env: Env) -> int:
+                i = fi(env)
+                if not 0 <= i < size:
+                    raise InterpretError(f"{name}[{i}] is out of bounds (size {size})")
+                return i
+
+            return flat
+        strides = [int(np.prod(shape[k + 1 :])) for k in range(len(shape))]
+
+        def multi(env: Env) -> int:
+            offset = 0
+            for f, n, stride in zip(fns, shape, strides, strict=True):
+                i = f(env)
+                if not 0 <= i < n:
+                    idx = [g(env) for g in fns]
+                    raise InterpretError(f"{name}{idx} is out of bounds (shape {list(shape)})")
+                offset += i * stride
+            return offset
+
+        return multi
+
+    def expr_BufferLoad(self, e: BufferLoad) -> Fn:
+        index, slot = self._index(e.buffer, e.indices), self.slot(e.buffer)
+        return lambda env: env[slot][index(env)]
+
+    # ---- statements -----------------------------------------------------------------------
+
+    def stmt(self, s: Stmt) -> Fn:
+        method = getattr(self, "stmt_" + type(s).__name__, None)
+        if method is None:
+            raise InterpretError(f"cannot interpret statement {type(s).__name__}")
+        return method(s)
+
+    def stmt_For(self, s: For) -> Fn:
+        fmin, fext, body, slot = (
+            self.expr(s.min),
+            self.expr(s.extent),
+            self.stmt(s.body),
+            self.slot(s.var),
+        )
+
+        def run(env: Env) -> None:
+            lo = fmin(env)
+            for v in range(lo, lo + fext(env)):
+                env[slot] = v
+                body(env)
+
+        return run
+
+    def stmt_BufferStore(self, s: BufferStore) -> Fn:
+        index, value, slot = (
+            self._index(s.buffer, s.indices),
+            self.expr(s.value),
+            self.slot(s.buffer),
+        )
+        rnd = _rounder(s.buffer.dtype)
+        if rnd is None:
+
+            def store(env: Env) -> None:
+                env[slot][index(env)] = value(env)
+
+            return store
+
+        def store_rounded(env: Env) -> None:
+            env[slot][index(env)] = rnd(value(env))
+
+        return store_rounded
+
+    def stmt_IfThenElse(self, s: IfThenElse) -> Fn:
+        cond, then_case = self.expr(s.condition), self.stmt(s.then_case)
+        else_case = self.stmt(s.else_case) if s.else_case is not None else None
+
+        def run(env: Env) -> None:
+            if cond(env):
+                then_case(env)
+            elif else_case is not None:
+                else_case(env)
+
+        return run
+
+    def stmt_SeqStmt(self, s: SeqStmt) -> Fn:
+        fns = [self.stmt(c) for c in s.stmts]
+
+        def run(env: Env) -> None:
+            for fn in fns:
+                fn(env)
+
+        return run
+
+    def stmt_Allocate(self, s: Allocate) -> Fn:
+        body, slot, size = self.stmt(s.body), self.slot(s.buffer), s.buffer.size
+        poison = _poison(s.buffer.dtype)
+
+        def run(env: Env) -> None:
+            env[slot] = [poison] * size  # uninitialised memory reads as NaN / max value
+            body(env)
+            env[slot] = None
+
+        return run
+
+    def stmt_AttrStmt(self, s: AttrStmt) -> Fn:
+        return self.stmt(s.body)
+
+    def stmt_Evaluate(self, s: Evaluate) -> Fn:
+        return self.expr(s.value)
+
+
+def _poison(dtype: str) -> Any:
+    if dt.is_float(dtype):
+        return math.nan
+    return dt.max_value(dtype)
+
+
+def _bind_args(
+    func: PrimFunc, args: Mapping[str, np.ndarray] | Sequence[np.ndarray]
+) -> list[np.ndarray]:
+    if isinstance(args, Mapping):
+        missing = [b.name for b in func.params if b.name not in args]
+        extra = sorted(set(args) - {b.name for b in func.params})
+        if missing or extra:
+            raise ValueError(f"interpret {func.name}: missing {missing}, unexpected {extra}")
+        arrays = [args[b.name] for b in func.params]
+    else:
+        arrays = list(args)
+        if len(arrays) != len(func.params):
+            raise ValueError(
+                f"interpret {func.name}: expected {len(func.params)} arrays, got {len(arrays)}"
+            )
+    for buf, shape, arr in zip(func.params, func.arg_shapes, arrays, strict=True):
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"argument {buf.name} must be a numpy array, not {type(arr).__name__}")
+        if arr.dtype != np.dtype(buf.dtype) or arr.shape != tuple(shape):
+            raise ValueError(
+                f"argument {buf.name} must be {buf.dtype}{list(shape)}, not "
+                f"{arr.dtype}{list(arr.shape)}"
+            )
+    return arrays
+
+
+def compile_func(
+    func: PrimFunc,
+) -> Callable[[Mapping[str, np.ndarray] | Sequence[np.ndarray]], None]:
+    """Compile `func` once; the result runs it on arrays like `interpret`."""
+    compiler = _Compiler()
+    param_slots = [compiler.slot(b) for b in func.params]
+    body = compiler.stmt(func.body)
+
+    def run(args: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> None:
+        arrays = _bind_args(func, args)
+        env: Env = [None] * len(compiler.slots)
+        for slot, arr in zip(param_slots, arrays, strict=True):
+            env[slot] = arr.reshape(-1).tolist()
+        body(env)
+        for slot, arr in zip(param_slots, arrays, strict=True):
+            arr[...] = np.asarray(env[slot], dtype=arr.dtype).reshape(arr.shape)
+
+    return run
+
+
+def interpret(func: PrimFunc, args: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> None:
+    """Run `func` on numpy arrays, writing outputs in place.
+
+    Args:
+        func: a lowered function.
+        args: arrays by parameter name, or a list in parameter order; each must have the
+            parameter's dtype and logical shape.
+
+    Raises:
+        InterpretError: on out-of-bounds accesses and other run-time faults.
+
+    Example:
+        >>> import numpy as np
+        >>> from tensorforge.compiler import te, tir
+        >>> A = te.placeholder((4,), name="A")
+        >>> B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
+        >>> f = tir.lower(te.create_schedule(B.op), [A, B])
+        >>> b = np.zeros(4, "float32")
+        >>> tir.interpret(f, {"A": np.arange(4, dtype="float32"), "B": b})
+        >>> b.tolist()
+        [0.0, 2.0, 4.0, 6.0]
+    """
+    compile_func(func)(args)

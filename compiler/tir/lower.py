@@ -1,0 +1,270 @@
+"""Lowering a schedule to the loop IR: buffers, loop nests, guards, then the pass pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..schedule.primitives import ScheduleError
+from ..schedule.schedule import Schedule
+from ..schedule.stage import AttachKind, Stage
+from ..te.expr import BinOp, Expr, IntImm, Op, ProducerLoad, Reduce, Var, all_of
+from ..te.tensor import IterVar, IterVarKind, Tensor
+from ..te.visitor import ExprMutator, substitute
+from .arith import Analyzer
+from .bound import StageBounds, infer_bounds
+from .stmt import (
+    Allocate,
+    AttrStmt,
+    Buffer,
+    BufferLoad,
+    BufferRegion,
+    BufferStore,
+    For,
+    IfThenElse,
+    LoweringError,
+    PrimFunc,
+    Stmt,
+    seq,
+)
+from .tensorize import tensorize_stmt
+
+
+class _Context:
+    def __init__(self, sch: Schedule, args: list[Tensor]) -> None:
+        self.sch = sch
+        self.bounds = infer_bounds(sch.stages, args)
+        self.buffers: dict[Tensor, Buffer] = {}
+        self.mins: dict[Tensor, tuple[Expr, ...]] = {}
+        self.params: list[Buffer] = []
+        self.ana = Analyzer(
+            {
+                info.loop_var[iv]: (0, info.extent[iv] - 1)
+                for info in self.bounds.values()
+                for iv in info.stage.leaf_iter_vars
+            }
+        )
+        self._make_buffers(args)
+
+    def _make_buffers(self, args: list[Tensor]) -> None:
+        for t in args:
+            stage = self.sch[t]
+            if stage.attach is not AttachKind.ROOT and not stage.is_placeholder:
+                raise ScheduleError(
+                    f"lower: argument {t.name!r} must be computed at the root to be passed in, "
+                    f"but it is {stage.attach.value}"
+                )
+            buf = Buffer(stage.name, t.dtype, t.shape)
+            self.buffers[stage.tensor] = buf
+            self.mins[stage.tensor] = tuple(IntImm(0) for _ in t.shape)
+            self.params.append(buf)
+        for stage, info in self.bounds.items():
+            if stage.tensor in self.buffers:
+                continue
+            if stage.is_output:
+                raise LoweringError(f"lower: output {stage.name!r} must be in the arguments")
+            shape = tuple(info.region[iv][1] for iv in stage.op.axis)
+            self.buffers[stage.tensor] = Buffer(stage.name, stage.op.dtype, shape, stage.scope)
+            self.mins[stage.tensor] = tuple(info.region[iv][0] for iv in stage.op.axis)
+
+    def load(self, e: ProducerLoad, indices: tuple[Expr, ...]) -> BufferLoad:
+        buf = self.buffers.get(e.producer)
+        if buf is None:
+            raise LoweringError(
+                f"lower: tensor {e.producer.name!r} is read but is neither an argument nor "
+                "computed by this schedule"
+            )
+        offsets = self.mins[e.producer]
+        rel = tuple(_sub(i, m) for i, m in zip(indices, offsets, strict=True))
+        return BufferLoad(buf, rel, e.dtype)
+
+
+def _sub(a: Expr, b: Expr) -> Expr:
+    if isinstance(b, IntImm) and b.value == 0:
+        return a
+    return BinOp(Op.SUB, a, b, a.dtype)
+
+
+class _LowerLoads(ExprMutator):
+    def __init__(self, ctx: _Context) -> None:
+        self.ctx = ctx
+
+    def visit_ProducerLoad(self, e: ProducerLoad) -> Expr:
+        return self.ctx.load(e, tuple(self.visit(i) for i in e.indices))
+
+
+def _guarded(stmt: Stmt, conds: list[Expr]) -> Stmt:
+    return IfThenElse(all_of(*conds), stmt) if conds else stmt
+
+
+def _make_for(info: StageBounds, iv: IterVar, body: Stmt) -> Stmt:
+    ann = info.stage.annotation(iv)
+    loop: Stmt = For(
+        info.loop_var[iv], IntImm(0), IntImm(info.extent[iv]), ann.kind, body, ann.thread_tag
+    )
+    for key, value in reversed(ann.pragmas):
+        loop = AttrStmt(f"pragma_{key}", value, loop)
+    return loop
+
+
+def _stage_stmt(ctx: _Context, info: StageBounds) -> Stmt:
+    """The loop nest of one stage with the stages computed at its loops inside it."""
+    stage = info.stage
+    buf = ctx.buffers[stage.tensor]
+    mapping = {iv.var: info.root_value(iv) for iv in stage.root_iter_vars}
+    lower = _LowerLoads(ctx)
+    mins = ctx.mins[stage.tensor]
+    index = tuple(_sub(info.root_value(iv), m) for iv, m in zip(stage.op.axis, mins, strict=True))
+    all_guards = [c for c, _ in info.guards]
+    data_guards = [c for c, is_reduce in info.guards if not is_reduce]
+    body = info.body
+    init: Stmt | None = None
+    if isinstance(body, Reduce):
+        comb = body.combiner
+        source = lower.visit(substitute(body.source, mapping))
+        acc = BufferLoad(buf, index, body.dtype)
+        value = substitute(comb.result, {comb.lhs: acc, comb.rhs: source})
+        update: Stmt = BufferStore(buf, value, index)
+        cond = lower.visit(substitute(body.condition, mapping))
+        if not (isinstance(cond, IntImm) and cond.value == 1):
+            update = IfThenElse(cond, update)
+        inner = _guarded(update, all_guards)
+        init = _guarded(BufferStore(buf, comb.identity, index), data_guards)
+    else:
+        inner = _guarded(
+            BufferStore(buf, lower.visit(substitute(body, mapping)), index), all_guards
+        )
+    leaves = stage.leaf_iter_vars
+    first_reduce = next((p for p, iv in enumerate(leaves) if iv.kind is IterVarKind.REDUCE), None)
+    stmt = inner
+    for p in range(len(leaves) - 1, -1, -1):
+        intrin = stage.annotation(leaves[p]).tensorize
+        if intrin is not None:
+            stmt = _tensorize(ctx, info, p, intrin, index)
+        else:
+            stmt = _with_children(ctx, stage, leaves[p], stmt)
+            stmt = _make_for(info, leaves[p], stmt)
+        if init is not None and p == first_reduce and intrin is None:
+            init_nest = init
+            for iv in reversed(leaves[p + 1 :]):
+                if iv.kind is not IterVarKind.REDUCE:
+                    init_nest = _make_for(info, iv, init_nest)
+            stmt = seq(init_nest, stmt)
+    return stmt
+
+
+def _tensorize(
+    ctx: _Context, info: StageBounds, p: int, intrin: Any, index: tuple[Expr, ...]
+) -> Stmt:
+    stage = info.stage
+    for child in ctx.sch.stages:
+        if child.attach_stage is stage and child.attach_ivar in stage.leaf_iter_vars[p:]:
+            raise ScheduleError(
+                f"tensorize: stage {child.name!r} is computed inside the loops that intrinsic "
+                f"{intrin.name!r} replaces"
+            )
+
+    def region(buf: Buffer, indices: tuple[Expr, ...], relax: set[Var]) -> BufferRegion:
+        starts, extents = [], []
+        for idx in indices:
+            got = ctx.ana.symbolic_interval(idx, relax)
+            extent = None if got is None else ctx.ana.simplify(got[1] - got[0] + 1)
+            if got is None or not isinstance(extent, IntImm):
+                raise ScheduleError(
+                    f"tensorize: the tile of {buf.name} under intrinsic {intrin.name!r} has no "
+                    "constant extent"
+                )
+            starts.append(got[0])
+            extents.append(extent.value)
+        return BufferRegion(buf, tuple(starts), tuple(extents))
+
+    def region_of(load: ProducerLoad, mapping: dict, relax: set[Var]) -> BufferRegion:
+        lowered = ctx.load(load, tuple(substitute(i, mapping) for i in load.indices))
+        return region(lowered.buffer, lowered.indices, relax)
+
+    def out_region(relax: set[Var]) -> BufferRegion:
+        return region(ctx.buffers[stage.tensor], index, relax)
+
+    return tensorize_stmt(info, p, intrin, region_of, out_region)
+
+
+def _with_children(ctx: _Context, parent: Stage, ivar: IterVar, rest: Stmt) -> Stmt:
+    children = [
+        s
+        for s in ctx.sch.stages
+        if s.attach is AttachKind.SCOPE and s.attach_stage is parent and s.attach_ivar is ivar
+    ]
+    for child in reversed(children):
+        rest = seq(_produce(ctx, child), rest)
+        rest = _allocate(ctx, child, rest)
+    return rest
+
+
+def _produce(ctx: _Context, stage: Stage) -> Stmt:
+    stmt = _stage_stmt(ctx, ctx.bounds[stage])
+    if stage.is_double_buffered:
+        stmt = AttrStmt("double_buffer_scope", ctx.buffers[stage.tensor].name, stmt)
+    return stmt
+
+
+def _allocate(ctx: _Context, stage: Stage, body: Stmt) -> Stmt:
+    buf = ctx.buffers[stage.tensor]
+    return body if buf in ctx.params else Allocate(buf, body)
+
+
+def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") -> PrimFunc:
+    """The loop IR of a schedule before any pass: one loop nest per root stage, in order.
+
+    Raises:
+        ScheduleError: for primitives that are only found illegal with the whole schedule
+            (a stage computed at a loop its consumers are outside of).
+        LoweringError: for arguments that do not match the schedule.
+    """
+    args = list(args)
+    names = [t.name for t in args]
+    for t in args:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"lower: arguments must be tensors, not {t!r}")
+        if names.count(t.name) > 1:
+            raise LoweringError(f"lower: argument names must be unique, {t.name!r} repeats")
+    ctx = _Context(sch, args)
+    roots = [
+        s for s in sch.stages if s.is_compute and s.attach is AttachKind.ROOT and s in ctx.bounds
+    ]
+    body = seq(*(_produce(ctx, s) for s in roots))
+    for stage in reversed(roots):
+        body = _allocate(ctx, stage, body)
+    shapes = tuple(t.shape for t in args)
+    return PrimFunc(name, tuple(ctx.params), body, shapes)
+
+
+def lower(
+    sch: Schedule,
+    args: Sequence[Tensor],
+    name: str = "main",
+    passes: Sequence[Any] | None = None,
+) -> PrimFunc:
+    """Lower a schedule to the loop IR and run the default pass pipeline.
+
+    Args:
+        sch: the schedule.
+        args: the function's tensors, in parameter order (inputs and outputs).
+        name: the function name.
+        passes: the pipeline to run (default `passes.DEFAULT_PIPELINE`; `[]` for the raw IR).
+
+    Example:
+        >>> from tensorforge.compiler import te
+        >>> A = te.placeholder((4,), name="A")
+        >>> B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
+        >>> f = lower(te.create_schedule(B.op), [A, B], name="add_one")
+        >>> print(f)
+        func add_one(A: float32[4], B: float32[4]) {
+          for i in range(4) {
+            B[i] = A[i] + 1.0f
+          }
+        }
+    """
+    from .passes import DEFAULT_PIPELINE, run_pipeline
+
+    func = lower_schedule(sch, args, name)
+    return run_pipeline(func, DEFAULT_PIPELINE if passes is None else passes)

@@ -1,0 +1,362 @@
+"""Loop-IR passes (each a pure `PrimFunc -> PrimFunc`) and the default lowering pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from ..schedule.stage import ForKind
+from ..te.expr import BinOp, Call, CallKind, Expr, IntImm, Op, Var
+from ..te.visitor import structural_key
+from .arith import Analyzer
+from .stmt import (
+    Allocate,
+    AttrStmt,
+    Buffer,
+    BufferLoad,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    StmtMutator,
+    const_int,
+    is_no_op,
+    no_op,
+    seq,
+    walk,
+)
+
+Pass = Callable[[PrimFunc], PrimFunc]
+
+
+class _Substitute(StmtMutator):
+    def __init__(self, mapping: Mapping[Var, Expr]) -> None:
+        self.mapping = mapping
+
+    def visit_Var(self, v: Var) -> Expr:
+        return self.mapping.get(v, v)
+
+
+def substitute_stmt(stmt: Stmt, mapping: Mapping[Var, Expr]) -> Stmt:
+    """Replace variables in every expression of `stmt`."""
+    return _Substitute(mapping).visit(stmt)
+
+
+# ---- simplify ---------------------------------------------------------------------------------
+
+
+def _loop_bounds(ana: Analyzer, s: For) -> Analyzer:
+    lo, hi = ana.interval(s.min)
+    extent = ana.interval(s.extent)[1]
+    if lo is None or hi is None or extent is None:
+        return ana
+    return ana.with_bound(s.var, lo, hi + extent - 1)
+
+
+def _simplify_stmt(s: Stmt, ana: Analyzer) -> Stmt:
+    if isinstance(s, For):
+        start, extent = ana.simplify(s.min), ana.simplify(s.extent)
+        n = const_int(extent)
+        if n is not None and n <= 0:
+            return no_op()
+        if n == 1 and s.kind is not ForKind.THREAD_BINDING:
+            return _simplify_stmt(substitute_stmt(s.body, {s.var: start}), ana)
+        loop = For(s.var, start, extent, s.kind, s.body, s.thread_tag)
+        body = _simplify_stmt(s.body, _loop_bounds(ana, loop))
+        return For(s.var, start, extent, s.kind, body, s.thread_tag)
+    if isinstance(s, IfThenElse):
+        cond = ana.simplify(s.condition)
+        if isinstance(cond, IntImm):
+            taken = s.then_case if cond.value else s.else_case
+            return no_op() if taken is None else _simplify_stmt(taken, ana)
+        else_case = None if s.else_case is None else _simplify_stmt(s.else_case, ana)
+        return IfThenElse(cond, _simplify_stmt(s.then_case, ana), else_case)
+    if isinstance(s, BufferStore):
+        indices = tuple(ana.simplify(i) for i in s.indices)
+        return BufferStore(s.buffer, ana.simplify(s.value), indices)
+    if isinstance(s, SeqStmt):
+        return seq(*(_simplify_stmt(c, ana) for c in s.stmts))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _simplify_stmt(s.body, ana))
+    if isinstance(s, AttrStmt):
+        return AttrStmt(s.key, s.value, _simplify_stmt(s.body, ana))
+    if isinstance(s, Evaluate):
+        return Evaluate(ana.simplify(s.value))
+    raise TypeError(f"simplify: unknown statement {type(s).__name__}")
+
+
+def simplify(func: PrimFunc) -> PrimFunc:
+    """Simplify every expression knowing the loop ranges; drop provable guards and loops of
+    extent one (their variable becomes the loop start).
+
+    before: for i in range(1) { if i*4 + j < 8 { B[(i*4 + j)//4] = ... } }   (j in [0, 4))
+    after:  B[0] = ...
+    """
+    return func.with_body(_simplify_stmt(func.body, Analyzer()))
+
+
+# ---- storage flatten --------------------------------------------------------------------------
+
+
+class _Flatten(StmtMutator):
+    def __init__(self) -> None:
+        self.flat: dict[Buffer, Buffer] = {}
+
+    def buffer(self, buf: Buffer) -> Buffer:
+        if buf not in self.flat:
+            self.flat[buf] = Buffer(buf.name, buf.dtype, (buf.size,), buf.scope)
+        return self.flat[buf]
+
+    def index(self, buf: Buffer, indices: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        flat: Expr | None = None
+        for extent, idx in zip(buf.shape, indices, strict=True):
+            flat = (
+                idx
+                if flat is None
+                else BinOp(Op.ADD, BinOp(Op.MUL, flat, IntImm(extent), "int32"), idx, "int32")
+            )
+        return (flat if flat is not None else IntImm(0),)
+
+    def visit_BufferLoad(self, e: BufferLoad) -> Expr:
+        indices = tuple(self.visit(i) for i in e.indices)
+        return BufferLoad(self.buffer(e.buffer), self.index(e.buffer, indices), e.dtype)
+
+    def visit_BufferStore(self, s: BufferStore) -> Stmt:
+        indices = tuple(self.visit(i) for i in s.indices)
+        value = self.visit(s.value)
+        return BufferStore(self.buffer(s.buffer), value, self.index(s.buffer, indices))
+
+    def visit_Allocate(self, s: Allocate) -> Stmt:
+        return Allocate(self.buffer(s.buffer), self.visit(s.body))
+
+
+def storage_flatten(func: PrimFunc) -> PrimFunc:
+    """Make every buffer one-dimensional with row-major indices (what back-ends address).
+
+    before: C: float32[4, 8]   C[i, j] = 0.0f
+    after:  C: float32[32]     C[i*8 + j] = 0.0f
+    """
+    flatten = _Flatten()
+    params = tuple(flatten.buffer(b) for b in func.params)
+    return func.with_body(flatten.visit(func.body), params)
+
+
+# ---- loop partition ---------------------------------------------------------------------------
+
+
+def _guards(s: Stmt) -> list[Expr]:
+    found: list[Expr] = []
+    stack = [s]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, IfThenElse):
+            found.extend(_conjuncts(node.condition))
+            stack.append(node.then_case)
+            if node.else_case is not None:
+                stack.append(node.else_case)
+        elif isinstance(node, For | Allocate | AttrStmt):
+            stack.append(node.body)
+        elif isinstance(node, SeqStmt):
+            stack.extend(node.stmts)
+    return found
+
+
+def _conjuncts(cond: Expr) -> list[Expr]:
+    if isinstance(cond, BinOp) and cond.op is Op.AND:
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _inner_bounds(s: Stmt, ana: Analyzer) -> Analyzer:
+    """`ana` extended with the ranges of every loop nested in `s` (constant ones only)."""
+    stack = [s]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, For):
+            ana = _loop_bounds(ana, node)
+            stack.append(node.body)
+        elif isinstance(node, IfThenElse | Allocate | AttrStmt):
+            stack.append(node.then_case if isinstance(node, IfThenElse) else node.body)
+        elif isinstance(node, SeqStmt):
+            stack.extend(node.stmts)
+    return ana
+
+
+def _split_point(loop: For, ana: Analyzer) -> int | None:
+    """The smallest loop value from which some guard `a*var + rest < c` may fail."""
+    inner = _inner_bounds(loop.body, ana)
+    best: int | None = None
+    for cond in _guards(loop.body):
+        if not (isinstance(cond, BinOp) and cond.op is Op.LT and cond.a.dtype != "bool"):
+            continue
+        split = inner.linear_in(BinOp(Op.SUB, cond.a, cond.b, cond.a.dtype), loop.var)
+        if split is None or split[0] <= 0:
+            continue
+        coeff, rest = split
+        hi = inner.interval(rest)[1]
+        if hi is None:
+            continue
+        point = (-hi - 1) // coeff + 1  # coeff*v + rest < 0 for every rest <=> v < point
+        best = point if best is None else min(best, point)
+    return best
+
+
+def _partition(s: Stmt, ana: Analyzer) -> Stmt:
+    if isinstance(s, For):
+        start, extent = const_int(s.min), const_int(s.extent)
+        if start is not None and extent is not None and s.kind is not ForKind.THREAD_BINDING:
+            point = _split_point(s, ana)
+            if point is not None and start < point < start + extent:
+                main = For(
+                    s.var, IntImm(start), IntImm(point - start), s.kind, s.body, s.thread_tag
+                )
+                tail_extent = IntImm(start + extent - point)
+                tail = For(s.var, IntImm(point), tail_extent, s.kind, s.body, s.thread_tag)
+                return seq(_partition(main, ana), _partition(tail, ana))
+        body = _partition(s.body, _loop_bounds(ana, s))
+        return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+    if isinstance(s, SeqStmt):
+        return seq(*(_partition(c, ana) for c in s.stmts))
+    if isinstance(s, IfThenElse):
+        else_case = None if s.else_case is None else _partition(s.else_case, ana)
+        return IfThenElse(s.condition, _partition(s.then_case, ana), else_case)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _partition(s.body, ana))
+    if isinstance(s, AttrStmt):
+        return AttrStmt(s.key, s.value, _partition(s.body, ana))
+    return s
+
+
+def loop_partition(func: PrimFunc) -> PrimFunc:
+    """Split a loop where a guard inside it starts to fail, so that `simplify` can drop the guard
+    from the first part (non-divisible splits).
+
+    before: for i.outer in range(3) { for i.inner in range(4) { if i.outer*4 + i.inner < 10 {S} } }
+    after:  for i.outer in range(2) { ... same ... }
+            for i.outer in range(2, 3) { ... same ... }
+    """
+    return func.with_body(_partition(func.body, Analyzer()))
+
+
+# ---- unroll -----------------------------------------------------------------------------------
+
+
+class _Unroll(StmtMutator):
+    def visit_For(self, s: For) -> Stmt:
+        body = self.visit(s.body)
+        start, extent = const_int(s.min), const_int(s.extent)
+        if s.kind is not ForKind.UNROLLED or start is None or extent is None:
+            return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+        return seq(*(substitute_stmt(body, {s.var: IntImm(start + k)}) for k in range(extent)))
+
+
+def unroll(func: PrimFunc) -> PrimFunc:
+    """Replace loops marked unrolled (with constant bounds) by copies of their body.
+
+    before: for j in range(2) unrolled { B[j] = A[j] }
+    after:  B[0] = A[0]
+            B[1] = A[1]
+    """
+    return func.with_body(_Unroll().visit(func.body))
+
+
+# ---- remove no-ops ----------------------------------------------------------------------------
+
+
+class _RemoveNoOp(StmtMutator):
+    def visit_For(self, s: For) -> Stmt:
+        body = self.visit(s.body)
+        if is_no_op(body) or const_int(s.extent) == 0:
+            return no_op()
+        return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+
+    def visit_IfThenElse(self, s: IfThenElse) -> Stmt:
+        then_case = self.visit(s.then_case)
+        else_case = None if s.else_case is None else self.visit(s.else_case)
+        if else_case is not None and is_no_op(else_case):
+            else_case = None
+        if is_no_op(then_case) and else_case is None:
+            return no_op()
+        return IfThenElse(s.condition, then_case, else_case)
+
+    def visit_SeqStmt(self, s: SeqStmt) -> Stmt:
+        return seq(*(c for c in (self.visit(c) for c in s.stmts) if not is_no_op(c)))
+
+    def visit_Allocate(self, s: Allocate) -> Stmt:
+        body = self.visit(s.body)
+        if not _is_read(s.buffer, body):  # a buffer nobody reads: its stores are dead
+            dropped = _DropStores(s.buffer).visit(body)
+            if dropped is not body:
+                return self.visit(dropped)
+        return no_op() if is_no_op(body) else Allocate(s.buffer, body)
+
+    def visit_AttrStmt(self, s: AttrStmt) -> Stmt:
+        body = self.visit(s.body)
+        return no_op() if is_no_op(body) else AttrStmt(s.key, s.value, body)
+
+    def visit_BufferStore(self, s: BufferStore) -> Stmt:
+        v = s.value
+        if (
+            isinstance(v, BufferLoad)
+            and v.buffer is s.buffer
+            and [structural_key(i) for i in v.indices] == [structural_key(i) for i in s.indices]
+        ):
+            return no_op()
+        return s
+
+
+def _is_read(buf: Buffer, body: Stmt) -> bool:
+    return any(isinstance(n, BufferLoad) and n.buffer is buf for n in walk(body))
+
+
+class _DropStores(StmtMutator):
+    """Replaces side-effect-free stores into one buffer with no-ops."""
+
+    def __init__(self, buf: Buffer) -> None:
+        self.buf = buf
+
+    def visit_BufferStore(self, s: BufferStore) -> Stmt:
+        pure = not any(isinstance(n, Call) and n.kind is CallKind.EXTERN for n in walk(s.value))
+        return no_op() if s.buffer is self.buf and pure else s
+
+    def visit_BufferLoad(self, e: BufferLoad) -> Expr:
+        return e
+
+
+def remove_no_op(func: PrimFunc) -> PrimFunc:
+    """Drop statements without effect: empty loops and branches, self-copies, empty sequences.
+
+    before: for i in range(4) { if i < 8 { } }
+            B[0] = B[0]
+            allocate T: float32[4] in local { T[0] = 1.0f }   (T never read)
+    after:  (nothing)
+    """
+    return func.with_body(_RemoveNoOp().visit(func.body))
+
+
+# ---- pipeline ---------------------------------------------------------------------------------
+
+DEFAULT_PIPELINE: tuple[Pass, ...] = (
+    simplify,  # fold the index arithmetic that substitution produced; drop provable guards
+    loop_partition,  # cut loops where a non-divisible split's guard starts to fail
+    simplify,  # ... so that the guards of the first parts are proven and dropped
+    unroll,  # expand loops marked unrolled, now that their bounds are constants
+    storage_flatten,  # 1-D buffers: the form the CPU/GPU/VTA back-ends address
+    simplify,  # fold the flattened index expressions
+    remove_no_op,  # clean up what the passes above emptied
+)
+
+
+def run_pipeline(func: PrimFunc, passes: Sequence[Pass], verify: bool = True) -> PrimFunc:
+    """Run `passes` in order, checking the IR with `verify_func` after each when `verify`."""
+    from .verify import verify_func
+
+    if verify:
+        verify_func(func, "lower")
+    for p in passes:
+        func = p(func)
+        if verify:
+            verify_func(func, p.__name__)
+    return func

@@ -1,0 +1,103 @@
+"""Tensorization: replace the loop nest under an axis with a declared tensor intrinsic."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from ..schedule.primitives import ScheduleError
+from ..te.expr import Expr, ProducerLoad, Reduce, Var
+from ..te.intrin import TensorIntrin
+from ..te.tensor import IterVarKind
+from ..te.visitor import pre_order
+from .bound import StageBounds
+from .stmt import BufferRegion, Stmt
+
+
+def _shape_key(expr: Expr) -> Any:
+    """Structure of an expression, ignoring which tensors are read and at which indices."""
+    if isinstance(expr, ProducerLoad):
+        return ("load", expr.dtype)
+    if isinstance(expr, Var):
+        return ("var", expr.dtype)
+    if isinstance(expr, Reduce):
+        return ("reduce", expr.combiner.name, _shape_key(expr.source), len(expr.axis))
+    parts: list[Any] = [type(expr).__name__]
+    for f in fields(expr):
+        value = getattr(expr, f.name)
+        if isinstance(value, Expr):
+            parts.append(_shape_key(value))
+        elif isinstance(value, tuple):
+            parts.append(tuple(_shape_key(v) for v in value if isinstance(v, Expr)))
+        else:
+            parts.append(getattr(value, "value", value))
+    return tuple(parts)
+
+
+def _error(info: StageBounds, intrin: TensorIntrin, reason: str) -> ScheduleError:
+    return ScheduleError(
+        f"tensorize: stage {info.stage.name!r} cannot use intrinsic {intrin.name!r}: {reason}"
+    )
+
+
+def tensorize_stmt(
+    info: StageBounds,
+    position: int,
+    intrin: TensorIntrin,
+    region_of: Any,
+    out_region: Any,
+) -> Stmt:
+    """The statement replacing leaves[position:] of a stage.
+
+    `region_of(load, mapping, relax)` and `out_region(relax)` give the BufferRegions touched
+    while the loop variables in `relax` range over their loops (`mapping`: root var -> value).
+    """
+    stage = info.stage
+    leaves = stage.leaf_iter_vars
+    inner = leaves[position:]
+    relax = {info.loop_var[iv] for iv in inner}
+    if any(_mentions(cond, relax) for cond, _ in info.guards):
+        raise _error(info, intrin, "the loops under the axis need guards (non-divisible split)")
+    body = info.body
+    if _shape_key(body) != _shape_key(intrin.op.body):
+        raise _error(info, intrin, "its expression does not match the intrinsic's")
+    loads = [n for n in pre_order(body) if isinstance(n, ProducerLoad)]
+    if len(loads) != len(intrin.inputs):
+        raise _error(
+            info, intrin, f"it reads {len(loads)} tensors, the intrinsic {len(intrin.inputs)}"
+        )
+    mapping = {r.var: info.root_value(r) for r in stage.root_iter_vars}
+    ins: list[BufferRegion] = []
+    for load, formal in zip(loads, intrin.inputs, strict=True):
+        region = region_of(load, mapping, relax)
+        if region.extents != formal.shape:
+            raise _error(
+                info,
+                intrin,
+                f"it reads a {list(region.extents)} tile of {load.producer.name}, the intrinsic "
+                f"takes {list(formal.shape)}",
+            )
+        ins.append(region)
+    out = out_region(relax)
+    if out.extents != intrin.op.shape:
+        raise _error(
+            info,
+            intrin,
+            f"it writes a {list(out.extents)} tile, the intrinsic {list(intrin.op.shape)}",
+        )
+    lowered = intrin.lower(ins, [out])
+    outer_reduce = any(iv.kind is IterVarKind.REDUCE for iv in leaves[:position])
+    if isinstance(lowered, tuple):
+        body_stmt, _reset, update = lowered
+        return update if outer_reduce else body_stmt
+    if outer_reduce:
+        raise _error(
+            info,
+            intrin,
+            "reduction loops outside the axis need the intrinsic to return (body, reset, update)",
+        )
+    return lowered
+
+
+def _mentions(expr: Expr, variables: set[Var]) -> bool:
+    return any(isinstance(n, Var) and n in variables for n in pre_order(expr))

@@ -1,0 +1,243 @@
+"""Small operator definitions (topi-free) with numpy references, for compiler tests.
+
+Each builder returns an `Op`: the argument tensors (inputs then output), the named intermediate
+tensors schedules refer to, and a numpy reference of the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tensorforge.compiler import te, tir
+
+
+@dataclass
+class Op:
+    args: list[te.Tensor]
+    reference: Callable[..., np.ndarray]
+    parts: dict[str, te.Tensor] = field(default_factory=dict)
+
+    @property
+    def out(self) -> te.Tensor:
+        return self.args[-1]
+
+
+def matmul(n: int = 6, m: int = 5, p: int = 7, dtype: str = "float32") -> Op:
+    A = te.placeholder((n, m), dtype, name="A")
+    B = te.placeholder((m, p), dtype, name="B")
+    k = te.reduce_axis((0, m), "k")
+    C = te.compute((n, p), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return Op([A, B, C], lambda a, b: a @ b)
+
+
+def batch_matmul(b: int = 2, n: int = 4, m: int = 5, p: int = 3) -> Op:
+    A = te.placeholder((b, n, m), name="A")
+    B = te.placeholder((b, m, p), name="B")
+    k = te.reduce_axis((0, m), "k")
+    C = te.compute((b, n, p), lambda bb, i, j: te.sum(A[bb, i, k] * B[bb, k, j], axis=k), name="C")
+    return Op([A, B, C], lambda a, bm: np.matmul(a, bm))
+
+
+def _pad(data: te.Tensor, pad: int, value: float = 0.0) -> te.Tensor:
+    n, c, h, w = data.shape
+
+    def fpad(nn: Any, cc: Any, y: Any, x: Any) -> te.Expr:
+        inside = te.all_of(y >= pad, y < h + pad, x >= pad, x < w + pad)
+        return te.if_then_else(inside, data[nn, cc, y - pad, x - pad], value)
+
+    return te.compute((n, c, h + 2 * pad, w + 2 * pad), fpad, name=f"{data.name}_pad")
+
+
+def _windows(x: np.ndarray, r: int, s: int, stride: int, dil: int, oh: int, ow: int):
+    """x: (N, C, H, W) padded -> (N, C, OH, OW, R, S) windows."""
+    out = np.empty(x.shape[:2] + (oh, ow, r, s), x.dtype)
+    for y in range(oh):
+        for z in range(ow):
+            ys, zs = y * stride, z * stride
+            out[:, :, y, z] = x[
+                :, :, ys : ys + dil * (r - 1) + 1 : dil, zs : zs + dil * (s - 1) + 1 : dil
+            ]
+    return out
+
+
+def _np_pad(x: np.ndarray, pad: int, value: float = 0.0) -> np.ndarray:
+    return np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=value)
+
+
+def conv2d(
+    n: int = 1,
+    c: int = 2,
+    h: int = 6,
+    w: int = 6,
+    k: int = 3,
+    r: int = 3,
+    s: int = 3,
+    stride: int = 1,
+    pad: int = 1,
+    dil: int = 1,
+) -> Op:
+    A = te.placeholder((n, c, h, w), name="A")
+    W = te.placeholder((k, c, r, s), name="W")
+    P = _pad(A, pad)
+    oh = (h + 2 * pad - dil * (r - 1) - 1) // stride + 1
+    ow = (w + 2 * pad - dil * (s - 1) - 1) // stride + 1
+    rc, ry, rx = (
+        te.reduce_axis((0, c), "rc"),
+        te.reduce_axis((0, r), "ry"),
+        te.reduce_axis((0, s), "rx"),
+    )
+    Out = te.compute(
+        (n, k, oh, ow),
+        lambda nn, kk, y, x: te.sum(
+            P[nn, rc, y * stride + ry * dil, x * stride + rx * dil] * W[kk, rc, ry, rx],
+            axis=[rc, ry, rx],
+        ),
+        name="Out",
+    )
+
+    def ref(a: np.ndarray, wt: np.ndarray) -> np.ndarray:
+        win = _windows(_np_pad(a, pad), r, s, stride, dil, oh, ow)
+        return np.einsum("ncyxrs,kcrs->nkyx", win, wt)
+
+    return Op([A, W, Out], ref, {"pad": P})
+
+
+def depthwise_conv2d(
+    n: int = 1,
+    c: int = 3,
+    h: int = 6,
+    w: int = 6,
+    r: int = 3,
+    s: int = 3,
+    stride: int = 1,
+    pad: int = 1,
+) -> Op:
+    A = te.placeholder((n, c, h, w), name="A")
+    W = te.placeholder((c, 1, r, s), name="W")
+    P = _pad(A, pad)
+    oh = (h + 2 * pad - r) // stride + 1
+    ow = (w + 2 * pad - s) // stride + 1
+    ry, rx = te.reduce_axis((0, r), "ry"), te.reduce_axis((0, s), "rx")
+    Out = te.compute(
+        (n, c, oh, ow),
+        lambda nn, cc, y, x: te.sum(
+            P[nn, cc, y * stride + ry, x * stride + rx] * W[cc, 0, ry, rx], axis=[ry, rx]
+        ),
+        name="Out",
+    )
+
+    def ref(a: np.ndarray, wt: np.ndarray) -> np.ndarray:
+        win = _windows(_np_pad(a, pad), r, s, stride, 1, oh, ow)
+        return np.einsum("ncyxrs,crs->ncyx", win, wt[:, 0])
+
+    return Op([A, W, Out], ref, {"pad": P})
+
+
+def pool2d(
+    kind: str,
+    n: int = 1,
+    c: int = 2,
+    h: int = 7,
+    w: int = 7,
+    size: int = 3,
+    stride: int = 2,
+    pad: int = 1,
+) -> Op:
+    A = te.placeholder((n, c, h, w), name="A")
+    low = -3.4028234663852886e38
+    P = _pad(A, pad, low if kind == "max" else 0.0)
+    oh = (h + 2 * pad - size) // stride + 1
+    ow = (w + 2 * pad - size) // stride + 1
+    ry, rx = te.reduce_axis((0, size), "ry"), te.reduce_axis((0, size), "rx")
+    reducer = te.max if kind == "max" else te.sum
+    R = te.compute(
+        (n, c, oh, ow),
+        lambda nn, cc, y, x: reducer(P[nn, cc, y * stride + ry, x * stride + rx], axis=[ry, rx]),
+        name="Pool",
+    )
+    parts = {"pad": P}
+    if kind == "avg":
+        parts["sum"] = R
+        R = te.compute(R.shape, lambda *i: R[i] / float(size * size), name="Avg")
+
+    def ref(a: np.ndarray) -> np.ndarray:
+        win = _windows(
+            _np_pad(a, pad, low if kind == "max" else 0.0), size, size, stride, 1, oh, ow
+        )
+        return win.max(axis=(4, 5)) if kind == "max" else win.mean(axis=(4, 5))
+
+    return Op([A, R], ref, parts)
+
+
+def softmax(n: int = 3, m: int = 6) -> Op:
+    X = te.placeholder((n, m), name="X")
+    k1, k2 = te.reduce_axis((0, m), "k1"), te.reduce_axis((0, m), "k2")
+    Mx = te.compute((n,), lambda i: te.max(X[i, k1], axis=k1), name="Max")
+    E = te.compute((n, m), lambda i, j: te.exp(X[i, j] - Mx[i]), name="Exp")
+    S = te.compute((n,), lambda i: te.sum(E[i, k2], axis=k2), name="Sum")
+    Y = te.compute((n, m), lambda i, j: E[i, j] / S[i], name="Softmax")
+
+    def ref(x: np.ndarray) -> np.ndarray:
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    return Op([X, Y], ref, {"max": Mx, "exp": E, "sum": S})
+
+
+def layer_norm(n: int = 3, m: int = 8, eps: float = 1e-5) -> Op:
+    X = te.placeholder((n, m), name="X")
+    G = te.placeholder((m,), name="gamma")
+    B = te.placeholder((m,), name="beta")
+    k1, k2 = te.reduce_axis((0, m), "k1"), te.reduce_axis((0, m), "k2")
+    Mean = te.compute((n,), lambda i: te.sum(X[i, k1], axis=k1), name="Sum")
+    Mu = te.compute((n,), lambda i: Mean[i] / float(m), name="Mean")
+    D = te.compute((n, m), lambda i, j: X[i, j] - Mu[i], name="Dev")
+    V = te.compute((n,), lambda i: te.sum(D[i, k2] * D[i, k2], axis=k2), name="Var")
+    Y = te.compute(
+        (n, m), lambda i, j: D[i, j] * te.rsqrt(V[i] / float(m) + eps) * G[j] + B[j], name="LN"
+    )
+
+    def ref(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
+        mu = x.mean(axis=1, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=1, keepdims=True)
+        return (x - mu) / np.sqrt(var + eps) * g + b
+
+    return Op([X, G, B, Y], ref, {"sum": Mean, "mean": Mu, "dev": D, "var": V})
+
+
+def random_inputs(op: Op, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for t in op.args[:-1]:
+        if t.dtype.startswith("float"):
+            arrays.append(rng.uniform(-1, 1, t.shape).astype(t.dtype))
+        else:
+            arrays.append(rng.integers(-8, 8, t.shape).astype(t.dtype))
+    return arrays
+
+
+def run(op: Op, sch: Any, seed: int = 0, check_raw: bool = True) -> np.ndarray:
+    """Lower `sch`, run it (and its unoptimised IR) through the interpreter, return the output."""
+    inputs = random_inputs(op, seed)
+    out = op.out
+    results = []
+    pipelines = [None, []] if check_raw else [None]
+    for passes in pipelines:
+        func = tir.lower(sch, op.args, name="kernel", passes=passes)
+        result = np.zeros(out.shape, out.dtype)
+        tir.interpret(func, [*inputs, result])
+        results.append(result)
+    if check_raw:
+        np.testing.assert_array_equal(results[0], results[1])
+    return results[0]
+
+
+def check(op: Op, sch: Any, rtol: float = 1e-5, atol: float = 1e-5, seed: int = 0) -> None:
+    """The schedule's result equals the numpy reference (loop-IR interpreter vs numpy)."""
+    inputs = random_inputs(op, seed)
+    expected = op.reference(*inputs)
+    np.testing.assert_allclose(run(op, sch, seed), expected, rtol=rtol, atol=atol)
