@@ -7,8 +7,9 @@ from amaranth.lib import data
 from amaranth.lib.memory import ReadPort, WritePort
 
 from ..config import HWConfig
+from ..isa import UOP_BYTES
 
-UOP_BITS = 32
+UOP_BITS = UOP_BYTES * 8
 
 
 def inp_bits(cfg: HWConfig) -> int:
@@ -84,3 +85,10 @@ class AccForward:
         (en1, addr1, data1), (en2, addr2, data2) = self._hist
         older = Mux(en2 & (addr2 == addr), data2, sram)
         return Mux(en1 & (addr1 == addr), data1, older)
+
+
+def check_config(cfg: object) -> HWConfig:
+    """Return ``cfg`` if it is a HWConfig; raise TypeError naming what it is otherwise."""
+    if not isinstance(cfg, HWConfig):
+        raise TypeError(f"cfg must be a HWConfig, not {cfg!r}")
+    return cfg

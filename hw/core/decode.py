@@ -51,10 +51,3 @@ def mem_layout(cfg: HWConfig) -> data.FlexibleLayout:
 def uop_layout(cfg: HWConfig) -> data.FlexibleLayout:
     """The 32-bit micro-op format of ``cfg``."""
     return struct_layout(layouts(cfg).uop)
-
-
-def check_config(cfg: object) -> HWConfig:
-    """Return ``cfg`` if it is a HWConfig; raise TypeError naming what it is otherwise."""
-    if not isinstance(cfg, HWConfig):
-        raise TypeError(f"cfg must be a HWConfig, not {cfg!r}")
-    return cfg

@@ -11,6 +11,7 @@ from .common import (
     UOP_BITS,
     AccForward,
     acc_bits,
+    check_config,
     inp_bits,
     lanes,
     out_bits,
@@ -19,7 +20,7 @@ from .common import (
     wgt_bits,
     write_port,
 )
-from .decode import check_config, gemm_layout, uop_layout
+from .decode import gemm_layout, uop_layout
 from .loop import UopLoop
 
 #: Cycles from a step's issue (its UOP read) to its ACC/OUT write; see docs/hardware.md.
@@ -31,6 +32,10 @@ def gemm_cycles(n_steps: int) -> int:
 
     ``n_steps = iter_out * iter_in * max(0, uop_end - uop_bgn)``; one step per cycle (II = 1),
     then the pipeline drains. An empty instruction takes one cycle.
+
+    Example:
+        >>> gemm_cycles(24), gemm_cycles(0)
+        (29, 1)
     """
     return n_steps + GEMM_LATENCY + 1 if n_steps > 0 else 1
 
