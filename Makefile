@@ -40,3 +40,6 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+bench: setup
+	mkdir -p build && $(PY) benchmarks/sim.py --roofline build/roofline.png

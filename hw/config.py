@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-INSN_BYTES = 16  # 128-bit instructions
-UOP_BYTES = 4  # 32-bit micro-ops
-
 
 @dataclass(frozen=True)
 class HWConfig:
@@ -122,7 +119,7 @@ class HWConfig:
 
     @property
     def uop_elem_bytes(self) -> int:
-        return UOP_BYTES
+        return 4  # 32-bit micro-ops (hw.isa.UOP_BYTES)
 
     # ---- buffer sizes and depths ----------------------------------------------------------
     @property

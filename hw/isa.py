@@ -146,7 +146,8 @@ class GemmInsn:
 class AluInsn:
     """ACC[dst] = alu_opcode(ACC[dst], imm if use_imm else ACC[src]), lane-wise.
 
-    The same two-level loop as GEMM; ``src`` indexes ACC.
+    The same two-level loop as GEMM; ``src`` indexes ACC. With ``reset_reg`` the addressed ACC
+    (and OUT) entries are set to 0 instead, as for GEMM.
     """
 
     reset_reg: bool = False
@@ -195,6 +196,18 @@ class Uop:
 
 
 Insn = Union[MemInsn, GemmInsn, AluInsn, FinishInsn]  # noqa: UP007 (a runtime alias)
+
+
+def elem_bytes(cfg: HWConfig, memory_type: MemType) -> int:
+    """Bytes of one element of a memory type: the unit of dram_base, x_stride and sram_base."""
+    return {
+        MemType.UOP: cfg.uop_elem_bytes,
+        MemType.INP: cfg.inp_elem_bytes,
+        MemType.WGT: cfg.wgt_elem_bytes,
+        MemType.ACC: cfg.acc_elem_bytes,
+        MemType.ACC_8BIT: cfg.acc8_elem_bytes,
+        MemType.OUT: cfg.out_elem_bytes,
+    }[memory_type]
 
 
 def stage_of(insn: Insn) -> Stage:
@@ -291,7 +304,7 @@ _DOCS = {
     "y_pad_1": "zero rows after",
     "x_pad_0": "zero elements before each row",
     "x_pad_1": "zero elements after each row",
-    "reset_reg": "GEMM: write 0 to the addressed ACC entries instead",
+    "reset_reg": "write 0 to the addressed ACC entries instead",
     "uop_bgn": "first micro-op",
     "uop_end": "micro-op end (exclusive)",
     "iter_out": "outer loop trip count",
@@ -439,6 +452,8 @@ def encode_word(insn: Insn, cfg: HWConfig, index: int | None = None) -> int:
             raise IsaError(f"{what} opcode must be LOAD or STORE, not {insn.opcode!r}")
         values.update({f: int(getattr(insn, f)) for f in _MEM_FIELDS if f != "opcode"})
     elif isinstance(insn, (GemmInsn, AluInsn)):
+        if isinstance(insn, AluInsn) and insn.alu_opcode == AluOp.MUL and not cfg.alu_mul:
+            raise IsaError(f"{what}: HWConfig {cfg.name!r} has no ALU MUL (alu_mul=False)")
         names = _GEMM_FIELDS if isinstance(insn, GemmInsn) else _ALU_FIELDS
         values.update({f: int(getattr(insn, f)) for f in names})
     return layouts(cfg).for_insn(insn).pack(values, what)

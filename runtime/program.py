@@ -31,10 +31,10 @@ from ..hw.isa import (
     INSN_BYTES,
     Insn,
     MemInsn,
-    MemType,
     Uop,
     decode_program,
     describe,
+    elem_bytes,
     encode,
     encode_uops,
 )
@@ -86,18 +86,6 @@ class Relocation:
     target: str
 
 
-def elem_bytes(cfg: HWConfig, memory_type: MemType) -> int:
-    """Bytes of one DRAM element of a memory type: the unit of dram_base and x_stride."""
-    return {
-        MemType.UOP: cfg.uop_elem_bytes,
-        MemType.INP: cfg.inp_elem_bytes,
-        MemType.WGT: cfg.wgt_elem_bytes,
-        MemType.ACC: cfg.acc_elem_bytes,
-        MemType.ACC_8BIT: cfg.acc8_elem_bytes,
-        MemType.OUT: cfg.out_elem_bytes,
-    }[memory_type]
-
-
 @dataclass(frozen=True)
 class ProgramImage:
     """An accelerator program: instructions, blobs, slots and relocations for one HWConfig."""
@@ -127,6 +115,20 @@ class ProgramImage:
             if b.name == name:
                 return b
         raise KeyError(f"program {self.name!r} has no slot or blob named {name!r}")
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random data for every input slot (for timing runs and smoke tests)."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for slot in self.slots:
+            if slot.kind == "input":
+                dtype = np.dtype(slot.dtype)
+                if dtype.kind in "iu":
+                    info = np.iinfo(dtype)
+                    out[slot.name] = rng.integers(info.min, info.max, slot.shape, dtype, True)
+                else:
+                    out[slot.name] = rng.standard_normal(slot.shape).astype(dtype)
+        return out
 
     def _validate(self) -> None:
         where = f"program {self.name!r}"

@@ -39,6 +39,7 @@ from ..hw.isa import (
     decode_program,
     decode_uop_array,
     describe,
+    elem_bytes,
     stage_of,
 )
 from .memory import DeviceMemory, DeviceMemoryError
@@ -92,23 +93,33 @@ class SimStats:
 
 # Token queues named by (producer, consumer): l2g = load -> compute ("g" is the gemm/compute
 # stage), g2l = compute -> load, g2s = compute -> store, s2g = store -> compute.
-_POP = {
+POP_QUEUES = {
     Stage.LOAD: {"pop_next": "g2l"},
     Stage.COMPUTE: {"pop_prev": "l2g", "pop_next": "s2g"},
     Stage.STORE: {"pop_prev": "g2s"},
 }
-_PUSH = {
+PUSH_QUEUES = {
     Stage.LOAD: {"push_next": "l2g"},
     Stage.COMPUTE: {"push_prev": "g2l", "push_next": "g2s"},
     Stage.STORE: {"push_prev": "s2g"},
 }
-_PRODUCER = {"l2g": "load", "g2l": "compute", "g2s": "compute", "s2g": "store"}
+PRODUCER = {"l2g": "load", "g2l": "compute", "g2s": "compute", "s2g": "store"}
+
+
+def pop_queues(insn: Insn) -> list[str]:
+    """The token queues an instruction pops before it runs."""
+    return [q for flag, q in POP_QUEUES[stage_of(insn)].items() if getattr(insn, flag)]
+
+
+def push_queues(insn: Insn) -> list[str]:
+    """The token queues an instruction pushes after it runs."""
+    return [q for flag, q in PUSH_QUEUES[stage_of(insn)].items() if getattr(insn, flag)]
 
 
 def check_dep_flags(insn: Insn, index: int) -> None:
     """Reject dependency flags that name a stage the instruction's stage does not have."""
     stage = stage_of(insn)
-    allowed = set(_POP[stage]) | set(_PUSH[stage])
+    allowed = set(POP_QUEUES[stage]) | set(PUSH_QUEUES[stage])
     for flag in ("pop_prev", "pop_next", "push_prev", "push_next"):
         if getattr(insn, flag) and flag not in allowed:
             side = "previous" if flag.endswith("prev") else "next"
@@ -117,6 +128,49 @@ def check_dep_flags(insn: Insn, index: int) -> None:
                 f"{stage.name.lower()} stage has no {side} stage",
                 index,
             )
+
+
+def validate_program(insns: Sequence[Insn]) -> None:
+    """Checks every model makes before running: flags, and FINISH last and only last."""
+    if not insns:
+        raise SimError("the program is empty: it needs at least a FINISH instruction")
+    for i, insn in enumerate(insns):
+        check_dep_flags(insn, i)
+        if isinstance(insn, FinishInsn) and i != len(insns) - 1:
+            raise SimError(
+                f"instruction {i} is FINISH but {len(insns) - 1 - i} instruction(s) follow "
+                "it; FINISH must be the last instruction",
+                i,
+            )
+    if not isinstance(insns[-1], FinishInsn):
+        raise SimError(
+            f"the program's last instruction ({len(insns) - 1}, {describe(insns[-1])}) "
+            "must be FINISH"
+        )
+
+
+def describe_wait(
+    stage: Stage,
+    head: tuple[int, Insn] | None = None,
+    empty: Sequence[str] = (),
+    blocked_push: str | None = None,
+) -> str:
+    """One stage's part of a deadlock report (the same words in every simulator)."""
+    name = f"{stage.name.lower()} stage"
+    if blocked_push:
+        return f"{name} waits to push a token into {blocked_push}, which is full"
+    if head is None:
+        return f"{name} is idle"
+    index, insn = head
+    whom = " and ".join(f"{q} (from {PRODUCER[q]})" for q in empty)
+    return f"{name} waits at instruction {index} ({describe(insn)}) to pop a token from {whom}"
+
+
+def describe_fetch_block(index: int, insn: Insn, depth: int) -> str:
+    return (
+        f"fetch is blocked at instruction {index} ({describe(insn)}): the "
+        f"{stage_of(insn).name.lower()} queue is full ({depth} entries)"
+    )
 
 
 class FunctionalSim:
@@ -142,39 +196,26 @@ class FunctionalSim:
         self.out = np.zeros((c.out_depth, c.batch, c.block_out), dtype=np.int8)
 
     # ---- running programs -------------------------------------------------------------------
-    def run(self, insn_addr: int, insn_count: int) -> SimStats:
-        """Fetch ``insn_count`` instructions from DRAM at ``insn_addr`` and execute them."""
+    def fetch(self, insn_addr: int, insn_count: int) -> list[Insn]:
+        """Read and decode ``insn_count`` instructions from DRAM at ``insn_addr``."""
         if insn_addr % INSN_BYTES:
             raise SimError(f"instruction address must be {INSN_BYTES}-aligned, not {insn_addr:#x}")
         try:
             raw = self.memory.read(insn_addr, insn_count * INSN_BYTES)
         except DeviceMemoryError as e:
             raise DramRangeError(f"fetch: {e}") from None
-        return self.execute(decode_program(raw, self.cfg))
+        return decode_program(raw, self.cfg)
+
+    def run(self, insn_addr: int, insn_count: int) -> SimStats:
+        """Fetch ``insn_count`` instructions from DRAM at ``insn_addr`` and execute them."""
+        return self.execute(self.fetch(insn_addr, insn_count))
 
     def execute(self, insns: Sequence[Insn]) -> SimStats:
         """Execute decoded instructions through the queue and token model."""
-        self._validate(insns)
+        validate_program(insns)
         stats = SimStats()
         _Pipeline(self, insns, stats).run()
         return stats
-
-    def _validate(self, insns: Sequence[Insn]) -> None:
-        if not insns:
-            raise SimError("the program is empty: it needs at least a FINISH instruction")
-        for i, insn in enumerate(insns):
-            check_dep_flags(insn, i)
-            if isinstance(insn, FinishInsn) and i != len(insns) - 1:
-                raise SimError(
-                    f"instruction {i} is FINISH but {len(insns) - 1 - i} instruction(s) follow "
-                    "it; FINISH must be the last instruction",
-                    i,
-                )
-        if not isinstance(insns[-1], FinishInsn):
-            raise SimError(
-                f"the program's last instruction ({len(insns) - 1}, {describe(insns[-1])}) "
-                "must be FINISH"
-            )
 
     # ---- instruction semantics --------------------------------------------------------------
     def exec_insn(self, insn: Insn, index: int, stats: SimStats) -> None:
@@ -191,15 +232,15 @@ class FunctionalSim:
 
     def _sram(self, mt: MemType) -> tuple[np.ndarray, int, str]:
         """(SRAM array, DRAM element bytes, stats counter) for a LOAD's memory_type."""
-        c = self.cfg
-        return {
-            MemType.UOP: (self.uop, c.uop_elem_bytes, "uop_load_nbytes"),
-            MemType.INP: (self.inp, c.inp_elem_bytes, "inp_load_nbytes"),
-            MemType.WGT: (self.wgt, c.wgt_elem_bytes, "wgt_load_nbytes"),
-            MemType.ACC: (self.acc, c.acc_elem_bytes, "acc_load_nbytes"),
-            MemType.ACC_8BIT: (self.acc, c.acc8_elem_bytes, "acc_load_nbytes"),
-            MemType.OUT: (self.out, c.out_elem_bytes, "out_store_nbytes"),
+        sram, counter = {
+            MemType.UOP: (self.uop, "uop_load_nbytes"),
+            MemType.INP: (self.inp, "inp_load_nbytes"),
+            MemType.WGT: (self.wgt, "wgt_load_nbytes"),
+            MemType.ACC: (self.acc, "acc_load_nbytes"),
+            MemType.ACC_8BIT: (self.acc, "acc_load_nbytes"),
+            MemType.OUT: (self.out, "out_store_nbytes"),
         }[mt]
+        return sram, elem_bytes(self.cfg, mt), counter
 
     def _dram_rows(
         self, insn: MemInsn, elem_bytes: int, index: int
@@ -443,7 +484,7 @@ class _Pipeline:
             return False
         index = queue[0]
         insn = self.insns[index]
-        pops = [q for flag, q in _POP[stage].items() if getattr(insn, flag)]
+        pops = pop_queues(insn)
         if any(self.tokens[q] == 0 for q in pops):
             return False
         if isinstance(insn, FinishInsn):
@@ -454,34 +495,27 @@ class _Pipeline:
         self.sim.exec_insn(insn, index, self.stats)
         counter = f"{stage.name.lower()}_insns"
         setattr(self.stats, counter, getattr(self.stats, counter) + 1)
-        self.pending[stage] = [q for flag, q in _PUSH[stage].items() if getattr(insn, flag)]
+        self.pending[stage] = push_queues(insn)
         self._push_pending(stage)
         if isinstance(insn, FinishInsn):
             self.done = True
         return True
 
     def _waiting(self, stage: Stage) -> str:
-        name = f"{stage.name.lower()} stage"
         if self.pending[stage]:
-            q = self.pending[stage][0]
-            return f"{name} waits to push a token into {q}, which is full"
+            return describe_wait(stage, blocked_push=self.pending[stage][0])
         if not self.queues[stage]:
-            return f"{name} is idle"
+            return describe_wait(stage)
         index = self.queues[stage][0]
         insn = self.insns[index]
-        empty = [q for flag, q in _POP[stage].items() if getattr(insn, flag) and not self.tokens[q]]
-        whom = " and ".join(f"{q} (from {_PRODUCER[q]})" for q in empty)
-        return f"{name} waits at instruction {index} ({describe(insn)}) to pop a token from {whom}"
+        empty = [q for q in pop_queues(insn) if not self.tokens[q]]
+        return describe_wait(stage, (index, insn), empty)
 
     def _deadlock_report(self) -> str:
         parts = [self._waiting(s) for s in Stage]
         if self.fetched < len(self.insns):
             nxt = self.insns[self.fetched]
-            parts.append(
-                f"fetch is blocked at instruction {self.fetched} ({describe(nxt)}): the "
-                f"{stage_of(nxt).name.lower()} queue is full "
-                f"({self.sim.cfg.insn_queue_depth} entries)"
-            )
+            parts.append(describe_fetch_block(self.fetched, nxt, self.sim.cfg.insn_queue_depth))
         return (
             f"deadlock after {self.stats.insn_count} of {len(self.insns)} instructions: "
             + "; ".join(parts)

@@ -45,7 +45,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("sim", help="accelerator simulators")
     sim_sub = sim.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
-    p = sim_sub.add_parser("run", help="run a program image on the functional simulator")
+    p = sim_sub.add_parser("run", help="run a program image on a simulator")
+    _program_args(p)
+    p.add_argument(
+        "--random-inputs", action="store_true", help="fill missing inputs with seeded random data"
+    )
+    p.add_argument("--output-dir", help="write each output slot to DIR/NAME.npy")
+    p.add_argument("--json", action="store_true", help="print the stats as JSON")
+    _backend_args(p)
+
+    p = sim_sub.add_parser(
+        "trace", help="run on the cycle-accurate simulator and write a Chrome/Perfetto trace"
+    )
+    _program_args(p)
+    p.add_argument("-o", "--output", required=True, help="the trace JSON file to write")
+
+    hw = sub.add_parser("hw", help="the accelerator's hardware")
+    hw_sub = hw.add_subparsers(dest="hw_command", metavar="SUBCOMMAND")
+    p = hw_sub.add_parser("verilog", help="export a hardware block as Verilog")
+    _config_arg(p)
+    p.add_argument("--top", default="gemm", help="the block to export (default: gemm)")
+    p.add_argument("-o", "--output-dir", default="build", help="folder for the .v file")
+    hw_sub.add_parser("regs", help="print the AXI-Lite register map")
+
+    p = sub.add_parser("demo", help="assemble an int8 matmul, simulate it, check it against numpy")
+    _config_arg(p)
+    _backend_args(p)
+    p.add_argument("--save", metavar="FILE", help="also save the program image")
+    return parser
+
+
+def _program_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("program", help="a program image file (.tfp)")
     p.add_argument(
         "--input",
@@ -54,16 +84,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=FILE.npy",
         help="an input slot's data (repeatable)",
     )
-    p.add_argument(
-        "--random-inputs", action="store_true", help="fill missing inputs with seeded random data"
-    )
-    p.add_argument("--output-dir", help="write each output slot to DIR/NAME.npy")
-    p.add_argument("--json", action="store_true", help="print the stats as JSON")
 
-    p = sub.add_parser("demo", help="assemble an int8 matmul, simulate it, check it against numpy")
-    _config_arg(p)
-    p.add_argument("--save", metavar="FILE", help="also save the program image")
-    return parser
+
+def _backend_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--backend",
+        choices=("sim", "cyclesim"),
+        default=None,
+        help="sim: functional (default); cyclesim: cycle-accurate, reports cycles",
+    )
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (implies cyclesim)")
+
+
+def _device_options(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
+    backend = args.backend or ("cyclesim" if args.trace else "sim")
+    if args.trace and backend != "cyclesim":
+        raise ValueError("--trace needs the cyclesim backend, not --backend sim")
+    return backend, ({"trace": args.trace} if args.trace else {})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,6 +126,19 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _print_config(HWConfig.load(args.config))
     if args.command == "sim" and args.sim_command == "run":
         return _sim_run(args)
+    if args.command == "sim" and args.sim_command == "trace":
+        return _sim_trace(args)
+    if args.command == "hw" and args.hw_command == "verilog":
+        from .hw.export import export_verilog
+
+        path = export_verilog(HWConfig.load(args.config), args.output_dir, top=args.top)
+        print(f"wrote {path}")
+        return 0
+    if args.command == "hw" and args.hw_command == "regs":
+        from .hw.regmap import register_table
+
+        print(register_table(), end="")
+        return 0
     if args.command == "demo":
         return _demo(args)
     parser.print_help()
@@ -117,24 +167,26 @@ def _print_config(cfg: object) -> int:
     return 0
 
 
+def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:
+    inputs: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep:
+            raise ValueError(f"--input must be NAME=FILE.npy, not {spec!r}")
+        inputs[name] = np.load(file, allow_pickle=False)
+    return inputs
+
+
 def _sim_run(args: argparse.Namespace) -> int:
     from .runtime.device.vta import LoadedProgram, open_device
     from .runtime.program import ProgramImage
 
     image = ProgramImage.load(args.program)
-    inputs: dict[str, np.ndarray] = {}
-    for spec in args.input:
-        name, sep, file = spec.partition("=")
-        if not sep:
-            raise ValueError(f"--input must be NAME=FILE.npy, not {spec!r}")
-        inputs[name] = np.load(file, allow_pickle=False)
-    rng = np.random.default_rng(0)
-    for slot in image.slots:
-        if slot.kind == "input" and slot.name not in inputs and args.random_inputs:
-            info = np.iinfo(slot.dtype) if np.dtype(slot.dtype).kind in "iu" else None
-            lo, hi = (info.min, info.max + 1) if info else (-1, 1)
-            inputs[slot.name] = rng.integers(lo, hi, slot.shape).astype(slot.dtype)
-    device = open_device("sim", image.config)
+    inputs = _read_inputs(args.input)
+    if args.random_inputs:
+        inputs = {**image.random_inputs(0), **inputs}
+    backend, options = _device_options(args)
+    device = open_device(backend, image.config, **options)
     outputs, result = LoadedProgram.load(device, image).run(inputs)
     if args.output_dir:
         out = Path(args.output_dir)
@@ -142,19 +194,39 @@ def _sim_run(args: argparse.Namespace) -> int:
         for name, array in outputs.items():
             np.save(out / f"{name}.npy", array)
     if args.json:
-        print(json.dumps({"program": image.name, "wall_s": result.wall_s, **result.stats}))
+        extra = {"cycles": result.cycles} if result.cycles is not None else {}
+        print(json.dumps({"program": image.name, "wall_s": result.wall_s, **extra, **result.stats}))
+        return 0
+    print(f"program {image.name!r}: {image.insn_count} instructions on {result.backend}")
+    timing = getattr(result, "timing", None)
+    if timing is not None:
+        print(timing.summary())
     else:
-        print(f"program {image.name!r}: {image.insn_count} instructions on {result.backend}")
         for key, value in result.stats.items():
             print(f"  {key:<18}{value:>12,}")
-        print(f"  wall time         {result.wall_s * 1e3:>10.1f} ms")
+    print(f"  wall time         {result.wall_s * 1e3:>10.1f} ms")
+    if args.trace:
+        print(f"  trace written to {args.trace} (open it in https://ui.perfetto.dev)")
+    return 0
+
+
+def _sim_trace(args: argparse.Namespace) -> int:
+    from .runtime.device.vta.cyclesim import run_image
+    from .runtime.program import ProgramImage
+
+    image = ProgramImage.load(args.program)
+    _, result = run_image(image, _read_inputs(args.input), trace=args.output)
+    print(f"{result.cycles:,} cycles; trace written to {args.output}")
+    assert result.timing is not None
+    print(result.timing.summary())
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return 0 if run_demo(args.config, save=args.save) else 1
+    backend, options = _device_options(args)
+    return 0 if run_demo(args.config, save=args.save, backend=backend, **options) else 1
 
 
 if __name__ == "__main__":

@@ -206,12 +206,17 @@ def demo_kernel(cfg: HWConfig) -> MatmulKernel:
     return build_matmul(cfg, 256 * cfg.batch, 16 * cfg.block_in, 8 * cfg.block_out, seed=0)
 
 
-def run_demo(config: str | HWConfig = "pynq", save: str | None = None) -> bool:
-    """Assemble, run on the functional simulator, check against numpy, print a report."""
+def run_demo(
+    config: str | HWConfig = "pynq",
+    save: str | None = None,
+    backend: str = "sim",
+    **options: object,
+) -> bool:
+    """Assemble, run on a simulator backend, check against numpy, print a report."""
     cfg = HWConfig.load(config)
     kernel = demo_kernel(cfg)
     (m, k), n = kernel.a.shape, kernel.w.shape[0]
-    out, result = kernel.run_on("sim")
+    out, result = kernel.run_on(backend, **options)
     ref = kernel.reference()
     ok = bool(np.array_equal(out, ref))
     s = result.stats
@@ -225,6 +230,11 @@ def run_demo(config: str | HWConfig = "pynq", save: str | None = None) -> bool:
     print(f"  {'counter':<18}{'value':>12}")
     for name, value in s.items():
         print(f"  {name:<18}{value:>12,}")
+    timing = getattr(result, "timing", None)
+    if timing is not None:
+        print(timing.summary())
+    if "trace" in options:
+        print(f"  trace written to {options['trace']} (open it in https://ui.perfetto.dev)")
     print(f"  simulated in {result.wall_s * 1e3:.1f} ms")
     mism = int(np.count_nonzero(out != ref))
     verdict = "bit-exact" if ok else f"MISMATCH in {mism} of {out.size} elements"

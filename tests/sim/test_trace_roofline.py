@@ -1,0 +1,100 @@
+"""Chrome traces and rooflines of timing-model runs, and the conv benchmark's programs."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorforge.demo import build_matmul
+from tensorforge.hw.config import HWConfig
+from tensorforge.sim.roofline import RooflinePoint, attainable_gops, plot_roofline, roofline_point
+from tensorforge.sim.timing import TimingParams
+from tensorforge.sim.trace import chrome_trace
+
+TINY = HWConfig.preset("tiny")
+
+
+def _run(tmp_path=None, cfg=TINY):
+    k = build_matmul(cfg, m=16 * cfg.batch, k=4 * cfg.block_in, n=4 * cfg.block_out, tile_rows=4)
+    trace = tmp_path / "run.json" if tmp_path else None
+    out, result = k.run_on("cyclesim", trace=trace)
+    assert np.array_equal(out, k.reference())
+    return result
+
+
+def test_trace_has_a_track_per_module_and_queue_counters(tmp_path):
+    result = _run(tmp_path)
+    data = json.loads((tmp_path / "run.json").read_text())
+    events = data["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert names == {"fetch", "load", "compute", "store"}
+    slices = [e for e in events if e["ph"] == "X" and "insn" in e["args"] and "unit" in e["args"]]
+    assert len(slices) == len(result.timing.insns)
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert {"cmd queue load", "cmd queue compute", "cmd queue store"} <= counters
+    assert {"tokens l2g", "tokens g2l", "tokens g2s", "tokens s2g"} <= counters
+    # Every queue drains to zero, and slices are at the clock's microseconds.
+    for name in counters:
+        last = [e for e in events if e["ph"] == "C" and e["name"] == name][-1]
+        assert last["args"]["level"] == 0, name
+    us = 1 / TINY.clock_mhz
+    gemm = next(e for e in slices if e["name"] == "GEMM")
+    assert gemm["ts"] == pytest.approx(gemm["args"]["start_cycle"] * us)
+    assert gemm["dur"] == pytest.approx(gemm["args"]["cycles"] * us)
+    assert data["otherData"]["cycles"] == result.cycles
+
+
+def test_trace_shows_token_waits():
+    timing = _run().timing
+    events = chrome_trace(timing)["traceEvents"]
+    waits = [e for e in events if e["name"].startswith("wait ")]
+    c = timing.counters()
+    total = sum(v for k, v in c.items() if "_wait_" in k and not k.endswith("fetch"))
+    assert sum(round(e["dur"] * TINY.clock_mhz) for e in waits) == total > 0
+
+
+def test_roofline_points_and_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    timing = _run().timing
+    p = roofline_point("matmul", timing, "demo")
+    assert p.gops == pytest.approx(timing.gops) and p.intensity == timing.ops / timing.dram_bytes
+    params = TimingParams.for_config(TINY)
+    assert attainable_gops(1e9, TINY, params) == TINY.peak_gops
+    assert attainable_gops(1.0, TINY, params) == pytest.approx(params.peak_bandwidth_gbs)
+    other = RooflinePoint("x", 10**6, 10**4, 10**4, 100.0, "other")
+    path = plot_roofline([p, other], TINY, params, tmp_path / "roof.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _bench():
+    path = Path(__file__).parents[2] / "benchmarks" / "sim.py"
+    spec = importlib.util.spec_from_file_location("bench_sim", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_sim"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("shape", [(8, 8, 8, 3, 1), (8, 8, 16, 3, 2), (8, 16, 8, 1, 2)])
+def test_benchmark_conv_programs_are_bit_exact_and_vthreads_help(shape):
+    bench = _bench()
+    sh = bench.ConvShape(*shape)
+    cycles = []
+    for vt in (1, 2):
+        kernel = bench.build_conv(TINY, sh, vt)
+        row = bench.run_layer(kernel, check=True, trace=None)
+        assert row["bit_exact"], (shape, vt)
+        cycles.append(row["cycles"])
+    assert cycles[1] < cycles[0]
+
+
+def test_run_image_fills_inputs_and_writes_the_trace(tmp_path):
+    from tensorforge.runtime.device.vta.cyclesim import run_image
+
+    k = build_matmul(TINY, m=8, k=8, n=8)
+    outputs, result = run_image(k.image, trace=tmp_path / "t.json")
+    assert set(outputs) == {"C"} and result.cycles == result.timing.cycles
+    assert json.loads((tmp_path / "t.json").read_text())["otherData"]["cycles"] == result.cycles
