@@ -431,20 +431,17 @@ _UFUNC_AT = {
 }
 
 
-class _Pipeline:
-    """Fetch, the three in-order stages and the four token queues of one program run."""
+class StageStepper:
+    """The stepping loop both simulators share: fetch, then each stage until it blocks.
 
-    def __init__(self, sim: FunctionalSim, insns: Sequence[Insn], stats: SimStats) -> None:
-        self.sim, self.insns, self.stats = sim, insns, stats
-        self.queues: dict[Stage, deque[int]] = {s: deque() for s in Stage}
-        self.tokens = {"l2g": 0, "g2l": 0, "g2s": 0, "s2g": 0}
-        self.pending: dict[Stage, list[str]] = {s: [] for s in Stage}
-        self.fetched = 0
-        self.done = False
+    Compute runs first and each stage runs until it blocks, so FINISH is reached as early as
+    the tokens allow: a FINISH that could overtake unfinished work is then caught. Subclasses
+    provide ``_fetch`` and ``_step`` (True when something moved), ``_deadlock_report`` and
+    set ``done`` when FINISH retires.
+    """
 
-    # Compute runs first and each stage runs until it blocks, so FINISH is reached as early as
-    # the tokens allow: a FINISH that could overtake unfinished work is then caught.
     ORDER = (Stage.COMPUTE, Stage.LOAD, Stage.STORE)
+    done: bool
 
     def run(self) -> None:
         while not self.done:
@@ -454,6 +451,27 @@ class _Pipeline:
                     progress = True
             if not progress and not self.done:
                 raise DeadlockError(self._deadlock_report())
+
+    def _fetch(self) -> bool:
+        raise NotImplementedError
+
+    def _step(self, stage: Stage) -> bool:
+        raise NotImplementedError
+
+    def _deadlock_report(self) -> str:
+        raise NotImplementedError
+
+
+class _Pipeline(StageStepper):
+    """Fetch, the three in-order stages and the four token queues of one program run."""
+
+    def __init__(self, sim: FunctionalSim, insns: Sequence[Insn], stats: SimStats) -> None:
+        self.sim, self.insns, self.stats = sim, insns, stats
+        self.queues: dict[Stage, deque[int]] = {s: deque() for s in Stage}
+        self.tokens = {"l2g": 0, "g2l": 0, "g2s": 0, "s2g": 0}
+        self.pending: dict[Stage, list[str]] = {s: [] for s in Stage}
+        self.fetched = 0
+        self.done = False
 
     def _fetch(self) -> bool:
         depth, moved = self.sim.cfg.insn_queue_depth, False

@@ -1,0 +1,216 @@
+"""Closed-form latencies of each instruction on the accelerator, and the timing parameters.
+
+Every constant is a named field of ``TimingParams``; the formulas are the RTL's per-block
+cycle counts (docs/hardware.md), which tests hold the Amaranth blocks to. ``sim/timing.py``
+composes them into whole-program schedules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..hw.config import HWConfig
+from ..hw.isa import AluInsn, GemmInsn, Insn, MemInsn, Opcode, Stage, elem_bytes
+
+PAGE_BYTES = 4096  # an AXI burst never crosses a 4 KiB boundary
+TOKEN_QUEUES = ("l2g", "g2l", "g2s", "s2g")
+STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
+
+
+@dataclass(frozen=True)
+class TimingParams:
+    """Every latency of the timing model, in clock cycles unless named otherwise.
+
+    The first four fields come from the HWConfig (``for_config`` fills them); the DRAM/AXI fields
+    are knobs HWConfig does not have yet; the rest are the RTL's documented timings.
+
+    Args:
+        bus_bytes: AXI data bus width in bytes (``HWConfig.axi_data_width / 8``); one beat per
+            cycle per port.
+        insn_queue_depth: entries of each command queue (``HWConfig.insn_queue_depth``).
+        dep_queue_depth: tokens each token queue holds (``HWConfig.dep_queue_depth``).
+        clock_mhz: the clock, for GOPS and trace timestamps (``HWConfig.clock_mhz``).
+        dram_read_latency: cycles from a read burst's request to its first data beat.
+        dram_write_latency: cycles from a write burst's last data beat to its write response.
+        burst_beats: the longest AXI burst, in beats (16 for AXI3 ports such as Zynq-7000's
+            ACP/HP; 256 for AXI4). Bursts never cross a 4 KiB page, nor a multiple of
+            ``burst_beats * bus_bytes`` (so a burst is one aligned chunk).
+        fetch_buffer_bursts: bursts of instructions fetch buffers; it requests burst b once
+            burst b-1 has arrived and burst b-fetch_buffer_bursts is fully dispatched.
+        cmd_queue_latency: cycles from a command-queue write to the earliest pop (2 for
+            hw/core/queues.py ``CommandQueue``, a ``SyncFIFOBuffered``).
+        token_latency: cycles from a token push to the earliest pop (1 for ``TokenQueue``).
+        issue_cycles: cycles a stage spends popping and decoding an instruction before its
+            unit (DMA engine, GEMM core, ALU) accepts it.
+        pad_cycles: cycles to write one zero-padding element into SRAM.
+        gemm_latency: GEMM pipeline depth, UOP read to ACC write (hw/core/gemm.py
+            ``GEMM_LATENCY``).
+        alu_latency: ALU pipeline depth (hw/core/alu.py ``ALU_LATENCY``).
+        finish_cycles: cycles from FINISH's issue to ``done``.
+    """
+
+    bus_bytes: int = 8
+    insn_queue_depth: int = 512
+    dep_queue_depth: int = 1024
+    clock_mhz: float = 100.0
+    dram_read_latency: int = 24
+    dram_write_latency: int = 8
+    burst_beats: int = 16
+    fetch_buffer_bursts: int = 2
+    cmd_queue_latency: int = 2
+    token_latency: int = 1
+    issue_cycles: int = 1
+    pad_cycles: int = 1
+    gemm_latency: int = 4
+    alu_latency: int = 4
+    finish_cycles: int = 1
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            lo = 0 if f.name.endswith(("latency", "cycles")) else 1
+            if f.name == "clock_mhz":
+                ok = isinstance(value, (int, float)) and value > 0
+            else:
+                ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo
+            if not ok:
+                raise ValueError(
+                    f"TimingParams.{f.name} must be {'a positive number' if lo else 'an int >= 0'}"
+                    f", not {value!r}"
+                )
+        if self.bus_bytes & (self.bus_bytes - 1) or self.burst_beats & (self.burst_beats - 1):
+            raise ValueError(
+                f"TimingParams.bus_bytes and burst_beats must be powers of two, not "
+                f"{self.bus_bytes} and {self.burst_beats}"
+            )
+
+    @classmethod
+    def for_config(cls, cfg: HWConfig, **overrides: Any) -> TimingParams:
+        """Parameters for ``cfg``: bus width, queue depths and clock from it, the rest defaults."""
+        derived = dict(
+            bus_bytes=cfg.axi_data_width // 8,
+            insn_queue_depth=cfg.insn_queue_depth,
+            dep_queue_depth=cfg.dep_queue_depth,
+            clock_mhz=float(cfg.clock_mhz),
+        )
+        return cls(**{**derived, **overrides})
+
+    @property
+    def burst_bytes(self) -> int:
+        """The aligned chunk one burst covers at most."""
+        return min(PAGE_BYTES, self.burst_beats * self.bus_bytes)
+
+    @property
+    def peak_bandwidth_gbs(self) -> float:
+        """Bytes per second of one AXI port at one beat per cycle, in GB/s."""
+        return self.bus_bytes * self.clock_mhz / 1000.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---- closed-form latencies -----------------------------------------------------------------
+
+
+def gemm_cycles(n_steps: int, p: TimingParams) -> int:
+    """GEMM core, accept to next accept: one step per cycle, then the pipeline drains.
+
+    The formula of hw/core/gemm.py ``gemm_cycles`` (docs/hardware.md "GemmCore").
+    """
+    return n_steps + p.gemm_latency + 1 if n_steps > 0 else 1
+
+
+def alu_ii(use_imm: bool, reset_reg: bool = False) -> int:
+    """ALU initiation interval: 2 with an ACC operand (one read port), else 1 (hw/core/alu.py)."""
+    return 1 if use_imm or reset_reg else 2
+
+
+def alu_cycles(n_steps: int, ii: int, p: TimingParams) -> int:
+    """Tensor ALU, accept to next accept (hw/core/alu.py ``alu_cycles``)."""
+    return (n_steps - 1) * ii + p.alu_latency + 2 if n_steps > 0 else 1
+
+
+def loop_steps(insn: GemmInsn | AluInsn) -> int:
+    """Micro-op steps of a GEMM/ALU instruction (hw/core/loop.py ``UopLoop``)."""
+    return insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
+
+
+def dma_bursts(insn: MemInsn, eb: int, p: TimingParams) -> int:
+    """AXI bursts of a 2-D transfer: rows split at every ``burst_bytes``-aligned boundary.
+
+    Rows that are contiguous in DRAM (``x_stride == x_size``) form one span.
+    """
+    chunk, row = p.burst_bytes, insn.x_size * eb
+    start = insn.dram_base * eb
+    if insn.x_size == 0 or insn.y_size == 0:
+        return 0
+    if insn.y_size == 1 or insn.x_stride == insn.x_size:
+        end = start + row * insn.y_size
+        return (end - 1) // chunk - start // chunk + 1
+    stride = insn.x_stride * eb
+    if stride % chunk == 0:
+        return insn.y_size * ((start + row - 1) // chunk - start // chunk + 1)
+    starts = start + stride * np.arange(insn.y_size, dtype=np.int64)
+    return int(((starts + row - 1) // chunk - starts // chunk + 1).sum())
+
+
+def dma_data_cycles(n_elems: int, eb: int, p: TimingParams) -> int:
+    """Cycles of the data phase: one beat per cycle, and at most one SRAM element per cycle."""
+    return n_elems if eb < p.bus_bytes else n_elems * (eb // p.bus_bytes)
+
+
+def load_cycles(insn: MemInsn, cfg: HWConfig, p: TimingParams) -> int:
+    """A LOAD: issue, zero-padding writes, then bursts one at a time (latency + data each)."""
+    eb = elem_bytes(cfg, insn.memory_type)
+    n = insn.x_size * insn.y_size
+    if n == 0:
+        return p.issue_cycles  # a token-only NOP
+    ny = insn.y_pad_0 + insn.y_size + insn.y_pad_1
+    nx = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+    bursts = dma_bursts(insn, eb, p)
+    return (
+        p.issue_cycles
+        + (ny * nx - n) * p.pad_cycles
+        + bursts * p.dram_read_latency
+        + dma_data_cycles(n, eb, p)
+    )
+
+
+def store_cycles(insn: MemInsn, cfg: HWConfig, p: TimingParams) -> int:
+    """A STORE: issue, then write bursts one at a time (data, then the write response)."""
+    eb = cfg.out_elem_bytes
+    n = insn.x_size * insn.y_size
+    if n == 0:
+        return p.issue_cycles
+    return (
+        p.issue_cycles + dma_bursts(insn, eb, p) * p.dram_write_latency + dma_data_cycles(n, eb, p)
+    )
+
+
+def insn_cycles(insn: Insn, cfg: HWConfig, p: TimingParams) -> int:
+    """Cycles an instruction occupies its stage (without waits for tokens or pushes)."""
+    if isinstance(insn, MemInsn):
+        if insn.opcode == Opcode.STORE:
+            return store_cycles(insn, cfg, p)
+        return load_cycles(insn, cfg, p)
+    if isinstance(insn, GemmInsn):
+        return p.issue_cycles + gemm_cycles(loop_steps(insn), p)
+    if isinstance(insn, AluInsn):
+        ii = alu_ii(insn.use_imm, insn.reset_reg)
+        return p.issue_cycles + alu_cycles(loop_steps(insn), ii, p)
+    return p.issue_cycles + p.finish_cycles
+
+
+def unit_of(insn: Insn) -> str:
+    """The unit that executes an instruction: fetch's routing refined (for stats and traces)."""
+    if isinstance(insn, MemInsn):
+        return f"dma_{insn.memory_type.name.lower()}"  # dma_out for STORE
+    if isinstance(insn, GemmInsn):
+        return "gemm"
+    if isinstance(insn, AluInsn):
+        return "alu"
+    return "finish"
