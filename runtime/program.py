@@ -19,8 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import json
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,10 +36,10 @@ from ..hw.isa import (
     encode,
     encode_uops,
 )
+from . import container
 
 MAGIC = b"TFPROG\x00\x01"
 FORMAT_VERSION = 1
-MAX_HEADER_BYTES = 16 << 20
 SLOT_KINDS = ("input", "output", "scratch")
 UOP_BLOB = "uops"
 
@@ -197,18 +195,9 @@ class ProgramImage:
 
     # ---- files ----------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        payload = bytearray()
-        sections = []
-        for name, data in [
-            ("insns", self.insns),
-            *((f"blob:{b.name}", b.data) for b in self.blobs),
-        ]:
-            sections.append({"name": name, "offset": len(payload), "size": len(data)})
-            payload += data
         header = {
             "name": self.name,
             "config": self.config.to_dict(),
-            "sections": sections,
             "blobs": [{"name": b.name, "align": b.align} for b in self.blobs],
             "slots": [
                 {
@@ -222,8 +211,8 @@ class ProgramImage:
             ],  # fmt: skip
             "relocations": [[r.insn, r.target] for r in self.relocations],
         }
-        raw = json.dumps(header, sort_keys=True).encode()
-        return MAGIC + struct.pack("<II", FORMAT_VERSION, len(raw)) + raw + bytes(payload)
+        sections = [("insns", self.insns), *((f"blob:{b.name}", b.data) for b in self.blobs)]
+        return container.pack(MAGIC, FORMAT_VERSION, header, sections)
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "<bytes>") -> ProgramImage:
@@ -249,37 +238,13 @@ def _replace_dram_base(insn: MemInsn, dram_base: int) -> MemInsn:
 
 
 def _parse(data: bytes, source: str) -> ProgramImage:
-    def fail(offset: int, why: str) -> ProgramImageError:
-        return ProgramImageError(f"{source}: offset {offset}: {why}")
-
-    if data[: len(MAGIC)] != MAGIC:
-        raise fail(0, "not a TensorForge program image (bad magic)")
-    fixed = len(MAGIC) + 8
-    if len(data) < fixed:
-        raise fail(len(MAGIC), "truncated header")
-    version, header_len = struct.unpack_from("<II", data, len(MAGIC))
-    if version != FORMAT_VERSION:
-        raise fail(
-            len(MAGIC), f"format version {version} is not the version this TensorForge reads "
-            f"({FORMAT_VERSION})"
-        )  # fmt: skip
-    if header_len > MAX_HEADER_BYTES or fixed + header_len > len(data):
-        raise fail(len(MAGIC) + 4, f"header length {header_len} exceeds the file ({len(data)} B)")
+    header, sections = container.unpack(
+        data, MAGIC, FORMAT_VERSION, source, "program image", ProgramImageError
+    )
     try:
-        header = json.loads(data[fixed : fixed + header_len])
-        payload = data[fixed + header_len :]
-        sections = {s["name"]: (int(s["offset"]), int(s["size"])) for s in header["sections"]}
-        for name, (off, size) in sections.items():
-            if off < 0 or size < 0 or off + size > len(payload):
-                raise fail(fixed + header_len + off, f"section {name!r} runs past the file end")
-
-        def section(name: str) -> bytes:
-            off, size = sections[name]
-            return payload[off : off + size]
-
         config = HWConfig.from_dict(header["config"])
         blobs = tuple(
-            Blob(b["name"], section(f"blob:{b['name']}"), int(b["align"])) for b in header["blobs"]
+            Blob(b["name"], sections[f"blob:{b['name']}"], int(b["align"])) for b in header["blobs"]
         )
         slots = tuple(
             Slot(
@@ -288,12 +253,12 @@ def _parse(data: bytes, source: str) -> ProgramImage:
             for s in header["slots"]
         )
         relocs = tuple(Relocation(int(i), str(t)) for i, t in header["relocations"])
-        return ProgramImage(config, section("insns"), blobs, slots, relocs, str(header["name"]))
+        return ProgramImage(config, sections["insns"], blobs, slots, relocs, str(header["name"]))
     except ProgramImageError:
         raise
     except (ValueError, KeyError, TypeError) as e:
-        # JSON syntax errors, missing keys, wrong types, bad configs: name the header.
-        raise fail(fixed, f"malformed header: {type(e).__name__}: {e}") from None
+        # Missing keys, wrong types, bad configs: name the header.
+        raise container.header_error(source, len(MAGIC), e, ProgramImageError) from None
 
 
 class ProgramBuilder:
