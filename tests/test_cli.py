@@ -53,3 +53,9 @@ def test_errors_are_one_line_not_tracebacks(capsys, tmp_path):
     bad.write_bytes(b"garbage")
     assert main(["sim", "run", str(bad)]) == 1
     assert "not a TensorForge program image" in capsys.readouterr().err
+
+
+def test_hw_synth_names_an_unknown_part(capsys):
+    assert main(["hw", "synth", "--config", "tiny", "--part", "xc9z999"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tensorforge: error: part must be one of xc7z010") and "xc9z999" in err
