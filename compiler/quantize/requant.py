@@ -1,0 +1,240 @@
+"""Requantization as the accelerator's ALU computes it: accumulator int32 -> int8.
+
+A requantization multiplies an accumulator by ``ratio = acc_scale / out_scale`` and saturates to
+the output range. The tensor ALU has MIN, MAX, ADD, SHR (arithmetic, signed amount) and, on
+configs with ``alu_mul``, MUL, each with a signed ``ALU_IMM_WIDTH``-bit immediate; it has no
+rounding instruction. So the ratio is realized as ``multiplier / 2**shift`` and the steps are::
+
+    MUL multiplier           (only when multiplier != 1; needs HWConfig.alu_mul)
+    SHR pre                  (only when the shift is too large for one rounding constant)
+    ADD 2**(post - 1)        (only with rounding: round half up)
+    SHR post
+    MAX lo                   (lo = 0 with ReLU, else the output minimum)
+    MIN hi
+
+Splitting the shift is exact: ``floor((floor(x / 2**a) + 2**(b-1)) / 2**b)`` equals
+``floor((x + 2**(a+b-1)) / 2**(a+b))``, so the result is always
+``clip(floor(acc * multiplier / 2**shift + 1/2))`` (or without the ``+ 1/2`` when rounding is
+off), provided ``|acc| * multiplier`` stays within the accumulator (``acc_bound`` guarantees it).
+
+``apply_requant`` runs the steps through ``hw.isa.alu_apply``, the function every model of the
+hardware uses, so this is the accelerator's arithmetic bit for bit.
+
+Example:
+    >>> import numpy as np
+    >>> from tensorforge.hw.config import HWConfig
+    >>> p = requant_params(2.0**-4, HWConfig.preset("pynq"), relu=True)
+    >>> [(s.op.name, s.imm) for s in p.steps]
+    [('ADD', 8), ('SHR', 4), ('MAX', 0), ('MIN', 127)]
+    >>> apply_requant(np.array([-40, 23, 24, 5000]), p).tolist()
+    [0, 1, 2, 127]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...hw.isa import ALU_IMM_WIDTH, AluOp, alu_apply
+from .scheme import qrange
+
+if TYPE_CHECKING:
+    from ...hw.config import HWConfig
+
+IMM_MAX = (1 << (ALU_IMM_WIDTH - 1)) - 1
+IMM_MIN = -(1 << (ALU_IMM_WIDTH - 1))
+MODES = ("shift", "mul")
+
+
+@dataclass(frozen=True, slots=True)
+class AluStep:
+    """One ALU instruction with an immediate operand: ``ACC = op(ACC, imm)``."""
+
+    op: AluOp
+    imm: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequantParams:
+    """The exact integer requantization ``acc -> clip(round(acc * multiplier / 2**shift))``.
+
+    Attributes:
+        steps: the ALU instructions, in order (what the code generator emits).
+        multiplier: the integer multiplier (1 when no MUL is needed).
+        shift: the total right shift (negative: a left shift).
+        rounding: whether a rounding constant is added (round half up) before the shift.
+        lo, hi: the saturation bounds (``lo`` is 0 when ReLU is fused).
+        acc_width: the accumulator width the steps wrap to.
+    """
+
+    steps: tuple[AluStep, ...]
+    multiplier: int
+    shift: int
+    rounding: bool
+    lo: int
+    hi: int
+    acc_width: int
+
+    @property
+    def ratio(self) -> Fraction:
+        """The ratio these steps realize exactly."""
+        return Fraction(self.multiplier) / Fraction(2) ** self.shift
+
+
+def requant_params(
+    ratio: float,
+    cfg: HWConfig,
+    *,
+    mode: str = "shift",
+    rounding: bool = True,
+    relu: bool = False,
+    acc_bound: int | None = None,
+) -> RequantParams:
+    """The ALU steps that requantize accumulators by ``ratio`` (``acc_scale / out_scale``).
+
+    Args:
+        ratio: the positive real factor from accumulator units to output units.
+        cfg: the accelerator config (accumulator and output widths, the MUL extension).
+        mode: ``"shift"``: ratio must be a power of two (pure shift, VTA-compatible);
+            ``"mul"``: any ratio, as ``multiplier / 2**shift`` (needs ``cfg.alu_mul`` unless the
+            ratio is a power of two).
+        rounding: add ``2**(shift-1)`` before shifting (round half up, error <= 0.5 LSB);
+            without it the shift floors (error < 1 LSB).
+        relu: saturate at 0 instead of the output minimum (``-(2**(out_width-1) - 1)``).
+        acc_bound: the largest ``|acc|`` the steps must handle without wrapping. Required for
+            ``"mul"`` (it bounds the multiplier) and for a left shift; when given it is always
+            checked. Without it, shift mode assumes ``|acc| + 2**14`` fits the accumulator
+            (the rounding ADD wraps, as the hardware does, beyond that).
+
+    Returns:
+        The ``RequantParams``; ``apply_requant`` evaluates them.
+
+    Raises:
+        ValueError: naming the argument, for a bad ratio or mode, a missing or too large
+            ``acc_bound``, or a MUL on a config without ``alu_mul``.
+    """
+    if not (math.isfinite(ratio) and ratio > 0):
+        raise ValueError(f"requant ratio must be a positive finite number, not {ratio!r}")
+    if mode not in MODES:
+        raise ValueError(f"requant mode must be one of {MODES}, not {mode!r}")
+    if acc_bound is not None and acc_bound < 1:
+        raise ValueError(f"acc_bound must be >= 1, not {acc_bound!r}")
+    if mode == "shift":
+        multiplier, shift = _power_of_two(ratio)
+    else:
+        multiplier, shift = _multiplier(ratio, cfg.acc_width, acc_bound)
+        if multiplier != 1 and not cfg.alu_mul:
+            raise ValueError(
+                f"requant mode 'mul' needs the ALU MUL extension, but HWConfig {cfg.name!r} has "
+                f"alu_mul=False (ratio {ratio!r} is not a power of two; use mode 'shift' with "
+                "power-of-two scales)"
+            )
+    _check_no_overflow(multiplier, shift, rounding, cfg.acc_width, acc_bound)
+    lo, hi = qrange(cfg.out_width)  # symmetric, as every quantized tensor
+    lo = 0 if relu else lo
+    steps = _steps(multiplier, shift, rounding, lo, hi, cfg.acc_width)
+    return RequantParams(steps, multiplier, shift, rounding, lo, hi, cfg.acc_width)
+
+
+def _power_of_two(ratio: float) -> tuple[int, int]:
+    mantissa, exponent = math.frexp(ratio)
+    if mantissa != 0.5:
+        raise ValueError(
+            f"requant ratio must be a power of two in mode 'shift', not {ratio!r} "
+            "(choose power-of-two scales, or use mode 'mul')"
+        )
+    return 1, 1 - exponent
+
+
+def _multiplier(ratio: float, acc_width: int, acc_bound: int | None) -> tuple[int, int]:
+    """The most precise (multiplier, shift) whose product with acc_bound cannot wrap."""
+    if acc_bound is None:
+        raise ValueError("acc_bound is required in requant mode 'mul' (the largest |acc|)")
+    # Half the accumulator range for the product leaves room for the rounding constant.
+    limit = min(IMM_MAX, (1 << (acc_width - 2)) // acc_bound)
+    if limit < 1:
+        raise ValueError(
+            f"acc_bound must be <= 2**{acc_width - 2} for requant mode 'mul', not {acc_bound!r}"
+        )
+    exact = Fraction(ratio)
+    shift = math.floor(math.log2(limit / ratio))  # exact * 2**shift lies in (limit/2, limit]
+    multiplier = math.floor(exact * Fraction(2) ** shift + Fraction(1, 2))
+    while multiplier > limit:  # float log2 or rounding up can overshoot by one step
+        shift -= 1
+        multiplier = math.floor(exact * Fraction(2) ** shift + Fraction(1, 2))
+    while multiplier % 2 == 0:  # the canonical form: an odd multiplier (1 when a power of two)
+        multiplier //= 2
+        shift -= 1
+    return multiplier, shift
+
+
+def _check_no_overflow(
+    multiplier: int, shift: int, rounding: bool, acc_width: int, acc_bound: int | None
+) -> None:
+    """No intermediate value for |acc| <= acc_bound may wrap (a left shift needs the bound)."""
+    if acc_bound is None:
+        if shift < 0:
+            raise ValueError(
+                f"acc_bound is required when the requant ratio is > 1 (a left shift by {-shift})"
+            )
+        return
+    peak = (acc_bound * multiplier) << max(0, -shift)
+    if rounding and shift > 0:
+        peak += 1 << (min(shift, ALU_IMM_WIDTH - 1) - 1)
+    if peak > (1 << (acc_width - 1)) - 1:
+        raise ValueError(
+            f"acc_bound * ratio must fit {acc_width}-bit accumulators, not "
+            f"{acc_bound} * {multiplier} * 2**{-shift}" + (" + rounding" if rounding else "")
+        )
+
+
+def _steps(
+    multiplier: int, shift: int, rounding: bool, lo: int, hi: int, acc_width: int
+) -> tuple[AluStep, ...]:
+    # Shifting right by acc_width - 1 or more leaves only the sign, so larger amounts are
+    # clamped (exact), and every amount fits the immediate.
+    shift = max(shift, -acc_width)
+    steps = []
+    if multiplier != 1:
+        steps.append(AluStep(AluOp.MUL, multiplier))
+    if rounding and shift > 0:
+        # 2**(post - 1) must fit the signed immediate; shift away the rest first (exact).
+        post = min(shift, ALU_IMM_WIDTH - 1)
+        if shift > post:
+            steps.append(AluStep(AluOp.SHR, min(shift - post, acc_width)))
+        steps += [AluStep(AluOp.ADD, 1 << (post - 1)), AluStep(AluOp.SHR, post)]
+    elif shift != 0:
+        steps.append(AluStep(AluOp.SHR, min(shift, acc_width)))
+    steps += [AluStep(AluOp.MAX, lo), AluStep(AluOp.MIN, hi)]
+    for step in steps:
+        assert IMM_MIN <= step.imm <= IMM_MAX, step
+    return tuple(steps)
+
+
+def apply_requant(acc: np.ndarray, params: RequantParams) -> np.ndarray:
+    """Run the requantization steps on accumulator values with the hardware's ALU semantics.
+
+    Args:
+        acc: integer accumulator values (any shape), within the signed ``acc_width`` range.
+        params: from ``requant_params``.
+
+    Returns:
+        int64 values in ``[params.lo, params.hi]``.
+
+    Raises:
+        ValueError: if an accumulator value is outside the ``acc_width``-bit range.
+    """
+    x = np.asarray(acc, dtype=np.int64)
+    lo, hi = qrange(params.acc_width, narrow=False)
+    if x.size and (x.min() < lo or x.max() > hi):
+        raise ValueError(
+            f"accumulator values must fit {params.acc_width} bits [{lo}, {hi}], "
+            f"not [{x.min()}, {x.max()}]"
+        )
+    for step in params.steps:
+        x = alu_apply(step.op, x, step.imm, params.acc_width)
+    return x
