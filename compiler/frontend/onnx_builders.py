@@ -1,0 +1,305 @@
+"""Small ONNX models with fixed random weights, written with onnx.helper: an MLP, a small CNN,
+ResNet-18, a MobileNetV2 block and a transformer encoder layer (tests and benchmarks).
+
+>>> model = mlp()
+>>> [i.name for i in model.graph.input]
+['x']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+IR_VERSION = 8  # onnxruntime 1.31 rejects the IR version 14 that onnx 1.23 writes by default
+
+
+class OnnxModelBuilder:
+    """Accumulates nodes and initializers; `model()` returns a checked ModelProto."""
+
+    def __init__(self, name: str, seed: int = 0, opset: int = 17) -> None:
+        self.name, self.opset = name, opset
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.count = 0
+
+    def fresh(self, hint: str) -> str:
+        self.count += 1
+        return f"{hint}_{self.count}"
+
+    def input(self, name: str, shape: Sequence[int], elem: int = TensorProto.FLOAT) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
+        return name
+
+    def const(self, value: np.ndarray, hint: str = "c") -> str:
+        name = self.fresh(hint)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def weight(self, shape: Sequence[int], fan_in: int | None = None, hint: str = "w") -> str:
+        fan_in = fan_in or int(np.prod(shape[1:]))
+        value = self.rng.standard_normal(shape) * math.sqrt(2.0 / fan_in)
+        return self.const(value.astype(np.float32), hint)
+
+    def op(self, op_type: str, inputs: Sequence[str], outputs: int = 1, **attrs: object) -> str:
+        name = self.fresh(op_type.lower())
+        outs = [name] if outputs == 1 else [f"{name}_{i}" for i in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=name, **attrs))
+        return outs[0] if outputs == 1 else outs  # type: ignore[return-value]
+
+    def conv(
+        self,
+        x: str,
+        cin: int,
+        cout: int,
+        k: int,
+        stride: int = 1,
+        group: int = 1,
+        bias: bool = False,
+    ) -> str:
+        w = self.weight((cout, cin // group, k, k))
+        inputs = [x, w] + (
+            [self.const(self.rng.standard_normal(cout).astype(np.float32) * 0.1)] if bias else []
+        )
+        return self.op(
+            "Conv",
+            inputs,
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=[k // 2] * 4,
+            group=group,
+        )
+
+    def bn(self, x: str, c: int) -> str:
+        r = self.rng
+        params = [
+            r.uniform(0.5, 1.5, c),
+            r.standard_normal(c) * 0.1,
+            r.standard_normal(c) * 0.1,
+            r.uniform(0.5, 1.5, c),
+        ]
+        names = [self.const(p.astype(np.float32), "bn") for p in params]
+        return self.op("BatchNormalization", [x, *names], epsilon=1e-5)
+
+    def conv_bn(
+        self,
+        x: str,
+        cin: int,
+        cout: int,
+        k: int,
+        stride: int = 1,
+        group: int = 1,
+        act: str | None = "Relu",
+    ) -> str:
+        y = self.bn(self.conv(x, cin, cout, k, stride, group), cout)
+        if act == "Relu":
+            return self.op("Relu", [y])
+        if act == "Relu6":
+            return self.op("Clip", [y, self.const(np.float32(0)), self.const(np.float32(6))])
+        return y
+
+    def dense(self, x: str, n_in: int, n_out: int) -> str:
+        w = self.weight((n_out, n_in))
+        b = self.const((self.rng.standard_normal(n_out) * 0.1).astype(np.float32))
+        return self.op("Gemm", [x, w, b], transB=1)
+
+    def model(self, outputs: Sequence[str]) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes,
+            self.name,
+            self.inputs,
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+            initializer=self.inits,
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", self.opset)],
+            ir_version=IR_VERSION,
+            producer_name="tensorforge",
+        )
+        # output shapes come from ONNX's own shape inference, so importing checks ours against it
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        onnx.checker.check_model(model)
+        return model
+
+
+def mlp(batch: int = 2, sizes: Sequence[int] = (64, 128, 64, 10)) -> onnx.ModelProto:
+    """Gemm + Relu layers ending in Softmax."""
+    b = OnnxModelBuilder("mlp")
+    x = b.input("x", (batch, sizes[0]))
+    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:], strict=False)):
+        x = b.dense(x, n_in, n_out)
+        x = b.op("Relu", [x]) if i < len(sizes) - 2 else b.op("Softmax", [x], axis=-1)
+    return b.model([x])
+
+
+def small_cnn(size: int = 32) -> onnx.ModelProto:
+    """conv-bn-relu, max pool, conv-bn-relu, average pool, global pool, flatten, dense."""
+    b = OnnxModelBuilder("small_cnn")
+    x = b.input("x", (1, 3, size, size))
+    x = b.conv_bn(x, 3, 16, 3)
+    x = b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.conv_bn(x, 16, 32, 3, stride=2)
+    x = b.op("AveragePool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    return b.model([b.dense(x, 32, 10)])
+
+
+def _basic_block(b: OnnxModelBuilder, x: str, cin: int, cout: int, stride: int) -> str:
+    y = b.conv_bn(x, cin, cout, 3, stride)
+    y = b.conv_bn(y, cout, cout, 3, act=None)
+    skip = b.conv_bn(x, cin, cout, 1, stride, act=None) if stride != 1 or cin != cout else x
+    return b.op("Relu", [b.op("Add", [y, skip])])
+
+
+def resnet18(size: int = 224, classes: int = 1000) -> onnx.ModelProto:
+    """ResNet-18 (basic blocks 2-2-2-2, widths 64-512), batch 1, NCHW input 3 x size x size."""
+    b = OnnxModelBuilder("resnet18")
+    x = b.input("x", (1, 3, size, size))
+    x = b.conv_bn(x, 3, 64, 7, stride=2)
+    x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        x = _basic_block(b, x, cin, cout, stride)
+        x = _basic_block(b, x, cout, cout, 1)
+        cin = cout
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    return b.model([b.dense(x, 512, classes)])
+
+
+def _inverted_residual(
+    b: OnnxModelBuilder, x: str, cin: int, cout: int, stride: int, expand: int
+) -> str:
+    hidden = cin * expand
+    y = b.conv_bn(x, cin, hidden, 1, act="Relu6")
+    y = b.conv_bn(y, hidden, hidden, 3, stride, group=hidden, act="Relu6")
+    y = b.conv_bn(y, hidden, cout, 1, act=None)
+    return b.op("Add", [y, x]) if stride == 1 and cin == cout else y
+
+
+def mobilenet_v2_block(size: int = 28) -> onnx.ModelProto:
+    """Two MobileNetV2 inverted-residual blocks (expand 6, depthwise 3x3, ReLU6): one with the
+    residual add, one with stride 2."""
+    b = OnnxModelBuilder("mobilenet_v2_block")
+    x = b.input("x", (1, 16, size, size))
+    x = _inverted_residual(b, x, 16, 16, 1, 6)
+    return b.model([_inverted_residual(b, x, 16, 24, 2, 6)])
+
+
+def transformer_encoder(
+    seq: int = 16, dim: int = 64, heads: int = 4, ffn: int = 256
+) -> onnx.ModelProto:
+    """A BERT-style post-norm encoder layer: multi-head attention (reshape sizes computed with
+    Shape/Gather/Concat as exporters write them), residual + LayerNorm, an Erf-GELU FFN."""
+    b = OnnxModelBuilder("transformer_encoder")
+    x = b.input("x", (1, seq, dim))
+    head = dim // heads
+    batch = b.op(
+        "Unsqueeze",
+        [
+            b.op("Gather", [b.op("Shape", [x]), b.const(np.int64(0))]),
+            b.const(np.array([0], np.int64)),
+        ],
+    )
+    split = b.op("Concat", [batch, b.const(np.array([-1, heads, head], np.int64))], axis=0)
+
+    def project(t: str) -> str:
+        return b.op(
+            "Add",
+            [
+                b.op("MatMul", [t, b.weight((dim, dim), dim)]),
+                b.const((b.rng.standard_normal(dim) * 0.1).astype(np.float32)),
+            ],
+        )
+
+    def heads_of(t: str, perm: list[int]) -> str:
+        return b.op("Transpose", [b.op("Reshape", [project(t), split])], perm=perm)
+
+    q, k, v = heads_of(x, [0, 2, 1, 3]), heads_of(x, [0, 2, 3, 1]), heads_of(x, [0, 2, 1, 3])
+    scores = b.op("Div", [b.op("MatMul", [q, k]), b.const(np.float32(math.sqrt(head)))])
+    ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+    ctx = b.op(
+        "Reshape",
+        [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const(np.array([1, seq, dim], np.int64))],
+    )
+    x = _layer_norm(b, b.op("Add", [project(ctx), x]), dim)
+    h = b.op(
+        "Add", [b.op("MatMul", [x, b.weight((dim, ffn), dim)]), b.const(np.zeros(ffn, np.float32))]
+    )
+    gelu = b.op(
+        "Mul",
+        [
+            b.op("Mul", [h, b.const(np.float32(0.5))]),
+            b.op(
+                "Add",
+                [
+                    b.op("Erf", [b.op("Div", [h, b.const(np.float32(math.sqrt(2)))])]),
+                    b.const(np.float32(1)),
+                ],
+            ),
+        ],
+    )
+    out = b.op("MatMul", [gelu, b.weight((ffn, dim), ffn)])
+    return b.model([_layer_norm(b, b.op("Add", [out, x]), dim)])
+
+
+def _layer_norm(b: OnnxModelBuilder, x: str, dim: int) -> str:
+    scale = b.const(b.rng.uniform(0.5, 1.5, dim).astype(np.float32))
+    bias = b.const((b.rng.standard_normal(dim) * 0.1).astype(np.float32))
+    return b.op("LayerNormalization", [x, scale, bias], axis=-1, epsilon=1e-5)
+
+
+def quantized_cnn(size: int = 10) -> onnx.ModelProto:
+    """uint8/int8 quantized ops at opset 21: QuantizeLinear, QLinearConv (per-channel weight
+    scales, int32 bias), QLinearMatMul, DequantizeLinear; outputs the dequantized logits and the
+    dequantized conv activations."""
+    b = OnnxModelBuilder("quantized_cnn", opset=21)
+    r = b.rng
+
+    def scalar(value: float, dtype: type = np.float32) -> str:
+        return b.const(np.array(value, dtype))
+
+    x = b.input("x", (1, 8, size, size))
+    q = b.op("QuantizeLinear", [x, scalar(0.05), scalar(128, np.uint8)])
+    conv_inputs = [
+        q,
+        scalar(0.05),
+        scalar(128, np.uint8),
+        b.const(r.integers(-60, 60, (16, 8, 3, 3)).astype(np.int8)),
+        b.const(r.uniform(0.002, 0.01, 16).astype(np.float32)),
+        b.const(np.zeros(16, np.int8)),
+        scalar(0.2),
+        scalar(100, np.uint8),
+        b.const(r.integers(-500, 500, 16).astype(np.int32)),
+    ]
+    y = b.op("QLinearConv", conv_inputs, pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    flat = b.op("Flatten", [y], axis=1)
+    mm_inputs = [
+        flat,
+        scalar(0.2),
+        scalar(100, np.uint8),
+        b.const(r.integers(-100, 100, (16 * size * size, 10)).astype(np.int8)),
+        scalar(0.01),
+        scalar(0, np.int8),
+        scalar(0.5),
+        scalar(128, np.uint8),
+    ]
+    logits = b.op("QLinearMatMul", mm_inputs)
+    out = b.op("DequantizeLinear", [logits, scalar(0.5), scalar(128, np.uint8)])
+    act = b.op("DequantizeLinear", [y, scalar(0.2), scalar(100, np.uint8)])
+    return b.model([out, act])
+
+
+MODELS = {
+    "mlp": mlp,
+    "small_cnn": small_cnn,
+    "resnet18": resnet18,
+    "mobilenet_v2_block": mobilenet_v2_block,
+    "transformer_encoder": transformer_encoder,
+}

@@ -1,0 +1,232 @@
+"""The graph IR: immutable typed values, nodes and graphs, and a builder that infers types.
+
+A `Graph` is a list of `Node`s in topological order over named values. Every value has a
+`TensorType` (static shape and dtype); constants (weights) are read-only numpy arrays kept in the
+graph. Nodes name an op from the registry (`compiler.graph.registry`) whose semantics are ONNX's
+at the latest supported opset; a missing optional input is the empty name "". Passes return new
+graphs (`Graph.replace`); annotations that a pass computes (fusion groups, a memory plan) are
+dropped whenever the nodes change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..te.dtype import DTYPES as _TE_DTYPES
+
+if TYPE_CHECKING:
+    from .passes.fuse_ops import FusedGroup
+    from .passes.plan_memory import MemoryPlan
+
+# Graph tensors also carry the wider unsigned types that quantized ONNX models use.
+DTYPES = (*_TE_DTYPES, "uint16", "uint32", "uint64")
+
+AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
+
+
+class GraphError(ValueError):
+    """A graph is malformed: an undefined value, a type mismatch, a bad attribute."""
+
+
+def check_dtype(dtype: str, where: str) -> str:
+    """Return `dtype` if graph tensors may have it, else raise `GraphError` naming `where`."""
+    if dtype not in DTYPES:
+        raise GraphError(f"dtype of {where} must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    return dtype
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    """The static type of a value: shape (a tuple of non-negative ints) and dtype name."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if any(d < 0 for d in self.shape):
+            raise GraphError(f"shape must have non-negative dims, not {self.shape!r}")
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One op application: `outputs = op(inputs; attrs)`; attrs sorted by name."""
+
+    op: str
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: tuple[tuple[str, AttrValue], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "attrs", tuple(sorted(self.attrs)))
+
+    @property
+    def attr_dict(self) -> dict[str, AttrValue]:
+        return dict(self.attrs)
+
+    def attr(self, key: str) -> AttrValue:
+        for name, value in self.attrs:
+            if name == key:
+                return value
+        raise KeyError(f"node {self.name!r} ({self.op}) has no attribute {key!r}")
+
+
+def _frozen_array(array: np.ndarray) -> np.ndarray:
+    array = np.array(array, copy=True)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A whole model: inputs, constants, nodes (topological order), outputs and all types.
+
+    `groups` (from `fuse_ops`) and `memory_plan` (from `plan_memory`) are optional annotations.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    nodes: tuple[Node, ...]
+    types: Mapping[str, TensorType]
+    constants: Mapping[str, np.ndarray]
+    groups: tuple[FusedGroup, ...] | None = None
+    memory_plan: MemoryPlan | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "types", MappingProxyType(dict(self.types)))
+        consts = {
+            k: v if not v.flags.writeable else _frozen_array(v) for k, v in self.constants.items()
+        }
+        object.__setattr__(self, "constants", MappingProxyType(consts))
+
+    def replace(self, **changes: Any) -> Graph:
+        """A copy with `changes`; a change of nodes drops the fusion groups and memory plan."""
+        if "nodes" in changes and "groups" not in changes:
+            changes["groups"] = None
+        if ("nodes" in changes or "groups" in changes) and "memory_plan" not in changes:
+            changes["memory_plan"] = None
+        return dataclasses.replace(self, **changes)
+
+    def producers(self) -> dict[str, Node]:
+        """value name -> the node that computes it (inputs and constants have none)."""
+        return {out: node for node in self.nodes for out in node.outputs if out}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        """value name -> the nodes that read it, in node order (no duplicates)."""
+        result: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in dict.fromkeys(node.inputs):
+                if name:
+                    result.setdefault(name, []).append(node)
+        return result
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"graph {self.name!r} has no node {name!r}")
+
+
+class GraphBuilder:
+    """Builds a `Graph` node by node, inferring each output's type from the op registry.
+
+    >>> b = GraphBuilder("tiny")
+    >>> x = b.add_input("x", (2, 3), "float32")
+    >>> (y,) = b.add_node("Relu", [x])
+    >>> print(b.build([y]).types[y])
+    float32[2, 3]
+    """
+
+    def __init__(self, name: str = "main") -> None:
+        self.name = name
+        self.inputs: list[str] = []
+        self.nodes: list[Node] = []
+        self.types: dict[str, TensorType] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self._counter = 0
+
+    def fresh(self, hint: str) -> str:
+        """A value or node name not used yet, starting with `hint`."""
+        name = hint
+        while name in self.types or any(n.name == name for n in self.nodes) or not name:
+            self._counter += 1
+            name = f"{hint}_{self._counter}"
+        return name
+
+    def add_input(self, name: str, shape: Sequence[int], dtype: str) -> str:
+        self._define(name, TensorType(tuple(shape), check_dtype(dtype, f"input {name!r}")))
+        self.inputs.append(name)
+        return name
+
+    def add_constant(self, name: str, value: np.ndarray | float | int) -> str:
+        array = np.asarray(value)
+        dtype = check_dtype(str(array.dtype), f"constant {name!r}")
+        self._define(name, TensorType(array.shape, dtype))
+        self.constants[name] = _frozen_array(array)
+        return name
+
+    def add_node(
+        self,
+        op: str,
+        inputs: Sequence[str],
+        attrs: Mapping[str, AttrValue] | None = None,
+        *,
+        name: str | None = None,
+        outputs: Sequence[str] | None = None,
+        num_outputs: int = 1,
+    ) -> tuple[str, ...]:
+        """Append `op(inputs)`; returns the output value names (fresh unless given)."""
+        from .registry import get_op
+
+        spec = get_op(op)
+        node_name = name if name and not any(n.name == name for n in self.nodes) else None
+        node_name = node_name or self.fresh(name or op.lower())
+        if outputs is None:
+            outputs = [
+                self.fresh(node_name if i == 0 else f"{node_name}_{i}") for i in range(num_outputs)
+            ]
+        full_attrs = spec.normalize_attrs(dict(attrs or {}), node_name)
+        node = Node(op, node_name, tuple(inputs), tuple(outputs), tuple(full_attrs.items()))
+        out_types = spec.infer_node(node, self.types, self.constants)
+        for out, ty in zip(node.outputs, out_types, strict=True):
+            if out:
+                self._define(out, ty)
+        self.nodes.append(node)
+        return node.outputs
+
+    def build(self, outputs: Iterable[str]) -> Graph:
+        outputs = tuple(outputs)
+        for out in outputs:
+            if out not in self.types:
+                raise GraphError(f"graph output must be a defined value, not {out!r}")
+        return Graph(
+            self.name, tuple(self.inputs), outputs, tuple(self.nodes), self.types, self.constants
+        )
+
+    def _define(self, name: str, ty: TensorType) -> None:
+        if not name:
+            raise GraphError("value name must be non-empty")
+        if name in self.types:
+            raise GraphError(f"value {name!r} must be defined once, not twice")
+        self.types[name] = ty

@@ -1,0 +1,5 @@
+"""The op families; importing this package registers every op in `registry.OPS`."""
+
+from __future__ import annotations
+
+from . import elemwise, layout, nn, quant, shape  # noqa: F401

@@ -1,0 +1,160 @@
+"""Elementwise and broadcasting ops: activations, arithmetic, Clip, Cast, Where, Identity."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..ir import TensorType, check_dtype
+from ..registry import REQUIRED, Pattern, register
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Elementwise error function (numpy has none), computed in double precision."""
+    return _erf(np.asarray(x, np.float64)).astype(np.float64)
+
+
+def same_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    return [types[0]]
+
+
+def broadcast_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    shape = np.broadcast_shapes(*(t.shape for t in types if t is not None))
+    return [TensorType(shape, types[0].dtype)]
+
+
+def _float_unary(fn: Any) -> Any:
+    def compute(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(attrs, x.astype(np.float64))).astype(x.dtype)
+
+    return compute
+
+
+def _sigmoid(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _gelu(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    if attrs["approximate"] == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    if attrs["approximate"] != "none":
+        raise ValueError(f"Gelu approximate must be 'none' or 'tanh', not {attrs['approximate']!r}")
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def _hard_swish(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)
+
+
+def _leaky_relu(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return np.where(x >= 0, x, attrs["alpha"] * x)
+
+
+_UNARY_FLOAT = {
+    "Sigmoid": (_sigmoid, {}),
+    "Tanh": (lambda a, x: np.tanh(x), {}),
+    "Erf": (lambda a, x: erf(x), {}),
+    "Gelu": (_gelu, {"approximate": "none"}),
+    "HardSwish": (_hard_swish, {}),
+    "LeakyRelu": (_leaky_relu, {"alpha": 0.01}),
+    "Sqrt": (lambda a, x: np.sqrt(x), {}),
+    "Exp": (lambda a, x: np.exp(x), {}),
+    "Log": (lambda a, x: np.log(x), {}),
+}
+
+for _name, (_fn, _attrs) in _UNARY_FLOAT.items():
+    register(_name, Pattern.ELEMWISE, same_type, _float_unary(_fn), attrs=_attrs)
+
+register("Relu", Pattern.ELEMWISE, same_type, lambda a, x: np.maximum(x, np.zeros((), x.dtype)))
+register("Identity", Pattern.ELEMWISE, same_type, lambda a, x: x.copy())
+register("Neg", Pattern.ELEMWISE, same_type, lambda a, x: np.negative(x))
+register("Abs", Pattern.ELEMWISE, same_type, lambda a, x: np.abs(x))
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    quotient = np.floor_divide(a, b)
+    # ONNX (C) integer division truncates toward zero; numpy floors.
+    fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return quotient + fix.astype(quotient.dtype)
+
+
+def _div(attrs: dict[str, Any], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        with np.errstate(all="ignore"):
+            return _int_div(a, b).astype(a.dtype)
+    return np.divide(a, b).astype(a.dtype)
+
+
+def _pow(attrs: dict[str, Any], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if a.dtype == np.float32 and b.dtype.kind == "f":
+            return np.power(a, b.astype(np.float32))
+        return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+
+
+def _binary(fn: Any) -> Any:
+    def compute(attrs: dict[str, Any], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return fn(a, b).astype(a.dtype)
+
+    return compute
+
+
+for _name, _fn in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}.items():
+    register(_name, Pattern.BROADCAST, broadcast_type, _binary(_fn), inputs=(2, 2))
+register("Div", Pattern.BROADCAST, broadcast_type, _div, inputs=(2, 2))
+register("Pow", Pattern.BROADCAST, broadcast_type, _pow, inputs=(2, 2))
+
+
+def _variadic(fn: Any) -> Any:
+    def compute(attrs: dict[str, Any], *xs: np.ndarray) -> np.ndarray:
+        return functools.reduce(fn, xs).astype(xs[0].dtype)
+
+    return compute
+
+
+register("Max", Pattern.BROADCAST, broadcast_type, _variadic(np.maximum), inputs=(1, 1 << 16))
+register("Min", Pattern.BROADCAST, broadcast_type, _variadic(np.minimum), inputs=(1, 1 << 16))
+
+
+def _clip(attrs: dict[str, Any], x: np.ndarray, lo: Any = None, hi: Any = None) -> np.ndarray:
+    if lo is not None:
+        x = np.maximum(x, np.asarray(lo, x.dtype))
+    if hi is not None:
+        x = np.minimum(x, np.asarray(hi, x.dtype))
+    return np.array(x, x.dtype)
+
+
+register("Clip", Pattern.ELEMWISE, same_type, _clip, inputs=(1, 3))
+
+
+def _cast_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    return [TensorType(types[0].shape, check_dtype(attrs["to"], "Cast.to"))]
+
+
+def _cast(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return x.astype(attrs["to"])
+
+
+register("Cast", Pattern.ELEMWISE, _cast_type, _cast, attrs={"to": REQUIRED, "saturate": 1})
+
+
+def _where_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    shape = np.broadcast_shapes(*(t.shape for t in types))
+    return [TensorType(shape, types[1].dtype)]
+
+
+register(
+    "Where",
+    Pattern.BROADCAST,
+    _where_type,
+    lambda a, c, x, y: np.where(c, x, y).astype(x.dtype),
+    inputs=(3, 3),
+)

@@ -1,0 +1,99 @@
+"""Blocked-layout ops made by the alter_layout pass: LayoutTransform (NCHW <-> NCHW[c]c) and
+ConvNCHWc, a 2-D convolution on channel-blocked data with a packed OIHW[i]i[o]o weight."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..ir import TensorType
+from ..registry import REQUIRED, Pattern, register
+from .nn import window_geometry
+
+
+def to_blocked(x: np.ndarray, block: int) -> np.ndarray:
+    """(N, C, H, W) -> (N, C/block, H, W, block)."""
+    n, c, *spatial = x.shape
+    y = x.reshape(n, c // block, block, *spatial)
+    return np.ascontiguousarray(np.moveaxis(y, 2, -1))
+
+
+def from_blocked(x: np.ndarray) -> np.ndarray:
+    """(N, C/b, H, W, b) -> (N, C, H, W)."""
+    n, cb, *spatial, b = x.shape
+    return np.ascontiguousarray(np.moveaxis(x, -1, 2)).reshape(n, cb * b, *spatial)
+
+
+def pack_weight(w: np.ndarray, block_in: int, block_out: int) -> np.ndarray:
+    """OIHW -> (O/bo, I/bi, H, W, bi, bo)."""
+    o, i, kh, kw = w.shape
+    packed = w.reshape(o // block_out, block_out, i // block_in, block_in, kh, kw)
+    return np.ascontiguousarray(packed.transpose(0, 2, 4, 5, 3, 1))
+
+
+def _transform_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    shape, block = types[0].shape, attrs["block"]
+    if attrs["dst"] == "NCHWc":
+        if shape[1] % block:
+            raise ValueError(f"channels must be a multiple of block {block}, not {shape[1]}")
+        out = (shape[0], shape[1] // block, *shape[2:], block)
+    else:
+        out = (shape[0], shape[1] * shape[-1], *shape[2:-1])
+    return [TensorType(out, types[0].dtype)]
+
+
+def _transform(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return to_blocked(x, attrs["block"]) if attrs["dst"] == "NCHWc" else from_blocked(x)
+
+
+register(
+    "LayoutTransform",
+    Pattern.INJECTIVE,
+    _transform_type,
+    _transform,
+    attrs={"src": REQUIRED, "dst": REQUIRED, "block": REQUIRED},
+)
+
+
+def _conv_nchwc_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    x, w = types[0].shape, types[1].shape
+    if x[1] != w[1] or x[4] != w[4]:
+        raise ValueError(
+            f"ConvNCHWc input blocks {x[1]}x{x[4]} must match the weight's {w[1]}x{w[4]}"
+        )
+    *_, outs = window_geometry(attrs, x[2:4], w[2:4])
+    return [TensorType((x[0], w[0], *outs, w[5]), types[0].dtype)]
+
+
+def conv_nchwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = None) -> np.ndarray:
+    """Blocked 2-D convolution: x (N, C/bi, H, W, bi), w (O/bo, C/bi, KH, KW, bi, bo)."""
+    begin, end, strides, dilations, outs = window_geometry(attrs, x.shape[2:4], w.shape[2:4])
+    xp = np.pad(x, [(0, 0), (0, 0), *zip(begin, end, strict=True), (0, 0)])
+    extents = [(k - 1) * d + 1 for k, d in zip(w.shape[2:4], dilations, strict=True)]
+    win = sliding_window_view(xp, extents, axis=(2, 3))  # N, Cb, OH', OW', bi, KH', KW'
+    win = win[
+        :,
+        :,
+        : (outs[0] - 1) * strides[0] + 1 : strides[0],
+        : (outs[1] - 1) * strides[1] + 1 : strides[1],
+        :,
+        :: dilations[0],
+        :: dilations[1],
+    ]
+    y = np.tensordot(win, w, axes=([1, 5, 6, 4], [1, 2, 3, 4]))  # N, OH, OW, Ob, bo
+    y = y.transpose(0, 3, 1, 2, 4)
+    if b is not None:
+        y = y + b.reshape(1, b.shape[0], 1, 1, b.shape[1])
+    return np.ascontiguousarray(y, dtype=x.dtype)
+
+
+register(
+    "ConvNCHWc",
+    Pattern.OUT_ELEMWISE_FUSABLE,
+    _conv_nchwc_type,
+    conv_nchwc,
+    inputs=(2, 3),
+    attrs={"auto_pad": "NOTSET", "dilations": None, "pads": None, "strides": None},
+)

@@ -1,0 +1,405 @@
+"""Neural-network ops: Conv, ConvTranspose, pooling, Gemm, MatMul, BatchNormalization, Softmax,
+LayerNormalization. Float kernels accumulate in the input dtype through BLAS."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..ir import TensorType
+from ..registry import Pattern, register
+
+_CONV_ATTRS = {
+    "auto_pad": "NOTSET",
+    "dilations": None,
+    "group": 1,
+    "kernel_shape": None,
+    "pads": None,
+    "strides": None,
+}
+
+
+def _same_pads(size: int, stride: int, extent: int, upper: bool) -> tuple[int, int, int]:
+    out = -(-size // stride)
+    total = max(0, (out - 1) * stride + extent - size)
+    small = total // 2
+    return (small, total - small, out) if upper else (total - small, small, out)
+
+
+def window_geometry(
+    attrs: dict[str, Any], spatial: tuple[int, ...], kernel: tuple[int, ...], ceil: bool = False
+) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """(pads_begin, pads_end, strides, dilations, output sizes) of a sliding-window op."""
+    nd = len(spatial)
+    strides = list(attrs.get("strides") or (1,) * nd)
+    dilations = list(attrs.get("dilations") or (1,) * nd)
+    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        geo = [
+            _same_pads(n, s, e, auto_pad == "SAME_UPPER")
+            for n, s, e in zip(spatial, strides, extents, strict=True)
+        ]
+        return [g[0] for g in geo], [g[1] for g in geo], strides, dilations, [g[2] for g in geo]
+    if auto_pad not in ("NOTSET", "VALID"):
+        raise ValueError(
+            f"auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, not {auto_pad!r}"
+        )
+    pads = list(attrs.get("pads") or (0,) * 2 * nd) if auto_pad == "NOTSET" else [0] * 2 * nd
+    begin, end = pads[:nd], pads[nd:]
+    outs = []
+    for n, b, e, s, x in zip(spatial, begin, end, strides, extents, strict=True):
+        span = n + b + e - x
+        out = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (out - 1) * s >= n + b:
+            out -= 1  # a window may not start in the end padding
+        outs.append(out)
+    return begin, end, strides, dilations, outs
+
+
+def _windows(
+    xp: np.ndarray, outs: list[int], strides: list[int], dilations: list[int], kernel: tuple
+) -> np.ndarray:
+    """(N, C, *outs, *kernel) view of the windows of padded `xp`."""
+    nd = len(outs)
+    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    win = sliding_window_view(xp, extents, axis=tuple(range(2, 2 + nd)))
+    index = (slice(None), slice(None))
+    index += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(outs, strides, strict=True))
+    index += tuple(slice(None, None, d) for d in dilations)
+    return win[index]
+
+
+def _conv_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    x, w = types[0], types[1]
+    if x.shape[1] != w.shape[1] * attrs["group"]:
+        raise ValueError(
+            f"input channels must be {w.shape[1] * attrs['group']} (weight x group), "
+            f"not {x.shape[1]}"
+        )
+    *_, outs = window_geometry(attrs, x.shape[2:], w.shape[2:])
+    return [TensorType((x.shape[0], w.shape[0], *outs), x.dtype)]
+
+
+def conv(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = None) -> np.ndarray:
+    """N-d grouped convolution (ONNX Conv) on numpy arrays."""
+    nd, group = x.ndim - 2, attrs["group"]
+    begin, end, strides, dilations, outs = window_geometry(attrs, x.shape[2:], w.shape[2:])
+    xp = np.pad(x, [(0, 0), (0, 0), *zip(begin, end, strict=True)])
+    win = _windows(xp, outs, strides, dilations, w.shape[2:])
+    k_axes = list(range(2 + nd, 2 + 2 * nd))
+    if group == 1:
+        y = np.tensordot(win, w, axes=([1, *k_axes], [1, *range(2, 2 + nd)]))
+        y = np.moveaxis(y, -1, 1)
+    else:
+        n, c = x.shape[:2]
+        wg = w.reshape(group, w.shape[0] // group, *w.shape[1:])
+        xg = win.reshape(n, group, c // group, *win.shape[2:])
+        o, k = "opq"[:nd], "uvw"[:nd]
+        y = np.einsum(f"ngc{o}{k},gmc{k}->ngm{o}", xg, wg, optimize=True)
+        y = y.reshape(n, w.shape[0], *outs)
+    if b is not None:
+        y = y + b.reshape(1, -1, *(1,) * nd)
+    return np.ascontiguousarray(y, dtype=x.dtype)
+
+
+register("Conv", Pattern.OUT_ELEMWISE_FUSABLE, _conv_type, conv, attrs=_CONV_ATTRS, inputs=(2, 3))
+
+
+def _transpose_geometry(
+    attrs: dict[str, Any], spatial: tuple[int, ...], kernel: tuple[int, ...]
+) -> tuple[list[int], list[int]]:
+    """(pads_begin, output sizes) of ConvTranspose, following the ONNX definition."""
+    nd = len(spatial)
+    strides = list(attrs.get("strides") or (1,) * nd)
+    dilations = list(attrs.get("dilations") or (1,) * nd)
+    out_pad = list(attrs.get("output_padding") or (0,) * nd)
+    full = [
+        s * (n - 1) + op + (k - 1) * d + 1
+        for n, s, op, k, d in zip(spatial, strides, out_pad, kernel, dilations, strict=True)
+    ]
+    pads, auto_pad, out_shape = attrs.get("pads"), attrs["auto_pad"], attrs.get("output_shape")
+    if pads is None and (out_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER")):
+        outs = list(out_shape or [n * s for n, s in zip(spatial, strides, strict=True)])
+        totals = [f - o for f, o in zip(full, outs, strict=True)]
+        upper = auto_pad == "SAME_UPPER"
+        return [t // 2 if upper else t - t // 2 for t in totals], outs
+    pads = list(pads or (0,) * 2 * nd)
+    return pads[:nd], [f - pads[i] - pads[nd + i] for i, f in enumerate(full)]
+
+
+def _conv_transpose_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    x, w = types[0], types[1]
+    _, outs = _transpose_geometry(attrs, x.shape[2:], w.shape[2:])
+    return [TensorType((x.shape[0], w.shape[1] * attrs["group"], *outs), x.dtype)]
+
+
+def conv_transpose(
+    attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = None
+) -> np.ndarray:
+    """N-d grouped transposed convolution (ONNX ConvTranspose): scatter-add per kernel tap."""
+    nd, group = x.ndim - 2, attrs["group"]
+    n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
+    kernel, m_g = w.shape[2:], w.shape[1]
+    strides = list(attrs.get("strides") or (1,) * nd)
+    dilations = list(attrs.get("dilations") or (1,) * nd)
+    begin, outs = _transpose_geometry(attrs, spatial, kernel)
+    size = [
+        max(s * (i - 1) + (k - 1) * d + 1, b + o)
+        for i, s, k, d, b, o in zip(spatial, strides, kernel, dilations, begin, outs, strict=True)
+    ]
+    y = np.zeros((n, group, m_g, *size), np.float64)
+    xg = x.reshape(n, group, c // group, *spatial).astype(np.float64)
+    wg = w.reshape(group, c // group, m_g, *kernel).astype(np.float64)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        part = np.einsum("ngc...,gcm->ngm...", xg, wg[(slice(None),) * 3 + tap])
+        index = tuple(
+            slice(t * d, t * d + s * (i - 1) + 1, s)
+            for t, d, s, i in zip(tap, dilations, strides, spatial, strict=True)
+        )
+        y[(slice(None),) * 3 + index] += part
+    y = y.reshape(n, group * m_g, *size)
+    y = y[
+        (slice(None), slice(None))
+        + tuple(slice(b, b + o) for b, o in zip(begin, outs, strict=True))
+    ]
+    if b is not None:
+        y = y + b.reshape(1, -1, *(1,) * nd)
+    return np.ascontiguousarray(y, dtype=x.dtype)
+
+
+register(
+    "ConvTranspose",
+    Pattern.OUT_ELEMWISE_FUSABLE,
+    _conv_transpose_type,
+    conv_transpose,
+    attrs={**_CONV_ATTRS, "output_padding": None, "output_shape": None},
+    inputs=(2, 3),
+)
+
+
+def _pool_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    x = types[0]
+    ceil = bool(attrs["ceil_mode"])
+    *_, outs = window_geometry(attrs, x.shape[2:], tuple(attrs["kernel_shape"]), ceil)
+    return [TensorType((*x.shape[:2], *outs), x.dtype)]
+
+
+def _pool_pads(attrs: dict[str, Any], x: np.ndarray) -> tuple:
+    kernel = tuple(attrs["kernel_shape"])
+    begin, end, strides, dilations, outs = window_geometry(
+        attrs, x.shape[2:], kernel, bool(attrs["ceil_mode"])
+    )
+    extra = [
+        max(0, (o - 1) * s + (k - 1) * d + 1 - (n + b + e))
+        for o, s, k, d, n, b, e in zip(
+            outs, strides, kernel, dilations, x.shape[2:], begin, end, strict=True
+        )
+    ]
+    return kernel, begin, end, extra, strides, dilations, outs
+
+
+def max_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    kernel, begin, end, extra, strides, dilations, outs = _pool_pads(attrs, x)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    widths = [(b, e + ex) for b, e, ex in zip(begin, end, extra, strict=True)]
+    xp = np.pad(x, [(0, 0), (0, 0), *widths], constant_values=low)
+    win = _windows(xp, outs, strides, dilations, kernel)
+    return np.ascontiguousarray(win.max(axis=tuple(range(-len(kernel), 0))))
+
+
+def average_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    kernel, begin, end, extra, strides, dilations, outs = _pool_pads(attrs, x)
+    widths = [(b, e + ex) for b, e, ex in zip(begin, end, extra, strict=True)]
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), *widths])
+    # the divisor counts real elements, plus explicit pads if count_include_pad, never the
+    # extra end padding that ceil_mode adds
+    inside = np.pad(
+        np.ones(x.shape[2:]),
+        list(zip(begin, end, strict=True)),
+        constant_values=float(attrs["count_include_pad"]),
+    )
+    inside = np.pad(inside, [(0, ex) for ex in extra])[None, None]
+    axes = tuple(range(-len(kernel), 0))
+    total = _windows(xp, outs, strides, dilations, kernel).sum(axis=axes)
+    count = _windows(inside, outs, strides, dilations, kernel).sum(axis=axes)
+    return (total / count).astype(x.dtype)
+
+
+_POOL_ATTRS = {
+    "auto_pad": "NOTSET",
+    "ceil_mode": 0,
+    "dilations": None,
+    "kernel_shape": None,
+    "pads": None,
+    "strides": None,
+}
+register(
+    "MaxPool",
+    Pattern.OUT_ELEMWISE_FUSABLE,
+    _pool_type,
+    max_pool,
+    attrs={**_POOL_ATTRS, "storage_order": 0},
+)
+register(
+    "AveragePool",
+    Pattern.OUT_ELEMWISE_FUSABLE,
+    _pool_type,
+    average_pool,
+    attrs={**_POOL_ATTRS, "count_include_pad": 0},
+)
+
+
+def _global_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    x = types[0]
+    return [TensorType((*x.shape[:2], *(1,) * (len(x.shape) - 2)), x.dtype)]
+
+
+def _global(fn: Any) -> Any:
+    def compute(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+        axes = tuple(range(2, x.ndim))
+        return fn(x.astype(np.float64), axis=axes, keepdims=True).astype(x.dtype)
+
+    return compute
+
+
+register("GlobalAveragePool", Pattern.OUT_ELEMWISE_FUSABLE, _global_type, _global(np.mean))
+register("GlobalMaxPool", Pattern.OUT_ELEMWISE_FUSABLE, _global_type, _global(np.max))
+
+
+def _gemm_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    a, b = types[0].shape, types[1].shape
+    m = a[1] if attrs["transA"] else a[0]
+    n = b[0] if attrs["transB"] else b[1]
+    k_a, k_b = (a[0] if attrs["transA"] else a[1]), (b[1] if attrs["transB"] else b[0])
+    if k_a != k_b:
+        raise ValueError(f"Gemm reduction sizes must agree, not {k_a} and {k_b}")
+    return [TensorType((m, n), types[0].dtype)]
+
+
+def gemm(attrs: dict[str, Any], a: np.ndarray, b: np.ndarray, c: Any = None) -> np.ndarray:
+    a = a.T if attrs["transA"] else a
+    b = b.T if attrs["transB"] else b
+    y = attrs["alpha"] * (a @ b) if attrs["alpha"] != 1.0 else a @ b
+    if c is not None:
+        y = y + (attrs["beta"] * c if attrs["beta"] != 1.0 else c)
+    return np.ascontiguousarray(y, dtype=a.dtype)
+
+
+register(
+    "Gemm",
+    Pattern.OUT_ELEMWISE_FUSABLE,
+    _gemm_type,
+    gemm,
+    inputs=(2, 3),
+    attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
+)
+
+
+def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy.matmul's result shape, with its error as a ValueError."""
+    a2, b2 = (1, *a) if len(a) == 1 else a, (*b, 1) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise ValueError(f"MatMul reduction sizes must agree, not {a2[-1]} and {b2[-2]}")
+    batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    shape = (*batch, a2[-2], b2[-1])
+    if len(a) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(b) == 1:
+        shape = shape[:-1]
+    return shape
+
+
+def _matmul_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    return [TensorType(matmul_shape(types[0].shape, types[1].shape), types[0].dtype)]
+
+
+register(
+    "MatMul",
+    Pattern.OUT_ELEMWISE_FUSABLE,
+    _matmul_type,
+    lambda attrs, a, b: np.matmul(a, b),
+    inputs=(2, 2),
+)
+
+
+def _bn_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    if attrs["training_mode"]:
+        raise ValueError("BatchNormalization training_mode must be 0 (inference), not 1")
+    return [types[0]]
+
+
+def batch_norm(
+    attrs: dict[str, Any],
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+) -> np.ndarray:
+    shape = (1, -1, *(1,) * (x.ndim - 2))
+    factor = scale / np.sqrt(var.astype(np.float64) + attrs["epsilon"])
+    y = (x - mean.reshape(shape)) * factor.reshape(shape) + bias.reshape(shape)
+    return y.astype(x.dtype)
+
+
+register(
+    "BatchNormalization",
+    Pattern.BROADCAST,
+    _bn_type,
+    batch_norm,
+    inputs=(5, 5),
+    attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0},
+)
+
+
+def softmax(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    z = x.astype(np.float64)
+    z = np.exp(z - z.max(axis=attrs["axis"], keepdims=True))
+    return (z / z.sum(axis=attrs["axis"], keepdims=True)).astype(x.dtype)
+
+
+def _log_softmax(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    z = x.astype(np.float64)
+    z = z - z.max(axis=attrs["axis"], keepdims=True)
+    return (z - np.log(np.exp(z).sum(axis=attrs["axis"], keepdims=True))).astype(x.dtype)
+
+
+def _same(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    return [types[0]]
+
+
+register("Softmax", Pattern.OPAQUE, _same, softmax, attrs={"axis": -1})
+register("LogSoftmax", Pattern.OPAQUE, _same, _log_softmax, attrs={"axis": -1})
+
+
+def _ln_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    x = types[0]
+    axis = attrs["axis"] % len(x.shape)
+    stat = TensorType((*x.shape[:axis], *(1,) * (len(x.shape) - axis)), "float32")
+    return [x, stat, stat]
+
+
+def layer_norm(attrs: dict[str, Any], x: np.ndarray, scale: np.ndarray, bias: Any = None) -> tuple:
+    axes = tuple(range(attrs["axis"] % x.ndim, x.ndim))
+    z = x.astype(np.float64)
+    mean = z.mean(axis=axes, keepdims=True)
+    inv_std = 1.0 / np.sqrt(((z - mean) ** 2).mean(axis=axes, keepdims=True) + attrs["epsilon"])
+    y = (z - mean) * inv_std * scale
+    if bias is not None:
+        y = y + bias
+    return y.astype(x.dtype), mean.astype(np.float32), inv_std.astype(np.float32)
+
+
+register(
+    "LayerNormalization",
+    Pattern.OPAQUE,
+    _ln_type,
+    layer_norm,
+    inputs=(2, 3),
+    outputs=(1, 3),
+    attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+)

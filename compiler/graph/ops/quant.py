@@ -1,0 +1,161 @@
+"""Quantized ops: QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul.
+
+Integer sums are exact (computed in float64, exact below 2**53); rounding is half to even and
+results saturate to the zero point's dtype, as ONNX defines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..ir import TensorType, check_dtype
+from ..registry import Pattern, register
+from .nn import _conv_type, conv
+
+_QUANT_ATTRS = {"axis": 1, "block_size": 0, "saturate": 1, "output_dtype": None}
+
+
+def expand_param(p: np.ndarray, shape: tuple[int, ...], axis: int, block_size: int) -> np.ndarray:
+    """A scale or zero point broadcast against a tensor: scalar, per-axis (1-D) or blocked."""
+    p = np.asarray(p)
+    if p.ndim == 0 or p.size == 1 and not block_size:
+        return p.reshape(())
+    axis %= len(shape)
+    if block_size:
+        return np.repeat(p, block_size, axis=axis)[tuple(slice(0, d) for d in shape)]
+    if p.ndim != 1 or p.shape[0] != shape[axis]:
+        raise ValueError(f"per-axis parameter must have {shape[axis]} values, not shape {p.shape}")
+    return p.reshape([-1 if i == axis else 1 for i in range(len(shape))])
+
+
+def saturate(values: np.ndarray, dtype: str) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(values), info.min, info.max).astype(dtype)
+
+
+def _quant_dtype(attrs: dict[str, Any], types: list) -> str:
+    if len(types) > 2 and types[2] is not None:
+        return types[2].dtype
+    return check_dtype(attrs.get("output_dtype") or "uint8", "QuantizeLinear.output_dtype")
+
+
+def _quantize_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    dtype = _quant_dtype(attrs, types)
+    if np.dtype(dtype).kind not in "iu":
+        raise ValueError(f"QuantizeLinear output dtype must be an integer type, not {dtype!r}")
+    return [TensorType(types[0].shape, dtype)]
+
+
+def quantize_linear(
+    attrs: dict[str, Any], x: np.ndarray, scale: np.ndarray, zero: Any = None
+) -> np.ndarray:
+    dtype = str(zero.dtype) if zero is not None else attrs.get("output_dtype") or "uint8"
+    axis, block = attrs["axis"], attrs["block_size"]
+    s = expand_param(scale, x.shape, axis, block).astype(np.float64)
+    z = 0 if zero is None else expand_param(zero, x.shape, axis, block).astype(np.float64)
+    return saturate(np.rint(x.astype(np.float64) / s) + z, dtype)
+
+
+def _dequantize_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    return [TensorType(types[0].shape, types[1].dtype)]
+
+
+def dequantize_linear(
+    attrs: dict[str, Any], x: np.ndarray, scale: np.ndarray, zero: Any = None
+) -> np.ndarray:
+    axis, block = attrs["axis"], attrs["block_size"]
+    s = expand_param(scale, x.shape, axis, block)
+    z = 0 if zero is None else expand_param(zero, x.shape, axis, block).astype(np.float64)
+    return ((x.astype(np.float64) - z) * s).astype(scale.dtype)
+
+
+register(
+    "QuantizeLinear",
+    Pattern.ELEMWISE,
+    _quantize_type,
+    quantize_linear,
+    inputs=(2, 3),
+    attrs=_QUANT_ATTRS,
+)
+register(
+    "DequantizeLinear",
+    Pattern.ELEMWISE,
+    _dequantize_type,
+    dequantize_linear,
+    inputs=(2, 3),
+    attrs={k: v for k, v in _QUANT_ATTRS.items() if k != "saturate"},
+)
+
+
+def _centered(x: np.ndarray, zero: Any, axis: int = 0) -> np.ndarray:
+    values = x.astype(np.float64)
+    if zero is None:
+        return values
+    return values - expand_param(zero, x.shape, axis, 0)
+
+
+def _requantize(acc: np.ndarray, scale: np.ndarray, y_scale: Any, y_zero: Any) -> np.ndarray:
+    # ONNX computes the multiplier in float32 (the scales' dtype) before rounding.
+    values = acc * (scale / np.asarray(y_scale, np.float32).reshape(())).astype(np.float32)
+    dtype = str(y_zero.dtype) if y_zero is not None else "uint8"
+    return saturate(values + (0 if y_zero is None else y_zero.astype(np.float64)), dtype)
+
+
+def _qconv_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    (out,) = _conv_type(attrs, [types[0], types[3]], [])
+    return [TensorType(out.shape, types[7].dtype if types[7] is not None else types[0].dtype)]
+
+
+def qlinear_conv(
+    attrs: dict[str, Any], x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias=None
+):
+    acc = conv(attrs, _centered(x, x_zero), _centered(w, w_zero), None)
+    if bias is not None:
+        acc = acc + bias.astype(np.float64).reshape(1, -1, *(1,) * (x.ndim - 2))
+    scale = np.asarray(x_scale, np.float32) * np.asarray(w_scale, np.float32)
+    scale = scale.reshape(1, -1, *(1,) * (x.ndim - 2)) if scale.ndim == 1 else scale
+    return _requantize(acc, scale, y_scale, y_zero)
+
+
+register(
+    "QLinearConv",
+    Pattern.OPAQUE,
+    _qconv_type,
+    qlinear_conv,
+    inputs=(8, 9),
+    attrs={
+        "auto_pad": "NOTSET",
+        "dilations": None,
+        "group": 1,
+        "kernel_shape": None,
+        "pads": None,
+        "strides": None,
+    },
+)
+
+
+def _qmatmul_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    from .nn import matmul_shape
+
+    return [TensorType(matmul_shape(types[0].shape, types[3].shape), types[7].dtype)]
+
+
+def qlinear_matmul(attrs: dict[str, Any], a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
+    # a's parameters may be per row (a column vector), b's per column (a row vector)
+    acc = np.matmul(a.astype(np.float64) - _rows(a_zero), b.astype(np.float64) - _cols(b_zero))
+    scale = _rows(a_scale).astype(np.float32) * _cols(b_scale).astype(np.float32)
+    return _requantize(acc, scale, y_scale, y_zero)
+
+
+def _rows(p: Any) -> np.ndarray:
+    p = np.asarray(0.0 if p is None else p, np.float64)
+    return p.reshape(-1, 1) if p.size > 1 else p.reshape(())
+
+
+def _cols(p: Any) -> np.ndarray:
+    p = np.asarray(0.0 if p is None else p, np.float64)
+    return p.reshape(-1) if p.size > 1 else p.reshape(())
+
+
+register("QLinearMatMul", Pattern.OPAQUE, _qmatmul_type, qlinear_matmul, inputs=(8, 8))

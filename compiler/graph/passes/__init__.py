@@ -1,0 +1,45 @@
+"""Graph passes, each a pure function Graph -> Graph, and the default pipeline."""
+
+from __future__ import annotations
+
+from ..ir import Graph
+from .alter_layout import alter_layout
+from .eliminate_dead_code import eliminate_dead_code
+from .fold_batch_norm import fold_batch_norm
+from .fold_constants import fold_constants
+from .fuse_ops import FusedGroup, fuse_ops, group_order
+from .plan_memory import MemoryPlan, Slot, plan_memory
+
+PIPELINE = [
+    fold_constants,  # weights transformed by constant subgraphs become plain constants
+    fold_batch_norm,  # inference batch norm disappears into the preceding Conv's weights
+    eliminate_dead_code,  # drops the parameters and nodes the folds left unused
+    fuse_ops,  # groups nodes into kernels by pattern kind
+    plan_memory,  # arena offsets for the tensors that cross kernel boundaries
+]
+
+
+def optimize(graph: Graph, layout_block: int | None = None) -> Graph:
+    """Run PIPELINE in order; with `layout_block`, convolutions move to NCHW[block]c
+    (alter_layout, after the folds and before fusion, as TVM's AlterOpLayout)."""
+    for graph_pass in PIPELINE:
+        if graph_pass is fuse_ops and layout_block is not None:
+            graph = alter_layout(graph, layout_block)
+        graph = graph_pass(graph)
+    return graph
+
+
+__all__ = [
+    "PIPELINE",
+    "alter_layout",
+    "FusedGroup",
+    "MemoryPlan",
+    "Slot",
+    "eliminate_dead_code",
+    "fold_batch_norm",
+    "fold_constants",
+    "fuse_ops",
+    "group_order",
+    "optimize",
+    "plan_memory",
+]

@@ -1,0 +1,147 @@
+"""Import errors: unsupported ops listed at once, malformed files named, static-shape needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tensorforge.compiler.frontend import (
+    OnnxImportError,
+    UnsupportedOpError,
+    from_onnx,
+    from_torch,
+)
+from tensorforge.compiler.frontend.onnx_builders import IR_VERSION, OnnxModelBuilder, mlp
+from tensorforge.compiler.graph import run_graph
+
+
+def _model(nodes: list, opset: int = 17, shape: list | None = None) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape or [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION
+    )
+
+
+def test_all_unsupported_ops_are_listed_in_one_error() -> None:
+    nodes = [
+        helper.make_node("Hardmax", ["x"], ["a"], name="first_bad"),
+        helper.make_node("Relu", ["a"], ["b"], name="fine"),
+        # a broken node that conversion would trip over: the listing must come first
+        helper.make_node("Reshape", ["b", "missing_shape"], ["c"], name="broken"),
+        helper.make_node("Det", ["c"], ["d"], name="second_bad"),
+        helper.make_node("MyOp", ["d"], ["y"], name="custom", domain="com.example"),
+    ]
+    with pytest.raises(UnsupportedOpError) as info:
+        from_onnx(_model(nodes))
+    message = str(info.value)
+    assert "<ModelProto> uses 3 unsupported op(s)" in message
+    assert "Hardmax (node 'first_bad', opset 17)" in message
+    assert "Det (node 'second_bad', opset 17)" in message
+    assert "com.example.MyOp (node 'custom', opset None)" in message
+    assert [item[0] for item in info.value.items] == ["Hardmax", "Det", "com.example.MyOp"]
+
+
+def test_unsupported_variant_of_a_supported_op_is_listed() -> None:
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="pool", kernel_shape=[1])
+    with pytest.raises(UnsupportedOpError, match=r"MaxPool with Indices output \(node 'pool'"):
+        from_onnx(_model([node]))
+
+
+def test_malformed_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"\x08\x07this is not a protobuf \xff\xff\xff")
+    with pytest.raises(OnnxImportError) as info:
+        from_onnx(path)
+    assert str(info.value).startswith(f"{path}: is not a valid ONNX model: protobuf parse failed")
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_empty_and_missing_files_get_clear_errors(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(
+        OnnxImportError, match=r"empty.onnx: is not a valid ONNX model: the file is empty"
+    ):
+        from_onnx(empty)
+    with pytest.raises(OnnxImportError, match=r"nope.onnx: cannot read the ONNX file"):
+        from_onnx(tmp_path / "nope.onnx")
+
+
+def test_truncated_model_file_is_rejected(tmp_path: Path) -> None:
+    data = mlp().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 3])
+    with pytest.raises(OnnxImportError, match=r"cut.onnx: is not a valid ONNX model"):
+        from_onnx(path)
+
+
+def test_model_file_round_trip(tmp_path: Path) -> None:
+    model = mlp()
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, path)
+    x = np.ones((2, 64), np.float32)
+    assert np.array_equal(
+        run_graph(from_onnx(path), {"x": x})[model.graph.output[0].name],
+        run_graph(from_onnx(model), {"x": x})[model.graph.output[0].name],
+    )
+
+
+def test_old_opset_is_rejected_with_the_range() -> None:
+    node = helper.make_node("Relu", ["x"], ["y"])
+    with pytest.raises(
+        OnnxImportError, match=r"opset of the default domain must be 13 to 21, not 11"
+    ):
+        from_onnx(_model([node], opset=11))
+
+
+def test_symbolic_dims_need_input_shapes() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], shape=["batch", 3])
+    with pytest.raises(OnnxImportError, match=r"input 'x' must have static dims, not 'batch'"):
+        from_onnx(model)
+    graph = from_onnx(model, input_shapes={"x": (4, 3)})
+    assert graph.types["y"].shape == (4, 3)
+
+
+def test_shape_mismatch_with_declared_output_is_reported() -> None:
+    b = OnnxModelBuilder("bad")
+    x = b.input("x", (2, 3))
+    y = b.op("Relu", [x])
+    graph = helper.make_graph(
+        b.nodes, "bad", b.inputs, [helper.make_tensor_value_info(y, TensorProto.FLOAT, [3, 2])]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(
+        OnnxImportError, match=r"must have the declared shape \(3, 2\), not the inferred \(2, 3\)"
+    ):
+        from_onnx(model)
+
+
+def test_node_errors_name_the_node() -> None:
+    nodes = [helper.make_node("Concat", ["x", "x"], ["y"], name="cat")]  # axis is required
+    with pytest.raises(
+        OnnxImportError, match=r"attribute 'axis' of Concat must be given \(node 'cat'\)"
+    ):
+        from_onnx(_model(nodes))
+
+
+def test_node_reading_an_undefined_value_names_file_and_node(tmp_path: Path) -> None:
+    model = _model([helper.make_node("Add", ["x", "ghost"], ["y"], name="adder")])
+    path = tmp_path / "dangling.onnx"
+    onnx.save(model, path)
+    with pytest.raises(OnnxImportError) as info:
+        from_onnx(path)
+    assert str(info.value) == f"{path}: input of node 'adder' must be defined, not 'ghost'"
+
+
+def test_from_torch_says_it_is_not_built() -> None:
+    with pytest.raises(NotImplementedError, match="from_torch is not built yet"):
+        from_torch(object(), ())

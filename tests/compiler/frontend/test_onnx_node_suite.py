@@ -1,0 +1,128 @@
+"""The ONNX backend node tests shipped in the onnx package, through import + reference executor.
+
+The onnx wheel ships the test generators (onnx.backend.test.case.node), not the data files, so
+the cases are generated once per session (about 4 s). Integer inputs that decide shapes (Reshape's
+shape, Slice's starts, ...) are bound as constants, since the graph layer's shapes are static.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections import Counter
+
+import numpy as np
+import onnx
+import pytest
+
+from tensorforge.compiler.frontend import UnsupportedDtypeError, UnsupportedOpError, from_onnx
+from tensorforge.compiler.graph import run_graph
+
+ISSUE_OPS = (
+    "Conv ConvTranspose Gemm MatMul BatchNormalization Relu LeakyRelu Sigmoid Tanh Gelu Erf "
+    "HardSwish Clip Add Sub Mul Div Pow Sqrt Exp Log Softmax LayerNormalization MaxPool "
+    "AveragePool GlobalAveragePool Reshape Flatten Transpose Concat Split Slice Gather Squeeze "
+    "Unsqueeze Expand Pad Shape ReduceMean ReduceSum ReduceMax Cast Where Constant "
+    "QuantizeLinear DequantizeLinear QLinearConv QLinearMatMul"
+).split()
+# further ops the importer supports (common in exported models)
+EXTRA_OPS = "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool".split()
+SUPPORTED = ISSUE_OPS + EXTRA_OPS
+
+
+@functools.cache
+def _cases() -> dict[str, list]:
+    from onnx.backend.test.case import node
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = node.collect_testcases()
+    by_op: dict[str, list] = {}
+    for case in cases:
+        if "_expanded" in case.name:  # function-expanded variants test other ops
+            continue
+        by_op.setdefault(case.model.graph.node[0].op_type, []).append(case)
+    return by_op
+
+
+def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Models written at an opset below 13 move to 13 when the op's definition is unchanged;
+    None when it changed (the case tests an opset the importer does not support)."""
+    op = model.graph.node[0].op_type
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version < 13:
+            if onnx.defs.get_schema(op, 13).since_version > imp.version:
+                return None
+            imp.version = 13
+    return model
+
+
+def _shape_inputs(model: onnx.ModelProto, inputs: list) -> dict[str, np.ndarray]:
+    names = [v.name for v in model.graph.input]
+    later = {name for node in model.graph.node for name in node.input[1:]}
+    return {
+        n: v
+        for n, v in zip(names, inputs, strict=False)
+        if n in later and isinstance(v, np.ndarray) and v.dtype == np.int64
+    }
+
+
+def _array(value: object) -> object:
+    if isinstance(value, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(value)
+    return value
+
+
+def run_case(case) -> tuple[str, str]:
+    """('pass' | 'fail' | 'unsupported', detail) for one backend test case."""
+    ((inputs, expected),) = case.data_sets
+    inputs, expected = [_array(v) for v in inputs], [_array(v) for v in expected]
+    model = _lift_opset(case.model)
+    if model is None:
+        return "unsupported", "written for an opset below 13"
+    consts = _shape_inputs(model, list(inputs))
+    try:
+        graph = from_onnx(model, constant_inputs=consts)
+        names = [v.name for v in model.graph.input]
+        feed = {n: v for n, v in zip(names, inputs, strict=False) if n not in consts}
+        outputs = run_graph(graph, feed)
+    except (UnsupportedOpError, UnsupportedDtypeError) as exc:
+        return "unsupported", str(exc).splitlines()[0]
+    except Exception as exc:  # any other failure is a failing case, reported by name
+        return "fail", f"{type(exc).__name__}: {exc}"
+    for name, want in zip(graph.outputs, expected, strict=True):
+        got = outputs[name]
+        try:
+            assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
+            np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol)
+        except AssertionError as exc:
+            return "fail", f"output {name!r}: {str(exc).strip()[:300]}"
+    return "pass", ""
+
+
+@functools.cache
+def results(op: str) -> list[tuple[str, str, str]]:
+    """(case name, status, detail) of every backend case of `op`."""
+    return [(case.name, *run_case(case)) for case in _cases().get(op, [])]
+
+
+@pytest.mark.parametrize("op", SUPPORTED)
+def test_backend_node_cases_of_supported_op_pass(op: str) -> None:
+    cases = results(op)
+    failed = [f"{name}: {detail}" for name, status, detail in cases if status == "fail"]
+    assert not failed, "\n".join(failed)
+    assert any(status == "pass" for _, status, _ in cases), f"no case of {op} passes: {cases}"
+
+
+def test_backend_node_suite_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    counts = Counter(status for op in SUPPORTED for _, status, _ in results(op))
+    skipped_ops = sorted(set(_cases()) - set(SUPPORTED))
+    skipped = sum(len(_cases()[op]) for op in skipped_ops)
+    with capsys.disabled():
+        print(
+            f"\nONNX backend node tests: {counts['pass']} passed, {counts['fail']} failed, "
+            f"{counts['unsupported']} with unsupported dtypes/variants, over {len(SUPPORTED)} "
+            f"supported ops; {skipped} cases of {len(skipped_ops)} unsupported ops skipped"
+        )
+    assert counts["fail"] == 0
+    assert counts["pass"] >= 300
