@@ -1,4 +1,4 @@
-"""Model importers into the graph IR: ONNX now; PyTorch (via torch's ONNX export) is not built yet.
+"""Model importers into the graph IR: ONNX, and PyTorch through torch's own ONNX export.
 
 >>> from tensorforge.compiler.frontend import from_onnx  # doctest: +SKIP
 """
@@ -7,19 +7,13 @@ from __future__ import annotations
 
 from ..graph.registry import UnsupportedOpError
 from .onnx import OnnxImportError, UnsupportedDtypeError, from_onnx
-
-
-def from_torch(module: object, example_inputs: object) -> object:
-    """Import a PyTorch module: not built yet (torch is not installed here)."""
-    raise NotImplementedError(
-        "from_torch is not built yet: export the module with torch.onnx.export and use from_onnx"
-    )
-
+from .torch import export_onnx, from_torch
 
 __all__ = [
     "OnnxImportError",
     "UnsupportedDtypeError",
     "UnsupportedOpError",
+    "export_onnx",
     "from_onnx",
     "from_torch",
 ]

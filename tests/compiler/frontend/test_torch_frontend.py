@@ -1,0 +1,82 @@
+"""PyTorch frontend: torch modules through torch's ONNX export and our importer, vs torch itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorforge.compiler.frontend import from_torch
+from tensorforge.compiler.frontend import torch as torch_frontend
+from tensorforge.compiler.graph import run_graph
+from tensorforge.compiler.graph.passes import optimize
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra: pip install '.[torch]'")
+
+
+def _check(module, *shapes, rtol=1e-4, atol=1e-5):
+    torch.manual_seed(0)
+    inputs = tuple(torch.randn(*s) for s in shapes)
+    module = module.eval()
+    with torch.no_grad():
+        want = module(*inputs).numpy()
+    graph = optimize(from_torch(module, inputs))
+    feeds = {name: x.numpy() for name, x in zip(graph.inputs, inputs, strict=True)}
+    got = run_graph(graph, feeds)[graph.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    return graph
+
+
+def test_small_cnn_matches_torch():
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32, 10),
+    )
+    with torch.no_grad():  # non-trivial batch-norm statistics, so the BN fold is exercised
+        net[1].running_mean.uniform_(-0.5, 0.5)
+        net[1].running_var.uniform_(0.5, 2.0)
+    graph = _check(net, (2, 3, 16, 16))
+    assert not any(n.op == "BatchNormalization" for n in graph.nodes)
+
+
+def test_mlp_with_gelu_and_softmax_matches_torch():
+    net = torch.nn.Sequential(
+        torch.nn.Linear(20, 64), torch.nn.GELU(), torch.nn.Linear(64, 7), torch.nn.Softmax(-1)
+    )
+    _check(net, (3, 20))
+
+
+def test_transformer_encoder_layer_matches_torch():
+    layer = torch.nn.TransformerEncoderLayer(
+        d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True
+    )
+    _check(layer, (1, 8, 32), atol=1e-4)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="module must be a torch.nn.Module, not int"):
+        from_torch(3, (torch.zeros(1),))
+    with pytest.raises(TypeError, match=r"example_inputs\[0\] must be a torch.Tensor, not list"):
+        from_torch(torch.nn.ReLU(), ([1.0],))
+
+
+def test_missing_torch_says_how_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name == "torch":
+            raise ImportError("no torch here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    with pytest.raises(ImportError, match=r"pip install 'tensorforge\[torch\]'"):
+        torch_frontend._import_torch()
