@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -27,7 +28,10 @@ def test_graph_user_guide_example_runs(capsys: pytest.CaptureFixture[str]) -> No
     guide = Path(__file__).parents[3] / "docs" / "graph.md"
     blocks = re.findall(r"```python\n(.*?)```", guide.read_text(), re.S)
     assert blocks
+    has_torch = importlib.util.find_spec("torch") is not None
     for code in blocks:
+        if "import torch" in code and not has_torch:
+            continue  # the optional PyTorch example; the torch frontend's tests say they skip
         exec(compile(code, str(guide), "exec"), {})
     out = capsys.readouterr().out
     assert out.startswith("graph small_cnn(%x: float32[1, 3, 32, 32]) {")
