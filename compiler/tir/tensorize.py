@@ -70,7 +70,7 @@ def tensorize_stmt(
     ins: list[BufferRegion] = []
     for load, formal in zip(loads, intrin.inputs, strict=True):
         region = region_of(load, mapping, relax)
-        if region.extents != formal.shape:
+        if not _fits(region.extents, formal.shape):
             raise _error(
                 info,
                 intrin,
@@ -79,7 +79,7 @@ def tensorize_stmt(
             )
         ins.append(region)
     out = out_region(relax)
-    if out.extents != intrin.op.shape:
+    if not _fits(out.extents, intrin.op.shape):
         raise _error(
             info,
             intrin,
@@ -97,6 +97,16 @@ def tensorize_stmt(
             "reduction loops outside the axis need the intrinsic to return (body, reset, update)",
         )
     return lowered
+
+
+def _fits(extents: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """A tile matches an intrinsic operand of ``shape``: equal, or leading unit dimensions
+    followed by ``shape`` (a tile of a blocked, higher-rank tensor; the lowering indexes the
+    trailing dimensions)."""
+    lead = len(extents) - len(shape)
+    return (
+        lead >= 0 and tuple(extents[lead:]) == tuple(shape) and all(e == 1 for e in extents[:lead])
+    )
 
 
 def _mentions(expr: Expr, variables: set[Var]) -> bool:

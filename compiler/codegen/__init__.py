@@ -1,0 +1,1 @@
+"""Code generators: loop IR to LLVM (CPU) and to VTA program images."""

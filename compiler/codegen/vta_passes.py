@@ -1,0 +1,437 @@
+"""Passes over the accelerator's tile program and instruction stream (pure functions).
+
+Pipeline order (``vta.generate_program`` runs them):
+1. ``inject_virtual_threads``: replicate per-thread buffers and interleave the threads' tiles.
+2. ``fold_uop_loops``: drop unit loops, fuse contiguous ones, keep at most two (the GEMM/ALU
+   ``iter_out``/``iter_in`` fields) and unroll the rest into micro-ops.
+3. ``check_sram_capacity``: every buffer fits its SRAM, every access stays inside its buffer.
+4. ``dedupe_uop_kernels``: one copy of each distinct micro-op kernel in the micro-op blob.
+5. ``insert_dependency_tokens``: push/pop flags for every cross-stage hazard.
+6. ``verify_tokens``: the stream runs to FINISH with balanced tokens (no deadlock).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ...hw.config import HWConfig
+from ...hw.isa import LOOP_ITER_WIDTH, FinishInsn, Insn, Stage, Uop, describe, stage_of
+from ..tir.stmt import LoweringError
+from .vta_tile import (
+    SCOPES,
+    Alloc,
+    Alu,
+    Gemm,
+    Load,
+    Loop,
+    Stmt,
+    Store,
+    Tile,
+    TileProgram,
+    memory_scopes,
+)
+
+MAX_LOOPS = 2  # the GEMM/ALU instruction has two loop levels around its micro-ops
+MAX_ITER = (1 << LOOP_ITER_WIDTH) - 1
+
+
+# ---- 1. virtual threads --------------------------------------------------------------------
+
+
+def thread_buffer(name: str, thread: int) -> str:
+    """The name of thread ``thread``'s copy of buffer ``name``."""
+    return f"{name}@{thread}"
+
+
+def inject_virtual_threads(prog: TileProgram) -> TileProgram:
+    """Give each virtual thread its own copy of every non-shared buffer; interleave the threads.
+
+    Tile ``i`` belongs to thread ``i % n``. The threads' streams are merged phase by phase
+    (phase 0 of each thread's tile, then phase 1 of each, ...), so the load stage fills one
+    thread's buffers for the next reduction chunk while the compute stage works on the other's.
+
+    Before (n=2): ``alloc inp; tile 0: [LOAD -> inp; GEMM]; tile 1: [LOAD -> inp; GEMM]``.
+    After: ``alloc inp@0, inp@1; tile 0: [LOAD -> inp@0; GEMM] [LOAD -> inp@1; GEMM]``.
+    """
+    n = prog.vthreads
+    if n < 1:
+        raise LoweringError(f"vthreads must be >= 1, not {n!r} (tile program {prog.name!r})")
+    if n == 1:
+        return replace(prog, tiles=tuple(_interleave([tile]) for tile in prog.tiles))
+    private = {a.name for a in prog.allocs if not a.shared}
+    allocs: list[Alloc] = []
+    for a in prog.allocs:
+        copies = range(n) if a.name in private else (None,)
+        for t in copies:
+            allocs.append(a if t is None else replace(a, name=thread_buffer(a.name, t)))
+    renamed = [_rename(tile, private, i % n) for i, tile in enumerate(prog.tiles)]
+    groups = [renamed[i : i + n] for i in range(0, len(renamed), n)]
+    tiles = tuple(_interleave(group) for group in groups)
+    return replace(prog, allocs=tuple(allocs), tiles=tiles, vthreads=1)
+
+
+def _interleave(group: list[Tile]) -> Tile:
+    depth = max(len(tile) for tile in group)
+    return tuple(tile[p] for p in range(depth) for tile in group if p < len(tile))
+
+
+def _rename(tile: Tile, private: set[str], thread: int) -> Tile:
+    def new(name: str | None) -> str | None:
+        return thread_buffer(name, thread) if name in private else name
+
+    def one(s: Stmt) -> Stmt:
+        if isinstance(s, (Load, Store)):
+            return replace(s, buf=new(s.buf))
+        if isinstance(s, Gemm):
+            return replace(s, dst=new(s.dst), src=new(s.src), wgt=new(s.wgt))
+        return replace(s, dst=new(s.dst), src=new(s.src))
+
+    return tuple(tuple(one(s) for s in phase) for phase in tile)
+
+
+# ---- 2. micro-op loops ---------------------------------------------------------------------
+
+
+def fold_loops(
+    uops: tuple[Uop, ...], loops: tuple[Loop, ...]
+) -> tuple[tuple[Uop, ...], tuple[Loop, ...]]:
+    """Fit a micro-op nest into the instruction's two loop levels without changing its steps.
+
+    Unit loops are dropped; an outer loop whose steps equal the inner loop's steps times its
+    extent is fused with it; loops beyond the outer two are unrolled into the micro-ops.
+
+    Before: ``uops=[u], loops=[1, 4:d8, 8:d1]``. After: ``uops=[u], loops=[32:d1]``.
+    """
+    kept = [lp for lp in loops if lp.extent != 1]
+    fused: list[Loop] = []
+    for lp in kept:
+        if fused and _fusable(fused[-1], lp):
+            fused[-1] = Loop(fused[-1].extent * lp.extent, lp.dst, lp.src, lp.wgt)
+        else:
+            fused.append(lp)
+    hw, unrolled = fused[:MAX_LOOPS], fused[MAX_LOOPS:]
+    for lp in reversed(unrolled):
+        uops = tuple(
+            Uop(u.dst_idx + i * lp.dst, u.src_idx + i * lp.src, u.wgt_idx + i * lp.wgt)
+            for i in range(lp.extent)
+            for u in uops
+        )
+    for lp in hw:
+        if lp.extent > MAX_ITER:
+            raise LoweringError(
+                f"a micro-op loop extent must be at most {MAX_ITER} (iter_out/iter_in), "
+                f"not {lp.extent}: use a smaller tile"
+            )
+    return uops, tuple(hw)
+
+
+def _fusable(outer: Loop, inner: Loop) -> bool:
+    n = inner.extent
+    same = (outer.dst, outer.src, outer.wgt) == (inner.dst * n, inner.src * n, inner.wgt * n)
+    return same and outer.extent * n <= MAX_ITER
+
+
+def fold_uop_loops(prog: TileProgram) -> TileProgram:
+    """Apply ``fold_loops`` to every GEMM and ALU statement of the program."""
+
+    def fold(s: Stmt) -> Stmt:
+        if isinstance(s, (Gemm, Alu)):
+            uops, loops = fold_loops(s.uops, s.loops)
+            return replace(s, uops=uops, loops=loops)
+        return s
+
+    return replace(
+        prog,
+        prologue=tuple(fold(s) for s in prog.prologue),
+        tiles=tuple(tuple(tuple(fold(s) for s in ph) for ph in tile) for tile in prog.tiles),
+    )
+
+
+# ---- 3. capacities -------------------------------------------------------------------------
+
+
+def check_sram_capacity(prog: TileProgram, cfg: HWConfig) -> dict[str, int]:
+    """Place the buffers of each scope one after another; returns each buffer's base index.
+
+    Raises:
+        LoweringError: a scope's buffers overflow its SRAM (naming each buffer and its size),
+            or a statement addresses elements outside its buffer.
+    """
+    bases: dict[str, int] = {}
+    for scope in SCOPES:
+        mine = [a for a in prog.allocs if a.scope == scope]
+        total = sum(a.size for a in mine)
+        depth = memory_scopes(cfg)[scope].depth
+        if total > depth:
+            sizes = ", ".join(f"{a.name}: {a.size}" for a in mine)
+            raise LoweringError(
+                f"the {scope.upper()} buffer must hold at most {depth} elements on HWConfig "
+                f"{cfg.name!r}, not {total} ({sizes}) in tile program {prog.name!r}: "
+                "use smaller tiles or fewer virtual threads"
+            )
+        base = 0
+        for a in mine:
+            bases[a.name] = base
+            base += a.size
+    for s in prog.statements():
+        _check_bounds(prog, s)
+    return bases
+
+
+def _span(uops: tuple[Uop, ...], loops: tuple[Loop, ...], field: str, step: str) -> tuple[int, int]:
+    """(min, max) index a micro-op nest touches through ``field``."""
+    base = [getattr(u, field) for u in uops]
+    lo, hi = min(base), max(base)
+    for lp in loops:
+        d = getattr(lp, step) * (lp.extent - 1)
+        lo, hi = lo + min(d, 0), hi + max(d, 0)
+    return lo, hi
+
+
+def _check_bounds(prog: TileProgram, s: Stmt) -> None:
+    spans: list[tuple[str, int, int]] = []
+    if isinstance(s, Load):
+        spans.append((s.buf, s.sram_offset, s.sram_offset + s.footprint - 1))
+    elif isinstance(s, Store):
+        spans.append((s.buf, s.sram_offset, s.sram_offset + s.y_size * s.x_size - 1))
+    else:
+        spans.append((s.dst, *_span(s.uops, s.loops, "dst_idx", "dst")))
+        if isinstance(s, Gemm) and not s.reset:
+            spans.append((s.src, *_span(s.uops, s.loops, "src_idx", "src")))
+            spans.append((s.wgt, *_span(s.uops, s.loops, "wgt_idx", "wgt")))
+        elif isinstance(s, Alu) and s.src is not None:
+            spans.append((s.src, *_span(s.uops, s.loops, "src_idx", "src")))
+    for name, lo, hi in spans:
+        size = prog.alloc(name).size
+        if lo < 0 or hi >= size:
+            raise LoweringError(
+                f"statement `{_fmt(s)}` must address buffer {name!r} within [0, {size}), "
+                f"not [{lo}, {hi + 1}) (tile program {prog.name!r})"
+            )
+
+
+def _fmt(s: Stmt) -> str:
+    from .vta_tile import format_stmt
+
+    return format_stmt(s)
+
+
+# ---- 4. micro-op kernels -------------------------------------------------------------------
+
+
+def dedupe_uop_kernels(
+    kernels: Sequence[tuple[Uop, ...]], cfg: HWConfig
+) -> tuple[list[Uop], list[int]]:
+    """Lay out micro-op kernels in one blob, storing each distinct kernel once.
+
+    Returns the blob's micro-ops and each kernel's offset in it.
+
+    Raises:
+        LoweringError: the distinct kernels do not fit the micro-op buffer.
+    """
+    blob: list[Uop] = []
+    where: dict[tuple[Uop, ...], int] = {}
+    offsets = []
+    for k in kernels:
+        if k not in where:
+            where[k] = len(blob)
+            blob.extend(k)
+        offsets.append(where[k])
+    if len(blob) > cfg.uop_depth:
+        raise LoweringError(
+            f"the UOP buffer must hold at most {cfg.uop_depth} micro-ops on HWConfig "
+            f"{cfg.name!r}, not {len(blob)} ({len(where)} distinct kernels): use smaller tiles, "
+            "non-resident weights or fewer virtual threads"
+        )
+    return blob, offsets
+
+
+# ---- 5. dependency tokens ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """One instruction with the buffers it reads and writes (for hazard detection)."""
+
+    insn: Insn
+    reloc: str | None = None
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+
+
+# (producer, consumer) -> (producer's push flag, consumer's pop flag)
+_LINKS = {
+    (Stage.LOAD, Stage.COMPUTE): ("push_next", "pop_prev"),
+    (Stage.COMPUTE, Stage.LOAD): ("push_prev", "pop_next"),
+    (Stage.COMPUTE, Stage.STORE): ("push_next", "pop_prev"),
+    (Stage.STORE, Stage.COMPUTE): ("push_prev", "pop_next"),
+}
+
+
+def insert_dependency_tokens(stream: Sequence[Emitted]) -> list[Emitted]:
+    """Set push/pop flags so every cross-stage hazard waits; append FINISH after everything.
+
+    Each instruction waits for the latest earlier instruction of another stage that wrote what
+    it reads or writes (RAW, WAW) or read what it writes (WAR). A wait is a token pushed by that
+    producer itself, so that unrelated work of its stage is not waited for; a wait already
+    implied by an earlier token (the stages' knowledge is tracked as vector clocks) is skipped.
+    Then every token is popped exactly once, and pushes and pops pair up in queue order: an
+    unskipped producer is later than every earlier push of its queue, whose consumers it would
+    otherwise be known to.
+
+    Before: ``LOAD INP -> inp; GEMM reads inp``.
+    After: ``LOAD INP (push_next); GEMM (pop_prev); FINISH (pop_prev)``.
+
+    Raises:
+        LoweringError: a hazard between the load and store stages, which share no token queue.
+    """
+    out = list(stream) + [Emitted(FinishInsn())]
+    stages = [stage_of(e.insn) for e in out]
+    know: dict[Stage, dict[Stage, int]] = {s: {} for s in Stage}
+    know_at: list[dict[Stage, int]] = []
+    last_in: dict[Stage, int] = {}
+    writer: dict[str, int] = {}
+    readers: dict[str, dict[Stage, int]] = {}
+    for i, e in enumerate(out):
+        stage = stages[i]
+        needs = _hazards(e, stage, stages, writer, readers, last_in, i)
+        for producer, pos in needs.items():
+            if know[stage].get(producer, -1) >= pos:
+                continue
+            _link(out, stages, i, producer, pos)
+            for s, q in know_at[pos].items():
+                know[stage][s] = max(know[stage].get(s, -1), q)
+        for b in e.reads:
+            readers.setdefault(b, {})[stage] = i
+        for b in e.writes:
+            writer[b] = i
+            readers[b] = {}
+        last_in[stage] = i
+        know[stage][stage] = i
+        know_at.append(dict(know[stage]))
+    return out
+
+
+def _hazards(
+    e: Emitted,
+    stage: Stage,
+    stages: list[Stage],
+    writer: dict[str, int],
+    readers: dict[str, dict[Stage, int]],
+    last_in: dict[Stage, int],
+    i: int,
+) -> dict[Stage, int]:
+    """Producer stage -> the latest instruction of it this one must wait for."""
+    needs: dict[Stage, int] = {}
+
+    def need(pos: int) -> None:
+        s = stages[pos]
+        if s != stage:
+            needs[s] = max(needs.get(s, -1), pos)
+
+    if isinstance(e.insn, FinishInsn):
+        for s in (Stage.LOAD, Stage.STORE):
+            if s in last_in:
+                need(last_in[s])
+        return needs
+    for b in (*e.reads, *e.writes):
+        if b in writer:
+            need(writer[b])
+    for b in e.writes:
+        for pos in readers.get(b, {}).values():
+            need(pos)
+    for s in needs:
+        if (s, stage) not in _LINKS:
+            raise LoweringError(
+                f"instruction {i} ({describe(e.insn)}) depends on the {s.name.lower()} stage, "
+                f"but the {stage.name.lower()} and {s.name.lower()} stages share no token "
+                "queue: route the dependency through the compute stage"
+            )
+    return needs
+
+
+def _link(out: list[Emitted], stages: list[Stage], i: int, producer: Stage, p: int) -> None:
+    """Producer instruction ``p`` pushes a token that instruction ``i`` pops."""
+    push, pop = _LINKS[(producer, stages[i])]
+    assert not getattr(out[p].insn, push), f"instruction {p} already pushes {push}"
+    out[p] = dataclasses.replace(out[p], insn=replace(out[p].insn, **{push: True}))
+    out[i] = dataclasses.replace(out[i], insn=replace(out[i].insn, **{pop: True}))
+
+
+# ---- 6. token verification -----------------------------------------------------------------
+
+_POPS = {
+    Stage.LOAD: {"pop_next": "g2l"},
+    Stage.COMPUTE: {"pop_prev": "l2g", "pop_next": "s2g"},
+    Stage.STORE: {"pop_prev": "g2s"},
+}
+_PUSHES = {
+    Stage.LOAD: {"push_next": "l2g"},
+    Stage.COMPUTE: {"push_prev": "g2l", "push_next": "g2s"},
+    Stage.STORE: {"push_prev": "s2g"},
+}
+
+
+def verify_tokens(insns: Sequence[Insn], cfg: HWConfig, name: str = "program") -> None:
+    """Run the token protocol abstractly (no data): reject deadlocks and unbalanced tokens.
+
+    Models fetch into bounded per-stage queues (``insn_queue_depth``) and bounded token queues
+    (``dep_queue_depth``), as the hardware has them.
+
+    Raises:
+        LoweringError: naming the stuck instructions, or the tokens left over at FINISH.
+    """
+    if not insns or not isinstance(insns[-1], FinishInsn):
+        raise LoweringError(f"{name}: the instruction stream must end with FINISH")
+    queues: dict[Stage, deque[int]] = {s: deque() for s in Stage}
+    tokens = {"l2g": 0, "g2l": 0, "g2s": 0, "s2g": 0}
+    fetched, done = 0, 0
+    while done < len(insns):
+        moved = False
+        while fetched < len(insns):
+            st = stage_of(insns[fetched])
+            if len(queues[st]) >= cfg.insn_queue_depth:
+                break
+            queues[st].append(fetched)
+            fetched, moved = fetched + 1, True
+        for st in (Stage.COMPUTE, Stage.LOAD, Stage.STORE):
+            while queues[st] and _ready(insns[queues[st][0]], st, tokens, cfg):
+                insn = insns[queues[st].popleft()]
+                for flag, q in _POPS[st].items():
+                    tokens[q] -= bool(getattr(insn, flag))
+                for flag, q in _PUSHES[st].items():
+                    tokens[q] += bool(getattr(insn, flag))
+                done, moved = done + 1, True
+                if isinstance(insn, FinishInsn):
+                    _check_finish(name, done, len(insns), tokens)
+                    return
+        if not moved:
+            heads = [
+                f"{st.name.lower()} stage at instruction {q[0]} ({describe(insns[q[0]])})"
+                for st, q in queues.items()
+                if q
+            ]
+            raise LoweringError(
+                f"{name}: the dependency tokens deadlock after {done} of {len(insns)} "
+                f"instructions; waiting: {'; '.join(heads)}"
+            )
+
+
+def _ready(insn: Insn, st: Stage, tokens: dict[str, int], cfg: HWConfig) -> bool:
+    pops_ok = all(tokens[q] > 0 for f, q in _POPS[st].items() if getattr(insn, f))
+    room = all(tokens[q] < cfg.dep_queue_depth for f, q in _PUSHES[st].items() if getattr(insn, f))
+    return pops_ok and room
+
+
+def _check_finish(name: str, done: int, total: int, tokens: dict[str, int]) -> None:
+    if done != total:
+        raise LoweringError(
+            f"{name}: FINISH can run after {done - 1} of {total - 1} instructions; it must "
+            "wait for the others with dependency tokens"
+        )
+    left = {q: n for q, n in tokens.items() if n}
+    if left:
+        raise LoweringError(f"{name}: FINISH must leave no tokens behind, not {left}")

@@ -1,0 +1,215 @@
+"""Conv2d/dense workloads for the accelerator, their schedule knobs, and the default chooser.
+
+A workload is a quantized conv2d in blocked units (dense is the 1x1 conv of an Nx K x 1 x 1
+input). A schedule tiles its output: ``tile_n`` batch blocks x ``tile_oc`` output-channel blocks
+x ``tile_h`` output rows (all columns) per tile, the reduction in chunks of ``tile_ic``
+input-channel blocks, over ``vthreads`` virtual threads; weights are either resident (loaded once)
+or loaded per chunk. ``default_schedule`` picks the fitting schedule with the least modelled DRAM
+traffic and instruction overhead.
+
+Example:
+    >>> from tensorforge.hw.config import HWConfig
+    >>> wl = Conv2dWorkload(n=1, ic=64, h=14, w=14, oc=64, kh=3, kw=3, pad_h=1, pad_w=1)
+    >>> s = default_schedule(HWConfig.preset("pynq"), wl, vthreads=2)
+    >>> s.vthreads, s.fits(HWConfig.preset("pynq"), wl)
+    (2, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ....hw.config import HWConfig
+from ...codegen.vta_passes import MAX_ITER
+from ...codegen.vta_tile import memory_scopes
+from ...schedule.primitives import ScheduleError
+from .layout import blocks
+
+MAX_PAD = 15  # the LOAD pad fields are 4 bits
+MAX_XFER = (1 << 16) - 1  # y_size / x_size / x_stride are 16 bits
+
+
+@dataclass(frozen=True)
+class Conv2dWorkload:
+    """A conv2d's shape: data (n, ic, h, w), weights (oc, ic, kh, kw), stride and zero padding."""
+
+    n: int
+    ic: int
+    h: int
+    w: int
+    oc: int
+    kh: int
+    kw: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"conv2d {name} must be >= 1, not {getattr(self, name)!r}")
+        for name in ("pad_h", "pad_w"):
+            pad = getattr(self, name)
+            if not 0 <= pad <= MAX_PAD:
+                raise ValueError(
+                    f"conv2d {name} must be in [0, {MAX_PAD}] (the LOAD pad fields), not {pad!r}"
+                )
+        if self.oh < 1 or self.ow < 1:
+            raise ValueError(f"conv2d output must be non-empty, not {self.oh}x{self.ow} ({self})")
+
+    @property
+    def oh(self) -> int:
+        return (self.h + 2 * self.pad_h - self.kh) // self.stride_h + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + 2 * self.pad_w - self.kw) // self.stride_w + 1
+
+    @property
+    def wp(self) -> int:
+        """Columns of an input tile in INP: the padded width."""
+        return self.w + 2 * self.pad_w
+
+    def rows_in(self, tile_h: int) -> int:
+        """Input rows (padding included) that ``tile_h`` output rows read."""
+        return (tile_h - 1) * self.stride_h + self.kh
+
+    def blocked(self, cfg: HWConfig) -> tuple[int, int, int]:
+        """(batch blocks, input-channel blocks, output-channel blocks) for ``cfg``."""
+        return (
+            blocks(self.n, cfg.batch),
+            blocks(self.ic, cfg.block_in),
+            blocks(self.oc, cfg.block_out),
+        )
+
+
+@dataclass(frozen=True)
+class Conv2dSchedule:
+    """The schedule knobs (what a tuner would search); see the module docstring."""
+
+    tile_n: int = 1
+    tile_h: int = 1
+    tile_oc: int = 1
+    tile_ic: int = 1
+    vthreads: int = 1
+    resident_weights: bool = False
+
+    def check(self, cfg: HWConfig, wl: Conv2dWorkload) -> None:
+        """Raise ScheduleError naming the knob when a tile does not divide its dimension."""
+        nb, icb, ocb = wl.blocked(cfg)
+        for knob, value, dim, what in (
+            ("tile_n", self.tile_n, nb, "batch blocks"),
+            ("tile_h", self.tile_h, wl.oh, "output rows"),
+            ("tile_oc", self.tile_oc, ocb, "output-channel blocks"),
+            ("tile_ic", self.tile_ic, icb, "input-channel blocks"),
+        ):
+            if value < 1 or dim % value:
+                raise ScheduleError(
+                    f"{knob} must divide the {dim} {what} of the conv2d, not {value!r}"
+                )
+        if self.vthreads not in (1, 2):
+            raise ScheduleError(f"vthreads must be 1 or 2, not {self.vthreads!r}")
+        if self.tile_n > 1 and self.tile_h * wl.ow > 1:
+            raise ScheduleError(
+                f"tile_n must be 1 when a tile has more than one output pixel "
+                f"(tile_h={self.tile_h}, ow={wl.ow}), not {self.tile_n}"
+            )
+        if wl.rows_in(self.tile_h) - _top_pad(wl) <= 0:
+            raise ScheduleError(f"tile_h={self.tile_h} gives tiles made only of padding")
+
+    def footprint(self, cfg: HWConfig, wl: Conv2dWorkload, bias: bool = True) -> dict[str, int]:
+        """SRAM elements each scope needs, all virtual threads included, and micro-ops."""
+        nb, icb, ocb = wl.blocked(cfg)
+        vt, kk = self.vthreads, wl.kh * wl.kw
+        inp = vt * self.tile_n * self.tile_ic * wl.rows_in(self.tile_h) * wl.wp
+        acc = vt * self.tile_n * self.tile_oc * self.tile_h * wl.ow + (ocb if bias else 0)
+        kernel = self.tile_oc * self.tile_ic * kk
+        if self.resident_weights:
+            wgt = ocb * icb * kk
+            kernels = vt * (ocb // self.tile_oc) * (icb // self.tile_ic)
+        else:
+            wgt, kernels = vt * kernel, vt
+        return {"inp": inp, "wgt": wgt, "acc": acc, "uop": kernels * kernel + 8 * vt}
+
+    def fits(self, cfg: HWConfig, wl: Conv2dWorkload) -> bool:
+        """Whether the buffers (modelled by ``footprint``) fit every SRAM of ``cfg``."""
+        f = self.footprint(cfg, wl)
+        scopes = memory_scopes(cfg)
+        return all(f[k] <= scopes[k].depth for k in f) and _encodable(self, cfg, wl)
+
+
+def _top_pad(wl: Conv2dWorkload) -> int:
+    return wl.pad_h
+
+
+def _encodable(s: Conv2dSchedule, cfg: HWConfig, wl: Conv2dWorkload) -> bool:
+    """Field limits: loop extents, transfer sizes (merged copies are used only where they fit)."""
+    return (
+        s.tile_h <= MAX_ITER
+        and wl.ow <= MAX_ITER
+        and s.tile_h * wl.ow <= MAX_XFER
+        and wl.oh * wl.ow <= MAX_XFER  # the output row stride of a tile's store
+        and wl.w <= MAX_XFER
+    )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _cost(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> float:
+    """Modelled DRAM bytes plus a per-instruction overhead (in byte equivalents)."""
+    nb, icb, ocb = wl.blocked(cfg)
+    kk = wl.kh * wl.kw
+    n_tiles = (nb // s.tile_n) * (ocb // s.tile_oc) * (wl.oh // s.tile_h)
+    chunks = icb // s.tile_ic
+    oc_tiles = ocb // s.tile_oc
+    inp = oc_tiles * (wl.oh // s.tile_h) * nb * icb * wl.rows_in(s.tile_h) * wl.w
+    wgt = ocb * icb * kk if s.resident_weights else n_tiles // oc_tiles * ocb * icb * kk
+    insns = n_tiles * (chunks * (s.tile_n * s.tile_ic + 2) + 6)
+    return inp * cfg.inp_elem_bytes + wgt * cfg.wgt_elem_bytes + 256 * insns
+
+
+def candidate_schedules(cfg: HWConfig, wl: Conv2dWorkload, vthreads: int) -> list[Conv2dSchedule]:
+    """Every schedule with ``vthreads`` threads that passes ``check`` and fits the SRAMs."""
+    nb, icb, ocb = wl.blocked(cfg)
+    out = []
+    for tn in _divisors(nb):
+        for th in _divisors(wl.oh):
+            for toc in _divisors(ocb):
+                for tic in _divisors(icb):
+                    for res in (True, False):
+                        s = Conv2dSchedule(tn, th, toc, tic, vthreads, res)
+                        try:
+                            s.check(cfg, wl)
+                        except ScheduleError:
+                            continue
+                        if s.fits(cfg, wl):
+                            out.append(s)
+    return out
+
+
+def default_schedule(cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1) -> Conv2dSchedule:
+    """The fitting schedule with the least modelled cost.
+
+    With 2 virtual threads, at least two tiles are required (or the second thread idles).
+
+    Raises:
+        ScheduleError: no schedule fits the SRAMs of ``cfg``.
+    """
+    if vthreads not in (1, 2):
+        raise ScheduleError(f"vthreads must be 1 or 2, not {vthreads!r}")
+    cands = candidate_schedules(cfg, wl, vthreads)
+    if vthreads > 1:
+        nb, _, ocb = wl.blocked(cfg)
+        multi = [
+            s for s in cands if (nb // s.tile_n) * (ocb // s.tile_oc) * (wl.oh // s.tile_h) > 1
+        ]
+        cands = multi or cands
+    if not cands:
+        raise ScheduleError(
+            f"no tiling of {wl} fits the SRAMs of HWConfig {cfg.name!r} with {vthreads} "
+            "virtual thread(s)"
+        )
+    return min(cands, key=lambda s: (_cost(cfg, wl, s), -s.tile_h, -s.tile_oc))

@@ -1,0 +1,211 @@
+"""Compiled int8 conv2d on the simulators equals the numpy int8 reference, bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from tensorforge.compiler.schedule.primitives import ScheduleError
+from tensorforge.compiler.tir.stmt import LoweringError
+from tensorforge.compiler.topi.vta import (
+    Conv2dSchedule,
+    Conv2dWorkload,
+    candidate_schedules,
+    conv2d,
+    default_schedule,
+)
+from tensorforge.hw.config import HWConfig
+from tensorforge.runtime.device.vta import LoadedProgram, open_device
+from tensorforge.runtime.program import ProgramImage
+
+# ResNet-18 conv layers (vta_facts.md §6.1; benchmarks/sim.py): H=W, IC, OC, kernel, stride.
+RESNET = {
+    "C2": (56, 64, 64, 3, 1),
+    "C3": (56, 64, 64, 1, 1),
+    "C4": (56, 64, 128, 3, 2),
+    "C5": (56, 64, 128, 1, 2),
+    "C6": (28, 128, 128, 3, 1),
+    "C7": (28, 128, 256, 3, 2),
+    "C8": (28, 128, 256, 1, 2),
+    "C9": (14, 256, 256, 3, 1),
+    "C10": (14, 256, 512, 3, 2),
+    "C11": (14, 256, 512, 1, 2),
+    "C12": (7, 512, 512, 3, 1),
+}
+FAST_LAYERS = ("C9", "C12")
+
+
+def _operands(seed: int, data: tuple[int, ...], weight: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, data, dtype=np.int8)
+    w = rng.integers(-128, 128, weight, dtype=np.int8)
+    b = rng.integers(-(1 << 13), 1 << 13, weight[0], dtype=np.int32)
+    return x, w, b
+
+
+def _check(kern, x: np.ndarray, backend: str = "sim"):  # type: ignore[no-untyped-def]
+    out, result = kern.run(x, backend)
+    ref = kern.reference(x)
+    assert out.shape == ref.shape
+    assert np.array_equal(out, ref), f"{np.count_nonzero(out != ref)} of {ref.size} differ"
+    assert np.unique(ref).size > 2  # the check is not vacuous (not all clipped)
+    return result
+
+
+@pytest.mark.parametrize("config", ["pynq", "tiny"])
+@pytest.mark.parametrize("vthreads", [1, 2])
+@pytest.mark.parametrize("stride,padding", [(1, 1), (2, 1), (1, 0), (2, 2)])
+def test_conv2d_matches_reference(config: str, vthreads: int, stride: int, padding: int) -> None:
+    cfg = HWConfig.preset(config)
+    ic, oc = 2 * cfg.block_in, 2 * cfg.block_out
+    x, w, b = _operands(stride + padding, (1, ic, 9, 8), (oc, ic, 3, 3))
+    kern = conv2d(cfg, x.shape, w, b, stride=stride, padding=padding, shift=10, relu=stride == 2,
+                  vthreads=vthreads)  # fmt: skip
+    assert kern.schedule.vthreads == vthreads
+    _check(kern, x)
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_conv2d_pads_odd_channels_and_batch(vthreads: int) -> None:
+    cfg = HWConfig.preset("tiny")
+    x, w, b = _operands(11, (2, 5, 7, 6), (7, 5, 3, 2))  # channels not multiples of 4
+    kern = conv2d(cfg, x.shape, w, b, stride=(2, 1), padding=(1, 0), shift=9, vthreads=vthreads)
+    _check(kern, x)
+
+
+def test_every_fitting_conv2d_schedule_is_bit_exact() -> None:
+    cfg = HWConfig.preset("tiny")
+    x, w, b = _operands(12, (2, 8, 6, 6), (8, 8, 3, 3))
+    wl = Conv2dWorkload(2, 8, 6, 6, 8, 3, 3, pad_h=1, pad_w=1)
+    schedules = candidate_schedules(cfg, wl, 1) + candidate_schedules(cfg, wl, 2)
+    assert {s.resident_weights for s in schedules} == {True, False}
+    assert {s.tile_ic for s in schedules} == {1, 2} and len(schedules) > 40
+    for s in schedules:
+        kern = conv2d(cfg, x.shape, w, b, padding=1, shift=10, relu=True, schedule=s)
+        out, _ = kern.run(x)
+        assert np.array_equal(out, kern.reference(x)), s
+
+
+def _resnet_layer(name: str, cfg: HWConfig, vthreads: int):  # type: ignore[no-untyped-def]
+    h, ic, oc, k, s = RESNET[name]
+    x, w, b = _operands(int(name[1:]), (1, ic, h, h), (oc, ic, k, k))
+    kern = conv2d(cfg, x.shape, w, b // 16, stride=s, padding=k // 2, shift=11, relu=True,
+                  vthreads=vthreads)  # fmt: skip
+    return kern, x
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+@pytest.mark.parametrize("layer", FAST_LAYERS)
+def test_resnet18_layer_on_pynq(layer: str, vthreads: int) -> None:
+    kern, x = _resnet_layer(layer, HWConfig.preset("pynq"), vthreads)
+    _check(kern, x)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vthreads", [1, 2])
+@pytest.mark.parametrize("layer", [n for n in RESNET if n not in FAST_LAYERS])
+def test_resnet18_layer_on_pynq_all(layer: str, vthreads: int) -> None:
+    kern, x = _resnet_layer(layer, HWConfig.preset("pynq"), vthreads)
+    _check(kern, x)
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_resnet18_shaped_layer_on_tiny(vthreads: int) -> None:
+    # C9's structure (3x3, pad 1, stride 1) scaled to tiny's buffers.
+    cfg = HWConfig.preset("tiny")
+    x, w, b = _operands(9, (1, 16, 14, 14), (16, 16, 3, 3))
+    kern = conv2d(cfg, x.shape, w, b, padding=1, shift=11, vthreads=vthreads)
+    _check(kern, x)
+
+
+def test_two_virtual_threads_take_fewer_cycles_on_cyclesim() -> None:
+    cycles = {}
+    for vthreads in (1, 2):
+        kern, x = _resnet_layer("C9", HWConfig.preset("pynq"), vthreads)
+        cycles[vthreads] = _check(kern, x, "cyclesim").cycles
+    assert cycles[2] < 0.85 * cycles[1], cycles  # measured: 489k vs 682k
+
+
+def test_conv2d_rejects_a_schedule_that_overflows_an_sram() -> None:
+    cfg = HWConfig.preset("tiny")
+    x, w, b = _operands(1, (1, 4, 16, 16), (8, 4, 3, 3))
+    big = Conv2dSchedule(tile_h=16, tile_oc=2, tile_ic=1, vthreads=2)
+    with pytest.raises(LoweringError) as e:
+        conv2d(cfg, x.shape, w, b, padding=1, schedule=big)
+    assert str(e.value).startswith(
+        "the INP buffer must hold at most 256 elements on HWConfig 'tiny', not 648 "
+        "(inp@0: 324, inp@1: 324)"
+    )
+    x, w, b = _operands(1, (1, 4, 16, 16), (8, 4, 1, 1))
+    with pytest.raises(LoweringError, match=r"ACC buffer .* not 514 \(acc: 512, bias: 2\)"):
+        conv2d(cfg, x.shape, w, b, schedule=Conv2dSchedule(tile_h=16, tile_oc=2))
+
+
+def test_default_schedule_fits_where_the_largest_tiles_do_not() -> None:
+    cfg = HWConfig.preset("tiny")
+    wl = Conv2dWorkload(1, 4, 16, 16, 8, 3, 3, pad_h=1, pad_w=1)
+    assert not Conv2dSchedule(tile_h=16, tile_oc=2, tile_ic=1, vthreads=2).fits(cfg, wl)
+    s = default_schedule(cfg, wl, 2)
+    assert s.fits(cfg, wl) and s.vthreads == 2
+    x, w, b = _operands(3, (1, 4, 16, 16), (8, 4, 3, 3))
+    _check(conv2d(cfg, x.shape, w, b, padding=1, shift=10, schedule=s), x)
+
+
+def test_conv2d_rejects_knobs_that_do_not_tile_the_workload() -> None:
+    cfg = HWConfig.preset("tiny")
+    x, w, b = _operands(1, (1, 4, 6, 6), (4, 4, 3, 3))
+    with pytest.raises(ScheduleError, match="tile_h must divide the 6 output rows .*not 4"):
+        conv2d(cfg, x.shape, w, b, padding=1, schedule=Conv2dSchedule(tile_h=4))
+    with pytest.raises(ScheduleError, match="vthreads must be 1 or 2, not 3"):
+        conv2d(cfg, x.shape, w, b, padding=1, vthreads=3)
+    with pytest.raises(ValueError, match=r"pad_h must be in \[0, 15\]"):
+        conv2d(cfg, x.shape, w, b, padding=16)
+
+
+def test_compiled_image_round_trips_through_a_file(tmp_path: Path) -> None:
+    cfg = HWConfig.preset("tiny")
+    x, w, b = _operands(2, (1, 8, 5, 5), (4, 8, 3, 3))
+    kern = conv2d(cfg, x.shape, w, b, padding=1, shift=10, vthreads=2)
+    path = tmp_path / "conv.tfprog"
+    kern.image.save(path)
+    image = ProgramImage.load(path)
+    device = open_device("sim", cfg)
+    try:
+        outputs, _ = LoadedProgram.load(device, image).run({"X": kern.pack(x)})
+    finally:
+        device.close()
+    assert np.array_equal(kern.unpack(outputs["Y"]), kern.reference(x))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 2),
+    ic=st.integers(1, 9),
+    oc=st.integers(1, 9),
+    hw=st.tuples(st.integers(1, 7), st.integers(1, 7)),
+    k=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    stride=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    pad=st.tuples(st.integers(0, 2), st.integers(0, 2)),
+    pick=st.integers(0, 10_000),
+    vthreads=st.sampled_from([1, 2]),
+    relu=st.booleans(),
+)
+def test_random_conv2d_with_a_random_fitting_schedule_is_bit_exact(  # type: ignore[no-untyped-def]
+    n, ic, oc, hw, k, stride, pad, pick, vthreads, relu
+) -> None:
+    cfg = HWConfig.preset("tiny")
+    h, w = hw
+    assume(h + 2 * pad[0] >= k[0] and w + 2 * pad[1] >= k[1])
+    wl = Conv2dWorkload(n, ic, h, w, oc, *k, *stride, *pad)
+    schedules = candidate_schedules(cfg, wl, vthreads)
+    assume(schedules)
+    s = schedules[pick % len(schedules)]
+    x, wt, b = _operands(pick, (n, ic, h, w), (oc, ic, *k))
+    kern = conv2d(cfg, x.shape, wt, b, stride=stride, padding=pad, shift=pick % 12, relu=relu,
+                  schedule=s)  # fmt: skip
+    out, _ = kern.run(x)
+    assert np.array_equal(out, kern.reference(x)), s

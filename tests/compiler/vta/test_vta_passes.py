@@ -1,0 +1,253 @@
+"""The accelerator compiler's passes, each on a small before/expected case, and its errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorforge.compiler.codegen.vta import generate_program, lower_tile_program
+from tensorforge.compiler.codegen.vta_passes import (
+    Emitted,
+    check_sram_capacity,
+    dedupe_uop_kernels,
+    fold_loops,
+    inject_virtual_threads,
+    insert_dependency_tokens,
+    verify_tokens,
+)
+from tensorforge.compiler.codegen.vta_tile import (
+    Alloc,
+    Alu,
+    AluOp,
+    Gemm,
+    Load,
+    Loop,
+    Store,
+    TileProgram,
+    Uop,
+    format_program,
+)
+from tensorforge.compiler.tir.stmt import LoweringError
+from tensorforge.hw.config import HWConfig
+from tensorforge.hw.isa import FinishInsn, GemmInsn, MemInsn, MemType, Opcode
+from tensorforge.runtime.device.vta import LoadedProgram, open_device
+from tensorforge.sim.functional import DeadlockError, FunctionalSim
+from tensorforge.sim.memory import DeviceMemory
+
+TINY = HWConfig.preset("tiny")
+
+
+def _steps(uops: tuple[Uop, ...], loops: tuple[Loop, ...]) -> list[tuple[int, int, int]]:
+    """Every (dst, src, wgt) a micro-op nest visits, in order (the ISA's loop semantics)."""
+    out: list[tuple[int, int, int]] = [(0, 0, 0)]
+    for lp in loops:
+        out = [(d + i * lp.dst, s + i * lp.src, w + i * lp.wgt) for d, s, w in out
+               for i in range(lp.extent)]  # fmt: skip
+    return [(d + u.dst_idx, s + u.src_idx, w + u.wgt_idx) for d, s, w in out for u in uops]
+
+
+def test_fold_loops_drops_unit_loops_and_fuses_contiguous_ones() -> None:
+    uops, loops = fold_loops((Uop(0, 0, 0),), (Loop(1, 99, 99), Loop(4, 8, 0), Loop(8, 1, 0)))
+    assert loops == (Loop(32, 1, 0),)
+    assert uops == (Uop(0, 0, 0),)
+
+
+def test_fold_loops_unrolls_loops_beyond_two_without_changing_the_steps() -> None:
+    before = ((Uop(1, 2, 3), Uop(5, 0, 1)), (Loop(2, 100, 7), Loop(3, 10, 1, 2), Loop(4, 1, 9)))
+    uops, loops = fold_loops(*before)
+    assert len(loops) == 2 and len(uops) == 2 * 4
+    assert sorted(_steps(uops, loops)) == sorted(_steps(*before))
+
+
+def test_fold_loops_rejects_an_extent_the_iter_fields_cannot_hold() -> None:
+    with pytest.raises(LoweringError, match="extent must be at most 16383"):
+        fold_loops((Uop(),), (Loop(20000, 1, 0), Loop(2, 0, 1)))
+
+
+def _two_tile_program(vthreads: int) -> TileProgram:
+    tile = (
+        (Load("X", "a", 0, 0, 1, 4, 4),),
+        (Alu(AluOp.ADD, "a", (Uop(0, 0, 0),), (Loop(4, 1, 0),), src="bias"),
+         Store("Y", "a", 0, 0, 1, 4, 4)),
+    )  # fmt: skip
+    return TileProgram(
+        "two", (Alloc("a", "acc", 4), Alloc("bias", "acc", 1, shared=True)), (), (tile, tile),
+        vthreads=vthreads,
+    )  # fmt: skip
+
+
+def test_inject_virtual_threads_replicates_private_buffers_and_interleaves_phases() -> None:
+    after = inject_virtual_threads(_two_tile_program(2))
+    assert [a.name for a in after.allocs] == ["a@0", "a@1", "bias"]
+    assert after.vthreads == 1 and len(after.tiles) == 1
+    phases = after.tiles[0]
+    assert [p[0].buf for p in phases[:2]] == ["a@0", "a@1"]  # both threads' loads first
+    assert phases[2][0].dst == "a@0" and phases[2][0].src == "bias"  # shared stays shared
+    assert phases[3][1].buf == "a@1"
+
+
+def test_format_program_is_stable() -> None:
+    text = format_program(inject_virtual_threads(_two_tile_program(1)))
+    assert text.splitlines()[:8] == [
+        "tile program two (vthreads=1)",
+        "  alloc a: acc[4]",
+        "  alloc bias: acc[1] shared",
+        "  prologue:",
+        "  tile 0:",
+        "    phase 0:",
+        "      LOAD X[0] -> a[0] 1x4/4 pad=(0, 0, 0, 0)",
+        "    phase 1:",
+    ]
+    assert "      ALU ADD a src=bias uops=1 loops=[4:d1,s0]" in text
+
+
+def test_check_sram_capacity_names_the_buffer_and_sizes() -> None:
+    prog = TileProgram("big", (Alloc("x", "inp", 200), Alloc("y", "inp", 100)), (), ())
+    with pytest.raises(LoweringError) as e:
+        check_sram_capacity(prog, TINY)
+    assert str(e.value) == (
+        "the INP buffer must hold at most 256 elements on HWConfig 'tiny', not 300 "
+        "(x: 200, y: 100) in tile program 'big': use smaller tiles or fewer virtual threads"
+    )
+
+
+def test_check_sram_capacity_rejects_an_access_outside_its_buffer() -> None:
+    stmt = Alu(AluOp.MAX, "a", (Uop(),), (Loop(5, 1, 0),), imm=0)
+    prog = TileProgram("oob", (Alloc("a", "acc", 4),), (), (((stmt,),),))
+    with pytest.raises(LoweringError, match=r"buffer 'a' within \[0, 4\), not \[0, 5\)"):
+        check_sram_capacity(prog, TINY)
+
+
+def test_check_sram_capacity_places_buffers_one_after_another() -> None:
+    prog = TileProgram("p", (Alloc("x", "inp", 3), Alloc("w", "wgt", 2), Alloc("y", "inp", 5)),
+                       (), ())  # fmt: skip
+    assert check_sram_capacity(prog, TINY) == {"x": 0, "y": 3, "w": 0}
+
+
+def test_dedupe_uop_kernels_stores_each_kernel_once() -> None:
+    k1, k2 = (Uop(0, 1, 2), Uop(1, 2, 3)), (Uop(7, 0, 0),)
+    blob, offsets = dedupe_uop_kernels([k1, k2, k1, k2], TINY)
+    assert blob == [*k1, *k2] and offsets == [0, 2, 0, 2]
+
+
+def test_dedupe_uop_kernels_rejects_overflowing_the_uop_buffer() -> None:
+    kernels = [tuple(Uop(i, j, 0) for j in range(100)) for i in range(11)]
+    with pytest.raises(
+        LoweringError, match=r"UOP buffer must hold at most 1024 micro-ops .*not 1100"
+    ):
+        dedupe_uop_kernels(kernels, TINY)
+
+
+def _ld(buf: str) -> Emitted:
+    return Emitted(MemInsn(Opcode.LOAD, MemType.INP, 0, 0, 1, 1, 1), "X", writes=(buf,))
+
+
+def _gemm(src: str, dst: str) -> Emitted:
+    return Emitted(GemmInsn(uop_bgn=0, uop_end=1), reads=(src, dst), writes=(dst,))
+
+
+def _st(buf: str) -> Emitted:
+    return Emitted(MemInsn(Opcode.STORE, MemType.OUT, 0, 0, 1, 1, 1), "Y", reads=(buf,))
+
+
+def _flags(stream: list[Emitted]) -> list[str]:
+    names = ("pop_prev", "pop_next", "push_prev", "push_next")
+    return [",".join(n for n in names if getattr(e.insn, n)) for e in stream]
+
+
+def test_insert_dependency_tokens_orders_load_compute_store() -> None:
+    out = insert_dependency_tokens([_ld("i"), _gemm("i", "a"), _st("a")])
+    assert isinstance(out[-1].insn, FinishInsn)
+    assert _flags(out) == ["push_next", "pop_prev,push_next", "pop_prev,push_prev", "pop_next"]
+
+
+def test_insert_dependency_tokens_waits_for_reads_before_overwriting() -> None:
+    # The second load overwrites what the first GEMM reads (WAR); the second GEMM's write to
+    # "a" waits for the store that reads it (WAR through the store stage).
+    stream = [_ld("i"), _gemm("i", "a"), _st("a"), _ld("i"), _gemm("i", "a"), _st("a")]
+    out = insert_dependency_tokens(stream)
+    assert _flags(out) == [
+        "push_next",
+        "pop_prev,push_prev,push_next",
+        "pop_prev,push_prev",
+        "pop_next,push_next",
+        "pop_prev,pop_next,push_next",
+        "pop_prev,push_prev",
+        "pop_next",
+    ]
+    verify_tokens([e.insn for e in out], TINY)
+
+
+def test_insert_dependency_tokens_pushes_from_the_producer_itself() -> None:
+    out = insert_dependency_tokens([_ld("i"), _ld("j"), _gemm("i", "a"), _gemm("j", "a")])
+    # The first GEMM waits only for the first load, not for the second.
+    assert _flags(out) == ["push_next", "push_next", "pop_prev", "pop_prev", ""]
+    verify_tokens([e.insn for e in out], TINY)
+
+
+def test_insert_dependency_tokens_skips_waits_already_implied() -> None:
+    out = insert_dependency_tokens([_ld("i"), _ld("j"), _gemm("j", "a"), _gemm("i", "a")])
+    # Waiting for the second load implies the first (the load stage is in order); the second
+    # GEMM and FINISH need no token of their own.
+    assert _flags(out) == ["", "push_next", "pop_prev", "", ""]
+    verify_tokens([e.insn for e in out], TINY)
+
+
+def test_insert_dependency_tokens_rejects_a_load_store_hazard() -> None:
+    with pytest.raises(LoweringError, match="load and store stages share no token queue"):
+        insert_dependency_tokens([_st("a"), _ld("a")])
+
+
+def test_verify_tokens_rejects_a_deadlock_that_the_simulator_also_finds() -> None:
+    insns = [
+        MemInsn(Opcode.LOAD, MemType.INP, 0, 0, 1, 1, 1, pop_next=True, push_next=True),
+        GemmInsn(uop_bgn=0, uop_end=0, pop_prev=True),
+        FinishInsn(),
+    ]
+    with pytest.raises(LoweringError, match=r"deadlock after 0 of 3 .*load stage at instruction 0"):
+        verify_tokens(insns, TINY, "bad")
+    with pytest.raises(DeadlockError):
+        FunctionalSim(TINY, DeviceMemory(1 << 12)).execute(insns)
+
+
+def test_verify_tokens_rejects_leftover_tokens_and_early_finish() -> None:
+    push = MemInsn(Opcode.LOAD, MemType.INP, 0, 0, 1, 1, 1, push_next=True)
+    with pytest.raises(LoweringError, match=r"must leave no tokens behind, not \{'l2g': 1\}"):
+        verify_tokens([push, push, FinishInsn(pop_prev=True)], TINY)
+    with pytest.raises(LoweringError, match="FINISH can run after 0 of 1 instructions"):
+        verify_tokens([push, FinishInsn()], TINY)
+
+
+def test_generated_streams_pass_the_token_verifier_with_a_small_queue() -> None:
+    cfg = TINY.replace(name="tiny_q4", insn_queue_depth=4, dep_queue_depth=2)
+    prog = _two_tile_program(2)
+    prog = TileProgram(prog.name, prog.allocs, (Load("B", "bias", 0, 0, 1, 1, 1),),
+                       prog.tiles * 3, vthreads=2)  # fmt: skip
+    _, stream, _ = lower_tile_program(prog, cfg)
+    verify_tokens([e.insn for e in stream], cfg)
+
+
+def test_generate_program_runs_a_tile_program_on_the_simulator() -> None:
+    relu = Alu(AluOp.MAX, "a", (Uop(),), (Loop(4, 1, 0),), imm=0)
+    tile = ((Load("X", "a", 0, 0, 1, 4, 4), relu, Store("Y", "a", 0, 0, 1, 4, 4)),)
+    prog = TileProgram("relu", (Alloc("a", "acc", 4),), (), (tile,),
+                       inputs=(("X", (4, 1, 4), "int32"),),
+                       outputs=(("Y", (4, 1, 4), "int8"),))  # fmt: skip
+    image = generate_program(prog, TINY)
+    x = np.arange(-8, 8, dtype=np.int32).reshape(4, 1, 4)
+    device = open_device("sim", TINY)
+    try:
+        out, _ = LoadedProgram.load(device, image).run({"X": x})
+    finally:
+        device.close()
+    assert np.array_equal(out["Y"], np.maximum(x, 0).astype(np.int8))
+
+
+def test_generate_program_rejects_a_gemm_reading_outside_its_buffer() -> None:
+    gemm = Gemm("a", "i", "w", (Uop(0, 3, 0),), (Loop(2, 1, 1),))
+    prog = TileProgram("g", (Alloc("a", "acc", 2), Alloc("i", "inp", 4), Alloc("w", "wgt", 1)),
+                       (), (((gemm,),),))  # fmt: skip
+    with pytest.raises(
+        LoweringError, match=r"GEMM a \+= i.w .*buffer 'i' within \[0, 4\), not \[3, 5\)"
+    ):
+        generate_program(prog, TINY)
