@@ -1,0 +1,111 @@
+"""`build`: a schedule or lowered function -> a compiled CPU function (or an object file)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..runtime.device.cpu import CPUFunction, ParamSpec
+from .codegen.llvm import CodegenOptions, generate
+from .codegen.llvm_jit import JITModule, emit_object
+from .schedule.schedule import Schedule
+from .target import Target
+from .tir import PrimFunc, lower
+
+
+class BuiltModule:
+    """What `build` returns for the host: callable like its function, plus the generated code.
+
+    Attributes:
+        func: the lowered `PrimFunc`.
+        llvm_ir: the LLVM IR text before optimization.
+    """
+
+    def __init__(self, func: PrimFunc, ir_module: Any, target: Target) -> None:
+        self.func, self.target = func, target
+        self.llvm_ir = str(ir_module)
+        self.jit = JITModule(ir_module, target)
+        params = [
+            ParamSpec(buf.name, buf.dtype, tuple(shape))
+            for buf, shape in zip(func.params, func.arg_shapes, strict=True)
+        ]
+        self.function = CPUFunction(func.name, self.jit.address(func.name), params, self.jit)
+
+    def __call__(self, *args: Any) -> None:
+        """Run on NDArrays or numpy arrays (shapes and dtypes checked, outputs written)."""
+        self.function(*args)
+
+    def __getitem__(self, name: str) -> CPUFunction:
+        if name != self.func.name:
+            raise KeyError(f"function must be {self.func.name!r}, not {name!r}")
+        return self.function
+
+    def assembly(self) -> str:
+        """The optimized machine code as assembly text."""
+        return self.jit.assembly()
+
+
+def _as_func(sched: Schedule | PrimFunc, args: Sequence[Any] | None, name: str) -> PrimFunc:
+    if isinstance(sched, PrimFunc):
+        return sched
+    if not isinstance(sched, Schedule):
+        raise TypeError(f"build needs a Schedule or a PrimFunc, not {type(sched).__name__}")
+    if args is None:
+        raise TypeError("build of a Schedule needs `args` (the tensors in parameter order)")
+    return lower(sched, list(args), name=name)
+
+
+def build(
+    sched: Schedule | PrimFunc,
+    args: Sequence[Any] | None = None,
+    target: str | Target = "llvm",
+    name: str = "main",
+    fast_math: bool = False,
+) -> BuiltModule:
+    """Compile for the host CPU and load the code into this process.
+
+    Args:
+        sched: a schedule (lowered with `tir.lower(sched, args, name)`) or a lowered PrimFunc.
+        args: the tensors in parameter order (inputs, then outputs); not needed for a PrimFunc.
+        target: an llvm target for this machine ("llvm", "llvm -mcpu=native", "-mattr=...").
+        name: the function name.
+        fast_math: allow float reassociation (FMA contraction is always allowed).
+
+    Raises:
+        ValueError: for a target that does not run on this machine (use `build_object`).
+
+    Example:
+        >>> import numpy as np
+        >>> from tensorforge.compiler import te
+        >>> from tensorforge.compiler.build import build
+        >>> A = te.placeholder((8,), name="A")
+        >>> B = te.compute((8,), lambda i: A[i] * 2.0, name="B")
+        >>> f = build(te.create_schedule(B.op), [A, B], name="double")
+        >>> a, b = np.arange(8, dtype="float32"), np.empty(8, "float32")
+        >>> f(a, b)
+        >>> b[:3].tolist()
+        [0.0, 2.0, 4.0]
+    """
+    tgt = Target.parse(target)
+    if not tgt.is_host:
+        raise ValueError(
+            f"build target must run on this machine (llvm without -mtriple), not {str(tgt)!r}; "
+            "use build_object for other triples"
+        )
+    func = _as_func(sched, args, name)
+    module = generate([func], CodegenOptions(fast_math=fast_math), func.name)
+    return BuiltModule(func, module, tgt)
+
+
+def build_object(
+    sched: Schedule | PrimFunc,
+    args: Sequence[Any] | None = None,
+    target: str | Target = "llvm",
+    name: str = "main",
+) -> bytes:
+    """Compile to an ELF relocatable object for `target` (e.g. the Cortex-A9 of a PYNQ board).
+
+    Parallel loops call `tf_parallel_launch`, which the device runtime must provide.
+    """
+    func = _as_func(sched, args, name)
+    return emit_object(generate([func], CodegenOptions(), func.name), target)

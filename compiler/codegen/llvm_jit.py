@@ -1,0 +1,104 @@
+"""LLVM target machines, the O3 pipeline, host JIT and object files for other triples."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ...runtime.device import cpu
+from ..target import Target
+
+# ELF e_machine values of the triples we cross-compile for (checked by tests).
+ELF_MACHINE = {"x86_64": 62, "armv7": 40, "arm": 40, "aarch64": 183}
+
+
+@functools.cache
+def _init_native() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.add_symbol(cpu.LAUNCH_SYMBOL, cpu.launch_address())
+
+
+@functools.cache
+def _init_all() -> None:
+    _init_native()
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+def target_machine(target: Target | str) -> Any:
+    """An llvmlite TargetMachine for `target` (the host's CPU and features unless told)."""
+    target = Target.parse(target)
+    if target.kind != "llvm":
+        raise ValueError(f"target must be an llvm target, not {str(target)!r}")
+    if target.is_host:
+        _init_native()
+        triple = llvm.get_process_triple()
+        native = target.mcpu in ("", "native")
+        cpu_name = llvm.get_host_cpu_name() if native else target.mcpu
+        features = target.mattr or (llvm.get_host_cpu_features().flatten() if native else "")
+        reloc = "pic"
+    else:
+        _init_all()
+        triple, cpu_name, features, reloc = target.triple, target.mcpu, target.mattr, "pic"
+    return llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu_name, features=features, opt=3, reloc=reloc, codemodel="default"
+    )
+
+
+def optimize(module: ir.Module, tm: Any) -> Any:
+    """Parse, verify and run the O3 pipeline (with loop and SLP vectorization) on `module`."""
+    mod = llvm.parse_assembly(str(module))
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+class JITModule:
+    """Machine code for the host, loaded in this process (kept alive by this object)."""
+
+    def __init__(self, module: ir.Module, target: Target | str = "llvm") -> None:
+        self.tm = target_machine(target)
+        self.llvm_module = optimize(module, self.tm)
+        self.engine = llvm.create_mcjit_compiler(self.llvm_module, self.tm)
+        self.engine.finalize_object()
+        self.engine.run_static_constructors()
+
+    def address(self, name: str) -> int:
+        addr = self.engine.get_function_address(name)
+        if not addr:
+            raise KeyError(f"function {name!r} is not in the compiled module")
+        return addr
+
+    def assembly(self) -> str:
+        """The generated assembly (for inspection: vector registers, FMA instructions)."""
+        return self.tm.emit_assembly(self.llvm_module)
+
+
+def emit_object(module: ir.Module, target: Target | str) -> bytes:
+    """An ELF relocatable object for `target` (any triple LLVM was built with)."""
+    tm = target_machine(target)
+    return tm.emit_object(optimize(module, tm))
+
+
+def emit_assembly(module: ir.Module, target: Target | str) -> str:
+    tm = target_machine(target)
+    return tm.emit_assembly(optimize(module, tm))
+
+
+def elf_machine(obj: bytes) -> tuple[int, int]:
+    """(EI_CLASS: 1 = 32-bit, 2 = 64-bit, e_machine) read from an ELF header."""
+    if obj[:4] != b"\x7fELF":
+        raise ValueError(f"object must start with the ELF magic, not {obj[:4]!r}")
+    order = "little" if obj[5] == 1 else "big"
+    return obj[4], int.from_bytes(obj[18:20], order)

@@ -1,0 +1,41 @@
+"""x86 operators: compute definitions plus schedules with knobs a tuner can search."""
+
+from __future__ import annotations
+
+from .conv2d import Conv2dConfig, Conv2dOp, conv2d_nchwc, schedule_conv2d_nchwc
+from .dense import DenseConfig, DenseOp, dense, schedule_dense
+from .nn import (
+    RowConfig,
+    broadcast_op,
+    depthwise_conv2d,
+    layer_norm,
+    pool2d,
+    schedule_depthwise_conv2d,
+    schedule_elementwise,
+    schedule_layer_norm,
+    schedule_pool2d,
+    schedule_softmax,
+    softmax,
+)
+
+__all__ = [
+    "Conv2dConfig",
+    "Conv2dOp",
+    "DenseConfig",
+    "DenseOp",
+    "RowConfig",
+    "broadcast_op",
+    "conv2d_nchwc",
+    "dense",
+    "depthwise_conv2d",
+    "layer_norm",
+    "pool2d",
+    "schedule_conv2d_nchwc",
+    "schedule_dense",
+    "schedule_depthwise_conv2d",
+    "schedule_elementwise",
+    "schedule_layer_norm",
+    "schedule_pool2d",
+    "schedule_softmax",
+    "softmax",
+]

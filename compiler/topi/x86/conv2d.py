@@ -1,0 +1,226 @@
+"""conv2d for x86 in the NCHW[x]c blocked layout: pack, register-tiled compute, unpack + epilogue.
+
+The NCHW input is padded and packed into `data_vec[n, C/ic_bn, H+2p, W+2p, ic_bn]`, the OIHW
+kernel into `kernel_vec[K/oc_bn, C/ic_bn, R, S, ic_bn, oc_bn]`; the convolution computes
+`conv[n, K/oc_bn, OH, OW, oc_bn]` with `reg_n` output columns times `oc_bn` channels held in
+vector registers (one broadcast of an input value per column, one vector FMA per column), then
+the result is unpacked to NCHW with the element-wise epilogue (bias, activation) fused in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import te
+from ...schedule.primitives import ScheduleError
+from ...schedule.schedule import Schedule
+from ...schedule.stage import AttachKind
+from ...te.tensor import Tensor
+
+Epilogue = Callable[..., te.Expr]  # (value, n, k, y, x) -> expression
+
+
+@dataclass(frozen=True)
+class Conv2dConfig:
+    """The schedule's knobs; block sizes are reduced to the largest divisor of the channels.
+
+    Attributes:
+        ic_bn: input-channel block (the innermost packed dimension of the data).
+        oc_bn: output-channel block (the vector lanes of the micro-kernel).
+        reg_n: output columns per register tile.
+        pack_data: copy the input to the blocked layout even when there is no padding to add
+            (with padding it is always copied).
+        parallel: run the fused (n, channel block, row) loop on the thread pool.
+    """
+
+    ic_bn: int = 16
+    oc_bn: int = 16
+    reg_n: int = 8
+    pack_data: bool = False
+    parallel: bool = True
+
+    def check(self) -> None:
+        for name in ("ic_bn", "oc_bn", "reg_n"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ScheduleError(f"conv2d: knob {name} must be a positive int, not {value!r}")
+
+
+@dataclass
+class Conv2dOp:
+    """The tensors of one conv2d: arguments in parameter order and the stages schedules touch."""
+
+    args: list[Tensor]
+    data_vec: Tensor
+    kernel_vec: Tensor
+    conv: Tensor
+    out: Tensor
+    ic_bn: int
+    oc_bn: int
+    padding: int
+
+
+def _block(extent: int, wanted: int) -> int:
+    return max(d for d in range(1, min(extent, wanted) + 1) if extent % d == 0)
+
+
+def conv2d_nchwc(
+    data: Tensor,
+    kernel: Tensor,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+    bias: Tensor | None = None,
+    epilogue: Epilogue | None = None,
+    config: Conv2dConfig | None = None,
+    out_dtype: str | None = None,
+) -> Conv2dOp:
+    """The compute of an NCHW conv2d through the blocked layout (output NCHW).
+
+    Args:
+        data: `[N, C, H, W]`.
+        kernel: `[K, C, R, S]`, or already packed by `pack_kernel` (weights are constants, so
+            the graph layer packs them once, ahead of time).
+        stride, padding, dilation: the same in both spatial dimensions.
+        bias: optional `[K]`.
+        epilogue: optional `f(value, n, k, y, x) -> expr` applied last.
+        config: knobs (block sizes).
+        out_dtype: accumulation dtype (default: the data dtype; int32 for int8/uint8 data).
+
+    Raises:
+        ValueError: when the channels disagree or the output would be empty.
+    """
+    config = config or Conv2dConfig()
+    config.check()
+    n, c, h, w = data.shape
+    if len(kernel.shape) == 6:  # pre-packed [K/oc_bn, C/ic_bn, R, S, ic_bn, oc_bn]
+        ko_, co_, r, s, ic_bn, oc_bn = kernel.shape
+        k, c2 = ko_ * oc_bn, co_ * ic_bn
+    else:
+        k, c2, r, s = kernel.shape
+        ic_bn, oc_bn = _block(c, config.ic_bn), _block(k, config.oc_bn)
+    if c != c2:
+        raise ValueError(f"conv2d: kernel channels must equal data channels ({c}), not {c2}")
+    oh = (h + 2 * padding - dilation * (r - 1) - 1) // stride + 1
+    ow = (w + 2 * padding - dilation * (s - 1) - 1) // stride + 1
+    if oh < 1 or ow < 1:
+        raise ValueError(f"conv2d: output size must be positive, not {oh}x{ow}")
+    data_vec = _pack_data(data, padding, ic_bn)
+    kernel_vec = kernel
+    if len(kernel.shape) == 4:
+        kernel_vec = te.compute(
+            (k // oc_bn, c // ic_bn, r, s, ic_bn, oc_bn),
+            lambda ko, co, y, x, ci, ki: kernel[ko * oc_bn + ki, co * ic_bn + ci, y, x],
+            name="kernel_vec",
+        )
+    rc, ry, rx = (
+        te.reduce_axis((0, c), "rc"),
+        te.reduce_axis((0, r), "ry"),
+        te.reduce_axis((0, s), "rx"),
+    )
+    acc = out_dtype or ("int32" if data.dtype in ("int8", "uint8") else data.dtype)
+    conv = te.compute(
+        (n, k // oc_bn, oh, ow, oc_bn),
+        lambda nn, ko, y, x, ki: te.sum(
+            data_vec[
+                nn, rc // ic_bn, y * stride + ry * dilation, x * stride + rx * dilation, rc % ic_bn
+            ].astype(acc)
+            * kernel_vec[ko, rc // ic_bn, ry, rx, rc % ic_bn, ki].astype(acc),
+            axis=[rc, ry, rx],
+        ),
+        name="conv",
+    )
+
+    def funpack(nn: te.Expr, kk: te.Expr, y: te.Expr, x: te.Expr) -> te.Expr:
+        value = conv[nn, kk // oc_bn, y, x, kk % oc_bn]
+        if bias is not None:
+            value = value + bias[kk].astype(acc)
+        return epilogue(value, nn, kk, y, x) if epilogue is not None else value
+
+    out = te.compute((n, k, oh, ow), funpack, name="out")
+    args = [data, kernel] + ([bias] if bias is not None else []) + [out]
+    return Conv2dOp(args, data_vec, kernel_vec, conv, out, ic_bn, oc_bn, padding)
+
+
+def kernel_blocks(
+    channels: int, filters: int, config: Conv2dConfig | None = None
+) -> tuple[int, int]:
+    """The (ic_bn, oc_bn) that `conv2d_nchwc` uses for these channel counts."""
+    config = config or Conv2dConfig()
+    return _block(channels, config.ic_bn), _block(filters, config.oc_bn)
+
+
+def pack_kernel(weight: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
+    """OIHW weights -> the packed `[K/oc_bn, C/ic_bn, R, S, ic_bn, oc_bn]` layout (numpy)."""
+    k, c, r, s = weight.shape
+    if k % oc_bn or c % ic_bn:
+        raise ValueError(f"pack_kernel: blocks ({ic_bn}, {oc_bn}) must divide (C, K) = ({c}, {k})")
+    blocked = weight.reshape(k // oc_bn, oc_bn, c // ic_bn, ic_bn, r, s)
+    return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 3, 1))
+
+
+def _pack_data(data: Tensor, pad: int, ic_bn: int) -> Tensor:
+    n, c, h, w = data.shape
+
+    def fpack(nn: te.Expr, co: te.Expr, y: te.Expr, x: te.Expr, ci: te.Expr) -> te.Expr:
+        if pad == 0:
+            return data[nn, co * ic_bn + ci, y, x]
+        # A select over a clamped (always in-bounds) read keeps the loop vectorizable.
+        yy = te.min(te.max(y - pad, 0), h - 1)
+        xx = te.min(te.max(x - pad, 0), w - 1)
+        inside = te.all_of(y >= pad, y < h + pad, x >= pad, x < w + pad)
+        clamped = data[nn, co * ic_bn + ci, yy, xx]
+        return te.select(inside, clamped, te.const(0, data.dtype))
+
+    return te.compute((n, c // ic_bn, h + 2 * pad, w + 2 * pad, ic_bn), fpack, name="data_vec")
+
+
+def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> Schedule:
+    """The x86 schedule: parallel packing, `reg_n x oc_bn` register tiles written straight to
+    the NCHW output (the blocked result never goes to memory)."""
+    config = config or Conv2dConfig()
+    config.check()
+    s = te.create_schedule(op.out.op)
+    conv, out = op.conv, op.out
+    if not config.pack_data and op.padding == 0:  # read NCHW directly: no copy of the input
+        s[op.data_vec].compute_inline()
+    _schedule_packing(s, op, config)
+    s[conv].set_scope("local")
+    on, ok, oy, ox = out.op.axis
+    ko, ki = s[out].split(ok, factor=op.oc_bn)
+    xo, xi = s[out].split(ox, factor=config.reg_n)
+    s[out].reorder(on, ko, oy, xo, ki, xi)
+    row = s[out].fuse(on, ko, oy)
+    if config.parallel:
+        s[out].parallel(row)
+    s[out].vectorize(xi)
+    s[conv].compute_at(s[out], xo)
+    _, _, _, lx, lki = conv.op.axis
+    rc, ry, rx = conv.op.reduce_axis
+    rco, rci = s[conv].split(rc, factor=op.ic_bn)
+    s[conv].reorder(rco, ry, rx, rci, lx, lki)
+    s[conv].unroll(lx)
+    s[conv].vectorize(lki)
+    return s
+
+
+def _schedule_packing(s: Schedule, op: Conv2dOp, config: Conv2dConfig) -> None:
+    """Data: rows in parallel, input-channel block as vector lanes; kernel: blocks in parallel."""
+    if s[op.data_vec].attach is AttachKind.INLINE:
+        return _schedule_kernel_packing(s, op, config)
+    nn, co, y, _, ci = op.data_vec.op.axis
+    rows = s[op.data_vec].fuse(nn, co, y)
+    s[op.data_vec].vectorize(ci)
+    if config.parallel:
+        s[op.data_vec].parallel(rows)
+    _schedule_kernel_packing(s, op, config)
+
+
+def _schedule_kernel_packing(s: Schedule, op: Conv2dOp, config: Conv2dConfig) -> None:
+    if s[op.kernel_vec].is_compute:
+        fused = s[op.kernel_vec].fuse(*op.kernel_vec.op.axis[0:2])
+        if config.parallel:
+            s[op.kernel_vec].parallel(fused)

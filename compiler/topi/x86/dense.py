@@ -1,0 +1,179 @@
+"""Dense / matmul for x86: packed weights, a register-blocked micro-kernel, parallel panels.
+
+`C[m, n] = sum_k A[m, k] * W[n, k]` (dense, weights as rows) or `A @ B` (matmul). The weights
+are packed inside the kernel into panels `P[n // bn, k, n % bn]` (zero-padded) so that the
+micro-kernel reads `bn` contiguous values per `k`. The micro-kernel keeps an `mr x bn` tile of C in
+a local accumulator (vector registers once unrolled), broadcasting one `A[m, k]` per row; the
+outermost panel loop runs in parallel. An element-wise epilogue (bias, activation, requantize)
+is fused into the store of each tile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ... import te
+from ...schedule.primitives import ScheduleError
+from ...schedule.schedule import Schedule
+from ...te.tensor import Tensor
+
+Epilogue = Callable[..., te.Expr]  # (value, m, n) -> expression
+
+
+@dataclass(frozen=True)
+class DenseConfig:
+    """The schedule's knobs (what a tuner searches).
+
+    Attributes:
+        mr: rows of the register tile (accumulators = mr * bn / vector lanes).
+        bn: columns of the register tile and width of a weight panel (a multiple of the lanes).
+        kunroll: unroll factor of the reduction loop inside the micro-kernel (1: none).
+        mc: rows per cache block, swept over every weight panel before the next block
+            (0: no row blocking, the whole of A per panel).
+        parallel: run weight panels on the thread pool.
+    """
+
+    mr: int = 6
+    bn: int = 32
+    kunroll: int = 1
+    mc: int = 0
+    parallel: bool = True
+
+    def check(self) -> None:
+        for name in ("mr", "bn", "kunroll"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ScheduleError(f"dense: knob {name} must be a positive int, not {value!r}")
+        if not isinstance(self.mc, int) or self.mc < 0 or self.mc % self.mr:
+            raise ScheduleError(
+                f"dense: knob mc must be 0 or a positive multiple of mr={self.mr}, not {self.mc!r}"
+            )
+
+
+@dataclass
+class DenseOp:
+    """The tensors of one dense operator: arguments in parameter order and the stages."""
+
+    args: list[Tensor]
+    packed: Tensor
+    acc: Tensor  # the reduction, before the epilogue
+    out: Tensor
+
+
+def _pack(weight: Tensor, n: int, k: int, bn: int, rows_are_n: bool) -> Tensor:
+    panels = -(-n // bn)
+
+    def fpack(no: te.Expr, kk: te.Expr, ni: te.Expr) -> te.Expr:
+        col = no * bn + ni
+        value = weight[col, kk] if rows_are_n else weight[kk, col]
+        if n % bn == 0:
+            return value
+        return te.if_then_else(col < n, value, te.const(0, weight.dtype))
+
+    return te.compute((panels, k, bn), fpack, name="packed")
+
+
+def dense(
+    data: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    epilogue: Epilogue | None = None,
+    out_dtype: str | None = None,
+    config: DenseConfig | None = None,
+    weight_layout: str = "NK",
+) -> DenseOp:
+    """The compute of `data[M, K] x weight -> [M, N]` with an optional fused epilogue.
+
+    Args:
+        data: `[M, K]` input.
+        weight: `[N, K]` (layout "NK", dense) or `[K, N]` (layout "KN", matmul).
+        bias: optional `[N]`, added after the reduction.
+        epilogue: optional `f(value, m, n) -> expr` applied last (relu, requantize, ...).
+        out_dtype: accumulation and output dtype (default: the data dtype; int32 for int8).
+        config: the knobs (the weight panel width is part of the packed layout).
+        weight_layout: "NK" or "KN".
+
+    Raises:
+        ValueError: for mismatched shapes or an unknown layout.
+    """
+    config = config or DenseConfig()
+    config.check()
+    if weight_layout not in ("NK", "KN"):
+        raise ValueError(f"dense: weight_layout must be 'NK' or 'KN', not {weight_layout!r}")
+    m, k = data.shape
+    n, k2 = weight.shape if weight_layout == "NK" else weight.shape[::-1]
+    if k != k2:
+        raise ValueError(
+            f"dense: weight's reduction extent must equal data's ({k}), not {k2} "
+            f"(weight {list(weight.shape)}, layout {weight_layout})"
+        )
+    acc_dtype = out_dtype or ("int32" if data.dtype in ("int8", "uint8") else data.dtype)
+    packed = _pack(weight, n, k, config.bn, weight_layout == "NK")
+    rk = te.reduce_axis((0, k), "k")
+    bn = config.bn
+    acc = te.compute(
+        (m, n),
+        lambda i, j: te.sum(
+            data[i, rk].astype(acc_dtype) * packed[j // bn, rk, j % bn].astype(acc_dtype),
+            axis=rk,
+        ),
+        name="acc",
+    )
+    out = acc
+    if bias is not None or epilogue is not None:
+
+        def fout(i: te.Expr, j: te.Expr) -> te.Expr:
+            value = acc[i, j] + bias[j].astype(acc_dtype) if bias is not None else acc[i, j]
+            return epilogue(value, i, j) if epilogue is not None else value
+
+        out = te.compute((m, n), fout, name="out")
+    args = [data, weight] + ([bias] if bias is not None else []) + [out]
+    return DenseOp(args, packed, acc, out)
+
+
+def schedule_dense(op: DenseOp, config: DenseConfig | None = None) -> Schedule:
+    """The x86 schedule of `op`: panels in parallel, `mr x bn` register tiles, vector columns."""
+    config = config or DenseConfig()
+    config.check()
+    s = te.create_schedule(op.out.op)
+    out, acc = op.out, op.acc
+    if out is acc:
+        local = s.cache_write(acc, "local")
+    else:
+        local = acc
+        s[acc].set_scope("local")
+    _schedule_pack(s, op.packed, config)
+    m, n = out.op.axis
+    no, ni = s[out].split(n, factor=config.bn)
+    if config.mc:  # row blocks outermost: a block of A stays in cache across all panels
+        mco, m = s[out].split(m, factor=config.mc)
+    mo, mi = s[out].split(m, factor=config.mr)
+    if config.mc:
+        s[out].reorder(mco, no, mo, mi, ni)
+        outer = s[out].fuse(mco, no)
+    else:
+        s[out].reorder(no, mo, mi, ni)
+        outer = no
+    s[out].vectorize(ni)
+    if config.parallel:
+        s[out].parallel(outer)
+    s[local].compute_at(s[out], mo)
+    lm, ln = s[local].op.axis
+    (lk,) = s[local].op.reduce_axis
+    if config.kunroll > 1:
+        ko, ki = s[local].split(lk, factor=config.kunroll)
+        s[local].reorder(ko, ki, lm, ln)
+        s[local].unroll(ki)
+    else:
+        s[local].reorder(lk, lm, ln)
+    s[local].unroll(lm)
+    s[local].vectorize(ln)
+    return s
+
+
+def _schedule_pack(s: Schedule, packed: Tensor, config: DenseConfig) -> None:
+    no, _, ni = packed.op.axis
+    s[packed].vectorize(ni)
+    if config.parallel:
+        s[packed].parallel(no)

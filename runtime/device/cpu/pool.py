@@ -1,0 +1,324 @@
+"""The CPU thread pool for parallel loops: native worker threads, created once and reused.
+
+Compiled kernels outline each parallel loop into a task `void task(ptr closure, i32 task_id,
+i32 num_tasks)` and call `tf_parallel_launch(task, closure)`. The pool is itself LLVM IR (below),
+JIT-compiled once for the host, so a launch never touches Python or the GIL: the caller
+publishes the task and starts a new generation; then the caller and the workers claim task ids
+0..n-1 from one atomic ticket until none is left, and the caller waits only for tasks a worker
+has started. A worker that is slow to wake (the machine is busy) therefore never delays a
+launch: the caller runs its tasks. Workers poll the ticket for a while after each launch
+(back-to-back loops start fast), then sleep on a condition variable. A launch while the pool
+is busy (from inside a task, i.e. a nested parallel loop, or from another thread) runs its
+tasks serially.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+
+import llvmlite.binding as llvm
+
+LAUNCH_SYMBOL = "tf_parallel_launch"
+MAX_THREADS = 256
+SPIN = 20000  # polls of the generation counter before a worker sleeps
+
+_POOL_IR = r"""
+; @ticket = generation << 32 | next unclaimed task: one atomic word, so a worker can only claim
+; a task of the launch whose task pointer it read (a claim of a finished launch fails).
+@task = internal global ptr null
+@closure = internal global ptr null
+@ntasks = internal global i32 0
+@ticket = internal global i64 0, align 64
+@done = internal global i32 0, align 64
+@busy = internal global i32 0, align 64
+@start_gen = internal global i32 0
+@nworkers = internal global i32 0
+@shutdown = internal global i32 0
+@mutex = internal global [64 x i8] zeroinitializer, align 64
+@cond = internal global [64 x i8] zeroinitializer, align 64
+@tids = internal global [MAXT x i64] zeroinitializer
+
+declare i32 @pthread_create(ptr, ptr, ptr, ptr)
+declare i32 @pthread_join(i64, ptr)
+declare i32 @pthread_mutex_lock(ptr)
+declare i32 @pthread_mutex_unlock(ptr)
+declare i32 @pthread_cond_wait(ptr, ptr)
+declare i32 @pthread_cond_broadcast(ptr)
+declare i32 @sched_yield()
+PAUSE_DECL
+
+define internal i32 @generation() {
+  %v = load atomic i64, ptr @ticket acquire, align 8
+  %hi = lshr i64 %v, 32
+  %g = trunc i64 %hi to i32
+  ret i32 %g
+}
+
+; Claim and run tasks of the current launch until none is left; returns its generation.
+define internal i32 @run_tasks() {
+entry:
+  br label %claim
+claim:
+  %v = load atomic i64, ptr @ticket acquire, align 8
+  %t = trunc i64 %v to i32
+  %task = load ptr, ptr @task
+  %closure = load ptr, ptr @closure
+  %n = load i32, ptr @ntasks
+  %left = icmp ult i32 %t, %n
+  br i1 %left, label %try, label %out
+try:
+  %v1 = add i64 %v, 1
+  %pair = cmpxchg ptr @ticket, i64 %v, i64 %v1 acq_rel acquire
+  %ok = extractvalue { i64, i1 } %pair, 1
+  br i1 %ok, label %work, label %claim
+work:
+  call void %task(ptr %closure, i32 %t, i32 %n)
+  %old = atomicrmw add ptr @done, i32 1 release
+  br label %claim
+out:
+  %hi = lshr i64 %v, 32
+  %g = trunc i64 %hi to i32
+  ret i32 %g
+}
+
+define internal void @run_serial(ptr %task, ptr %closure, i32 %n) {
+entry:
+  br label %loop
+loop:
+  %t = phi i32 [0, %entry], [%t1, %body]
+  %c = icmp slt i32 %t, %n
+  br i1 %c, label %body, label %done
+body:
+  call void %task(ptr %closure, i32 %t, i32 %n)
+  %t1 = add i32 %t, 1
+  br label %loop
+done:
+  ret void
+}
+
+define internal void @wake_all() {
+  call i32 @pthread_mutex_lock(ptr @mutex)
+  call i32 @pthread_cond_broadcast(ptr @cond)
+  call i32 @pthread_mutex_unlock(ptr @mutex)
+  ret void
+}
+
+define internal ptr @worker(ptr %arg) {
+entry:
+  %start = load i32, ptr @start_gen
+  br label %wait
+wait:
+  %seen = phi i32 [%start, %entry], [%g, %work]
+  br label %spin
+spin:
+  %k = phi i32 [0, %wait], [%k1, %spin_next]
+  %g0 = call i32 @generation()
+  %new0 = icmp ne i32 %g0, %seen
+  br i1 %new0, label %run, label %spin_next
+spin_next:
+  PAUSE_CALL
+  %k1 = add i32 %k, 1
+  %more = icmp slt i32 %k1, SPINS
+  br i1 %more, label %spin, label %block
+block:
+  call i32 @pthread_mutex_lock(ptr @mutex)
+  br label %block_check
+block_check:
+  %g1 = call i32 @generation()
+  %same = icmp eq i32 %g1, %seen
+  %quit = load atomic i32, ptr @shutdown acquire, align 4
+  %running = icmp eq i32 %quit, 0
+  %sleep = and i1 %same, %running
+  br i1 %sleep, label %block_wait, label %block_done
+block_wait:
+  call i32 @pthread_cond_wait(ptr @cond, ptr @mutex)
+  br label %block_check
+block_done:
+  call i32 @pthread_mutex_unlock(ptr @mutex)
+  br label %run
+run:
+  %stop = load atomic i32, ptr @shutdown acquire, align 4
+  %is_stop = icmp ne i32 %stop, 0
+  br i1 %is_stop, label %exit, label %work
+work:
+  %g = call i32 @run_tasks()
+  br label %wait
+exit:
+  ret ptr null
+}
+
+define void @tf_parallel_launch(ptr %task, ptr %closure) {
+entry:
+  %nw = load i32, ptr @nworkers
+  %n = add i32 %nw, 1
+  %was = atomicrmw xchg ptr @busy, i32 1 acquire
+  %is_busy = icmp ne i32 %was, 0
+  %alone = icmp eq i32 %nw, 0
+  %serial = or i1 %is_busy, %alone
+  br i1 %serial, label %run_alone, label %launch
+run_alone:
+  call void @run_serial(ptr %task, ptr %closure, i32 %n)
+  br i1 %is_busy, label %ret, label %release
+launch:
+  store ptr %task, ptr @task
+  store ptr %closure, ptr @closure
+  store i32 %n, ptr @ntasks
+  store atomic i32 0, ptr @done monotonic, align 4
+  %g = call i32 @generation()
+  %g1 = add i32 %g, 1
+  %g64 = zext i32 %g1 to i64
+  %fresh = shl i64 %g64, 32
+  store atomic i64 %fresh, ptr @ticket release, align 8
+  call void @wake_all()
+  %mine = call i32 @run_tasks()
+  br label %join
+join:
+  %k = phi i32 [0, %launch], [%k1, %join_next], [%k1, %yield]
+  %finished = load atomic i32, ptr @done acquire, align 4
+  %all = icmp eq i32 %finished, %n
+  br i1 %all, label %release, label %join_next
+join_next:
+  PAUSE_CALL
+  %k1 = add i32 %k, 1
+  %y = and i32 %k1, 255
+  %do_yield = icmp eq i32 %y, 0
+  br i1 %do_yield, label %yield, label %join
+yield:
+  call i32 @sched_yield()
+  br label %join
+release:
+  store atomic i32 0, ptr @busy release, align 4
+  br label %ret
+ret:
+  ret void
+}
+
+define void @tf_pool_start(i32 %nw) {
+entry:
+  %g = call i32 @generation()
+  store i32 %g, ptr @start_gen
+  br label %loop
+loop:
+  %i = phi i32 [1, %entry], [%i1, %body]
+  %c = icmp sle i32 %i, %nw
+  br i1 %c, label %body, label %done
+body:
+  %slot = getelementptr [MAXT x i64], ptr @tids, i32 0, i32 %i
+  %arg = inttoptr i32 %i to ptr
+  call i32 @pthread_create(ptr %slot, ptr null, ptr @worker, ptr %arg)
+  %i1 = add i32 %i, 1
+  br label %loop
+done:
+  store i32 %nw, ptr @nworkers
+  ret void
+}
+
+define void @tf_pool_stop() {
+entry:
+  %nw = load i32, ptr @nworkers
+  store i32 0, ptr @nworkers
+  store i32 0, ptr @ntasks
+  store atomic i32 1, ptr @shutdown release, align 4
+  %g = call i32 @generation()
+  %g1 = add i32 %g, 1
+  %g64 = zext i32 %g1 to i64
+  %fresh = shl i64 %g64, 32
+  store atomic i64 %fresh, ptr @ticket release, align 8
+  call void @wake_all()
+  br label %loop
+loop:
+  %i = phi i32 [1, %entry], [%i1, %body]
+  %c = icmp sle i32 %i, %nw
+  br i1 %c, label %body, label %done
+body:
+  %slot = getelementptr [MAXT x i64], ptr @tids, i32 0, i32 %i
+  %tid = load i64, ptr %slot
+  call i32 @pthread_join(i64 %tid, ptr null)
+  %i1 = add i32 %i, 1
+  br label %loop
+done:
+  store atomic i32 0, ptr @shutdown release, align 4
+  ret void
+}
+"""
+
+
+def _pause() -> tuple[str, str]:
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64"):
+        return "declare void @llvm.x86.sse2.pause()", "call void @llvm.x86.sse2.pause()"
+    if machine in ("aarch64", "arm64"):
+        return "declare void @llvm.aarch64.hint(i32)", "call void @llvm.aarch64.hint(i32 1)"
+    return "", ""
+
+
+class _NativePool:
+    """The JIT-compiled pool (one per process) and the Python handles to its entry points."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        decl, call = _pause()
+        text = (
+            _POOL_IR.replace("PAUSE_DECL", decl)
+            .replace("PAUSE_CALL", call)
+            .replace("MAXT", str(MAX_THREADS + 1))
+            .replace("SPINS", str(SPIN))
+        )
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        tm = llvm.Target.from_default_triple().create_target_machine(opt=2, reloc="pic")
+        self.engine = llvm.create_mcjit_compiler(mod, tm)
+        self.engine.finalize_object()
+        self.launch = self.engine.get_function_address(LAUNCH_SYMBOL)
+        self._start = ctypes.CFUNCTYPE(None, ctypes.c_int32)(
+            self.engine.get_function_address("tf_pool_start")
+        )
+        self._stop = ctypes.CFUNCTYPE(None)(self.engine.get_function_address("tf_pool_stop"))
+        self.num_threads = 1
+
+    def resize(self, num_threads: int) -> None:
+        self._stop()
+        self._start(num_threads - 1)
+        self.num_threads = num_threads
+
+
+@functools.cache
+def _pool() -> _NativePool:
+    pool = _NativePool()
+    pool.resize(default_num_threads())
+    return pool
+
+
+def default_num_threads() -> int:
+    """TF_NUM_THREADS if set, else the number of CPUs this process may run on."""
+    env = os.environ.get("TF_NUM_THREADS")
+    if env:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def set_num_threads(num_threads: int) -> None:
+    """Run parallel loops on `num_threads` threads (the calling thread plus workers).
+
+    Call it while no kernel runs; the workers are replaced once, not per call.
+    """
+    if not isinstance(num_threads, int) or not 1 <= num_threads <= MAX_THREADS:
+        raise ValueError(f"num_threads must be an int in [1, {MAX_THREADS}], not {num_threads!r}")
+    pool = _pool()
+    if pool.num_threads != num_threads:
+        pool.resize(num_threads)
+
+
+def num_threads() -> int:
+    """The number of threads parallel loops use."""
+    return _pool().num_threads
+
+
+def launch_address() -> int:
+    """The address of `tf_parallel_launch(task, closure)`, for JIT-compiled kernels."""
+    return _pool().launch

@@ -1,0 +1,113 @@
+"""x86 conv2d (NCHWc blocked layout with packing) vs a numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorforge.compiler import te
+from tensorforge.compiler.build import build
+from tensorforge.compiler.schedule.primitives import ScheduleError
+from tensorforge.compiler.topi.x86 import Conv2dConfig, conv2d_nchwc, schedule_conv2d_nchwc
+from tensorforge.compiler.topi.x86.conv2d import kernel_blocks, pack_kernel
+
+
+def conv2d_ref(a: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: int) -> np.ndarray:
+    """Direct NCHW convolution in float64 (an oracle independent of the blocked layout)."""
+    k, _, r, s = w.shape
+    x = np.pad(a.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (x.shape[2] - dil * (r - 1) - 1) // stride + 1
+    ow = (x.shape[3] - dil * (s - 1) - 1) // stride + 1
+    out = np.zeros((a.shape[0], k, oh, ow))
+    for ry in range(r):
+        for rx in range(s):
+            ys, xs = ry * dil, rx * dil
+            patch = x[
+                :,
+                :,
+                ys : ys + stride * (oh - 1) + 1 : stride,
+                xs : xs + stride * (ow - 1) + 1 : stride,
+            ]
+            out += np.einsum("nchw,kc->nkhw", patch, w[:, :, ry, rx].astype(np.float64))
+    return out
+
+
+# (n, c, h, w, k, r, stride, pad, dilation): ones, primes, blocks that do not divide
+CASES = [
+    (1, 1, 1, 1, 1, 1, 1, 0, 1),
+    (1, 3, 7, 7, 5, 3, 1, 1, 1),
+    (2, 6, 9, 11, 4, 3, 2, 0, 1),
+    (1, 32, 13, 13, 48, 3, 1, 1, 1),
+    (1, 17, 10, 10, 19, 1, 1, 0, 1),
+    (1, 16, 15, 15, 32, 3, 2, 1, 1),
+    (1, 8, 12, 12, 16, 3, 1, 2, 2),
+    (1, 4, 11, 11, 8, 7, 2, 3, 1),
+]
+CONFIGS = [
+    Conv2dConfig(),
+    Conv2dConfig(ic_bn=4, oc_bn=8, reg_n=3, pack_data=True, parallel=False),
+]
+
+
+def _run(case, config, bias=False, epilogue=None):
+    n, c, h, w, k, r, stride, pad, dil = case
+    A = te.placeholder((n, c, h, w), name="A")
+    W = te.placeholder((k, c, r, r), name="W")
+    B = te.placeholder((k,), name="bias") if bias else None
+    op = conv2d_nchwc(A, W, stride, pad, dil, bias=B, epilogue=epilogue, config=config)
+    f = build(schedule_conv2d_nchwc(op, config), op.args, name="conv")
+    rng = np.random.default_rng(sum(case))
+    arrays = [rng.uniform(-1, 1, t.shape).astype("float32") for t in op.args[:-1]]
+    out = np.zeros(op.out.shape, "float32")
+    f(*arrays, out)
+    return arrays, out, (stride, pad, dil)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["default", "small-blocks-serial"])
+@pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
+def test_conv2d_nchwc_matches_numpy(case, config) -> None:
+    (a, w), out, geom = _run(case, config)
+    np.testing.assert_allclose(out, conv2d_ref(a, w, *geom), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", CASES[1:4], ids=[str(c) for c in CASES[1:4]])
+def test_int8_conv2d_accumulates_in_int32_bit_exactly(case) -> None:
+    n, c, h, w, k, r, stride, pad, dil = case
+    A = te.placeholder((n, c, h, w), "int8", name="A")
+    W = te.placeholder((k, c, r, r), "int8", name="W")
+    op = conv2d_nchwc(A, W, stride, pad, dil)
+    f = build(schedule_conv2d_nchwc(op), op.args, name="qconv")
+    rng = np.random.default_rng(7)
+    a = rng.integers(-128, 128, A.shape).astype("int8")
+    wt = rng.integers(-128, 128, W.shape).astype("int8")
+    out = np.zeros(op.out.shape, "int32")
+    f(a, wt, out)
+    expected = conv2d_ref(a, wt, stride, pad, dil)  # exact in float64 at these sizes
+    np.testing.assert_array_equal(out, expected.astype(np.int64))
+
+
+def test_prepacked_kernel_gives_the_same_result() -> None:
+    case = CASES[3]
+    (a, w), out, geom = _run(case, Conv2dConfig())
+    n, c, h, wd, k, r, stride, pad, dil = case
+    wp = pack_kernel(w, *kernel_blocks(c, k))
+    A = te.placeholder(a.shape, name="A")
+    op = conv2d_nchwc(A, te.placeholder(wp.shape, name="Wp"), stride, pad, dil)
+    packed_out = np.zeros_like(out)
+    build(schedule_conv2d_nchwc(op), op.args, name="conv_packed")(a, wp, packed_out)
+    np.testing.assert_array_equal(packed_out, out)
+
+
+def test_bias_and_relu_are_fused_into_the_unpack() -> None:
+    relu = lambda v, *idx: te.max(v, te.const(0.0, v.dtype))  # noqa: E731
+    (a, w, b), out, geom = _run(CASES[3], Conv2dConfig(), bias=True, epilogue=relu)
+    expected = np.maximum(conv2d_ref(a, w, *geom) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_channel_mismatch_and_bad_knobs_are_named() -> None:
+    A, W = te.placeholder((1, 3, 5, 5), name="A"), te.placeholder((4, 2, 3, 3), name="W")
+    with pytest.raises(ValueError, match="kernel channels must equal data channels \\(3\\), not 2"):
+        conv2d_nchwc(A, W)
+    with pytest.raises(ScheduleError, match="knob reg_n must be a positive int, not 0"):
+        Conv2dConfig(reg_n=0).check()
