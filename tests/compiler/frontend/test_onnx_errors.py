@@ -142,6 +142,18 @@ def test_node_reading_an_undefined_value_names_file_and_node(tmp_path: Path) -> 
     assert str(info.value) == f"{path}: input of node 'adder' must be defined, not 'ghost'"
 
 
-def test_from_torch_says_it_is_not_built() -> None:
-    with pytest.raises(NotImplementedError, match="from_torch is not built yet"):
+def test_from_torch_without_torch_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torch(name: str, *args: object, **kwargs: object) -> object:
+        if name == "torch":
+            raise ImportError("no torch here", name="torch")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    with pytest.raises(
+        ImportError, match=r"\(torch is missing\).*pip install 'tensorforge\[torch\]'"
+    ):
         from_torch(object(), ())

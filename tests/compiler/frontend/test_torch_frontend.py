@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler.frontend import from_torch
-from tensorforge.compiler.frontend import torch as torch_frontend
 from tensorforge.compiler.graph import run_graph
 from tensorforge.compiler.graph.passes import optimize
 
@@ -65,18 +64,3 @@ def test_bad_arguments_are_named():
         from_torch(3, (torch.zeros(1),))
     with pytest.raises(TypeError, match=r"example_inputs\[0\] must be a torch.Tensor, not list"):
         from_torch(torch.nn.ReLU(), ([1.0],))
-
-
-def test_missing_torch_says_how_to_install(monkeypatch):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_torch(name, *args, **kwargs):
-        if name == "torch":
-            raise ImportError("no torch here")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_torch)
-    with pytest.raises(ImportError, match=r"pip install 'tensorforge\[torch\]'"):
-        torch_frontend._import_torch()
