@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import io
 import logging
 import warnings
@@ -103,8 +104,9 @@ def from_torch(
 
 def _import_torch() -> Any:
     try:
-        import onnxscript  # noqa: F401  (torch's ONNX exporter needs it)
-        import torch
+        # torch first, so that a machine without either is told about torch.
+        torch = importlib.import_module("torch")
+        importlib.import_module("onnxscript")  # torch's ONNX exporter needs it
     except ImportError as e:
         raise ImportError(
             f"from_torch needs PyTorch and onnxscript ({e.name} is missing), an optional extra: "
