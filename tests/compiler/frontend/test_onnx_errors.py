@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -143,17 +144,7 @@ def test_node_reading_an_undefined_value_names_file_and_node(tmp_path: Path) -> 
 
 
 def test_from_torch_without_torch_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_torch(name: str, *args: object, **kwargs: object) -> object:
-        if name == "torch":
-            raise ImportError("no torch here", name="torch")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_torch)
-    with pytest.raises(
-        ImportError, match=r"\(torch is missing\).*pip install 'tensorforge\[torch\]'"
-    ):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails, as without it
+    wanted = r"\(torch is missing\).*pip install 'tensorforge\[torch\]'"
+    with pytest.raises(ImportError, match=wanted):
         from_torch(object(), ())
