@@ -8,6 +8,13 @@ from .eliminate_dead_code import eliminate_dead_code
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .fuse_ops import FusedGroup, fuse_ops, group_order
+from .partition import (
+    Placement,
+    Region,
+    accelerator_regions,
+    partition_graph,
+    partition_report,
+)
 from .plan_memory import MemoryPlan, Slot, plan_memory
 
 PIPELINE = [
@@ -41,5 +48,10 @@ __all__ = [
     "fuse_ops",
     "group_order",
     "optimize",
+    "Placement",
+    "Region",
+    "accelerator_regions",
+    "partition_graph",
+    "partition_report",
     "plan_memory",
 ]

@@ -1,0 +1,222 @@
+"""Partitioning: which int8 ops of a quantized graph the accelerator runs, grouped into regions.
+
+``partition_graph(graph, cfg)`` decides, for each node, whether the accelerator described by
+``cfg`` can run it, and records the answer in the ``target`` attribute of the int8 ops
+("vta" or "cpu"); float ops and the ``tf.quantize``/``tf.dequantize`` boundaries always run on
+the CPU. ``accelerator_regions`` groups maximal runs of consecutive accelerator nodes (in the
+graph's topological order, so each region is convex: no path leaves it and comes back), the
+units a code generator compiles into one program. ``partition_report`` prints every layer and
+where it runs, with the reason.
+
+The rules, one function per op (``PLACEMENT``):
+
+- ``tf.qconv2d``: input channels at least ``block_in`` (a first conv with 1 or 3 channels would
+  waste most of the GEMM core on zero padding), symmetric zero padding that fits the LOAD pad
+  fields, a requantization the ALU has (MUL only with ``alu_mul``), the config's acc width.
+- ``tf.qdense``: the reduction length at least ``block_in``; the same requantization rule.
+- ``tf.qadd``: ALU ADD/SHR (and MUL with ``alu_mul``) on the accumulators.
+- ``tf.qmaxpool``: ALU MAX over shifted windows; padding only when the input is >= 0 (a fused
+  ReLU), where the DMA's zero padding equals the -inf padding of max pooling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....hw.config import HWConfig
+from ....hw.isa import MEM_PAD_WIDTH
+from ..ir import Graph, Node
+
+ACCEL, CPU = "vta", "cpu"
+MAX_PAD = (1 << MEM_PAD_WIDTH) - 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one node runs and why."""
+
+    node: str
+    op: str
+    target: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Region:
+    """Consecutive accelerator nodes, compiled and run as one unit."""
+
+    name: str
+    nodes: tuple[str, ...]
+
+
+def _requant_problem(node: Node, cfg: HWConfig) -> str | None:
+    a = node.attr_dict
+    ops = [*a["requant_ops"], a.get("lhs_op", ""), a.get("rhs_op", "")]
+    if "MUL" in ops and not cfg.alu_mul:
+        return f"requantization uses MUL but HWConfig {cfg.name!r} has alu_mul=False"
+    if a["acc_width"] != cfg.acc_width:
+        return f"acc_width {a['acc_width']} must be the config's {cfg.acc_width}"
+    return None
+
+
+def _data_layout(cfg: HWConfig) -> str:
+    return f"NCHW{cfg.batch}n{cfg.block_in}c"
+
+
+def _weight_layout(cfg: HWConfig) -> str:
+    return f"OIHW{cfg.block_out}o{cfg.block_in}i"
+
+
+def _padded(n: int, block: int) -> int:
+    return -(-n // block) * block
+
+
+def _place_conv(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
+    c = graph.types[node.inputs[1]].shape[1]
+    if c < cfg.block_in:
+        waste = 1 - c / _padded(c, cfg.block_in)
+        return CPU, f"{c} input channel(s) < block_in {cfg.block_in} ({waste:.0%} padding)"
+    top, left, bottom, right = node.attr("pads")
+    if (top, left) != (bottom, right) or max(top, left) > MAX_PAD:
+        return CPU, f"padding {node.attr('pads')} must be symmetric and at most {MAX_PAD}"
+    problem = _requant_problem(node, cfg)
+    if problem:
+        return CPU, problem
+    o = graph.types[node.inputs[1]].shape[0]
+    return ACCEL, (
+        f"GEMM {_data_layout(cfg)} x {_weight_layout(cfg)} "
+        f"(C {c}->{_padded(c, cfg.block_in)}, O {o}->{_padded(o, cfg.block_out)}), "
+        "bias+requant on the ALU"
+    )
+
+
+def _place_dense(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
+    m, k = graph.types[node.inputs[1]].shape
+    if k < cfg.block_in:
+        return CPU, f"reduction length {k} < block_in {cfg.block_in}"
+    problem = _requant_problem(node, cfg)
+    if problem:
+        return CPU, problem
+    return ACCEL, (
+        f"GEMM as a 1x1 conv (K {k}->{_padded(k, cfg.block_in)}, "
+        f"M {m}->{_padded(m, cfg.block_out)}), bias+requant on the ALU"
+    )
+
+
+def _place_add(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
+    problem = _requant_problem(node, cfg)
+    return (CPU, problem) if problem else (ACCEL, "ALU: scale, ADD, requant")
+
+
+def _place_pool(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
+    pads = node.attr("pads")
+    if not any(pads):
+        return ACCEL, "ALU MAX over the window"
+    producer = graph.producers().get(node.inputs[0])
+    non_negative = producer is not None and producer.attr_dict.get("out_lo", -1) >= 0
+    if non_negative and max(pads) <= MAX_PAD and pads[:2] == pads[2:]:
+        return ACCEL, "ALU MAX; zero padding is exact (input >= 0 after a fused ReLU)"
+    return CPU, f"padding {pads} needs -inf fill (input may be negative)"
+
+
+def _place_boundary(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
+    return CPU, "float <-> int8 boundary"
+
+
+PLACEMENT: dict[str, Callable[[Graph, Node, HWConfig], tuple[str, str]]] = {
+    "tf.qconv2d": _place_conv,
+    "tf.qdense": _place_dense,
+    "tf.qadd": _place_add,
+    "tf.qmaxpool": _place_pool,
+    "tf.quantize": _place_boundary,
+    "tf.dequantize": _place_boundary,
+}
+
+
+def place(graph: Graph, node: Node, cfg: HWConfig) -> Placement:
+    """Where `node` of `graph` runs for `cfg`, and why."""
+    rule = PLACEMENT.get(node.op)
+    if rule is not None:
+        target, reason = rule(graph, node, cfg)
+    elif any(graph.types[o].dtype == "int8" for o in node.outputs if o):
+        target, reason = CPU, "int8 data movement (layout change between regions)"
+    else:
+        target, reason = CPU, "float op"
+    return Placement(node.name, node.op, target, reason)
+
+
+def partition_graph(graph: Graph, cfg: HWConfig) -> Graph:
+    """Set the ``target`` attribute of every int8 op to "vta" or "cpu" for `cfg`.
+
+    Before: `conv2: %y_q = tf.qconv2d(%x_q, ...) {target='cpu', ...}` (as quantize_graph writes)
+    After:  `conv2: %y_q = tf.qconv2d(%x_q, ...) {target='vta', ...}` (16 input channels, pynq)
+    """
+    nodes = []
+    for node in graph.nodes:
+        if "target" in node.attr_dict:
+            target = place(graph, node, cfg).target
+            attrs = {**node.attr_dict, "target": target}
+            node = Node(node.op, node.name, node.inputs, node.outputs, tuple(attrs.items()))
+        nodes.append(node)
+    return graph.replace(nodes=tuple(nodes))
+
+
+def is_offloaded(node: Node) -> bool:
+    """Whether a (partitioned) node runs on the accelerator."""
+    return node.attr_dict.get("target") == ACCEL
+
+
+def accelerator_regions(graph: Graph) -> tuple[Region, ...]:
+    """Maximal runs of consecutive offloaded nodes of a partitioned graph, in order."""
+    runs: list[list[str]] = []
+    previous = False
+    for node in graph.nodes:
+        offloaded = is_offloaded(node)
+        if offloaded and not previous:
+            runs.append([])
+        if offloaded:
+            runs[-1].append(node.name)
+        previous = offloaded
+    return tuple(Region(f"vta_{i}", tuple(run)) for i, run in enumerate(runs))
+
+
+def macs(graph: Graph, node: Node) -> int:
+    """Multiply-accumulates of a conv/dense node (0 for other ops)."""
+    if node.op not in ("tf.qconv2d", "tf.qdense"):
+        return 0
+    out = graph.types[node.outputs[0]].shape
+    w = graph.types[node.inputs[1]].shape
+    return int(np.prod(out, dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64))
+
+
+def partition_report(graph: Graph, cfg: HWConfig) -> str:
+    """A table of every node (layer, op, output type, where it runs and why), the accelerator
+    regions and the share of conv/dense MACs offloaded; partitions `graph` for `cfg` first."""
+    graph = partition_graph(graph, cfg)
+    rows = [place(graph, n, cfg) for n in graph.nodes]
+    width = max([len(r.node) for r in rows] + [5])
+    op_width = max(len(r.op) for r in rows) if rows else 2
+    lines = [f"partition of graph {graph.name!r} for HWConfig {cfg.name!r} "
+             f"({cfg.batch}x{cfg.block_in}x{cfg.block_out}, alu_mul={cfg.alu_mul}):"]  # fmt: skip
+    lines.append(f"  {'layer':<{width}}  {'op':<{op_width}}  {'output':<24} {'runs on':<8}why")
+    for node, row in zip(graph.nodes, rows, strict=True):
+        out = str(graph.types[node.outputs[0]])
+        lines.append(
+            f"  {row.node:<{width}}  {row.op:<{op_width}}  {out:<24} {row.target:<8}{row.reason}"
+        )
+    regions = accelerator_regions(graph)
+    lines.append("regions: " + ("; ".join(f"{r.name}: {', '.join(r.nodes)}" for r in regions)
+                                or "none"))  # fmt: skip
+    layers = [n for n in graph.nodes if macs(graph, n)]
+    total = sum(macs(graph, n) for n in layers)
+    done = sum(macs(graph, n) for n in layers if is_offloaded(n))
+    offloaded = sum(1 for n in layers if is_offloaded(n))
+    share = done / total if total else 0.0
+    lines.append(
+        f"offloaded: {offloaded} of {len(layers)} conv/dense layers, {share:.1%} of their MACs; "
+        f"{sum(1 for n in graph.nodes if is_offloaded(n))} of {len(graph.nodes)} nodes"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,452 @@
+"""Graph-level post-training int8 quantization: a float graph becomes an accelerator-exact one.
+
+``quantize_graph`` runs the float graph on calibration inputs (the ``run_graph`` kernels, node
+by node) to observe activation ranges, then rewrites every conv (batch norm already folded by
+``optimize``) and dense (Gemm, or MatMul with constant weights) together with the bias add and
+ReLU that follow it into one ``tf.qconv2d``/``tf.qdense``; residual adds of two int8 values
+become ``tf.qadd`` (with their ReLU), max pooling of an int8 value ``tf.qmaxpool``, and
+Flatten/Reshape/Identity of an int8 value run on the int8 data. Everything else stays float;
+``tf.quantize``/``tf.dequantize`` nodes are inserted where int8 and float parts meet, so the
+graph keeps its float inputs and outputs (under the same names). The integer semantics of the
+new ops are compiler.quantize's (see compiler/graph/ops/qnn.py and docs/quantization.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...hw.config import HWConfig
+from ..graph.ir import Graph, GraphBuilder, GraphError, Node
+from ..graph.ops.nn import window_geometry
+from ..graph.ops.qnn import add_attrs, requant_attrs
+from ..graph.reference import run_node
+from .calibrate import AbsMaxObserver
+from .requant import MODES, requant_params
+from .residual import add_params
+from .scheme import choose_scale, qrange, quantize_bias, quantize_weight
+
+__all__ = ["Observer", "quantize_graph", "rebatch"]
+
+DATA_MOVES = ("Flatten", "Reshape", "Identity")  # run on int8 data unchanged (same scale)
+
+
+class Observer(Protocol):
+    """What quantize_graph needs of an observer (compiler.quantize.calibrate)."""
+
+    def observe(self, x: np.ndarray) -> Any: ...
+
+    def threshold(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One rewrite: `nodes` (first = anchor, then absorbed) become one op producing `out`."""
+
+    kind: str  # "conv" | "dense" | "add" | "pool" | "move" | "float"
+    nodes: tuple[Node, ...]
+    out: str
+    weight: np.ndarray | None = None  # conv: OIHW; dense: (M, K); float
+    bias: np.ndarray | None = None
+    relu: bool = False
+
+    @property
+    def node(self) -> Node:
+        return self.nodes[0]
+
+
+# ---- matching --------------------------------------------------------------------------------
+
+
+class _Matcher:
+    """Walks the float graph in order and decides which nodes become which int8 op."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.consumers = graph.consumers()
+        self.int8: set[str] = set()  # values that will exist as int8
+
+    def plan(self) -> list[_Unit]:
+        units, absorbed = [], set()
+        for node in self.graph.nodes:
+            if node.name in absorbed:
+                continue
+            unit = self._match(node)
+            if unit.kind != "float":
+                self.int8.add(unit.out)
+                absorbed.update(n.name for n in unit.nodes)
+            units.append(unit)
+        return units
+
+    def _match(self, node: Node) -> _Unit:
+        if node.op == "Conv" and self._is_quantizable_conv(node):
+            return self._absorb("conv", node, self._const(node.inputs[1]))
+        if node.op in ("Gemm", "MatMul"):
+            weight = self._dense_weight(node)
+            if weight is not None:
+                return self._absorb("dense", node, weight)
+        if node.op == "Add" and self._is_residual_add(node):
+            return self._with_relu(_Unit("add", (node,), node.outputs[0]))
+        if node.op == "MaxPool" and self._is_quantizable_pool(node):
+            return _Unit("pool", (node,), node.outputs[0])
+        if node.op in DATA_MOVES and node.inputs[0] in self.int8:
+            if all(i in self.graph.constants for i in node.inputs[1:] if i):
+                return _Unit("move", (node,), node.outputs[0])
+        return _Unit("float", (node,), node.outputs[0])
+
+    def _const(self, name: str) -> np.ndarray | None:
+        return self.graph.constants.get(name) if name else None
+
+    def _is_float(self, name: str) -> bool:
+        return self.graph.types[name].dtype == "float32"
+
+    def _is_quantizable_conv(self, node: Node) -> bool:
+        w, attrs = self._const(node.inputs[1]), node.attr_dict
+        has_bias = len(node.inputs) > 2 and node.inputs[2]
+        return (
+            w is not None
+            and w.ndim == 4
+            and self._is_float(node.inputs[0])
+            and attrs["group"] == 1
+            and all(d == 1 for d in attrs.get("dilations") or (1, 1))
+            and (not has_bias or self._const(node.inputs[2]) is not None)
+        )
+
+    def _dense_weight(self, node: Node) -> np.ndarray | None:
+        """The (M, K) weight of a Gemm/MatMul the accelerator's dense can compute, else None."""
+        x, w = self.graph.types[node.inputs[0]], self._const(node.inputs[1])
+        if w is None or w.ndim != 2 or len(x.shape) != 2 or not self._is_float(node.inputs[0]):
+            return None
+        if node.op == "MatMul":
+            return w.T
+        a = node.attr_dict
+        c = node.inputs[2] if len(node.inputs) > 2 else ""
+        if (
+            a["alpha"] != 1.0
+            or a["transA"]
+            or (c and (a["beta"] != 1.0 or c not in self.graph.constants))
+        ):
+            return None
+        if c and self.graph.constants[c].size != w.shape[0 if a["transB"] else 1]:
+            return None
+        return w if a["transB"] else w.T
+
+    def _absorb(self, kind: str, node: Node, weight: np.ndarray) -> _Unit:
+        bias = self._const(node.inputs[2]) if len(node.inputs) > 2 else None
+        bias = None if bias is None else bias.reshape(-1).astype(np.float64)
+        unit = _Unit(kind, (node,), node.outputs[0], weight, bias)
+        nxt = self._sole_consumer(unit.out)
+        channel_bias = self._channel_bias(nxt, unit) if nxt is not None else None
+        if channel_bias is not None:
+            bias = channel_bias if unit.bias is None else unit.bias + channel_bias
+            unit = _Unit(kind, (node, nxt), nxt.outputs[0], weight, bias)
+        return self._with_relu(unit)
+
+    def _channel_bias(self, add: Node, unit: _Unit) -> np.ndarray | None:
+        """A constant Add operand that is a per-output-channel bias of `unit`, flattened."""
+        if add.op != "Add":
+            return None
+        other = [i for i in add.inputs if i != unit.out]
+        c = self._const(other[0]) if len(other) == 1 else None
+        channels = unit.weight.shape[0]
+        want = (channels,) if unit.kind == "dense" else (channels, 1, 1)
+        if c is None or c.shape[-len(want) :] != want or c.size != channels:
+            return None
+        return c.reshape(-1).astype(np.float64)
+
+    def _with_relu(self, unit: _Unit) -> _Unit:
+        nxt = self._sole_consumer(unit.out)
+        if nxt is None or nxt.op != "Relu":
+            return unit
+        return _Unit(unit.kind, (*unit.nodes, nxt), nxt.outputs[0], unit.weight, unit.bias, True)
+
+    def _sole_consumer(self, value: str) -> Node | None:
+        users = self.consumers.get(value, [])
+        return users[0] if len(users) == 1 and value not in self.graph.outputs else None
+
+    def _is_residual_add(self, node: Node) -> bool:
+        a, b = node.inputs
+        shapes = {self.graph.types[v].shape for v in (a, b, node.outputs[0])}
+        return a != b and a in self.int8 and b in self.int8 and len(shapes) == 1
+
+    def _is_quantizable_pool(self, node: Node) -> bool:
+        a = node.attr_dict
+        return (
+            node.inputs[0] in self.int8
+            and len(self.graph.types[node.inputs[0]].shape) == 4
+            and a["ceil_mode"] == 0
+            and a["storage_order"] == 0
+            and all(d == 1 for d in a.get("dilations") or (1, 1))
+        )
+
+
+# ---- calibration -----------------------------------------------------------------------------
+
+
+def _calibrated_values(units: list[_Unit]) -> list[str]:
+    """Values whose range sets a scale: int8 op outputs and float values quantized for them."""
+    int8: set[str] = set()
+    needed: dict[str, None] = {}
+    for unit in units:
+        if unit.kind in ("conv", "dense") and unit.node.inputs[0] not in int8:
+            needed[unit.node.inputs[0]] = None
+        if unit.kind in ("conv", "dense", "add"):
+            needed[unit.out] = None
+        if unit.kind != "float":
+            int8.add(unit.out)
+    return list(needed)
+
+
+def _batches(graph: Graph, calibration_inputs: Any) -> list[dict[str, np.ndarray]]:
+    batches = [calibration_inputs] if isinstance(calibration_inputs, Mapping) else None
+    if batches is None and isinstance(calibration_inputs, Sequence):
+        batches = list(calibration_inputs)
+    if not batches or not all(isinstance(b, Mapping) for b in batches):
+        raise ValueError(
+            "calibration_inputs must be a mapping input name -> array, or a non-empty list of "
+            f"them, not {type(calibration_inputs).__name__} {calibration_inputs!r:.80}"
+        )
+    result = []
+    for i, batch in enumerate(batches):
+        missing = [n for n in graph.inputs if n not in batch]
+        if missing:
+            raise ValueError(f"calibration batch {i} must include inputs {missing!r}")
+        arrays = {n: np.asarray(batch[n], dtype=graph.types[n].dtype) for n in graph.inputs}
+        if any(a.shape[:1] == (0,) for a in arrays.values()):
+            raise ValueError(f"calibration batch {i} must hold at least one sample, not 0")
+        result.append(arrays)
+    return result
+
+
+def rebatch(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> Graph:
+    """The same graph with other input shapes, every type re-inferred (calibration batches may
+    differ from the graph's batch size).
+
+    Raises:
+        GraphError: naming the node, if an op cannot take the new shapes (e.g. a Reshape whose
+            target shape bakes in the old batch size).
+    """
+    b = GraphBuilder(graph.name)
+    for name in graph.inputs:
+        b.add_input(name, shapes.get(name, graph.types[name].shape), graph.types[name].dtype)
+    for name, value in graph.constants.items():
+        b.add_constant(name, value)
+    for node in graph.nodes:
+        try:
+            b.add_node(node.op, node.inputs, node.attr_dict, name=node.name, outputs=node.outputs)
+        except GraphError as exc:
+            raise GraphError(
+                f"calibration inputs must have the graph's input shapes, or shapes every node "
+                f"accepts; node {node.name!r} ({node.op}) does not: {exc}"
+            ) from exc
+    return b.build(graph.outputs)
+
+
+def _observe(
+    graph: Graph, batches: list[dict[str, np.ndarray]], values: list[str], observer: Callable
+) -> dict[str, float]:
+    """Threshold per value from running the float graph on every batch."""
+    observers = {v: observer() for v in values}
+    for batch in batches:
+        shapes = {n: a.shape for n, a in batch.items()}
+        g = graph
+        if any(shapes[n] != graph.types[n].shape for n in graph.inputs):
+            g = rebatch(graph, shapes)
+        env: dict[str, np.ndarray] = {**g.constants, **batch}
+        for v in [v for v in values if v in batch]:
+            observers[v].observe(batch[v])
+        for node in g.nodes:
+            out = run_node(g, node, env)
+            env.update(out)
+            for v in [v for v in node.outputs if v in observers]:
+                observers[v].observe(out[v])
+    return {v: float(o.threshold()) for v, o in observers.items()}
+
+
+# ---- emission --------------------------------------------------------------------------------
+
+
+class _Emitter:
+    """Builds the quantized graph; int8 values are named `<float name>_q`, and a float value
+    that is needed but only exists as int8 is dequantized under its original name."""
+
+    def __init__(self, graph: Graph, scales: dict[str, float], cfg: HWConfig, mode: str):
+        self.src, self.scales, self.cfg, self.mode = graph, scales, cfg, mode
+        self.b = GraphBuilder(graph.name)
+        self.taken = set(graph.types) | {n.name for n in graph.nodes}
+        self.q: dict[str, str] = {}  # float value -> its int8 value
+        for name in graph.inputs:
+            self.b.add_input(name, graph.types[name].shape, graph.types[name].dtype)
+
+    def fresh(self, hint: str) -> str:
+        name, i = hint, 0
+        while name in self.taken:
+            i += 1
+            name = f"{hint}_{i}"
+        self.taken.add(name)
+        return name
+
+    def value(self, name: str) -> str:
+        """`name` as a float value of the new graph (a constant, or dequantized)."""
+        if not name or name in self.b.types:
+            return name
+        if name in self.src.constants:
+            return self.b.add_constant(name, self.src.constants[name])
+        attrs = {"scale": self.scales[name]}
+        node = self.fresh(f"{name}_dequantize")
+        return self.b.add_node("tf.dequantize", [self.q[name]], attrs, name=node, outputs=[name])[0]
+
+    def qvalue(self, name: str) -> str:
+        """`name` as an int8 value (quantizing the float value when it has no int8 form)."""
+        if name not in self.q:
+            out, node = self.fresh(f"{name}_q"), self.fresh(f"{name}_quantize")
+            attrs = {"scale": self.scales[name]}
+            self.q[name] = self.b.add_node(
+                "tf.quantize", [self.value(name)], attrs, name=node, outputs=[out]
+            )[0]
+        return self.q[name]
+
+    def emit(self, unit: _Unit) -> None:
+        getattr(self, f"_emit_{unit.kind}")(unit)
+
+    def _add(self, op: str, unit: _Unit, inputs: list[str], attrs: dict[str, Any]) -> None:
+        out = self.fresh(f"{unit.out}_q")
+        self.b.add_node(op, inputs, attrs, name=unit.node.name, outputs=[out])
+        self.q[unit.out] = out
+
+    def _emit_float(self, unit: _Unit) -> None:
+        node = unit.node
+        inputs = [self.value(i) for i in node.inputs]
+        self.b.add_node(node.op, inputs, node.attr_dict, name=node.name, outputs=node.outputs)
+
+    def _emit_move(self, unit: _Unit) -> None:
+        node = unit.node
+        inputs = [self.qvalue(node.inputs[0]), *(self.value(i) for i in node.inputs[1:])]
+        self._add(node.op, unit, inputs, node.attr_dict)
+
+    def _emit_pool(self, unit: _Unit) -> None:
+        x, a = unit.node.inputs[0], unit.node.attr_dict
+        kernel = tuple(a["kernel_shape"])
+        begin, end, strides, _, _ = window_geometry(a, self.src.types[x].shape[2:], kernel)
+        attrs = {"kernel_shape": kernel, "strides": tuple(strides), "pads": (*begin, *end)}
+        self._add("tf.qmaxpool", unit, [self.qvalue(x)], {**attrs, "scale": self.scales[x]})
+
+    def _emit_add(self, unit: _Unit) -> None:
+        lhs, rhs = unit.node.inputs
+        s_a, s_b, s_y = self.scales[lhs], self.scales[rhs], self.scales[unit.out]
+        try:
+            params = add_params(s_a / s_y, s_b / s_y, self.cfg, mode=self.mode, relu=unit.relu)
+        except ValueError as exc:
+            raise ValueError(f"quantize_graph: node {unit.node.name!r} (Add): {exc}") from exc
+        attrs = {**add_attrs(params), "lhs_scale": s_a, "rhs_scale": s_b, "out_scale": s_y}
+        self._add("tf.qadd", unit, [self.qvalue(lhs), self.qvalue(rhs)], attrs)
+
+    def _emit_conv(self, unit: _Unit) -> None:
+        node = unit.node
+        x_type = self.src.types[node.inputs[0]]
+        begin, end, strides, _, _ = window_geometry(
+            node.attr_dict, x_type.shape[2:], unit.weight.shape[2:]
+        )
+        geometry = {"strides": tuple(strides), "pads": (*begin, *end)}
+        self._emit_compute("tf.qconv2d", unit, geometry)
+
+    def _emit_dense(self, unit: _Unit) -> None:
+        self._emit_compute("tf.qdense", unit, {})
+
+    def _emit_compute(self, op: str, unit: _Unit, geometry: dict[str, Any]) -> None:
+        x, name = unit.node.inputs[0], unit.node.name
+        s_in, s_out = self.scales[x], self.scales[unit.out]
+        pow2 = self.mode == "shift"
+        try:
+            qw = quantize_weight(unit.weight, power_of_two=pow2)
+            qb = None
+            if unit.bias is not None:
+                qb = quantize_bias(unit.bias, s_in * qw.scale, self.cfg.acc_width).values
+            params = requant_params(
+                s_in * qw.scale / s_out, self.cfg, mode=self.mode, relu=unit.relu,
+                acc_bound=_acc_bound(qw.values, qb, self.cfg),
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ValueError(f"quantize_graph: node {name!r} ({unit.node.op}): {exc}") from exc
+        inputs = [self.qvalue(x), self.b.add_constant(self.fresh(f"{name}.qweight"), qw.values)]
+        if qb is not None:
+            inputs.append(self.b.add_constant(self.fresh(f"{name}.qbias"), qb))
+        attrs = {**geometry, **requant_attrs(params), "in_scale": s_in, "out_scale": s_out}
+        self._add(op, unit, inputs, {**attrs, "weight_scale": qw.scale})
+
+
+def _acc_bound(w: np.ndarray, bias: np.ndarray | None, cfg: HWConfig) -> int:
+    """The largest |accumulator| for int8 inputs in the narrow range: 127 * max_o sum|w_o|."""
+    x_max = qrange(cfg.inp_width)[1]
+    rows = np.abs(w.astype(np.int64)).reshape(w.shape[0], -1).sum(axis=1)
+    b = int(np.abs(bias.astype(np.int64)).max(initial=0)) if bias is not None else 0
+    return max(1, x_max * int(rows.max(initial=0)) + b)
+
+
+def _scales(units: list[_Unit], thresholds: dict[str, float], pow2: bool) -> dict[str, float]:
+    scales = {v: choose_scale(t, power_of_two=pow2) for v, t in thresholds.items()}
+    for unit in units:  # max pooling and data movement keep their input's scale
+        if unit.kind in ("pool", "move"):
+            scales[unit.out] = scales[unit.node.inputs[0]]
+    return scales
+
+
+def quantize_graph(
+    graph: Graph,
+    calibration_inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+    cfg: HWConfig,
+    mode: str = "shift",
+    observer: Callable[[], Observer] = AbsMaxObserver,
+) -> Graph:
+    """Post-training int8 quantization of a float graph for the accelerator described by cfg.
+
+    Args:
+        graph: a float graph (e.g. ``optimize(from_onnx(model))``: batch norm folded).
+        calibration_inputs: one batch (input name -> array) or a list of batches. A batch may
+            have another batch size than the graph's inputs (types are re-inferred for it).
+        cfg: the accelerator config: accumulator width, and ``alu_mul`` for mode ``"mul"``.
+        mode: ``"shift"``: power-of-two scales, requantization by shifts (every config);
+            ``"mul"``: scales from the observer as is, multiply+shift (needs ``alu_mul``).
+        observer: a factory of observers (``AbsMaxObserver``, ``PercentileObserver``,
+            ``lambda: PercentileObserver(99.9)``, ...), one per calibrated tensor.
+
+    Returns:
+        A new graph with the same float inputs and outputs in which conv/dense layers (with
+        their bias and ReLU), residual adds and max pooling are int8 ops (``tf.qconv2d``,
+        ``tf.qdense``, ``tf.qadd``, ``tf.qmaxpool``) between ``tf.quantize``/``tf.dequantize``;
+        every int8 op's ``target`` is "cpu" until ``partition_graph`` assigns it.
+
+    Raises:
+        ValueError: for no or malformed calibration data, an unknown mode, or a layer whose
+            requantization the config cannot express (named by its node).
+
+    Example:
+        >>> import numpy as np
+        >>> from tensorforge.compiler.graph import GraphBuilder, run_graph
+        >>> b = GraphBuilder()
+        >>> x = b.add_input("x", (1, 4), "float32")
+        >>> w = b.add_constant("w", np.eye(4, dtype=np.float32))
+        >>> (y,) = b.add_node("MatMul", [x, w])
+        >>> (y,) = b.add_node("Relu", [y])
+        >>> xs = np.array([[0.5, -1.0, 2.0, 1.0]], np.float32)
+        >>> q = quantize_graph(b.build([y]), {"x": xs}, HWConfig.preset("pynq"))
+        >>> [n.op for n in q.nodes]
+        ['tf.quantize', 'tf.qdense', 'tf.dequantize']
+        >>> run_graph(q, {"x": xs})[y].tolist()
+        [[0.5, 0.0, 2.0, 1.0]]
+    """
+    if mode not in MODES:
+        raise ValueError(f"quantize_graph mode must be one of {MODES}, not {mode!r}")
+    if not isinstance(cfg, HWConfig):
+        raise TypeError(f"quantize_graph cfg must be a HWConfig, not {type(cfg).__name__}")
+    batches = _batches(graph, calibration_inputs)
+    units = _Matcher(graph).plan()
+    thresholds = _observe(graph, batches, _calibrated_values(units), observer)
+    emitter = _Emitter(graph, _scales(units, thresholds, mode == "shift"), cfg, mode)
+    for unit in units:
+        emitter.emit(unit)
+    outputs = [emitter.value(o) for o in graph.outputs]
+    return emitter.b.build(outputs)

@@ -1,0 +1,231 @@
+"""quantize_graph on the shipped digits CNN: from_onnx -> optimize -> quantize_graph -> run_graph.
+
+Oracles: onnxruntime-free float accuracy of the same graph; an independent layer-by-layer int8
+computation with compiler/quantize/reference.py called directly (its own calibration, scales,
+weights and requantization), which the graph's int8 values must equal bit for bit."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorforge.compiler.frontend import from_onnx
+from tensorforge.compiler.graph import GraphBuilder, GraphError, run_graph
+from tensorforge.compiler.graph.passes import fuse_ops, optimize, partition_report, plan_memory
+from tensorforge.compiler.graph.reference import run_node
+from tensorforge.compiler.graph.verify import verify_graph
+from tensorforge.compiler.quantize import (
+    AbsMaxObserver,
+    PercentileObserver,
+    choose_scale,
+    conv2d_int8,
+    conv2d_nchw,
+    dense_int8,
+    max_pool2d_int8,
+    quantize,
+    quantize_bias,
+    quantize_weight,
+    requant_params,
+)
+from tensorforge.compiler.quantize.graph import quantize_graph
+from tensorforge.hw.config import HWConfig
+
+DATA = Path(__file__).resolve().parents[3] / "tensorforge" / "data"
+N_TEST = 450
+
+
+@pytest.fixture(scope="module")
+def split() -> dict[str, np.ndarray]:
+    with np.load(DATA / "digits_test.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+@pytest.fixture(scope="module")
+def float_graph():
+    shapes = {"input": (N_TEST, 1, 8, 8)}
+    return optimize(from_onnx(DATA / "digits_cnn.onnx", input_shapes=shapes))
+
+
+def _cfg(alu_mul: bool) -> HWConfig:
+    return HWConfig.preset("pynq").replace(alu_mul=alu_mul)
+
+
+def _values(graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    env = {**graph.constants, **inputs}
+    for node in graph.nodes:
+        env.update(run_node(graph, node, env))
+    return env
+
+
+def _accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(np.argmax(logits, axis=1) == labels))
+
+
+@pytest.mark.parametrize(
+    ("mode", "alu_mul", "observer"),
+    [
+        ("shift", False, AbsMaxObserver),
+        ("shift", False, PercentileObserver),
+        ("mul", True, AbsMaxObserver),
+    ],
+)
+def test_digits_int8_accuracy_is_within_two_points_of_float(
+    float_graph, split, mode: str, alu_mul: bool, observer
+) -> None:
+    q = quantize_graph(float_graph, {"input": split["calib_images"]}, _cfg(alu_mul), mode, observer)
+    verify_graph(q)
+    assert q.inputs == float_graph.inputs and q.outputs == float_graph.outputs
+    ops = [n.op for n in q.nodes]
+    assert ops == ["tf.quantize", "tf.qconv2d", "tf.qconv2d", "tf.qmaxpool", "tf.qconv2d",
+                   "Flatten", "tf.qdense", "tf.dequantize"]  # fmt: skip
+    steps = [op for n in q.nodes for op in n.attr_dict.get("requant_ops", ())]
+    assert ("MUL" in steps) == (mode == "mul")
+    float_acc = _accuracy(
+        run_graph(float_graph, {"input": split["images"]})["logits"], split["labels"]
+    )
+    int8_acc = _accuracy(run_graph(q, {"input": split["images"]})["logits"], split["labels"])
+    assert float_acc > 0.9
+    assert int8_acc >= float_acc - 0.02, (mode, observer.__name__, int8_acc, float_acc)
+
+
+def _independent_int8_logits(split, mode: str, cfg: HWConfig) -> np.ndarray:
+    """The digits chain quantized by hand: abs-max calibration on a numpy float forward pass,
+    then compiler/quantize/reference.py layer by layer (mirrors docs/quantization.md)."""
+    from onnx import load, numpy_helper
+
+    initializers = load(DATA / "digits_cnn.onnx").graph.initializer
+    weights = {t.name: numpy_helper.to_array(t) for t in initializers}
+    pow2 = mode == "shift"
+
+    def scale(x: np.ndarray) -> float:
+        return choose_scale(AbsMaxObserver().observe(x).threshold(), power_of_two=pow2)
+
+    def float_conv(x, name):
+        y = conv2d_nchw(x, weights[f"{name}.weight"], 1, 1) + weights[f"{name}.bias"][:, None, None]
+        return np.maximum(y, 0)
+
+    calib = split["calib_images"].astype(np.float64)
+    f1 = float_conv(calib, "conv1")
+    f2 = float_conv(f1, "conv2")
+    f3 = float_conv(f2.reshape(-1, 32, 4, 2, 4, 2).max(axis=(3, 5)), "conv3")
+    f4 = f3.reshape(len(f3), -1) @ weights["dense.weight"].T + weights["dense.bias"]
+    scales = [scale(v) for v in (calib, f1, f2, f3, f4)]
+    s_pool = scales[2]
+
+    def layer(x, name, s_in, s_out, relu, conv=True):
+        qw = quantize_weight(weights[f"{name}.weight"], power_of_two=pow2)
+        qb = quantize_bias(weights[f"{name}.bias"], s_in * qw.scale).values
+        rows = np.abs(qw.values.astype(np.int64)).reshape(len(qb), -1).sum(axis=1)
+        bound = 127 * int(rows.max()) + int(np.abs(qb).max())
+        p = requant_params(s_in * qw.scale / s_out, cfg, mode=mode, relu=relu, acc_bound=bound)
+        if conv:
+            return conv2d_int8(x, qw.values, qb, padding=1, requant=p)
+        return dense_int8(x, qw.values, qb, requant=p)
+
+    x = quantize(split["images"], scales[0])
+    x = layer(x, "conv1", scales[0], scales[1], True)
+    x = max_pool2d_int8(layer(x, "conv2", scales[1], scales[2], True), 2, 2)
+    x = layer(x, "conv3", s_pool, scales[3], True)
+    return layer(x.reshape(len(x), -1), "dense", scales[3], scales[4], False, conv=False)
+
+
+@pytest.mark.parametrize(("mode", "alu_mul"), [("shift", False), ("mul", True)])
+def test_digits_int8_logits_equal_an_independent_layer_by_layer_computation(
+    float_graph, split, mode: str, alu_mul: bool
+) -> None:
+    cfg = _cfg(alu_mul)
+    q = quantize_graph(float_graph, {"input": split["calib_images"]}, cfg, mode)
+    logits_q = _values(q, {"input": split["images"]})["logits_q"]
+    want = _independent_int8_logits(split, mode, cfg)
+    assert logits_q.dtype == np.int8 and np.array_equal(logits_q, want)
+
+
+def test_each_int8_node_equals_the_reference_called_on_its_inputs(float_graph, split) -> None:
+    # per node: requant_params rebuilt from the node's scales, not from its stored steps
+    cfg = _cfg(True)
+    q = quantize_graph(float_graph, {"input": split["calib_images"]}, cfg, "mul")
+    env = _values(q, {"input": split["images"]})
+    checked = 0
+    for node in q.nodes:
+        a = node.attr_dict
+        if node.op not in ("tf.qconv2d", "tf.qdense"):
+            continue
+        x, w, b = (env[i] for i in node.inputs)
+        k = int(np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(axis=1).max())
+        ratio = a["in_scale"] * a["weight_scale"] / a["out_scale"]
+        p = requant_params(ratio, cfg, mode="mul", relu=a["out_lo"] == 0,
+                           acc_bound=127 * k + int(np.abs(b).max()))  # fmt: skip
+        if node.op == "tf.qconv2d":
+            want = conv2d_int8(x, w, b, stride=1, padding=1, requant=p)
+        else:
+            want = dense_int8(x, w, b, requant=p)
+        assert np.array_equal(env[node.outputs[0]], want), node.name
+        checked += 1
+    assert checked == 4
+
+
+def test_quantized_graph_runs_fused_and_memory_planned(float_graph, split) -> None:
+    q = quantize_graph(float_graph, {"input": split["calib_images"]}, _cfg(False))
+    planned = plan_memory(fuse_ops(q))
+    verify_graph(planned)
+    images = {"input": split["images"]}
+    assert np.array_equal(run_graph(planned, images)["logits"], run_graph(q, images)["logits"])
+
+
+def test_calibration_batches_may_differ_from_the_graph_batch(float_graph, split) -> None:
+    calib = split["calib_images"]
+    one = quantize_graph(float_graph, {"input": calib}, _cfg(False))
+    two = quantize_graph(float_graph, [{"input": calib[:50]}, {"input": calib[50:]}], _cfg(False))
+    assert [n.attrs for n in one.nodes] == [n.attrs for n in two.nodes]  # abs-max: same scales
+
+
+def test_bad_inputs_raise_clear_errors(float_graph, split) -> None:
+    calib = {"input": split["calib_images"]}
+    with pytest.raises(ValueError, match="calibration_inputs must be a mapping .* non-empty list"):
+        quantize_graph(float_graph, [], _cfg(False))
+    with pytest.raises(ValueError, match=r"calibration batch 0 must include inputs \['input'\]"):
+        quantize_graph(float_graph, {"x": split["calib_images"]}, _cfg(False))
+    with pytest.raises(ValueError, match="calibration batch 0 must hold at least one sample"):
+        quantize_graph(float_graph, {"input": split["calib_images"][:0]}, _cfg(False))
+    with pytest.raises(ValueError, match="quantize_graph mode must be one of"):
+        quantize_graph(float_graph, calib, _cfg(False), mode="float16")
+    with pytest.raises(
+        ValueError, match=r"node 'conv1' \(Conv\): requant mode 'mul' needs the ALU MUL.*'pynq'"
+    ):
+        quantize_graph(float_graph, calib, _cfg(False), mode="mul")
+
+
+def test_rebatching_a_graph_with_a_baked_batch_size_names_the_node() -> None:
+    b = GraphBuilder("baked")
+    x = b.add_input("x", (4, 6), "float32")
+    (y,) = b.add_node("Reshape", [x, b.add_constant("shape", np.array([4, 3, 2]))], name="rs")
+    (y,) = b.add_node("Relu", [y])
+    with pytest.raises(GraphError, match=r"node 'rs' \(Reshape\) does not"):
+        quantize_graph(b.build([y]), {"x": np.ones((2, 6), np.float32)}, _cfg(False))
+
+
+def test_matmul_bias_relu_becomes_one_qdense_and_softmax_stays_float() -> None:
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("mlp")
+    x = b.add_input("x", (4, 32), "float32")
+    w = b.add_constant("w", rng.standard_normal((32, 16)).astype(np.float32) * 0.3)
+    (y,) = b.add_node("MatMul", [x, w])
+    (y,) = b.add_node("Add", [y, b.add_constant("b", rng.standard_normal(16).astype(np.float32))])
+    (y,) = b.add_node("Relu", [y])
+    (y,) = b.add_node("Softmax", [y], name="softmax")
+    graph = b.build([y])
+    xs = rng.standard_normal((4, 32)).astype(np.float32)
+    q = quantize_graph(graph, {"x": rng.standard_normal((64, 32)).astype(np.float32)}, _cfg(True))
+    verify_graph(q)
+    assert [n.op for n in q.nodes] == ["tf.quantize", "tf.qdense", "tf.dequantize", "Softmax"]
+    dense = q.nodes[1]
+    assert len(dense.inputs) == 3 and dense.attr("out_lo") == 0  # bias and ReLU absorbed
+    assert np.array_equal(q.constants[dense.inputs[1]].shape, (16, 32))  # (M, K): w transposed
+    want, got = run_graph(graph, {"x": xs})[y], run_graph(q, {"x": xs})[y]
+    np.testing.assert_allclose(got, want, atol=0.03)
+    report = partition_report(q, _cfg(True))
+    assert re.search(r"softmax\s+Softmax\s+float32\[4, 16\]\s+cpu\s+float op", report)
+    assert re.search(r"\n  matmul\s+tf.qdense .* vta ", report)
