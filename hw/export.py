@@ -19,8 +19,14 @@ from amaranth.lib import wiring
 
 from .config import HWConfig
 from .core.alu import AluCore
+from .core.fetch import Fetch
 from .core.gemm import GemmCore
+from .core.load import LoadDma
 from .core.queues import CommandQueue, TokenQueue
+from .core.regblock import RegBlock
+from .core.store import StoreDma
+from .core.top import Top
+from .isa import MemType
 
 #: top name -> (description, factory)
 TOPS: dict[str, tuple[str, Callable[[HWConfig], wiring.Component]]] = {
@@ -28,6 +34,12 @@ TOPS: dict[str, tuple[str, Callable[[HWConfig], wiring.Component]]] = {
     "alu": ("tensor ALU (AluCore)", AluCore),
     "insn_queue": ("128-bit command queue (CommandQueue)", CommandQueue),
     "dep_queue": ("dependency-token queue (TokenQueue)", TokenQueue),
+    "regblock": ("AXI-Lite register block (RegBlock)", RegBlock),
+    "fetch": ("instruction fetch over AXI4 (Fetch)", Fetch),
+    "load_inp": ("LOAD DMA engine for INP (LoadDma)", lambda cfg: LoadDma(cfg, MemType.INP)),
+    "load_wgt": ("LOAD DMA engine for WGT (LoadDma)", lambda cfg: LoadDma(cfg, MemType.WGT)),
+    "store": ("STORE DMA engine (StoreDma)", StoreDma),
+    "top": ("accelerator: register block, fetch, load, compute, store (Top)", Top),
 }
 
 
@@ -55,7 +67,8 @@ def export_verilog(cfg: HWConfig, out_dir: str | Path, top: str = "gemm") -> Pat
     Args:
         cfg: the HWConfig.
         out_dir: directory to write into (created if missing).
-        top: one of ``TOPS``: "gemm", "alu", "insn_queue", "dep_queue".
+        top: one of ``TOPS``: "gemm", "alu", "insn_queue", "dep_queue", "regblock", "fetch",
+            "load_inp", "load_wgt", "store", "top".
 
     Raises:
         TypeError: ``cfg`` is not a HWConfig.

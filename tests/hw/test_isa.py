@@ -189,5 +189,7 @@ def test_isa_doc_is_generated_from_the_isa():
 
 def test_encoder_refuses_mul_without_the_extension():
     cfg = HWConfig.preset("tiny").replace(alu_mul=False)
-    with pytest.raises(IsaError, match=r"instruction 4 \(ALU MUL\): HWConfig 'tiny' has no ALU MUL"):
+    with pytest.raises(
+        IsaError, match=r"instruction 4 \(ALU MUL\): HWConfig 'tiny' has no ALU MUL"
+    ):
         encode(AluInsn(alu_opcode=AluOp.MUL), cfg, index=4)

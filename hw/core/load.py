@@ -1,0 +1,248 @@
+"""The LOAD DMA engine: DRAM -> SRAM, 2-D strided, with zero padding (one memory type each)."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import HWConfig
+from ..isa import MemType, elem_bytes
+from .axi import BURST_INCR, axi_read_signature
+from .common import UOP_BITS, acc_bits, check_config, inp_bits, wgt_bits, write_port
+from .decode import mem_layout
+from .dma import BURST_BEATS, BurstPlanner, sram_index_width
+
+
+def sram_bits(cfg: HWConfig, memory_type: MemType) -> int:
+    """Width of the SRAM word a LOAD of ``memory_type`` writes."""
+    return {
+        MemType.UOP: UOP_BITS,
+        MemType.INP: inp_bits(cfg),
+        MemType.WGT: wgt_bits(cfg),
+        MemType.ACC: acc_bits(cfg),
+        MemType.ACC_8BIT: acc_bits(cfg),
+    }[memory_type]
+
+
+class LoadDma(wiring.Component):
+    """Executes LOAD instructions of one memory type: ``y_size`` rows of ``x_size`` elements from
+    DRAM (row ``y`` at element ``dram_base + y * x_stride``) into SRAM at ``sram_base``, as the
+    middle of a ``(y_pad_0 + y_size + y_pad_1) x (x_pad_0 + x_size + x_pad_1)`` tile whose
+    border is written with zeros (sim/functional.py ``_load``). ACC_8BIT sign-extends bytes.
+
+    Timing (the accept cycle is the issue cycle): the zero elements are written first, one per
+    cycle; then the bursts, one at a time: AR, then one unit per cycle (dma.py) as beats arrive;
+    the next AR follows the last unit's cycle. An empty transfer (x_size or y_size 0) takes one
+    cycle. SRAM indices wrap modulo the buffer depth; byte addresses modulo 2**32.
+
+    Args:
+        cfg: the HWConfig (bus width ``axi_data_width``).
+        memory_type: UOP, INP, WGT, ACC or ACC_8BIT.
+        burst_beats: longest burst (power of two, at most 256).
+
+    Ports:
+        cmd: LOAD instructions (the 128-bit memory layout); ``ready`` = idle. Only the transfer
+            fields are read (opcode, memory_type and flags belong to the issuing stage).
+        busy: a transfer is in progress.
+        axi: AXI4 read master (AR and R; one burst outstanding).
+        sram_wr: write port of the target SRAM.
+        axi_error: pulses on each beat answered with SLVERR or DECERR (the data is written).
+    """
+
+    def __init__(self, cfg: HWConfig, memory_type: MemType, burst_beats: int = BURST_BEATS):
+        self.cfg = check_config(cfg)
+        if memory_type not in (MemType.UOP, MemType.INP, MemType.WGT, MemType.ACC,
+                               MemType.ACC_8BIT):  # fmt: skip
+            raise ValueError(
+                f"memory_type must be UOP, INP, WGT, ACC or ACC_8BIT for a LOAD engine, "
+                f"not {memory_type!r}"
+            )
+        if not isinstance(burst_beats, int) or not 1 <= burst_beats <= 256:
+            raise ValueError(f"burst_beats must be an int in [1, 256], not {burst_beats!r}")
+        self.memory_type = MemType(memory_type)
+        self.burst_beats = burst_beats
+        super().__init__(
+            {
+                "cmd": In(stream.Signature(mem_layout(cfg))),
+                "busy": Out(1),
+                "axi": Out(axi_read_signature(cfg.axi_data_width)),
+                "sram_wr": In(
+                    write_port(sram_index_width(cfg, memory_type), sram_bits(cfg, memory_type))
+                ),
+                "axi_error": Out(1),
+            }
+        )
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        cfg, insn, axi, wr = self.cfg, self.cmd.payload, self.axi, self.sram_wr
+        eb, bus = elem_bytes(cfg, self.memory_type), cfg.axi_data_width // 8
+        plan = BurstPlanner(m, eb, bus, self.burst_beats)
+        walk = _ElementWalk(m, len(wr.addr))
+        pads = _PadWalk(m, len(wr.addr))
+        units_left = Signal.like(plan.units)
+        take, elem_done = Signal(), Signal()
+        lane = Signal(range(max(2, bus // eb)))  # the element's place in its beat (eb < bus)
+        m.d.comb += [
+            axi.arid.eq(0),
+            axi.arsize.eq(bus.bit_length() - 1),
+            axi.arburst.eq(BURST_INCR),
+            axi.araddr.eq(plan.addr),
+            axi.arlen.eq(plan.beats - 1),
+            self.axi_error.eq(take & axi.rready & axi.rresp[1]),
+            wr.addr.eq(Mux(take, walk.addr, pads.addr)),
+            self.busy.eq(~self.cmd.ready),
+        ]
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    plan.start(insn)
+                    walk.start(insn)
+                    pads.start(insn)
+                    has_pad = (insn.y_pad_0 | insn.y_pad_1 | insn.x_pad_0 | insn.x_pad_1) != 0
+                    with m.If((insn.x_size == 0) | (insn.y_size == 0)):
+                        m.next = "IDLE"  # a token-only NOP
+                    with m.Elif(has_pad):
+                        m.next = "PAD"
+                    with m.Else():
+                        m.next = "AR"
+            with m.State("PAD"):
+                m.d.comb += wr.en.eq(1)  # data stays 0: take is low
+                pads.step()
+                with m.If(pads.last):
+                    m.next = "AR"
+            with m.State("AR"):
+                m.d.comb += axi.arvalid.eq(1)
+                with m.If(axi.arready):
+                    m.d.sync += units_left.eq(plan.units)
+                    if eb < bus:
+                        m.d.sync += lane.eq(plan.s >> plan.log_eb)  # wraps to the beat
+                    plan.advance()
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += take.eq(axi.rvalid)
+                data = self._receive(m, lane, units_left, take, elem_done)
+                m.d.comb += [wr.en.eq(elem_done), wr.data.eq(Mux(take, data, 0))]
+                with m.If(elem_done):
+                    walk.step()
+                with m.If(take):
+                    m.d.sync += units_left.eq(units_left - 1)
+                    with m.If(units_left == 1):
+                        with m.If(plan.more):
+                            m.next = "AR"
+                        with m.Else():
+                            m.next = "IDLE"
+        return m
+
+    def _receive(self, m: Module, lane: Signal, units_left, take, elem_done):
+        """Drive ``rready`` and ``elem_done``; return the element's SRAM word."""
+        cfg, axi = self.cfg, self.axi
+        eb, bus = elem_bytes(cfg, self.memory_type), cfg.axi_data_width // 8
+        if eb < bus:  # several elements per beat: one per cycle, beat consumed after its last
+            with m.If(take):
+                m.d.sync += lane.eq(lane + 1)
+            m.d.comb += [
+                axi.rready.eq((units_left == 1) | (lane == bus // eb - 1)),
+                elem_done.eq(take),
+            ]
+            return self._convert(axi.rdata.word_select(lane, eb * 8))
+        ratio = eb // bus  # beats per element
+        m.d.comb += axi.rready.eq(1)
+        if ratio == 1:
+            m.d.comb += elem_done.eq(take)
+            return self._convert(axi.rdata)
+        k = Signal(range(ratio))
+        held = Signal((ratio - 1) * bus * 8)  # the element's earlier beats, oldest lowest
+        m.d.comb += elem_done.eq(take & (k == ratio - 1))
+        with m.If(take):
+            m.d.sync += [
+                k.eq(Mux(k == ratio - 1, 0, k + 1)),
+                held.eq(Cat(held[bus * 8 :], axi.rdata)),
+            ]
+        return self._convert(Cat(held, axi.rdata))
+
+    def _convert(self, data):
+        """An element's DRAM bytes as the SRAM word (ACC_8BIT: bytes sign-extended to lanes)."""
+        if self.memory_type != MemType.ACC_8BIT:
+            return data
+        width = self.cfg.acc_width
+        return Cat(*(_sext(data[8 * i : 8 * i + 8], width) for i in range(len(data) // 8)))
+
+
+def _sext(byte, width: int):
+    return Cat(byte, byte[7].replicate(width - 8))
+
+
+class _ElementWalk:
+    """SRAM index of each transferred element: the middle of the padded tile, row by row."""
+
+    def __init__(self, m: Module, width: int) -> None:
+        self.m = m
+        self.addr = Signal(width)
+        self.x = Signal(16)
+        self.x_size = Signal(16)
+        self.row_gap = Signal(5)  # x_pad_1 + x_pad_0: SRAM entries skipped between rows
+
+    def start(self, insn) -> None:
+        nx = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+        self.m.d.sync += [
+            self.addr.eq(insn.sram_base + insn.y_pad_0 * nx + insn.x_pad_0),
+            self.x.eq(0),
+            self.x_size.eq(insn.x_size),
+            self.row_gap.eq(insn.x_pad_0 + insn.x_pad_1),
+        ]
+
+    def step(self) -> None:
+        with self.m.If(self.x == self.x_size - 1):
+            self.m.d.sync += [self.x.eq(0), self.addr.eq(self.addr + self.row_gap + 1)]
+        with self.m.Else():
+            self.m.d.sync += [self.x.eq(self.x + 1), self.addr.eq(self.addr + 1)]
+
+
+class _PadWalk:
+    """SRAM index of each zero element, in order, one per ``step``; ``last`` marks the final one.
+
+    The walk visits tile positions (y, x) in row-major order and jumps over the data block's
+    row segments; when the pads have no columns (x_pad_0 = x_pad_1 = 0) it jumps over the whole
+    block at once, so every step writes a pad.
+    """
+
+    def __init__(self, m: Module, width: int) -> None:
+        self.m = m
+        self.y, self.x, self.addr = Signal(17), Signal(17), Signal(width)
+        self.f = {name: Signal(17, name=f"pad_{name}") for name in
+                  ("y0", "y1", "x0", "x1", "nx", "ny", "x_size", "n")}  # fmt: skip
+        self.f["n"] = Signal(32, name="pad_n")
+        self.last = Signal()
+
+    def _skip(self, f, y, x, a):
+        """(y, x, a) moved past the data segment that starts there, if one does."""
+        hit = (y >= f["y0"]) & (y < f["y1"]) & (x == f["x0"])
+        no_cols = f["x1"] == f["nx"]  # x_pad_1 == 0: the segment ends its row
+        whole = no_cols & (f["x0"] == 0)  # no pad columns at all: skip the whole block
+        y2 = Mux(hit, Mux(whole, f["y1"], Mux(no_cols, y + 1, y)), y)
+        x2 = Mux(hit & no_cols, 0, Mux(hit, f["x1"], x))
+        a2 = Mux(hit, a + Mux(whole, f["n"], f["x_size"]), a)
+        return y2, x2, a2
+
+    def start(self, insn) -> None:
+        nx = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+        f = {
+            "y0": insn.y_pad_0, "y1": insn.y_pad_0 + insn.y_size, "x0": insn.x_pad_0,
+            "x1": insn.x_pad_0 + insn.x_size, "nx": nx,
+            "ny": insn.y_pad_0 + insn.y_size + insn.y_pad_1, "x_size": insn.x_size,
+            "n": insn.x_size * insn.y_size,
+        }  # fmt: skip
+        y, x, a = self._skip(f, 0, 0, insn.sram_base)
+        self.m.d.sync += [self.f[k].eq(v) for k, v in f.items()]
+        self.m.d.sync += [self.y.eq(y), self.x.eq(x), self.addr.eq(a)]
+
+    def step(self) -> None:
+        f = self.f
+        wrap = self.x + 1 == f["nx"]
+        y, x, a = self._skip(f, Mux(wrap, self.y + 1, self.y), Mux(wrap, 0, self.x + 1),
+                             self.addr + 1)  # fmt: skip
+        self.m.d.comb += self.last.eq(y == f["ny"])
+        self.m.d.sync += [self.y.eq(y), self.x.eq(x), self.addr.eq(a)]

@@ -1,0 +1,185 @@
+"""Stage control shared by load, compute and store (pop, tokens, push), and the two DMA stages.
+
+Cycle conventions (sim/timing.py): a stage pops an instruction (and its tokens) in cycle S; its
+unit is ready again in cycle E = S + duration; it pushes its tokens in cycle E (later while a
+token queue is full) and pops the next instruction in the cycle of its last push.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import HWConfig
+from ..isa import MemType
+from .axi import axi_read_signature, axi_write_signature
+from .common import check_config, inp_bits, out_bits, wgt_bits, write_port
+from .common import read_port as sram_read_port
+from .decode import INSN_BITS, mem_layout
+from .dma import BURST_BEATS
+from .load import LoadDma
+from .store import StoreDma
+
+FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+#: A token queue's pop side as a stage sees it, and its push side.
+TOKEN_POP = wiring.Signature({"valid": In(1), "ready": Out(1)})
+TOKEN_PUSH = wiring.Signature({"valid": Out(1), "ready": In(1)})
+
+
+def stage_signature(cfg: HWConfig, pops: tuple[str, ...], pushes: tuple[str, ...]) -> dict:
+    """Ports every stage has: the command stream and its token queues."""
+    members = {"cmd": In(stream.Signature(INSN_BITS)), "busy": Out(1), "axi_error": Out(1)}
+    members.update({f: Out(TOKEN_POP) for f in pops})
+    members.update({f: Out(TOKEN_PUSH) for f in pushes})
+    return members
+
+
+class StageCtl:
+    """Pops instructions with their tokens and pushes tokens after them (logic built into ``m``).
+
+    The stage sets ``unit_done`` (comb) while the in-flight instruction's unit is finished and
+    ``accept`` (comb) when its unit takes the head instruction; ``can_pop`` says that the head
+    may be popped this cycle, ``pop`` that it is.
+    """
+
+    def __init__(self, m: Module, component: wiring.Component) -> None:
+        self.m = m
+        cmd = component.cmd
+        lay = mem_layout(component.cfg)
+        flag = {f: cmd.payload[lay[f].offset] for f in FLAGS}
+        self.inflight = Signal()
+        self.unit_done = Signal()
+        self.can_pop = Signal()
+        self.pop = Signal()
+        ports = {f: getattr(component, f) for f in FLAGS if f in component.signature.members}
+        pend = {f: Signal(name=f"pend_{f}") for f in ports if f.startswith("push")}
+        finishing = self.inflight & self.unit_done
+        pushed_all = Signal()
+        m.d.comb += pushed_all.eq(1)
+        for f, pending in pend.items():
+            port = ports[f]
+            m.d.comb += port.valid.eq(finishing & pending)
+            with m.If(port.valid & ~port.ready):
+                m.d.comb += pushed_all.eq(0)
+            with m.If(port.valid & port.ready):
+                m.d.sync += pending.eq(0)
+        free = ~self.inflight | (finishing & pushed_all)
+        tokens_ok = Signal()
+        m.d.comb += tokens_ok.eq(1)
+        for f, port in ports.items():
+            if f.startswith("pop"):
+                with m.If(flag[f] & ~port.valid):
+                    m.d.comb += tokens_ok.eq(0)
+                m.d.comb += port.ready.eq(self.pop & flag[f])
+        m.d.comb += [
+            self.can_pop.eq(free & cmd.valid & tokens_ok),
+            self.pop.eq(self.can_pop),
+            cmd.ready.eq(self.pop),
+            component.busy.eq(self.inflight),
+        ]
+        with m.If(self.pop):
+            m.d.sync += self.inflight.eq(1)
+            m.d.sync += [pending.eq(flag[f]) for f, pending in pend.items()]
+        with m.Elif(free):
+            m.d.sync += self.inflight.eq(0)
+
+
+def connect_read_mux(m: Module, port, masters: list, sel: Signal) -> None:
+    """Give AXI read ``port`` to ``masters[sel]`` (one transfer at a time, so no arbitration)."""
+    # Mux chains, not a Switch: yosys writes a Switch as ``always @*`` blocks, which Icarus
+    # never evaluates while ``sel`` keeps its initial value (the outputs stay X).
+    for name in ("arid", "araddr", "arlen", "arsize", "arburst", "arvalid", "rready"):
+        value = getattr(masters[-1], name)
+        for i in reversed(range(len(masters) - 1)):
+            value = Mux(sel == i, getattr(masters[i], name), value)
+        m.d.comb += getattr(port, name).eq(value)
+    for i, master in enumerate(masters):
+        m.d.comb += [
+            master.arready.eq(port.arready & (sel == i)),
+            master.rvalid.eq(port.rvalid & (sel == i)),
+            master.rid.eq(port.rid),
+            master.rdata.eq(port.rdata),
+            master.rresp.eq(port.rresp),
+            master.rlast.eq(port.rlast),
+        ]
+
+
+class LoadStage(wiring.Component):
+    """The load stage: LOAD INP and LOAD WGT through two LoadDma engines sharing one AXI port.
+
+    Tokens: pops ``pop_next`` (g2l), pushes ``push_next`` (l2g). Duration of an instruction:
+    sim/latency.py ``load_cycles`` (the pop cycle is the DMA's issue cycle).
+    """
+
+    def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
+        self.cfg = check_config(cfg)
+        self.burst_beats = burst_beats
+        members = stage_signature(cfg, ("pop_next",), ("push_next",))
+        members.update(
+            {
+                "axi": Out(axi_read_signature(cfg.axi_data_width)),
+                "inp_wr": In(write_port(cfg.log_inp_depth, inp_bits(cfg))),
+                "wgt_wr": In(write_port(cfg.log_wgt_depth, wgt_bits(cfg))),
+            }
+        )
+        super().__init__(members)
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        ctl = StageCtl(m, self)
+        dmas = {
+            MemType.INP: LoadDma(self.cfg, MemType.INP, self.burst_beats),
+            MemType.WGT: LoadDma(self.cfg, MemType.WGT, self.burst_beats),
+        }
+        m.submodules.inp_dma, m.submodules.wgt_dma = dmas.values()
+        lay = mem_layout(self.cfg)
+        mt = self.cmd.payload[lay["memory_type"].offset :][: lay["memory_type"].width]
+        sel = Signal()
+        for i, (kind, dma) in enumerate(dmas.items()):
+            m.d.comb += [
+                dma.cmd.payload.eq(self.cmd.payload),
+                dma.cmd.valid.eq(ctl.pop & (mt == kind)),
+            ]
+            with m.If(dma.cmd.valid):
+                m.d.sync += sel.eq(i)
+        wiring.connect(m, dmas[MemType.INP].sram_wr, wiring.flipped(self.inp_wr))
+        wiring.connect(m, dmas[MemType.WGT].sram_wr, wiring.flipped(self.wgt_wr))
+        connect_read_mux(m, self.axi, [d.axi for d in dmas.values()], sel)
+        idle = dmas[MemType.INP].cmd.ready & dmas[MemType.WGT].cmd.ready
+        m.d.comb += [
+            ctl.unit_done.eq(idle),
+            self.axi_error.eq(dmas[MemType.INP].axi_error | dmas[MemType.WGT].axi_error),
+        ]
+        return m
+
+
+class StoreStage(wiring.Component):
+    """The store stage: STORE through a StoreDma. Tokens: pops ``pop_prev`` (g2s), pushes
+    ``push_prev`` (s2g). Duration: sim/latency.py ``store_cycles``."""
+
+    def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
+        self.cfg = check_config(cfg)
+        self.burst_beats = burst_beats
+        members = stage_signature(cfg, ("pop_prev",), ("push_prev",))
+        members.update(
+            {
+                "axi": Out(axi_write_signature(cfg.axi_data_width)),
+                "out_rd": In(sram_read_port(cfg.log_acc_depth, out_bits(cfg))),
+            }
+        )
+        super().__init__(members)
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        ctl = StageCtl(m, self)
+        dma = m.submodules.dma = StoreDma(self.cfg, self.burst_beats)
+        m.d.comb += [
+            dma.cmd.payload.eq(self.cmd.payload),
+            dma.cmd.valid.eq(ctl.pop),
+            ctl.unit_done.eq(dma.cmd.ready),
+            self.axi_error.eq(dma.axi_error),
+        ]
+        wiring.connect(m, dma.sram_rd, wiring.flipped(self.out_rd))
+        wiring.connect(m, dma.axi, wiring.flipped(self.axi))
+        return m
