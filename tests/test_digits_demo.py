@@ -1,0 +1,26 @@
+"""The main job: the digits CNN in int8 with its layers on the simulated accelerator."""
+
+from __future__ import annotations
+
+import onnxruntime as ort
+
+from tensorforge.digits import load_digits_assets, run_digits_demo
+
+
+def test_int8_accuracy_on_the_accelerator_is_within_two_points_of_float(capsys):
+    acc = run_digits_demo("pynq", backend="sim")
+    model, split = load_digits_assets()
+    session = ort.InferenceSession(str(model))
+    logits = session.run(None, {"input": split["images"]})[0]
+    assert acc["float"] == (logits.argmax(1) == split["labels"]).mean()  # onnxruntime agrees
+    assert acc["int8"] >= acc["float"] - 0.02
+    out = capsys.readouterr().out
+    assert "offloaded: 3 of 4 conv/dense layers" in out
+    for layer in ("conv2", "conv3", "dense"):
+        assert f"  {layer} " in out
+
+
+def test_cycle_accurate_backend_reports_cycles(capsys):
+    run_digits_demo("tiny", backend="cyclesim", images=8)
+    out = capsys.readouterr().out
+    assert "cycles = " in out and " ms at 100 MHz" in out
