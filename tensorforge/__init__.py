@@ -7,15 +7,19 @@ The layers are subpackages: ``tensorforge.hw`` (HWConfig, ISA, Amaranth design),
 
 __version__ = "0.1.0"
 
+from .api import compile  # noqa: E402
 from .hw.config import HWConfig  # noqa: E402
 from .runtime.device.vta import LoadedProgram, open_device  # noqa: E402
+from .runtime.module import Module  # noqa: E402
 from .runtime.program import ProgramBuilder, ProgramImage  # noqa: E402
 
 __all__ = [
     "HWConfig",
     "LoadedProgram",
+    "Module",
     "ProgramBuilder",
     "ProgramImage",
     "__version__",
+    "compile",
     "open_device",
 ]

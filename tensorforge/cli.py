@@ -5,6 +5,8 @@ tensorforge isa [--config pynq] [--text]
 tensorforge config [--config pynq]
 tensorforge sim run PROGRAM.tfp [--input NAME=FILE.npy ...] [--random-inputs] [--output-dir D]
 tensorforge demo [--config pynq] [--save PROGRAM.tfp]
+tensorforge compile MODEL.onnx -o MODEL.tfm [--target llvm] [--no-progress]
+tensorforge run MODEL.onnx|MODEL.tfm [--input [NAME=]X.npy ...] [--profile] [--repeat N]
 """
 
 from __future__ import annotations
@@ -86,7 +88,27 @@ def build_parser() -> argparse.ArgumentParser:
     _config_arg(p)
     _backend_args(p)
     p.add_argument("--save", metavar="FILE", help="also save the program image")
+    _model_commands(sub)
     return parser
+
+
+def _model_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compile", help="compile an ONNX model to a module file (.tfm)")
+    p.add_argument("model", help="the ONNX model")
+    p.add_argument("-o", "--output", required=True, help="the module file to write")
+    p.add_argument("--target", default="llvm", help="compilation target (default: llvm)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p = sub.add_parser("run", help="run an ONNX model or a compiled module on .npy inputs")
+    p.add_argument("model", help="an ONNX model (compiled first) or a module file (.tfm)")
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="[NAME=]FILE.npy",
+        help="an input array (NAME= may be left off for a model with one input)",
+    )
+    p.add_argument("--profile", action="store_true", help="print the per-layer profile table")
+    p.add_argument("--repeat", type=int, default=10, help="profile runs (default: 10)")
 
 
 def _program_args(p: argparse.ArgumentParser) -> None:
@@ -157,6 +179,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _hw_synth(args)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "compile":
+        return _compile_model(args)
+    if args.command == "run":
+        return _run_model(args)
     parser.print_help()
     return 2
 
@@ -256,6 +282,61 @@ def _demo(args: argparse.Namespace) -> int:
 
     backend, options = _device_options(args)
     return 0 if run_demo(args.config, save=args.save, backend=backend, **options) else 1
+
+
+def _load_model(path: str, target: str = "llvm", progress: bool = False):  # -> Module
+    from . import api
+    from .compiler.tir.stmt import LoweringError
+    from .runtime.module import MAGIC, Module
+
+    with open(path, "rb") as f:
+        head = f.read(len(MAGIC))
+    if head == MAGIC:
+        return Module.load(path)
+    try:
+        return api.compile(path, target=target, progress=progress)
+    except LoweringError as e:  # a compiler error, reported in one line like the others
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _compile_model(args: argparse.Namespace) -> int:
+    module = _load_model(args.model, args.target, progress=not args.no_progress)
+    module.save(args.output)
+    st = module.stats
+    print(
+        f"wrote {args.output}: {st['kernels']} kernels, compiled in {st['total_s']:.2f} s, "
+        f"arena {st['arena_bytes']} B (naive {st['naive_bytes']} B), "
+        f"constants {st['constant_bytes']} B"
+    )
+    return 0
+
+
+def _model_inputs(module: object, specs: list[str]) -> dict[str, np.ndarray]:
+    names = list(module.inputs)  # type: ignore[attr-defined]
+    inputs: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep:
+            if len(names) != 1:
+                raise ValueError(f"--input must be NAME=FILE.npy for a model with inputs {names}")
+            name, file = names[0], spec
+        inputs[name] = np.load(file, allow_pickle=False)
+    return inputs
+
+
+def _run_model(args: argparse.Namespace) -> int:
+    module = _load_model(args.model)
+    inputs = _model_inputs(module, args.input)
+    for name, value in module.run(inputs).items():
+        flat = value.reshape(-1)
+        head = ", ".join(f"{v:.4g}" for v in flat[:6])
+        print(
+            f"{name}: {value.dtype}{list(value.shape)} min {flat.min():.4g} max {flat.max():.4g} "
+            f"mean {flat.mean():.4g} [{head}{', ...' if flat.size > 6 else ''}]"
+        )
+    if args.profile:
+        print(module.profile(inputs, repeat=args.repeat).table())
+    return 0
 
 
 if __name__ == "__main__":

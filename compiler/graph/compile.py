@@ -1,0 +1,144 @@
+"""Graph -> Module: optimize, lower each fused group to a kernel, build it with LLVM, keep the plan.
+
+Example:
+    >>> from tensorforge.compiler.frontend import from_onnx
+    >>> from tensorforge.compiler.frontend.onnx_builders import mlp
+    >>> module = compile_graph(from_onnx(mlp()), progress=False)
+    >>> module.stats["kernels"], module.outputs
+    (4, ('softmax_12',))
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+from ...runtime.device.cpu import ParamSpec
+from ...runtime.device.cpu.loader import host_cpu
+from ...runtime.module import Call, KernelImage, Module, TensorSpec
+from ..build import build_object
+from ..target import Target
+from ..tir import lower
+from .ir import Graph, GraphError
+from .lower_te import Kernel, lower_group
+from .passes import group_order, optimize
+
+
+def _symbol(k: int, name: str) -> str:
+    return f"tf_k{k}_" + re.sub(r"[^A-Za-z0-9_]", "_", name)[:48]
+
+
+def _is_optimized(graph: Graph) -> bool:
+    return graph.groups is not None and graph.memory_plan is not None
+
+
+def _label(graph: Graph, kernel: Kernel) -> str:
+    ops = "+".join(graph.node(n).op for n in kernel.nodes)
+    return f"{ops} ({kernel.nodes[0]})" if kernel.nodes else kernel.name
+
+
+def _build(func: Any, symbol: str, target: Target, meta: dict[str, Any]) -> KernelImage:
+    obj = build_object(func, target=target)
+    params = tuple(
+        ParamSpec(buf.name, buf.dtype, tuple(shape))
+        for buf, shape in zip(func.params, func.arg_shapes, strict=True)
+    )
+    return KernelImage(symbol, "llvm", params, obj, meta)
+
+
+def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = True) -> Module:
+    """Compile `graph` for the host CPU.
+
+    Args:
+        graph: an imported graph (optimized here) or one already through `optimize`.
+        target: an llvm target for this machine ("llvm", "llvm -mcpu=native").
+        progress: show a tqdm bar over the fused groups.
+
+    Returns:
+        A `Module` with one kernel per fused group, the memory plan and compile statistics.
+
+    Raises:
+        LoweringError: when a group holds an op without a CPU lowering (op and node named).
+    """
+    tgt = Target.parse(target)
+    if tgt.kind != "llvm" or not tgt.is_host:
+        raise ValueError(f"compile_graph target must be an llvm target for this machine, not {tgt}")
+    start = time.perf_counter()
+    optimized = graph if _is_optimized(graph) else optimize(graph)
+    t_opt = time.perf_counter() - start
+    cpu, features = host_cpu()
+    meta = {"triple": _triple(), "cpu": tgt.mcpu or cpu, "features": tgt.mattr or features}
+    kernels, calls, constants = [], [], {}
+    t_lower = t_llvm = 0.0
+    order = group_order(optimized)
+    bar = tqdm(order, desc="compile", unit="kernel", disable=not progress)
+    for k, (group, _) in enumerate(bar):
+        t0 = time.perf_counter()
+        kernel = lower_group(optimized, group)
+        func = lower(kernel.schedule, kernel.args, name=_symbol(k, group.name))
+        t1 = time.perf_counter()
+        image = _build(func, func.name, tgt, meta)
+        t_llvm += time.perf_counter() - t1
+        t_lower += t1 - t0
+        kernels.append(image)
+        calls.append(Call(image.name, kernel.bindings, _label(optimized, kernel)))
+        for name in kernel.params:
+            if name in kernel.constants or name in optimized.constants:
+                constants[name] = kernel.constants.get(name, optimized.constants.get(name))
+    return _assemble(optimized, str(tgt), kernels, calls, constants, start, t_opt, t_lower, t_llvm)
+
+
+def _triple() -> str:
+    from ...runtime.device.cpu.loader import host_triple
+
+    return host_triple()
+
+
+def _assemble(
+    graph: Graph,
+    target: str,
+    kernels: list[KernelImage],
+    calls: list[Call],
+    constants: dict[str, Any],
+    start: float,
+    *times: float,
+) -> Module:
+    plan = graph.memory_plan
+    if plan is None:
+        raise GraphError(f"graph {graph.name!r} must have a memory plan")
+    for name in graph.outputs:
+        if name in graph.constants:
+            constants[name] = graph.constants[name]
+    tensors = {
+        name: TensorSpec(graph.types[name].shape, graph.types[name].dtype)
+        for name in [*graph.types]
+        if name in constants or name in {s.value for s in plan.slots}
+    }
+    for name, value in constants.items():
+        tensors.setdefault(name, TensorSpec(tuple(value.shape), str(value.dtype)))
+    stats = {
+        "kernels": len(kernels),
+        "optimize_s": round(times[0], 4),
+        "lower_s": round(times[1], 4),
+        "llvm_s": round(times[2], 4),
+        "total_s": round(time.perf_counter() - start, 4),
+        "arena_bytes": plan.peak_bytes,
+        "naive_bytes": plan.naive_bytes,
+        "constant_bytes": int(sum(v.nbytes for v in constants.values())),
+        "code_bytes": sum(len(k.payload) for k in kernels),
+    }
+    return Module(
+        target=target,
+        inputs=graph.inputs,
+        outputs=graph.outputs,
+        tensors=tensors,
+        kernels=kernels,
+        calls=calls,
+        slots={s.value: s.offset for s in plan.slots},
+        arena_bytes=plan.peak_bytes,
+        constants=constants,
+        stats=stats,
+    )

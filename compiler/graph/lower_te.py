@@ -1,0 +1,317 @@
+"""Fused graph groups -> tensor expressions + schedules: one kernel per group (TVM's lowering).
+
+Inside a group every value is a `Lazy`: a function from an output index to a scalar expression.
+Elementwise, broadcast and injective ops compose as lazies, so they are inlined into whatever
+reads them. The group's anchor (Conv, Gemm, MatMul, pooling, a reduction, Softmax,
+LayerNormalization) becomes a real compute, from `compiler.topi.x86` where an operator exists
+(its fused elementwise tail becomes the topi epilogue, computed at the anchor's output tile) or
+from `compiler.graph.strategy.nn` otherwise. Ops without a lowering raise `LoweringError` naming
+the op and node.
+
+Example:
+    >>> from tensorforge.compiler.frontend import from_onnx
+    >>> from tensorforge.compiler.frontend.onnx_builders import mlp
+    >>> from tensorforge.compiler.graph.passes import optimize
+    >>> graph = optimize(from_onnx(mlp()))
+    >>> lowered = [lower_group(graph, g) for g in graph.groups]
+    >>> lowered[0].params[0], lowered[0].outputs
+    ('x', ('relu_4',))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import te
+from ..schedule.schedule import Schedule
+from ..te.tensor import Tensor
+from ..tir.stmt import LoweringError
+from .ir import Graph, Node
+from .passes.fuse_ops import FusedGroup
+
+Index = tuple[Any, ...]
+
+
+@dataclass
+class Lazy:
+    """A value inside a group: shape, dtype and `fn(index) -> expression`; `tensor` is set when
+    the value is exactly a te tensor read at the same index (a kernel parameter or a compute)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    fn: Callable[[Index], Any]
+    tensor: Tensor | None = None
+
+    def __call__(self, idx: Index) -> Any:
+        return self.fn(tuple(idx))
+
+
+def tensor_lazy(t: Tensor) -> Lazy:
+    return Lazy(tuple(t.shape), t.dtype, lambda idx: t[idx], t)
+
+
+@dataclass
+class Kernel:
+    """What one group lowers to: the schedule, its tensors in parameter order and, for each
+    parameter, the graph value (or new constant) it binds to."""
+
+    name: str
+    schedule: Schedule
+    args: list[Tensor]
+    params: tuple[str, ...]  # values read (graph values, new constants); the outputs follow
+    outputs: tuple[str, ...]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)  # new constants (packed)
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def bindings(self) -> tuple[str, ...]:
+        """Graph value names in kernel parameter order: inputs then outputs."""
+        return self.params + self.outputs
+
+
+class GroupContext:
+    """The state of lowering one group: kernel parameters, lazies and tensors to inline."""
+
+    def __init__(self, graph: Graph, group: FusedGroup) -> None:
+        self.graph, self.group = graph, group
+        self.lazies: dict[str, Lazy] = {}
+        self.params: dict[str, Tensor] = {}  # graph value -> placeholder
+        self.inline: list[Tensor] = []
+        self.constants: dict[str, np.ndarray] = {}
+
+    def type_of(self, value: str) -> Any:
+        return self.graph.types[value]
+
+    def constant(self, value: str) -> np.ndarray | None:
+        return self.graph.constants.get(value)
+
+    def get(self, value: str) -> Lazy:
+        """The lazy of `value`: computed in this group, a scalar constant, or a parameter."""
+        if value in self.lazies:
+            return self.lazies[value]
+        ty, const = self.type_of(value), self.constant(value)
+        if const is not None and const.size == 1:
+            scalar = te.const(const.reshape(()).item(), ty.dtype)
+            return Lazy(ty.shape, ty.dtype, lambda idx: scalar)
+        t = self.param(value)
+        if not ty.shape:  # a 0-d value is passed as one element
+            return Lazy((), ty.dtype, lambda idx: t[0])
+        return tensor_lazy(t)
+
+    def param(self, value: str, shape: Sequence[int] | None = None) -> Tensor:
+        """The placeholder of graph value `value` (its bytes viewed with `shape` if given)."""
+        ty = self.type_of(value)
+        shape = tuple(shape or ty.shape)
+        if value in self.params:
+            if tuple(self.params[value].shape) == shape:
+                return self.params[value]
+            raise LoweringError(f"value {value!r} must be read with one shape per kernel")
+        t = te.placeholder(shape or (1,), ty.dtype, name=f"p{len(self.params)}")
+        self.params[value] = t
+        return t
+
+    def add_constant(self, name: str, array: np.ndarray) -> Tensor:
+        """A new constant (e.g. pre-packed weights) passed as a kernel parameter."""
+        self.constants[name] = array
+        t = te.placeholder(array.shape, str(array.dtype), name=f"p{len(self.params)}")
+        self.params[name] = t
+        return t
+
+    def as_tensor(self, value: str, shape: Sequence[int] | None = None) -> Tensor:
+        """`value` as a te tensor (of `shape`, a reshape): a parameter when it comes from outside
+        the group, else a compute that the schedule inlines."""
+        shape = tuple(shape or self.type_of(value).shape)
+        const = self.constant(value)
+        external = value not in self.lazies and (const is None or const.size > 1)
+        if external and (value not in self.params or tuple(self.params[value].shape) == shape):
+            return self.param(value, shape)
+        lazy = self.get(value)
+        if lazy.tensor is not None and tuple(lazy.tensor.shape) == shape:
+            return lazy.tensor
+        src = reshape_lazy(lazy, shape) if shape != lazy.shape else lazy
+        t = te.compute(shape, lambda *i: src(i), name=f"in{len(self.inline)}")
+        self.inline.append(t)
+        return t
+
+
+def reshape_lazy(src: Lazy, shape: tuple[int, ...]) -> Lazy:
+    """Row-major reshape: the flat position of the output index, unravelled in the source."""
+    if int(np.prod(shape)) != int(np.prod(src.shape)):
+        raise LoweringError(f"reshape must keep the size, not {src.shape} -> {shape}")
+
+    def fn(idx: Index) -> Any:
+        flat: Any = None
+        stride = 1
+        for i, d in reversed(list(zip(idx, shape, strict=True))):
+            if d != 1:
+                term = i * stride if stride > 1 else i
+                flat = term if flat is None else term + flat
+            stride *= d
+        flat = 0 if flat is None else flat
+        out, stride = [], 1
+        for d in reversed(src.shape):
+            if d == 1:
+                out.append(0)
+            else:
+                q = flat // stride if stride > 1 else flat
+                out.append(q % d if stride * d < int(np.prod(src.shape)) else q)
+            stride *= d
+        return src(tuple(reversed(out)))
+
+    return Lazy(shape, src.dtype, fn)
+
+
+# ---- the group driver ---------------------------------------------------------------------------
+
+Rule = Callable[[GroupContext, Node], list[Lazy]]
+AnchorRule = Callable[[GroupContext, Node, "Tail"], tuple[Schedule, list[Tensor]]]
+
+
+@dataclass
+class Tail:
+    """The elementwise nodes after an anchor: `epilogue(value, index)` evaluates the group's
+    output at `index` given the anchor's value there."""
+
+    ctx: GroupContext
+    anchor: Node
+    nodes: list[Node]
+    output: str
+
+    def epilogue(self, value: Any, idx: Index) -> Any:
+        if not self.nodes:
+            return value
+        shape = self.ctx.type_of(self.anchor.outputs[0]).shape
+        ctx = self.ctx
+        ctx.lazies[self.anchor.outputs[0]] = Lazy(shape, value.dtype, lambda _i: value)
+        for node in self.nodes:
+            run_rule(ctx, node)
+        return ctx.lazies[self.output](idx)
+
+
+def _rules() -> tuple[dict[str, Rule], dict[str, AnchorRule]]:
+    from .strategy import ANCHORS, ELEMENTWISE
+
+    return ELEMENTWISE, ANCHORS
+
+
+def run_rule(ctx: GroupContext, node: Node) -> None:
+    lazy_rules, _ = _rules()
+    rule = lazy_rules.get(node.op)
+    if rule is None:
+        raise LoweringError(
+            f"op {node.op} (node {node.name!r}) has no CPU lowering yet (group {ctx.group.name!r})"
+        )
+    for name, lazy in zip(node.outputs, rule(ctx, node), strict=False):
+        if name:
+            ctx.lazies[name] = lazy
+
+
+def group_outputs(graph: Graph, nodes: Sequence[Node]) -> tuple[str, ...]:
+    """Values computed in the group that later groups or the graph's outputs read."""
+    inside = {n.name for n in nodes}
+    used_outside = {i for n in graph.nodes if n.name not in inside for i in n.inputs}
+    used_outside.update(graph.outputs)
+    return tuple(o for n in nodes for o in n.outputs if o and o in used_outside)
+
+
+def lower_group(graph: Graph, group: FusedGroup, name: str | None = None) -> Kernel:
+    """Lower one fused group of `graph` to a kernel (schedule + parameter bindings).
+
+    Raises:
+        LoweringError: for an op without a CPU lowering (naming op and node) or a group shape
+            the lowering does not handle.
+    """
+    by_name = {n.name: n for n in graph.nodes}
+    nodes = [by_name[n] for n in group.nodes]
+    outputs = group_outputs(graph, nodes)
+    ctx = GroupContext(graph, group)
+    _, anchors = _rules()
+    anchor_at = next((k for k, n in enumerate(nodes) if n.op in anchors), None)
+    if anchor_at is None:
+        sched, out_tensors = _lower_injective(ctx, nodes, outputs)
+    else:
+        sched, out_tensors = _lower_anchored(ctx, nodes, anchor_at, outputs)
+    for t in ctx.inline:
+        sched[t].compute_inline()
+    params = tuple(ctx.params)
+    args = [ctx.params[p] for p in params] + out_tensors
+    return Kernel(name or group.name, sched, args, params, outputs, ctx.constants, group.nodes)
+
+
+def _lower_injective(
+    ctx: GroupContext, nodes: list[Node], outputs: tuple[str, ...]
+) -> tuple[Schedule, list[Tensor]]:
+    for node in nodes:
+        run_rule(ctx, node)
+    outs = []
+    for k, value in enumerate(outputs):
+        lazy = ctx.lazies[value]
+        if lazy.dtype != ctx.type_of(value).dtype:
+            raise LoweringError(f"value {value!r} lowered to {lazy.dtype}, not its graph dtype")
+        outs.append(te.compute(lazy.shape or (1,), _indexer(lazy), name=f"out{k}"))
+    sched = te.create_schedule([t.op for t in outs])
+    for t in outs:
+        schedule_rows(sched, t)
+    return sched, outs
+
+
+def _indexer(lazy: Lazy) -> Callable[..., Any]:
+    if not lazy.shape:
+        return lambda *i: lazy(())
+    return lambda *i: lazy(i)
+
+
+def _lower_anchored(
+    ctx: GroupContext, nodes: list[Node], at: int, outputs: tuple[str, ...]
+) -> tuple[Schedule, list[Tensor]]:
+    anchor = nodes[at]
+    for node in nodes[:at]:
+        run_rule(ctx, node)
+    tail_nodes = nodes[at + 1 :]
+    if len(outputs) != 1:
+        raise LoweringError(
+            f"group {ctx.group.name!r} must have one output to lower with anchor "
+            f"{anchor.op} (node {anchor.name!r}), not {len(outputs)}: {list(outputs)}"
+        )
+    shape = ctx.type_of(anchor.outputs[0]).shape
+    _, anchors = _rules()
+    for node in tail_nodes:
+        if node.op in anchors:
+            raise LoweringError(
+                f"group {ctx.group.name!r} must have one anchor, not {anchor.op} (node "
+                f"{anchor.name!r}) and {node.op} (node {node.name!r})"
+            )
+        for value in node.outputs:
+            if value and ctx.type_of(value).shape != shape:
+                raise LoweringError(
+                    f"node {node.name!r} ({node.op}) after anchor {anchor.name!r} must keep the "
+                    f"anchor's shape {list(shape)}, not {list(ctx.type_of(value).shape)}"
+                )
+    tail = Tail(ctx, anchor, tail_nodes, outputs[0])
+    return anchors[anchor.op](ctx, anchor, tail)
+
+
+def schedule_rows(s: Schedule, out: Tensor, lanes: int = 16, min_parallel: int = 2048) -> Any:
+    """Outer axes fused and run in parallel (when big enough), the last axis in vector lanes;
+    returns the fused outer loop (or None for a 1-D tensor)."""
+    axes = list(out.op.axis)
+    size = int(np.prod(out.shape))
+    row = None
+    if len(axes) > 1:
+        row = s[out].fuse(*axes[:-1]) if len(axes) > 2 else axes[0]
+        if size >= min_parallel:
+            s[out].parallel(row)
+    last = axes[-1]
+    extent = out.shape[-1]
+    if out.op.reduce_axis:
+        return row
+    if extent > lanes:
+        _, inner = s[out].split(last, factor=lanes)
+        s[out].vectorize(inner)
+    elif extent > 1:
+        s[out].vectorize(last)
+    return row

@@ -1,0 +1,323 @@
+"""Lazy lowerings of elementwise, broadcast and injective ops (inlined into their readers)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ... import te
+from ...tir.stmt import LoweringError
+from ..ir import Node
+from ..lower_te import GroupContext, Index, Lazy, Rule, reshape_lazy
+from ..ops.shape import pad_widths, slice_index, split_sizes, squeezed, unsqueezed
+
+
+def _out(ctx: GroupContext, node: Node, k: int = 0) -> tuple[tuple[int, ...], str]:
+    ty = ctx.type_of(node.outputs[k])
+    return ty.shape, ty.dtype
+
+
+def broadcast_read(src: Lazy, shape: tuple[int, ...]) -> Callable[[Index], Any]:
+    """numpy broadcasting: `src` read at the index of an element of `shape`."""
+    rank, own = len(shape), len(src.shape)
+
+    def fn(idx: Index) -> Any:
+        keep = idx[rank - own :]
+        return src(tuple(0 if d == 1 else i for d, i in zip(src.shape, keep, strict=True)))
+
+    return fn
+
+
+def _inputs(ctx: GroupContext, node: Node) -> list[Lazy | None]:
+    return [ctx.get(name) if name else None for name in node.inputs]
+
+
+def _unary(fn: Callable[[Any, dict[str, Any]], Any]) -> Rule:
+    def rule(ctx: GroupContext, node: Node) -> list[Lazy]:
+        (x,) = _inputs(ctx, node)
+        shape, dtype = _out(ctx, node)
+        attrs = dict(node.attrs)
+        return [Lazy(shape, dtype, lambda idx: fn(x(idx), attrs))]
+
+    return rule
+
+
+def _nary(fn: Callable[..., Any]) -> Rule:
+    def rule(ctx: GroupContext, node: Node) -> list[Lazy]:
+        shape, dtype = _out(ctx, node)
+        reads = [broadcast_read(x, shape) for x in _inputs(ctx, node) if x is not None]
+        return [Lazy(shape, dtype, lambda idx: fn(*(r(idx) for r in reads)))]
+
+    return rule
+
+
+def _fold(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    def combine(*values: Any) -> Any:
+        result = values[0]
+        for v in values[1:]:
+            result = fn(result, v)
+        return result
+
+    return combine
+
+
+# A rational approximation of erf on [-4, 4] (the form Eigen and XLA use for float32): pure
+# arithmetic, so it vectorizes, where libm's erf is called lane by lane. |error| < 5e-7.
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+          -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+          -1.60960333262415e-02)  # fmt: skip
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+          -7.37332916720468e-03, -1.42647390514189e-02)  # fmt: skip
+
+
+def fast_erf(x: Any) -> Any:
+    """erf(x) for float32 as vectorizable arithmetic; other dtypes call `te.erf`."""
+    if x.dtype != "float32":
+        return te.erf(x)
+    x = te.min(te.max(x, -4.0), 4.0)
+    x2 = x * x
+    p = te.const(_ERF_P[0], "float32")
+    for c in _ERF_P[1:]:
+        p = p * x2 + c
+    q = te.const(_ERF_Q[0], "float32")
+    for c in _ERF_Q[1:]:
+        q = q * x2 + c
+    return x * p / q
+
+
+def _gelu(x: Any, attrs: dict[str, Any]) -> Any:
+    if attrs.get("approximate", "none") == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1.0 + te.tanh(inner))
+    return 0.5 * x * (1.0 + fast_erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def _leaky(x: Any, attrs: dict[str, Any]) -> Any:
+    return te.select(x >= te.const(0, x.dtype), x, x * attrs["alpha"])
+
+
+def _zero(x: Any) -> Any:
+    return te.const(0, x.dtype)
+
+
+def _clip(ctx: GroupContext, node: Node) -> list[Lazy]:
+    x, lo, hi = (_inputs(ctx, node) + [None, None])[:3]
+    shape, dtype = _out(ctx, node)
+
+    def fn(idx: Index) -> Any:
+        v = x(idx)
+        if lo is not None:
+            v = te.max(v, lo(()) if not lo.shape else lo(idx[-len(lo.shape) :]))
+        if hi is not None:
+            v = te.min(v, hi(()) if not hi.shape else hi(idx[-len(hi.shape) :]))
+        return v
+
+    return [Lazy(shape, dtype, fn)]
+
+
+def _cast(ctx: GroupContext, node: Node) -> list[Lazy]:
+    (x,) = _inputs(ctx, node)
+    shape, dtype = _out(ctx, node)
+    return [Lazy(shape, dtype, lambda idx: x(idx).astype(dtype))]
+
+
+def _where(ctx: GroupContext, node: Node) -> list[Lazy]:
+    shape, dtype = _out(ctx, node)
+    c, a, b = (broadcast_read(x, shape) for x in _inputs(ctx, node))
+    return [Lazy(shape, dtype, lambda idx: te.select(c(idx), a(idx), b(idx)))]
+
+
+def _batch_norm(ctx: GroupContext, node: Node) -> list[Lazy]:
+    x, scale, bias, mean, var = _inputs(ctx, node)
+    shape, dtype = _out(ctx, node)
+    eps = dict(node.attrs)["epsilon"]
+
+    def fn(idx: Index) -> Any:
+        c = (idx[1],)
+        inv = te.rsqrt(var(c) + eps)
+        return (x(idx) - mean(c)) * inv * scale(c) + bias(c)
+
+    return [Lazy(shape, dtype, fn)]
+
+
+# ---- injective --------------------------------------------------------------------------------
+
+
+def _reshape(ctx: GroupContext, node: Node) -> list[Lazy]:
+    shape, _ = _out(ctx, node)
+    return [reshape_lazy(ctx.get(node.inputs[0]), shape)]
+
+
+def _transpose(ctx: GroupContext, node: Node) -> list[Lazy]:
+    x = ctx.get(node.inputs[0])
+    shape, dtype = _out(ctx, node)
+    perm = dict(node.attrs).get("perm") or tuple(reversed(range(len(shape))))
+
+    def fn(idx: Index) -> Any:
+        src = [None] * len(perm)
+        for out_axis, in_axis in enumerate(perm):
+            src[in_axis] = idx[out_axis]
+        return x(tuple(src))
+
+    return [Lazy(shape, dtype, fn)]
+
+
+def _expand(ctx: GroupContext, node: Node) -> list[Lazy]:
+    shape, dtype = _out(ctx, node)
+    return [Lazy(shape, dtype, broadcast_read(ctx.get(node.inputs[0]), shape))]
+
+
+def _concat(ctx: GroupContext, node: Node) -> list[Lazy]:
+    shape, dtype = _out(ctx, node)
+    axis = dict(node.attrs)["axis"] % len(shape)
+    parts = [x for x in _inputs(ctx, node) if x is not None and x.shape[axis] > 0]
+
+    def fn(idx: Index) -> Any:
+        starts = np.cumsum([0] + [p.shape[axis] for p in parts])
+        value = None
+        for part, start in reversed(list(zip(parts, starts[:-1], strict=True))):
+            shifted = idx[:axis] + (idx[axis] - int(start),) + idx[axis + 1 :]
+            read = part(shifted)
+            value = read if value is None else te.if_then_else(idx[axis] >= int(start), read, value)
+        return value
+
+    return [Lazy(shape, dtype, fn)]
+
+
+def _slices(ctx: GroupContext, node: Node, x: Lazy, index: tuple, k: int = 0) -> Lazy:
+    shape, dtype = _out(ctx, node, k)
+    starts, steps = [], []
+    for dim, sl in zip(x.shape, index, strict=True):
+        start, _, step = sl.indices(dim)
+        starts.append(start)
+        steps.append(step)
+
+    def fn(idx: Index) -> Any:
+        return x(
+            tuple(
+                i * step + start if (step, start) != (1, 0) else i
+                for i, start, step in zip(idx, starts, steps, strict=True)
+            )
+        )
+
+    return Lazy(shape, dtype, fn)
+
+
+def _const_input(ctx: GroupContext, node: Node, k: int) -> Any:
+    if k >= len(node.inputs) or not node.inputs[k]:
+        return None
+    value = ctx.constant(node.inputs[k])
+    if value is None:
+        raise LoweringError(f"input {k} of {node.op} node {node.name!r} must be a constant")
+    return value
+
+
+def _slice(ctx: GroupContext, node: Node) -> list[Lazy]:
+    x = ctx.get(node.inputs[0])
+    args = [_const_input(ctx, node, k) for k in range(1, 5)]
+    return [_slices(ctx, node, x, slice_index(x.shape, *args))]
+
+
+def _split(ctx: GroupContext, node: Node) -> list[Lazy]:
+    x = ctx.get(node.inputs[0])
+    attrs = dict(node.attrs)
+    axis = attrs["axis"] % len(x.shape)
+    sizes = split_sizes(
+        {**attrs, "num_outputs": attrs.get("num_outputs") or len(node.outputs)},
+        x.shape[axis],
+        _const_input(ctx, node, 1),
+    )
+    result, start = [], 0
+    for k, size in enumerate(sizes):
+        index = [slice(None)] * len(x.shape)
+        index[axis] = slice(start, start + size)
+        result.append(_slices(ctx, node, x, tuple(index), k) if node.outputs[k] else None)
+        start += size
+    return result
+
+
+def _gather(ctx: GroupContext, node: Node) -> list[Lazy]:
+    x, ind = _inputs(ctx, node)
+    shape, dtype = _out(ctx, node)
+    axis = dict(node.attrs)["axis"] % len(x.shape)
+    rank = len(ind.shape)
+
+    def fn(idx: Index) -> Any:
+        i = ind(idx[axis : axis + rank]).astype("int32")
+        i = te.select(i < 0, i + x.shape[axis], i)
+        return x(idx[:axis] + (i,) + idx[axis + rank :])
+
+    return [Lazy(shape, dtype, fn)]
+
+
+def _squeeze_like(fn: Callable[[tuple[int, ...], Any], tuple[int, ...]]) -> Rule:
+    def rule(ctx: GroupContext, node: Node) -> list[Lazy]:
+        shape, _ = _out(ctx, node)
+        return [reshape_lazy(ctx.get(node.inputs[0]), shape)]
+
+    return rule
+
+
+def _pad(ctx: GroupContext, node: Node) -> list[Lazy]:
+    x = ctx.get(node.inputs[0])
+    shape, dtype = _out(ctx, node)
+    if dict(node.attrs)["mode"] != "constant":
+        raise LoweringError(
+            f"Pad mode must be 'constant' on the CPU back-end (not built yet for other modes), "
+            f"not {dict(node.attrs)['mode']!r} (node {node.name!r})"
+        )
+    widths = pad_widths(len(x.shape), _const_input(ctx, node, 1), _const_input(ctx, node, 3))
+    fill = _const_input(ctx, node, 2)
+    fill_expr = te.const(0 if fill is None else fill.reshape(()).item(), dtype)
+
+    def fn(idx: Index) -> Any:
+        src = tuple(i - lo if lo else i for i, (lo, _) in zip(idx, widths, strict=True))
+        conds = []
+        for i, (lo, _), dim in zip(src, widths, x.shape, strict=True):
+            conds += [i >= 0] if lo else []
+            conds += [i < dim] if lo or _ else []
+        return te.if_then_else(te.all_of(*conds), x(src), fill_expr) if conds else x(src)
+
+    return [Lazy(shape, dtype, fn)]
+
+
+ELEMENTWISE: dict[str, Rule] = {
+    "Relu": _unary(lambda x, a: te.max(x, _zero(x))),
+    "Identity": _unary(lambda x, a: x),
+    "Neg": _unary(lambda x, a: -x),
+    "Abs": _unary(lambda x, a: te.abs(x)),
+    "Sigmoid": _unary(lambda x, a: te.sigmoid(x)),
+    "Tanh": _unary(lambda x, a: te.tanh(x)),
+    "Erf": _unary(lambda x, a: fast_erf(x)),
+    "Gelu": _unary(_gelu),
+    "HardSwish": _unary(lambda x, a: x * te.min(te.max(x * (1.0 / 6.0) + 0.5, 0.0), 1.0)),
+    "LeakyRelu": _unary(_leaky),
+    "Sqrt": _unary(lambda x, a: te.sqrt(x)),
+    "Exp": _unary(lambda x, a: te.exp(x)),
+    "Log": _unary(lambda x, a: te.log(x)),
+    "Add": _nary(lambda a, b: a + b),
+    "Sub": _nary(lambda a, b: a - b),
+    "Mul": _nary(lambda a, b: a * b),
+    "Div": _nary(lambda a, b: a / b),
+    "Pow": _nary(lambda a, b: te.power(a, b.astype(a.dtype))),
+    "Max": _nary(_fold(te.max)),
+    "Min": _nary(_fold(te.min)),
+    "Clip": _clip,
+    "Cast": _cast,
+    "Where": _where,
+    "BatchNormalization": _batch_norm,
+    "Reshape": _reshape,
+    "Flatten": _reshape,
+    "Squeeze": _squeeze_like(squeezed),
+    "Unsqueeze": _squeeze_like(unsqueezed),
+    "Transpose": _transpose,
+    "Expand": _expand,
+    "Concat": _concat,
+    "Slice": _slice,
+    "Split": _split,
+    "Gather": _gather,
+    "Pad": _pad,
+}

@@ -1,0 +1,544 @@
+"""Anchor lowerings: convolution, Gemm/MatMul, pooling, reductions, Softmax, LayerNormalization.
+
+The x86 operator library (`compiler.topi.x86`) is used where it has the operator (conv2d with
+pre-packed weights, dense, pool2d, softmax), with the group's elementwise tail as its epilogue;
+the other cases (grouped/depthwise or asymmetric convolutions, batched MatMul, exclusive-pad
+average pooling, reductions, LayerNormalization) are computes written here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ... import te
+from ...schedule.schedule import Schedule
+from ...te.tensor import Tensor
+from ...tir.stmt import LoweringError
+from ...topi.x86 import (  # the x86 operator library
+    Conv2dConfig,
+    DenseConfig,
+    DenseOp,
+    conv2d_nchwc,
+    dense,
+    pool2d,
+    schedule_conv2d_nchwc,
+    schedule_dense,
+    schedule_pool2d,
+    schedule_softmax,
+    softmax,
+)
+from ...topi.x86.conv2d import kernel_blocks, pack_kernel
+from ..ir import Node
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy, schedule_rows
+from ..ops.nn import window_geometry
+from ..ops.shape import reduce_axes
+from ..registry import get_op
+from .elemwise import broadcast_read
+
+Result = tuple[Schedule, list[Tensor]]
+
+
+def _attrs(node: Node) -> dict[str, Any]:
+    return get_op(node.op).full_attrs(node)
+
+
+def _epilogue(tail: Tail, index: Callable[..., Index] | None = None) -> Any:
+    if not tail.nodes:
+        return None
+    index = index or (lambda *i: i)
+    return lambda v, *i: tail.epilogue(v, index(*i))
+
+
+def reduce_kernel(
+    red: Tensor,
+    tail: Tail,
+    post: Callable[[Any, Index], Any] | None = None,
+    extra: Sequence[Tensor] = (),
+) -> Result:
+    """A reduction stage plus the elementwise result (post-processing, then the tail), computed
+    row by row: the reduction at each output row, its last axis in vector lanes; `extra` stages
+    (padding) run first, at the root."""
+    out = red
+    if post is not None or tail.nodes:
+        post = post or (lambda v, i: v)
+        out = te.compute(red.shape, lambda *i: tail.epilogue(post(red[i], i), i), name="out")
+    s = te.create_schedule(out.op)
+    for stage in extra:
+        schedule_rows(s, stage)
+    row = schedule_rows(s, out)
+    if out is not red and row is not None:
+        s[red].compute_at(s[out], row)
+        s[red].set_scope("local")
+    last = red.op.axis[-1]
+    if red.shape[-1] > 1 and (out is red or row is not None):
+        xo, xi = s[red].split(last, factor=16)
+        s[red].reorder(xo, *red.op.reduce_axis, xi)
+        s[red].vectorize(xi)
+    return s, [out]
+
+
+def pad_image(x: Lazy, before: list, after: list, fill: Any) -> Tensor:
+    """x with `fill` around its two spatial axes, as its own stage: the window loops that read it
+    then index affinely (vector loads) instead of clamping every lane."""
+    n, c, h, w = x.shape
+    shape = (n, c, h + before[0] + after[0], w + before[1] + after[1])
+
+    def fpad(nn: Any, cc: Any, y: Any, xx: Any) -> Any:
+        iy, ix = y - before[0], xx - before[1]
+        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < w)
+        clamped = x((nn, cc, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), w - 1)))
+        return te.select(inside, clamped, fill)
+
+    return te.compute(shape, fpad, name="pad")
+
+
+def _window_source(
+    x: Lazy, out: tuple, kernel: tuple, pads: list, st: list, dil: list, fill: Any
+) -> tuple[Callable[..., Any], list[Tensor]]:
+    """A reader `(n, c, iy, ix) -> value` with padding applied, and the extra stages it needs."""
+    h, w = x.shape[2], x.shape[3]
+    after = [
+        max(0, (o - 1) * s + (k - 1) * d - p - (n - 1))
+        for o, s, k, d, p, n in zip(out[2:], st, kernel, dil, pads, (h, w), strict=True)
+    ]
+    if not any(pads) and not any(after):
+        return (lambda n, c, iy, ix: x((n, c, iy, ix))), []
+    padded = pad_image(x, pads, after, fill)
+    return (lambda n, c, iy, ix: padded[n, c, iy + pads[0], ix + pads[1]]), [padded]
+
+
+# ---- convolution --------------------------------------------------------------------------------
+
+
+def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
+    if len(x_ty.shape) != 4:
+        raise LoweringError(
+            f"Conv must be 2-D (NCHW input) on the CPU back-end, not {len(x_ty.shape) - 2}-D "
+            f"(node {node.name!r}; not built yet)"
+        )
+    attrs = _attrs(node)
+    begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
+    uniform = begin == end and len({*begin}) == 1 and len({*strides}) == 1 and len({*dil}) == 1
+    weight = ctx.constant(node.inputs[1])
+    if attrs["group"] == 1 and uniform and weight is not None:
+        return _conv_topi(ctx, node, tail, begin[0], strides[0], dil[0], np.asarray(weight))
+    return _conv_generic(ctx, node, tail, begin, strides, dil)
+
+
+def conv_config(channels: int, filters: int, out_hw: tuple[int, ...]) -> Conv2dConfig:
+    """Knobs by layer shape, from a sweep of ResNet-18's layers on an AVX-512 machine (no tuner
+    yet, so these are defaults): 32 output channels per tile (two vectors), a row tile that
+    divides the output width, wider input-channel blocks for deep layers on larger images."""
+    oh, ow = out_hw
+    oc_bn = 32 if filters % 32 == 0 else 16
+    ic_bn = 32 if channels >= 256 and oh >= 14 else 16
+    if ow % 8 == 0 and ow <= 64:
+        reg_n = 8
+    else:
+        reg_n = max([d for d in range(4, 15) if ow % d == 0], default=8)
+    return Conv2dConfig(ic_bn=ic_bn, oc_bn=oc_bn, reg_n=reg_n)
+
+
+def _conv_topi(
+    ctx: GroupContext, node: Node, tail: Tail, pad: int, stride: int, dil: int, w: np.ndarray
+) -> Result:
+    config = conv_config(w.shape[1], w.shape[0], ctx.type_of(node.outputs[0]).shape[2:])
+    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
+    packed = ctx.add_constant(
+        f"{node.inputs[1]}.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn)
+    )
+    data = ctx.as_tensor(node.inputs[0])
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    bias = ctx.as_tensor(node.inputs[2]) if has_bias else None
+    op = conv2d_nchwc(data, packed, stride, pad, dil, bias, _epilogue(tail), config)
+    return schedule_conv2d_nchwc(op, config), [op.out]
+
+
+def _conv_generic(
+    ctx: GroupContext, node: Node, tail: Tail, pads: list, strides: list, dil: list
+) -> Result:
+    x, w = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
+    _, _, h, wd = x.shape
+    k, cg, r, s = w.shape
+    per_group = k // _attrs(node)["group"]
+    shape = ctx.type_of(node.outputs[0]).shape
+    rc, ry, rx = (
+        te.reduce_axis((0, cg), "rc"),
+        te.reduce_axis((0, r), "ry"),
+        te.reduce_axis((0, s), "rx"),
+    )
+    read, extra = _window_source(x, shape, (r, s), pads, strides, dil, te.const(0, x.dtype))
+
+    group = _attrs(node)["group"]
+    ci = rc if cg > 1 else 0
+
+    def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
+        if group == 1:
+            c = ci
+        elif per_group == 1 and cg == 1:
+            c = kk  # depthwise
+        else:
+            c = (kk // per_group) * cg + ci
+        iy = y * strides[0] + ry * dil[0] - pads[0]
+        ix = xx * strides[1] + rx * dil[1] - pads[1]
+        return te.sum(
+            read(n, c, iy, ix) * w((kk, ci, ry, rx)), axis=[rc, ry, rx] if cg > 1 else [ry, rx]
+        )
+
+    red = te.compute(shape, body, name="conv")
+    bias = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    post = (lambda v, i: v + bias((i[1],))) if bias is not None else None
+    return reduce_kernel(red, tail, post, extra)
+
+
+# ---- dense and matmul ---------------------------------------------------------------------------
+
+
+def _dense_config(m: int) -> DenseConfig:
+    return DenseConfig(mr=max(1, min(6, m)), bn=32)
+
+
+def _dense(
+    ctx: GroupContext, data: Tensor, weight: str, layout: str, epilogue: Any, config: DenseConfig
+) -> Result:
+    """topi's dense; constant float weights are packed into its panels once, here, and the
+    kernel reads them in place (the in-kernel packing stage is inlined into a plain read)."""
+    const = ctx.constant(weight)
+    if const is None or data.dtype not in ("float32", "float64"):
+        op = dense(data, ctx.as_tensor(weight), None, epilogue, None, config, layout)
+        return schedule_dense(op, config), [op.out]
+    w = np.asarray(const) if layout == "NK" else np.asarray(const).T
+    (n, k), bn = w.shape, config.bn
+    panels = np.zeros((-(-n // bn) * bn, k), w.dtype)
+    panels[:n] = w
+    panels = np.ascontiguousarray(panels.reshape(-1, bn, k).transpose(0, 2, 1))
+    stored = ctx.add_constant(f"{weight}.panels{bn}{layout}", panels)
+    packed = te.compute(panels.shape, lambda a, b, c: stored[a, b, c], name="packed")
+    ctx.inline.append(packed)
+    rk = te.reduce_axis((0, k), "k")
+    m = data.shape[0]
+    acc = te.compute(
+        (m, n),
+        lambda i, j: te.sum(data[i, rk] * packed[j // bn, rk, j % bn], axis=rk),
+        name="acc",
+    )
+    out = acc
+    if epilogue is not None:
+        out = te.compute((m, n), lambda i, j: epilogue(acc[i, j], i, j), name="out")
+    op = DenseOp([data, stored, out], packed, acc, out)
+    return schedule_dense(op, config), [out]
+
+
+def _materialize(ctx: GroupContext, lazy: Lazy, name: str) -> Tensor:
+    t = te.compute(lazy.shape, lambda *i: lazy(i), name=name)
+    ctx.inline.append(t)
+    return t
+
+
+def _gemm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    attrs = _attrs(node)
+    m, n = ctx.type_of(node.outputs[0]).shape
+    if attrs["transA"]:
+        a = ctx.get(node.inputs[0])
+        lazy = Lazy((a.shape[1], a.shape[0]), a.dtype, lambda i: a((i[1], i[0])))
+        data = _materialize(ctx, lazy, "a_t")
+    else:
+        data = ctx.as_tensor(node.inputs[0])
+    c = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    alpha, beta = attrs["alpha"], attrs["beta"]
+
+    def epilogue(v: Any, i: Any, j: Any) -> Any:
+        if alpha != 1.0:
+            v = v * alpha
+        if c is not None and beta != 0.0:
+            cv = broadcast_read(c, (m, n))((i, j))
+            v = v + (cv * beta if beta != 1.0 else cv)
+        return tail.epilogue(v, (i, j))
+
+    simple = alpha == 1.0 and c is None and not tail.nodes
+    config = _dense_config(m)
+    layout = "NK" if attrs["transB"] else "KN"
+    return _dense(ctx, data, node.inputs[1], layout, None if simple else epilogue, config)
+
+
+def _unravel(flat: Any, shape: tuple[int, ...]) -> Index:
+    out, stride, total = [], 1, int(np.prod(shape))
+    for d in reversed(shape):
+        if d == 1:
+            out.append(0)
+        else:
+            q = flat // stride if stride > 1 else flat
+            out.append(q % d if stride * d < total else q)
+        stride *= d
+    return tuple(reversed(out))
+
+
+def _matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    a_ty, b_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
+    if len(a_ty.shape) < 2 or len(b_ty.shape) < 2:
+        raise LoweringError(
+            f"MatMul operands must be at least 2-D on the CPU back-end (not built yet for 1-D), "
+            f"not {list(a_ty.shape)} x {list(b_ty.shape)} (node {node.name!r})"
+        )
+    if len(b_ty.shape) > 2:
+        return _batch_matmul(ctx, node, tail)
+    lead, k = a_ty.shape[:-1], a_ty.shape[-1]
+    rows = int(np.prod(lead))
+    data = ctx.as_tensor(node.inputs[0], (rows, k))
+    epi = _epilogue(tail, lambda i, j: (*_unravel(i, lead), j))
+    return _dense(ctx, data, node.inputs[1], "KN", epi, _dense_config(rows))
+
+
+def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    a, b = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
+    shape = ctx.type_of(node.outputs[0]).shape
+    batch = len(shape) - 2
+    rk = te.reduce_axis((0, a.shape[-1]), "k")
+
+    def pick(x: Lazy, idx: Index) -> Index:
+        own = len(x.shape) - 2
+        keep = idx[batch - own : batch] if own else ()
+        return tuple(0 if d == 1 else i for d, i in zip(x.shape[:own], keep, strict=True))
+
+    def body(*i: Any) -> Any:
+        return te.sum(a((*pick(a, i), i[-2], rk)) * b((*pick(b, i), rk, i[-1])), axis=rk)
+
+    return reduce_kernel(te.compute(shape, body, name="matmul"), tail)
+
+
+# ---- pooling and reductions ---------------------------------------------------------------------
+
+
+def _pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    attrs = _attrs(node)
+    x_ty = ctx.type_of(node.inputs[0])
+    if len(x_ty.shape) != 4:
+        raise LoweringError(f"{node.op} must be 2-D on the CPU back-end (node {node.name!r})")
+    kernel = tuple(attrs["kernel_shape"])
+    begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], kernel, attrs["ceil_mode"])
+    kind = "max" if node.op == "MaxPool" else "avg"
+    if kind == "max" and set(dil) == {1}:  # 10-20x faster than topi's pool2d (no vector lanes)
+        return _max_pool_separable(ctx, node, tail, kernel, begin, strides)
+    symmetric = begin == end and len({*begin}) == 1
+    square = len({*kernel}) == 1 and len({*strides}) == 1 and set(dil) == {1}
+    counts_ok = kind == "max" or begin[0] == 0 or attrs.get("count_include_pad")
+    if symmetric and square and counts_ok and not attrs["ceil_mode"] and not tail.nodes:
+        _, out = pool2d(ctx.as_tensor(node.inputs[0]), kind, kernel[0], strides[0], begin[0])
+        return schedule_pool2d(out), [out]
+    return _pool_generic(ctx, node, tail, kind, kernel, begin, strides, dil)
+
+
+def _max_pool_separable(
+    ctx: GroupContext, node: Node, tail: Tail, kernel: tuple, pads: list, st: list
+) -> Result:
+    """Max pooling as a column pass (contiguous rows: vector loads) then a row pass over it,
+    computed per output row: 3 + 3 reads per output for a 3x3 window instead of 9 gathers."""
+    x = ctx.get(node.inputs[0])
+    n, c, h, w = x.shape
+    shape = ctx.type_of(node.outputs[0]).shape
+    low = te.min_value(x.dtype)
+    ry, rx = te.reduce_axis((0, kernel[0]), "ry"), te.reduce_axis((0, kernel[1]), "rx")
+
+    def fcol(nn: Any, cc: Any, y: Any, xx: Any) -> Any:
+        iy = y * st[0] + ry - pads[0]
+        read = x((nn, cc, te.min(te.max(iy, 0), h - 1), xx))
+        return te.max(te.select(te.all_of(iy >= 0, iy < h), read, low), axis=ry)
+
+    cols = te.compute((n, c, shape[2], w), fcol, name="cols")
+
+    def frow(nn: Any, cc: Any, y: Any, xx: Any) -> Any:
+        ix = xx * st[1] + rx - pads[1]
+        read = cols[nn, cc, y, te.min(te.max(ix, 0), w - 1)]
+        return te.max(te.select(te.all_of(ix >= 0, ix < w), read, low), axis=rx)
+
+    red = te.compute(shape, frow, name="pool")
+    out = red
+    if tail.nodes:
+        out = te.compute(shape, lambda *i: tail.epilogue(red[i], i), name="out")
+    s = te.create_schedule(out.op)
+    row = schedule_rows(s, out)
+    for stage in (cols, red) if out is not red else (cols,):
+        s[stage].compute_at(s[out], row)
+    _, lanes = s[cols].split(cols.op.axis[-1], factor=16)
+    s[cols].vectorize(lanes)
+    return s, [out]
+
+
+def _pool_generic(
+    ctx: GroupContext, node: Node, tail: Tail, kind: str, kernel: tuple, pads: list, st: list, dil
+) -> Result:
+    x = ctx.get(node.inputs[0])
+    _, _, h, w = x.shape
+    shape = ctx.type_of(node.outputs[0]).shape
+    ry, rx = te.reduce_axis((0, kernel[0]), "ry"), te.reduce_axis((0, kernel[1]), "rx")
+    low = te.min_value(x.dtype) if kind == "max" else te.const(0, x.dtype)
+    read, extra = _window_source(x, shape, kernel, pads, st, dil, low)
+
+    def body(n: Any, c: Any, y: Any, xx: Any) -> Any:
+        iy, ix = y * st[0] + ry * dil[0] - pads[0], xx * st[1] + rx * dil[1] - pads[1]
+        v = read(n, c, iy, ix)
+        return (te.max if kind == "max" else te.sum)(v, axis=[ry, rx])
+
+    red = te.compute(shape, body, name="pool")
+    post = None
+    if kind == "avg":
+        include = _attrs(node)["count_include_pad"]
+
+        def post(v: Any, i: Index) -> Any:
+            if include:
+                return v / float(kernel[0] * kernel[1])
+            y0, x0 = i[2] * st[0] - pads[0], i[3] * st[1] - pads[1]
+            rows = te.min(y0 + kernel[0], h) - te.max(y0, 0)
+            cols = te.min(x0 + kernel[1], w) - te.max(x0, 0)
+            return v / (rows * cols).astype(x.dtype)
+
+    return reduce_kernel(red, tail, post, extra)
+
+
+def _global_pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    x = ctx.get(node.inputs[0])
+    spatial = x.shape[2:]
+    raxes = [te.reduce_axis((0, d), f"r{k}") for k, d in enumerate(spatial)]
+    shape = ctx.type_of(node.outputs[0]).shape
+    reducer = te.max if node.op == "GlobalMaxPool" else te.sum
+    red = te.compute(shape, lambda n, c, *_: reducer(x((n, c, *raxes)), axis=raxes), name="gpool")
+    count = float(np.prod(spatial))
+    post = (lambda v, i: v / count) if node.op == "GlobalAveragePool" else None
+    return reduce_kernel(red, tail, post)
+
+
+_REDUCERS = {"ReduceSum": te.sum, "ReduceMean": te.sum, "ReduceMax": te.max, "ReduceMin": te.min}
+
+
+def _reduce(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    x = ctx.get(node.inputs[0])
+    attrs = _attrs(node)
+    const = ctx.constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+    axes = reduce_axes(attrs, len(x.shape), const)
+    if axes is None:
+        axes = ()
+    shape = ctx.type_of(node.outputs[0]).shape or (1,)
+    raxes = {a: te.reduce_axis((0, x.shape[a]), f"r{a}") for a in axes}
+
+    def body(*i: Any) -> Any:
+        it = iter(i)
+        src = []
+        for a in range(len(x.shape)):
+            if a in raxes:
+                src.append(raxes[a])
+                if attrs["keepdims"]:
+                    next(it)
+            else:
+                src.append(next(it))
+        value = x(tuple(src))
+        return _REDUCERS[node.op](value, axis=list(raxes.values())) if raxes else value
+
+    red = te.compute(shape, body, name="reduce")
+    count = float(np.prod([x.shape[a] for a in axes])) if axes else 1.0
+    post = (lambda v, i: v / count) if node.op == "ReduceMean" else None
+    return reduce_kernel(red, tail, post)
+
+
+# ---- softmax and layer normalization ------------------------------------------------------------
+
+
+def _rows(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
+    return int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
+
+
+def _softmax(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    shape = ctx.type_of(node.inputs[0]).shape
+    axis = _attrs(node)["axis"] % len(shape)
+    if tail.nodes:
+        raise LoweringError(f"{node.op} must be alone in its group (node {node.name!r})")
+    if node.op == "Softmax" and axis == len(shape) - 1:
+        _, out = softmax(ctx.as_tensor(node.inputs[0], _rows(shape, axis)))
+        return schedule_softmax(out), [out]
+    return _softmax_axis(ctx, node, shape, axis, log=node.op == "LogSoftmax")
+
+
+def _softmax_axis(ctx: GroupContext, node: Node, shape: tuple, axis: int, log: bool) -> Result:
+    """(Log)softmax over any axis: the tensor viewed as [outer, axis, inner], the max and the sum
+    of exponentials computed per outer row."""
+    outer, n, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1 :]))
+    x = ctx.as_tensor(node.inputs[0], (outer, n, inner))
+    k1, k2 = te.reduce_axis((0, n), "k1"), te.reduce_axis((0, n), "k2")
+    mx = te.compute((outer, inner), lambda o, i: te.max(x[o, k1, i], axis=k1), name="max")
+    sm = te.compute(
+        (outer, inner), lambda o, i: te.sum(te.exp(x[o, k2, i] - mx[o, i]), axis=k2), name="sum"
+    )
+    if log:
+        body = lambda o, k, i: x[o, k, i] - mx[o, i] - te.log(sm[o, i])  # noqa: E731
+    else:
+        body = lambda o, k, i: te.exp(x[o, k, i] - mx[o, i]) / sm[o, i]  # noqa: E731
+    out = te.compute((outer, n, inner), body, name="softmax")
+    s = te.create_schedule(out.op)
+    o, k, i = out.op.axis
+    for t in (mx, sm):
+        s[t].compute_at(s[out], o)
+    if outer * n * inner >= 2048:
+        s[out].parallel(o)
+    _, lanes = s[out].split(i if inner > 1 else k, factor=16)
+    s[out].vectorize(lanes)
+    return s, [out]
+
+
+def _layer_norm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    attrs = _attrs(node)
+    shape = ctx.type_of(node.inputs[0]).shape
+    axis = attrs["axis"] % len(shape)
+    if any(node.outputs[1:]) or tail.nodes:
+        raise LoweringError(
+            f"LayerNormalization's Mean/InvStdDev outputs are not built yet on the CPU back-end "
+            f"(node {node.name!r})"
+        )
+    rows, cols = _rows(shape, axis)
+    x = ctx.as_tensor(node.inputs[0], (rows, cols))
+    scale = reshape_lazy(ctx.get(node.inputs[1]), (cols,))
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    bias = reshape_lazy(ctx.get(node.inputs[2]), (cols,)) if has_bias else None
+    k1, k2 = te.reduce_axis((0, cols), "k1"), te.reduce_axis((0, cols), "k2")
+    inv_n, eps = 1.0 / cols, attrs["epsilon"]
+    total = te.compute((rows,), lambda i: te.sum(x[i, k1], axis=k1), name="total")
+    sq = te.compute(
+        (rows,),
+        lambda i: te.sum((x[i, k2] - total[i] * inv_n) * (x[i, k2] - total[i] * inv_n), axis=k2),
+        name="sq",
+    )
+
+    def fout(i: Any, j: Any) -> Any:
+        v = (x[i, j] - total[i] * inv_n) * te.rsqrt(sq[i] * inv_n + eps) * scale((j,))
+        return v + bias((j,)) if bias is not None else v
+
+    out = te.compute((rows, cols), fout, name="layer_norm")
+    s = te.create_schedule(out.op)
+    row, col = out.op.axis
+    for t in (total, sq):
+        s[t].compute_at(s[out], row)
+    _, lanes = s[out].split(col, factor=16)
+    s[out].vectorize(lanes)
+    if rows * cols >= 2048:
+        s[out].parallel(row)
+    return s, [out]
+
+
+ANCHORS: dict[str, AnchorRule] = {
+    "Conv": _conv,
+    "Gemm": _gemm,
+    "MatMul": _matmul,
+    "MaxPool": _pool,
+    "AveragePool": _pool,
+    "GlobalAveragePool": _global_pool,
+    "GlobalMaxPool": _global_pool,
+    "ReduceSum": _reduce,
+    "ReduceMean": _reduce,
+    "ReduceMax": _reduce,
+    "ReduceMin": _reduce,
+    "Softmax": _softmax,
+    "LogSoftmax": _softmax,
+    "LayerNormalization": _layer_norm,
+}

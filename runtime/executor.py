@@ -1,0 +1,114 @@
+"""The graph executor: runs a module's kernel calls over one aligned arena (its memory plan).
+
+Every tensor that crosses a kernel boundary is a view into the arena at its planned offset;
+constants live in their own aligned arrays. A call passes raw data pointers, computed once, so
+running a model costs one native call per kernel and no allocation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ndarray as nd
+
+Launch = Callable[..., None]  # the kernel, called with one data pointer (int) per argument
+
+
+@dataclass(frozen=True)
+class Step:
+    """One planned call: the kernel's label (its fused nodes), the launch and its pointers."""
+
+    label: str
+    kernel: str
+    launch: Launch
+    pointers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    label: str
+    kernel: str
+    median_ms: float
+    share: float
+
+
+class Profile:
+    """Median time of each kernel call over `repeat` runs, in call order, and its share."""
+
+    def __init__(self, rows: Sequence[ProfileRow], total_ms: float, repeat: int) -> None:
+        self.rows, self.total_ms, self.repeat = list(rows), total_ms, repeat
+
+    def table(self, top: int | None = None) -> str:
+        """The profile as a text table (all calls, or the `top` slowest)."""
+        rows = sorted(self.rows, key=lambda r: -r.median_ms)[:top] if top else self.rows
+        width = max([len(r.label) for r in rows] + [5])
+        lines = [f"{'#':>3}  {'layer':<{width}}  {'median ms':>10}  {'share':>6}"]
+        for k, row in enumerate(rows):
+            lines.append(f"{k:>3}  {row.label:<{width}}  {row.median_ms:>10.3f}  {row.share:>5.1%}")
+        lines.append(f"{'':>3}  {'total (sum of medians)':<{width}}  {self.total_ms:>10.3f}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of `array` starting on a 64-byte boundary."""
+    out = nd.empty(array.shape, str(array.dtype)).numpy()
+    out[...] = array
+    return out
+
+
+class Executor:
+    """Binds kernel calls to an arena and constants, then runs them in order.
+
+    Args:
+        arena_bytes: size of the arena (the memory plan's peak).
+        slots: value -> (offset, shape, dtype) inside the arena.
+        constants: value -> array (copied to aligned memory once).
+        calls: (label, kernel name, launch, argument value names) in execution order.
+    """
+
+    def __init__(
+        self,
+        arena_bytes: int,
+        slots: Mapping[str, tuple[int, tuple[int, ...], str]],
+        constants: Mapping[str, np.ndarray],
+        calls: Sequence[tuple[str, str, Launch, Sequence[str]]],
+    ) -> None:
+        self.arena = nd.empty((max(arena_bytes, 1),), "uint8").numpy()
+        self.views: dict[str, np.ndarray] = {}
+        for name, (offset, shape, dtype) in slots.items():
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            self.views[name] = self.arena[offset : offset + nbytes].view(dtype).reshape(shape)
+        for name, value in constants.items():
+            self.views[name] = aligned_copy(np.asarray(value))
+        self.steps = [
+            Step(label, kernel, launch, tuple(self.views[a].ctypes.data for a in args))
+            for label, kernel, launch, args in calls
+        ]
+
+    def run(self) -> None:
+        for step in self.steps:
+            step.launch(*step.pointers)
+
+    def profile(self, repeat: int = 10) -> Profile:
+        """Run `repeat` times, timing each call; medians per call."""
+        times = np.zeros((repeat, len(self.steps)))
+        clock = time.perf_counter
+        for r in range(repeat):
+            for k, step in enumerate(self.steps):
+                start = clock()
+                step.launch(*step.pointers)
+                times[r, k] = clock() - start
+        medians = np.median(times, axis=0) * 1e3
+        total = float(medians.sum())
+        rows = [
+            ProfileRow(s.label, s.kernel, float(m), float(m) / total if total else 0.0)
+            for s, m in zip(self.steps, medians, strict=True)
+        ]
+        return Profile(rows, total, repeat)

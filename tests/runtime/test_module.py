@@ -1,0 +1,199 @@
+"""The module file format (TFMOD): round trip, errors naming file and offset, run-time checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import doctest
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorforge
+from tensorforge.compiler.frontend.onnx_builders import mlp
+from tensorforge.runtime import container, executor
+from tensorforge.runtime import module as module_mod
+from tensorforge.runtime.device.cpu.loader import LoaderError
+from tensorforge.runtime.module import MAGIC, Module, ModuleFormatError
+
+X = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def module() -> Module:
+    return tensorforge.compile(mlp())
+
+
+def _split(data: bytes) -> tuple[dict, bytes, int]:
+    (length,) = struct.unpack_from("<I", data, len(MAGIC) + 4)
+    start = len(MAGIC) + 8
+    return json.loads(data[start : start + length]), data[start + length :], start + length
+
+
+def _repack(header: dict, payload: bytes) -> bytes:
+    raw = json.dumps(header).encode()
+    return MAGIC + struct.pack("<II", 1, len(raw)) + raw + payload
+
+
+def test_docstring_examples_run() -> None:
+    assert doctest.testmod(module_mod).failed == 0
+    assert doctest.testmod(executor).failed == 0
+
+
+def test_round_trip_keeps_kernels_calls_plan_and_constants(module: Module) -> None:
+    loaded = Module.from_bytes(module.to_bytes())
+    assert [(k.name, k.kind, k.params, k.payload) for k in loaded.kernels] == [
+        (k.name, k.kind, k.params, k.payload) for k in module.kernels
+    ]
+    assert loaded.calls == module.calls
+    assert (loaded.slots, loaded.arena_bytes) == (module.slots, module.arena_bytes)
+    assert loaded.constants.keys() == module.constants.keys()
+    for name, value in module.constants.items():
+        np.testing.assert_array_equal(loaded.constants[name], value)
+    assert loaded.stats == module.stats
+    np.testing.assert_array_equal(
+        loaded.run({"x": X})["softmax_12"], module.run({"x": X})["softmax_12"]
+    )
+
+
+def test_file_starts_with_magic_and_holds_no_pickle(module: Module, tmp_path: Path) -> None:
+    path = tmp_path / "m.tfm"
+    module.save(path)
+    data = path.read_bytes()
+    assert data.startswith(MAGIC)
+    header, _, _ = _split(data)
+    assert {s["name"] for s in header["sections"]} >= {f"kernel:{k.name}" for k in module.kernels}
+    assert b"\x80\x04\x95" not in data[:64]  # a pickle protocol-4 header
+
+
+def test_truncated_file_names_file_and_offset(module: Module, tmp_path: Path) -> None:
+    path = tmp_path / "cut.tfm"
+    data = module.to_bytes()
+    path.write_bytes(data[:-100])
+    with pytest.raises(ModuleFormatError, match=rf"{path}: offset \d+: section '.*' runs past"):
+        Module.load(path)
+
+
+def test_bad_magic_and_version_name_offsets(module: Module) -> None:
+    data = module.to_bytes()
+    with pytest.raises(ModuleFormatError, match=r"m.tfm: offset 0: not a TensorForge module"):
+        Module.from_bytes(b"TFPROG\x00\x01" + data[8:], "m.tfm")
+    bumped = data[:8] + struct.pack("<I", 7) + data[12:]
+    with pytest.raises(ModuleFormatError, match=r"offset 8: format version 7"):
+        Module.from_bytes(bumped, "m.tfm")
+
+
+def test_constant_of_the_wrong_size_names_its_offset(module: Module) -> None:
+    header, payload, base = _split(module.to_bytes())
+    const = header["constants"][0]
+    const["shape"] = [const["shape"][0] + 1, *const["shape"][1:]]
+    data = _repack(header, payload)
+    _, _, base = _split(data)
+    section = next(s for s in header["sections"] if s["name"] == f"const:{const['name']}")
+    with pytest.raises(ModuleFormatError) as info:
+        Module.from_bytes(data, "w.tfm")
+    assert f"w.tfm: offset {base + section['offset']}: constant {const['name']!r}" in str(
+        info.value
+    )
+
+
+def test_header_missing_a_field_is_malformed(module: Module) -> None:
+    header, payload, _ = _split(module.to_bytes())
+    del header["calls"]
+    with pytest.raises(ModuleFormatError, match=r"offset 16: malformed header: KeyError"):
+        Module.from_bytes(_repack(header, payload), "h.tfm")
+
+
+def test_container_errors_use_the_module_error_type() -> None:
+    with pytest.raises(ModuleFormatError, match="offset 8: truncated header"):
+        Module.from_bytes(MAGIC + b"\x01", "t.tfm")
+    assert issubclass(ModuleFormatError, ValueError)
+    assert container.MAX_HEADER_BYTES > 0
+
+
+def test_unknown_kernel_kind_is_rejected_at_load(module: Module) -> None:
+    kernels = [dataclasses.replace(k, kind="vta") for k in module.kernels]
+    other = Module(
+        target=module.target,
+        inputs=module.inputs,
+        outputs=module.outputs,
+        tensors=module.tensors,
+        kernels=kernels,
+        calls=module.calls,
+        slots=module.slots,
+        arena_bytes=module.arena_bytes,
+        constants=module.constants,
+    )
+    with pytest.raises(ValueError, match=r"kernel kind must be one of \['llvm'\], not 'vta'"):
+        other.run({"x": X})
+
+
+def test_code_for_missing_cpu_features_is_refused(module: Module) -> None:
+    kernel = module.kernels[0]
+    meta = {**kernel.meta, "features": "+sse2,+tf-imaginary-feature"}
+    kernels = [dataclasses.replace(kernel, meta=meta), *module.kernels[1:]]
+    data = Module(
+        target=module.target,
+        inputs=module.inputs,
+        outputs=module.outputs,
+        tensors=module.tensors,
+        kernels=kernels,
+        calls=module.calls,
+        slots=module.slots,
+        arena_bytes=module.arena_bytes,
+        constants=module.constants,
+    ).to_bytes()
+    with pytest.raises(LoaderError, match="missing tf-imaginary-feature"):
+        Module.from_bytes(data).run({"x": X})
+
+
+def test_inputs_are_checked(module: Module) -> None:
+    with pytest.raises(ValueError, match=r"input 'x' must be float32\[2, 64\], not float64"):
+        module.run({"x": X.astype(np.float64)})
+    with pytest.raises(ValueError, match=r"inputs must be exactly \['x'\]"):
+        module.run({"y": X})
+
+
+def test_call_binding_a_tensor_of_the_wrong_size_is_rejected(module: Module) -> None:
+    tensors = dict(module.tensors)
+    first = module.calls[0].args[0]
+    tensors[first] = module_mod.TensorSpec((3, 64), "float32")
+    with pytest.raises(ValueError, match=rf"argument p0 of kernel .* not {first!r}"):
+        Module(
+            target=module.target,
+            inputs=module.inputs,
+            outputs=module.outputs,
+            tensors=tensors,
+            kernels=module.kernels,
+            calls=module.calls,
+            slots=module.slots,
+            arena_bytes=module.arena_bytes,
+            constants=module.constants,
+        )
+
+
+def test_loading_and_running_a_module_never_imports_the_compiler(
+    module: Module, tmp_path: Path
+) -> None:
+    path = tmp_path / "m.tfm"
+    module.save(path)
+    np.save(tmp_path / "x.npy", X)
+    script = (
+        "import sys, numpy as np\n"
+        "from tensorforge.runtime.module import Module\n"
+        f"out = Module.load({str(path)!r}).run({{'x': np.load({str(tmp_path / 'x.npy')!r})}})\n"
+        "np.save(sys.argv[1], out['softmax_12'])\n"
+        "print(sorted(k for k in sys.modules if k.startswith('tensorforge.compiler')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "y.npy")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == "[]"
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), module.run({"x": X})["softmax_12"])
