@@ -84,10 +84,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output-dir", default=None, help="keep the work files here")
 
-    p = sub.add_parser("demo", help="assemble an int8 matmul, simulate it, check it against numpy")
+    p = sub.add_parser(
+        "demo",
+        help="the main job: the digits CNN in int8 on the simulated accelerator "
+        "(or --job matmul: a hand-assembled int8 matmul)",
+    )
+    p.add_argument(
+        "--job",
+        choices=("digits", "matmul"),
+        default="digits",
+        help="digits: quantize the shipped CNN, offload its layers, report accuracy (default); "
+        "matmul: assemble a tiled int8 matmul and check it against numpy",
+    )
     _config_arg(p)
     _backend_args(p)
-    p.add_argument("--save", metavar="FILE", help="also save the program image")
+    p.add_argument("--images", type=int, default=None, help="digits: test images (default all)")
+    p.add_argument("--vthreads", type=int, choices=(1, 2), default=2, help="digits: vthreads")
+    p.add_argument("--save", metavar="FILE", help="matmul: also save the program image")
     _model_commands(sub)
     return parser
 
@@ -278,10 +291,17 @@ def _sim_trace(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
     backend, options = _device_options(args)
-    return 0 if run_demo(args.config, save=args.save, backend=backend, **options) else 1
+    if args.job == "matmul":
+        from .demo import run_demo
+
+        return 0 if run_demo(args.config, save=args.save, backend=backend, **options) else 1
+    if args.save or args.trace:
+        raise ValueError("--save and --trace belong to --job matmul, not the digits job")
+    from .digits import run_digits_demo
+
+    run_digits_demo(args.config, backend=backend, images=args.images, vthreads=args.vthreads)
+    return 0
 
 
 def _load_model(path: str, target: str = "llvm", progress: bool = False):  # -> Module

@@ -32,7 +32,7 @@ def test_config_prints_json_and_derived_sizes(capsys):
 
 def test_demo_saves_a_program_that_sim_run_executes(capsys, tmp_path):
     path = tmp_path / "mm.tfp"
-    assert main(["demo", "--config", "tiny", "--save", str(path)]) == 0
+    assert main(["demo", "--job", "matmul", "--config", "tiny", "--save", str(path)]) == 0
     assert "vs numpy: bit-exact" in capsys.readouterr().out
     a = np.zeros((256, 16, 1, 4), np.int8)
     np.save(tmp_path / "a.npy", a)
@@ -59,3 +59,11 @@ def test_hw_synth_names_an_unknown_part(capsys):
     assert main(["hw", "synth", "--config", "tiny", "--part", "xc9z999"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tensorforge: error: part must be one of xc7z010") and "xc9z999" in err
+
+
+def test_demo_runs_the_digits_main_job_by_default(capsys):
+    assert main(["demo", "--config", "tiny", "--images", "12"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("TensorForge main job: digits CNN") and "int8 accuracy" in out
+    assert main(["demo", "--trace", "t.json"]) == 1
+    assert "--save and --trace belong to --job matmul" in capsys.readouterr().err
