@@ -1,4 +1,6 @@
-"""compiler: tensor expressions (te), schedules (schedule) and the loop IR (tir); more to come.
+"""compiler: frontends, the graph layer, quantization, tensor expressions, schedules, loop IR,
+code generators and operator libraries.
 
-See docs/tensor_expressions.md for the operator layer's user guide.
+Guides: docs/graph.md, docs/compile.md, docs/tensor_expressions.md, docs/cpu_backend.md,
+docs/quantization.md, docs/vta_compiler.md.
 """
