@@ -136,6 +136,7 @@ def apply_compute_at(sch: Schedule, r: P.ComputeAt) -> None:
 def apply_compute_inline(sch: Schedule, r: P.ComputeInline) -> None:
     stage = sch.stage(r.stage, "compute_inline")
     _check_transformable(stage, "compute_inline")
+    _single_output(stage, "compute_inline")
     if stage.is_output:
         raise ScheduleError(f"compute_inline: output stage {stage.name!r} cannot be inlined")
     if stage.op.reduce_axis:
@@ -161,9 +162,23 @@ class _ReplaceLoads(ExprMutator):
         return ProducerLoad(producer, indices, e.dtype)
 
 
-def _with_body(op: ComputeOp, body: Any, reduce_axis: tuple[IterVar, ...] | None = None):
+def _with_body(
+    op: ComputeOp,
+    body: Any,
+    reduce_axis: tuple[IterVar, ...] | None = None,
+    extra_bodies: tuple[Any, ...] | None = None,
+):
     axes = op.reduce_axis if reduce_axis is None else reduce_axis
-    return ComputeOp(op.name, op.axis, axes, body, op.tag, op.attrs)
+    extra = op.extra_bodies if extra_bodies is None else extra_bodies
+    return ComputeOp(op.name, op.axis, axes, body, op.tag, op.attrs, extra)
+
+
+def _single_output(stage: Stage, primitive: str) -> None:
+    if getattr(stage.origin_op, "num_outputs", 1) > 1:
+        raise ScheduleError(
+            f"{primitive}: stage {stage.name!r} has several outputs; {primitive} of a "
+            "multi-output compute is not supported yet"
+        )
 
 
 def _check_scope(scope: str, primitive: str) -> str:
@@ -187,6 +202,7 @@ def _copy_op(name: str, tensor: Tensor, axis_names: list[str]) -> ComputeOp:
 
 def apply_cache_read(sch: Schedule, r: P.CacheRead) -> Tensor:
     source = sch.stage(r.tensor, "cache_read")
+    _single_output(source, "cache_read")
     _check_scope(r.scope, "cache_read")
     if not r.readers:
         raise ScheduleError("cache_read: needs at least one reader")
@@ -199,8 +215,9 @@ def apply_cache_read(sch: Schedule, r: P.CacheRead) -> Tensor:
     cache = sch.insert_stage(op, name, after=source)
     cache.scope = r.scope
     for reader in readers:
-        body = _ReplaceLoads(source.tensor, cache.tensor).visit(reader.op.body)
-        reader.op = _with_body(reader.op, body)
+        replace_loads = _ReplaceLoads(source.tensor, cache.tensor)
+        body, *extra = (replace_loads.visit(b) for b in reader.op.bodies)
+        reader.op = _with_body(reader.op, body, extra_bodies=tuple(extra))
     return cache.tensor
 
 
@@ -209,6 +226,7 @@ def apply_cache_write(sch: Schedule, r: P.CacheWrite) -> Tensor:
 
     stage = sch.stage(r.tensor, "cache_write")
     _check_transformable(stage, "cache_write")
+    _single_output(stage, "cache_write")
     _check_scope(r.scope, "cache_write")
     if stage.relations or stage.attach is AttachKind.INLINE:
         raise ScheduleError(

@@ -104,6 +104,12 @@ class Stage:
         return self.origin_op.output(0)
 
     @property
+    def tensors(self) -> list[Tensor]:
+        """Every output of the stage's operation (several for a multi-output compute)."""
+        n = getattr(self.origin_op, "num_outputs", 1)
+        return [self.origin_op.output(k) for k in range(n)]
+
+    @property
     def root_iter_vars(self) -> list[IterVar]:
         return list(self.op.axis) + list(self.op.reduce_axis) if self.is_compute else []
 

@@ -264,6 +264,17 @@ class CommReducer:
     result: Expr
     identity: Expr
     dtype: str
+    # a tuple reducer (argmax over (value, index)) combines several values at once: component c
+    # of the result is results[c] of lhs_all and rhs_all; the fields above are component 0
+    lhs_all: tuple[Var, ...] = ()
+    rhs_all: tuple[Var, ...] = ()
+    results: tuple[Expr, ...] = ()
+    identities: tuple[Expr, ...] = ()
+
+    @property
+    def arity(self) -> int:
+        """How many values the reducer combines at once."""
+        return max(1, len(self.results))
 
 
 @_node
@@ -275,6 +286,8 @@ class Reduce(Expr):
     axis: tuple[IterVar, ...]
     condition: Expr
     dtype: str
+    value_index: int = 0  # which component of a tuple reducer this output is
+    sources: tuple[Expr, ...] = ()  # every component's source, for a tuple reducer
 
 
 @_node

@@ -103,6 +103,23 @@ class ComputeOp(Operation):
     body: Expr
     tag: str = ""
     attrs: Mapping[str, Any] = field(default_factory=dict)
+    extra_bodies: tuple[Expr, ...] = ()  # outputs 1, 2, ... of a multi-output compute
+
+    @property
+    def bodies(self) -> tuple[Expr, ...]:
+        """The expression of every output, in output order."""
+        return (self.body, *self.extra_bodies)
+
+    @property
+    def num_outputs(self) -> int:
+        return 1 + len(self.extra_bodies)
+
+    def output(self, index: int = 0) -> Tensor:
+        if not 0 <= index < self.num_outputs:
+            raise IndexError(
+                f"operation {self.name!r} has {self.num_outputs} output(s), not index {index}"
+            )
+        return Tensor(self, index)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -114,7 +131,10 @@ class ComputeOp(Operation):
 
     @property
     def input_tensors(self) -> list[Tensor]:
-        return producers_of(self.body)
+        found: dict[Tensor, None] = {}
+        for body in self.bodies:
+            found.update(dict.fromkeys(producers_of(body)))
+        return list(found)
 
 
 def producers_of(expr: Expr) -> list[Tensor]:
@@ -135,7 +155,8 @@ class Tensor:
 
     @property
     def name(self) -> str:
-        return self.op.name
+        """The operation's name; output k > 0 of a multi-output compute is `name.v<k>`."""
+        return self.op.name if self.value_index == 0 else f"{self.op.name}.v{self.value_index}"
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -143,6 +164,8 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
+        if isinstance(self.op, ComputeOp):
+            return self.op.bodies[self.value_index].dtype
         return self.op.dtype  # type: ignore[attr-defined]
 
     @property
@@ -230,7 +253,9 @@ def compute(
     Args:
         shape: the output shape (positive ints).
         fcompute: takes one index variable per dimension and returns an expression; a reduction
-            (`sum`, `max`, ...) may only be the top-level expression.
+            (`sum`, `max`, ...) may only be the top-level expression. Returning a tuple makes
+            a multi-output compute: one loop nest computing every output (of the same shape),
+            and `compute` returns a tuple of tensors (output k > 0 is named `name.v<k>`).
         name: the tensor name (stage, buffer and loop-IR name).
 
     Example:
@@ -247,12 +272,42 @@ def compute(
         IterVar(Var(n), Range(0, d), IterVarKind.DATA_PAR) for n, d in zip(names, dims, strict=True)
     )
     result = fcompute(*(iv.var for iv in axis))
-    if isinstance(result, list | tuple):
-        raise NotImplementedError(f"compute {name!r}: multiple outputs are not supported yet")
-    body = as_expr(result)
-    reduce_axes = body.axis if isinstance(body, Reduce) else ()
-    _validate_body(name, body, axis, reduce_axes)
-    return ComputeOp(name, axis, tuple(reduce_axes), body, tag, dict(attrs or {})).output()
+    if not isinstance(result, list | tuple):
+        body = as_expr(result)
+        reduce_axes = body.axis if isinstance(body, Reduce) else ()
+        if isinstance(body, Reduce) and body.combiner.arity > 1:
+            raise ValueError(
+                f"compute {name!r}: a tuple reduction ({body.combiner.name}) needs one output "
+                "per component; return the whole tuple from fcompute"
+            )
+        _validate_body(name, body, axis, reduce_axes)
+        return ComputeOp(name, axis, tuple(reduce_axes), body, tag, dict(attrs or {})).output()
+    bodies = tuple(as_expr(r) for r in result)
+    if not bodies:
+        raise ValueError(f"compute {name!r}: fcompute must return at least one expression")
+    reduce_axes = _common_reduction(name, bodies)
+    for body in bodies:
+        _validate_body(name, body, axis, reduce_axes)
+    op = ComputeOp(name, axis, tuple(reduce_axes), bodies[0], tag, dict(attrs or {}), bodies[1:])
+    return tuple(op.output(k) for k in range(len(bodies)))  # type: ignore[return-value]
+
+
+def _common_reduction(name: str, bodies: tuple[Expr, ...]) -> tuple[IterVar, ...]:
+    """The reduction axes of a multi-output compute: none, or one tuple reduction's."""
+    reduces = [b for b in bodies if isinstance(b, Reduce)]
+    if not reduces:
+        return ()
+    first = reduces[0]
+    same = all(
+        isinstance(b, Reduce) and b.combiner is first.combiner and b.value_index == k
+        for k, b in enumerate(bodies)
+    )
+    if not same or len(bodies) != first.combiner.arity:
+        raise ValueError(
+            f"compute {name!r}: the outputs of a multi-output reduction must be the components "
+            "of one tuple reduction, in order (e.g. `argmax((A[i, k], k), axis=k)`)"
+        )
+    return first.axis
 
 
 def _validate_body(name: str, body: Expr, axis: tuple[IterVar, ...], reduce_axes: tuple) -> None:

@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from .arith import Analyzer
 from .arith import simplify as simplify_expr
-from .interp import EXTERN_FUNCS, InterpretError, compile_func, interpret, register_extern
+from .gpu import (
+    BARRIER,
+    inject_double_buffer,
+    inject_virtual_threads,
+    insert_storage_sync,
+    storage_sync,
+)
+from .gpu_fetch import cooperative_fetch
+from .interp import (
+    EXTERN_FUNCS,
+    InterpretError,
+    Pointer,
+    compile_func,
+    interpret,
+    register_extern,
+)
 from .lower import lower, lower_schedule
 from .passes import (
     DEFAULT_PIPELINE,
@@ -22,6 +37,7 @@ from .stmt import (
     AttrStmt,
     Buffer,
     BufferLoad,
+    BufferPtr,
     BufferRegion,
     BufferStore,
     Evaluate,
@@ -39,6 +55,7 @@ from .stmt import (
 from .verify import INVARIANTS, VerifyError, verify_func
 
 __all__ = [
+    "BARRIER",
     "DEFAULT_PIPELINE",
     "EXTERN_FUNCS",
     "INVARIANTS",
@@ -47,6 +64,7 @@ __all__ = [
     "AttrStmt",
     "Buffer",
     "BufferLoad",
+    "BufferPtr",
     "BufferRegion",
     "BufferStore",
     "Evaluate",
@@ -54,6 +72,7 @@ __all__ = [
     "ForKind",
     "IfThenElse",
     "InterpretError",
+    "Pointer",
     "LoweringError",
     "PrimFunc",
     "SeqStmt",
@@ -61,7 +80,11 @@ __all__ = [
     "StmtMutator",
     "VerifyError",
     "compile_func",
+    "cooperative_fetch",
     "func_to_str",
+    "inject_double_buffer",
+    "inject_virtual_threads",
+    "insert_storage_sync",
     "interpret",
     "loop_partition",
     "lower",
@@ -74,6 +97,7 @@ __all__ = [
     "simplify_expr",
     "stmt_to_str",
     "storage_flatten",
+    "storage_sync",
     "substitute_stmt",
     "unroll",
     "verify_func",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..schedule.primitives import ScheduleError
 from ..schedule.stage import AttachKind, FuseRelation, SplitRelation, Stage
 from ..te.expr import BinOp, Expr, IntImm, Op, ProducerLoad, Var
-from ..te.tensor import IterVar, IterVarKind, Tensor
+from ..te.tensor import THREAD_TAGS, IterVar, IterVarKind, Tensor
 from ..te.visitor import ExprMutator, pre_order, substitute
 from .arith import Analyzer
 
@@ -27,6 +27,7 @@ class StageBounds:
 
     stage: Stage
     body: Expr  # the stage's expression with inlined producers substituted
+    extra_bodies: tuple[Expr, ...] = ()  # the same for outputs 1, 2, ... of a multi-output op
     region: dict[IterVar, tuple[Expr, int]] = field(default_factory=dict)  # root -> (min, ext)
     extent: dict[IterVar, int] = field(default_factory=dict)  # every axis, loops start at 0
     loop_var: dict[IterVar, Var] = field(default_factory=dict)  # leaf axis -> its loop variable
@@ -54,12 +55,13 @@ class _Inliner(ExprMutator):
         return substitute(self.visit(stage.op.body), mapping)
 
 
-def effective_bodies(stages: list[Stage]) -> dict[Stage, Expr]:
-    """Each lowered compute stage's expression with inlined stages substituted."""
+def effective_bodies(stages: list[Stage]) -> dict[Stage, tuple[Expr, ...]]:
+    """Each lowered compute stage's expressions (one per output) with inlined stages
+    substituted."""
     inline = {s.tensor: s for s in stages if s.attach is AttachKind.INLINE}
     inliner = _Inliner(inline)
     return {
-        s: inliner.visit(s.op.body)
+        s: tuple(inliner.visit(b) for b in s.op.bodies)
         for s in stages
         if s.is_compute and s.attach is not AttachKind.INLINE
     }
@@ -73,6 +75,42 @@ def enclosing_loops(stage: Stage, bounds: dict[Stage, StageBounds]) -> list[Var]
     assert parent is not None and ivar is not None
     upto = parent.leaf_iter_vars[: parent.leaf_iter_vars.index(ivar) + 1]
     return enclosing_loops(parent, bounds) + [bounds[parent].loop_var[iv] for iv in upto]
+
+
+def relaxed_thread_tags(scope: str) -> tuple[str, ...]:
+    """Thread tags over which a buffer of `scope` is shared, so bound inference relaxes them.
+
+    A `shared` buffer is one per block: it covers every thread and virtual thread of the block
+    (the cooperative fetch). A `global` one covers the whole grid. Anything else (`local`,
+    accelerator scopes) is private to a thread.
+    """
+    if scope.startswith("shared"):
+        return ("threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread")
+    if scope == "global":
+        return THREAD_TAGS
+    return ()
+
+
+def fixed_loops(stage: Stage, bounds: dict[Stage, StageBounds]) -> list[Var]:
+    """The enclosing loop variables a stage's region may depend on: `enclosing_loops` minus the
+    thread-bound loops its memory scope is shared across (see `relaxed_thread_tags`)."""
+    return _loops_outside(stage, bounds, relaxed_thread_tags(stage.scope))
+
+
+def _loops_outside(
+    stage: Stage, bounds: dict[Stage, StageBounds], relaxed: tuple[str, ...]
+) -> list[Var]:
+    if stage.attach is not AttachKind.SCOPE:
+        return []
+    parent, ivar = stage.attach_stage, stage.attach_ivar
+    assert parent is not None and ivar is not None
+    upto = parent.leaf_iter_vars[: parent.leaf_iter_vars.index(ivar) + 1]
+    own = [
+        bounds[parent].loop_var[iv]
+        for iv in upto
+        if parent.annotation(iv).thread_tag not in relaxed
+    ]
+    return _loops_outside(parent, bounds, relaxed) + own
 
 
 def is_inside(consumer: Stage, parent: Stage, ivar: IterVar) -> bool:
@@ -127,8 +165,12 @@ def infer_bounds(stages: list[Stage], args: list[Tensor]) -> dict[Stage, StageBo
         if stage not in bodies:
             continue
         _check_attach(stage)
-        info = StageBounds(stage, bodies[stage])
-        full = stage.is_output or stage.attach is AttachKind.ROOT or stage.tensor in arg_set
+        info = StageBounds(stage, bodies[stage][0], bodies[stage][1:])
+        full = (
+            stage.is_output
+            or stage.attach is AttachKind.ROOT
+            or any(t in arg_set for t in stage.tensors)
+        )
         for iv in stage.op.axis:
             dom = iv.dom
             assert dom is not None
@@ -152,7 +194,7 @@ def _requested(
     stage: Stage,
     iv: IterVar,
     stages: list[Stage],
-    bodies: dict[Stage, Expr],
+    bodies: dict[Stage, tuple[Expr, ...]],
     done: dict[Stage, StageBounds],
     ana: Analyzer,
 ) -> tuple[Expr, int]:
@@ -164,13 +206,16 @@ def _requested(
             f"compute_at: stage {stage.name!r} is attached to {stage.attach_stage.name!r}, which "
             "does not read it (directly or through its producers)"
         )
-    fixed = enclosing_loops(stage, done)
+    fixed = fixed_loops(stage, done)
     relax = _Relaxed(fixed)
     lows: list[Expr] = []
     highs: list[Expr] = []
-    for consumer, body in bodies.items():
+    for consumer, exprs in bodies.items():
         loads = [
-            n for n in pre_order(body) if isinstance(n, ProducerLoad) and n.producer == stage.tensor
+            n
+            for body in exprs
+            for n in pre_order(body)
+            if isinstance(n, ProducerLoad) and n.producer.op is stage.origin_op
         ]
         if not loads:
             continue

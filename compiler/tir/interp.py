@@ -19,11 +19,14 @@ import numpy as np
 
 from ..te import dtype as dt
 from ..te.expr import BinOp, Call, CallKind, Cast, Expr, FloatImm, IntImm, Not, Op, Select, Var
+from .gpu import BARRIER, is_block_root, is_shared, is_thread_loop
+from .interp_gpu import _BlockCompiler
 from .stmt import (
     Allocate,
     AttrStmt,
     Buffer,
     BufferLoad,
+    BufferPtr,
     BufferStore,
     Evaluate,
     For,
@@ -148,10 +151,47 @@ _CMP_OPS: dict[Op, Callable[[Any, Any], bool]] = {
 }
 
 
-class _Compiler:
+class Pointer:
+    """What a `BufferPtr` evaluates to in the interpreter: a window on a buffer for extern
+    implementations (`tir.register_extern`)."""
+
+    def __init__(self, data: list[Any], offset: int, extent: int, mask: str, buf: Buffer) -> None:
+        if offset < 0 or offset + extent > len(data):
+            raise InterpretError(
+                f"access_ptr of {buf.name} [{offset}, {offset + extent}) is out of bounds "
+                f"(size {len(data)})"
+            )
+        self.data, self.offset, self.extent, self.mask, self.buffer = (
+            data,
+            offset,
+            extent,
+            mask,
+            buf,
+        )
+
+    def read(self) -> np.ndarray:
+        """The elements as a 1-D array (a copy)."""
+        if "r" not in self.mask:
+            raise InterpretError(f"access_ptr of {self.buffer.name} is write-only")
+        return np.asarray(self.data[self.offset : self.offset + self.extent], self.buffer.dtype)
+
+    def write(self, values: Any) -> None:
+        """Store `values` (flattened, at most `extent` of them) from the first element on."""
+        if "w" not in self.mask:
+            raise InterpretError(f"access_ptr of {self.buffer.name} is read-only")
+        flat = np.asarray(values, self.buffer.dtype).reshape(-1)
+        if flat.size > self.extent:
+            raise InterpretError(
+                f"write of {flat.size} elements through an access_ptr of {self.extent}"
+            )
+        self.data[self.offset : self.offset + flat.size] = flat.tolist()
+
+
+class _Compiler(_BlockCompiler):
     def __init__(self) -> None:
         self.slots: dict[int, int] = {}  # id(Var or Buffer) -> env slot
         self.keep: list[Any] = []  # keeps ids stable
+        self.threads: dict[str, int] | None = None  # thread tag -> slot of the thread's index
 
     def slot(self, node: Any) -> int:
         key = id(node)
@@ -248,6 +288,8 @@ class _Compiler:
                 (fa,) = args
                 return lambda env: fn(fa(env))
             return lambda env: fn(*(f(env) for f in args))
+        if e.name == BARRIER:  # a single thread never waits; blocks run barriers in _gen
+            return lambda env: 0
         ext = EXTERN_FUNCS.get(e.name)
         if ext is None:
             raise InterpretError(
@@ -284,6 +326,10 @@ class _Compiler:
 
         return multi
 
+    def expr_BufferPtr(self, e: BufferPtr) -> Fn:
+        offset, slot, buf = self.expr(e.offset), self.slot(e.buffer), e.buffer
+        return lambda env: Pointer(env[slot], offset(env), e.extent, e.mask, buf)
+
     def expr_BufferLoad(self, e: BufferLoad) -> Fn:
         index, slot = self._index(e.buffer, e.indices), self.slot(e.buffer)
         return lambda env: env[slot][index(env)]
@@ -297,6 +343,10 @@ class _Compiler:
         return method(s)
 
     def stmt_For(self, s: For) -> Fn:
+        if self.threads is not None and is_thread_loop(s):
+            return self._thread_loop(s, self.stmt(s.body))
+        if self.threads is None and is_block_root(s, False):
+            return self._block(s)
         fmin, fext, body, slot = (
             self.expr(s.min),
             self.expr(s.extent),
@@ -353,6 +403,8 @@ class _Compiler:
         return run
 
     def stmt_Allocate(self, s: Allocate) -> Fn:
+        if self.threads is not None and is_shared(s.buffer):
+            return self.stmt(s.body)  # allocated once per block by _block
         body, slot, size = self.stmt(s.body), self.slot(s.buffer), s.buffer.size
         poison = _poison(s.buffer.dtype)
 

@@ -54,18 +54,21 @@ class _Context:
                     f"lower: argument {t.name!r} must be computed at the root to be passed in, "
                     f"but it is {stage.attach.value}"
                 )
-            buf = Buffer(stage.name, t.dtype, t.shape)
-            self.buffers[stage.tensor] = buf
-            self.mins[stage.tensor] = tuple(IntImm(0) for _ in t.shape)
+            key = stage.tensors[t.value_index]
+            buf = Buffer(_buffer_name(stage, t.value_index), t.dtype, t.shape)
+            self.buffers[key] = buf
+            self.mins[key] = tuple(IntImm(0) for _ in t.shape)
             self.params.append(buf)
         for stage, info in self.bounds.items():
-            if stage.tensor in self.buffers:
-                continue
-            if stage.is_output:
-                raise LoweringError(f"lower: output {stage.name!r} must be in the arguments")
-            shape = tuple(info.region[iv][1] for iv in stage.op.axis)
-            self.buffers[stage.tensor] = Buffer(stage.name, stage.op.dtype, shape, stage.scope)
-            self.mins[stage.tensor] = tuple(info.region[iv][0] for iv in stage.op.axis)
+            for k, key in enumerate(stage.tensors):
+                if key in self.buffers:
+                    continue
+                if stage.is_output:
+                    raise LoweringError(f"lower: output {key.name!r} must be in the arguments")
+                shape = tuple(info.region[iv][1] for iv in stage.op.axis)
+                name = _buffer_name(stage, k)
+                self.buffers[key] = Buffer(name, stage.op.bodies[k].dtype, shape, stage.scope)
+                self.mins[key] = tuple(info.region[iv][0] for iv in stage.op.axis)
 
     def load(self, e: ProducerLoad, indices: tuple[Expr, ...]) -> BufferLoad:
         buf = self.buffers.get(e.producer)
@@ -77,6 +80,10 @@ class _Context:
         offsets = self.mins[e.producer]
         rel = tuple(_sub(i, m) for i, m in zip(indices, offsets, strict=True))
         return BufferLoad(buf, rel, e.dtype)
+
+
+def _buffer_name(stage: Stage, k: int) -> str:
+    return stage.name if k == 0 else f"{stage.name}.v{k}"
 
 
 def _sub(a: Expr, b: Expr) -> Expr:
@@ -110,7 +117,7 @@ def _make_for(info: StageBounds, iv: IterVar, body: Stmt) -> Stmt:
 def _stage_stmt(ctx: _Context, info: StageBounds) -> Stmt:
     """The loop nest of one stage with the stages computed at its loops inside it."""
     stage = info.stage
-    buf = ctx.buffers[stage.tensor]
+    bufs = [ctx.buffers[t] for t in stage.tensors]
     mapping = {iv.var: info.root_value(iv) for iv in stage.root_iter_vars}
     lower = _LowerLoads(ctx)
     mins = ctx.mins[stage.tensor]
@@ -120,20 +127,17 @@ def _stage_stmt(ctx: _Context, info: StageBounds) -> Stmt:
     body = info.body
     init: Stmt | None = None
     if isinstance(body, Reduce):
-        comb = body.combiner
-        source = lower.visit(substitute(body.source, mapping))
-        acc = BufferLoad(buf, index, body.dtype)
-        value = substitute(comb.result, {comb.lhs: acc, comb.rhs: source})
-        update: Stmt = BufferStore(buf, value, index)
-        cond = lower.visit(substitute(body.condition, mapping))
-        if not (isinstance(cond, IntImm) and cond.value == 1):
-            update = IfThenElse(cond, update)
-        inner = _guarded(update, all_guards)
-        init = _guarded(BufferStore(buf, comb.identity, index), data_guards)
-    else:
-        inner = _guarded(
-            BufferStore(buf, lower.visit(substitute(body, mapping)), index), all_guards
+        update, init = _reduce_update(
+            body, bufs, index, lambda e: lower.visit(substitute(e, mapping))
         )
+        inner = _guarded(update, all_guards)
+        init = _guarded(init, data_guards)
+    else:
+        stores = [
+            BufferStore(buf, lower.visit(substitute(b, mapping)), index)
+            for buf, b in zip(bufs, (body, *info.extra_bodies), strict=True)
+        ]
+        inner = _guarded(seq(*stores), all_guards)
     leaves = stage.leaf_iter_vars
     first_reduce = next((p for p, iv in enumerate(leaves) if iv.kind is IterVarKind.REDUCE), None)
     stmt = inner
@@ -151,6 +155,43 @@ def _stage_stmt(ctx: _Context, info: StageBounds) -> Stmt:
                     init_nest = _make_for(info, iv, init_nest)
             stmt = seq(init_nest, stmt)
     return stmt
+
+
+def _reduce_update(
+    body: Reduce, bufs: list[Buffer], index: tuple[Expr, ...], lower: Any
+) -> tuple[Stmt, Stmt]:
+    """The update and init statements of a reduction (a tuple reduction updates every output
+    from the old values of all of them, through one-element temporaries)."""
+    comb = body.combiner
+    cond = lower(body.condition)
+    if comb.arity == 1:
+        acc = BufferLoad(bufs[0], index, body.dtype)
+        value = substitute(comb.result, {comb.lhs: acc, comb.rhs: lower(body.source)})
+        update: Stmt = BufferStore(bufs[0], value, index)
+        init: Stmt = BufferStore(bufs[0], comb.identity, index)
+    else:
+        mapping: dict[Var, Expr] = {}
+        for buf, lhs, rhs, src in zip(bufs, comb.lhs_all, comb.rhs_all, body.sources, strict=True):
+            mapping[lhs] = BufferLoad(buf, index, buf.dtype)
+            mapping[rhs] = lower(src)
+        temps = [Buffer(f"{b.name}.new", b.dtype, (1,), "local") for b in bufs]
+        zero = (IntImm(0),)
+        update = seq(
+            *(
+                BufferStore(t, substitute(r, mapping), zero)
+                for t, r in zip(temps, comb.results, strict=True)
+            ),
+            *(
+                BufferStore(b, BufferLoad(t, zero, t.dtype), index)
+                for b, t in zip(bufs, temps, strict=True)
+            ),
+        )
+        for t in reversed(temps):
+            update = Allocate(t, update)
+        init = seq(*(BufferStore(b, i, index) for b, i in zip(bufs, comb.identities, strict=True)))
+    if not (isinstance(cond, IntImm) and cond.value == 1):
+        update = IfThenElse(cond, update)
+    return update, init
 
 
 def _tensorize(
@@ -208,8 +249,10 @@ def _produce(ctx: _Context, stage: Stage) -> Stmt:
 
 
 def _allocate(ctx: _Context, stage: Stage, body: Stmt) -> Stmt:
-    buf = ctx.buffers[stage.tensor]
-    return body if buf in ctx.params else Allocate(buf, body)
+    for key in reversed(stage.tensors):
+        buf = ctx.buffers[key]
+        body = body if buf in ctx.params else Allocate(buf, body)
+    return body
 
 
 def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") -> PrimFunc:

@@ -8,11 +8,14 @@ from ..schedule.stage import ForKind
 from ..te.expr import BinOp, Call, CallKind, Expr, IntImm, Op, Var
 from ..te.visitor import structural_key
 from .arith import Analyzer
+from .gpu import inject_double_buffer, inject_virtual_threads, insert_storage_sync
+from .gpu_fetch import cooperative_fetch
 from .stmt import (
     Allocate,
     AttrStmt,
     Buffer,
     BufferLoad,
+    BufferPtr,
     BufferStore,
     Evaluate,
     For,
@@ -130,6 +133,15 @@ class _Flatten(StmtMutator):
 
     def visit_Allocate(self, s: Allocate) -> Stmt:
         return Allocate(self.buffer(s.buffer), self.visit(s.body))
+
+    def visit_AttrStmt(self, s: AttrStmt) -> Stmt:
+        value = s.value
+        if isinstance(value, tuple) and all(isinstance(v, Buffer) for v in value):
+            value = tuple(self.buffer(v) for v in value)  # double_buffer_loop's buffers
+        return AttrStmt(s.key, value, self.visit(s.body))
+
+    def visit_BufferPtr(self, e: BufferPtr) -> Expr:
+        return BufferPtr(self.buffer(e.buffer), self.visit(e.offset), e.extent, e.mask, e.dtype)
 
 
 def storage_flatten(func: PrimFunc) -> PrimFunc:
@@ -308,7 +320,7 @@ class _RemoveNoOp(StmtMutator):
 
 
 def _is_read(buf: Buffer, body: Stmt) -> bool:
-    return any(isinstance(n, BufferLoad) and n.buffer is buf for n in walk(body))
+    return any(isinstance(n, BufferLoad | BufferPtr) and n.buffer is buf for n in walk(body))
 
 
 class _DropStores(StmtMutator):
@@ -339,13 +351,17 @@ def remove_no_op(func: PrimFunc) -> PrimFunc:
 # ---- pipeline ---------------------------------------------------------------------------------
 
 DEFAULT_PIPELINE: tuple[Pass, ...] = (
+    inject_virtual_threads,  # interleave vthread copies while buffers still have their shapes
+    inject_double_buffer,  # alternate halves of double-buffered shared tiles in thread blocks
     simplify,  # fold the index arithmetic that substitution produced; drop provable guards
     loop_partition,  # cut loops where a non-divisible split's guard starts to fail
     simplify,  # ... so that the guards of the first parts are proven and dropped
     unroll,  # expand loops marked unrolled, now that their bounds are constants
+    cooperative_fetch,  # copies into shared memory no thread loop splits: share them out
     storage_flatten,  # 1-D buffers: the form the CPU/GPU/VTA back-ends address
     simplify,  # fold the flattened index expressions
     remove_no_op,  # clean up what the passes above emptied
+    insert_storage_sync,  # barriers between shared-memory writes and reads of a thread block
 )
 
 

@@ -19,6 +19,7 @@ from .stmt import (
     AttrStmt,
     Buffer,
     BufferLoad,
+    BufferPtr,
     BufferStore,
     Evaluate,
     For,
@@ -49,6 +50,10 @@ class _Names:
 class _LoopPrinter(ExprPrinter):
     def visit_BufferLoad(self, e: BufferLoad) -> tuple[str, int]:
         return f"{e.buffer.name}[{self._args(e.indices)}]", 10
+
+    def visit_BufferPtr(self, e: BufferPtr) -> tuple[str, int]:
+        offset = self.print(e.offset)
+        return f'{e.buffer.name}.access_ptr("{e.mask}", {offset}, {e.extent})', 10
 
 
 def _buffer_decl(buf: Buffer) -> str:
@@ -119,6 +124,8 @@ class _StmtPrinter:
 def _attr_value(value: object) -> str:
     if isinstance(value, Buffer):
         return value.name
+    if isinstance(value, tuple) and value and all(isinstance(v, Buffer) for v in value):
+        return ", ".join(v.name for v in value)
     return repr(value)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..schedule.stage import ForKind
 from ..te import dtype as dt
-from ..te.expr import Expr, IntImm, Var
+from ..te.expr import BinOp, Expr, IntImm, Op, Var
 from ..te.visitor import ExprMutator, children, transform_fields
 
 
@@ -43,6 +43,24 @@ class BufferLoad(Expr):
     dtype: str
 
 
+ACCESS_MASKS = ("r", "w", "rw")
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class BufferPtr(Expr):
+    """A pointer to `extent` elements of `buffer` from flat element `offset`, for an extern call
+    that reads (`mask` "r"), writes ("w") or both ("rw") them; TVM's `access_ptr`.
+
+    `offset` counts elements of the row-major (flattened) buffer, so it survives storage_flatten.
+    """
+
+    buffer: Buffer
+    offset: Expr
+    extent: int
+    mask: str = "r"
+    dtype: str = "int64"  # pointer-sized handle
+
+
 @dataclass(frozen=True, slots=True)
 class BufferRegion:
     """A rectangular part of a buffer: start indices and constant extents (tensorize args)."""
@@ -50,6 +68,25 @@ class BufferRegion:
     buffer: Buffer
     starts: tuple[Expr, ...]
     extents: tuple[int, ...]
+
+    def access_ptr(self, mask: str = "r") -> BufferPtr:
+        """A pointer to the region for an extern call: its first element and the number of
+        elements up to and including its last one in the row-major buffer.
+
+        Raises:
+            ValueError: for a mask other than "r", "w" or "rw".
+        """
+        if mask not in ACCESS_MASKS:
+            raise ValueError(f"access_ptr mask must be one of {ACCESS_MASKS}, not {mask!r}")
+        shape = self.buffer.shape
+        lead = len(shape) - len(self.starts)
+        offset: Expr = IntImm(0)
+        span = 1
+        for dim, (start, ext) in enumerate(zip(self.starts, self.extents, strict=True)):
+            stride = math.prod(shape[lead + dim + 1 :])
+            offset = BinOp(Op.ADD, offset, BinOp(Op.MUL, start, IntImm(stride), "int32"), "int32")
+            span += (ext - 1) * stride
+        return BufferPtr(self.buffer, offset, span, mask)
 
 
 class Stmt:

@@ -9,10 +9,13 @@ from ..schedule.stage import ForKind
 from ..te import dtype as dt
 from ..te.expr import BinOp, Call, Cast, Expr, Not, Op, ProducerLoad, Reduce, Select, Var
 from ..te.visitor import children
+from .gpu import check_gpu
 from .stmt import (
+    ACCESS_MASKS,
     Allocate,
     AttrStmt,
     BufferLoad,
+    BufferPtr,
     BufferStore,
     Evaluate,
     For,
@@ -113,10 +116,21 @@ def _check_allocate(s: Allocate, scope: _Scope) -> str | None:
     return None
 
 
+def _check_ptr(e: BufferPtr, scope: _Scope) -> str | None:
+    if not any(e.buffer is b for b in scope.buffers):
+        return f"buffer {e.buffer.name!r} is accessed outside its allocation"
+    if e.mask not in ACCESS_MASKS:
+        return f"access_ptr mask must be one of {ACCESS_MASKS}, not {e.mask!r}"
+    if not dt.is_int(e.offset.dtype) or e.extent <= 0:
+        return "access_ptr needs an integer offset and a positive extent"
+    return None
+
+
 # node class -> invariant; returns a message when broken
 INVARIANTS: dict[type, Callable[[Any, _Scope], str | None]] = {
     Var: _check_var,
     BufferLoad: _check_load,
+    BufferPtr: _check_ptr,
     BufferStore: _check_store,
     For: _check_for,
     BinOp: _check_binop,
@@ -161,3 +175,6 @@ def verify_func(func: PrimFunc, where: str = "lower") -> None:
     scope = _Scope()
     scope.buffers.extend(func.params)
     _visit(func.body, scope, where)
+    message = check_gpu(func)
+    if message is not None:
+        raise VerifyError(f"verify after {where}: {message}")

@@ -165,10 +165,11 @@ def test_bind_and_virtual_threads_become_thread_loops() -> None:
     s[C].bind(tx, te.thread_axis("threadIdx.x"))
     vo, vi = s[C].split(j, nparts=2)
     s[C].bind(vo, te.thread_axis("vthread"))
-    text = repr(tir.lower(s, op.args))
+    text = repr(tir.lower(s, op.args, passes=[]))
     assert 'for i.outer in range(2) thread("blockIdx.x") {' in text
     assert 'for i.inner in range(4) thread("threadIdx.x") {' in text
     assert 'for j.outer in range(2) thread("vthread") {' in text
+    assert "vthread" not in repr(tir.lower(s, op.args))  # inject_virtual_threads interleaves it
     with pytest.raises(ScheduleError, match="bind: blockIdx.x is already bound to axis 'i.outer'"):
         s[C].bind(vi, te.thread_axis("blockIdx.x"))
     ops.check(op, s)  # the interpreter runs thread loops serially

@@ -1,0 +1,357 @@
+"""GPU semantics of the loop IR: thread blocks, shared memory, barriers, virtual threads."""
+
+from __future__ import annotations
+
+import compiler_ops as ops
+import numpy as np
+import pytest
+
+from tensorforge.compiler import te, tir
+from tensorforge.compiler.tir.gpu import insert_storage_sync
+
+NO_SYNC = [p for p in tir.DEFAULT_PIPELINE if p is not insert_storage_sync]
+
+
+def _thread(tag: str) -> te.IterVar:
+    return te.thread_axis(tag)
+
+
+def _cooperative_fetch(s, stage_tensor, ty: int, tx: int) -> None:
+    """Spread the copy into shared memory over the block's ty x tx threads."""
+    stage = s[stage_tensor]
+    fused = stage.fuse(*stage.op.axis)
+    rest, x = stage.split(fused, factor=tx)
+    _, y = stage.split(rest, factor=ty)
+    stage.bind(y, _thread("threadIdx.y"))
+    stage.bind(x, _thread("threadIdx.x"))
+
+
+def gpu_matmul(
+    n: int = 16, m: int = 12, p: int = 16, tile: int = 4, vthread: int = 1, cooperative: bool = True
+):
+    """TVM-style tiled matmul: blocks of (tile*vthread)^2 outputs, a tile x tile thread grid,
+    A and B tiles staged through shared memory, the accumulator in a local buffer."""
+    op = ops.matmul(n, m, p)
+    A, B, C = op.args
+    s = te.create_schedule(C.op)
+    AA = s.cache_read(A, "shared", [C])
+    BB = s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    by, bx, iin, jin = s[C].tile(i, j, tile * vthread, tile * vthread)
+    vy, ty = s[C].split(iin, nparts=vthread)
+    vx, tx = s[C].split(jin, nparts=vthread)
+    s[C].reorder(by, bx, vy, vx, ty, tx)
+    s[C].bind(by, _thread("blockIdx.y"))
+    s[C].bind(bx, _thread("blockIdx.x"))
+    if vthread > 1:
+        s[C].bind(vy, _thread("vthread"))
+        s[C].bind(vx, _thread("vthread"))
+    s[C].bind(ty, _thread("threadIdx.y"))
+    s[C].bind(tx, _thread("threadIdx.x"))
+    s[CL].compute_at(s[C], tx)
+    ic, jc, k = *s[CL].op.axis, s[CL].op.reduce_axis[0]
+    ko, ki = s[CL].split(k, factor=4)
+    s[CL].reorder(ko, ki, ic, jc)
+    for T in (AA, BB):
+        s[T].compute_at(s[CL], ko)
+        if cooperative:  # else the cooperative_fetch pass shares the copy out
+            _cooperative_fetch(s, T, tile, tile)
+    return op, s
+
+
+def _run(op, s, passes=None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    inputs = ops.random_inputs(op, seed)
+    func = tir.lower(s, op.args, name="kernel", passes=passes)
+    out = np.zeros(op.out.shape, op.out.dtype)
+    tir.interpret(func, [*inputs, out])
+    return out, op.reference(*inputs)
+
+
+def test_gpu_matmul_with_shared_tiles_equals_numpy() -> None:
+    op, s = gpu_matmul()
+    got, expected = _run(op, s)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_shared_tile_covers_the_block_and_is_fetched_cooperatively() -> None:
+    op, s = gpu_matmul()
+    text = repr(tir.lower(s, op.args, name="kernel"))
+    # one 4x4 tile per block (thread axes relaxed), one element per thread of the 4x4 block
+    assert "allocate A.shared: float32[16] in shared" in text
+    assert "allocate C.local: float32[1] in local" in text
+    assert text.count('thread("threadIdx.x")') == 3  # compute, fetch of A, fetch of B
+    assert text.count("storage_sync()") == 2  # before the fetch (WAR) and before the use (RAW)
+
+
+def test_missing_barrier_gives_a_wrong_result() -> None:
+    op, s = gpu_matmul()
+    got, expected = _run(op, s, passes=NO_SYNC)
+    assert not np.allclose(got, expected, equal_nan=False)
+
+
+def test_barrier_before_overwrite_is_needed_across_iterations() -> None:
+    op, s = gpu_matmul()
+    func = tir.lower(s, op.args, name="kernel")
+
+    class DropFirstSync(tir.StmtMutator):
+        dropped = False
+
+        def visit_Evaluate(self, e: tir.Evaluate):
+            if not self.dropped and "storage_sync" in repr(e):
+                self.dropped = True
+                return tir.seq()
+            return e
+
+    broken = func.with_body(DropFirstSync().visit(func.body))
+    inputs = ops.random_inputs(op)
+    out = np.zeros(op.out.shape, op.out.dtype)
+    tir.interpret(broken, [*inputs, out])
+    assert not np.allclose(out, op.reference(*inputs))
+
+
+def test_vthread_matmul_equals_numpy() -> None:
+    op, s = gpu_matmul(n=16, m=8, p=16, tile=4, vthread=2)
+    func = tir.lower(s, op.args, name="kernel")
+    text = repr(func)
+    assert "vthread" not in text
+    assert "allocate C.local: float32[4] in local" in text  # one accumulator per virtual thread
+    assert "allocate A.shared: float32[32] in shared" in text  # shared by the virtual threads
+    got, expected = _run(op, s)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gpu_conv2d_with_shared_input_equals_numpy() -> None:
+    op = ops.conv2d(n=1, c=2, h=6, w=6, k=4, stride=1, pad=1)
+    A, W, Out = op.args
+    s = te.create_schedule(Out.op)
+    s[op.parts["pad"]].compute_inline()
+    WS = s.cache_read(W, "shared", [Out])
+    OL = s.cache_write(Out, "local")
+    nn, kk, y, x = s[Out].op.axis
+    ko, ki = s[Out].split(kk, factor=2)
+    s[Out].bind(ko, _thread("blockIdx.x"))
+    s[Out].bind(y, _thread("threadIdx.y"))
+    s[Out].bind(x, _thread("threadIdx.x"))
+    s[Out].reorder(nn, ko, y, x, ki)
+    s[OL].compute_at(s[Out], x)
+    s[WS].compute_at(s[Out], ko)
+    _cooperative_fetch(s, WS, 6, 6)
+    got, expected = _run(op, s)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    text = repr(tir.lower(s, op.args))
+    assert "allocate W.shared: float32[36] in shared" in text  # 2 filters x 2 x 3 x 3
+    got, _ = _run(op, s, passes=NO_SYNC)
+    assert not np.allclose(got, expected)
+
+
+def _block(body: tir.Stmt) -> tir.PrimFunc:
+    buf = tir.Buffer("X", "float32", (4,))
+    tx = te.var("tx")
+    loop = tir.For(
+        tx, te.const(0), te.const(4), tir.ForKind.THREAD_BINDING, body(buf, tx), "threadIdx.x"
+    )
+    return tir.PrimFunc("f", (buf,), loop, ((4,),))
+
+
+def test_verifier_rejects_barrier_in_divergent_code() -> None:
+    from tensorforge.compiler.tir.gpu import storage_sync
+
+    def body(buf, tx):
+        return tir.IfThenElse(tx < 2, storage_sync())
+
+    with pytest.raises(tir.VerifyError, match="barrier must not be inside a condition"):
+        tir.verify_func(_block(body))
+
+
+def test_verifier_rejects_shared_allocation_outside_blocks() -> None:
+    shared = tir.Buffer("S", "float32", (4,), "shared")
+
+    def body(buf, tx):
+        return tir.BufferStore(buf, te.const(1.0), (tx,))
+
+    func = _block(body)
+    outside = func.with_body(tir.Allocate(shared, func.body))
+    with pytest.raises(tir.VerifyError, match="shared buffer 'S' must be allocated inside"):
+        tir.verify_func(outside)
+
+
+def test_verifier_rejects_inconsistent_thread_extents() -> None:
+    def body(buf, tx):
+        inner = te.var("t2")
+        store = tir.BufferStore(buf, te.const(1.0), (tx,))
+        return tir.For(
+            inner, te.const(0), te.const(8), tir.ForKind.THREAD_BINDING, store, "threadIdx.x"
+        )
+
+    with pytest.raises(tir.VerifyError, match="more iterations than the enclosing threadIdx.x"):
+        tir.verify_func(_block(body))
+
+
+def test_interpreter_detects_barrier_reached_by_some_threads_only() -> None:
+    from tensorforge.compiler.tir.gpu import storage_sync
+
+    def body(buf, tx):
+        return tir.IfThenElse(tx < 2, storage_sync())
+
+    with pytest.raises(tir.InterpretError, match="barrier in divergent control flow"):
+        tir.interpret(_block(body), [np.zeros(4, "float32")])
+
+
+def test_threads_of_a_block_share_shared_memory() -> None:
+    """Each thread writes its own element, then reads its neighbour's: needs the barrier."""
+    from tensorforge.compiler.tir.gpu import storage_sync
+
+    shared = tir.Buffer("S", "float32", (4,), "shared")
+
+    def body(buf, tx):
+        write = tir.BufferStore(shared, te.cast(tx, "float32"), (tx,))
+        read = tir.BufferStore(buf, tir.BufferLoad(shared, ((tx + 1) % 4,), "float32"), (tx,))
+        return tir.Allocate(shared, tir.seq(write, storage_sync(), read))
+
+    out = np.zeros(4, "float32")
+    tir.interpret(_block(body), [out])
+    np.testing.assert_array_equal(out, [1, 2, 3, 0])
+
+
+def test_double_buffered_tiles_need_one_barrier_per_iteration() -> None:
+    op, s = gpu_matmul()
+    for T in s.stages:
+        if T.scope == "shared":
+            T.double_buffer()
+    func = tir.lower(s, op.args, name="kernel")
+    text = repr(func)
+    assert "allocate A.shared: float32[32] in shared" in text  # two 4x4 halves
+    assert "attr double_buffer_loop = A.shared, B.shared {" in text
+    assert text.count("storage_sync()") == 1  # only before the use; the overwrite alternates
+    got, expected = _run(op, s)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    got, _ = _run(op, s, passes=NO_SYNC)
+    assert not np.allclose(got, expected)
+
+
+def test_inject_virtual_threads_interleaves_copies_and_expands_private_buffers() -> None:
+    F = tir.ForKind
+    A = tir.Buffer("A", "float32", (2, 4))
+    B = tir.Buffer("B", "float32", (2,))
+    L = tir.Buffer("L", "float32", (1,), "local")
+    v, k = te.var("v"), te.var("k")
+    zero = (te.const(0),)
+    acc = tir.BufferLoad(L, zero, "float32")
+    body = tir.Allocate(
+        L,
+        tir.seq(
+            tir.BufferStore(L, te.const(0.0), zero),
+            tir.For(
+                k,
+                te.const(0),
+                te.const(4),
+                F.SERIAL,
+                tir.BufferStore(L, acc + tir.BufferLoad(A, (v, k), "float32"), zero),
+            ),
+            tir.BufferStore(B, acc, (v,)),
+        ),
+    )
+    loop = tir.For(v, te.const(0), te.const(2), F.THREAD_BINDING, body, "vthread")
+    func = tir.PrimFunc("f", (A, B), loop, ((2, 4), (2,)))
+    after = tir.inject_virtual_threads(func)
+    assert repr(after).splitlines()[1:10] == [
+        "  allocate L: float32[2, 1] in local {",
+        "    L[0, 0] = 0.0f",
+        "    L[1, 0] = 0.0f",
+        "    for k in range(4) {",
+        "      L[0, 0] = L[0, 0] + A[0, k]",
+        "      L[1, 0] = L[1, 0] + A[1, k]",
+        "    }",
+        "    B[0] = L[0, 0]",
+        "    B[1] = L[1, 0]",
+    ]
+    a = np.arange(8, dtype="float32").reshape(2, 4)
+    for f in (func, after):  # the raw vthread loop runs serially: same answer
+        out = np.zeros(2, "float32")
+        tir.interpret(f, [a, out])
+        np.testing.assert_array_equal(out, a.sum(axis=1))
+
+
+def test_insert_storage_sync_places_raw_and_war_barriers() -> None:
+    F = tir.ForKind
+    A = tir.Buffer("A", "float32", (16,))
+    C = tir.Buffer("C", "float32", (4,))
+    S = tir.Buffer("S", "float32", (4,), "shared")
+    tx, ko, k = te.var("tx"), te.var("ko"), te.var("k")
+    fetch = tir.BufferStore(S, tir.BufferLoad(A, (ko * 4 + tx,), "float32"), (tx,))
+    use = tir.For(
+        k,
+        te.const(0),
+        te.const(4),
+        F.SERIAL,
+        tir.BufferStore(
+            C, tir.BufferLoad(C, (tx,), "float32") + tir.BufferLoad(S, (k,), "float32"), (tx,)
+        ),
+    )
+    body = tir.seq(
+        tir.BufferStore(C, te.const(0.0), (tx,)),
+        tir.For(ko, te.const(0), te.const(4), F.SERIAL, tir.seq(fetch, use)),
+    )
+    loop = tir.For(
+        tx, te.const(0), te.const(4), F.THREAD_BINDING, tir.Allocate(S, body), "threadIdx.x"
+    )
+    func = tir.PrimFunc("f", (A, C), loop, ((16,), (4,)))
+    after = tir.insert_storage_sync(func)
+    lines = [line.strip() for line in repr(after).splitlines()]
+    ko_at = lines.index("for ko in range(4) {")
+    assert lines[ko_at + 1 : ko_at + 5] == [
+        "@storage_sync()",  # WAR: iteration ko+1 must not overwrite S while others read it
+        "S[tx] = A[ko*4 + tx]",
+        "@storage_sync()",  # RAW: every thread's element is written before anyone reads S
+        "for k in range(4) {",
+    ]
+    a = np.random.default_rng(0).uniform(-1, 1, 16).astype("float32")
+    out = np.zeros(4, "float32")
+    tir.interpret(after, [a, out])
+    np.testing.assert_allclose(out, np.full(4, a.sum()), rtol=1e-5)
+    tir.interpret(func, [a, out])
+    assert not np.allclose(out, np.full(4, a.sum()))
+
+
+def test_verifier_rejects_barrier_in_a_partial_thread_loop_and_nested_blocks() -> None:
+    from tensorforge.compiler.tir.gpu import storage_sync
+
+    F = tir.ForKind
+    t2 = te.var("t2")
+
+    def partial(buf, tx):
+        short = tir.For(
+            t2, te.const(0), te.const(2), F.THREAD_BINDING, storage_sync(), "threadIdx.x"
+        )
+        return tir.seq(tir.BufferStore(buf, te.const(1.0), (tx,)), short)
+
+    with pytest.raises(tir.VerifyError, match="only some threads of the block enter"):
+        tir.verify_func(_block(partial))
+
+    def nested_block(buf, tx):
+        store = tir.BufferStore(buf, te.const(1.0), (tx,))
+        return tir.For(t2, te.const(0), te.const(1), F.THREAD_BINDING, store, "blockIdx.x")
+
+    with pytest.raises(tir.VerifyError, match="block loop 't2' must not be inside a thread loop"):
+        tir.verify_func(_block(nested_block))
+
+
+def test_unbound_shared_copy_is_shared_out_over_the_threads() -> None:
+    """Without binding the shared stages' loops, cooperative_fetch splits the copies."""
+    op, s = gpu_matmul(cooperative=False)
+    text = repr(tir.lower(s, op.args, name="kernel"))
+    assert text.count('thread("threadIdx.x")') == 3  # compute + the two distributed copies
+    assert "for ax0.chunk in range(1) {" not in text  # 16 elements, 16 threads: one round
+    got, expected = _run(op, s)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    got, _ = _run(op, s, passes=NO_SYNC)
+    assert not np.allclose(got, expected)
+
+
+def test_cooperative_fetch_guards_a_copy_not_divisible_by_the_threads() -> None:
+    op, s = gpu_matmul(n=12, m=12, p=12, tile=3, cooperative=False)  # 3x4 tiles, 9 threads
+    text = repr(tir.lower(s, op.args, name="kernel"))
+    assert "for ax0.chunk in range(2) {" in text  # 12 elements over 9 threads
+    got, expected = _run(op, s)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
