@@ -2,13 +2,16 @@
 
 Prints, for each layer (vta_facts.md §6.1) and 1 and 2 virtual threads: cycles, GEMM MAC
 utilization, achieved GOPS at the config's clock, DRAM bytes, operational intensity, and the
-simulator's own speed (simulated cycles and instructions per wall-clock second).
+simulator's own speed (simulated cycles and instructions per wall-clock second); then, in the
+same row, the program the compiler generates for the same layer (``compiler.topi.vta.conv2d``,
+its default schedule, same data and requantization): its tiling, instructions, cycles and
+cycles relative to the hand-assembled program (``--no-compiler`` skips it).
 
-The conv programs are hand-assembled here (the compiler that will generate them is a later
-issue): a direct convolution, no im2col. Each output tile (toc output-channel blocks x th
-output rows x all columns) is computed by one GEMM per input-channel chunk whose micro-ops
-walk (oc, ic, kh, kw) and whose two loop levels walk the tile's rows and columns over a
-zero-padded input tile in INP. Requantization is three ALU instructions (SHR, MAX 0, MIN 127).
+The hand-assembled conv programs are a direct convolution, no im2col. Each output tile (toc
+output-channel blocks x th output rows x all columns) is computed by one GEMM per input-channel
+chunk whose micro-ops walk (oc, ic, kh, kw) and whose two loop levels walk the tile's rows and
+columns over a zero-padded input tile in INP. Requantization is three ALU instructions (SHR,
+MAX 0, MIN 127).
 "N virtual threads" means N sets of INP/WGT and ACC buffers that successive tiles rotate
 through, with dependency tokens between them, which is the instruction stream TVM's virtual
 threads lower to: with 1 thread every load waits for the previous compute and every compute
@@ -16,7 +19,7 @@ for the previous store; with 2, loads and stores of one tile overlap compute of 
 Every output is checked bit-exact against numpy unless --no-check.
 
 Usage:
-    python benchmarks/sim.py [--config pynq] [--layers C2,C9] [--vthreads 1,2]
+    python benchmarks/sim.py [--config pynq] [--layers C2,C9] [--vthreads 1,2] [--no-compiler]
                              [--roofline roofline.png] [--trace-dir DIR] [--no-check] [--json]
 """
 
@@ -31,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tensorforge.compiler.topi.vta import conv2d as compile_conv2d
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.isa import AluInsn, AluOp, FinishInsn, GemmInsn, MemInsn, MemType, Opcode, Uop
 from tensorforge.runtime.device.vta import LoadedProgram, open_device
@@ -306,6 +310,35 @@ def run_layer(kernel: ConvKernel, check: bool, trace: Path | None) -> dict:
     }
 
 
+def run_compiled(kernel: ConvKernel, check: bool) -> dict:
+    """The compiler's program for the same layer, data and requantization, on cyclesim."""
+    sh = kernel.shape
+    comp = compile_conv2d(
+        kernel.cfg,
+        (1, sh.ic, sh.h, sh.h),
+        kernel.w,
+        stride=sh.s,
+        padding=sh.pad,
+        shift=SHIFT,
+        relu=True,
+        vthreads=kernel.vthreads,
+    )
+    y, result = comp.run(kernel.x[None], backend="cyclesim")
+    assert result.timing is not None
+    s = comp.schedule
+    return {
+        "tiling": [s.tile_h, s.tile_oc, s.tile_ic, s.resident_weights],
+        "insns": comp.image.insn_count,
+        "cycles": result.cycles,
+        "utilization": result.timing.utilization()["gemm_macs"],
+        "bit_exact": bool(np.array_equal(y[0], kernel.reference())) if check else None,
+    }
+
+
+def _tiling(t: list) -> str:
+    return f"{t[0]}/{t[1]}/{t[2]}{' W' if t[3] else ''}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="pynq")
@@ -314,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--roofline", metavar="PNG", help="also plot the roofline to this file")
     ap.add_argument("--trace-dir", metavar="DIR", help="write a Chrome trace per run")
     ap.add_argument("--no-check", action="store_true", help="skip the numpy comparison")
+    ap.add_argument("--no-compiler", action="store_true", help="skip the compiler's programs")
     ap.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     args = ap.parse_args(argv)
     cfg = HWConfig.load(args.config)
@@ -321,13 +355,19 @@ def main(argv: list[str] | None = None) -> int:
     vts = [int(v) for v in args.vthreads.split(",")]
     rows, points = [], []
     if not args.json:
-        print(f"ResNet-18 conv layers on HWConfig {cfg.name!r} ({cfg.bitstream_name}), "
-              f"{cfg.clock_mhz:g} MHz, peak {cfg.peak_gops:.1f} GOPS; hand-assembled direct "
-              "conv programs (not compiler output)")  # fmt: skip
+        print(
+            f"ResNet-18 conv layers on HWConfig {cfg.name!r} ({cfg.bitstream_name}), "
+            f"{cfg.clock_mhz:g} MHz, peak {cfg.peak_gops:.1f} GOPS; hand-assembled direct "
+            "conv programs" + ("" if args.no_compiler else " | the compiler's programs")
+        )
         print(f"timing: {params}")
-        print(f"{'layer':<6}{'vt':>3}{'tiling th/toc/tic':>18}{'insns':>7}{'cycles':>12}"
-              f"{'util':>7}{'GOPS':>7}{'ops/B':>7}{'exact':>6}{'Mcyc/s':>8}{'kinsn/s':>8}"
-              f"{'t-only Mcyc/s':>14}")  # fmt: skip
+        head = (f"{'layer':<6}{'vt':>3}{'tiling th/toc/tic':>18}{'insns':>7}{'cycles':>12}"
+                f"{'util':>7}{'GOPS':>7}{'ops/B':>7}{'exact':>6}{'Mcyc/s':>8}{'kinsn/s':>8}"
+                f"{'t-only Mcyc/s':>14}")  # fmt: skip
+        if not args.no_compiler:
+            head += (f" |{'compiler tiling':>16}{'insns':>7}{'cycles':>12}{'util':>7}"
+                     f"{'exact':>6}{'vs hand':>8}")  # fmt: skip
+        print(head)
     for name in args.layers.split(","):
         sh = ConvShape(*LAYERS[name])
         for vt in vts:
@@ -337,30 +377,44 @@ def main(argv: list[str] | None = None) -> int:
             points.append(roofline_point(name, r.pop("_timing"), f"{vt} virtual thread(s)"))
             t = kernel.tiling
             row = {"layer": name, "vthreads": vt, "tiling": [t.th, t.toc, t.tic, t.resident], **r}
+            c = None if args.no_compiler else run_compiled(kernel, not args.no_check)
+            if c is not None:
+                row["compiler"] = c
             rows.append(row)
             if args.json:
                 print(json.dumps(row))
-            else:
-                exact = {None: "-", True: "yes", False: "NO"}[r["bit_exact"]]
-                tiling = f"{t.th}/{t.toc}/{t.tic}{' W' if t.resident else ''}"
-                print(f"{name:<6}{vt:>3}{tiling:>18}{r['insns']:>7}{r['cycles']:>12,}"
-                      f"{r['utilization']:>7.1%}{r['gops']:>7.1f}{r['intensity']:>7.1f}"
-                      f"{exact:>6}{r['cycles_per_s'] / 1e6:>8.1f}{r['insns_per_s'] / 1e3:>8.1f}"
-                      f"{r['timing_cycles_per_s'] / 1e6:>14.1f}")  # fmt: skip
+                continue
+            exact = {None: "-", True: "yes", False: "NO"}
+            tiling = _tiling(row["tiling"])
+            line = (
+                f"{name:<6}{vt:>3}{tiling:>18}{r['insns']:>7}{r['cycles']:>12,}"
+                f"{r['utilization']:>7.1%}{r['gops']:>7.1f}{r['intensity']:>7.1f}"
+                f"{exact[r['bit_exact']]:>6}{r['cycles_per_s'] / 1e6:>8.1f}"
+                f"{r['insns_per_s'] / 1e3:>8.1f}{r['timing_cycles_per_s'] / 1e6:>14.1f}"
+            )
+            if c is not None:
+                line += (f" |{_tiling(c['tiling']):>16}{c['insns']:>7}{c['cycles']:>12,}"
+                         f"{c['utilization']:>7.1%}{exact[c['bit_exact']]:>6}"
+                         f"{c['cycles'] / r['cycles']:>8.2f}")  # fmt: skip
+            print(line)
     if not args.json:
         for vt in vts:
             mine = [r for r in rows if r["vthreads"] == vt]
             total = sum(r["cycles"] for r in mine)
-            print(f"vt={vt}: total {total:,} cycles ({total / cfg.clock_mhz / 1e3:.2f} ms), "
-                  f"peak utilization {max(r['utilization'] for r in mine):.1%}, mean "
-                  f"{sum(r['utilization'] for r in mine) / len(mine):.1%}")  # fmt: skip
+            line = (f"vt={vt}: total {total:,} cycles ({total / cfg.clock_mhz / 1e3:.2f} ms), "
+                    f"peak utilization {max(r['utilization'] for r in mine):.1%}, mean "
+                    f"{sum(r['utilization'] for r in mine) / len(mine):.1%}")  # fmt: skip
+            if not args.no_compiler:
+                comp = sum(r["compiler"]["cycles"] for r in mine)
+                line += f"; compiler {comp:,} cycles ({comp / total:.2f}x hand)"
+            print(line)
         print("tiling: output rows / output-channel blocks per tile / input-channel blocks per "
               "chunk; W = all weights loaded once. util = GEMM MAC utilization.")  # fmt: skip
     if args.roofline:
         plot_roofline(points, cfg, params, args.roofline)
         if not args.json:
             print(f"roofline written to {args.roofline}")
-    bad = [r for r in rows if r["bit_exact"] is False]
+    bad = [r for r in rows if False in (r["bit_exact"], r.get("compiler", {}).get("bit_exact"))]
     return 1 if bad else 0
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from ...hw.config import HWConfig
 from ...hw.isa import AluInsn, GemmInsn, MemInsn, MemType, Opcode
 from ...runtime.program import UOP_BLOB, ProgramBuilder, ProgramImage
+from ..tir.stmt import LoweringError
 from .vta_passes import (
     Emitted,
     check_sram_capacity,
@@ -32,7 +33,7 @@ from .vta_passes import (
     insert_dependency_tokens,
     verify_tokens,
 )
-from .vta_tile import Alu, Gemm, Load, Loop, Stmt, Store, TileProgram, Uop
+from .vta_tile import Alu, Gemm, Load, Loop, Stmt, Store, TileProgram, Uop, format_stmt
 
 _MEM_TYPES = {"inp": MemType.INP, "wgt": MemType.WGT, "acc": MemType.ACC}
 
@@ -134,7 +135,13 @@ def _lower_compute(s: Gemm | Alu, offset: int, n: int) -> Emitted:
 def _lower_copy(s: Stmt, prog: TileProgram, bases: dict[str, int]) -> Emitted:
     base = bases[s.buf] + s.sram_offset  # type: ignore[union-attr]
     if isinstance(s, Load):
-        mt = _MEM_TYPES[prog.alloc(s.buf).scope]
+        scope = prog.alloc(s.buf).scope
+        if s.acc_8bit and scope != "acc":
+            raise LoweringError(
+                f"statement `{format_stmt(s)}` must load into an acc buffer with acc_8bit, not "
+                f"the {scope} buffer {s.buf!r} (tile program {prog.name!r})"
+            )
+        mt = MemType.ACC_8BIT if s.acc_8bit else _MEM_TYPES[scope]
         insn = MemInsn(
             Opcode.LOAD, mt, base, s.dram_offset, s.y_size, s.x_size, s.x_stride,
             s.y_pad_0, s.y_pad_1, s.x_pad_0, s.x_pad_1,

@@ -97,6 +97,8 @@ class Load:
     """DRAM tensor ``tensor`` -> buffer ``buf`` at ``sram_offset``: a 2-D strided copy with padding.
 
     Offsets, sizes and strides count elements of the buffer's scope, as the LOAD instruction does.
+    ``acc_8bit`` (an ``acc`` buffer only) loads int8 DRAM elements sign-extended into the
+    accumulators (``MemType.ACC_8BIT``: a residual operand, or max pooling's input).
     """
 
     tensor: str
@@ -110,6 +112,7 @@ class Load:
     y_pad_1: int = 0
     x_pad_0: int = 0
     x_pad_1: int = 0
+    acc_8bit: bool = False
 
     @property
     def footprint(self) -> int:
@@ -217,8 +220,9 @@ def format_stmt(stmt: Stmt) -> str:
     if isinstance(stmt, Load):
         pads = (stmt.y_pad_0, stmt.y_pad_1, stmt.x_pad_0, stmt.x_pad_1)
         return (
-            f"LOAD {stmt.tensor}[{stmt.dram_offset}] -> {stmt.buf}[{stmt.sram_offset}] "
-            f"{stmt.y_size}x{stmt.x_size}/{stmt.x_stride} pad={pads}"
+            f"LOAD{'.acc8' if stmt.acc_8bit else ''} {stmt.tensor}[{stmt.dram_offset}] -> "
+            f"{stmt.buf}[{stmt.sram_offset}] {stmt.y_size}x{stmt.x_size}/{stmt.x_stride} "
+            f"pad={pads}"
         )
     if isinstance(stmt, Store):
         return (

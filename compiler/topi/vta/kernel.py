@@ -1,5 +1,10 @@
 """Compile quantized conv2d and dense to accelerator program images, and run them.
 
+The integer semantics are ``compiler.quantize``'s: ``requant=RequantParams`` gives the ALU
+steps after the bias (``shift``/``relu`` are a shorthand for a floor shift clipped to
+``[-127, 127]`` or ``[0, 127]``), and ``residual=AddParams`` fuses the residual add of the
+quantized graph (``tf.qadd``) after them.
+
 Example:
     >>> import numpy as np
     >>> from tensorforge.hw.config import HWConfig
@@ -20,13 +25,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....hw.config import HWConfig
+from ....hw.isa import AluOp
 from ....runtime.device.vta import LoadedProgram, RunResult, open_device
 from ....runtime.program import ProgramImage
 from ...codegen.vta import generate_program
 from ...codegen.vta_tile import TileProgram
-from .conv2d import INPUT, OUTPUT, conv2d_tile_program
+from ...quantize.requant import AluStep, RequantParams
+from ...quantize.residual import AddParams, add_int8
+from .conv2d import INPUT, OUTPUT, RESIDUAL, conv2d_tile_program
 from .layout import pack_bias, pack_nchw, pack_oihw, unpack_nchw
-from .reference import conv2d_reference, dense_reference
+from .reference import conv2d_reference, dense_reference, max_pool2d_reference, shift_requant
 from .schedule import Conv2dSchedule, Conv2dWorkload, default_schedule
 
 __all__ = ["VtaKernel", "conv2d", "dense"]
@@ -46,6 +54,9 @@ class VtaKernel:
     bias: np.ndarray | None
     shift: int
     relu: bool
+    # The ALU steps after the bias (set by conv2d/dense; the bounds are requant.lo/hi).
+    requant: RequantParams | None = None
+    residual: AddParams | None = None  # a fused residual add (input slot ``R``)
 
     def pack(self, x: np.ndarray) -> np.ndarray:
         """Data in the user's layout (NCHW, or (M, K) for dense) -> the packed input slot."""
@@ -63,27 +74,84 @@ class VtaKernel:
         out = unpack_nchw(self.config, y, self.workload.n, self.workload.oc)
         return out.reshape(out.shape[:2]) if self.op == "dense" else out
 
-    def reference(self, x: np.ndarray) -> np.ndarray:
-        """The numpy int8 reference of the same quantized computation."""
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """The output's shape in the user's layout: (N, O, OH, OW) (pooled with a fused max
+        pooling), or (M, N) for dense."""
         wl = self.workload
+        return (wl.n, wl.oc) if self.op == "dense" else (wl.n, wl.oc, wl.ph, wl.pw)
+
+    @property
+    def residual_shape(self) -> tuple[int, ...]:
+        """The shape of a fused residual add's operand: the conv's output, before pooling."""
+        wl = self.workload
+        return (wl.n, wl.oc) if self.op == "dense" else (wl.n, wl.oc, wl.oh, wl.ow)
+
+    def reference(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+        """The int8 oracle (``compiler.quantize.reference``) of the same computation."""
+        wl = self.workload
+        rq = self.requant
         if self.op == "dense":
-            return dense_reference(x, self.weight, self.bias, self.shift, self.relu)
-        return conv2d_reference(
+            y = dense_reference(x, self.weight, self.bias, self.shift, self.relu, requant=rq)
+            return y if self.residual is None else self._add(y, residual)
+        y = conv2d_reference(
             x, self.weight, self.bias, (wl.stride_h, wl.stride_w), (wl.pad_h, wl.pad_w),
-            self.shift, self.relu,
+            self.shift, self.relu, requant=rq, residual=self._residual(residual),
+            add=self.residual,
         )  # fmt: skip
+        return max_pool2d_reference(y, (wl.pool_h, wl.pool_w)) if wl.pooled else y
+
+    def _add(self, y: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
+        return add_int8(y, self._residual(residual), self.residual)
+
+    def _residual(self, r: np.ndarray | None) -> np.ndarray | None:
+        if self.residual is None:
+            if r is not None:
+                raise ValueError(f"this {self.op} kernel has no fused residual add")
+            return None
+        r = np.asarray(r) if r is not None else None
+        if r is None or r.shape != self.residual_shape or r.dtype != np.int8:
+            got = "None" if r is None else f"{r.dtype} {r.shape}"
+            raise ValueError(
+                f"{self.op} residual must be int8 of shape {self.residual_shape}, not {got}"
+            )
+        return r
 
     def run(
-        self, x: np.ndarray, backend: str = "sim", **options: object
+        self,
+        x: np.ndarray,
+        backend: str = "sim",
+        residual: np.ndarray | None = None,
+        **options: object,
     ) -> tuple[np.ndarray, RunResult]:
-        """Run on a device backend (``sim``, ``cyclesim``): (int8 output, the run's result)."""
-        device = open_device(backend, self.config, **options)
-        try:
-            prog = LoadedProgram.load(device, self.image)
-            outputs, result = prog.run({INPUT: self.pack(x)})
-        finally:
-            device.close()
+        """Run on a device backend (``sim``, ``cyclesim``): (int8 output, the run's result).
+
+        ``residual``: the int8 operand of a fused residual add (``residual_shape``: the conv's
+        output before any fused pooling).
+        """
+        inputs = {INPUT: self.pack(x)}
+        r = self._residual(residual)
+        if r is not None:
+            wl = self.workload
+            r4 = r.reshape(wl.n, wl.oc, wl.oh, wl.ow)
+            inputs[RESIDUAL] = pack_nchw(self.config, r4, self.config.block_out)
+        outputs, result = run_image(self.config, self.image, inputs, backend, **options)
         return self.unpack(outputs[OUTPUT]), result
+
+
+def run_image(
+    cfg: HWConfig,
+    image: ProgramImage,
+    inputs: dict[str, np.ndarray],
+    backend: str = "sim",
+    **options: object,
+) -> tuple[dict[str, np.ndarray], RunResult]:
+    """Place an image on a fresh device of ``backend``, run it once, close the device."""
+    device = open_device(backend, cfg, **options)
+    try:
+        return LoadedProgram.load(device, image).run(inputs)
+    finally:
+        device.close()
 
 
 def _pair(v: int | tuple[int, int], what: str) -> tuple[int, int]:
@@ -94,11 +162,40 @@ def _pair(v: int | tuple[int, int], what: str) -> tuple[int, int]:
     return int(v[0]), int(v[1])
 
 
-def _check_requant(shift: int, weight: np.ndarray) -> None:
-    if not isinstance(shift, int) or not 0 <= shift <= 31:
-        raise ValueError(f"shift must be an int in [0, 31], not {shift!r}")
+def _requant(
+    cfg: HWConfig,
+    op: str,
+    shift: int,
+    relu: bool,
+    requant: RequantParams | None,
+    residual: AddParams | None,
+    weight: np.ndarray,
+) -> RequantParams:
+    """The requantization to emit: ``requant``, or the shift/relu shorthand; checked for cfg."""
     if weight.dtype != np.int8:
-        raise ValueError(f"weights must be int8, not {weight.dtype}")
+        raise ValueError(f"{op} weights must be int8, not {weight.dtype}")
+    if requant is None:
+        requant = shift_requant(shift, relu, cfg)
+    elif shift != 0 or relu:
+        raise ValueError(
+            f"{op}: give either requant or the shift/relu shorthand, not both "
+            f"(shift={shift!r}, relu={relu!r})"
+        )
+    steps: list[tuple[str, AluStep | None]] = [("requant", s) for s in requant.steps]
+    if requant.acc_width != cfg.acc_width:
+        raise ValueError(f"{op} requant acc_width must be {cfg.acc_width} (HWConfig "
+                         f"{cfg.name!r}), not {requant.acc_width}")  # fmt: skip
+    if residual is not None:
+        steps += [("residual lhs", residual.lhs), ("residual rhs", residual.rhs)]
+        steps += [("residual requant", s) for s in residual.requant.steps]
+    for what, step in steps:
+        if step is not None and step.op == AluOp.MUL and not cfg.alu_mul:
+            raise ValueError(
+                f"{op} {what} step MUL {step.imm} needs the ALU MUL extension, but HWConfig "
+                f"{cfg.name!r} has alu_mul=False (requantize with mode='shift' and "
+                "power-of-two scales)"
+            )
+    return requant
 
 
 def conv2d(
@@ -113,8 +210,11 @@ def conv2d(
     relu: bool = False,
     schedule: Conv2dSchedule | None = None,
     vthreads: int = 1,
+    requant: RequantParams | None = None,
+    residual: AddParams | None = None,
+    max_pool: int | tuple[int, int] | None = None,
 ) -> VtaKernel:
-    """Compile ``clip((conv2d(x, weight) + bias) >> shift)`` to int8 for the accelerator.
+    """Compile ``requant(conv2d(x, weight) + bias)`` to int8 for the accelerator.
 
     Args:
         cfg: the accelerator configuration.
@@ -122,22 +222,33 @@ def conv2d(
         weight: (O, C, KH, KW) int8; packed into the image as a constant.
         bias: (O,) int32 or None.
         stride, padding: per dimension or one int for both; padding is zeros on each side.
-        shift: requantization right shift (arithmetic); relu clips at 0 instead of -128.
-        schedule: the tiling knobs; default: ``default_schedule(cfg, workload, vthreads)``.
+        shift, relu: the shorthand requantization ``shift_requant(shift, relu)``: a floor
+            arithmetic right shift, then a clip to [-127, 127] ([0, 127] with relu).
+        schedule: the tiling knobs (need not divide the dimensions: edge tiles may be
+            smaller); default: ``default_schedule(cfg, workload, vthreads)``.
+        requant: the requantization (``compiler.quantize.requant_params``), instead of
+            shift/relu; its ALU steps are emitted in order (MUL needs ``cfg.alu_mul``).
+        residual: fuse ``add_int8(y, r, residual)`` (``compiler.quantize.residual``) after the
+            requantization; ``run(x, residual=r)`` then takes the int8 operand r.
+        max_pool: fuse a non-overlapping max pooling (window = stride, no padding) after
+            everything else; the output is then (N, O, OH // ph, OW // pw).
 
     Raises:
-        ValueError: bad shapes or arguments. ScheduleError: a schedule that does not tile
-        the workload. LoweringError: a schedule whose buffers overflow an SRAM.
+        ValueError: bad shapes or arguments, a MUL step on a config without ``alu_mul``.
+        ScheduleError: a schedule that does not tile the workload. LoweringError: a schedule
+        whose buffers overflow an SRAM.
     """
     weight = np.asarray(weight)
-    _check_requant(shift, weight)
+    requant = _requant(cfg, "conv2d", shift, relu, requant, residual, weight)
     n, c, h, w = data_shape
     if weight.ndim != 4 or weight.shape[1] != c:
         raise ValueError(f"conv2d weights must be (O, {c}, KH, KW), not {weight.shape}")
     (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
     o, _, kh, kw = weight.shape
-    wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
-    return _compile(cfg, "conv2d", wl, weight, bias, shift, relu, schedule, vthreads)
+    pool = (1, 1) if max_pool is None else _pair(max_pool, "max_pool")
+    wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw, *pool)
+    return _compile(cfg, "conv2d", wl, weight, bias, (shift, relu, requant, residual), schedule,
+                    vthreads)  # fmt: skip
 
 
 def dense(
@@ -150,19 +261,22 @@ def dense(
     relu: bool = False,
     schedule: Conv2dSchedule | None = None,
     vthreads: int = 1,
+    requant: RequantParams | None = None,
+    residual: AddParams | None = None,
 ) -> VtaKernel:
-    """Compile ``clip((A @ weight.T + bias) >> shift)`` for A (m, K) int8, weight (N, K) int8.
+    """Compile ``requant(A @ weight.T + bias)`` for A (m, K) int8, weight (N, K) int8.
 
     Dense is the 1x1 conv2d of an (m, K, 1, 1) input; see ``conv2d`` for the arguments.
     """
     weight = np.asarray(weight)
-    _check_requant(shift, weight)
+    requant = _requant(cfg, "dense", shift, relu, requant, residual, weight)
     if weight.ndim != 2:
         raise ValueError(f"dense weights must be 2-D (N, K), not shape {weight.shape}")
     nout, k = weight.shape
     wl = Conv2dWorkload(m, k, 1, 1, nout, 1, 1)
     w4 = weight.reshape(nout, k, 1, 1)
-    kern = _compile(cfg, "dense", wl, w4, bias, shift, relu, schedule, vthreads)
+    kern = _compile(cfg, "dense", wl, w4, bias, (shift, relu, requant, residual), schedule,
+                    vthreads)  # fmt: skip
     kern.weight = weight
     return kern
 
@@ -173,20 +287,23 @@ def _compile(
     wl: Conv2dWorkload,
     weight: np.ndarray,
     bias: np.ndarray | None,
-    shift: int,
-    relu: bool,
+    epilogue: tuple[int, bool, RequantParams, AddParams | None],
     schedule: Conv2dSchedule | None,
     vthreads: int,
 ) -> VtaKernel:
+    shift, relu, requant, residual = epilogue
     if bias is not None:
         bias = np.asarray(bias)
         if bias.shape != (wl.oc,) or bias.dtype != np.int32:
             raise ValueError(f"{op} bias must be int32 of shape ({wl.oc},), not {bias.dtype} "
                              f"{bias.shape}")  # fmt: skip
-    sched = schedule if schedule is not None else default_schedule(cfg, wl, vthreads)
+    has_res = residual is not None
+    sched = schedule if schedule is not None else default_schedule(cfg, wl, vthreads, has_res)
     w_packed = pack_oihw(cfg, weight)
     b_packed = pack_bias(cfg, bias, wl.oc) if bias is not None else None
     name = f"{op}_{wl.n}x{wl.ic}x{wl.h}x{wl.w}_{wl.oc}k{wl.kh}x{wl.kw}_vt{sched.vthreads}"
-    prog = conv2d_tile_program(cfg, wl, sched, w_packed, b_packed, shift, relu, name)
+    prog = conv2d_tile_program(cfg, wl, sched, w_packed, b_packed, name=name, requant=requant,
+                               residual=residual)  # fmt: skip
     image = generate_program(prog, cfg)
-    return VtaKernel(cfg, op, wl, sched, prog, image, weight, bias, shift, relu)
+    return VtaKernel(cfg, op, wl, sched, prog, image, weight, bias, shift, relu, requant,
+                     residual)  # fmt: skip

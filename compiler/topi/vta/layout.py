@@ -38,13 +38,18 @@ def _pad_to(a: np.ndarray, axis: int, block: int) -> np.ndarray:
     return np.pad(a, widths)
 
 
-def pack_nchw(cfg: HWConfig, x: np.ndarray) -> np.ndarray:
-    """(N, C, H, W) int8 -> (N/BATCH, C/BLOCK_IN, H, W, BATCH, BLOCK_IN), zero-padded."""
+def pack_nchw(cfg: HWConfig, x: np.ndarray, block: int | None = None) -> np.ndarray:
+    """(N, C, H, W) int8 -> (N/BATCH, C/BLOCK, H, W, BATCH, BLOCK), zero-padded.
+
+    ``block`` defaults to BLOCK_IN (an input); pass ``cfg.block_out`` for data in an output's
+    layout (a residual operand).
+    """
     if x.ndim != 4:
         raise ValueError(f"data must be 4-D NCHW, not shape {x.shape}")
-    x = _pad_to(_pad_to(np.asarray(x), 0, cfg.batch), 1, cfg.block_in)
+    block = cfg.block_in if block is None else block
+    x = _pad_to(_pad_to(np.asarray(x), 0, cfg.batch), 1, block)
     n, c, h, w = x.shape
-    blocked = x.reshape(n // cfg.batch, cfg.batch, c // cfg.block_in, cfg.block_in, h, w)
+    blocked = x.reshape(n // cfg.batch, cfg.batch, c // block, block, h, w)
     return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 1, 3))
 
 

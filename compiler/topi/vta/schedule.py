@@ -31,7 +31,11 @@ MAX_XFER = (1 << 16) - 1  # y_size / x_size / x_stride are 16 bits
 
 @dataclass(frozen=True)
 class Conv2dWorkload:
-    """A conv2d's shape: data (n, ic, h, w), weights (oc, ic, kh, kw), stride and zero padding."""
+    """A conv2d's shape: data (n, ic, h, w), weights (oc, ic, kh, kw), stride and zero padding.
+
+    ``pool_h``/``pool_w`` > 1: a non-overlapping max pooling (window = stride) fused after the
+    epilogue; the output is then (ph, pw) = (oh // pool_h, ow // pool_w).
+    """
 
     n: int
     ic: int
@@ -44,9 +48,12 @@ class Conv2dWorkload:
     stride_w: int = 1
     pad_h: int = 0
     pad_w: int = 0
+    pool_h: int = 1
+    pool_w: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w"):
+        names = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pool_h", "pool_w")
+        for name in names:
             if getattr(self, name) < 1:
                 raise ValueError(f"conv2d {name} must be >= 1, not {getattr(self, name)!r}")
         for name in ("pad_h", "pad_w"):
@@ -57,6 +64,11 @@ class Conv2dWorkload:
                 )
         if self.oh < 1 or self.ow < 1:
             raise ValueError(f"conv2d output must be non-empty, not {self.oh}x{self.ow} ({self})")
+        if self.pool_h > self.oh or self.pool_w > self.ow:
+            raise ValueError(
+                f"conv2d max_pool window {self.pool_h}x{self.pool_w} must fit the "
+                f"{self.oh}x{self.ow} conv output"
+            )
 
     @property
     def oh(self) -> int:
@@ -65,6 +77,20 @@ class Conv2dWorkload:
     @property
     def ow(self) -> int:
         return (self.w + 2 * self.pad_w - self.kw) // self.stride_w + 1
+
+    @property
+    def ph(self) -> int:
+        """Output rows after the fused pooling (``oh`` without pooling)."""
+        return self.oh // self.pool_h
+
+    @property
+    def pw(self) -> int:
+        """Output columns after the fused pooling (``ow`` without pooling)."""
+        return self.ow // self.pool_w
+
+    @property
+    def pooled(self) -> bool:
+        return self.pool_h * self.pool_w > 1
 
     @property
     def wp(self) -> int:
@@ -96,7 +122,11 @@ class Conv2dSchedule:
     resident_weights: bool = False
 
     def check(self, cfg: HWConfig, wl: Conv2dWorkload) -> None:
-        """Raise ScheduleError naming the knob when a tile does not divide its dimension."""
+        """Raise ScheduleError naming the knob when a tile is empty or larger than its dimension.
+
+        Knobs need not divide their dimensions: the last tile along a dimension is then smaller
+        (a ragged edge tile).
+        """
         nb, icb, ocb = wl.blocked(cfg)
         for knob, value, dim, what in (
             ("tile_n", self.tile_n, nb, "batch blocks"),
@@ -104,9 +134,9 @@ class Conv2dSchedule:
             ("tile_oc", self.tile_oc, ocb, "output-channel blocks"),
             ("tile_ic", self.tile_ic, icb, "input-channel blocks"),
         ):
-            if value < 1 or dim % value:
+            if not isinstance(value, int) or not 1 <= value <= dim:
                 raise ScheduleError(
-                    f"{knob} must divide the {dim} {what} of the conv2d, not {value!r}"
+                    f"{knob} must be in [1, {dim}] (the {what} of the conv2d), not {value!r}"
                 )
         if self.vthreads not in (1, 2):
             raise ScheduleError(f"vthreads must be 1 or 2, not {self.vthreads!r}")
@@ -115,32 +145,59 @@ class Conv2dSchedule:
                 f"tile_n must be 1 when a tile has more than one output pixel "
                 f"(tile_h={self.tile_h}, ow={wl.ow}), not {self.tile_n}"
             )
-        if wl.rows_in(self.tile_h) - _top_pad(wl) <= 0:
-            raise ScheduleError(f"tile_h={self.tile_h} gives tiles made only of padding")
+        if self.tile_h % wl.pool_h and self.tile_h != wl.oh:
+            raise ScheduleError(
+                f"tile_h must be a multiple of the fused pooling window's {wl.pool_h} rows "
+                f"(or all {wl.oh} output rows), not {self.tile_h}"
+            )
+        for h0 in range(0, wl.oh, self.tile_h):
+            rows = input_rows(wl, h0, min(self.tile_h, wl.oh - h0))
+            if rows[1] <= rows[0]:
+                raise ScheduleError(
+                    f"tile_h={self.tile_h} gives tiles made only of padding (output rows "
+                    f"{h0}..{min(h0 + self.tile_h, wl.oh) - 1}); use a larger tile_h"
+                )
 
-    def footprint(self, cfg: HWConfig, wl: Conv2dWorkload, bias: bool = True) -> dict[str, int]:
-        """SRAM elements each scope needs, all virtual threads included, and micro-ops."""
+    def footprint(
+        self, cfg: HWConfig, wl: Conv2dWorkload, bias: bool = True, residual: bool = False
+    ) -> dict[str, int]:
+        """SRAM elements each scope needs, all virtual threads included, and micro-ops.
+
+        ``residual``: a fused residual add, whose operand takes a second ACC tile.
+        """
         nb, icb, ocb = wl.blocked(cfg)
         vt, kk = self.vthreads, wl.kh * wl.kw
         inp = vt * self.tile_n * self.tile_ic * wl.rows_in(self.tile_h) * wl.wp
-        acc = vt * self.tile_n * self.tile_oc * self.tile_h * wl.ow + (ocb if bias else 0)
+        acc_tile = self.tile_n * self.tile_oc * self.tile_h * wl.ow
+        pool_tile = self.tile_n * self.tile_oc * (self.tile_h // wl.pool_h) * wl.pw
+        acc = vt * (acc_tile * (2 if residual else 1) + (pool_tile if wl.pooled else 0))
+        acc += ocb if bias else 0
         kernel = self.tile_oc * self.tile_ic * kk
+        # A ragged edge along oc or ic adds micro-op kernels of its own shape.
+        ragged = (1 + bool(ocb % self.tile_oc)) * (1 + bool(icb % self.tile_ic))
         if self.resident_weights:
             wgt = ocb * icb * kk
-            kernels = vt * (ocb // self.tile_oc) * (icb // self.tile_ic)
+            kernels = vt * blocks(ocb, self.tile_oc) * blocks(icb, self.tile_ic)
         else:
-            wgt, kernels = vt * kernel, vt
-        return {"inp": inp, "wgt": wgt, "acc": acc, "uop": kernels * kernel + 8 * vt}
+            wgt, kernels = vt * kernel, vt * ragged
+        return {"inp": inp, "wgt": wgt, "acc": acc, "uop": kernels * kernel + 8 * vt * ragged}
 
-    def fits(self, cfg: HWConfig, wl: Conv2dWorkload) -> bool:
+    def tiles(self, cfg: HWConfig, wl: Conv2dWorkload) -> int:
+        """The number of output tiles (ragged edge tiles included)."""
+        nb, _, ocb = wl.blocked(cfg)
+        return blocks(nb, self.tile_n) * blocks(ocb, self.tile_oc) * blocks(wl.oh, self.tile_h)
+
+    def fits(self, cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False) -> bool:
         """Whether the buffers (modelled by ``footprint``) fit every SRAM of ``cfg``."""
-        f = self.footprint(cfg, wl)
+        f = self.footprint(cfg, wl, residual=residual)
         scopes = memory_scopes(cfg)
         return all(f[k] <= scopes[k].depth for k in f) and _encodable(self, cfg, wl)
 
 
-def _top_pad(wl: Conv2dWorkload) -> int:
-    return wl.pad_h
+def input_rows(wl: Conv2dWorkload, h0: int, th: int) -> tuple[int, int]:
+    """The real (unpadded) input rows [lo, hi) that output rows h0..h0+th-1 read."""
+    top = h0 * wl.stride_h - wl.pad_h
+    return max(top, 0), min(top + wl.rows_in(th), wl.h)
 
 
 def _encodable(s: Conv2dSchedule, cfg: HWConfig, wl: Conv2dWorkload) -> bool:
@@ -154,44 +211,56 @@ def _encodable(s: Conv2dSchedule, cfg: HWConfig, wl: Conv2dWorkload) -> bool:
     )
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def tile_sizes(n: int) -> list[int]:
+    """Candidate tile sizes for a dimension of ``n``: ``ceil(n / k)`` for every tile count k.
+
+    Every divisor is among them, and for each number of tiles the most even split (so a ragged
+    edge tile is never needlessly small).
+    """
+    return sorted({blocks(n, k) for k in range(1, n + 1)})
 
 
 def _cost(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> float:
     """Modelled DRAM bytes plus a per-instruction overhead (in byte equivalents)."""
     nb, icb, ocb = wl.blocked(cfg)
     kk = wl.kh * wl.kw
-    n_tiles = (nb // s.tile_n) * (ocb // s.tile_oc) * (wl.oh // s.tile_h)
-    chunks = icb // s.tile_ic
-    oc_tiles = ocb // s.tile_oc
-    inp = oc_tiles * (wl.oh // s.tile_h) * nb * icb * wl.rows_in(s.tile_h) * wl.w
+    n_tiles = s.tiles(cfg, wl)
+    chunks = blocks(icb, s.tile_ic)
+    oc_tiles, h_tiles = blocks(ocb, s.tile_oc), blocks(wl.oh, s.tile_h)
+    inp = oc_tiles * h_tiles * nb * icb * wl.rows_in(s.tile_h) * wl.w
     wgt = ocb * icb * kk if s.resident_weights else n_tiles // oc_tiles * ocb * icb * kk
     insns = n_tiles * (chunks * (s.tile_n * s.tile_ic + 2) + 6)
     return inp * cfg.inp_elem_bytes + wgt * cfg.wgt_elem_bytes + 256 * insns
 
 
-def candidate_schedules(cfg: HWConfig, wl: Conv2dWorkload, vthreads: int) -> list[Conv2dSchedule]:
-    """Every schedule with ``vthreads`` threads that passes ``check`` and fits the SRAMs."""
+def candidate_schedules(
+    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int, residual: bool = False
+) -> list[Conv2dSchedule]:
+    """Every schedule with ``vthreads`` threads that passes ``check`` and fits the SRAMs.
+
+    Tile sizes are ``tile_sizes`` of each dimension (divisors and even ragged splits).
+    """
     nb, icb, ocb = wl.blocked(cfg)
     out = []
-    for tn in _divisors(nb):
-        for th in _divisors(wl.oh):
-            for toc in _divisors(ocb):
-                for tic in _divisors(icb):
+    for tn in tile_sizes(nb) if wl.ow == 1 else [1]:
+        for th in tile_sizes(wl.oh):
+            for toc in tile_sizes(ocb):
+                for tic in tile_sizes(icb):
                     for res in (True, False):
                         s = Conv2dSchedule(tn, th, toc, tic, vthreads, res)
                         try:
                             s.check(cfg, wl)
                         except ScheduleError:
                             continue
-                        if s.fits(cfg, wl):
+                        if s.fits(cfg, wl, residual):
                             out.append(s)
     return out
 
 
-def default_schedule(cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1) -> Conv2dSchedule:
-    """The fitting schedule with the least modelled cost.
+def default_schedule(
+    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1, residual: bool = False
+) -> Conv2dSchedule:
+    """The fitting schedule with the least modelled cost (``residual``: a fused residual add).
 
     With 2 virtual threads, at least two tiles are required (or the second thread idles).
 
@@ -200,13 +269,9 @@ def default_schedule(cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1) -> Co
     """
     if vthreads not in (1, 2):
         raise ScheduleError(f"vthreads must be 1 or 2, not {vthreads!r}")
-    cands = candidate_schedules(cfg, wl, vthreads)
+    cands = candidate_schedules(cfg, wl, vthreads, residual)
     if vthreads > 1:
-        nb, _, ocb = wl.blocked(cfg)
-        multi = [
-            s for s in cands if (nb // s.tile_n) * (ocb // s.tile_oc) * (wl.oh // s.tile_h) > 1
-        ]
-        cands = multi or cands
+        cands = [s for s in cands if s.tiles(cfg, wl) > 1] or cands
     if not cands:
         raise ScheduleError(
             f"no tiling of {wl} fits the SRAMs of HWConfig {cfg.name!r} with {vthreads} "

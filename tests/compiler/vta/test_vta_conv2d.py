@@ -155,11 +155,15 @@ def test_default_schedule_fits_where_the_largest_tiles_do_not() -> None:
     _check(conv2d(cfg, x.shape, w, b, padding=1, shift=10, schedule=s), x)
 
 
-def test_conv2d_rejects_knobs_that_do_not_tile_the_workload() -> None:
+def test_conv2d_rejects_knobs_out_of_range() -> None:
     cfg = HWConfig.preset("tiny")
     x, w, b = _operands(1, (1, 4, 6, 6), (4, 4, 3, 3))
-    with pytest.raises(ScheduleError, match="tile_h must divide the 6 output rows .*not 4"):
-        conv2d(cfg, x.shape, w, b, padding=1, schedule=Conv2dSchedule(tile_h=4))
+    with pytest.raises(
+        ScheduleError, match=r"tile_h must be in \[1, 6\] \(the output rows .*not 7"
+    ):
+        conv2d(cfg, x.shape, w, b, padding=1, schedule=Conv2dSchedule(tile_h=7))
+    with pytest.raises(ScheduleError, match=r"tile_ic must be in \[1, 1\] .*not 0"):
+        conv2d(cfg, x.shape, w, b, padding=1, schedule=Conv2dSchedule(tile_ic=0))
     with pytest.raises(ScheduleError, match="vthreads must be 1 or 2, not 3"):
         conv2d(cfg, x.shape, w, b, padding=1, vthreads=3)
     with pytest.raises(ValueError, match=r"pad_h must be in \[0, 15\]"):

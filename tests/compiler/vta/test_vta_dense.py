@@ -47,13 +47,15 @@ def test_dense_pads_odd_sizes(vthreads: int) -> None:
     assert out.shape == (5, 9) and np.array_equal(out, kern.reference(a))
 
 
-def test_dense_without_bias_or_shift_saturates() -> None:
+def test_dense_without_bias_or_shift_saturates_to_the_symmetric_range() -> None:
     cfg = HWConfig.preset("tiny")
     a, w, _ = _operands(3, 4, 8, 8)
     kern = dense(cfg, 4, w)
     out, _ = kern.run(a)
     assert np.array_equal(out, kern.reference(a))
-    assert set(np.unique(out)) <= {-128, 127}  # unshifted sums of 8 products saturate
+    # Unshifted sums of 8 products saturate, to quantize's symmetric bounds [-127, 127].
+    assert set(np.unique(out)) == {-127, 127}
+    assert (kern.requant.lo, kern.requant.hi) == (-127, 127)
 
 
 def test_dense_on_a_batched_config() -> None:
@@ -91,7 +93,9 @@ def test_dense_rejects_tiles_that_overflow_an_sram() -> None:
 def test_dense_rejects_bad_arguments() -> None:
     cfg = HWConfig.preset("tiny")
     _, w, b = _operands(6, 4, 8, 8)
-    with pytest.raises(ScheduleError, match="tile_oc must divide the 2 output-channel blocks"):
+    with pytest.raises(
+        ScheduleError, match=r"tile_oc must be in \[1, 2\] \(the output-channel blocks .*not 3"
+    ):
         dense(cfg, 4, w, b, schedule=Conv2dSchedule(tile_oc=3))
     with pytest.raises(ValueError, match=r"bias must be int32 of shape \(8,\)"):
         dense(cfg, 4, w, b.astype(np.int64))

@@ -15,6 +15,7 @@ MODULES = [
     "tensorforge.compiler.tir.vta_intrin",
     "tensorforge.compiler.topi.vta.kernel",
     "tensorforge.compiler.topi.vta.layout",
+    "tensorforge.compiler.topi.vta.pool",
     "tensorforge.compiler.topi.vta.reference",
     "tensorforge.compiler.topi.vta.schedule",
 ]

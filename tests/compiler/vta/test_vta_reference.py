@@ -1,4 +1,5 @@
-"""The int8 reference itself, against naive loops and the ISA's ALU semantics."""
+"""The operators' int8 oracle (compiler.quantize's, through the shorthand) against naive loops
+and the ISA's ALU semantics."""
 
 from __future__ import annotations
 
@@ -44,17 +45,17 @@ def test_conv2d_reference_matches_naive_loops(stride: int, pad: int) -> None:
     w = rng.integers(-128, 128, (4, 3, 3, 3), dtype=np.int8)
     b = rng.integers(-3000, 3000, 4, dtype=np.int32)
     acc = _naive_conv(x, w, b, stride, pad)
-    want = np.clip(acc >> 6, -128, 127).astype(np.int8)
+    want = np.clip(acc >> 6, -127, 127).astype(np.int8)  # quantize's symmetric int8 range
     got = conv2d_reference(x, w, b, stride=stride, padding=pad, shift=6)
     assert np.array_equal(got, want)
 
 
 def test_requantize_shift_and_relu_follow_the_alu() -> None:
     acc = np.array([-(2**31), -1000, -1, 0, 1, 999, 2**31 - 1], np.int64)
-    for shift in (0, 1, 5, 30, 31, 40):
+    for shift in (0, 1, 5, 30, 31):
         for relu in (False, True):
             v = alu_apply(AluOp.SHR, acc, shift, 32)
-            v = alu_apply(AluOp.MAX, v, 0 if relu else -128, 32)
+            v = alu_apply(AluOp.MAX, v, 0 if relu else -127, 32)
             v = alu_apply(AluOp.MIN, v, 127, 32)
             assert np.array_equal(requantize(acc, shift, relu), v.astype(np.int8))
 
@@ -63,7 +64,7 @@ def test_dense_reference_wraps_the_accumulator_to_32_bits() -> None:
     a = np.full((1, 2), -128, np.int8)
     w = np.full((1, 2), -128, np.int8)
     bias = np.array([2**31 - 1], np.int32)  # 32768 + bias wraps to a negative value
-    assert dense_reference(a, w, bias, shift=0)[0, 0] == -128
+    assert dense_reference(a, w, bias, shift=0)[0, 0] == -127
 
 
 def test_packing_round_trips_and_pads_with_zeros() -> None:
