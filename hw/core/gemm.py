@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, signed
+from amaranth.hdl import Cat, Module, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -40,6 +40,43 @@ def gemm_cycles(n_steps: int) -> int:
     return n_steps + GEMM_LATENCY + 1 if n_steps > 0 else 1
 
 
+#: boards whose FPGA has DSP48E1 slices (25 x 18 multipliers) and too few of them for one per MAC
+PACKING_BOARDS = ("pynq",)
+
+
+def default_dsp_packing(cfg: HWConfig) -> bool:
+    """Whether ``GemmCore`` packs two MACs per multiplier for ``cfg`` unless told otherwise.
+
+    On for the ``pynq`` board (the xc7z020 has 220 DSP48E1 for the 256 MACs of 1x16x16) with
+    int8 operands; off elsewhere, where one DSP per MAC fits.
+
+    Example:
+        >>> from tensorforge.hw.config import HWConfig
+        >>> [default_dsp_packing(HWConfig.preset(n)) for n in ("pynq", "tiny")]
+        [True, False]
+    """
+    return cfg.board in PACKING_BOARDS and cfg.inp_width == cfg.wgt_width == 8
+
+
+def packed_weight(w_lo: Value, w_hi: Value, shift: int) -> Value:
+    """``w_hi * 2**shift + w_lo`` (signed), built without a wide adder.
+
+    The low ``shift`` bits are ``w_lo`` sign-extended; the top is ``w_hi - (w_lo < 0)``: the
+    borrow a negative ``w_lo`` takes from the high part.
+    """
+    sign = w_lo[-1]
+    return Cat(w_lo, sign.replicate(shift - len(w_lo)), (w_hi - sign)[: len(w_hi) + 1]).as_signed()
+
+
+def split_products(p: Value, shift: int, width: int) -> tuple[Value, Value]:
+    """(low, high) products from ``p = high * 2**shift + low`` with ``low`` a signed ``width``-bit
+    value: ``low`` is the low bits read as signed and ``high = (p >> shift) + (low < 0)``, the
+    sign correction that returns the borrow."""
+    low = p[:width].as_signed()
+    high = (p[shift:] + p[width - 1])[:width].as_signed()
+    return low, high
+
+
 class GemmCore(wiring.Component):
     """Executes GEMM instructions over external UOP, INP, WGT, ACC and OUT SRAM ports.
 
@@ -65,12 +102,31 @@ class GemmCore(wiring.Component):
     SRAM words pack lanes LSB first: INP [batch][block_in], WGT [block_out][block_in],
     ACC/OUT [batch][block_out] -- the little-endian byte image of the element in DRAM.
 
+    DSP packing (``dsp_packing``): the products ``inp[b][i] * wgt[o][i]`` and
+    ``inp[b][i] * wgt[o + 1][i]`` share their input, so one multiplier computes both as
+    ``(wgt[o + 1][i] * 2**16 + wgt[o][i]) * inp[b][i]``: a 25 x 8 bit product that fits one
+    DSP48E1 (25 x 18). Each int8 product fits 16 signed bits, so the low one is the low 16 bits
+    read as signed and the high one the bits above plus the low one's sign (the borrow). Same
+    results and timing, half the multipliers (an odd last output lane stays unpacked).
+
     Args:
         cfg: the HWConfig.
+        dsp_packing: pack two int8 MACs per multiplier; default ``default_dsp_packing(cfg)``.
+
+    Raises:
+        ValueError: ``dsp_packing`` with operands other than int8.
     """
 
-    def __init__(self, cfg: HWConfig) -> None:
+    def __init__(self, cfg: HWConfig, dsp_packing: bool | None = None) -> None:
         self.cfg = check_config(cfg)
+        if dsp_packing is None:
+            dsp_packing = default_dsp_packing(cfg)
+        if dsp_packing and not cfg.inp_width == cfg.wgt_width == 8:
+            raise ValueError(
+                f"dsp_packing needs int8 operands, not inp_width {cfg.inp_width} and wgt_width "
+                f"{cfg.wgt_width} (HWConfig {cfg.name!r})"
+            )
+        self.dsp_packing = dsp_packing
         super().__init__(
             {
                 "insn": In(stream.Signature(gemm_layout(cfg))),
@@ -129,17 +185,7 @@ class GemmCore(wiring.Component):
         # S3: the BATCH x BLOCK_OUT x BLOCK_IN products, registered (DSP M register).
         inp = lanes(self.inp_rd.data, cfg.batch, cfg.block_in, cfg.inp_width)
         wgt = lanes(self.wgt_rd.data, cfg.block_out, cfg.block_in, cfg.wgt_width)
-        prod_shape = signed(cfg.inp_width + cfg.wgt_width)
-        prod = Signal(
-            data.ArrayLayout(
-                data.ArrayLayout(data.ArrayLayout(prod_shape, cfg.block_in), cfg.block_out),
-                cfg.batch,
-            )
-        )
-        for b in range(cfg.batch):
-            for o in range(cfg.block_out):
-                for i in range(cfg.block_in):
-                    m.d.sync += prod[b][o][i].eq(inp[b][i] * wgt[o][i])
+        prod = self._products(m, inp, wgt)
         dst4 = Signal(widths["dst"])
         acc4 = Signal(acc_bits(cfg))
         m.d.sync += [v4.eq(v3), dst4.eq(dst3), acc4.eq(self.acc_rd.data)]
@@ -152,7 +198,7 @@ class GemmCore(wiring.Component):
         out = lanes(self.out_wr.data, cfg.batch, cfg.block_out, cfg.out_width)
         for b in range(cfg.batch):
             for o in range(cfg.block_out):
-                dot = tree_sum([prod[b][o][i] for i in range(cfg.block_in)])
+                dot = tree_sum(prod[b][o])
                 with m.If(~reset):
                     m.d.comb += new[b][o].eq(acc_old[b][o] + dot)  # wraps to acc_width
                 m.d.comb += out[b][o].eq(new[b][o])  # low out_width bits
@@ -165,3 +211,26 @@ class GemmCore(wiring.Component):
         ]
         fwd.record(v4, dst4, acc_new)
         return m
+
+    def _products(self, m: Module, inp: data.View, wgt: data.View) -> list[list[list[Value]]]:
+        """Register the products (S3); return them as [batch][block_out][block_in] values."""
+        cfg = self.cfg
+        width = cfg.inp_width + cfg.wgt_width
+        paired = cfg.block_out - cfg.block_out % 2 if self.dsp_packing else 0
+        prod: list[list[list[Value]]] = [
+            [[] for _ in range(cfg.block_out)] for _ in range(cfg.batch)
+        ]
+        for b in range(cfg.batch):
+            for i in range(cfg.block_in):
+                for o in range(0, paired, 2):
+                    pw = packed_weight(wgt[o][i], wgt[o + 1][i], width)
+                    p = Signal(signed(len(pw) + cfg.inp_width), name=f"pp{b}_{o // 2}_{i}")
+                    m.d.sync += p.eq(pw * inp[b][i])
+                    low, high = split_products(p, width, width)
+                    prod[b][o].append(low)
+                    prod[b][o + 1].append(high)
+                for o in range(paired, cfg.block_out):
+                    p = Signal(signed(width), name=f"p{b}_{o}_{i}")
+                    m.d.sync += p.eq(inp[b][i] * wgt[o][i])
+                    prod[b][o].append(p)
+        return prod
