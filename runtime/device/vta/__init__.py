@@ -1,4 +1,4 @@
-"""Accelerator devices: one protocol, several backends (sim, cyclesim now; rtl, pynq to come)."""
+"""Accelerator devices: one protocol, several backends (sim, cyclesim, rtl; pynq to come)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from .base import Device, DeviceError, LoadedProgram, RunResult
 
 BACKENDS = ("sim", "cyclesim", "rtl", "pynq")
 _NOT_BUILT = {
-    "rtl": "the RTL backend (issue 8)",
     "pynq": "the PYNQ board backend",
 }
 
@@ -19,7 +18,9 @@ def open_device(backend: str = "sim", config: str | HWConfig = "pynq", **options
         backend: one of ``BACKENDS``.
         config: a HWConfig, a preset name or a JSON file path.
         options: backend options (``sim``: ``memory_bytes``; ``cyclesim``: ``memory_bytes``,
-            ``timing`` (a ``sim.timing.TimingParams``), ``trace`` (a Chrome trace path)).
+            ``timing`` (a ``sim.timing.TimingParams``), ``trace`` (a Chrome trace path);
+            ``rtl``: ``simulator`` ("icarus" or "verilator"), ``memory_bytes``, ``cache_dir``,
+            ``max_cycles``, ``timeout_s``).
 
     Raises:
         DeviceError: for an unknown backend or one that is not built yet.
@@ -33,6 +34,10 @@ def open_device(backend: str = "sim", config: str | HWConfig = "pynq", **options
         from .cyclesim import CycleSimDevice
 
         return CycleSimDevice(cfg, **options)  # type: ignore[arg-type]
+    if backend == "rtl":
+        from .rtl import RtlDevice
+
+        return RtlDevice(cfg, **options)  # type: ignore[arg-type]
     if backend in _NOT_BUILT:
         raise DeviceError(
             f"device backend {backend!r} is not built yet: it needs {_NOT_BUILT[backend]}"

@@ -1,0 +1,102 @@
+"""The ``rtl`` device backend: programs on the exported top under Icarus/Verilator (cocotb),
+bit-exact against the ``sim`` backend (sim/functional.py) and cycle-exact against ``cyclesim``
+(sim/timing.py with the RAM model's latencies)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from tensorforge.compiler.topi.vta import conv2d
+from tensorforge.demo import build_matmul
+from tensorforge.hw.config import HWConfig
+from tensorforge.hw.isa import FinishInsn, GemmInsn, encode_program
+from tensorforge.runtime.device.vta import DeviceError, open_device
+from tensorforge.runtime.device.vta.rtl import matched_timing
+
+TINY = HWConfig.preset("tiny")
+SIMULATORS = ["icarus", pytest.param("verilator", marks=pytest.mark.slow)]
+
+
+def needs(simulator: str) -> None:
+    tool = {"icarus": "iverilog", "verilator": "verilator"}[simulator]
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not on PATH (`make setup` installs it; run through `make test`)")
+    pytest.importorskip("cocotb_tools.runner", reason="cocotb 2.x is not installed")
+    pytest.importorskip("cocotbext.axi", reason="cocotbext-axi is not installed")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_demo_matmul_on_rtl_equals_sim_and_cyclesim(simulator):
+    needs(simulator)
+    kernel = build_matmul(TINY, 4, 16, 12, shift=5, tile_rows=2, seed=3)
+    want, _ = kernel.run_on("sim")
+    _, timed = kernel.run_on("cyclesim", timing=matched_timing(TINY))
+    got, result = kernel.run_on("rtl", simulator=simulator)
+    assert np.array_equal(want, kernel.reference())  # the oracle agrees with the functional sim
+    assert np.array_equal(got, want)
+    assert result.backend == "rtl" and result.stats["cycles"] == result.cycles
+    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_compiled_conv_on_rtl_equals_sim_and_cyclesim(simulator):
+    needs(simulator)
+    rng = np.random.default_rng(5)
+    weight = rng.integers(-128, 128, (8, 4, 3, 3), dtype=np.int8)
+    bias = rng.integers(-2000, 2000, 8, dtype=np.int32)
+    kern = conv2d(TINY, (1, 4, 6, 6), weight, bias, padding=1, shift=7, relu=True, vthreads=2)
+    x = rng.integers(-128, 128, (1, 4, 6, 6), dtype=np.int8)
+    want, _ = kern.run(x, "sim")
+    _, timed = kern.run(x, "cyclesim", timing=matched_timing(TINY))
+    got, result = kern.run(x, "rtl", simulator=simulator)
+    assert np.array_equal(want, kern.reference(x))
+    assert np.array_equal(got, want)
+    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+
+
+def _raw_program(device, program: bytes):  # type: ignore[no-untyped-def]
+    block = device.alloc(len(program), 16)
+    device.write(block, program)
+    return block
+
+
+@pytest.mark.rtl
+def test_a_deadlocked_program_ends_with_the_state_named():
+    needs("icarus")
+    device = open_device("rtl", TINY, max_cycles=2000)
+    # GEMM pops a token LOAD never pushes: the core waits forever.
+    program = encode_program([GemmInsn(pop_prev=True), FinishInsn()], TINY)
+    block = _raw_program(device, program)
+    with pytest.raises(DeviceError, match=r"hung: no DONE after \d+ clock cycles \(limit 2000\)"
+                       r"; state: CTRL=BUSY, STATUS=OK, CYCLES=\d+"):  # fmt: skip
+        device.run(block, 2)
+
+
+@pytest.mark.rtl
+def test_the_wall_clock_limit_ends_a_hung_run_too():
+    needs("icarus")
+    device = open_device("rtl", TINY, timeout_s=1.0)  # max_cycles stays at its large default
+    block = _raw_program(device, encode_program([GemmInsn(pop_prev=True), FinishInsn()], TINY))
+    with pytest.raises(DeviceError, match=r"hung: the accelerator did not finish within 1\.0 s"
+                       r".*state: CTRL=BUSY"):  # fmt: skip
+        device.run(block, 2)
+
+
+@pytest.mark.rtl
+def test_a_bad_opcode_stops_with_status():
+    needs("icarus")
+    device = open_device("rtl", TINY, max_cycles=2000)
+    block = _raw_program(device, bytes([0x07]) + bytes(15))  # opcode 7 is not defined
+    with pytest.raises(DeviceError, match="stopped on an error: .*STATUS BAD_OPCODE.*CTRL=ERROR"):
+        device.run(block, 1)
+
+
+def test_unknown_simulator_is_named():
+    with pytest.raises(DeviceError, match=r"simulator must be one of \['icarus', 'verilator'\], "
+                       "not 'vcs'"):  # fmt: skip
+        open_device("rtl", TINY, simulator="vcs")
