@@ -8,7 +8,20 @@ from typing import Any
 from llvmlite import ir
 
 from ..te import dtype as dt
-from ..te.expr import BinOp, Call, CallKind, Cast, Expr, FloatImm, IntImm, Not, Op, Select, Var
+from ..te.expr import (
+    INT_INTRINSICS,
+    BinOp,
+    Call,
+    CallKind,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Not,
+    Op,
+    Select,
+    Var,
+)
 from ..tir.stmt import Buffer, BufferLoad, LoweringError
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -256,7 +269,15 @@ class ExprEmitter:
                 "(tensor intrinsics for the CPU are not built yet)"
             )
         args = self.unify(*(self.emit(a) for a in e.args))
+        if e.name in INT_INTRINSICS:
+            return self.shift(e.name, args[0], args[1], e.dtype)
         return self.math_call(e.name, args, e.dtype)
+
+    def shift(self, name: str, x: ir.Value, n: ir.Value, dtype: str) -> ir.Value:
+        """shl / ashr / lshr; the amount is in [0, bits) by the intrinsic's contract."""
+        if name == "shift_left":
+            return self.builder.shl(x, n)
+        return self.builder.lshr(x, n) if dtype.startswith("uint") else self.builder.ashr(x, n)
 
     def math_call(self, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
         if dtype == "float16":  # compute in float32, as C does

@@ -69,6 +69,11 @@ MATH_INTRINSICS = {
     "pow": 2,
 }
 
+# Integer intrinsics: take an integer and a shift amount in [0, bits), return the first dtype.
+# Calls, not BinOps, so the affine simplifier keeps them whole (it would treat a shift written
+# as `x // 2**n` as exact arithmetic and move terms across it, which wrapping values break).
+INT_INTRINSICS = {"shift_left": 2, "shift_right": 2}
+
 
 class ExprOps:
     """Python operators that build expressions; shared by `Expr` and `IterVar`."""
@@ -425,6 +430,22 @@ def call_math(name: str, *args: Any) -> Expr:
     if not dt.is_float(common):
         raise TypeError(f"{name} needs float operands, not {common!r}; cast first")
     return Call(name, tuple(cast(e, common) for e in exprs), common)
+
+
+def call_shift(name: str, x: Any, amount: Any) -> Expr:
+    """`shift_left` (the low bits of x * 2**amount: wraps at x's width) or `shift_right`
+    (arithmetic for signed x, logical for unsigned) of an integer by `amount` in [0, bits)."""
+    if name not in INT_INTRINSICS:
+        raise ValueError(f"unknown integer intrinsic {name!r}; known: {', '.join(INT_INTRINSICS)}")
+    x = as_expr(x)
+    if not dt.is_int(x.dtype):
+        raise TypeError(f"{name} needs an integer operand, not {x.dtype!r}")
+    n = cast(amount, x.dtype)
+    if isinstance(n, IntImm) and not 0 <= n.value < dt.bits(x.dtype):
+        raise ValueError(
+            f"{name} amount must be in [0, {dt.bits(x.dtype)}) for {x.dtype}, not {n.value}"
+        )
+    return Call(name, (x, n), x.dtype)
 
 
 def call_extern(name: str, *args: Any, dtype: str = "int32") -> Expr:

@@ -1,10 +1,11 @@
-"""Math intrinsics on float expressions (`exp`, `log`, `sqrt`, `tanh`, `erf`, `pow`, ...)."""
+"""Math intrinsics on float expressions (`exp`, `log`, `sqrt`, `tanh`, `erf`, `pow`, ...) and
+integer shifts (`shift_left`, `shift_right`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .expr import Expr, abs_expr, call_math
+from .expr import Expr, abs_expr, call_math, call_shift
 
 
 def exp(x: Any) -> Expr:
@@ -78,3 +79,14 @@ def power(x: Any, y: Any) -> Expr:
 def abs(x: Any) -> Expr:  # noqa: A001 - the intrinsic's name
     """|x| for any numeric dtype."""
     return abs_expr(x)
+
+
+def shift_left(x: Any, n: Any) -> Expr:
+    """`x << n` for an integer `x`: the low bits of `x * 2**n`; `n` must be in [0, bits)."""
+    return call_shift("shift_left", x, n)
+
+
+def shift_right(x: Any, n: Any) -> Expr:
+    """`x >> n`: arithmetic (floor of `x / 2**n`) for signed `x`, logical for unsigned; `n` must
+    be in [0, bits)."""
+    return call_shift("shift_right", x, n)

@@ -18,7 +18,20 @@ from typing import Any
 import numpy as np
 
 from ..te import dtype as dt
-from ..te.expr import BinOp, Call, CallKind, Cast, Expr, FloatImm, IntImm, Not, Op, Select, Var
+from ..te.expr import (
+    INT_INTRINSICS,
+    BinOp,
+    Call,
+    CallKind,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Not,
+    Op,
+    Select,
+    Var,
+)
 from .gpu import BARRIER, is_block_root, is_shared, is_thread_loop
 from .interp_gpu import _BlockCompiler
 from .stmt import (
@@ -83,6 +96,20 @@ _MATH: dict[str, Callable[..., float]] = {
     "trunc": _safe(lambda x: float(math.trunc(x))),
     "pow": _safe(math.pow),
 }
+
+
+def _shift(e: Call, fx: Fn, fn: Fn) -> Fn:
+    """shift_left wraps at the dtype's width; shift_right on Python ints is arithmetic (and
+    logical for the non-negative values of unsigned dtypes)."""
+    width, dtype, left = dt.bits(e.dtype), e.dtype, e.name == "shift_left"
+
+    def run(env: Env) -> int:
+        x, n = fx(env), fn(env)
+        if not 0 <= n < width:
+            raise InterpretError(f"{e.name} amount must be in [0, {width}), not {n}")
+        return dt.wrap_int(x << n, dtype) if left else x >> n
+
+    return run
 
 
 def _rounder(dtype: str) -> Callable[[Any], Any] | None:
@@ -280,6 +307,8 @@ class _Compiler(_BlockCompiler):
         if e.name == "if_then_else":
             fc, ft, ff = args
             return lambda env: ft(env) if fc(env) else ff(env)
+        if e.kind is CallKind.PURE and e.name in INT_INTRINSICS:
+            return _shift(e, *args)
         if e.kind is CallKind.PURE:
             fn = _MATH.get(e.name)
             if fn is None:

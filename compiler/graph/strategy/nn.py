@@ -202,15 +202,17 @@ def _dense_config(m: int) -> DenseConfig:
     return DenseConfig(mr=max(1, min(6, m)), bn=32)
 
 
-def _dense(
+def packed_dense(
     ctx: GroupContext, data: Tensor, weight: str, layout: str, epilogue: Any, config: DenseConfig
 ) -> Result:
-    """topi's dense; constant float weights are packed into its panels once, here, and the
-    kernel reads them in place (the in-kernel packing stage is inlined into a plain read)."""
+    """topi's dense; constant float or int8 weights are packed into its panels once, here, and
+    the kernel reads them in place (the in-kernel packing stage is inlined into a plain read).
+    int8 data accumulates in int32, as topi's dense does."""
     const = ctx.constant(weight)
-    if const is None or data.dtype not in ("float32", "float64"):
+    if const is None or data.dtype not in ("float32", "float64", "int8"):
         op = dense(data, ctx.as_tensor(weight), None, epilogue, None, config, layout)
         return schedule_dense(op, config), [op.out]
+    acc_dtype = "int32" if data.dtype == "int8" else data.dtype
     w = np.asarray(const) if layout == "NK" else np.asarray(const).T
     (n, k), bn = w.shape, config.bn
     panels = np.zeros((-(-n // bn) * bn, k), w.dtype)
@@ -223,7 +225,10 @@ def _dense(
     m = data.shape[0]
     acc = te.compute(
         (m, n),
-        lambda i, j: te.sum(data[i, rk] * packed[j // bn, rk, j % bn], axis=rk),
+        lambda i, j: te.sum(
+            data[i, rk].astype(acc_dtype) * packed[j // bn, rk, j % bn].astype(acc_dtype),
+            axis=rk,
+        ),
         name="acc",
     )
     out = acc
@@ -262,7 +267,7 @@ def _gemm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     simple = alpha == 1.0 and c is None and not tail.nodes
     config = _dense_config(m)
     layout = "NK" if attrs["transB"] else "KN"
-    return _dense(ctx, data, node.inputs[1], layout, None if simple else epilogue, config)
+    return packed_dense(ctx, data, node.inputs[1], layout, None if simple else epilogue, config)
 
 
 def _unravel(flat: Any, shape: tuple[int, ...]) -> Index:
@@ -290,7 +295,7 @@ def _matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     rows = int(np.prod(lead))
     data = ctx.as_tensor(node.inputs[0], (rows, k))
     epi = _epilogue(tail, lambda i, j: (*_unravel(i, lead), j))
-    return _dense(ctx, data, node.inputs[1], "KN", epi, _dense_config(rows))
+    return packed_dense(ctx, data, node.inputs[1], "KN", epi, _dense_config(rows))
 
 
 def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
@@ -322,7 +327,7 @@ def _pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], kernel, attrs["ceil_mode"])
     kind = "max" if node.op == "MaxPool" else "avg"
     if kind == "max" and set(dil) == {1}:  # 10-20x faster than topi's pool2d (no vector lanes)
-        return _max_pool_separable(ctx, node, tail, kernel, begin, strides)
+        return max_pool_separable(ctx, node, tail, kernel, begin, strides)
     symmetric = begin == end and len({*begin}) == 1
     square = len({*kernel}) == 1 and len({*strides}) == 1 and set(dil) == {1}
     counts_ok = kind == "max" or begin[0] == 0 or attrs.get("count_include_pad")
@@ -332,7 +337,7 @@ def _pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return _pool_generic(ctx, node, tail, kind, kernel, begin, strides, dil)
 
 
-def _max_pool_separable(
+def max_pool_separable(
     ctx: GroupContext, node: Node, tail: Tail, kernel: tuple, pads: list, st: list
 ) -> Result:
     """Max pooling as a column pass (contiguous rows: vector loads) then a row pass over it,

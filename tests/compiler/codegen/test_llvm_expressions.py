@@ -125,3 +125,70 @@ def test_if_then_else_does_not_evaluate_the_untaken_branch() -> None:
     a, p = np.random.default_rng(1).random(N).astype("float32"), np.zeros(N + 4, "float32")
     f(a, p)
     np.testing.assert_array_equal(p, np.pad(a, 2, constant_values=-1.0))
+
+
+SHIFT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["serial", "vector"])
+@pytest.mark.parametrize("dtype", SHIFT_DTYPES)
+def test_shifts_wrap_left_and_fill_the_sign_right_like_numpy(dtype: str, vectorize: bool) -> None:
+    bits = np.iinfo(dtype).bits
+    rng = np.random.default_rng(bits)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, N, dtype=dtype, endpoint=True)
+    amount = rng.integers(0, bits, N).astype(dtype)  # any amount in [0, bits), per element
+    A = te.placeholder((N,), dtype, name="A")
+    S = te.placeholder((N,), dtype, name="S")
+    L = te.compute((N,), lambda i: te.shift_left(A[i], S[i]), name="L")
+    R = te.compute((N,), lambda i: te.shift_right(A[i], S[i]), name="R")
+    K = te.compute(
+        (N,), lambda i: te.shift_right(A[i], bits - 1) + te.shift_left(A[i], 3), name="K"
+    )
+    s = te.create_schedule([L.op, R.op, K.op])
+    if vectorize:
+        for t in (L, R, K):
+            _, inner = s[t].split(t.op.axis[0], factor=8)
+            s[t].vectorize(inner)
+    func = tir.lower(s, [A, S, L, R, K], name="shifts")
+    native, interp = ([np.zeros(N, dtype) for _ in range(3)] for _ in range(2))
+    build(func)(a, amount, *native)
+    tir.interpret(func, [a, amount, *interp])
+    with np.errstate(over="ignore"):
+        want = [a << amount, a >> amount, (a >> (bits - 1)) + (a << 3)]  # numpy wraps, as C
+    for got_n, got_i, w in zip(native, interp, want, strict=True):
+        np.testing.assert_array_equal(got_n, w)
+        np.testing.assert_array_equal(got_i, w)
+
+
+def test_shift_amounts_out_of_range_are_refused() -> None:
+    x = te.var("x", "int32")
+    with pytest.raises(
+        ValueError, match=r"shift_left amount must be in \[0, 32\) for int32, not 32"
+    ):
+        te.shift_left(x, 32)
+    with pytest.raises(TypeError, match="shift_right needs an integer operand, not 'float32'"):
+        te.shift_right(te.var("f", "float32"), 1)
+    A = te.placeholder((N,), "int8", name="A")
+    C = te.compute((N,), lambda i: te.shift_right(A[i], A[i]), name="C")
+    func = tir.lower(te.create_schedule(C.op), [A, C], name="bad")
+    with pytest.raises(tir.InterpretError, match=r"shift_right amount must be in \[0, 8\), not -1"):
+        tir.interpret(func, [np.full(N, -1, np.int8), np.zeros(N, np.int8)])
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["serial", "vector"])
+def test_round_breaks_ties_to_even_like_numpy_rint(vectorize: bool) -> None:
+    halves = np.arange(-40, 41, dtype=np.float64) + 0.5
+    values = np.concatenate([halves, np.nextafter(halves, 0), [0.0, -0.0, 1e300, -1e300]])
+    A = te.placeholder((values.size,), "float64", name="A")
+    C = te.compute(A.shape, lambda i: te.round(A[i]), name="C")
+    s = te.create_schedule(C.op)
+    if vectorize:
+        _, inner = s[C].split(C.op.axis[0], factor=8)
+        s[C].vectorize(inner)
+    func = tir.lower(s, [A, C], name="rint")
+    native, interp = np.zeros_like(values), np.zeros_like(values)
+    build(func)(values, native)
+    tir.interpret(func, [values, interp])
+    np.testing.assert_array_equal(native, np.rint(values))
+    np.testing.assert_array_equal(interp, np.rint(values))
