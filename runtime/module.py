@@ -2,8 +2,9 @@
 
 What `tensorforge.compile(model, target)` returns (DESIGN.md contract 5). Kernels carry a kind;
 each kind has a loader in `KERNEL_KINDS` that turns the kernels' payloads into callables ("llvm":
-host object code, linked by `runtime.device.cpu.loader`; accelerator program images plug in the
-same way). `save`/`load` write one file through `runtime.container` (never pickle).
+host object code, linked by `runtime.device.cpu.loader`; "vta": accelerator program images,
+launched on a device by `runtime.device.vta.launch`). `save`/`load` write one file through
+`runtime.container` (never pickle).
 
 Example:
     >>> import numpy as np, tensorforge
@@ -70,16 +71,17 @@ class TensorSpec:
         return f"{self.dtype}{list(self.shape)}"
 
 
-KernelLoader = Callable[[Sequence[KernelImage]], dict[str, Launch]]
+KernelLoader = Callable[[Sequence[KernelImage], Mapping[str, Any]], dict[str, Launch]]
 KERNEL_KINDS: dict[str, KernelLoader] = {}
 
 
 def register_kernel_kind(kind: str, loader: KernelLoader) -> None:
-    """Make kernels of `kind` loadable: `loader(kernels) -> {kernel name: launch(*pointers)}`."""
+    """Make kernels of `kind` loadable: `loader(kernels, device_options) -> {kernel name:
+    launch(*pointers)}` (keys starting with `__` hold objects that must outlive the launches)."""
     KERNEL_KINDS[kind] = loader
 
 
-def _load_llvm(kernels: Sequence[KernelImage]) -> dict[str, Launch]:
+def _load_llvm(kernels: Sequence[KernelImage], options: Mapping[str, Any]) -> dict[str, Launch]:
     import ctypes
 
     from .device.cpu.loader import ObjectLoader, check_host
@@ -95,7 +97,14 @@ def _load_llvm(kernels: Sequence[KernelImage]) -> dict[str, Launch]:
     return launches
 
 
+def _load_vta(kernels: Sequence[KernelImage], options: Mapping[str, Any]) -> dict[str, Launch]:
+    from .device.vta.launch import load_vta_kernels  # the simulators load only when needed
+
+    return load_vta_kernels(kernels, options)
+
+
 register_kernel_kind("llvm", _load_llvm)
+register_kernel_kind("vta", _load_vta)
 
 
 class Module:
@@ -134,6 +143,7 @@ class Module:
         self._check_calls()
         self._executor: Executor | None = None
         self._launches: dict[str, Launch] | None = None
+        self._device_options: dict[str, Any] = {}
 
     def _check_calls(self) -> None:
         by_name = {k.name: k for k in self.kernels}
@@ -167,7 +177,8 @@ class Module:
                     raise ValueError(
                         f"kernel kind must be one of {sorted(KERNEL_KINDS)}, not {kind!r}"
                     )
-                launches.update(KERNEL_KINDS[kind]([k for k in self.kernels if k.kind == kind]))
+                of_kind = [k for k in self.kernels if k.kind == kind]
+                launches.update(KERNEL_KINDS[kind](of_kind, self._device_options))
             self._launches = launches
             slots = {
                 name: (offset, self.tensors[name].shape, self.tensors[name].dtype)
@@ -210,6 +221,49 @@ class Module:
         executor = self._bind_inputs(inputs)
         executor.run()  # warm up: page in the arena and the code
         return executor.profile(repeat)
+
+    # ---- accelerator devices ------------------------------------------------------------------
+
+    def use_device(self, backend: str, **options: Any) -> Module:
+        """Run the accelerator kernels on device backend `backend` ("sim", "cyclesim", "rtl")
+        with its options (`runtime.device.vta.open_device`) from the next run on; returns self.
+
+        Example:
+            >>> module.use_device("cyclesim").run(inputs)           # doctest: +SKIP
+            >>> module.device_results()["conv2 (tf.qconv2d)"].cycles  # doctest: +SKIP
+        """
+        self._device_options = {"device": backend, **options}
+        self._executor = self._launches = None  # reloaded (and the device reopened) on demand
+        return self
+
+    def device_results(self) -> dict[str, Any]:
+        """Call label -> the accelerator's `RunResult` (counters, cycles) of the last run, for
+        every call of an accelerator kernel that has run."""
+        if self._launches is None:
+            return {}
+        results = {}
+        for call in self.calls:
+            last = getattr(self._launches[call.kernel], "last", None)
+            if last is not None:
+                results[call.label] = last
+        return results
+
+    def write_trace(self, path: str | Path) -> Path:
+        """Write the last run's accelerator layers, one after another, as one Chrome trace
+        (needs the cyclesim device: `use_device("cyclesim")`).
+
+        Raises:
+            ValueError: when the last run has no cycle-accurate results to trace.
+        """
+        runs = [(label, getattr(r, "timing", None)) for label, r in self.device_results().items()]
+        if not runs or any(timing is None for _, timing in runs):
+            raise ValueError(
+                "write_trace needs a run of the accelerator layers on the cyclesim device "
+                "(module.use_device('cyclesim') before run)"
+            )
+        from ..sim.trace import write_chrome_trace_sequence
+
+        return write_chrome_trace_sequence(runs, path)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {self.tensors[n]}" for n in self.inputs)

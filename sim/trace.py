@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from ..hw.isa import describe, stage_of
 from .timing import STAGES, TOKEN_QUEUES, TimingResult, unit_of
 
 PID = 1
-TID = {"fetch": 1, "load": 2, "compute": 3, "store": 4}
+TID = {"layers": 0, "fetch": 1, "load": 2, "compute": 3, "store": 4}
 
 
 def chrome_trace(result: TimingResult) -> dict[str, Any]:
@@ -36,6 +37,8 @@ def chrome_trace(result: TimingResult) -> dict[str, Any]:
         ),
     ]
     for name, tid in TID.items():
+        if name == "layers":
+            continue  # only a sequence of runs has a layer track
         events.append(_meta("thread_name", tid, name))
         events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
                        "args": {"sort_index": tid}})  # fmt: skip
@@ -75,6 +78,44 @@ def write_chrome_trace(result: TimingResult, path: str | Path) -> Path:
     """Write ``chrome_trace(result)`` to ``path``; returns the path."""
     path = Path(path)
     path.write_text(json.dumps(chrome_trace(result), separators=(",", ":")))
+    return path
+
+
+def chrome_trace_sequence(runs: Sequence[tuple[str, TimingResult]]) -> dict[str, Any]:
+    """One trace of several runs placed one after another (a model's accelerator layers): each
+    run's events shifted by the cycles of the runs before it, plus a ``layers`` track with one
+    slice per run named by its label.
+
+    Raises:
+        ValueError: for no runs, or runs of different configurations or clocks.
+    """
+    if not runs:
+        raise ValueError("chrome_trace_sequence needs at least one run")
+    first = runs[0][1]
+    clocks = {(r.config, r.params.clock_mhz) for _, r in runs}
+    if len(clocks) != 1:
+        raise ValueError("the runs of one trace must share a HWConfig and a clock")
+    us = 1.0 / first.params.clock_mhz
+    trace = chrome_trace(first)
+    events = [e for e in trace["traceEvents"] if e["ph"] == "M"]
+    events.append(_meta("thread_name", TID["layers"], "layers"))
+    offset = 0
+    for label, result in runs:
+        for event in chrome_trace(result)["traceEvents"]:
+            if event["ph"] != "M":
+                events.append({**event, "ts": event["ts"] + offset * us})
+        args = {"cycles": result.cycles, "start_cycle": offset}
+        events.append(_slice(label, "layer", "layers", offset, offset + result.cycles, us, args))
+        offset += result.cycles
+    trace["traceEvents"] = events
+    trace["otherData"] = {**trace["otherData"], "cycles": offset, "layers": len(runs)}
+    return trace
+
+
+def write_chrome_trace_sequence(runs: Sequence[tuple[str, TimingResult]], path: str | Path) -> Path:
+    """Write ``chrome_trace_sequence(runs)`` to ``path``; returns the path."""
+    path = Path(path)
+    path.write_text(json.dumps(chrome_trace_sequence(runs), separators=(",", ":")))
     return path
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from .runtime.module import Module
 
-BUILT_TARGETS = ("llvm",)
+BUILT_TARGETS = ("llvm", "vta")
 
 
 def _as_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Any:
@@ -31,23 +31,32 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
     target: str = "llvm",
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     progress: bool = False,
+    calibration: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
 ) -> Module:
     """Compile a whole model for a target.
 
     Args:
         model: an ONNX file path, its bytes, an `onnx.ModelProto`, or a graph-layer `Graph`.
-        target: "llvm" (this CPU; "llvm -mcpu=..." to name features). Other targets raise
-            `NotImplementedError` until their back-ends exist.
+        target: "llvm" (this CPU; "llvm -mcpu=..." to name features), or the accelerator,
+            "vta -config=pynq -device=sim" (options: -config a preset or JSON file, -device
+            sim/cyclesim/rtl, -mode shift/mul requantization, -vthreads 1/2; see
+            docs/compile.md): the model is quantized to int8, its conv/dense layers (with
+            residual adds and max pooling) run on the accelerator and the rest on this CPU.
+            Other targets raise `NotImplementedError` until their back-ends exist.
         input_shapes: input name -> shape, for ONNX inputs with symbolic dimensions.
         progress: show a progress bar over the kernels being compiled.
+        calibration: for a vta target and a float model: one batch of representative inputs
+            (input name -> array) or a list of batches, to choose the int8 scales.
 
     Returns:
-        A `Module`: `run(inputs)`, `profile(inputs)`, `save(path)` / `Module.load(path)`.
+        A `Module`: `run(inputs)`, `profile(inputs)`, `save(path)` / `Module.load(path)`;
+        for a vta target also `use_device(backend)`, `device_results()`, `write_trace(path)`.
 
     Raises:
         UnsupportedOpError: listing every op of the model the importer does not support.
         LoweringError: for an op without a CPU kernel (op and node named).
-        NotImplementedError: for a target other than llvm.
+        ValueError: a vta target without calibration for a float model, or bad options.
+        NotImplementedError: for a target other than llvm and vta.
 
     Example:
         >>> import numpy as np, tensorforge
@@ -66,6 +75,13 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
             f"target {str(tgt)!r} is not built yet for whole models; targets must be one of "
             f"{', '.join(BUILT_TARGETS)}"
         )
+    if tgt.kind == "vta":
+        from .compiler.graph.compile_vta import compile_graph_vta
+
+        graph = _as_graph(model, input_shapes)
+        return compile_graph_vta(graph, tgt, calibration, progress=progress)
+    if calibration is not None:
+        raise ValueError(f"calibration belongs to vta targets, not {str(tgt)!r}")
     if not tgt.is_host:
         raise NotImplementedError(
             f"cross-compiling whole models (target {str(tgt)!r}) is not built yet; use 'llvm'"

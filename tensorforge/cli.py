@@ -106,10 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _model_commands(sub: argparse._SubParsersAction) -> None:
+    target_help = (
+        "compilation target (default: llvm); 'vta -config=pynq -device=sim' for the "
+        "accelerator (options: -config, -device sim|cyclesim|rtl, -mode shift|mul, -vthreads)"
+    )
     p = sub.add_parser("compile", help="compile an ONNX model to a module file (.tfm)")
     p.add_argument("model", help="the ONNX model")
     p.add_argument("-o", "--output", required=True, help="the module file to write")
-    p.add_argument("--target", default="llvm", help="compilation target (default: llvm)")
+    p.add_argument("--target", default="llvm", help=target_help)
+    _calibrate_arg(p, "calibration inputs for a vta target (required for a float model)")
+    _shape_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p = sub.add_parser("run", help="run an ONNX model or a compiled module on .npy inputs")
     p.add_argument("model", help="an ONNX model (compiled first) or a module file (.tfm)")
@@ -120,8 +126,33 @@ def _model_commands(sub: argparse._SubParsersAction) -> None:
         metavar="[NAME=]FILE.npy",
         help="an input array (NAME= may be left off for a model with one input)",
     )
+    p.add_argument("--target", default="llvm", help=target_help + "; for an ONNX model")
+    _calibrate_arg(p, "calibration inputs for a vta target (default: the --input arrays)")
+    _shape_arg(p, " (default: the --input arrays' shapes)")
+    p.add_argument(
+        "--device",
+        choices=("sim", "cyclesim", "rtl"),
+        help="the accelerator device of a vta module (default: the target's -device)",
+    )
+    p.add_argument("--trace", metavar="FILE", help="vta: write a Chrome trace (implies cyclesim)")
     p.add_argument("--profile", action="store_true", help="print the per-layer profile table")
     p.add_argument("--repeat", type=int, default=10, help="profile runs (default: 10)")
+
+
+def _shape_arg(p: argparse.ArgumentParser, default: str = "") -> None:
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="[NAME=]D0,D1,...",
+        help=f"the static shape of an input with symbolic dimensions{default}",
+    )
+
+
+def _calibrate_arg(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument(
+        "--calibrate", action="append", default=[], metavar="[NAME=]FILE.npy", help=text
+    )
 
 
 def _program_args(p: argparse.ArgumentParser) -> None:
@@ -296,31 +327,51 @@ def _demo(args: argparse.Namespace) -> int:
         from .demo import run_demo
 
         return 0 if run_demo(args.config, save=args.save, backend=backend, **options) else 1
-    if args.save or args.trace:
-        raise ValueError("--save and --trace belong to --job matmul, not the digits job")
+    if args.save:
+        raise ValueError("--save belongs to --job matmul, not the digits job")
     from .digits import run_digits_demo
 
-    run_digits_demo(args.config, backend=backend, images=args.images, vthreads=args.vthreads)
+    run_digits_demo(args.config, backend=backend, images=args.images, vthreads=args.vthreads,
+                    trace=args.trace)  # fmt: skip
     return 0
 
 
-def _load_model(path: str, target: str = "llvm", progress: bool = False):  # -> Module
+def _load_model(args: argparse.Namespace, progress: bool = False):  # -> (Module, inputs)
+    """The module (read from a .tfm, or compiled from ONNX) and the --input arrays."""
     from . import api
     from .compiler.tir.stmt import LoweringError
     from .runtime.module import MAGIC, Module
 
-    with open(path, "rb") as f:
+    with open(args.model, "rb") as f:
         head = f.read(len(MAGIC))
     if head == MAGIC:
-        return Module.load(path)
+        module = Module.load(args.model)
+        return module, _named_arrays(module.inputs, getattr(args, "input", []))
+    from .compiler.frontend import from_onnx
+
+    proto, names, symbolic = _onnx_inputs(args.model)
+    inputs = _named_arrays(names, getattr(args, "input", []))
+    shapes = {n: inputs[n].shape for n in symbolic if n in inputs}  # fix symbolic dims by data
+    shapes.update(_shapes(names, args.shape))
+    for name in symbolic:
+        if name not in shapes:
+            raise ValueError(f"{args.model}: input {name!r} has symbolic dimensions; give its "
+                             f"shape: --shape {name}=d0,d1,...")  # fmt: skip
+    graph = from_onnx(proto, input_shapes=shapes)
+    calibration = _named_arrays(names, args.calibrate) or None
+    if args.target.split()[0] == "vta" and calibration is None and inputs:
+        print("note: calibrating the int8 scales on the --input arrays (--calibrate to choose)")
+        calibration = inputs
     try:
-        return api.compile(path, target=target, progress=progress)
+        module = api.compile(graph, target=args.target, progress=progress,
+                             calibration=calibration)  # fmt: skip
     except LoweringError as e:  # a compiler error, reported in one line like the others
-        raise ValueError(f"{path}: {e}") from None
+        raise ValueError(f"{args.model}: {e}") from None
+    return module, inputs
 
 
 def _compile_model(args: argparse.Namespace) -> int:
-    module = _load_model(args.model, args.target, progress=not args.no_progress)
+    module, _ = _load_model(args, progress=not args.no_progress)
     module.save(args.output)
     st = module.stats
     print(
@@ -328,25 +379,70 @@ def _compile_model(args: argparse.Namespace) -> int:
         f"arena {st['arena_bytes']} B (naive {st['naive_bytes']} B), "
         f"constants {st['constant_bytes']} B"
     )
+    if "placement" in st:
+        print(f"{st['accelerator_kernels']} accelerator kernels ({st['config']}), "
+              f"{st['offloaded_macs']:.1%} of conv/dense MACs on the accelerator")  # fmt: skip
     return 0
 
 
-def _model_inputs(module: object, specs: list[str]) -> dict[str, np.ndarray]:
-    names = list(module.inputs)  # type: ignore[attr-defined]
-    inputs: dict[str, np.ndarray] = {}
+def _onnx_inputs(path: str) -> tuple[object, list[str], list[str]]:
+    """The model, its input names, and the names of inputs with symbolic dimensions."""
+    import onnx
+
+    try:
+        proto = onnx.load(path)
+    except Exception as e:  # noqa: BLE001  (protobuf raises its own types)
+        raise ValueError(f"{path}: not an ONNX model or a module file: {e}") from None
+    weights = {t.name for t in proto.graph.initializer}
+    inputs = [v for v in proto.graph.input if v.name not in weights]
+    symbolic = [
+        v.name for v in inputs
+        if any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
+    ]  # fmt: skip
+    return proto, [v.name for v in inputs], symbolic
+
+
+def _shapes(names: Sequence[str], specs: list[str]) -> dict[str, tuple[int, ...]]:
+    """--shape NAME=d0,d1,... (NAME= may be left off for a model with one input)."""
+    shapes = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise ValueError(f"--shape must be NAME=d0,d1,... for a model with inputs "
+                                 f"{list(names)}, not {spec!r}")  # fmt: skip
+            name = names[0]
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            raise ValueError(f"--shape dims must be integers like 1,3,224,224, not {dims!r}") from None
+    return shapes
+
+
+def _named_arrays(names: Sequence[str], specs: list[str]) -> dict[str, np.ndarray]:
+    names = list(names)
+    arrays: dict[str, np.ndarray] = {}
     for spec in specs:
         name, sep, file = spec.partition("=")
         if not sep:
             if len(names) != 1:
-                raise ValueError(f"--input must be NAME=FILE.npy for a model with inputs {names}")
+                raise ValueError(f"arrays must be given as NAME=FILE.npy for a model with "
+                                 f"inputs {names}, not {spec!r}")  # fmt: skip
             name, file = names[0], spec
-        inputs[name] = np.load(file, allow_pickle=False)
-    return inputs
+        arrays[name] = np.load(file, allow_pickle=False)
+    return arrays
 
 
 def _run_model(args: argparse.Namespace) -> int:
-    module = _load_model(args.model)
-    inputs = _model_inputs(module, args.input)
+    module, inputs = _load_model(args)
+    accelerated = any(k.kind == "vta" for k in module.kernels)
+    if (args.device or args.trace) and not accelerated:
+        raise ValueError("--device and --trace belong to modules compiled for a vta target")
+    if accelerated and (args.device or args.trace):
+        device = args.device or "cyclesim"
+        if args.trace and device != "cyclesim":
+            raise ValueError(f"--trace needs the cyclesim device, not --device {device}")
+        module.use_device(device)
     for name, value in module.run(inputs).items():
         flat = value.reshape(-1)
         head = ", ".join(f"{v:.4g}" for v in flat[:6])
@@ -354,9 +450,22 @@ def _run_model(args: argparse.Namespace) -> int:
             f"{name}: {value.dtype}{list(value.shape)} min {flat.min():.4g} max {flat.max():.4g} "
             f"mean {flat.mean():.4g} [{head}{', ...' if flat.size > 6 else ''}]"
         )
+    if accelerated:
+        _print_accelerator_report(module, args.trace)
     if args.profile:
         print(module.profile(inputs, repeat=args.repeat).table())
     return 0
+
+
+def _print_accelerator_report(module: object, trace: str | None) -> None:
+    from .report import device_table, placement_table
+
+    print(placement_table(module))
+    clock = module.stats.get("clock_mhz")  # type: ignore[attr-defined]
+    print(device_table(module.device_results(), clock))  # type: ignore[attr-defined]
+    if trace:
+        module.write_trace(trace)  # type: ignore[attr-defined]
+        print(f"trace written to {trace} (open it in https://ui.perfetto.dev)")
 
 
 if __name__ == "__main__":

@@ -65,5 +65,5 @@ def test_demo_runs_the_digits_main_job_by_default(capsys):
     assert main(["demo", "--config", "tiny", "--images", "12"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("TensorForge main job: digits CNN") and "int8 accuracy" in out
-    assert main(["demo", "--trace", "t.json"]) == 1
-    assert "--save and --trace belong to --job matmul" in capsys.readouterr().err
+    assert main(["demo", "--save", "m.tfp"]) == 1
+    assert "--save belongs to --job matmul" in capsys.readouterr().err

@@ -15,12 +15,13 @@ def test_int8_accuracy_on_the_accelerator_is_within_two_points_of_float(capsys):
     assert acc["float"] == (logits.argmax(1) == split["labels"]).mean()  # onnxruntime agrees
     assert acc["int8"] >= acc["float"] - 0.02
     out = capsys.readouterr().out
-    assert "offloaded: 3 of 4 conv/dense layers" in out
-    for layer in ("conv2", "conv3", "dense"):
-        assert f"  {layer} " in out
+    assert "on the accelerator: 3 of 4 conv/dense layers" in out
+    for call in ("tf.qconv2d+tf.qmaxpool (conv2)", "tf.qconv2d (conv3)", "tf.qdense (dense)"):
+        assert f"  {call} " in out
 
 
-def test_cycle_accurate_backend_reports_cycles(capsys):
-    run_digits_demo("tiny", backend="cyclesim", images=8)
+def test_cycle_accurate_backend_reports_cycles_and_writes_a_trace(capsys, tmp_path):
+    run_digits_demo("tiny", backend="cyclesim", images=8, trace=str(tmp_path / "t.json"))
     out = capsys.readouterr().out
-    assert "cycles = " in out and " ms at 100 MHz" in out
+    assert "cycles = " in out and " ms of accelerator time at 100 MHz" in out
+    assert (tmp_path / "t.json").stat().st_size > 0

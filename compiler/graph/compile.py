@@ -24,7 +24,7 @@ from ..target import Target
 from ..tir import lower
 from .ir import Graph, GraphError
 from .lower_te import Kernel, lower_group
-from .passes import group_order, optimize
+from .passes import FusedGroup, group_order, optimize
 
 
 def _symbol(k: int, name: str) -> str:
@@ -36,8 +36,12 @@ def _is_optimized(graph: Graph) -> bool:
 
 
 def _label(graph: Graph, kernel: Kernel) -> str:
-    ops = "+".join(graph.node(n).op for n in kernel.nodes)
-    return f"{ops} ({kernel.nodes[0]})" if kernel.nodes else kernel.name
+    return _label_nodes(graph, kernel.nodes) if kernel.nodes else kernel.name
+
+
+def _label_nodes(graph: Graph, nodes: tuple[str, ...]) -> str:
+    """A call's label: its ops and its first node, e.g. `tf.qconv2d+tf.qmaxpool (conv2)`."""
+    return f"{'+'.join(graph.node(n).op for n in nodes)} ({nodes[0]})"
 
 
 def _build(func: Any, symbol: str, target: Target, meta: dict[str, Any]) -> KernelImage:
@@ -69,26 +73,48 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
     start = time.perf_counter()
     optimized = graph if _is_optimized(graph) else optimize(graph)
     t_opt = time.perf_counter() - start
-    cpu, features = host_cpu()
-    meta = {"triple": _triple(), "cpu": tgt.mcpu or cpu, "features": tgt.mattr or features}
+    meta = cpu_meta(tgt)
     kernels, calls, constants = [], [], {}
-    t_lower = t_llvm = 0.0
+    times = [0.0, 0.0]  # lowering, LLVM
     order = group_order(optimized)
     bar = tqdm(order, desc="compile", unit="kernel", disable=not progress)
     for k, (group, _) in enumerate(bar):
-        t0 = time.perf_counter()
-        kernel = lower_group(optimized, group)
-        func = lower(kernel.schedule, kernel.args, name=_symbol(k, group.name))
-        t1 = time.perf_counter()
-        image = _build(func, func.name, tgt, meta)
-        t_llvm += time.perf_counter() - t1
-        t_lower += t1 - t0
+        image, call = build_cpu_group(optimized, group, k, tgt, meta, constants, times)
         kernels.append(image)
-        calls.append(Call(image.name, kernel.bindings, _label(optimized, kernel)))
-        for name in kernel.params:
-            if name in kernel.constants or name in optimized.constants:
-                constants[name] = kernel.constants.get(name, optimized.constants.get(name))
-    return _assemble(optimized, str(tgt), kernels, calls, constants, start, t_opt, t_lower, t_llvm)
+        calls.append(call)
+    return _assemble(optimized, str(tgt), kernels, calls, constants, start, t_opt, *times)
+
+
+def cpu_meta(target: Target) -> dict[str, Any]:
+    """The meta of host CPU kernels: triple, CPU name and features (checked when loading)."""
+    cpu, features = host_cpu()
+    return {"triple": _triple(), "cpu": target.mcpu or cpu, "features": target.mattr or features}
+
+
+def build_cpu_group(
+    graph: Graph,
+    group: FusedGroup,
+    k: int,
+    target: Target,
+    meta: dict[str, Any],
+    constants: dict[str, Any],
+    times: list[float],
+) -> tuple[KernelImage, Call]:
+    """Lower group number `k` of `graph` and build it with LLVM: its kernel and its call.
+
+    Adds the constants the kernel reads to `constants` and the seconds spent lowering and in
+    LLVM to `times[0]` and `times[1]`."""
+    t0 = time.perf_counter()
+    kernel = lower_group(graph, group)
+    func = lower(kernel.schedule, kernel.args, name=_symbol(k, group.name))
+    t1 = time.perf_counter()
+    image = _build(func, func.name, target, meta)
+    times[0] += t1 - t0
+    times[1] += time.perf_counter() - t1
+    for name in kernel.params:
+        if name in kernel.constants or name in graph.constants:
+            constants[name] = kernel.constants.get(name, graph.constants.get(name))
+    return image, Call(image.name, kernel.bindings, _label(graph, kernel))
 
 
 def _triple() -> str:

@@ -115,9 +115,8 @@ def test_container_errors_use_the_module_error_type() -> None:
     assert container.MAX_HEADER_BYTES > 0
 
 
-def test_unknown_kernel_kind_is_rejected_at_load(module: Module) -> None:
-    kernels = [dataclasses.replace(k, kind="vta") for k in module.kernels]
-    other = Module(
+def _with_kernels(module: Module, kernels: list) -> Module:
+    return Module(
         target=module.target,
         inputs=module.inputs,
         outputs=module.outputs,
@@ -128,7 +127,20 @@ def test_unknown_kernel_kind_is_rejected_at_load(module: Module) -> None:
         arena_bytes=module.arena_bytes,
         constants=module.constants,
     )
-    with pytest.raises(ValueError, match=r"kernel kind must be one of \['llvm'\], not 'vta'"):
+
+
+def test_unknown_kernel_kind_is_rejected_at_load(module: Module) -> None:
+    other = _with_kernels(module, [dataclasses.replace(k, kind="opencl") for k in module.kernels])
+    with pytest.raises(
+        ValueError, match=r"kernel kind must be one of \['llvm', 'vta'\], not 'opencl'"
+    ):
+        other.run({"x": X})
+
+
+def test_a_vta_kernel_that_is_not_a_program_image_is_named(module: Module) -> None:
+    other = _with_kernels(module, [dataclasses.replace(k, kind="vta") for k in module.kernels])
+    name = module.kernels[0].name
+    with pytest.raises(ValueError, match=f"kernel '{name}'.*not a TensorForge program image"):
         other.run({"x": X})
 
 

@@ -1,10 +1,10 @@
-"""Blocked layouts of the accelerator, derived from the HWConfig, and numpy packing helpers.
+"""Blocked layouts of the accelerator for the compiler: weights and bias packing.
 
-Data NCHW becomes ``NCHW{batch}n{block_in}c``: an array (N/BATCH, C/BLOCK_IN, H, W, BATCH,
-BLOCK_IN) whose trailing (BATCH, BLOCK_IN) block is one INP element. Weights OIHW become
-``OIHW{block_out}o{block_in}i``: (O/BLOCK_OUT, I/BLOCK_IN, KH, KW, BLOCK_OUT, BLOCK_IN), one
-WGT element per trailing block. Dimensions that are not multiples of the block are zero-padded
-(zero channels add nothing to a convolution) and cropped again by ``unpack_nchw``.
+Weights OIHW become ``OIHW{block_out}o{block_in}i``: (O/BLOCK_OUT, I/BLOCK_IN, KH, KW,
+BLOCK_OUT, BLOCK_IN), one WGT element per trailing block, zero-padded. Data use
+``NCHW{batch}n{block}c``, whose helpers (``pack_nchw``, ``unpack_nchw``) live in the runtime
+(``runtime.device.vta.layout``), which packs a kernel's operands at launch; they are re-exported
+here.
 
 Example:
     >>> import numpy as np
@@ -22,49 +22,16 @@ from __future__ import annotations
 import numpy as np
 
 from ....hw.config import HWConfig
+from ....runtime.device.vta.layout import blocks, pack_nchw, pad_to, unpack_nchw
 
-
-def blocks(n: int, block: int) -> int:
-    """How many blocks of ``block`` hold ``n`` (the last one zero-padded)."""
-    return -(-n // block)
-
-
-def _pad_to(a: np.ndarray, axis: int, block: int) -> np.ndarray:
-    extra = blocks(a.shape[axis], block) * block - a.shape[axis]
-    if not extra:
-        return a
-    widths = [(0, 0)] * a.ndim
-    widths[axis] = (0, extra)
-    return np.pad(a, widths)
-
-
-def pack_nchw(cfg: HWConfig, x: np.ndarray, block: int | None = None) -> np.ndarray:
-    """(N, C, H, W) int8 -> (N/BATCH, C/BLOCK, H, W, BATCH, BLOCK), zero-padded.
-
-    ``block`` defaults to BLOCK_IN (an input); pass ``cfg.block_out`` for data in an output's
-    layout (a residual operand).
-    """
-    if x.ndim != 4:
-        raise ValueError(f"data must be 4-D NCHW, not shape {x.shape}")
-    block = cfg.block_in if block is None else block
-    x = _pad_to(_pad_to(np.asarray(x), 0, cfg.batch), 1, block)
-    n, c, h, w = x.shape
-    blocked = x.reshape(n // cfg.batch, cfg.batch, c // block, block, h, w)
-    return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 1, 3))
-
-
-def unpack_nchw(cfg: HWConfig, y: np.ndarray, n: int, c: int) -> np.ndarray:
-    """(N/BATCH, C/BLOCK, H, W, BATCH, BLOCK) -> (n, c, H, W), dropping the padding."""
-    nb, cb, h, w, b, blk = y.shape
-    full = y.transpose(0, 4, 1, 5, 2, 3).reshape(nb * b, cb * blk, h, w)
-    return np.ascontiguousarray(full[:n, :c])
+__all__ = ["blocks", "pack_bias", "pack_nchw", "pack_oihw", "unpack_nchw"]
 
 
 def pack_oihw(cfg: HWConfig, w: np.ndarray) -> np.ndarray:
     """(O, I, KH, KW) int8 -> (O/BLOCK_OUT, I/BLOCK_IN, KH, KW, BLOCK_OUT, BLOCK_IN), padded."""
     if w.ndim != 4:
         raise ValueError(f"weights must be 4-D OIHW, not shape {w.shape}")
-    w = _pad_to(_pad_to(np.asarray(w), 0, cfg.block_out), 1, cfg.block_in)
+    w = pad_to(pad_to(np.asarray(w), 0, cfg.block_out), 1, cfg.block_in)
     o, i, kh, kw = w.shape
     blocked = w.reshape(o // cfg.block_out, cfg.block_out, i // cfg.block_in, cfg.block_in, kh, kw)
     return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 1, 3))

@@ -1,0 +1,183 @@
+"""Graph -> Module for the accelerator: quantize, partition, fuse, then one kernel per group.
+
+``compile_graph_vta(graph, "vta -config=pynq -device=sim", calibration)`` quantizes a float
+graph to int8 with the accelerator's arithmetic (``compiler.quantize``; an int8 graph is taken
+as it is), places every int8 op (``partition_graph``), fuses (``fuse_ops``, then
+``fuse_accelerator_ops``: conv + residual add + max pooling), plans memory, and compiles each
+group: accelerator groups to program images (``vta`` kernels, run by the module's device), the
+rest (the float/int8 boundaries, layers the accelerator cannot run, float ops) to native code
+for this CPU. The module's outputs equal the int8 graph's reference executor bit for bit.
+
+Example:
+    >>> import numpy as np
+    >>> from tensorforge.compiler.frontend import from_onnx
+    >>> from tensorforge.compiler.frontend.onnx_builders import small_cnn
+    >>> x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    >>> module = compile_graph_vta(from_onnx(small_cnn()), "vta -config=pynq", {"x": x},
+    ...                            progress=False)
+    >>> sorted({k.kind for k in module.kernels})
+    ['llvm', 'vta']
+    >>> module.run({"x": x})[module.outputs[0]].shape
+    (1, 10)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ...hw.config import HWConfig
+from ...runtime.device.cpu import ParamSpec
+from ...runtime.device.vta.launch import KIND, kernel_meta
+from ...runtime.module import Call, KernelImage, Module
+from ..quantize.graph import quantize_graph
+from ..target import Target
+from .accel_kernels import accelerator_kernel, has_accelerator_kernel
+from .compile import _assemble, _label_nodes, _symbol, build_cpu_group, cpu_meta
+from .ir import Graph
+from .passes import fuse_ops, group_order, optimize, partition_graph, plan_memory
+from .passes.fuse_accel import fuse_accelerator_ops
+from .passes.partition import macs, place
+
+DEVICES = ("sim", "cyclesim", "rtl")
+QUANTIZED_OPS = ("tf.quantize", "tf.qconv2d", "tf.qdense")
+
+
+def is_quantized(graph: Graph) -> bool:
+    """Whether `graph` already holds the int8 ops of ``quantize_graph``."""
+    return any(n.op in QUANTIZED_OPS for n in graph.nodes)
+
+
+def vta_options(target: Target, config: HWConfig | None = None) -> tuple[HWConfig, str, str, int]:
+    """(config, device, mode, vthreads) of a vta target: ``-config=`` (a preset or JSON file,
+    default pynq), ``-device=`` (sim, cyclesim or rtl; default sim), ``-mode=`` (shift or mul;
+    default shift), ``-vthreads=`` (1 or 2; default 2).
+
+    Raises:
+        ValueError: for an option value out of its set (named).
+    """
+    cfg = config or HWConfig.load(target.get("config") or "pynq")
+    device, mode = target.get("device") or "sim", target.get("mode") or "shift"
+    vthreads = target.get("vthreads") or "2"
+    for key, value, allowed in (
+        ("device", device, DEVICES),
+        ("mode", mode, ("shift", "mul")),
+        ("vthreads", vthreads, ("1", "2")),
+    ):
+        if value not in allowed:
+            raise ValueError(f"target option -{key} must be one of {', '.join(allowed)}, "
+                             f"not {value!r} (in {str(target)!r})")  # fmt: skip
+    return cfg, device, mode, int(vthreads)
+
+
+def quantize_for(
+    graph: Graph,
+    cfg: HWConfig,
+    calibration: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None,
+    mode: str,
+) -> Graph:
+    """The partitioned int8 graph of `graph` for `cfg` (quantized first unless it is int8)."""
+    if not is_quantized(graph):
+        if calibration is None:
+            raise ValueError(
+                "compiling a float model for the accelerator needs calibration inputs: "
+                "tensorforge.compile(model, target='vta ...', calibration={input name: array})"
+            )
+        graph = quantize_graph(optimize(graph), calibration, cfg, mode=mode)
+    return partition_graph(graph, cfg)
+
+
+def compile_graph_vta(
+    graph: Graph,
+    target: str | Target = "vta",
+    calibration: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None = None,
+    progress: bool = True,
+    config: HWConfig | None = None,
+) -> Module:
+    """Compile `graph` for the accelerator (and this CPU for the rest).
+
+    Args:
+        graph: a float graph (quantized here with `calibration`) or an int8 graph from
+            ``quantize_graph``.
+        target: a vta target (see ``vta_options``).
+        calibration: one batch (input name -> array) or a list of batches, for a float graph.
+        progress: show a tqdm bar over the groups.
+        config: a HWConfig object instead of the target's ``-config`` (a preset or JSON file).
+
+    Returns:
+        A `Module` whose accelerator calls run on the target's device
+        (``module.use_device`` changes it); ``module.stats["placement"]`` lists each node with
+        where it runs and why.
+
+    Raises:
+        ValueError: without calibration for a float graph, or for bad target options.
+        LoweringError: for a CPU op without a native lowering (op and node named).
+    """
+    tgt = Target.parse(target)
+    if tgt.kind != "vta":
+        raise ValueError(f"compile_graph_vta target must be a vta target, not {str(tgt)!r}")
+    cfg, device, mode, vthreads = vta_options(tgt, config)
+    start = time.perf_counter()
+    q = quantize_for(graph, cfg, calibration, mode)
+    q = plan_memory(fuse_accelerator_ops(fuse_ops(q)))
+    t_opt = time.perf_counter() - start
+    meta, cpu_host = cpu_meta(Target.parse("llvm")), Target.parse("llvm")
+    kernels: list[KernelImage] = []
+    calls: list[Call] = []
+    constants: dict[str, Any] = {}
+    times = [0.0, 0.0]
+    bar = tqdm(group_order(q), desc="compile", unit="kernel", disable=not progress)
+    for k, (group, nodes) in enumerate(bar):
+        if has_accelerator_kernel(q, nodes):
+            t0 = time.perf_counter()
+            compiled = accelerator_kernel(cfg, q, nodes, vthreads)
+            image = compiled.kernel.image
+            params = tuple(
+                ParamSpec(f"p{i}", q.types[v].dtype, tuple(q.types[v].shape))
+                for i, v in enumerate(compiled.values)
+            )
+            name = _symbol(k, group.name)
+            payload = image.to_bytes()
+            kernels.append(KernelImage(name, KIND, params, payload,
+                                       kernel_meta(compiled.operands, device)))  # fmt: skip
+            calls.append(Call(name, compiled.values, _label_nodes(q, group.nodes)))
+            times[0] += time.perf_counter() - t0
+        else:
+            image, call = build_cpu_group(q, group, k, cpu_host, meta, constants, times)
+            kernels.append(image)
+            calls.append(call)
+    module = _assemble(q, str(tgt), kernels, calls, constants, start, t_opt, *times)
+    module.stats.update(_accelerator_stats(q, cfg, kernels))
+    return module
+
+
+def _accelerator_stats(graph: Graph, cfg: HWConfig, kernels: list[KernelImage]) -> dict:
+    placements = [place(graph, n, cfg) for n in graph.nodes]
+    layers = [n for n in graph.nodes if macs(graph, n)]
+    total = sum(macs(graph, n) for n in layers)
+    vta_nodes = {  # node -> the first node of its accelerator kernel
+        name: g.nodes[0] for (g, nodes) in group_order(graph)
+        if has_accelerator_kernel(graph, nodes) for name in g.nodes
+    }  # fmt: skip
+    done = sum(macs(graph, n) for n in layers if n.name in vta_nodes)
+    return {
+        "config": cfg.name,
+        "clock_mhz": cfg.clock_mhz,
+        "accelerator_kernels": sum(1 for k in kernels if k.kind == KIND),
+        "offloaded_macs": round(done / total, 4) if total else 0.0,
+        "placement": [_placement_row(p, vta_nodes) for p in placements],
+    }
+
+
+def _placement_row(p: Any, vta_nodes: dict[str, str]) -> list[str]:
+    if p.node in vta_nodes:
+        anchor = vta_nodes[p.node]
+        fused = f"fused into {anchor}'s kernel: " if anchor != p.node else ""
+        return [p.node, p.op, "vta", fused + p.reason]
+    if p.target == "vta":  # placeable, but no kernel of the code generator covers it alone
+        return [p.node, p.op, "cpu", f"no accelerator kernel for it alone ({p.reason})"]
+    return [p.node, p.op, "cpu", p.reason]
