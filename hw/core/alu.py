@@ -13,6 +13,7 @@ from .common import (
     AccForward,
     acc_bits,
     check_config,
+    drop_after_range_error,
     lanes,
     out_bits,
     read_port,
@@ -83,6 +84,11 @@ class AluCore(wiring.Component):
 
     or, with ``reset_reg``, ACC[dst] and OUT[dst] are set to 0. ``imm`` is sign-extended.
 
+    Index range (sim/functional.py's check): a step whose exact ``dst``, or (with an ACC operand:
+    neither ``use_imm`` nor ``reset_reg``) ``src``, is beyond ACC's depth pulses
+    ``range_error``; it and every later step of the instruction write nothing, and the loop
+    stops (the steps before it have been executed).
+
     Pipeline: S0 UOP read; S1 index add; S2 ACC[dst] read; S3 ACC[src] read; S4 operate, write
     ACC and OUT. ACC has one read port, so a step with an ACC operand occupies it for two
     cycles: II = 2; with ``use_imm`` (or ``reset_reg``) II = 1. ACC[dst] is used two cycles
@@ -92,6 +98,7 @@ class AluCore(wiring.Component):
     Ports:
         insn: stream of 128-bit ALU instructions (``decode.alu_layout``); ``ready`` while idle.
         busy: an instruction is executing.
+        range_error: one-cycle pulse: a step's index is out of range (at most once per insn).
         uop_rd, acc_rd: synchronous SRAM read ports; acc_wr, out_wr: SRAM write ports.
 
     Args:
@@ -104,6 +111,7 @@ class AluCore(wiring.Component):
             {
                 "insn": In(stream.Signature(alu_layout(cfg))),
                 "busy": Out(1),
+                "range_error": Out(1),
                 "uop_rd": In(read_port(cfg.log_uop_depth, UOP_BITS)),
                 "acc_rd": In(read_port(cfg.log_acc_depth, acc_bits(cfg))),
                 "acc_wr": In(write_port(cfg.log_acc_depth, acc_bits(cfg))),
@@ -142,18 +150,28 @@ class AluCore(wiring.Component):
 
         # S0: read the micro-op.
         m.d.comb += self.uop_rd.addr.eq(loop.uop_idx)
-        off1 = Signal.like(loop.offsets)
-        m.d.sync += [v1.eq(loop.valid & loop.advance), off1.eq(loop.offsets)]
+        off1, over1 = Signal.like(loop.offsets), Signal.like(loop.over)
+        m.d.sync += [
+            v1.eq(loop.valid & loop.advance),
+            off1.eq(loop.offsets),
+            over1.eq(loop.over),
+        ]
 
-        # S1: micro-op base + loop offset = ACC indices (modulo depth).
+        # S1: micro-op base + loop offset = ACC indices (modulo depth), and the range check.
         uop = data.View(uop_layout(cfg), self.uop_rd.data)
         dst2, src2 = Signal(aw), Signal(aw)
+        dst_out = over1.dst | (uop.dst_idx + off1.dst >= cfg.acc_depth)
+        src_out = over1.src | (uop.src_idx + off1.src >= cfg.acc_depth)
+        bad2 = Signal()
         m.d.sync += [v2.eq(v1), dst2.eq(uop.dst_idx + off1.dst), src2.eq(uop.src_idx + off1.src)]
+        m.d.sync += bad2.eq(dst_out | (use_src & src_out))  # src only when it is read, as the model
 
-        # S2 reads ACC[dst]; S3 reads ACC[src] (never both in one cycle: II = 2 then).
+        # S2 reads ACC[dst]; S3 reads ACC[src] (never both in one cycle: II = 2 then). An
+        # out-of-range step ends the instruction: it and the steps behind it are dropped in S2.
+        dropped = drop_after_range_error(m, start, v2 & bad2, self.range_error, loop.abort)
         dst3, src3, dst4 = Signal(aw), Signal(aw), Signal(aw)
         m.d.comb += self.acc_rd.addr.eq(Mux(v3 & use_src, src3, dst2))
-        m.d.sync += [v3.eq(v2), dst3.eq(dst2), src3.eq(src2)]
+        m.d.sync += [v3.eq(v2 & ~bad2 & ~dropped), dst3.eq(dst2), src3.eq(src2)]
         a4 = Signal(acc_bits(cfg))
         m.d.sync += [v4.eq(v3), dst4.eq(dst3), a4.eq(self.acc_rd.data)]
 

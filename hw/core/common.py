@@ -87,6 +87,23 @@ class AccForward:
         return Mux(en1 & (addr1 == addr), data1, older)
 
 
+def drop_after_range_error(m: Module, start: Value, hit: Value, error: Value, abort: Value):
+    """A core's reaction to an out-of-range step; returns the flag "the instruction is dropped".
+
+    ``hit`` (comb) says the step in the checking pipeline stage has an index beyond its buffer.
+    The first hit of an instruction pulses ``error``; every hit drives ``abort`` (the loop
+    stops). The returned flag stays set from the cycle after the first hit until the next
+    ``start``: the core drops that step and every later one before they write.
+    """
+    dropped = Signal()
+    with m.If(start):
+        m.d.sync += dropped.eq(0)
+    with m.Elif(hit):
+        m.d.sync += dropped.eq(1)
+    m.d.comb += [error.eq(hit & ~dropped), abort.eq(hit)]
+    return dropped
+
+
 def check_config(cfg: object) -> HWConfig:
     """Return ``cfg`` if it is a HWConfig; raise TypeError naming what it is otherwise."""
     if not isinstance(cfg, HWConfig):

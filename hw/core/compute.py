@@ -7,7 +7,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
-from ..isa import MemType, Opcode
+from ..isa import AluOp, MemType, Opcode
+from ..regmap import Status
 from .alu import AluCore
 from .axi import axi_read_signature
 from .common import (
@@ -20,7 +21,7 @@ from .common import (
     wgt_bits,
     write_port,
 )
-from .decode import INSN_BITS, mem_layout
+from .decode import INSN_BITS, alu_layout, gemm_layout, mem_layout
 from .dma import BURST_BEATS
 from .gemm import GemmCore
 from .load import LoadDma
@@ -38,12 +39,18 @@ class ComputeStage(wiring.Component):
     ``push_next`` (g2s). Durations (sim/latency.py ``insn_cycles``): a GEMM or ALU instruction
     is issued to its core the cycle after its pop (1 + ``gemm_cycles``/``alu_cycles``); a LOAD
     is the pop cycle's DMA accept (``load_cycles``); FINISH pulses ``done`` the cycle after its
-    pop and takes 2 cycles. An opcode that is not GEMM, ALU, FINISH or a compute LOAD pulses
-    ``error`` and is skipped (2 cycles).
+    pop and takes 2 cycles.
 
-    Ports: the stage ports (``cmd``, tokens, ``busy``, ``axi_error``), ``axi`` (read master),
-    ``done``, ``error``, and the SRAM ports ``uop_wr``, ``uop_rd``, ``inp_rd``, ``wgt_rd``,
-    ``acc_rd``, ``acc_wr``, ``out_wr`` (shapes as GemmCore's).
+    Errors (``error`` pulses with ``error_status``): an opcode that is not GEMM, ALU, FINISH or
+    a compute LOAD, or an ALU opcode ``hw.isa.AluOp`` lacks, is BAD_OPCODE, and a GEMM or ALU
+    whose micro-ops ``[uop_bgn, uop_end)`` pass the UOP SRAM's depth is SRAM_RANGE; both are
+    skipped (2 cycles). The cores and the DMA engines report SRAM_RANGE for the indices they
+    check (GemmCore, AluCore, LoadDma).
+
+    Ports: the stage ports (``cmd``, tokens, ``busy``, ``axi_error``, ``error``,
+    ``error_status``), ``axi`` (read master), ``done``, and the SRAM ports ``uop_wr``,
+    ``uop_rd``, ``inp_rd``, ``wgt_rd``, ``acc_rd``, ``acc_wr``, ``out_wr`` (shapes as
+    GemmCore's).
     """
 
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
@@ -54,7 +61,6 @@ class ComputeStage(wiring.Component):
             {
                 "axi": Out(axi_read_signature(cfg.axi_data_width)),
                 "done": Out(1),
-                "error": Out(1),
                 "uop_wr": In(write_port(cfg.log_uop_depth, UOP_BITS)),
                 "uop_rd": In(read_port(cfg.log_uop_depth, UOP_BITS)),
                 "inp_rd": In(read_port(cfg.log_inp_depth, inp_bits(cfg))),
@@ -80,32 +86,47 @@ class ComputeStage(wiring.Component):
         opcode = word[lay["opcode"].offset :][: lay["opcode"].width]
         mt = word[lay["memory_type"].offset :][: lay["memory_type"].width]
         is_load = {k: (opcode == Opcode.LOAD) & (mt == k) for k in COMPUTE_LOADS}
-        known = (opcode == Opcode.GEMM) | (opcode == Opcode.ALU) | (opcode == Opcode.FINISH)
+        alu_f = alu_layout(cfg)["alu_opcode"]
+        alu_op = word[alu_f.offset :][: alu_f.width]
+        known_alu = (opcode == Opcode.ALU) & (alu_op <= max(AluOp))
+        known = (opcode == Opcode.GEMM) | known_alu | (opcode == Opcode.FINISH)
         for cond in is_load.values():
             known = known | cond
+        # GEMM and ALU share the loop fields' positions; uop_end has one bit more than the UOP
+        # index, so it can name micro-ops beyond the SRAM.
+        end_f = gemm_layout(cfg)["uop_end"]
+        uop_end = word[end_f.offset :][: end_f.width]
+        looped = (opcode == Opcode.GEMM) | (opcode == Opcode.ALU)
+        uop_outside = looped & (uop_end > cfg.uop_depth)
 
         # GEMM and ALU are issued from a register the cycle after the pop.
         issue_word = Signal(INSN_BITS)
         issue_gemm, issue_alu, finish, bad = Signal(), Signal(), Signal(), Signal()
+        bad_status = Signal.like(self.error_status)
         use_alu = Signal()  # which core owns the shared UOP/ACC read ports
         m.d.sync += [issue_gemm.eq(0), issue_alu.eq(0), finish.eq(0), bad.eq(0)]
         with m.If(ctl.pop):
             m.d.sync += [
                 issue_word.eq(word),
-                issue_gemm.eq(opcode == Opcode.GEMM),
-                issue_alu.eq(opcode == Opcode.ALU),
+                issue_gemm.eq((opcode == Opcode.GEMM) & ~uop_outside),
+                issue_alu.eq(known_alu & ~uop_outside),
                 finish.eq(opcode == Opcode.FINISH),
-                bad.eq(~known),
+                bad.eq(~known | uop_outside),
+                bad_status.eq(Mux(known, Status.SRAM_RANGE, Status.BAD_OPCODE)),
             ]
-            with m.If((opcode == Opcode.GEMM) | (opcode == Opcode.ALU)):
+            with m.If(looped):
                 m.d.sync += use_alu.eq(opcode == Opcode.ALU)
+        range_error = gemm.range_error | alu.range_error
+        for dma in dmas.values():
+            range_error = range_error | dma.range_error
         m.d.comb += [
             gemm.insn.payload.as_value().eq(issue_word),
             gemm.insn.valid.eq(issue_gemm),
             alu.insn.payload.as_value().eq(issue_word),
             alu.insn.valid.eq(issue_alu),
             self.done.eq(finish),
-            self.error.eq(bad),
+            self.error.eq(bad | range_error),
+            self.error_status.eq(Mux(bad, bad_status, Status.SRAM_RANGE)),
         ]
 
         sel = Signal(range(len(COMPUTE_LOADS)))

@@ -22,6 +22,7 @@ from .axi import BURST_INCR, axi_read_signature
 from .common import check_config
 from .decode import INSN_BITS, mem_layout
 from .dma import AXI_ADDR_WIDTH, BURST_BEATS, BurstPlanner
+from .stages import FLAGS, STAGE_FLAGS
 
 #: Bursts of instructions fetch buffers (sim/latency.py ``TimingParams.fetch_buffer_bursts``).
 FETCH_BUFFER_BURSTS = 2
@@ -58,6 +59,11 @@ class Fetch(wiring.Component):
     be dispatched from the cycle after its last beat, one per cycle, when its queue has room.
     The cycle after ``start`` is the model's cycle 0. Byte addresses wrap at 32 bits.
 
+    Fetch also checks the dependency flags (sim/functional.py ``check_dep_flags``): dispatching
+    an instruction that sets a flag its stage has no token queue for (``STAGE_FLAGS``) pulses
+    ``flag_error`` (STATUS BAD_FLAGS); the instruction is dispatched all the same, and its stage
+    ignores the flag.
+
     Args:
         cfg: the HWConfig (``axi_data_width`` up to 128 bits: at most one instruction per beat).
         burst_beats: longest burst (power of two, at most 256).
@@ -70,6 +76,7 @@ class Fetch(wiring.Component):
         axi: AXI4 read master.
         load, compute, store: the command-queue write streams.
         axi_error: pulses on each beat answered with SLVERR or DECERR.
+        flag_error: pulses when an instruction with a flag its stage lacks is dispatched.
     """
 
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
@@ -95,6 +102,7 @@ class Fetch(wiring.Component):
                 "compute": Out(stream.Signature(INSN_BITS)),
                 "store": Out(stream.Signature(INSN_BITS)),
                 "axi_error": Out(1),
+                "flag_error": Out(1),
             }
         )
 
@@ -205,8 +213,12 @@ class Fetch(wiring.Component):
         pop = Signal()
         for s, out in outs.items():
             m.d.comb += [out.payload.eq(head), out.valid.eq(valid & (stage == s))]
+            stray = 0  # flags set on the head that stage s has no token queue for
+            for f in FLAGS:
+                if f not in STAGE_FLAGS[s]:
+                    stray = stray | head[lay[f].offset]
             with m.If(out.valid & out.ready):
-                m.d.comb += pop.eq(1)
+                m.d.comb += [pop.eq(1), self.flag_error.eq(stray)]
         return pop
 
 

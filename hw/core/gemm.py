@@ -12,6 +12,7 @@ from .common import (
     AccForward,
     acc_bits,
     check_config,
+    drop_after_range_error,
     inp_bits,
     lanes,
     out_bits,
@@ -85,8 +86,13 @@ class GemmCore(wiring.Component):
         ACC[u.dst_idx + dst_off] += INP[u.src_idx + src_off] . WGT[u.wgt_idx + wgt_off]^T
         OUT[same index] = low out_width bits of the new ACC value
 
-    or, with ``reset_reg``, ACC and OUT at that index are set to 0. Indices wrap modulo the
-    buffer depth. Products and sums wrap to ``acc_width`` bits.
+    or, with ``reset_reg``, ACC and OUT at that index are set to 0. Products and sums wrap to
+    ``acc_width`` bits.
+
+    Index range (sim/functional.py's check): a step whose exact ACC index (``dst``) is beyond
+    ACC's depth, or, without ``reset_reg``, whose INP (``src``) or WGT (``wgt``) index is beyond
+    its buffer's, pulses ``range_error``; it and every later step of the instruction write
+    nothing, and the loop stops (the steps before it have been executed).
 
     Pipeline (one step per cycle, never stalls): S0 UOP read; S1 index add; S2 INP/WGT/ACC
     reads; S3 multiply; S4 adder tree, accumulate, ACC and OUT write. A step consumes ACC two
@@ -97,6 +103,7 @@ class GemmCore(wiring.Component):
         insn: stream of 128-bit GEMM instructions (``decode.gemm_layout``); ``ready`` is high
             while idle. Opcode and dependency flags are ignored here.
         busy: an instruction is executing.
+        range_error: one-cycle pulse: a step's index is out of range (at most once per insn).
         uop_rd, inp_rd, wgt_rd, acc_rd: synchronous SRAM read ports (data one cycle after addr).
         acc_wr, out_wr: SRAM write ports (ACC and OUT share indices).
     SRAM words pack lanes LSB first: INP [batch][block_in], WGT [block_out][block_in],
@@ -131,6 +138,7 @@ class GemmCore(wiring.Component):
             {
                 "insn": In(stream.Signature(gemm_layout(cfg))),
                 "busy": Out(1),
+                "range_error": Out(1),
                 "uop_rd": In(read_port(cfg.log_uop_depth, UOP_BITS)),
                 "inp_rd": In(read_port(cfg.log_inp_depth, inp_bits(cfg))),
                 "wgt_rd": In(read_port(cfg.log_wgt_depth, wgt_bits(cfg))),
@@ -163,24 +171,29 @@ class GemmCore(wiring.Component):
 
         # S0: read the micro-op.
         m.d.comb += self.uop_rd.addr.eq(loop.uop_idx)
-        off1 = Signal.like(loop.offsets)
-        m.d.sync += [v1.eq(loop.valid), off1.eq(loop.offsets)]
+        off1, over1 = Signal.like(loop.offsets), Signal.like(loop.over)
+        m.d.sync += [v1.eq(loop.valid), off1.eq(loop.offsets), over1.eq(loop.over)]
 
-        # S1: micro-op base + loop offset = SRAM indices (modulo depth).
+        # S1: micro-op base + loop offset = SRAM indices (modulo depth), and the range check.
         uop = data.View(uop_layout(cfg), self.uop_rd.data)
         base = {"dst": uop.dst_idx, "src": uop.src_idx, "wgt": uop.wgt_idx}
         idx2 = {p: Signal(w, name=f"{p}2") for p, w in widths.items()}
-        m.d.sync += v2.eq(v1)
+        outside = {p: over1[p] | (base[p] + off1[p] >= 1 << w) for p, w in widths.items()}
+        checked = outside["dst"] | (~reset & (outside["src"] | outside["wgt"]))  # as the model
+        bad2 = Signal()
+        m.d.sync += [v2.eq(v1), bad2.eq(checked)]
         m.d.sync += [idx2[p].eq(base[p] + off1[p]) for p in widths]
 
-        # S2: read INP, WGT and ACC.
+        # S2: read INP, WGT and ACC. An out-of-range step ends the instruction: it and the
+        # steps behind it are dropped here, before anything is written.
         m.d.comb += [
             self.inp_rd.addr.eq(idx2["src"]),
             self.wgt_rd.addr.eq(idx2["wgt"]),
             self.acc_rd.addr.eq(idx2["dst"]),
         ]
+        dropped = drop_after_range_error(m, start, v2 & bad2, self.range_error, loop.abort)
         dst3 = Signal(widths["dst"])
-        m.d.sync += [v3.eq(v2), dst3.eq(idx2["dst"])]
+        m.d.sync += [v3.eq(v2 & ~bad2 & ~dropped), dst3.eq(idx2["dst"])]
 
         # S3: the BATCH x BLOCK_OUT x BLOCK_IN products, registered (DSP M register).
         inp = lanes(self.inp_rd.data, cfg.batch, cfg.block_in, cfg.inp_width)

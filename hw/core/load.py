@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -34,7 +34,10 @@ class LoadDma(wiring.Component):
     Timing (the accept cycle is the issue cycle): the zero elements are written first, one per
     cycle; then the bursts, one at a time: AR, then one unit per cycle (dma.py) as beats arrive;
     the next AR follows the last unit's cycle. An empty transfer (x_size or y_size 0) takes one
-    cycle. SRAM indices wrap modulo the buffer depth; byte addresses modulo 2**32.
+    cycle. A transfer whose tile does not fit, ``sram_base + (y_pad_0 + y_size + y_pad_1) *
+    (x_pad_0 + x_size + x_pad_1)`` beyond the SRAM's depth (sim/functional.py's check), is not
+    executed: it takes one cycle and pulses ``range_error`` in the next. Byte addresses wrap
+    modulo 2**32.
 
     Args:
         cfg: the HWConfig (bus width ``axi_data_width``).
@@ -48,6 +51,7 @@ class LoadDma(wiring.Component):
         axi: AXI4 read master (AR and R; one burst outstanding).
         sram_wr: write port of the target SRAM.
         axi_error: pulses on each beat answered with SLVERR or DECERR (the data is written).
+        range_error: pulses the cycle after accepting a transfer that does not fit the SRAM.
     """
 
     def __init__(self, cfg: HWConfig, memory_type: MemType, burst_beats: int = BURST_BEATS):
@@ -71,6 +75,7 @@ class LoadDma(wiring.Component):
                     write_port(sram_index_width(cfg, memory_type), sram_bits(cfg, memory_type))
                 ),
                 "axi_error": Out(1),
+                "range_error": Out(1),
             }
         )
 
@@ -94,6 +99,8 @@ class LoadDma(wiring.Component):
             wr.addr.eq(Mux(take, walk.addr, pads.addr)),
             self.busy.eq(~self.cmd.ready),
         ]
+        outside = insn.sram_base + tile_elements(insn) > 1 << len(wr.addr)
+        m.d.sync += self.range_error.eq(0)
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -104,6 +111,9 @@ class LoadDma(wiring.Component):
                     has_pad = (insn.y_pad_0 | insn.y_pad_1 | insn.x_pad_0 | insn.x_pad_1) != 0
                     with m.If((insn.x_size == 0) | (insn.y_size == 0)):
                         m.next = "IDLE"  # a token-only NOP
+                    with m.Elif(outside):
+                        m.d.sync += self.range_error.eq(1)
+                        m.next = "IDLE"
                     with m.Elif(has_pad):
                         m.next = "PAD"
                     with m.Else():
@@ -169,6 +179,26 @@ class LoadDma(wiring.Component):
             return data
         width = self.cfg.acc_width
         return Cat(*(_sext(data[8 * i : 8 * i + 8], width) for i in range(len(data) // 8)))
+
+
+def tile_elements(insn) -> Value:
+    """``(y_pad_0 + y_size + y_pad_1) * (x_pad_0 + x_size + x_pad_1)``, the SRAM entries a LOAD
+    writes, as ``x_size * y_size`` (the product the burst planner already has) plus products
+    with the 5-bit pad sums, built from adders: no extra DSP for the range check."""
+    nx = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+    return (
+        insn.x_size * insn.y_size
+        + _times_narrow(insn.y_size, insn.x_pad_0 + insn.x_pad_1)
+        + _times_narrow(nx, insn.y_pad_0 + insn.y_pad_1)
+    )
+
+
+def _times_narrow(value: Value, narrow: Value) -> Value:
+    """``value * narrow`` by shift and add, for a ``narrow`` of a few bits."""
+    total: Value = Const(0)
+    for k in range(len(narrow)):
+        total = total + (Mux(narrow[k], value, 0) << k)
+    return total
 
 
 def _sext(byte, width: int):

@@ -15,9 +15,11 @@ class UopLoop(wiring.Component):
     Step ``(i_out, i_in, k)`` in loop order gives ``uop_idx = k`` and, for each index stream
     ``p`` in ``streams``, ``offsets.p = i_out * p_factor_out + i_in * p_factor_in`` modulo
     ``2**width`` (the width of the ``p_factor_*`` fields, i.e. of the addressed buffer's index).
-    Offsets are accumulated, never multiplied. The micro-op index counts modulo the UOP depth;
-    the step count is ``iter_out * iter_in * max(0, uop_end - uop_bgn)`` whatever the values, so
-    the loop always ends.
+    Offsets are accumulated, never multiplied; ``over.p`` is set when the exact offset is
+    ``2**width`` or more (an addition carried out), so a core can tell a wrapped index from an
+    in-range one. The micro-op index counts modulo the UOP depth; the step count is
+    ``iter_out * iter_in * max(0, uop_end - uop_bgn)`` whatever the values, so the loop always
+    ends, or earlier on ``abort``.
 
     Args:
         layout: the instruction's Amaranth layout (``decode.gemm_layout`` or ``alu_layout``).
@@ -28,8 +30,10 @@ class UopLoop(wiring.Component):
             the next cycle, or no step if the loop is empty.
         insn: the instruction.
         advance: consume the current step (when ``valid``).
+        abort: drop the rest of the instruction (``valid`` is low from the next cycle).
         valid: a step is available; ``last`` marks the instruction's final step.
         uop_idx, offsets: the step's micro-op index and per-stream offsets.
+        over: per stream, the exact offset is at least ``2**width`` (``offsets`` wrapped).
     """
 
     def __init__(self, layout: data.Layout, streams: tuple[str, ...]) -> None:
@@ -48,12 +52,14 @@ class UopLoop(wiring.Component):
                 "start": In(1),
                 "insn": In(layout),
                 "advance": In(1),
+                "abort": In(1),
                 "valid": Out(1),
                 "last": Out(1),
                 "uop_idx": Out(uop_width),
                 "offsets": Out(
                     data.StructLayout({p: unsigned(w) for p, w in self._widths.items()})
                 ),
+                "over": Out(data.StructLayout({p: unsigned(1) for p in streams})),
             }
         )
 
@@ -72,7 +78,15 @@ class UopLoop(wiring.Component):
         f_out = {p: Signal(w, name=f"{p}_f_out") for p, w in self._widths.items()}
         f_in = {p: Signal(w, name=f"{p}_f_in") for p, w in self._widths.items()}
         base = {p: Signal(w, name=f"{p}_base") for p, w in self._widths.items()}  # i_out * f_out
+        base_over = {p: Signal(name=f"{p}_base_over") for p in self._streams}
         off = {p: getattr(self.offsets, p) for p in self._streams}
+        over = {p: getattr(self.over, p) for p in self._streams}
+        # Every addend is non-negative, so the exact offset reaches 2**width exactly when one
+        # of the additions that built it carried out; the flags remember that.
+        sum_in = {p: Signal(w + 1, name=f"{p}_sum_in") for p, w in self._widths.items()}
+        sum_out = {p: Signal(w + 1, name=f"{p}_sum_out") for p, w in self._widths.items()}
+        for p in self._streams:
+            m.d.comb += [sum_in[p].eq(off[p] + f_in[p]), sum_out[p].eq(base[p] + f_out[p])]
 
         k_end, in_end, out_end = k_left == 0, in_left == 0, out_left == 0
         m.d.comb += self.last.eq(self.valid & k_end & in_end & out_end)
@@ -96,7 +110,11 @@ class UopLoop(wiring.Component):
                     f_in[p].eq(insn[f"{p}_factor_in"]),
                     base[p].eq(0),
                     off[p].eq(0),
+                    base_over[p].eq(0),
+                    over[p].eq(0),
                 ]
+        with m.Elif(self.abort):
+            m.d.sync += self.valid.eq(0)
         with m.Elif(self.valid & self.advance):
             with m.If(~k_end):
                 m.d.sync += [self.uop_idx.eq(self.uop_idx + 1), k_left.eq(k_left - 1)]
@@ -104,11 +122,18 @@ class UopLoop(wiring.Component):
                 m.d.sync += [self.uop_idx.eq(bgn), k_left.eq(n_uop - 1)]
                 with m.If(~in_end):
                     m.d.sync += in_left.eq(in_left - 1)
-                    m.d.sync += [off[p].eq(off[p] + f_in[p]) for p in self._streams]
+                    for p, w in self._widths.items():
+                        m.d.sync += [off[p].eq(sum_in[p]), over[p].eq(over[p] | sum_in[p][w])]
                 with m.Elif(~out_end):
                     m.d.sync += [in_left.eq(n_in - 1), out_left.eq(out_left - 1)]
-                    for p in self._streams:
-                        m.d.sync += [base[p].eq(base[p] + f_out[p]), off[p].eq(base[p] + f_out[p])]
+                    for p, w in self._widths.items():
+                        carried = base_over[p] | sum_out[p][w]
+                        m.d.sync += [
+                            base[p].eq(sum_out[p]),
+                            off[p].eq(sum_out[p]),
+                            base_over[p].eq(carried),
+                            over[p].eq(carried),
+                        ]
                 with m.Else():
                     m.d.sync += self.valid.eq(0)
         return m

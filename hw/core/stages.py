@@ -12,24 +12,46 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
-from ..isa import MemType
+from ..isa import MemType, Stage
+from ..regmap import Status
 from .axi import axi_read_signature, axi_write_signature
 from .common import check_config, inp_bits, out_bits, wgt_bits, write_port
 from .common import read_port as sram_read_port
 from .decode import INSN_BITS, mem_layout
 from .dma import BURST_BEATS
 from .load import LoadDma
+from .regblock import STATUS_WIDTH
 from .store import StoreDma
 
 FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+#: token queue -> (pushing stage and flag, popping stage and flag)
+TOKEN_QUEUES = {
+    "l2g": (("load", "push_next"), ("compute", "pop_prev")),
+    "g2l": (("compute", "push_prev"), ("load", "pop_next")),
+    "g2s": (("compute", "push_next"), ("store", "pop_prev")),
+    "s2g": (("store", "push_prev"), ("compute", "pop_next")),
+}
+#: The dependency flags a stage has a token queue for; any other flag set on one of its
+#: instructions is BAD_FLAGS (sim/functional.py ``check_dep_flags``).
+STAGE_FLAGS: dict[Stage, tuple[str, ...]] = {
+    s: tuple(f for f in FLAGS if any((s.name.lower(), f) in q for q in TOKEN_QUEUES.values()))
+    for s in Stage
+}
 #: A token queue's pop side as a stage sees it, and its push side.
 TOKEN_POP = wiring.Signature({"valid": In(1), "ready": Out(1)})
 TOKEN_PUSH = wiring.Signature({"valid": Out(1), "ready": In(1)})
 
 
 def stage_signature(cfg: HWConfig, pops: tuple[str, ...], pushes: tuple[str, ...]) -> dict:
-    """Ports every stage has: the command stream and its token queues."""
-    members = {"cmd": In(stream.Signature(INSN_BITS)), "busy": Out(1), "axi_error": Out(1)}
+    """Ports every stage has: the command stream, its token queues, ``busy``, ``axi_error``
+    and ``error``/``error_status`` (an error the stage detected: a pulse and its STATUS)."""
+    members = {
+        "cmd": In(stream.Signature(INSN_BITS)),
+        "busy": Out(1),
+        "axi_error": Out(1),
+        "error": Out(1),
+        "error_status": Out(STATUS_WIDTH),
+    }
     members.update({f: Out(TOKEN_POP) for f in pops})
     members.update({f: Out(TOKEN_PUSH) for f in pushes})
     return members
@@ -109,7 +131,8 @@ class LoadStage(wiring.Component):
     """The load stage: LOAD INP and LOAD WGT through two LoadDma engines sharing one AXI port.
 
     Tokens: pops ``pop_next`` (g2l), pushes ``push_next`` (l2g). Duration of an instruction:
-    sim/latency.py ``load_cycles`` (the pop cycle is the DMA's issue cycle).
+    sim/latency.py ``load_cycles`` (the pop cycle is the DMA's issue cycle). A LOAD beyond its
+    SRAM is skipped (one cycle) and reported as ``error`` with STATUS SRAM_RANGE.
     """
 
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
@@ -150,13 +173,16 @@ class LoadStage(wiring.Component):
         m.d.comb += [
             ctl.unit_done.eq(idle),
             self.axi_error.eq(dmas[MemType.INP].axi_error | dmas[MemType.WGT].axi_error),
+            self.error.eq(dmas[MemType.INP].range_error | dmas[MemType.WGT].range_error),
+            self.error_status.eq(Status.SRAM_RANGE),
         ]
         return m
 
 
 class StoreStage(wiring.Component):
     """The store stage: STORE through a StoreDma. Tokens: pops ``pop_prev`` (g2s), pushes
-    ``push_prev`` (s2g). Duration: sim/latency.py ``store_cycles``."""
+    ``push_prev`` (s2g). Duration: sim/latency.py ``store_cycles``. A STORE beyond the OUT
+    SRAM is skipped (one cycle) and reported as ``error`` with STATUS SRAM_RANGE."""
 
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
         self.cfg = check_config(cfg)
@@ -179,6 +205,8 @@ class StoreStage(wiring.Component):
             dma.cmd.valid.eq(ctl.pop),
             ctl.unit_done.eq(dma.cmd.ready),
             self.axi_error.eq(dma.axi_error),
+            self.error.eq(dma.range_error),
+            self.error_status.eq(Status.SRAM_RANGE),
         ]
         wiring.connect(m, dma.sram_rd, wiring.flipped(self.out_rd))
         wiring.connect(m, dma.axi, wiring.flipped(self.axi))

@@ -20,7 +20,9 @@ class StoreDma(wiring.Component):
     Timing (the accept cycle is the issue cycle and reads the first element): per burst, AW
     with the first W beat, one unit (dma.py) per cycle, then the write response; the next burst
     starts in the cycle after the response. An empty transfer takes one cycle. Narrow elements
-    are gathered into beats with ``wstrb`` marking only their bytes.
+    are gathered into beats with ``wstrb`` marking only their bytes. A transfer beyond the OUT
+    SRAM, ``sram_base + y_size * x_size`` more than its depth (sim/functional.py's check), is
+    not executed: it takes one cycle and pulses ``range_error`` in the next.
 
     Args:
         cfg: the HWConfig (bus width ``axi_data_width``).
@@ -33,6 +35,7 @@ class StoreDma(wiring.Component):
         axi: AXI4 write master (AW, W, B; one burst outstanding).
         sram_rd: read port of the OUT SRAM (synchronous, ``en`` unused).
         axi_error: pulses on a write response SLVERR or DECERR.
+        range_error: pulses the cycle after accepting a transfer beyond the OUT SRAM.
     """
 
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
@@ -47,6 +50,7 @@ class StoreDma(wiring.Component):
                 "axi": Out(axi_write_signature(cfg.axi_data_width)),
                 "sram_rd": In(read_port(cfg.log_acc_depth, out_bits(cfg))),
                 "axi_error": Out(1),
+                "range_error": Out(1),
             }
         )
 
@@ -77,14 +81,18 @@ class StoreDma(wiring.Component):
                          aw_beats.eq(plan.beats)]  # fmt: skip
         with m.Elif(axi.awready):
             m.d.sync += aw_pending.eq(0)
-        m.d.sync += fresh.eq(0)
+        m.d.sync += [fresh.eq(0), self.range_error.eq(0)]
+        outside = insn.sram_base + insn.x_size * insn.y_size > 1 << len(rd.addr)
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += [self.cmd.ready.eq(1), rd.addr.eq(insn.sram_base)]
                 with m.If(self.cmd.valid):
                     plan.start(insn)
                     m.d.sync += ptr.eq(insn.sram_base)
-                    with m.If((insn.x_size != 0) & (insn.y_size != 0)):
+                    moves = (insn.x_size != 0) & (insn.y_size != 0)  # else a token-only NOP
+                    with m.If(moves & outside):
+                        m.d.sync += self.range_error.eq(1)
+                    with m.Elif(moves):
                         m.d.sync += fresh.eq(1)
                         m.next = "DATA"
             with m.State("DATA"):

@@ -17,15 +17,7 @@ from .dma import BURST_BEATS
 from .fetch import Fetch
 from .queues import CommandQueue, TokenQueue
 from .regblock import ADDR_WIDTH, RegBlock
-from .stages import LoadStage, StoreStage
-
-#: token queue -> (pushing stage and flag, popping stage and flag)
-TOKEN_QUEUES = {
-    "l2g": (("load", "push_next"), ("compute", "pop_prev")),
-    "g2l": (("compute", "push_prev"), ("load", "pop_next")),
-    "g2s": (("compute", "push_next"), ("store", "pop_prev")),
-    "s2g": (("store", "push_prev"), ("compute", "pop_next")),
-}
+from .stages import TOKEN_QUEUES, LoadStage, StoreStage
 
 
 class Top(wiring.Component):
@@ -85,17 +77,22 @@ class Top(wiring.Component):
             ]
         self._srams(m, stages)
 
-        compute = stages["compute"]
-        axi_error = fetch.axi_error
-        for stage in stages.values():
-            axi_error = axi_error | stage.axi_error
+        # Errors, first named first when several pulse in one cycle (the register block keeps
+        # the first pulse of a run and ignores the rest).
+        errors = [(fetch.axi_error, Status.AXI_ERROR)]
+        errors += [(stage.axi_error, Status.AXI_ERROR) for stage in stages.values()]
+        errors += [(fetch.flag_error, Status.BAD_FLAGS)]
+        errors += [(stage.error, stage.error_status) for stage in stages.values()]
+        error, status = 0, Status.OK
+        for pulse, code in reversed(errors):
+            error, status = error | pulse, Mux(pulse, code, status)
         m.d.comb += [
             fetch.start.eq(regs.start),
             fetch.insn_addr.eq(regs.insn_addr),
             fetch.insn_count.eq(regs.insn_count),
-            regs.done.eq(compute.done),
-            regs.error.eq(compute.error | axi_error),
-            regs.error_status.eq(Mux(axi_error, Status.AXI_ERROR, Status.BAD_OPCODE)),
+            regs.done.eq(stages["compute"].done),
+            regs.error.eq(error),
+            regs.error_status.eq(status),
         ]
         assert set(stages) == {s.name.lower() for s in Stage}
         return m

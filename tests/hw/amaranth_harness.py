@@ -54,19 +54,24 @@ def read_back(ctx, harness: SramHarness, cfg: HWConfig, buf: str) -> np.ndarray:
     return np.stack([unpack(ctx.get(mem[i]), cfg, buf) for i in range(mem.depth)])
 
 
-async def run_insn(ctx, dut: wiring.Component, insn, cfg: HWConfig) -> int:
-    """Issue one instruction; return the cycles from its acceptance until ``ready`` again."""
+async def run_insn(ctx, dut: wiring.Component, insn, cfg: HWConfig,
+                   errors: list[int] | None = None) -> int:  # fmt: skip
+    """Issue one instruction; return the cycles from its acceptance until ``ready`` again.
+    With ``errors``, append the cycle (counted the same way) of each ``range_error`` pulse."""
     assert ctx.get(dut.insn.ready), "the core must be idle before an instruction is issued"
     ctx.set(dut.insn.payload.as_value(), encode_word(insn, cfg))
     ctx.set(dut.insn.valid, 1)
     await ctx.tick()
     ctx.set(dut.insn.valid, 0)
     cycles = 1
-    while not ctx.get(dut.insn.ready):
+    while True:
+        if errors is not None and ctx.get(dut.range_error):
+            errors.append(cycles)
+        if ctx.get(dut.insn.ready):
+            return cycles
         await ctx.tick()
         cycles += 1
         assert cycles < 100_000, "the core did not finish"
-    return cycles
 
 
 def simulate(harness: SramHarness, testbench, vcd: str | None = None) -> None:

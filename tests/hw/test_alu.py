@@ -134,3 +134,27 @@ def test_alu_is_exact_with_write_first_srams():
     timings = run_program(TINY, srams, insns, write_first=True)
     for insn, (steps, cycles) in zip(insns, timings, strict=True):
         assert cycles == alu_cycles(steps, alu_ii(insn.use_imm, insn.reset_reg))
+
+
+def test_alu_stops_at_an_out_of_range_src_before_writing():
+    # src = u.src_idx + 2 * i_out on tiny's 256 ACC entries: step 7 reads ACC[256]. At II = 2
+    # the six steps before it run; it and the rest write nothing.
+    srams = Srams.random(TINY, np.random.default_rng(9))
+    srams.set_uops(0, [Uop(dst_idx=0, src_idx=250), Uop(dst_idx=1, src_idx=251)])
+    model = srams.copy()
+    loop = dict(uop_end=2, dst_factor_out=2, src_factor_out=2, alu_opcode=AluOp.ADD)
+    alu_model(AluInsn(iter_out=3, **loop), model)
+    dut = AluCore(TINY)
+    harness = SramHarness(dut, srams)
+    errors: list[int] = []
+
+    async def testbench(ctx):
+        cycles = await run_insn(ctx, dut, AluInsn(iter_out=4, **loop), TINY, errors)
+        assert cycles < alu_cycles(8, 2), "the loop stops at the error"
+        for buf in ("acc", "out"):
+            got = read_back(ctx, harness, TINY, buf)
+            bad = np.argwhere((got != model.arrays[buf]).any(axis=(1, 2)))
+            assert not bad.size, f"{buf.upper()} rows {bad[:, 0]} differ"
+
+    simulate(harness, testbench)
+    assert len(errors) == 1, "one pulse per instruction"

@@ -18,7 +18,7 @@ from tensorforge.hw.config import HWConfig
 from tensorforge.hw.core.load import LoadDma
 from tensorforge.hw.core.store import StoreDma
 from tensorforge.hw.isa import MemInsn, MemType, Opcode, elem_bytes, encode_word
-from tensorforge.sim.functional import FunctionalSim, SimStats
+from tensorforge.sim.functional import FunctionalSim, SimStats, SramRangeError
 from tensorforge.sim.latency import TimingParams, dma_bursts, load_cycles, store_cycles
 from tensorforge.sim.memory import DeviceMemory
 
@@ -80,9 +80,10 @@ def random_transfer(rng, cfg: HWConfig, mt: MemType, opcode: Opcode, depth: int)
     )  # fmt: skip
 
 
-def run_dma(cfg, mt, insns, fsim, params: TimingParams, store: bool = False):
-    """Run ``insns`` back to back on the RTL (SRAM and DRAM from ``fsim``) and the functional
-    simulator; return (RTL cycles per insn, RTL SRAM words, RTL DRAM bytes, memory model)."""
+def run_dma(cfg, mt, insns, fsim, params: TimingParams, store: bool = False, errors=None):
+    """Run ``insns`` back to back on the RTL (SRAM and DRAM from ``fsim``) and, unless
+    ``errors`` is a list, the functional simulator; return (RTL cycles per insn, RTL SRAM words,
+    memory model). A list ``errors`` gets the index of each insn that pulsed ``range_error``."""
     buf = BUF[mt]
     bursts = params.burst_beats
     dut = StoreDma(cfg, burst_beats=bursts) if store else LoadDma(cfg, mt, burst_beats=bursts)
@@ -99,7 +100,11 @@ def run_dma(cfg, mt, insns, fsim, params: TimingParams, store: bool = False):
             await ctx.tick()
             ctx.set(dut.cmd.valid, 0)
             n = 1
-            while not ctx.get(dut.cmd.ready):
+            while True:
+                if errors is not None and ctx.get(dut.range_error):
+                    errors.append(len(cycles))
+                if ctx.get(dut.cmd.ready):
+                    break
                 await ctx.tick()
                 n += 1
                 assert n < 20_000, f"{insn} did not finish"
@@ -120,7 +125,8 @@ def run_dma(cfg, mt, insns, fsim, params: TimingParams, store: bool = False):
     sim.add_testbench(axi, background=True)
     sim.run()
     for i, insn in enumerate(insns):
-        fsim.exec_insn(insn, i, SimStats())
+        if errors is None:
+            fsim.exec_insn(insn, i, SimStats())
     return cycles, words, memory
 
 
@@ -196,3 +202,26 @@ def test_short_bursts_still_match_the_models():
     insns = [random_transfer(rng, cfg, MemType.OUT, Opcode.STORE, 256) for _ in range(4)]
     p = TimingParams.for_config(cfg, burst_beats=2, dram_write_latency=2)
     check_against_models(cfg, MemType.OUT, insns, fsim, p, store=True)
+
+
+@pytest.mark.parametrize("mt", [MemType.INP, MemType.ACC_8BIT, MemType.OUT], ids=lambda t: t.name)
+def test_transfers_beyond_the_sram_are_skipped_with_range_error(mt):
+    """sim/functional.py's check: ``sram_base + (y_pad_0 + y_size + y_pad_1) * (x_pad_0 +
+    x_size + x_pad_1)`` (a STORE: ``sram_base + y_size * x_size``) must not pass the depth. Such
+    a transfer takes one cycle, moves nothing and pulses ``range_error`` the cycle after."""
+    cfg = HWConfig.preset("tiny")
+    fsim = new_fsim(cfg, np.random.default_rng(int(mt)))
+    depth, store = len(getattr(fsim, BUF[mt])), mt == MemType.OUT
+    pads = () if store else (0, 1)  # a LOAD's padding counts: here one row below the data
+    opcode = Opcode.STORE if store else Opcode.LOAD
+    end = depth + 1
+    insn = MemInsn(opcode, mt, end - (4 if store else 6), 0, 2, 2, 2, *pads)
+    with pytest.raises(SramRangeError, match=rf"indices \[{insn.sram_base}, {end}\) exceed"):
+        fsim.exec_insn(insn, 0, SimStats())
+    before = sram_words(fsim, BUF[mt])
+    errors: list[int] = []
+    cycles, words, memory = run_dma(cfg, mt, [insn], fsim, TimingParams.for_config(cfg), store,
+                                    errors)  # fmt: skip
+    assert (errors, cycles) == ([0], [1])
+    assert not memory.reads and not memory.writes and words == before
+    assert np.array_equal(memory.data, fsim.memory.view(0, DRAM_BYTES))

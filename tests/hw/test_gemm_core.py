@@ -120,3 +120,30 @@ def test_gemm_with_one_entry_buffers_wraps_every_index():
     srams.set_uops(0, [Uop()])
     insn = GemmInsn(uop_bgn=0, uop_end=1, iter_out=3, iter_in=2, dst_factor_out=0)
     assert run_program(cfg, srams, [insn]) == [(6, gemm_cycles(6))]
+
+
+def test_gemm_stops_at_an_out_of_range_index_before_writing_it():
+    # dst = u.dst_idx + 244 * i_out on tiny's 256 ACC entries: the second pass reaches ACC[256]
+    # at its third step. The steps before it run; it and the rest write nothing.
+    cfg = HWConfig.preset("tiny")
+    srams = Srams.random(cfg, np.random.default_rng(6))
+    srams.set_uops(0, [Uop(dst_idx=10 + i, src_idx=i, wgt_idx=2 * i) for i in range(4)])
+    model = srams.copy()
+    model.set_uops(4, [Uop(254, 0, 0), Uop(255, 1, 2)])  # the second pass's in-range steps
+    gemm_model(GemmInsn(uop_end=4), model)
+    gemm_model(GemmInsn(uop_bgn=4, uop_end=6), model)
+    dut = GemmCore(cfg)
+    harness = SramHarness(dut, srams)
+    errors: list[int] = []
+
+    async def testbench(ctx):
+        insn = GemmInsn(uop_end=4, iter_out=2, dst_factor_out=244)
+        cycles = await run_insn(ctx, dut, insn, cfg, errors)
+        assert cycles < gemm_cycles(8), "the loop stops at the error"
+        for buf in ("acc", "out"):
+            got = read_back(ctx, harness, cfg, buf)
+            bad = np.argwhere((got != model.arrays[buf]).any(axis=(1, 2)))
+            assert not bad.size, f"{buf.upper()} rows {bad[:, 0]} differ"
+
+    simulate(harness, testbench)
+    assert errors == [7 + 2], "one pulse, in S2 of the bad (7th) step"

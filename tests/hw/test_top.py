@@ -6,22 +6,28 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from amaranth.hdl import Elaboratable, Module, ResetInserter, Signal
 from amaranth.sim import Simulator
 from axi_models import AxiMemory, axil_read, axil_write
+from programs import hand_inputs, hand_program
 
 from tensorforge.demo import build_matmul, pack_inp, unpack_out
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.core.top import Top
 from tensorforge.hw.isa import (
     AluInsn,
-    AluOp,
     FinishInsn,
     GemmInsn,
+    Insn,
     MemInsn,
     MemType,
     Opcode,
+    Stage,
     Uop,
+    encode_uops,
     encode_word,
+    layouts,
+    stage_of,
 )
 from tensorforge.hw.regmap import REGISTERS, Ctrl, Status
 from tensorforge.runtime.device.vta.base import LoadedProgram
@@ -34,6 +40,7 @@ from tensorforge.sim.regblock import RegisterBlockModel
 from tensorforge.sim.timing import simulate_timing
 
 MEMORY_BYTES = 1 << 20
+TINY = HWConfig.preset("tiny")
 PORTS = ("fetch", "load", "compute", "store")
 
 
@@ -41,11 +48,29 @@ def reg(name: str) -> int:
     return REGISTERS[name].offset
 
 
+class ResettableTop(Elaboratable):
+    """``Top`` with a synchronous reset the testbench drives (``rst``); the AXI models are left
+    alone (a reset of the ``sync`` domain would interrupt their waits)."""
+
+    def __init__(self, top: Top) -> None:
+        self.top = top
+        self.rst = Signal()
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        m.submodules.top = ResetInserter(self.rst)(self.top)
+        return m
+
+
 def run_top(cfg: HWConfig, dram: np.ndarray, base: int, insn_addr: int, count: int,
-            p: TimingParams, launches: int = 1, limit: int = 200_000) -> list[dict]:  # fmt: skip
+            p: TimingParams, launches: int = 1, limit: int = 200_000,
+            images: list[tuple[np.ndarray, int]] | None = None) -> list[dict]:  # fmt: skip
     """Launch a program ``launches`` times on the RTL through the register block; DRAM is
-    ``dram`` (modified in place). Returns CTRL, STATUS and CYCLES of each launch."""
+    ``dram`` (modified in place). With ``images`` (DRAM contents and instruction count), launch
+    once per image instead: ``dram`` becomes the image and the core is reset first. Returns
+    CTRL, STATUS and CYCLES of each launch."""
     top = Top(cfg, burst_beats=p.burst_beats)
+    harness = ResettableTop(top)
     mems = {
         port: AxiMemory(dram, p.dram_read_latency, p.dram_write_latency, p.bus_bytes, base)
         for port in PORTS
@@ -54,10 +79,17 @@ def run_top(cfg: HWConfig, dram: np.ndarray, base: int, insn_addr: int, count: i
 
     async def bench(ctx):
         bus = top.s_axil
-        for _ in range(launches):
+        n = count
+        for i in range(launches if images is None else len(images)):
+            if images is not None:
+                await ctx.tick().repeat(100)  # the rest of the last program drains
+                dram[:], n = images[i]
+                ctx.set(harness.rst, 1)
+                await ctx.tick().repeat(2)
+                ctx.set(harness.rst, 0)
             await axil_write(ctx, bus, reg("INSN_ADDR_LO"), insn_addr & 0xFFFF_FFFF)
             await axil_write(ctx, bus, reg("INSN_ADDR_HI"), insn_addr >> 32)
-            await axil_write(ctx, bus, reg("INSN_COUNT"), count)
+            await axil_write(ctx, bus, reg("INSN_COUNT"), n)
             await axil_write(ctx, bus, reg("CTRL"), int(Ctrl.START))
             for _ in range(limit // 50):
                 ctrl = await axil_read(ctx, bus, reg("CTRL"))
@@ -70,7 +102,7 @@ def run_top(cfg: HWConfig, dram: np.ndarray, base: int, insn_addr: int, count: i
             out["cycles"] = out.pop("cycles_hi") << 32 | out.pop("cycles_lo")
             outs.append(out)
 
-    sim = Simulator(top)
+    sim = Simulator(harness)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     for port, mem in mems.items():
@@ -135,72 +167,135 @@ def test_matmul_is_bit_exact_and_cycle_exact(preset, m, k, n, tile_rows, latency
     np.testing.assert_array_equal(unpack_out(cfg, outputs["C"]), kernel.reference())
 
 
-def hand_program(cfg: HWConfig, rng: np.random.Generator):
-    """Every instruction type: padded INP loads, WGT, UOP, ACC and ACC_8BIT loads, GEMM with
-    reset, every ALU op (immediate and ACC operands, chained hazards), STORE, and the four token
-    queues (l2g, g2l, g2s, s2g)."""
-    bi, bo, bt = cfg.block_in, cfg.block_out, cfg.batch
-    b = ProgramBuilder(cfg, name="every_insn")
-    b.slot("X", "input", (2, 3, bt, bi))
-    b.slot("O", "output", (12, bt, bo))
-    b.blob("W", rng.integers(-128, 128, (3, bo, bi), dtype=np.int8))
-    b.blob("A8", rng.integers(-128, 128, (4, bt, bo), dtype=np.int8))
-    b.blob("A32", rng.integers(-(1 << 20), 1 << 20, (4, bt, bo), dtype=np.int32))
-    every = b.add_uops([Uop(i, 0, 0) for i in range(12)])
-    pairs = b.add_uops([Uop(i, 11 - i, 0) for i in range(12)])
-    gemm = b.add_uops([Uop(i, 6 + i, i % 3) for i in range(4)])  # padded tile rows 1..2
-    late = b.add_uops([Uop(i, 20 + i % 2, (i + 1) % 3) for i in range(4)])
-    n = len(b.uops)
-    L, S = Opcode.LOAD, Opcode.STORE
-    b.emit(MemInsn(L, MemType.UOP, 0, 0, 1, n, n), reloc=UOP_BLOB)
-    b.emit(MemInsn(L, MemType.ACC_8BIT, 4, 0, 1, 4, 4), reloc="A8")
-    b.emit(MemInsn(L, MemType.ACC, 8, 0, 2, 2, 2), reloc="A32")
-    b.emit(MemInsn(L, MemType.WGT, 0, 0, 1, 3, 3), reloc="W")
-    b.emit(MemInsn(L, MemType.INP, 0, 0, 2, 3, 3, 1, 1, 1, 1, push_next=True), reloc="X")
-    b.emit(GemmInsn(reset_reg=True, uop_bgn=every, uop_end=every + 4, pop_prev=True))
-    b.emit(GemmInsn(uop_bgn=gemm, uop_end=gemm + 4, iter_out=2, src_factor_out=1,
-                    push_prev=True))  # fmt: skip
-    b.emit(MemInsn(L, MemType.INP, 20, 4, 1, 2, 2, pop_next=True, push_next=True), reloc="X")
-    b.emit(GemmInsn(uop_bgn=late, uop_end=late + 4, pop_prev=True))
-    ops = [(AluOp.ADD, False, 0), (AluOp.MUL, True, -3), (AluOp.SHR, True, 3),
-           (AluOp.SHR, True, -2), (AluOp.MAX, False, 0), (AluOp.MIN, True, 20000),
-           (AluOp.MAX, True, -20000), (AluOp.MIN, False, 0), (AluOp.ADD, True, 77),
-           (AluOp.SHR, True, 6)]  # fmt: skip
-    for op, use_imm, imm in ops:
-        uop = pairs if not use_imm else every
-        b.emit(AluInsn(uop_bgn=uop, uop_end=uop + 12, alu_opcode=op, use_imm=use_imm, imm=imm))
-    b.emit(AluInsn(reset_reg=True, uop_bgn=every + 10, uop_end=every + 12, push_next=True))
-    b.emit(MemInsn(S, MemType.OUT, 0, 0, 2, 6, 6, pop_prev=True, push_prev=True), reloc="O")
-    b.emit(FinishInsn(pop_next=True))
-    return b.build()
-
-
 @pytest.mark.parametrize("preset", ["tiny", "pynq"])
 def test_every_instruction_type_is_bit_exact_and_cycle_exact(preset):
     cfg = HWConfig.preset(preset)
     rng = np.random.default_rng(5)
     image = hand_program(cfg, rng)
-    x = rng.integers(-128, 128, (2, 3, cfg.batch, cfg.block_in), dtype=np.int8)
     p = TimingParams.for_config(cfg, dram_read_latency=9, dram_write_latency=4)
-    check_image(image, {"X": x}, p)
+    check_image(image, hand_inputs(cfg, rng), p)
 
 
-def test_undefined_opcode_stops_with_bad_opcode_like_the_model():
-    cfg = HWConfig.preset("tiny")
-    words = [encode_word(GemmInsn(uop_end=0), cfg), 7, encode_word(FinishInsn(), cfg)]
+INSN_AT, UOP_AT = 256, 1024  # byte addresses of a raw program and its micro-ops in 4 KiB DRAM
+
+
+def raw_dram(cfg: HWConfig, words: list[int], uops: tuple[Uop, ...]) -> np.ndarray:
+    """4 KiB of DRAM holding instruction words at INSN_AT and micro-ops at UOP_AT."""
     dram = np.zeros(4096, dtype=np.uint8)
-    for i, w in enumerate(words):
-        dram[256 + 16 * i : 256 + 16 * (i + 1)] = list(w.to_bytes(16, "little"))
-    memory = DeviceMemory(4096, base=0)
+    program = b"".join(w.to_bytes(16, "little") for w in words)
+    dram[INSN_AT : INSN_AT + len(program)] = np.frombuffer(program, np.uint8)
+    packed = encode_uops(list(uops), cfg)
+    dram[UOP_AT : UOP_AT + len(packed)] = np.frombuffer(packed, np.uint8)
+    return dram
+
+
+def launch_model(cfg: HWConfig, dram: np.ndarray, count: int, p: TimingParams) -> dict:
+    """CTRL, STATUS and CYCLES of sim/regblock.py's model after a launch of the program at
+    INSN_AT (sim/functional.py runs it, sim/timing.py counts its cycles)."""
+    memory = DeviceMemory(len(dram), base=0)
     memory.write(0, dram)
-    model = RegisterBlockModel(cfg, FunctionalSim(cfg, memory).run)
-    model.write32(reg("INSN_ADDR_LO"), 256)
-    model.write32(reg("INSN_COUNT"), 3)
+    sim = FunctionalSim(cfg, memory)
+
+    def execute(addr: int, count: int) -> int:
+        insns = sim.fetch(addr, count)
+        sim.execute(insns)
+        return simulate_timing(insns, cfg, p, insn_addr=addr).cycles
+
+    model = RegisterBlockModel(cfg, execute)
+    model.write32(reg("INSN_ADDR_LO"), INSN_AT)
+    model.write32(reg("INSN_COUNT"), count)
     model.write32(reg("CTRL"), int(Ctrl.START))
-    (got,) = run_top(cfg, dram, 0, 256, 3, TimingParams.for_config(cfg))
-    assert got["ctrl"] == model.read32(reg("CTRL")) == Ctrl.ERROR
-    assert got["status"] == model.read32(reg("STATUS")) == Status.BAD_OPCODE
-    assert got["cycles"] == model.read32(reg("CYCLES_LO")) == 0
+    want = {"ctrl": model.read32(reg("CTRL")), "status": model.read32(reg("STATUS"))}
+    want["cycles"] = model.read32(reg("CYCLES_HI")) << 32 | model.read32(reg("CYCLES_LO"))
+    want["error"] = str(model.last_error)
+    return want
+
+
+L, S = Opcode.LOAD, Opcode.STORE
+ALU_OPCODE_LSB = layouts(TINY).alu.field("alu_opcode").lsb
+UOPS = MemInsn(L, MemType.UOP, 0, UOP_AT // 4, 1, 4, 4)  # loads the case's (up to 4) micro-ops
+OK, RANGE, FLAGS = Status.OK, Status.SRAM_RANGE, Status.BAD_FLAGS
+# On tiny, INP, WGT and ACC (= OUT) have 256 entries and UOP 1024. name -> (program without
+# FINISH, its micro-ops, the STATUS both must end with). Load and store stages hand a token to
+# FINISH, which must not overtake them.
+ERROR_CASES: dict[str, tuple[list[Insn | int], tuple[Uop, ...], Status]] = {
+    "undefined_opcode": ([GemmInsn(uop_end=0), 7], (), Status.BAD_OPCODE),
+    "undefined_alu_opcode": ([int(Opcode.ALU) | 6 << ALU_OPCODE_LSB], (), Status.BAD_OPCODE),
+    # LOAD: sram_base + (y_pad_0 + y_size + y_pad_1) * (x_pad_0 + x_size + x_pad_1) <= depth
+    "load_inp_tile_ends_at_depth": (
+        [MemInsn(L, MemType.INP, 248, 0, 1, 2, 2, 1, 0, 1, 1, push_next=True)], (), OK),
+    "load_inp_tile_passes_depth": (
+        [MemInsn(L, MemType.INP, 249, 0, 1, 2, 2, 1, 0, 1, 1, push_next=True)], (), RANGE),
+    "load_wgt": ([MemInsn(L, MemType.WGT, 255, 0, 1, 2, 2, push_next=True)], (), RANGE),
+    "load_uop": ([MemInsn(L, MemType.UOP, 1020, 0, 1, 5, 5)], (), RANGE),
+    "load_acc": ([MemInsn(L, MemType.ACC, 250, 0, 2, 4, 4)], (), RANGE),
+    "load_acc_8bit_pad": ([MemInsn(L, MemType.ACC_8BIT, 255, 0, 1, 1, 1, 0, 1)], (), RANGE),
+    "empty_load_is_not_checked": ([MemInsn(L, MemType.ACC, 300, 0, 1, 0, 0)], (), OK),
+    # STORE: sram_base + y_size * x_size <= OUT depth
+    "store": ([MemInsn(S, MemType.OUT, 250, 0, 2, 4, 4, push_prev=True)], (), RANGE),
+    # GEMM/ALU micro-ops: uop_end <= UOP depth, however many steps the loop has
+    "gemm_uop_end_without_steps": ([GemmInsn(uop_bgn=1000, uop_end=1025, iter_out=0)], (), RANGE),
+    "alu_uop_end_at_depth": ([AluInsn(uop_bgn=1023, uop_end=1024)], (), OK),
+    # GEMM: every step's dst < ACC depth and, without reset_reg, src < INP, wgt < WGT depth
+    "gemm_dst_second_step": (
+        [UOPS, GemmInsn(uop_end=1, iter_out=2, dst_factor_out=6)], (Uop(250, 0, 0),), RANGE),
+    "gemm_dst_offset_wraps": (
+        [UOPS, GemmInsn(uop_end=1, iter_out=3, dst_factor_out=200)], (Uop(0, 0, 0),), RANGE),
+    "gemm_src": ([UOPS, GemmInsn(uop_end=2, iter_in=3, src_factor_in=100)],
+                 (Uop(0, 0, 0), Uop(1, 60, 0)), RANGE),
+    "gemm_wgt": ([UOPS, GemmInsn(uop_end=1, iter_in=2, wgt_factor_in=1)], (Uop(0, 0, 255),),
+                 RANGE),
+    "gemm_reset_checks_only_dst": (
+        [UOPS, GemmInsn(reset_reg=True, uop_end=1, iter_in=3, src_factor_in=100,
+                        wgt_factor_in=1)], (Uop(0, 60, 255),), OK),
+    # ALU: every step's dst < ACC depth and, with an ACC operand, src < ACC depth
+    "alu_dst": ([UOPS, AluInsn(uop_end=1, iter_in=2, dst_factor_in=1)], (Uop(255, 0, 0),), RANGE),
+    "alu_src": ([UOPS, AluInsn(uop_end=1, iter_out=2, src_factor_out=1)], (Uop(0, 255, 0),),
+                RANGE),
+    "alu_imm_checks_only_dst": (
+        [UOPS, AluInsn(uop_end=1, iter_out=2, src_factor_out=1, use_imm=True, imm=3)],
+        (Uop(0, 255, 0),), OK),
+    # Dependency flags: only those naming a token queue of the instruction's stage
+    "load_inp_pop_prev": ([MemInsn(L, MemType.INP, pop_prev=True, push_next=True)], (), FLAGS),
+    "load_wgt_push_prev": ([MemInsn(L, MemType.WGT, push_prev=True, push_next=True)], (), FLAGS),
+    "store_push_next": ([MemInsn(S, MemType.OUT, push_prev=True, push_next=True)], (), FLAGS),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def error_launches() -> dict[str, tuple[dict, dict]]:
+    """Every ERROR_CASES program, each with a FINISH that waits for it, on the model and on one
+    simulated Top (reset before each launch): case -> (RTL's registers, model's registers)."""
+    cfg, p = TINY, TimingParams.for_config(TINY)
+    images, wants = [], []
+    for insns, uops, _ in ERROR_CASES.values():
+        last = insns[-1]
+        finish = FinishInsn(
+            pop_prev=isinstance(last, MemInsn) and stage_of(last) == Stage.LOAD,
+            pop_next=isinstance(last, MemInsn) and stage_of(last) == Stage.STORE,
+        )
+        words = [i if isinstance(i, int) else encode_word(i, cfg) for i in [*insns, finish]]
+        images.append((raw_dram(cfg, words, uops), len(words)))
+        wants.append(launch_model(cfg, images[-1][0], len(words), p))
+    gots = run_top(cfg, images[0][0].copy(), 0, INSN_AT, 0, p, images=images)
+    return dict(zip(ERROR_CASES, zip(gots, wants, strict=True), strict=True))
+
+
+@pytest.mark.parametrize("case", ERROR_CASES)
+def test_index_and_flag_errors_stop_like_the_model(error_launches, case):
+    got, want = error_launches[case]
+    status = ERROR_CASES[case][2]
+    assert got == {k: want[k] for k in got}, f"RTL {got} != model {want}"
+    assert (got["status"], got["ctrl"]) == (status, Ctrl.DONE if status == OK else Ctrl.ERROR)
+    if status != OK:
+        assert got["cycles"] == 0, "CYCLES stays 0 after an error"
+
+
+def test_undefined_opcode_stops_with_bad_opcode_like_the_model(error_launches):
+    got, want = error_launches["undefined_opcode"]
+    assert got == {k: want[k] for k in got}, f"RTL {got} != model {want}"
+    assert (got["ctrl"], got["status"], got["cycles"]) == (Ctrl.ERROR, Status.BAD_OPCODE, 0)
+    assert "opcode must be one of" in want["error"]
 
 
 def test_full_token_queues_stall_pushes_as_in_the_model():

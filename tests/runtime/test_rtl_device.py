@@ -4,38 +4,40 @@ bit-exact against the ``sim`` backend (sim/functional.py) and cycle-exact agains
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
 from tensorforge.compiler.topi.vta import conv2d
 from tensorforge.demo import build_matmul
 from tensorforge.hw.config import HWConfig
-from tensorforge.hw.isa import FinishInsn, GemmInsn, encode_program
+from tensorforge.hw.isa import (
+    FinishInsn,
+    GemmInsn,
+    MemInsn,
+    MemType,
+    Opcode,
+    Stage,
+    Uop,
+    encode_program,
+    encode_uops,
+    stage_of,
+)
 from tensorforge.runtime.device.vta import DeviceError, open_device
 from tensorforge.runtime.device.vta.rtl import matched_timing
+from tensorforge.sim.functional import SramRangeError
 
 TINY = HWConfig.preset("tiny")
-SIMULATORS = ["icarus", pytest.param("verilator", marks=pytest.mark.slow)]
-
-
-def needs(simulator: str) -> None:
-    tool = {"icarus": "iverilog", "verilator": "verilator"}[simulator]
-    if shutil.which(tool) is None:
-        pytest.skip(f"{tool} is not on PATH (`make setup` installs it; run through `make test`)")
-    pytest.importorskip("cocotb_tools.runner", reason="cocotb 2.x is not installed")
-    pytest.importorskip("cocotbext.axi", reason="cocotbext-axi is not installed")
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("simulator", SIMULATORS)
-def test_demo_matmul_on_rtl_equals_sim_and_cyclesim(simulator):
-    needs(simulator)
+def test_demo_matmul_on_rtl_equals_sim_and_cyclesim(rtl_simulator):
     kernel = build_matmul(TINY, 4, 16, 12, shift=5, tile_rows=2, seed=3)
+    insns = kernel.image.instructions()
+    tiles = [i for i in insns if stage_of(i) == Stage.LOAD and i.memory_type == MemType.INP]
+    assert len(tiles) == 2, "two row tiles (and 3 x 4 blocks of C and K per tile)"
     want, _ = kernel.run_on("sim")
     _, timed = kernel.run_on("cyclesim", timing=matched_timing(TINY))
-    got, result = kernel.run_on("rtl", simulator=simulator)
+    got, result = kernel.run_on("rtl", simulator=rtl_simulator)
     assert np.array_equal(want, kernel.reference())  # the oracle agrees with the functional sim
     assert np.array_equal(got, want)
     assert result.backend == "rtl" and result.stats["cycles"] == result.cycles
@@ -43,9 +45,7 @@ def test_demo_matmul_on_rtl_equals_sim_and_cyclesim(simulator):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("simulator", SIMULATORS)
-def test_compiled_conv_on_rtl_equals_sim_and_cyclesim(simulator):
-    needs(simulator)
+def test_compiled_conv_on_rtl_equals_sim_and_cyclesim(rtl_simulator):
     rng = np.random.default_rng(5)
     weight = rng.integers(-128, 128, (8, 4, 3, 3), dtype=np.int8)
     bias = rng.integers(-2000, 2000, 8, dtype=np.int32)
@@ -53,7 +53,7 @@ def test_compiled_conv_on_rtl_equals_sim_and_cyclesim(simulator):
     x = rng.integers(-128, 128, (1, 4, 6, 6), dtype=np.int8)
     want, _ = kern.run(x, "sim")
     _, timed = kern.run(x, "cyclesim", timing=matched_timing(TINY))
-    got, result = kern.run(x, "rtl", simulator=simulator)
+    got, result = kern.run(x, "rtl", simulator=rtl_simulator)
     assert np.array_equal(want, kern.reference(x))
     assert np.array_equal(got, want)
     assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
@@ -66,8 +66,7 @@ def _raw_program(device, program: bytes):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.rtl
-def test_a_deadlocked_program_ends_with_the_state_named():
-    needs("icarus")
+def test_a_deadlocked_program_ends_with_the_state_named(icarus):
     device = open_device("rtl", TINY, max_cycles=2000)
     # GEMM pops a token LOAD never pushes: the core waits forever.
     program = encode_program([GemmInsn(pop_prev=True), FinishInsn()], TINY)
@@ -78,8 +77,7 @@ def test_a_deadlocked_program_ends_with_the_state_named():
 
 
 @pytest.mark.rtl
-def test_the_wall_clock_limit_ends_a_hung_run_too():
-    needs("icarus")
+def test_the_wall_clock_limit_ends_a_hung_run_too(icarus):
     device = open_device("rtl", TINY, timeout_s=1.0)  # max_cycles stays at its large default
     block = _raw_program(device, encode_program([GemmInsn(pop_prev=True), FinishInsn()], TINY))
     with pytest.raises(DeviceError, match=r"hung: the accelerator did not finish within 1\.0 s"
@@ -88,12 +86,36 @@ def test_the_wall_clock_limit_ends_a_hung_run_too():
 
 
 @pytest.mark.rtl
-def test_a_bad_opcode_stops_with_status():
-    needs("icarus")
+def test_a_bad_opcode_stops_with_status(icarus):
     device = open_device("rtl", TINY, max_cycles=2000)
     block = _raw_program(device, bytes([0x07]) + bytes(15))  # opcode 7 is not defined
     with pytest.raises(DeviceError, match="stopped on an error: .*STATUS BAD_OPCODE.*CTRL=ERROR"):
         device.run(block, 1)
+
+
+#: how each backend reports the out-of-range index below
+RANGE_ERRORS = {
+    "sim": (SramRangeError, r"GEMM\): ACC index 256 is out of range \[0, 256\)"),
+    "rtl": (DeviceError, r"stopped on an error: .*STATUS=SRAM_RANGE, CYCLES=0"),
+}
+
+
+@pytest.mark.parametrize("backend", ["sim", pytest.param("rtl", marks=pytest.mark.rtl)])
+def test_an_index_beyond_a_buffer_stops_with_sram_range(backend, request):
+    if backend == "rtl":
+        request.getfixturevalue("icarus")
+    device = open_device(backend, TINY, **({"max_cycles": 2000} if backend == "rtl" else {}))
+    uops = _raw_program(device, encode_uops([Uop(250, 0, 0)], TINY))
+    # The GEMM's second step adds into ACC[250 + 6]; tiny's ACC has 256 entries.
+    program = [
+        MemInsn(Opcode.LOAD, MemType.UOP, 0, uops.addr // 4, 1, 1, 1),
+        GemmInsn(uop_end=1, iter_out=2, dst_factor_out=6),
+        FinishInsn(),
+    ]
+    block = _raw_program(device, encode_program(program, TINY))
+    error, message = RANGE_ERRORS[backend]
+    with pytest.raises(error, match=message):
+        device.run(block, len(program))
 
 
 def test_unknown_simulator_is_named():

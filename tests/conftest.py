@@ -1,0 +1,31 @@
+"""Fixtures shared by the test tree: the RTL simulators the `rtl` tests run on."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+_TOOLS = {"icarus": "iverilog", "verilator": "verilator"}
+
+
+def _skip_without(simulator: str) -> str:
+    tool = _TOOLS[simulator]
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not on PATH (`make setup` installs it; run through `make test`)")
+    pytest.importorskip("cocotb_tools.runner", reason="cocotb 2.x is not installed")
+    pytest.importorskip("cocotbext.axi", reason="cocotbext-axi is not installed")
+    return simulator
+
+
+@pytest.fixture(params=["icarus", pytest.param("verilator", marks=pytest.mark.slow)])
+def rtl_simulator(request: pytest.FixtureRequest) -> str:
+    """Each RTL simulator in turn (Verilator's builds are slow: its case is marked `slow`);
+    skips with the reason when the simulator or cocotb is missing."""
+    return _skip_without(request.param)
+
+
+@pytest.fixture
+def icarus() -> str:
+    """Icarus Verilog, for RTL tests that need one simulator; skips when it is missing."""
+    return _skip_without("icarus")
