@@ -27,7 +27,7 @@ float_acc = np.mean(run_graph(graph, {"input": x})[graph.outputs[0]].argmax(1) =
 int8_acc = np.mean(logits.argmax(1) == labels)
 print(f"float {float_acc:.1%}, int8 {int8_acc:.1%}")
 assert int8_acc >= float_acc - 0.02
-for node, op, where, why in module.stats["placement"]:
+for node, _op, where, why in module.stats["placement"]:
     print(f"  {node:<18} {where}  {why}")
 
 module.use_device("cyclesim").run({"input": x})  # the same kernels, now with cycle counts

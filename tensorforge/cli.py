@@ -150,9 +150,7 @@ def _shape_arg(p: argparse.ArgumentParser, default: str = "") -> None:
 
 
 def _calibrate_arg(p: argparse.ArgumentParser, text: str) -> None:
-    p.add_argument(
-        "--calibrate", action="append", default=[], metavar="[NAME=]FILE.npy", help=text
-    )
+    p.add_argument("--calibrate", action="append", default=[], metavar="[NAME=]FILE.npy", help=text)
 
 
 def _program_args(p: argparse.ArgumentParser) -> None:
@@ -402,33 +400,35 @@ def _onnx_inputs(path: str) -> tuple[object, list[str], list[str]]:
     return proto, [v.name for v in inputs], symbolic
 
 
+def _split_spec(names: Sequence[str], spec: str, form: str) -> tuple[str, str]:
+    """``NAME=VALUE`` -> (NAME, VALUE); a bare VALUE names the model's only input."""
+    name, sep, value = spec.partition("=")
+    if sep:
+        return name, value
+    if len(names) != 1:
+        raise ValueError(f"give {form} for a model with inputs {list(names)}, not {spec!r}")
+    return names[0], spec
+
+
 def _shapes(names: Sequence[str], specs: list[str]) -> dict[str, tuple[int, ...]]:
     """--shape NAME=d0,d1,... (NAME= may be left off for a model with one input)."""
     shapes = {}
     for spec in specs:
-        name, sep, dims = spec.rpartition("=")
-        if not sep:
-            if len(names) != 1:
-                raise ValueError(f"--shape must be NAME=d0,d1,... for a model with inputs "
-                                 f"{list(names)}, not {spec!r}")  # fmt: skip
-            name = names[0]
+        name, dims = _split_spec(names, spec, "--shape NAME=d0,d1,...")
         try:
             shapes[name] = tuple(int(d) for d in dims.split(","))
         except ValueError:
-            raise ValueError(f"--shape dims must be integers like 1,3,224,224, not {dims!r}") from None
+            raise ValueError(
+                f"--shape dims must be integers like 1,3,224,224, not {dims!r}"
+            ) from None
     return shapes
 
 
 def _named_arrays(names: Sequence[str], specs: list[str]) -> dict[str, np.ndarray]:
-    names = list(names)
+    """NAME=FILE.npy arrays (NAME= may be left off for a model with one input)."""
     arrays: dict[str, np.ndarray] = {}
     for spec in specs:
-        name, sep, file = spec.partition("=")
-        if not sep:
-            if len(names) != 1:
-                raise ValueError(f"arrays must be given as NAME=FILE.npy for a model with "
-                                 f"inputs {names}, not {spec!r}")  # fmt: skip
-            name, file = names[0], spec
+        name, file = _split_spec(names, spec, "arrays as NAME=FILE.npy")
         arrays[name] = np.load(file, allow_pickle=False)
     return arrays
 

@@ -63,7 +63,9 @@ def fuse_accelerator_ops(graph: Graph) -> Graph:
     After:  group `[conv2, pool]`, one accelerator kernel.
     """
     if graph.groups is None:
-        raise ValueError(f"fuse_accelerator_ops needs a fused graph (run fuse_ops on {graph.name!r})")
+        raise ValueError(
+            f"fuse_accelerator_ops needs a fused graph (run fuse_ops on {graph.name!r})"
+        )
     owner = {name: g for g in graph.groups for name in g.nodes}
     absorbed: dict[str, FusedGroup] = {}
     merged: dict[str, FusedGroup] = {}

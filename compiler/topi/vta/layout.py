@@ -9,12 +9,9 @@ here.
 Example:
     >>> import numpy as np
     >>> from tensorforge.hw.config import HWConfig
-    >>> cfg = HWConfig.preset("tiny")
-    >>> x = np.arange(2 * 6 * 3 * 3, dtype=np.int8).reshape(2, 6, 3, 3)
-    >>> pack_nchw(cfg, x).shape
-    (2, 2, 3, 3, 1, 4)
-    >>> bool(np.array_equal(unpack_nchw(cfg, pack_nchw(cfg, x), 2, 6), x))
-    True
+    >>> w = np.ones((6, 4, 3, 3), dtype=np.int8)             # O=6 is padded to 2 blocks of 4
+    >>> pack_oihw(HWConfig.preset("tiny"), w).shape
+    (2, 1, 3, 3, 4, 4)
 """
 
 from __future__ import annotations

@@ -39,13 +39,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ....hw.config import HWConfig
 from ....sim.latency import TimingParams
 from ....sim.memory import Allocation, DeviceMemory
 from .base import DeviceError, RunResult
-from .sim import DEFAULT_MEMORY, _check_range
+from .sim import DEFAULT_MEMORY, HostMemory
 
 #: simulator name -> the executable it needs on PATH
 SIMULATORS = {"icarus": "iverilog", "verilator": "verilator"}
@@ -182,7 +180,7 @@ def kick_comb_blocks(path: Path) -> None:
     path.write_text(text)
 
 
-class RtlDevice:
+class RtlDevice(HostMemory):
     """Runs programs on the exported top under a cocotb simulator; memory lives on the host.
 
     Args:
@@ -218,22 +216,6 @@ class RtlDevice:
         self.max_cycles = max_cycles
         self.timeout_s = timeout_s
         self.build = build_rtl(config, simulator, Path(cache_dir) if cache_dir else None)
-
-    def alloc(self, nbytes: int, align: int = 64) -> Allocation:
-        return self.memory.alloc(nbytes, align)
-
-    def free(self, block: Allocation) -> None:
-        self.memory.free(block)
-
-    def write(self, block: Allocation, data: bytes | np.ndarray, offset: int = 0) -> None:
-        size = data.nbytes if isinstance(data, np.ndarray) else len(data)
-        _check_range(block, offset, size)
-        self.memory.write(block.addr + offset, data)
-
-    def read(self, block: Allocation, nbytes: int | None = None, offset: int = 0) -> bytes:
-        nbytes = block.nbytes - offset if nbytes is None else nbytes
-        _check_range(block, offset, nbytes)
-        return self.memory.read(block.addr + offset, nbytes)
 
     def run(self, insns: Allocation, insn_count: int) -> RunResult:
         """Simulate one launch; device memory afterwards is what the RTL's STORE wrote.

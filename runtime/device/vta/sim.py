@@ -12,15 +12,11 @@ from .base import RunResult, timed
 DEFAULT_MEMORY = 256 << 20
 
 
-class SimDevice:
-    """Runs programs on ``tensorforge.sim.functional``; memory is a host numpy array."""
+class HostMemory:
+    """Device memory kept on the host (a ``sim.memory.DeviceMemory`` in ``self.memory``): the
+    alloc/free/write/read half of the Device protocol, for the simulator backends."""
 
-    backend = "sim"
-
-    def __init__(self, config: HWConfig, memory_bytes: int = DEFAULT_MEMORY) -> None:
-        self.config = config
-        self.memory = DeviceMemory(memory_bytes)
-        self.sim = FunctionalSim(config, self.memory)
+    memory: DeviceMemory
 
     def alloc(self, nbytes: int, align: int = 64) -> Allocation:
         return self.memory.alloc(nbytes, align)
@@ -37,6 +33,17 @@ class SimDevice:
         nbytes = block.nbytes - offset if nbytes is None else nbytes
         _check_range(block, offset, nbytes)
         return self.memory.read(block.addr + offset, nbytes)
+
+
+class SimDevice(HostMemory):
+    """Runs programs on ``tensorforge.sim.functional``; memory is a host numpy array."""
+
+    backend = "sim"
+
+    def __init__(self, config: HWConfig, memory_bytes: int = DEFAULT_MEMORY) -> None:
+        self.config = config
+        self.memory = DeviceMemory(memory_bytes)
+        self.sim = FunctionalSim(config, self.memory)
 
     def run(self, insns: Allocation, insn_count: int) -> RunResult:
         stats, wall = timed(self.sim.run, insns.addr, insn_count)
