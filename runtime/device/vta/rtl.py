@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ....hw.config import HWConfig
+from ....hw.tools import put_tool_on_path
 from ....sim.latency import TimingParams
 from ....sim.memory import Allocation, DeviceMemory
 from .base import DeviceError, RunResult
@@ -115,7 +116,7 @@ def check_simulator(simulator: str) -> None:
     """Raise DeviceError unless ``simulator`` is known and its tools are installed."""
     if simulator not in SIMULATORS:
         raise DeviceError(f"simulator must be one of {sorted(SIMULATORS)}, not {simulator!r}")
-    if shutil.which(SIMULATORS[simulator]) is None:
+    if not put_tool_on_path(SIMULATORS[simulator]):
         raise DeviceError(
             f"the rtl backend needs {SIMULATORS[simulator]} on PATH for simulator "
             f"{simulator!r}; run `make setup`"
