@@ -67,3 +67,23 @@ def test_demo_runs_the_digits_main_job_by_default(capsys):
     assert out.startswith("TensorForge main job: digits CNN") and "int8 accuracy" in out
     assert main(["demo", "--save", "m.tfp"]) == 1
     assert "--save belongs to --job matmul" in capsys.readouterr().err
+
+
+def test_sim_trace_writes_a_perfetto_trace_with_the_cycle_count(capsys, tmp_path):
+    from tensorforge.runtime.device.vta.cyclesim import run_image
+    from tensorforge.runtime.program import ProgramImage
+
+    path = tmp_path / "mm.tfp"
+    assert main(["demo", "--job", "matmul", "--config", "tiny", "--save", str(path)]) == 0
+    capsys.readouterr()
+    trace = tmp_path / "trace.json"
+    assert main(["sim", "trace", str(path), "-o", str(trace)]) == 0
+    out = capsys.readouterr().out
+    image = ProgramImage.load(path)
+    _, result = run_image(image, image.random_inputs())  # the cycle-accurate model, directly
+    assert out.startswith(f"{result.cycles:,} cycles; trace written to {trace}")
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert tracks == {"fetch", "load", "compute", "store"}
+    gemms = [e for e in events if e["ph"] == "X" and e["name"].startswith("GEMM")]
+    assert len(gemms) == sum(1 for i in image.instructions() if type(i).__name__ == "GemmInsn")
