@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
+from machine import cpu_model
 
 # ResNet-18 conv layers (ReQuEST'18 Table 1): H=W, IC, OC, kernel, stride; padding = kernel // 2
 LAYERS = {
@@ -55,17 +55,6 @@ def median_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> floa
         fn()
         times.append(time.perf_counter() - t)
     return float(np.median(times))
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 # ---- onnxruntime -----------------------------------------------------------------------------

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -30,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from machine import describe
 
 from tensorforge.compiler.topi.vta import conv2d
 from tensorforge.demo import build_matmul
@@ -51,16 +50,6 @@ def programs(cfg: HWConfig) -> dict[str, Runner]:
         "matmul 8x32x32": lambda backend, **kw: mm.run_on(backend, **kw),
         "conv2d 1x8x8x8 k3": lambda backend, **kw: conv.run(x, backend, **kw),
     }
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
 def measure(cfg: HWConfig, simulators: list[str], cached: bool) -> list[dict[str, object]]:
@@ -111,7 +100,7 @@ def _row(
 
 def table(rows: list[dict[str, object]], cfg: HWConfig) -> str:
     lines = [
-        f"RTL simulation speed, HWConfig {cfg.name!r} ({cfg.bitstream_name}) on {machine()}",
+        f"RTL simulation speed, HWConfig {cfg.name!r} ({cfg.bitstream_name}) on {describe()}",
         f"{'program':<20}{'backend':<28}{'cycles':>8}{'run s':>9}{'cycles/s':>12}{'build s':>9}",
     ]
     for r in rows:

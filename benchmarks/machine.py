@@ -1,0 +1,24 @@
+"""What every benchmark prints first: the machine it ran on (imported by the scripts here)."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what the platform module knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe() -> str:
+    """``AMD EPYC, 2 CPUs, load (0.4, 0.8, 0.9), Python 3.11.7``."""
+    load = tuple(round(x, 2) for x in os.getloadavg())
+    return f"{cpu_model()}, {os.cpu_count()} CPUs, load {load}, Python {platform.python_version()}"
