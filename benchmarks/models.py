@@ -1,31 +1,34 @@
 """Whole-model benchmark: TensorForge vs onnxruntime (and torch, apache-tvm when importable).
 
-ResNet-18 (224x224), two MobileNetV2 inverted-residual blocks (56x56) and a BERT-style encoder
-layer (sequence 128, width 256, 4 heads, FFN 1024), batch 1, float32, fixed random weights
-(compiler/frontend/onnx_builders.py). For each model: the compile time (TensorForge: import +
-optimize + lower + LLVM; onnxruntime: session creation; apache-tvm: Relax ONNX frontend and
-`tvm.compile` with its default pipeline, untuned), the median run time, and TensorForge's
-largest error against onnxruntime relative to the output's magnitude. Every framework runs with
-its default thread count, or all with `--threads N`. Prints the machine first.
+ResNet-18 (224x224), MobileNetV2 (224x224), two MobileNetV2 inverted-residual blocks alone
+(56x56) and a BERT-style encoder layer (sequence 128, width 256, 4 heads, FFN 1024), batch 1,
+float32, fixed random weights (compiler/frontend/onnx_builders.py). For each model: the compile
+time (TensorForge: import + optimize + lower + LLVM; onnxruntime: session creation; apache-tvm:
+Relax ONNX frontend and `tvm.compile` with its default pipeline, untuned), the median run time,
+and TensorForge's largest error against onnxruntime relative to the output's magnitude. Every
+framework runs with its default thread count, or all with `--threads N`. Prints the machine
+first.
 
 apache-tvm is used when `import tvm` works, or from the folder named by `TVM_PYTHONPATH`
 (appended to sys.path, e.g. after `pip install --target DIR apache-tvm`); torch when installed
-(torchvision's ResNet-18, nn.TransformerEncoderLayer and torchvision's InvertedResidual, with
-their own random weights: timing only; this path is untested, torch is not installed on the
-development machine).
+(torchvision's ResNet-18 and MobileNetV2, nn.TransformerEncoderLayer and torchvision's
+InvertedResidual, with their own random weights: timing only; this path is untested, torch is
+not installed on the development machine).
 
 Usage:
-    python benchmarks/models.py [--models resnet18,mobilenet_v2,encoder] [--repeat 20]
-                                [--threads N] [--no-tvm] [--json]
+    python benchmarks/models.py [--models resnet18,mobilenet_v2,mobilenet_v2_blocks,encoder]
+                                [--repeat 20] [--threads N] [--no-tvm] [--json]
 
 Runs on the development machine (2 vCPUs of an AMD EPYC with AVX-512, shared with other jobs:
-medians move by 2x between runs); more in docs/compile.md:
+medians move by 2x between runs); more in docs/compile.md. One run on 2026-11-23, without
+apache-tvm:
 
-    machine: AMD EPYC, 2 CPUs, load (2.02, 1.89, 1.73); threads: 2
-    model         tensorforge onnxruntime  ratio   torch apache-tvm | compile s: tf   ort    tvm
-    resnet18            11.90       10.38  1.15x     n/a     1853.5 |          3.67  0.12    2.5
-    mobilenet_v2         0.54        0.27  2.02x     n/a        6.0 |          0.63  0.00    1.5
-    encoder              1.41        1.41  1.00x     n/a      194.3 |          0.92  0.01    1.0
+    machine: AMD EPYC, 2 CPUs, load (0.42, 0.78, 0.94); threads: default
+    model               tensorforge onnxruntime  ratio   torch apache-tvm | compile s: tf   ort
+    resnet18                  18.18       17.50  1.04x     n/a        n/a |          3.88  0.16
+    mobilenet_v2               6.50        4.26  1.53x     n/a        n/a |          5.58  0.02
+    mobilenet_v2_blocks        0.66        0.36  1.81x     n/a        n/a |          0.63  0.00
+    encoder                    1.42        1.53  0.93x     n/a        n/a |          0.90  0.01
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from machine import cpu_model
 
-MODELS = ("resnet18", "mobilenet_v2", "encoder")
+MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v2_blocks", "encoder")
 
 
 def _build(name: str) -> Any:
@@ -50,6 +54,8 @@ def _build(name: str) -> Any:
     if name == "resnet18":
         return ob.resnet18(224)
     if name == "mobilenet_v2":
+        return ob.mobilenet_v2(224)
+    if name == "mobilenet_v2_blocks":
         return ob.mobilenet_v2_block(56)
     if name == "encoder":
         return ob.transformer_encoder(seq=128, dim=256, heads=4, ffn=1024)
@@ -149,6 +155,8 @@ def _torch_model(name: str) -> tuple[Any, tuple] | None:
     if name == "encoder":
         layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True, activation="gelu")
         return layer, (torch.randn(1, 128, 256),)
+    if name == "mobilenet_v2":
+        return torchvision.models.mobilenet_v2(), (torch.randn(1, 3, 224, 224),)
     from torchvision.models.mobilenetv2 import InvertedResidual
 
     blocks = torch.nn.Sequential(InvertedResidual(16, 16, 1, 6), InvertedResidual(16, 24, 2, 6))
@@ -170,14 +178,8 @@ def _torch(name: str, repeat: int) -> float | None:
 
 
 def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cpus": len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),
@@ -223,14 +225,14 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'model':<13} {'tensorforge':>11} {'onnxruntime':>11} {'ratio':>6} {'torch':>7} "
+        f"{'model':<19} {'tensorforge':>11} {'onnxruntime':>11} {'ratio':>6} {'torch':>7} "
         f"{'apache-tvm':>10} | {'compile s: tf':>13} {'ort':>5} {'tvm':>6} | {'rel err':>8}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         ratio = r["tensorforge_ms"] / r["onnxruntime_ms"]
         lines.append(
-            f"{r['model']:<13} {r['tensorforge_ms']:>11.2f} {r['onnxruntime_ms']:>11.2f} "
+            f"{r['model']:<19} {r['tensorforge_ms']:>11.2f} {r['onnxruntime_ms']:>11.2f} "
             f"{ratio:>5.2f}x {_fmt(r['torch_ms'], '7.2f'):>7} {_fmt(r['tvm_ms'], '10.1f'):>10} | "
             f"{r['tensorforge_compile_s']:>13.2f} {r['onnxruntime_compile_s']:>5.2f} "
             f"{_fmt(r['tvm_compile_s'], '6.1f'):>6} | {r['max_rel_error']:>8.1e}"

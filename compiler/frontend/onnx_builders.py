@@ -1,5 +1,6 @@
 """Small ONNX models with fixed random weights, written with onnx.helper: an MLP, a small CNN,
-ResNet-18, a MobileNetV2 block and a transformer encoder layer (tests and benchmarks).
+ResNet-18, MobileNetV2 (and two of its blocks alone), a transformer encoder layer and a
+quantized CNN (tests and benchmarks).
 
 >>> model = mlp()
 >>> [i.name for i in model.graph.input]
@@ -176,8 +177,10 @@ def resnet18(size: int = 224, classes: int = 1000) -> onnx.ModelProto:
 def _inverted_residual(
     b: OnnxModelBuilder, x: str, cin: int, cout: int, stride: int, expand: int
 ) -> str:
+    """Expansion 1x1 (absent when `expand` is 1), depthwise 3x3, linear projection 1x1; the
+    residual add where the stride is 1 and the channels match."""
     hidden = cin * expand
-    y = b.conv_bn(x, cin, hidden, 1, act="Relu6")
+    y = b.conv_bn(x, cin, hidden, 1, act="Relu6") if expand != 1 else x
     y = b.conv_bn(y, hidden, hidden, 3, stride, group=hidden, act="Relu6")
     y = b.conv_bn(y, hidden, cout, 1, act=None)
     return b.op("Add", [y, x]) if stride == 1 and cin == cout else y
@@ -190,6 +193,46 @@ def mobilenet_v2_block(size: int = 28) -> onnx.ModelProto:
     x = b.input("x", (1, 16, size, size))
     x = _inverted_residual(b, x, 16, 16, 1, 6)
     return b.model([_inverted_residual(b, x, 16, 24, 2, 6)])
+
+
+# MobileNetV2's bottlenecks (Sandler et al. 2018, Table 2): expansion t, channels c, repeats n,
+# stride s of the first repeat.
+MOBILENET_V2_BLOCKS = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
+
+
+def _divisible(channels: float, divisor: int = 8) -> int:
+    """A width-scaled channel count rounded to a multiple of 8, never below 90% of it (the
+    reference implementation's `_make_divisible`)."""
+    rounded = max(divisor, int(channels + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * channels else rounded
+
+
+def mobilenet_v2(size: int = 224, classes: int = 1000, width: float = 1.0) -> onnx.ModelProto:
+    """MobileNetV2, batch 1, NCHW input 3 x size x size: a 3x3/2 stem conv to 32 channels, the 17
+    inverted-residual blocks of `MOBILENET_V2_BLOCKS` (batch norm after every conv, ReLU6 as
+    Clip 0..6), a 1x1 conv to 1280, global average pooling and the classifier Gemm. `width`
+    scales every channel count (the last conv's only above 1)."""
+    b = OnnxModelBuilder("mobilenet_v2")
+    x = b.input("x", (1, 3, size, size))
+    cin = _divisible(32 * width)
+    x = b.conv_bn(x, 3, cin, 3, stride=2, act="Relu6")
+    for expand, channels, repeats, stride in MOBILENET_V2_BLOCKS:
+        cout = _divisible(channels * width)
+        for k in range(repeats):
+            x = _inverted_residual(b, x, cin, cout, stride if k == 0 else 1, expand)
+            cin = cout
+    last = _divisible(1280 * max(1.0, width))
+    x = b.conv_bn(x, cin, last, 1, act="Relu6")
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    return b.model([b.dense(x, last, classes)])
 
 
 def transformer_encoder(
@@ -301,5 +344,6 @@ MODELS = {
     "small_cnn": small_cnn,
     "resnet18": resnet18,
     "mobilenet_v2_block": mobilenet_v2_block,
+    "mobilenet_v2": mobilenet_v2,
     "transformer_encoder": transformer_encoder,
 }

@@ -73,6 +73,14 @@ def _data_movement(b: GraphBuilder) -> str:
     return b.add_node("Relu", [r])[0]
 
 
+def _concats(b: GraphBuilder) -> str:
+    """Every element of three-part concatenations, along the last (vector) axis and the first."""
+    x = b.add_input("x", (2, 3, 5), "float32")
+    (last,) = b.add_node("Concat", [x, b.add_constant("c", _w(2, 3, 1)), x], {"axis": -1})
+    (first,) = b.add_node("Concat", [last, b.add_constant("d", _w(1, 3, 11)), last], {"axis": 0})
+    return b.add_node("Relu", [first])[0]  # 5, 3, 11
+
+
 def _split(b: GraphBuilder) -> str:
     x = b.add_input("x", (3, 10), "float32")
     a, c = b.add_node(
@@ -121,6 +129,28 @@ def _conv_input_weights(b: GraphBuilder) -> str:
     w = b.add_input("w", (5, 3, 3, 3), "float32")  # weights known only at run time
     (cv,) = b.add_node("Conv", [x, w], {"pads": (1, 1, 1, 1), "dilations": (1, 2)})
     return b.add_node("Relu", [cv])[0]
+
+
+def _strided_windows(b: GraphBuilder) -> str:
+    """Padded windows with a column stride above 1 read the padded input dealt into phases."""
+    x = b.add_input("x", (1, 4, 12, 17), "float32")
+    (d2,) = b.add_node(
+        "Conv",
+        [x, b.add_constant("w2", _w(4, 1, 3, 3))],
+        {"group": 4, "pads": (1, 1, 1, 1), "strides": (2, 2)},
+    )  # MobileNetV2's downsampling depthwise conv: 1, 4, 6, 9
+    (d3,) = b.add_node(
+        "Conv",
+        [x, b.add_constant("w3", _w(8, 1, 3, 3)), b.add_constant("b3", _w(8))],
+        {"group": 4, "pads": (0, 2, 1, 1), "strides": (2, 3), "dilations": (1, 2)},
+    )  # two filters per group, phases from rx * dilation: 1, 8, 6, 6
+    (ap,) = b.add_node(
+        "AveragePool",
+        [d2],
+        {"kernel_shape": (2, 3), "pads": (1, 1, 0, 2), "strides": (1, 3)},
+    )  # exclusive padding: the direct reduction, 1, 4, 6, 4
+    flat = [b.add_node("Flatten", [v])[0] for v in (d3, ap)]
+    return b.add_node("Concat", flat, {"axis": 1})[0]
 
 
 def _pools(b: GraphBuilder) -> str:
@@ -178,10 +208,12 @@ CASES: dict[str, Callable[[GraphBuilder], str]] = {
     "unary_chain": _unary_chain,
     "where_cast": _where_cast,
     "data_movement": _data_movement,
+    "concats": _concats,
     "split": _split,
     "reductions": _reductions,
     "convolutions": _convolutions,
     "conv_input_weights": _conv_input_weights,
+    "strided_windows": _strided_windows,
     "pools": _pools,
     "gemms": _gemms,
     "matmuls": _matmuls,

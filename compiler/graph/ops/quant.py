@@ -1,7 +1,11 @@
 """Quantized ops: QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul.
 
-Integer sums are exact (computed in float64, exact below 2**53); rounding is half to even and
-results saturate to the zero point's dtype, as ONNX defines."""
+The float arithmetic is onnxruntime's (MLAS), in float32, so results equal its bit for bit,
+ties included: QuantizeLinear divides in float32 (``x / scale``), clamps to the output range
+shifted by the zero point, rounds half to even and adds the zero point (NaN becomes the type's
+minimum); QLinearConv/QLinearMatMul sum exactly in int32 (bias added with wrapping), convert the
+sum to float32, multiply it in float32 by ``float32(x_scale * w_scale) / y_scale`` and round the
+same way. Integer sums are computed in float64 (exact below 2**53)."""
 
 from __future__ import annotations
 
@@ -29,9 +33,14 @@ def expand_param(p: np.ndarray, shape: tuple[int, ...], axis: int, block_size: i
     return p.reshape([-1 if i == axis else 1 for i in range(len(shape))])
 
 
-def saturate(values: np.ndarray, dtype: str) -> np.ndarray:
+def round_saturate(values: np.ndarray, zero: Any, dtype: str) -> np.ndarray:
+    """``rint(clip(values, min - zero, max - zero)) + zero`` as `dtype`, in the values' float
+    type (MLAS's order: clamp, round half to even, add the zero point); NaN gives the minimum."""
     info = np.iinfo(dtype)
-    return np.clip(np.rint(values), info.min, info.max).astype(dtype)
+    z = np.asarray(zero, values.dtype)
+    clamped = np.clip(values, info.min - z, info.max - z)
+    out = np.where(np.isnan(values), info.min, np.rint(clamped) + z)
+    return out.astype(dtype)
 
 
 def _quant_dtype(attrs: dict[str, Any], types: list) -> str:
@@ -52,9 +61,10 @@ def quantize_linear(
 ) -> np.ndarray:
     dtype = str(zero.dtype) if zero is not None else attrs.get("output_dtype") or "uint8"
     axis, block = attrs["axis"], attrs["block_size"]
-    s = expand_param(scale, x.shape, axis, block).astype(np.float64)
-    z = 0 if zero is None else expand_param(zero, x.shape, axis, block).astype(np.float64)
-    return saturate(np.rint(x.astype(np.float64) / s) + z, dtype)
+    s = expand_param(scale, x.shape, axis, block).astype(np.float32)
+    z = 0 if zero is None else expand_param(zero, x.shape, axis, block).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return round_saturate(x.astype(np.float32) / s, z, dtype)
 
 
 def _dequantize_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
@@ -65,9 +75,10 @@ def dequantize_linear(
     attrs: dict[str, Any], x: np.ndarray, scale: np.ndarray, zero: Any = None
 ) -> np.ndarray:
     axis, block = attrs["axis"], attrs["block_size"]
-    s = expand_param(scale, x.shape, axis, block)
-    z = 0 if zero is None else expand_param(zero, x.shape, axis, block).astype(np.float64)
-    return ((x.astype(np.float64) - z) * s).astype(scale.dtype)
+    s = expand_param(scale, x.shape, axis, block).astype(np.float32)
+    z = 0 if zero is None else expand_param(zero, x.shape, axis, block).astype(np.int64)
+    centered = (x.astype(np.int64) - z).astype(np.int32)  # onnxruntime's int32 difference
+    return (centered.astype(np.float32) * s).astype(scale.dtype)
 
 
 register(
@@ -95,11 +106,19 @@ def _centered(x: np.ndarray, zero: Any, axis: int = 0) -> np.ndarray:
     return values - expand_param(zero, x.shape, axis, 0)
 
 
+def requant_multiplier(scale: np.ndarray, y_scale: Any) -> np.ndarray:
+    """``scale / y_scale`` in float32, where `scale` is the float32 product of the input scales
+    (onnxruntime's order of operations)."""
+    return (np.asarray(scale, np.float32) / np.asarray(y_scale, np.float32).reshape(())).astype(
+        np.float32
+    )
+
+
 def _requantize(acc: np.ndarray, scale: np.ndarray, y_scale: Any, y_zero: Any) -> np.ndarray:
-    # ONNX computes the multiplier in float32 (the scales' dtype) before rounding.
-    values = acc * (scale / np.asarray(y_scale, np.float32).reshape(())).astype(np.float32)
+    wrapped = acc.astype(np.int64).astype(np.int32)  # the int32 sum, wrapped as in int32
+    values = wrapped.astype(np.float32) * requant_multiplier(scale, y_scale)
     dtype = str(y_zero.dtype) if y_zero is not None else "uint8"
-    return saturate(values + (0 if y_zero is None else y_zero.astype(np.float64)), dtype)
+    return round_saturate(values, 0 if y_zero is None else y_zero, dtype)
 
 
 def _qconv_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:

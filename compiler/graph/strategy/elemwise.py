@@ -177,8 +177,8 @@ def _concat(ctx: GroupContext, node: Node) -> list[Lazy]:
 
     def fn(idx: Index) -> Any:
         starts = np.cumsum([0] + [p.shape[axis] for p in parts])
-        value = None
-        for part, start in reversed(list(zip(parts, starts[:-1], strict=True))):
+        value = None  # the first part, then each later part from its start on
+        for part, start in zip(parts, starts[:-1], strict=True):
             shifted = idx[:axis] + (idx[axis] - int(start),) + idx[axis + 1 :]
             read = part(shifted)
             value = read if value is None else te.if_then_else(idx[axis] >= int(start), read, value)

@@ -39,6 +39,7 @@ from ..registry import get_op
 from .elemwise import broadcast_read
 
 Result = tuple[Schedule, list[Tensor]]
+FLOATS = ("float32", "float64")
 
 
 def _attrs(node: Node) -> dict[str, Any]:
@@ -95,7 +96,7 @@ def pad_image(x: Lazy, before: list, after: list, fill: Any) -> Tensor:
     return te.compute(shape, fpad, name="pad")
 
 
-def _window_source(
+def window_source(
     x: Lazy, out: tuple, kernel: tuple, pads: list, st: list, dil: list, fill: Any
 ) -> tuple[Callable[..., Any], list[Tensor]]:
     """A reader `(n, c, iy, ix) -> value` with padding applied, and the extra stages it needs."""
@@ -106,8 +107,33 @@ def _window_source(
     ]
     if not any(pads) and not any(after):
         return (lambda n, c, iy, ix: x((n, c, iy, ix))), []
-    padded = pad_image(x, pads, after, fill)
-    return (lambda n, c, iy, ix: padded[n, c, iy + pads[0], ix + pads[1]]), [padded]
+    if st[1] == 1:
+        padded = pad_image(x, pads, after, fill)
+        return (lambda n, c, iy, ix: padded[n, c, iy + pads[0], ix + pads[1]]), [padded]
+    phased = _pad_phases(x, pads, after, st[1], fill)
+
+    def read(n: Any, c: Any, iy: Any, ix: Any) -> Any:
+        col = ix + pads[1]  # x * stride + rx * dilation: the phase depends on rx alone
+        return phased[n, c, iy + pads[0], col % st[1], col // st[1]]
+
+    return read, [phased]
+
+
+def _pad_phases(x: Lazy, before: list, after: list, stride: int, fill: Any) -> Tensor:
+    """The padded image with its columns dealt into `stride` phases, `[n, c, row, column %
+    stride, column // stride]`: a strided window then reads consecutive outputs from consecutive
+    addresses (vector loads instead of gathers)."""
+    n, c, h, w = x.shape
+    width = w + before[1] + after[1]
+    shape = (n, c, h + before[0] + after[0], stride, -(-width // stride))
+
+    def fpad(nn: Any, cc: Any, y: Any, phase: Any, j: Any) -> Any:
+        iy, ix = y - before[0], j * stride + phase - before[1]
+        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < w)
+        clamped = x((nn, cc, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), w - 1)))
+        return te.select(inside, clamped, fill)
+
+    return te.compute(shape, fpad, name="pad_phases")
 
 
 # ---- convolution --------------------------------------------------------------------------------
@@ -171,7 +197,7 @@ def _conv_generic(
         te.reduce_axis((0, r), "ry"),
         te.reduce_axis((0, s), "rx"),
     )
-    read, extra = _window_source(x, shape, (r, s), pads, strides, dil, te.const(0, x.dtype))
+    read, extra = window_source(x, shape, (r, s), pads, strides, dil, te.const(0, x.dtype))
 
     group = _attrs(node)["group"]
     ci = rc if cg > 1 else 0
@@ -203,16 +229,25 @@ def _dense_config(m: int) -> DenseConfig:
 
 
 def packed_dense(
-    ctx: GroupContext, data: Tensor, weight: str, layout: str, epilogue: Any, config: DenseConfig
+    ctx: GroupContext,
+    data: Tensor,
+    weight: str,
+    layout: str,
+    epilogue: Any,
+    config: DenseConfig,
+    values: np.ndarray | None = None,
 ) -> Result:
-    """topi's dense; constant float or int8 weights are packed into its panels once, here, and
-    the kernel reads them in place (the in-kernel packing stage is inlined into a plain read).
-    int8 data accumulates in int32, as topi's dense does."""
-    const = ctx.constant(weight)
-    if const is None or data.dtype not in ("float32", "float64", "int8"):
+    """topi's dense; constant float or integer weights are packed into its panels once, here,
+    and the kernel reads them in place (the in-kernel packing stage is inlined into a plain
+    read). `values`, when given, are the weights to pack instead of the constant `weight` (which
+    then only names the packed copy), e.g. weights minus their zero point. Integer data (int8,
+    int16, int32) accumulates in int32, as topi's dense does for int8."""
+    const = ctx.constant(weight) if values is None else values
+    integer = data.dtype in ("int8", "int16", "int32")
+    if values is None and (const is None or not integer and data.dtype not in FLOATS):
         op = dense(data, ctx.as_tensor(weight), None, epilogue, None, config, layout)
         return schedule_dense(op, config), [op.out]
-    acc_dtype = "int32" if data.dtype == "int8" else data.dtype
+    acc_dtype = "int32" if integer else data.dtype
     w = np.asarray(const) if layout == "NK" else np.asarray(const).T
     (n, k), bn = w.shape, config.bn
     panels = np.zeros((-(-n // bn) * bn, k), w.dtype)
@@ -270,7 +305,7 @@ def _gemm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return packed_dense(ctx, data, node.inputs[1], layout, None if simple else epilogue, config)
 
 
-def _unravel(flat: Any, shape: tuple[int, ...]) -> Index:
+def unravel(flat: Any, shape: tuple[int, ...]) -> Index:
     out, stride, total = [], 1, int(np.prod(shape))
     for d in reversed(shape):
         if d == 1:
@@ -294,23 +329,26 @@ def _matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     lead, k = a_ty.shape[:-1], a_ty.shape[-1]
     rows = int(np.prod(lead))
     data = ctx.as_tensor(node.inputs[0], (rows, k))
-    epi = _epilogue(tail, lambda i, j: (*_unravel(i, lead), j))
+    epi = _epilogue(tail, lambda i, j: (*unravel(i, lead), j))
     return packed_dense(ctx, data, node.inputs[1], "KN", epi, _dense_config(rows))
+
+
+def batch_index(x: Lazy, idx: Index) -> Index:
+    """The batch part of an operand's index, for output index `idx` of a batched matmul: numpy's
+    broadcasting (missing leading dims dropped, size-1 dims read at 0)."""
+    own, batch = len(x.shape) - 2, len(idx) - 2
+    keep = idx[batch - own : batch] if own else ()
+    return tuple(0 if d == 1 else i for d, i in zip(x.shape[:own], keep, strict=True))
 
 
 def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     a, b = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
     shape = ctx.type_of(node.outputs[0]).shape
-    batch = len(shape) - 2
     rk = te.reduce_axis((0, a.shape[-1]), "k")
 
-    def pick(x: Lazy, idx: Index) -> Index:
-        own = len(x.shape) - 2
-        keep = idx[batch - own : batch] if own else ()
-        return tuple(0 if d == 1 else i for d, i in zip(x.shape[:own], keep, strict=True))
-
     def body(*i: Any) -> Any:
-        return te.sum(a((*pick(a, i), i[-2], rk)) * b((*pick(b, i), rk, i[-1])), axis=rk)
+        lhs, rhs = a((*batch_index(a, i), i[-2], rk)), b((*batch_index(b, i), rk, i[-1]))
+        return te.sum(lhs * rhs, axis=rk)
 
     return reduce_kernel(te.compute(shape, body, name="matmul"), tail)
 
@@ -381,7 +419,7 @@ def _pool_generic(
     shape = ctx.type_of(node.outputs[0]).shape
     ry, rx = te.reduce_axis((0, kernel[0]), "ry"), te.reduce_axis((0, kernel[1]), "rx")
     low = te.min_value(x.dtype) if kind == "max" else te.const(0, x.dtype)
-    read, extra = _window_source(x, shape, kernel, pads, st, dil, low)
+    read, extra = window_source(x, shape, kernel, pads, st, dil, low)
 
     def body(n: Any, c: Any, y: Any, xx: Any) -> Any:
         iy, ix = y * st[0] + ry * dil[0] - pads[0], xx * st[1] + rx * dil[1] - pads[1]

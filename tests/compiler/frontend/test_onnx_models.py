@@ -97,3 +97,29 @@ def test_quantized_model_matches_onnxruntime_bit_exactly() -> None:
         got = run_graph(graph, feed)
         for name, ref in zip(graph.outputs, want, strict=True):
             np.testing.assert_array_equal(got[name], ref)
+
+
+def test_mobilenet_v2_has_the_papers_topology() -> None:
+    """Sandler et al. 2018, Table 2: 52 convolutions (17 of them depthwise, 4 with stride 2), a
+    residual add in each repeated bottleneck (10), 320 channels before the 1x1 conv to 1280 at
+    7x7, and torchvision's parameter count (batch norm scale and bias counted, running
+    statistics not)."""
+    model = MODELS["mobilenet_v2"]()
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    nodes = model.graph.node
+    convs = [n for n in nodes if n.op_type == "Conv"]
+    attrs = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in convs]
+    depthwise = [(n, a) for n, a in zip(convs, attrs, strict=True) if a["group"] > 1]
+    assert len(convs) == 52 and len(depthwise) == 17
+    assert all(a["group"] == inits[n.input[1]].shape[0] for n, a in depthwise)
+    assert [a["strides"][0] for _, a in depthwise].count(2) == 4
+    assert sum(n.op_type == "Add" for n in nodes) == 10
+    weights = [inits[i].size for n in nodes if n.op_type in ("Conv", "Gemm") for i in n.input[1:]]
+    norms = [2 * inits[n.input[1]].size for n in nodes if n.op_type == "BatchNormalization"]
+    assert sum(weights) + sum(norms) == 3_504_872
+    last = inits[convs[-1].input[1]]
+    assert last.shape == (1280, 320, 1, 1)
+    shapes = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.value_info
+    }
+    assert shapes[convs[-1].output[0]] == [1, 1280, 7, 7]

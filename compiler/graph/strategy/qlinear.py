@@ -1,0 +1,411 @@
+"""Lowerings of ONNX's quantized ops, bit-exact with their numpy kernels (graph/ops/quant.py),
+which follow onnxruntime's float32 arithmetic.
+
+QuantizeLinear and DequantizeLinear are elementwise lazies (scale and zero point per tensor, per
+axis or per block); QLinearConv and QLinearMatMul are anchors. The anchors work on *centered*
+integers: the input minus its zero point as int32 (so padding is 0; int32 rather than int16
+because the conv2d micro-kernel then broadcasts it without a sign extension, 2x faster here),
+and the weights minus theirs as int16, centered once at compile time. Products are summed
+in int32 (wrapping, as onnxruntime's int32 sums do), the int32 bias is added, and the sum is
+requantized as MLAS does it:
+
+    y = rint(clamp(float32(acc) * M, min - y_zero, max - y_zero)) + y_zero
+
+with ``M = float32(x_scale * w_scale) / y_scale`` computed once with numpy
+(`ops.quant.requant_multiplier`), per output channel (column) where the weight scale is.
+QuantizeLinear is ``rint(clamp(float32(x) / scale, ...)) + zero`` the same way, NaN giving the
+type's minimum. Every float operation is one correctly rounded IEEE float32 operation in LLVM,
+as in numpy and MLAS; inside these ops no multiply feeds an add (which LLVM may contract into an
+FMA). A float op fused after a DequantizeLinear, as in any float group, may be.
+
+Scales and zero points of QLinearConv/QLinearMatMul, and the input zero point, must be graph
+constants (they are initializers in every exporter's output); QLinearMatMul's `a` parameters
+must be per tensor (onnxruntime refuses per-row ones too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ... import te
+from ...te.dtype import DTYPES
+from ...te.tensor import Tensor
+from ...tir.stmt import LoweringError
+from ...topi.x86 import DenseConfig, conv2d_nchwc, schedule_conv2d_nchwc
+from ...topi.x86.conv2d import kernel_blocks, pack_kernel
+from ..ir import Node
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail, reshape_lazy
+from ..ops.nn import window_geometry
+from ..ops.quant import requant_multiplier
+from ..registry import get_op
+from .nn import (
+    Result,
+    batch_index,
+    conv_config,
+    packed_dense,
+    pad_image,
+    reduce_kernel,
+    unravel,
+    window_source,
+)
+
+F32 = "float32"
+ACC = "int32"
+CENTERED = "int32"  # an input minus its zero point (9 bits)
+
+Reader = Callable[[Index], Any]  # index of the quantized tensor -> its scale or zero point
+
+
+def _attrs(node: Node) -> dict[str, Any]:
+    return get_op(node.op).full_attrs(node)
+
+
+def _input(node: Node, position: int) -> str:
+    return node.inputs[position] if len(node.inputs) > position else ""
+
+
+def _constant(ctx: GroupContext, node: Node, position: int, what: str) -> np.ndarray | None:
+    """The constant at input `position` (None when the optional input is absent)."""
+    value = _input(node, position)
+    if not value:
+        return None
+    const = ctx.constant(value)
+    if const is None:
+        raise LoweringError(
+            f"{node.op} node {node.name!r}: {what} ({value!r}) must be a constant on the CPU "
+            f"back-end (not built yet for values computed at run time)"
+        )
+    return np.asarray(const)
+
+
+def _check_dtypes(ctx: GroupContext, node: Node) -> None:
+    """Refuses element types tensor expressions lack (uint16), naming op, node and value."""
+    for value in (*node.inputs, *node.outputs):
+        dtype = ctx.type_of(value).dtype if value else "float32"
+        if dtype not in DTYPES:
+            raise LoweringError(
+                f"{node.op} node {node.name!r}: {value!r} is {dtype}, which has no CPU lowering "
+                f"yet (tensor expressions have {', '.join(DTYPES)})"
+            )
+
+
+def _scalar(ctx: GroupContext, node: Node, position: int, what: str) -> np.ndarray | None:
+    const = _constant(ctx, node, position, what)
+    if const is not None and const.size != 1:
+        raise LoweringError(
+            f"{node.op} node {node.name!r}: {what} must be one value (per tensor) on the CPU "
+            f"back-end (not built yet per row), not shape {list(const.shape)}"
+        )
+    return None if const is None else const.reshape(())
+
+
+def round_saturate(v: Any, zero: Any, dtype: str) -> Any:
+    """``rint(clamp(v, min - zero, max - zero)) + zero`` as `dtype` (float32 `v`, `zero` a float32
+    expression or None); NaN gives the type's minimum. Mirrors ``ops.quant.round_saturate``."""
+    info = np.iinfo(dtype)
+    low, high = te.const(float(info.min), F32), te.const(float(info.max), F32)
+    if zero is not None:
+        low, high = low - zero, high - zero
+    value = te.round(te.min(te.max(v, low), high))
+    if zero is not None:
+        value = value + zero
+    return te.select(v == v, value, te.const(float(info.min), F32)).astype(dtype)
+
+
+# ---- QuantizeLinear, DequantizeLinear -----------------------------------------------------------
+
+
+def _param(
+    ctx: GroupContext, node: Node, position: int, shape: tuple, attrs: dict
+) -> Reader | None:
+    """A reader of the scale or zero point at `position`: per tensor, per axis or per block."""
+    value = _input(node, position)
+    if not value:
+        return None
+    p = ctx.get(value)
+    size = int(np.prod(p.shape))
+    axis, block = attrs["axis"] % max(1, len(shape)), attrs["block_size"]
+    if size == 1 and not block:
+        first = (0,) * len(p.shape)
+        return lambda idx: p(first)
+    if block and len(p.shape) == len(shape):
+        return lambda idx: p(tuple(i // block if k == axis else i for k, i in enumerate(idx)))
+    if not block and p.shape == (shape[axis],):
+        return lambda idx: p((idx[axis],))
+    raise LoweringError(
+        f"{node.op} node {node.name!r}: {value!r} of shape {list(p.shape)} must be one value, "
+        f"one per index of axis {axis} or one per block, for input shape {list(shape)}"
+    )
+
+
+def _quantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
+    """``round_saturate(float32(x) / scale, zero)``."""
+    _check_dtypes(ctx, node)
+    attrs = _attrs(node)
+    x = ctx.get(node.inputs[0])
+    dtype = ctx.type_of(node.outputs[0]).dtype
+    scale = _param(ctx, node, 1, x.shape, attrs)
+    zero = _param(ctx, node, 2, x.shape, attrs)
+    assert scale is not None  # the registry requires it
+
+    def fn(idx: Index) -> Any:
+        v = x(idx).astype(F32) / scale(idx).astype(F32)
+        return round_saturate(v, zero(idx).astype(F32) if zero else None, dtype)
+
+    return [Lazy(x.shape, dtype, fn)]
+
+
+def _dequantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
+    """``float32(int32(x) - zero) * scale`` (the difference wraps in int32, as onnxruntime's)."""
+    _check_dtypes(ctx, node)
+    attrs = _attrs(node)
+    x = ctx.get(node.inputs[0])
+    dtype = ctx.type_of(node.outputs[0]).dtype
+    scale = _param(ctx, node, 1, x.shape, attrs)
+    zero = _param(ctx, node, 2, x.shape, attrs)
+    assert scale is not None
+
+    def fn(idx: Index) -> Any:
+        q = x(idx).astype(ACC)
+        if zero is not None:
+            q = q - zero(idx).astype(ACC)
+        v = q.astype(F32) * scale(idx).astype(F32)
+        return v if dtype == F32 else v.astype(dtype)
+
+    return [Lazy(x.shape, dtype, fn)]
+
+
+# ---- the shared integer part of QLinearConv and QLinearMatMul ----------------------------------
+
+
+def _centered(ctx: GroupContext, node: Node, data: int, zero: int) -> Lazy:
+    """Input `data` minus its (per tensor, constant) zero point, as int32."""
+    x = ctx.get(node.inputs[data])
+    z = _scalar(ctx, node, zero, "the input zero point")
+    offset = te.const(0 if z is None else int(z), CENTERED)
+    return Lazy(x.shape, CENTERED, lambda idx: x(idx).astype(CENTERED) - offset)
+
+
+def _centered_weights(w: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
+    """`w` minus its zero point (one, or one per index of `axis`), as int16 (9 bits)."""
+    centered = w.astype(np.int16)
+    if zero is None:
+        return centered
+    z = zero.astype(np.int16)
+    z = z.reshape(()) if z.size == 1 else z.reshape([-1 if k == axis else 1 for k in range(w.ndim)])
+    return centered - z
+
+
+def _requantizer(
+    ctx: GroupContext, node: Node, scales: tuple[int, int, int], y_zero: int
+) -> Callable[[Any, Any], Any]:
+    """``(acc, channel) -> output``: MLAS's requantization of an int32 sum. `scales` are the
+    input positions of the input, weight and output scales."""
+    x_scale = _scalar(ctx, node, scales[0], "the input scale")
+    w_scale = _constant(ctx, node, scales[1], "the weight scale")
+    y_scale = _scalar(ctx, node, scales[2], "the output scale")
+    zero = _scalar(ctx, node, y_zero, "the output zero point")
+    product = np.asarray(x_scale, np.float32) * np.asarray(w_scale, np.float32)
+    multiplier = requant_multiplier(product, y_scale).reshape(-1)
+    out = ctx.type_of(node.outputs[0])
+    channels = out.shape[1] if node.op == "QLinearConv" else out.shape[-1]
+    if multiplier.size not in (1, channels):
+        raise LoweringError(
+            f"{node.op} node {node.name!r}: the weight scale must be one value or one per output "
+            f"channel ({channels}), not shape {list(np.shape(w_scale))}"
+        )
+    dtype = out.dtype
+    z = None if zero is None or int(zero) == 0 else te.const(float(zero), F32)
+    if multiplier.size == 1:
+        m = te.const(float(multiplier[0]), F32)
+        read: Callable[[Any], Any] = lambda c: m  # noqa: E731
+    else:
+        table = ctx.add_constant(f"{node.name}.multiplier", multiplier)
+        read = lambda c: table[c]  # noqa: E731
+    return lambda acc, c: round_saturate(acc.astype(F32) * read(c), z, dtype)
+
+
+# ---- QLinearConv --------------------------------------------------------------------------------
+
+
+def _qlinear_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """topi's NCHW[x]c conv2d on the centered input with the centered weights packed once
+    (ungrouped, constant weights, equal strides and dilations); otherwise a direct reduction,
+    row by row (grouped and depthwise convolutions among them)."""
+    _check_dtypes(ctx, node)
+    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
+    if len(x_ty.shape) != 4:
+        raise LoweringError(
+            f"QLinearConv must be 2-D (NCHW input) on the CPU back-end, not "
+            f"{len(x_ty.shape) - 2}-D (node {node.name!r}; not built yet)"
+        )
+    attrs = _attrs(node)
+    begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
+    x = _centered(ctx, node, 0, 2)
+    requant = _requantizer(ctx, node, (1, 4, 6), 7)
+    bias = ctx.get(node.inputs[8]) if _input(node, 8) else None
+
+    def finish(acc: Any, k: Any) -> Any:
+        return requant(acc + bias((k,)).astype(ACC) if bias is not None else acc, k)
+
+    weight = ctx.constant(node.inputs[3])
+    w_zero = _constant(ctx, node, 5, "the weight zero point")
+    uniform = len({*strides}) == 1 and len({*dil}) == 1
+    if attrs["group"] == 1 and uniform and weight is not None:
+        w = _centered_weights(np.asarray(weight), w_zero, 0)
+        return _conv_topi(ctx, node, x, w, finish, tail, (begin, end, strides[0], dil[0]))
+    if weight is not None:
+        w = _centered_weights(np.asarray(weight), w_zero, 0)
+        table = ctx.add_constant(f"{node.name}.w_centered", w)
+        read_w = lambda k, c, y, xx: table[k, c, y, xx]  # noqa: E731
+    else:
+        read_w = _lazy_weights(ctx, node, w_zero)
+    return _conv_direct(ctx, node, x, read_w, finish, tail, (begin, strides, dil))
+
+
+def _conv_topi(
+    ctx: GroupContext, node: Node, x: Lazy, w: np.ndarray, finish: Any, tail: Tail, geometry
+) -> Result:
+    begin, end, stride, dil = geometry
+    config = conv_config(w.shape[1], w.shape[0], ctx.type_of(node.outputs[0]).shape[2:])
+    config = replace(config, pack_data=True)  # center the input once, while packing it
+    if begin == end and begin[0] == begin[1]:
+        data, pad = _materialize(ctx, x), begin[0]
+    else:
+        data, pad = pad_image(x, begin, end, te.const(0, CENTERED)), 0
+        ctx.inline.append(data)
+    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
+    packed = ctx.add_constant(f"{node.name}.w.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn))
+
+    def epilogue(acc: Any, *idx: Any) -> Any:
+        return tail.epilogue(finish(acc, idx[1]), tuple(idx))
+
+    op = conv2d_nchwc(data, packed, stride, pad, dil, None, epilogue, config, ACC)
+    return schedule_conv2d_nchwc(op, config), [op.out]
+
+
+def _materialize(ctx: GroupContext, lazy: Lazy) -> Tensor:
+    t = te.compute(lazy.shape, lambda *i: lazy(i), name="centered")
+    ctx.inline.append(t)
+    return t
+
+
+def _lazy_weights(ctx: GroupContext, node: Node, zero: np.ndarray | None) -> Callable[..., Any]:
+    """Weights computed at run time, centered as they are read (zero point per output channel)."""
+    w = ctx.get(node.inputs[3])
+    if zero is None:
+        return lambda k, c, y, x: w((k, c, y, x)).astype(CENTERED)
+    z = ctx.get(node.inputs[5])
+    first = (0,) * len(z.shape)
+    per_channel = int(np.prod(z.shape)) > 1
+    return lambda k, c, y, x: (
+        w((k, c, y, x)).astype(CENTERED) - z((k,) if per_channel else first).astype(CENTERED)
+    )
+
+
+def _conv_direct(
+    ctx: GroupContext, node: Node, x: Lazy, read_w: Any, finish: Any, tail: Tail, geometry
+) -> Result:
+    pads, strides, dil = geometry
+    k, cg, r, s = ctx.type_of(node.inputs[3]).shape
+    shape = ctx.type_of(node.outputs[0]).shape
+    per_group = k // _attrs(node)["group"]
+    read, extra = window_source(x, shape, (r, s), pads, strides, dil, te.const(0, CENTERED))
+    rc, ry, rx = (te.reduce_axis((0, n), name) for n, name in ((cg, "rc"), (r, "ry"), (s, "rx")))
+    ci = rc if cg > 1 else 0
+
+    def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
+        if per_group == k:
+            c = ci
+        elif per_group == 1 and cg == 1:
+            c = kk  # depthwise
+        else:
+            c = (kk // per_group) * cg + ci
+        iy = y * strides[0] + ry * dil[0] - pads[0]
+        ix = xx * strides[1] + rx * dil[1] - pads[1]
+        product = read(n, c, iy, ix).astype(ACC) * read_w(kk, ci, ry, rx).astype(ACC)
+        return te.sum(product, axis=[rc, ry, rx] if cg > 1 else [ry, rx])
+
+    red = te.compute(shape, body, name="qlinearconv")
+    return reduce_kernel(red, tail, lambda v, i: finish(v, i[1]), extra)
+
+
+# ---- QLinearMatMul ------------------------------------------------------------------------------
+
+
+def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """topi's dense (leading dims of `a` folded into rows) with the centered `b` packed into its
+    panels once, when `b` is a 2-D constant; otherwise a direct reduction with numpy's
+    broadcasting of the batch dims."""
+    _check_dtypes(ctx, node)
+    a_ty, b_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
+    if len(a_ty.shape) < 2 or len(b_ty.shape) < 2:
+        raise LoweringError(
+            f"QLinearMatMul operands must be at least 2-D on the CPU back-end (not built yet for "
+            f"1-D), not {list(a_ty.shape)} x {list(b_ty.shape)} (node {node.name!r})"
+        )
+    a = _centered(ctx, node, 0, 2)
+    requant = _requantizer(ctx, node, (1, 4, 6), 7)
+    b_zero = _constant(ctx, node, 5, "the weight zero point")
+    n = b_ty.shape[-1]
+    if b_zero is not None and b_zero.size not in (1, n):
+        raise LoweringError(
+            f"QLinearMatMul node {node.name!r}: b's zero point must be one value or one per "
+            f"column ({n}), not shape {list(b_zero.shape)}"
+        )
+    b = ctx.constant(node.inputs[3])
+    if b is None or len(b_ty.shape) > 2:
+        return _matmul_direct(ctx, node, a, _centered_b(ctx, node, b_zero), requant, tail)
+    lead, k = a_ty.shape[:-1], a_ty.shape[-1]
+    rows = int(np.prod(lead))
+    data = _materialize(ctx, reshape_lazy(a, (rows, k)))
+    centered = _centered_weights(np.asarray(b), b_zero, 1)
+
+    def epilogue(acc: Any, i: Any, j: Any) -> Any:
+        idx = (*unravel(i, lead), j) if len(lead) > 1 else (i, j)
+        return tail.epilogue(requant(acc, j), idx)
+
+    config = DenseConfig(mr=max(1, min(6, rows)), bn=32)
+    name = f"{node.name}.b_centered"
+    return packed_dense(ctx, data, name, "KN", epilogue, config, values=centered)
+
+
+def _centered_b(ctx: GroupContext, node: Node, zero: np.ndarray | None) -> Lazy:
+    b = ctx.get(node.inputs[3])
+    if zero is None:
+        return Lazy(b.shape, CENTERED, lambda idx: b(idx).astype(CENTERED))
+    z = zero.reshape(-1).astype(np.int16)
+    if z.size == 1:
+        offset = te.const(int(z[0]), CENTERED)
+        return Lazy(b.shape, CENTERED, lambda idx: b(idx).astype(CENTERED) - offset)
+    table = ctx.add_constant(f"{node.name}.b_zero", z)
+    return Lazy(b.shape, CENTERED, lambda idx: b(idx).astype(CENTERED) - table[idx[-1]])
+
+
+def _matmul_direct(
+    ctx: GroupContext, node: Node, a: Lazy, b: Lazy, requant: Any, tail: Tail
+) -> Result:
+    shape = ctx.type_of(node.outputs[0]).shape
+    rk = te.reduce_axis((0, a.shape[-1]), "k")
+
+    def body(*i: Any) -> Any:
+        lhs = a((*batch_index(a, i), i[-2], rk)).astype(ACC)
+        return te.sum(lhs * b((*batch_index(b, i), rk, i[-1])).astype(ACC), axis=rk)
+
+    red = te.compute(shape, body, name="qlinearmatmul")
+    return reduce_kernel(red, tail, lambda v, i: requant(v, i[-1]))
+
+
+ELEMENTWISE: dict[str, Rule] = {
+    "QuantizeLinear": _quantize_linear,
+    "DequantizeLinear": _dequantize_linear,
+}
+
+ANCHORS: dict[str, AnchorRule] = {
+    "QLinearConv": _qlinear_conv,
+    "QLinearMatMul": _qlinear_matmul,
+}
