@@ -39,7 +39,7 @@ from ..target import Target
 from .accel_kernels import accelerator_kernel, has_accelerator_kernel
 from .compile import _assemble, _label_nodes, _symbol, build_cpu_group, cpu_meta
 from .ir import Graph
-from .passes import fuse_ops, group_order, optimize, partition_graph, plan_memory
+from .passes import FusedGroup, fuse_ops, group_order, optimize, partition_graph, plan_memory
 from .passes.fuse_accel import fuse_accelerator_ops
 from .passes.partition import macs, place
 
@@ -125,34 +125,40 @@ def compile_graph_vta(
     q = quantize_for(graph, cfg, calibration, mode)
     q = plan_memory(fuse_accelerator_ops(fuse_ops(q)))
     t_opt = time.perf_counter() - start
-    meta, cpu_host = cpu_meta(Target.parse("llvm")), Target.parse("llvm")
+    host = Target.parse("llvm")
+    meta = cpu_meta(host)
     kernels: list[KernelImage] = []
     calls: list[Call] = []
     constants: dict[str, Any] = {}
-    times = [0.0, 0.0]
+    times = [0.0, 0.0]  # lowering (and accelerator code generation), LLVM
     bar = tqdm(group_order(q), desc="compile", unit="kernel", disable=not progress)
     for k, (group, nodes) in enumerate(bar):
         if has_accelerator_kernel(q, nodes):
             t0 = time.perf_counter()
-            compiled = accelerator_kernel(cfg, q, nodes, vthreads)
-            image = compiled.kernel.image
-            params = tuple(
-                ParamSpec(f"p{i}", q.types[v].dtype, tuple(q.types[v].shape))
-                for i, v in enumerate(compiled.values)
-            )
-            name = _symbol(k, group.name)
-            payload = image.to_bytes()
-            kernels.append(KernelImage(name, KIND, params, payload,
-                                       kernel_meta(compiled.operands, device)))  # fmt: skip
-            calls.append(Call(name, compiled.values, _label_nodes(q, group.nodes)))
+            image, call = build_accelerator_group(q, group, k, cfg, device, vthreads)
             times[0] += time.perf_counter() - t0
         else:
-            image, call = build_cpu_group(q, group, k, cpu_host, meta, constants, times)
-            kernels.append(image)
-            calls.append(call)
+            image, call = build_cpu_group(q, group, k, host, meta, constants, times)
+        kernels.append(image)
+        calls.append(call)
     module = _assemble(q, str(tgt), kernels, calls, constants, start, t_opt, *times)
     module.stats.update(_accelerator_stats(q, cfg, kernels))
     return module
+
+
+def build_accelerator_group(
+    graph: Graph, group: FusedGroup, k: int, cfg: HWConfig, device: str, vthreads: int
+) -> tuple[KernelImage, Call]:
+    """Compile group number `k` of `graph` to a program image: its `vta` kernel and its call."""
+    compiled = accelerator_kernel(cfg, graph, [graph.node(n) for n in group.nodes], vthreads)
+    params = tuple(
+        ParamSpec(f"p{i}", graph.types[v].dtype, tuple(graph.types[v].shape))
+        for i, v in enumerate(compiled.values)
+    )
+    name = _symbol(k, group.name)
+    meta = kernel_meta(compiled.operands, device)
+    image = KernelImage(name, KIND, params, compiled.kernel.image.to_bytes(), meta)
+    return image, Call(name, compiled.values, _label_nodes(graph, group.nodes))
 
 
 def _accelerator_stats(graph: Graph, cfg: HWConfig, kernels: list[KernelImage]) -> dict:

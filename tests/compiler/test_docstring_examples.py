@@ -15,6 +15,12 @@ MODULES = [
     "tensorforge.compiler.tir.arith",
     "tensorforge.compiler.tir.lower",
     "tensorforge.compiler.tir.interp",
+    "tensorforge.compiler.graph.compile_vta",
+    "tensorforge.compiler.graph.accel_kernels",
+    "tensorforge.compiler.topi.vta.layout",
+    "tensorforge.runtime.device.vta.layout",
+    "tensorforge.sim.trace",
+    "tensorforge.hw.tools",
 ]
 
 
