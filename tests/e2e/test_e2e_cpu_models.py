@@ -14,6 +14,7 @@ import tensorforge
 from tensorforge.cli import main
 from tensorforge.compiler.frontend import UnsupportedOpError
 from tensorforge.compiler.frontend import onnx_builders as ob
+from tensorforge.compiler.tir.stmt import LoweringError
 from tensorforge.runtime.module import Module
 
 # (builder, args, atol as a fraction of the largest reference magnitude). rtol is 1e-4
@@ -191,3 +192,18 @@ def test_resnet18_at_224_matches_onnxruntime() -> None:
 def test_mobilenet_v2_at_224_matches_onnxruntime() -> None:
     model = ob.mobilenet_v2()
     _check(tensorforge.compile(model), model, MOBILENET_ATOL)
+
+
+def test_a_1d_convolution_is_refused_with_op_and_node_named() -> None:
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 2, 3], np.ones(24, np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1d")],
+        "conv1d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(LoweringError, match=r"Conv must be 2-D \(NCHW input\) on the CPU back-end, "
+                       r"not 1-D \(node 'conv1d'; not built yet\)"):  # fmt: skip
+        tensorforge.compile(model)

@@ -139,15 +139,24 @@ def _pad_phases(x: Lazy, before: list, after: list, stride: int, fill: Any) -> T
 # ---- convolution --------------------------------------------------------------------------------
 
 
-def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
-    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
-    if len(x_ty.shape) != 4:
+def conv2d_geometry(
+    node: Node, attrs: dict[str, Any], x_shape: tuple[int, ...], w_shape: tuple[int, ...]
+) -> tuple[Any, Any, Any, Any]:
+    """(pads before, pads after, strides, dilations) of a 2-D convolution node (Conv,
+    QLinearConv); LoweringError for another rank, which the CPU back-end does not lower yet."""
+    if len(x_shape) != 4:
         raise LoweringError(
-            f"Conv must be 2-D (NCHW input) on the CPU back-end, not {len(x_ty.shape) - 2}-D "
+            f"{node.op} must be 2-D (NCHW input) on the CPU back-end, not {len(x_shape) - 2}-D "
             f"(node {node.name!r}; not built yet)"
         )
+    begin, end, strides, dil, _ = window_geometry(attrs, x_shape[2:], w_shape[2:])
+    return begin, end, strides, dil
+
+
+def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
     attrs = _attrs(node)
-    begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
+    begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
     uniform = begin == end and len({*begin}) == 1 and len({*strides}) == 1 and len({*dil}) == 1
     weight = ctx.constant(node.inputs[1])
     if attrs["group"] == 1 and uniform and weight is not None:

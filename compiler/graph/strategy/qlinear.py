@@ -39,12 +39,12 @@ from ...topi.x86 import DenseConfig, conv2d_nchwc, schedule_conv2d_nchwc
 from ...topi.x86.conv2d import kernel_blocks, pack_kernel
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail, reshape_lazy
-from ..ops.nn import window_geometry
 from ..ops.quant import requant_multiplier
 from ..registry import get_op
 from .nn import (
     Result,
     batch_index,
+    conv2d_geometry,
     conv_config,
     packed_dense,
     pad_image,
@@ -238,13 +238,8 @@ def _qlinear_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     row by row (grouped and depthwise convolutions among them)."""
     _check_dtypes(ctx, node)
     x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
-    if len(x_ty.shape) != 4:
-        raise LoweringError(
-            f"QLinearConv must be 2-D (NCHW input) on the CPU back-end, not "
-            f"{len(x_ty.shape) - 2}-D (node {node.name!r}; not built yet)"
-        )
     attrs = _attrs(node)
-    begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
+    begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
     x = _centered(ctx, node, 0, 2)
     requant = _requantizer(ctx, node, (1, 4, 6), 7)
     bias = ctx.get(node.inputs[8]) if _input(node, 8) else None
