@@ -18,6 +18,8 @@ MODULES = [
     "tensorforge.compiler.graph.compile_vta",
     "tensorforge.compiler.graph.accel_kernels",
     "tensorforge.compiler.topi.vta.layout",
+    "tensorforge.compiler.topi.vta.te_ops",
+    "tensorforge.compiler.tir.vta_lower",
     "tensorforge.runtime.device.vta.layout",
     "tensorforge.sim.trace",
     "tensorforge.hw.tools",

@@ -32,12 +32,15 @@ from ...codegen.vta import generate_program
 from ...codegen.vta_tile import TileProgram
 from ...quantize.requant import AluStep, RequantParams
 from ...quantize.residual import AddParams, add_int8
+from ...schedule.primitives import ScheduleError
 from .conv2d import INPUT, OUTPUT, RESIDUAL, conv2d_tile_program
 from .layout import pack_bias, pack_nchw, pack_oihw, unpack_nchw
 from .reference import conv2d_reference, dense_reference, max_pool2d_reference, shift_requant
-from .schedule import Conv2dSchedule, Conv2dWorkload, default_schedule
+from .schedule import Conv2dSchedule, Conv2dWorkload, default_schedule, divides
 
-__all__ = ["VtaKernel", "conv2d", "dense"]
+__all__ = ["LOWERINGS", "VtaKernel", "conv2d", "dense"]
+
+LOWERINGS = ("auto", "te", "tile")
 
 
 @dataclass
@@ -57,6 +60,7 @@ class VtaKernel:
     # The ALU steps after the bias (set by conv2d/dense; the bounds are requant.lo/hi).
     requant: RequantParams | None = None
     residual: AddParams | None = None  # a fused residual add (input slot ``R``)
+    lowering: str = "tile"  # "te" (TE + tensorize + tir.vta_lower) or "tile" (tile program)
 
     def pack(self, x: np.ndarray) -> np.ndarray:
         """Data in the user's layout (NCHW, or (M, K) for dense) -> the packed input slot."""
@@ -213,6 +217,7 @@ def conv2d(
     requant: RequantParams | None = None,
     residual: AddParams | None = None,
     max_pool: int | tuple[int, int] | None = None,
+    lowering: str = "auto",
 ) -> VtaKernel:
     """Compile ``requant(conv2d(x, weight) + bias)`` to int8 for the accelerator.
 
@@ -232,6 +237,12 @@ def conv2d(
             requantization; ``run(x, residual=r)`` then takes the int8 operand r.
         max_pool: fuse a non-overlapping max pooling (window = stride, no padding) after
             everything else; the output is then (N, O, OH // ph, OW // pw).
+        lowering: how the program is generated: ``"te"``, the TE operator
+            (``te_ops.conv2d_te``: tensorize, DMA and ALU pragmas, lowered by
+            ``tir.vta_lower``), which takes schedules whose knobs divide their dimensions and
+            no fused pooling; ``"tile"``, the hand-written tile program
+            (``conv2d_tile_program``), which takes every schedule; ``"auto"`` (default): TE
+            when the (default or given) schedule allows it, else the tile program.
 
     Raises:
         ValueError: bad shapes or arguments, a MUL step on a config without ``alu_mul``.
@@ -248,7 +259,7 @@ def conv2d(
     pool = (1, 1) if max_pool is None else _pair(max_pool, "max_pool")
     wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw, *pool)
     return _compile(cfg, "conv2d", wl, weight, bias, (shift, relu, requant, residual), schedule,
-                    vthreads)  # fmt: skip
+                    vthreads, lowering)  # fmt: skip
 
 
 def dense(
@@ -263,6 +274,7 @@ def dense(
     vthreads: int = 1,
     requant: RequantParams | None = None,
     residual: AddParams | None = None,
+    lowering: str = "auto",
 ) -> VtaKernel:
     """Compile ``requant(A @ weight.T + bias)`` for A (m, K) int8, weight (N, K) int8.
 
@@ -276,7 +288,7 @@ def dense(
     wl = Conv2dWorkload(m, k, 1, 1, nout, 1, 1)
     w4 = weight.reshape(nout, k, 1, 1)
     kern = _compile(cfg, "dense", wl, w4, bias, (shift, relu, requant, residual), schedule,
-                    vthreads)  # fmt: skip
+                    vthreads, lowering)  # fmt: skip
     kern.weight = weight
     return kern
 
@@ -290,6 +302,7 @@ def _compile(
     epilogue: tuple[int, bool, RequantParams, AddParams | None],
     schedule: Conv2dSchedule | None,
     vthreads: int,
+    lowering: str = "auto",
 ) -> VtaKernel:
     shift, relu, requant, residual = epilogue
     if bias is not None:
@@ -298,12 +311,31 @@ def _compile(
             raise ValueError(f"{op} bias must be int32 of shape ({wl.oc},), not {bias.dtype} "
                              f"{bias.shape}")  # fmt: skip
     has_res = residual is not None
-    sched = schedule if schedule is not None else default_schedule(cfg, wl, vthreads, has_res)
+    if lowering not in LOWERINGS:
+        raise ValueError(f"{op} lowering must be one of {LOWERINGS}, not {lowering!r}")
+    sched = schedule
+    if lowering != "tile" and sched is None and not wl.pooled:
+        try:
+            sched = default_schedule(cfg, wl, vthreads, has_res, divisible=True)
+        except ScheduleError:
+            if lowering == "te":
+                raise
+    if sched is None:
+        sched = default_schedule(cfg, wl, vthreads, has_res)
+    sched.check(cfg, wl)
+    if lowering == "auto":
+        lowering = "te" if divides(sched, cfg, wl) and not wl.pooled else "tile"
     w_packed = pack_oihw(cfg, weight)
     b_packed = pack_bias(cfg, bias, wl.oc) if bias is not None else None
     name = f"{op}_{wl.n}x{wl.ic}x{wl.h}x{wl.w}_{wl.oc}k{wl.kh}x{wl.kw}_vt{sched.vthreads}"
-    prog = conv2d_tile_program(cfg, wl, sched, w_packed, b_packed, name=name, requant=requant,
-                               residual=residual)  # fmt: skip
+    if lowering == "te":
+        from .te_ops import conv2d_te
+
+        prog = conv2d_te(cfg, wl, sched, w_packed, b_packed, requant=requant, residual=residual,
+                         name=name).tile_program()  # fmt: skip
+    else:
+        prog = conv2d_tile_program(cfg, wl, sched, w_packed, b_packed, name=name,
+                                   requant=requant, residual=residual)  # fmt: skip
     image = generate_program(prog, cfg)
     return VtaKernel(cfg, op, wl, sched, prog, image, weight, bias, shift, relu, requant,
-                     residual)  # fmt: skip
+                     residual, lowering)  # fmt: skip

@@ -233,12 +233,28 @@ def _cost(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> float:
     return inp * cfg.inp_elem_bytes + wgt * cfg.wgt_elem_bytes + 256 * insns
 
 
+def divides(s: Conv2dSchedule, cfg: HWConfig, wl: Conv2dWorkload) -> bool:
+    """Whether every knob divides its dimension and, with virtual threads, some tile count is a
+    multiple of them: what the TE lowering (``te_ops.conv2d_te``) takes."""
+    nb, icb, ocb = wl.blocked(cfg)
+    dims = ((s.tile_n, nb), (s.tile_h, wl.oh), (s.tile_oc, ocb), (s.tile_ic, icb))
+    if any(d % t for t, d in dims):
+        return False
+    counts = (nb // s.tile_n, wl.oh // s.tile_h, ocb // s.tile_oc)
+    return s.vthreads == 1 or any(c % s.vthreads == 0 for c in counts)
+
+
 def candidate_schedules(
-    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int, residual: bool = False
+    cfg: HWConfig,
+    wl: Conv2dWorkload,
+    vthreads: int,
+    residual: bool = False,
+    divisible: bool = False,
 ) -> list[Conv2dSchedule]:
     """Every schedule with ``vthreads`` threads that passes ``check`` and fits the SRAMs.
 
-    Tile sizes are ``tile_sizes`` of each dimension (divisors and even ragged splits).
+    Tile sizes are ``tile_sizes`` of each dimension (divisors and even ragged splits; only
+    schedules that ``divides`` with ``divisible``).
     """
     nb, icb, ocb = wl.blocked(cfg)
     out = []
@@ -252,15 +268,20 @@ def candidate_schedules(
                             s.check(cfg, wl)
                         except ScheduleError:
                             continue
-                        if s.fits(cfg, wl, residual):
+                        if s.fits(cfg, wl, residual) and (not divisible or divides(s, cfg, wl)):
                             out.append(s)
     return out
 
 
 def default_schedule(
-    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1, residual: bool = False
+    cfg: HWConfig,
+    wl: Conv2dWorkload,
+    vthreads: int = 1,
+    residual: bool = False,
+    divisible: bool = False,
 ) -> Conv2dSchedule:
-    """The fitting schedule with the least modelled cost (``residual``: a fused residual add).
+    """The fitting schedule with the least modelled cost (``residual``: a fused residual add;
+    ``divisible``: only schedules whose knobs divide their dimensions, see ``divides``).
 
     With 2 virtual threads, at least two tiles are required (or the second thread idles).
 
@@ -269,12 +290,12 @@ def default_schedule(
     """
     if vthreads not in (1, 2):
         raise ScheduleError(f"vthreads must be 1 or 2, not {vthreads!r}")
-    cands = candidate_schedules(cfg, wl, vthreads, residual)
+    cands = candidate_schedules(cfg, wl, vthreads, residual, divisible)
     if vthreads > 1:
         cands = [s for s in cands if s.tiles(cfg, wl) > 1] or cands
     if not cands:
         raise ScheduleError(
-            f"no tiling of {wl} fits the SRAMs of HWConfig {cfg.name!r} with {vthreads} "
-            "virtual thread(s)"
+            f"no {'dividing ' if divisible else ''}tiling of {wl} fits the SRAMs of HWConfig "
+            f"{cfg.name!r} with {vthreads} virtual thread(s)"
         )
     return min(cands, key=lambda s: (_cost(cfg, wl, s), -s.tile_h, -s.tile_oc))

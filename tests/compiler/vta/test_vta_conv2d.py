@@ -141,7 +141,7 @@ def test_conv2d_rejects_a_schedule_that_overflows_an_sram() -> None:
         "(inp@0: 324, inp@1: 324)"
     )
     x, w, b = _operands(1, (1, 4, 16, 16), (8, 4, 1, 1))
-    with pytest.raises(LoweringError, match=r"ACC buffer .* not 514 \(acc: 512, bias: 2\)"):
+    with pytest.raises(LoweringError, match=r"ACC buffer .* not 514 \(bias.acc: 2, C: 512\)"):
         conv2d(cfg, x.shape, w, b, schedule=Conv2dSchedule(tile_h=16, tile_oc=2))
 
 

@@ -1,0 +1,258 @@
+"""Quantized conv2d and dense for the accelerator, written in TE and scheduled with VTA's recipe.
+
+``conv2d_te(cfg, workload, schedule, ...)`` declares the blocked computation (data
+``NCHW{BATCH}n{BLOCK_IN}c``, weights ``OIHW{BLOCK_OUT}o{BLOCK_IN}i``, int32 accumulation, then
+the bias and the requantization's ALU steps and an int8 cast) and schedules it:
+
+1. split the output into tiles of ``tile_n`` batch blocks x ``tile_oc`` channel blocks x
+   ``tile_h`` rows (all columns); with two virtual threads, the tiles along the first axis with
+   an even tile count are split between ``te.thread_axis("vthread")`` copies;
+2. compute the accumulator stages at the tile (scope ``local.acc_buffer``);
+3. per chunk of ``tile_ic`` input-channel blocks, copy the zero-padded input rows
+   (``cache_read`` into ``local.inp_buffer``, the padding inlined) and the weights (into
+   ``local.wgt_buffer``; all at once with ``resident_weights``) with ``pragma dma_copy``;
+4. tensorize the GEMM with the config's intrinsic (``tir.vta_intrin.gemm_intrin``), the loops
+   around it ordered (rows, columns, out-channel, in-channel, kernel window) so that rows and
+   columns become the instruction's two hardware loops;
+5. ``pragma alu`` on each element-wise stage, ``pragma dma_copy`` on the int8 output.
+
+``TeOperator.lower()`` gives its loop IR (``tir.lower`` with ``VTA_PIPELINE``),
+``tile_program()`` the tile program (``tir.vta_lower``) that ``codegen.vta.generate_program``
+turns into a program image; the slots and layouts are those of ``conv2d_tile_program``
+(``X``, ``Y``, ``R``; constants ``W``, ``bias``), so ``VtaKernel`` runs either.
+
+Example:
+    >>> import numpy as np
+    >>> from tensorforge.hw.config import HWConfig
+    >>> from tensorforge.compiler.topi.vta import Conv2dSchedule, Conv2dWorkload
+    >>> cfg = HWConfig.preset("tiny")
+    >>> wl = Conv2dWorkload(1, 8, 6, 6, 8, 3, 3, pad_h=1, pad_w=1)
+    >>> w = np.ones((2, 2, 3, 3, 4, 4), np.int8)
+    >>> op = conv2d_te(cfg, wl, Conv2dSchedule(tile_h=3, tile_oc=1, tile_ic=2, vthreads=2), w)
+    >>> print(op.lower())  # doctest: +ELLIPSIS
+    func conv2d(X: int8[288], W: int8[576], Y: int8[288]) {
+      for i1.outer.outer in range(2) thread("vthread") {
+    ...attr pragma_dma_copy = None {
+    ...attr vta_gemm = 2 {
+    ...
+    >>> image = op.build()      # through tir.vta_lower and codegen.vta
+    >>> image.insn_count
+    34
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ....hw.config import HWConfig
+from ....hw.isa import AluOp
+from ....runtime.program import ProgramImage
+from ... import te, tir
+from ...codegen.vta import generate_program
+from ...codegen.vta_tile import TileProgram
+from ...quantize.requant import AluStep, RequantParams
+from ...quantize.residual import AddParams
+from ...schedule.primitives import ScheduleError
+from ...tir.vta_intrin import gemm_intrin
+from ...tir.vta_lower import VTA_PIPELINE, lower_to_tile_program
+from .conv2d import BIAS, INPUT, OUTPUT, RESIDUAL, WEIGHTS
+from .reference import shift_requant
+from .schedule import Conv2dSchedule, Conv2dWorkload
+
+INP, WGT, ACC = "local.inp_buffer", "local.wgt_buffer", "local.acc_buffer"
+
+
+@dataclass
+class TeOperator:
+    """A scheduled accelerator operator: its TE schedule, parameters and constant values."""
+
+    cfg: HWConfig
+    name: str
+    schedule: Any
+    args: list[te.Tensor]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def lower(self) -> tir.PrimFunc:
+        """The loop IR (tensorized GEMM, dma_copy and alu pragmas still as attributes)."""
+        return tir.lower(self.schedule, self.args, name=self.name, passes=VTA_PIPELINE)
+
+    def tile_program(self) -> TileProgram:
+        return lower_to_tile_program(self.lower(), self.cfg, self.constants, self.name)
+
+    def build(self) -> ProgramImage:
+        return generate_program(self.tile_program(), self.cfg)
+
+
+def _step(x: te.Tensor, step: AluStep, name: str, cast: bool = False) -> te.Tensor:
+    """One ALU step as a stage (``cast``: read int8 ``x`` widened, as an ACC_8BIT load holds it)."""
+
+    def f(*i: Any) -> Any:
+        v = te.cast(x[i], "int32") if cast else x[i]
+        if step.op is AluOp.SHR:
+            return te.shift_right(v, step.imm) if step.imm >= 0 else te.shift_left(v, -step.imm)
+        ops = {
+            AluOp.ADD: lambda: v + step.imm,
+            AluOp.MUL: lambda: v * step.imm,
+            AluOp.MIN: lambda: te.min(v, step.imm),
+            AluOp.MAX: lambda: te.max(v, step.imm),
+        }
+        return ops[step.op]()
+
+    return te.compute(x.shape, f, name=name)
+
+
+def conv2d_te(
+    cfg: HWConfig,
+    wl: Conv2dWorkload,
+    sched: Conv2dSchedule,
+    w_packed: np.ndarray,
+    bias_packed: np.ndarray | None = None,
+    *,
+    requant: RequantParams | None = None,
+    residual: AddParams | None = None,
+    name: str = "conv2d",
+) -> TeOperator:
+    """The TE operator of ``requant(conv2d(x, w) + bias)`` (and a residual add) on ``cfg``.
+
+    Raises:
+        ScheduleError: a knob out of range, or what this lowering does not cover yet (a fused
+            max pooling; a tile size that does not divide its dimension).
+    """
+    sched.check(cfg, wl)
+    if wl.pooled:
+        raise ScheduleError("conv2d_te: a fused max pooling is not lowered through TE yet")
+    nb, icb, ocb = wl.blocked(cfg)
+    knobs = (("tile_n", sched.tile_n, nb), ("tile_h", sched.tile_h, wl.oh),
+             ("tile_oc", sched.tile_oc, ocb), ("tile_ic", sched.tile_ic, icb))  # fmt: skip
+    for knob, size, dim in knobs:
+        if dim % size:
+            raise ScheduleError(f"conv2d_te: {knob}={size} must divide {dim} (ragged edge tiles "
+                                "are lowered by the tile-program path only)")  # fmt: skip
+    b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    ph, pw, sh, sw = wl.pad_h, wl.pad_w, wl.stride_h, wl.stride_w
+    X = te.placeholder((nb, icb, wl.h, wl.w, b, bi), "int8", name=INPUT)
+    W = te.placeholder((ocb, icb, wl.kh, wl.kw, bo, bi), "int8", name=WEIGHTS)
+    pad = te.compute(
+        (nb, icb, wl.h + 2 * ph, wl.w + 2 * pw, b, bi),
+        lambda n, c, y, x, i, k: te.if_then_else(
+            te.all_of(y >= ph, y < wl.h + ph, x >= pw, x < wl.w + pw),
+            X[n, c, y - ph, x - pw, i, k],
+            te.const(0, "int8"),
+        ),
+        name="pad",
+    )
+    ic = te.reduce_axis((0, icb), "ic")
+    ky = te.reduce_axis((0, wl.kh), "ky")
+    kx = te.reduce_axis((0, wl.kw), "kx")
+    k = te.reduce_axis((0, bi), "k")
+    C = te.compute(
+        (nb, ocb, wl.oh, wl.ow, b, bo),
+        lambda n, o, y, x, i, j: te.sum(
+            te.cast(pad[n, ic, y * sh + ky, x * sw + kx, i, k], "int32")
+            * te.cast(W[o, ic, ky, kx, j, k], "int32"),
+            axis=[ic, ky, kx, k],
+        ),
+        name="C",
+    )
+    args, constants = [X, W], {WEIGHTS: np.asarray(w_packed)}
+    stages, last = [], C
+    if bias_packed is not None:
+        B = te.placeholder((ocb, b, bo), "int32", name=BIAS)
+        last = te.compute(C.shape, lambda n, o, y, x, i, j: C[n, o, y, x, i, j] + B[o, i, j],
+                          name="biased")  # fmt: skip
+        stages.append(last)
+        args.append(B)
+        constants[BIAS] = np.asarray(bias_packed)
+    req = requant or shift_requant(0, False, cfg)
+    for s, step in enumerate(req.steps):
+        last = _step(last, step, f"rq{s}")
+        stages.append(last)
+    res_reader = None
+    if residual is not None:
+        R = te.placeholder(C.shape, "int8", name=RESIDUAL)
+        args.insert(1, R)
+        if residual.lhs is not None:
+            last = _step(last, residual.lhs, "lhs")
+            stages.append(last)
+        lhs = last
+        if residual.rhs is not None:
+            rhs = _step(R, residual.rhs, "rhs", cast=True)
+            last = te.compute(C.shape, lambda *i: lhs[i] + rhs[i], name="sum")
+            stages += [rhs, last]
+            res_reader = rhs
+        else:
+            last = te.compute(C.shape, lambda *i: lhs[i] + te.cast(R[i], "int32"), name="sum")
+            stages.append(last)
+            res_reader = last
+        for s, step in enumerate(residual.requant.steps):
+            last = _step(last, step, f"arq{s}")
+            stages.append(last)
+    final = last
+    Y = te.compute(C.shape, lambda *i: te.cast(final[i], "int8"), name=OUTPUT)
+    args.append(Y)
+    s = te.create_schedule(Y.op)
+    return _schedule(cfg, wl, sched, s, (X, W, pad, C, Y), stages, res_reader, args, constants,
+                     name)  # fmt: skip
+
+
+def _schedule(cfg, wl, sched, s, tensors, stages, res_reader, args, constants, name):  # type: ignore[no-untyped-def]
+    X, W, pad, C, Y = tensors
+    nb, icb, ocb = wl.blocked(cfg)
+    # 1. tiles of the output, virtual threads over the first axis with an even tile count
+    n, o, y, x, i, j = s[Y].op.axis
+    no, ni = s[Y].split(n, factor=sched.tile_n)
+    oo, oi = s[Y].split(o, factor=sched.tile_oc)
+    yo, yi = s[Y].split(y, factor=sched.tile_h)
+    s[Y].reorder(no, oo, yo, ni, oi, yi, x, i, j)
+    tile_axis = yo
+    if sched.vthreads > 1:
+        counts = ((oo, ocb // sched.tile_oc), (yo, wl.oh // sched.tile_h),
+                  (no, nb // sched.tile_n))  # fmt: skip
+        axis = next((ax for ax, c in counts if c % sched.vthreads == 0), None)
+        if axis is None:
+            raise ScheduleError(
+                f"conv2d_te: {sched.vthreads} virtual threads need a tile count divisible by "
+                f"{sched.vthreads} along out-channels, rows or batch"
+            )
+        vt, inner = s[Y].split(axis, nparts=sched.vthreads)
+        s[Y].bind(vt, te.thread_axis("vthread"))
+        if axis is tile_axis:
+            tile_axis = inner
+    s[Y].pragma(ni, "dma_copy")
+    # 2. the accumulator stages at the tile
+    s[pad].compute_inline()
+    for t in (C, *stages):
+        s[t].set_scope(ACC)
+        s[t].compute_at(s[Y], tile_axis)
+    for t in stages:
+        s[t].pragma(s[t].op.axis[0], "alu")
+    # 3. copies per input-channel chunk
+    xb = s.cache_read(pad, INP, [C])
+    wb = s.cache_read(W, WGT, [C])
+    cn, co, cy, cx, ci, cj = s[C].op.axis
+    ic, ky, kx, k = s[C].op.reduce_axis
+    ico, ici = s[C].split(ic, factor=sched.tile_ic)
+    s[C].reorder(ico, cn, cy, cx, co, ici, ky, kx, ci, cj, k)
+    s[xb].compute_at(s[C], ico)
+    if sched.resident_weights:
+        s[wb].compute_root()
+    else:
+        s[wb].compute_at(s[C], ico)
+    for t in (xb, wb):
+        s[t].pragma(s[t].op.axis[0], "dma_copy")
+    for p in args:
+        if p.name == BIAS:
+            bb = s.cache_read(p, ACC, [st for st in stages if st.name == "biased"])
+            s[bb].compute_root()
+            s[bb].pragma(s[bb].op.axis[0], "dma_copy")
+    if res_reader is not None:  # the int8 residual, loaded into the accumulators (ACC_8BIT)
+        r = next(p for p in args if p.name == RESIDUAL)
+        rb = s.cache_read(r, ACC, [res_reader])
+        s[rb].compute_at(s[Y], tile_axis)
+        s[rb].pragma(s[rb].op.axis[0], "dma_copy")
+    # 4. the GEMM
+    s[C].tensorize(ci, gemm_intrin(cfg))
+    return TeOperator(cfg, name, s, args, constants)
