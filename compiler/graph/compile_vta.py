@@ -3,10 +3,12 @@
 ``compile_graph_vta(graph, "vta -config=pynq -device=sim", calibration)`` quantizes a float
 graph to int8 with the accelerator's arithmetic (``compiler.quantize``; an int8 graph is taken
 as it is), places every int8 op (``partition_graph``), fuses (``fuse_ops``, then
-``fuse_accelerator_ops``: conv + residual add + max pooling), plans memory, and compiles each
-group: accelerator groups to program images (``vta`` kernels, run by the module's device), the
-rest (the float/int8 boundaries, layers the accelerator cannot run, float ops) to native code
-for this CPU. The module's outputs equal the int8 graph's reference executor bit for bit.
+``fuse_accelerator_ops``: conv + residual add + max pooling), keeps the tensors that flow only
+between accelerator kernels in the accelerator's blocked layout (``packed_tensors``), plans
+memory, and compiles each group: accelerator groups to program images (``vta`` kernels, run by
+the module's device), the rest (the float/int8 boundaries, layers the accelerator cannot run,
+float ops) to native code for this CPU. The module's outputs equal the int8 graph's reference
+executor bit for bit.
 
 Example:
     >>> import numpy as np
@@ -19,6 +21,8 @@ Example:
     ['llvm', 'vta']
     >>> module.run({"x": x})[module.outputs[0]].shape
     (1, 10)
+    >>> [module.tensors[v].shape for v in module.stats["packed_tensors"]]  # conv -> conv
+    [(1, 1, 16, 16, 1, 16)]
 """
 
 from __future__ import annotations
@@ -36,9 +40,9 @@ from ...runtime.device.vta.launch import KIND, kernel_meta
 from ...runtime.module import Call, KernelImage, Module
 from ..quantize.graph import quantize_graph
 from ..target import Target
-from .accel_kernels import accelerator_kernel, has_accelerator_kernel
+from .accel_kernels import accelerator_kernel, has_accelerator_kernel, packed_tensors
 from .compile import _assemble, _label_nodes, _symbol, build_cpu_group, cpu_meta
-from .ir import Graph
+from .ir import Graph, TensorType
 from .passes import FusedGroup, fuse_ops, group_order, optimize, partition_graph, plan_memory
 from .passes.fuse_accel import fuse_accelerator_ops
 from .passes.partition import macs, place
@@ -122,8 +126,9 @@ def compile_graph_vta(
         raise ValueError(f"compile_graph_vta target must be a vta target, not {str(tgt)!r}")
     cfg, device, mode, vthreads = vta_options(tgt, config)
     start = time.perf_counter()
-    q = quantize_for(graph, cfg, calibration, mode)
-    q = plan_memory(fuse_accelerator_ops(fuse_ops(q)))
+    q = fuse_accelerator_ops(fuse_ops(quantize_for(graph, cfg, calibration, mode)))
+    packed = packed_tensors(q, cfg)
+    stored = plan_memory(storage_graph(q, packed))  # the arena holds packed tensors blocked
     t_opt = time.perf_counter() - start
     host = Target.parse("llvm")
     meta = cpu_meta(host)
@@ -135,24 +140,43 @@ def compile_graph_vta(
     for k, (group, nodes) in enumerate(bar):
         if has_accelerator_kernel(q, nodes):
             t0 = time.perf_counter()
-            image, call = build_accelerator_group(q, group, k, cfg, device, vthreads)
+            image, call = build_accelerator_group(q, group, k, cfg, device, vthreads, packed)
             times[0] += time.perf_counter() - t0
         else:
             image, call = build_cpu_group(q, group, k, host, meta, constants, times)
         kernels.append(image)
         calls.append(call)
-    module = _assemble(q, str(tgt), kernels, calls, constants, start, t_opt, *times)
+    module = _assemble(stored, str(tgt), kernels, calls, constants, start, t_opt, *times)
     module.stats.update(_accelerator_stats(q, cfg, kernels))
+    module.stats["packed_tensors"] = list(packed)
     return module
 
 
+def storage_graph(graph: Graph, packed: Mapping[str, tuple[int, ...]]) -> Graph:
+    """`graph` with each packed tensor (``packed_tensors``) typed by its blocked shape: the
+    types of the module's arena and tensors (the nodes' semantics stay NCHW)."""
+    blocked = {v: TensorType(shape, graph.types[v].dtype) for v, shape in packed.items()}
+    return graph.replace(types={**graph.types, **blocked})
+
+
 def build_accelerator_group(
-    graph: Graph, group: FusedGroup, k: int, cfg: HWConfig, device: str, vthreads: int
+    graph: Graph,
+    group: FusedGroup,
+    k: int,
+    cfg: HWConfig,
+    device: str,
+    vthreads: int,
+    packed: Mapping[str, tuple[int, ...]] | None = None,
 ) -> tuple[KernelImage, Call]:
-    """Compile group number `k` of `graph` to a program image: its `vta` kernel and its call."""
-    compiled = accelerator_kernel(cfg, graph, [graph.node(n) for n in group.nodes], vthreads)
+    """Compile group number `k` of `graph` to a program image: its `vta` kernel and its call.
+
+    The values in `packed` (value -> blocked shape, ``packed_tensors``) are parameters of their
+    blocked shape, bound as they are."""
+    packed = packed or {}
+    nodes = [graph.node(n) for n in group.nodes]
+    compiled = accelerator_kernel(cfg, graph, nodes, vthreads, packed)
     params = tuple(
-        ParamSpec(f"p{i}", graph.types[v].dtype, tuple(graph.types[v].shape))
+        ParamSpec(f"p{i}", graph.types[v].dtype, tuple(packed.get(v, graph.types[v].shape)))
         for i, v in enumerate(compiled.values)
     )
     name = _symbol(k, group.name)

@@ -82,6 +82,33 @@ def test_resnet18_on_the_accelerator_equals_the_int8_graph():
     _check_bit_exact(module, q, {"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)})
 
 
+def test_resnet18_keeps_tensors_between_accelerator_kernels_in_the_blocked_layout():
+    rng = np.random.default_rng(1)
+    calib = [{"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(2)]
+    q = quantize_for(optimize(from_onnx(resnet18(32))), PYNQ, calib, "shift")
+    module = tensorforge.compile(q, target="vta -config=pynq")
+    kernels = {k.name: k for k in module.kernels}
+    kinds: dict[str, set[str]] = {}  # value -> the kinds of the kernels that write or read it
+    for call in module.calls:
+        for value in call.args:
+            kinds.setdefault(value, set()).add(kernels[call.kernel].kind)
+    packed = []
+    for call in (c for c in module.calls if kernels[c.kernel].kind == "vta"):
+        for value, operand in zip(call.args, kernels[call.kernel].meta["operands"], strict=True):
+            between_kernels = kinds[value] == {"vta"} and value not in module.outputs
+            assert operand.get("packed", False) == between_kernels, (call.label, value)
+            packed.append(between_kernels)
+    # Only the stem's pooled output (a conv's input and a residual), the last block's output and
+    # the classifier's input and output cross to the CPU in NCHW.
+    assert (sum(packed), len(packed)) == (43, 48)
+    for value in module.stats["packed_tensors"]:
+        n, c, h, w = q.types[value].shape
+        assert module.tensors[value].shape == (n, c // 16, h, w, 1, 16)
+    x = {"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    _check_bit_exact(module, q, x)
+    _check_bit_exact(Module.from_bytes(module.to_bytes()), q, x)
+
+
 def _pool_and_skip_graph():
     """conv -> relu -> 3x3/1 max pool (overlapping: a standalone pool kernel) -> conv, and a
     dense whose output is added to a skip connection (a dense kernel with a fused add)."""

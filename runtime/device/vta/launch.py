@@ -5,9 +5,11 @@ parameter, in the graph's own layouts (int8 NCHW, or (M, K) for dense). A ``vta`
 payload is a program image (``runtime.program``) and its ``meta["operands"]`` says, per
 parameter, which slot of the image it binds and the NCHW shape it has there; the launch packs
 inputs into the accelerator's blocked layout (``layout.pack_nchw``), runs the image on the
-module's device and unpacks the outputs into the caller's memory. Every kernel of a module shares
-one device, opened when the module first runs: ``sim`` by default, or what
-``Module.use_device(backend, **options)`` names (``cyclesim``, ``rtl``).
+module's device and unpacks the outputs into the caller's memory. A ``packed`` operand is a
+tensor that flows only between accelerator kernels: the module's memory already holds it in the
+blocked layout (the parameter's shape is the slot's), so it is copied as it is, never packed or
+unpacked. Every kernel of a module shares one device, opened when the module first runs: ``sim``
+by default, or what ``Module.use_device(backend, **options)`` names (``cyclesim``, ``rtl``).
 
 Each launch keeps its last ``RunResult`` (counters, cycles), which ``Module.device_results()``
 reports per layer.
@@ -34,22 +36,34 @@ KIND = "vta"
 class Operand:
     """How one kernel parameter binds its program image's slot.
 
-    ``nchw`` is the parameter's shape as NCHW (a dense operand (M, K) is (M, K, 1, 1)); inputs
+    ``nchw`` is the tensor's shape as NCHW (a dense operand (M, K) is (M, K, 1, 1)); inputs
     are packed with channel blocks of ``block`` (BLOCK_IN for an operator's input, BLOCK_OUT for
-    data in an output's layout), outputs unpacked to ``nchw``.
+    data in an output's layout), outputs unpacked to ``nchw``. With ``packed`` the parameter is
+    already in the slot's blocked layout and shape, and is bound as it is.
+
+    Example:
+        >>> Operand.from_json(Operand("X", (1, 32, 8, 8), 16, packed=True).to_json())
+        Operand(slot='X', nchw=(1, 32, 8, 8), block=16, packed=True)
+        >>> Operand.from_json({"slot": "Y", "nchw": [1, 32, 8, 8], "block": 0}).packed
+        False
     """
 
     slot: str
     nchw: tuple[int, int, int, int]
     block: int = 0
+    packed: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"slot": self.slot, "nchw": list(self.nchw), "block": self.block}
+        data: dict[str, Any] = {"slot": self.slot, "nchw": list(self.nchw), "block": self.block}
+        return {**data, "packed": True} if self.packed else data
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> Operand:
         n, c, h, w = (int(v) for v in data["nchw"])
-        return Operand(str(data["slot"]), (n, c, h, w), int(data.get("block", 0)))
+        packed = data.get("packed", False)  # absent in modules saved before packed operands
+        if not isinstance(packed, bool):
+            raise ValueError(f"operand {data['slot']!r}: packed must be a bool, not {packed!r}")
+        return Operand(str(data["slot"]), (n, c, h, w), int(data.get("block", 0)), packed)
 
 
 def kernel_meta(operands: Sequence[Operand], device: str = "sim") -> dict[str, Any]:
@@ -77,9 +91,13 @@ class AcceleratorLaunch:
         self.program, self.params, self.operands = program, list(params), list(operands)
         self.last: RunResult | None = None
         kinds = {s.name: s.kind for s in program.image.slots}
-        for op in operands:
-            if op.slot not in kinds:
-                program.slot(op.slot)  # raises, naming the image's slots
+        for spec, op in zip(self.params, operands, strict=True):
+            slot = program.slot(op.slot)  # raises for a slot the image lacks, naming its slots
+            if op.packed and tuple(spec.shape) != tuple(slot.shape):
+                raise DeviceError(
+                    f"packed operand {spec.name} of vta kernel {program.image.name!r} must have "
+                    f"the shape of slot {op.slot!r}, {tuple(slot.shape)}, not {tuple(spec.shape)}"
+                )
         self._inputs = [k for k, op in enumerate(operands) if kinds[op.slot] == "input"]
         self._outputs = [k for k, op in enumerate(operands) if kinds[op.slot] == "output"]
 
@@ -88,13 +106,17 @@ class AcceleratorLaunch:
         inputs = {}
         for k in self._inputs:
             spec, op = self.params[k], self.operands[k]
-            x = _view(pointers[k], tuple(spec.shape), spec.dtype).reshape(op.nchw)
-            inputs[op.slot] = pack_nchw(cfg, x, op.block or cfg.block_in)
+            x = _view(pointers[k], tuple(spec.shape), spec.dtype)
+            if not op.packed:
+                x = pack_nchw(cfg, x.reshape(op.nchw), op.block or cfg.block_in)
+            inputs[op.slot] = x
         outputs, self.last = self.program.run(inputs)
         for k in self._outputs:
             spec, op = self.params[k], self.operands[k]
-            y = unpack_nchw(cfg, outputs[op.slot], op.nchw[0], op.nchw[1])
-            _view(pointers[k], tuple(spec.shape), spec.dtype)[...] = y.reshape(spec.shape)
+            y = outputs[op.slot]
+            if not op.packed:
+                y = unpack_nchw(cfg, y, op.nchw[0], op.nchw[1]).reshape(spec.shape)
+            _view(pointers[k], tuple(spec.shape), spec.dtype)[...] = y
 
 
 class DeviceOwner:

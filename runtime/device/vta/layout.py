@@ -4,8 +4,10 @@ Data NCHW becomes ``NCHW{batch}n{block}c``: an array (N/BATCH, C/BLOCK, H, W, BA
 whose trailing (BATCH, BLOCK) block is one buffer element; BLOCK is BLOCK_IN for an operator's
 input and BLOCK_OUT for its output. Dimensions that are not multiples of the block are
 zero-padded (zero channels add nothing to a convolution) and cropped again by ``unpack_nchw``.
-The runtime packs and unpacks at a kernel's boundary; the compiler packs weights with the same
-helpers (``compiler.topi.vta.layout``).
+The runtime packs and unpacks at a kernel's boundary with the CPU; a tensor that flows only
+between accelerator kernels stays in this layout, in ``blocked_shape`` (the compiler's
+``packed_tensors``). The compiler packs weights with the same helpers
+(``compiler.topi.vta.layout``).
 
 Example:
     >>> import numpy as np
@@ -16,6 +18,8 @@ Example:
     (2, 2, 3, 3, 1, 4)
     >>> bool(np.array_equal(unpack_nchw(cfg, pack_nchw(cfg, x), 2, 6), x))
     True
+    >>> blocked_shape(cfg, x.shape, cfg.block_out)
+    (2, 2, 3, 3, 1, 4)
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ def pad_to(a: np.ndarray, axis: int, block: int) -> np.ndarray:
     widths = [(0, 0)] * a.ndim
     widths[axis] = (0, extra)
     return np.pad(a, widths)
+
+
+def blocked_shape(
+    cfg: HWConfig, nchw: tuple[int, ...], block: int
+) -> tuple[int, int, int, int, int, int]:
+    """The shape ``pack_nchw(cfg, x, block)`` gives for ``x`` of shape ``nchw``."""
+    if len(nchw) != 4:
+        raise ValueError(f"shape must be 4-D NCHW, not {tuple(nchw)}")
+    n, c, h, w = (int(d) for d in nchw)
+    return (blocks(n, cfg.batch), blocks(c, block), h, w, cfg.batch, block)
 
 
 def pack_nchw(cfg: HWConfig, x: np.ndarray, block: int | None = None) -> np.ndarray:
