@@ -1,6 +1,6 @@
 """The two ways an accelerator conv2d is generated, side by side on ResNet-18's layers.
 
-For each 3x3/1x1 convolution of ResNet-18 after the stem (batch 1, 224x224 model) and 1 and 2
+For each of ResNet-18's conv layers C2-C12 (batch 1, 224x224 model; `benchmarks/sim.py`) and 1 and 2
 virtual threads, `compiler.topi.vta.conv2d` is compiled twice: `lowering="tile"` (the
 hand-written tile program, with its best schedule, ragged edge tiles allowed) and
 `lowering="auto"` (the TE operator lowered through tensorize, DMA/ALU pragmas and
@@ -22,21 +22,9 @@ import time
 import numpy as np
 from machine import describe
 
+from sim import LAYERS  # ResNet-18's C2-C12 (ReQuEST'18 Table 1)
 from tensorforge.compiler.topi.vta import conv2d
 from tensorforge.hw.config import HWConfig
-
-LAYERS = [  # (C, H, O, K, stride, pad)
-    (64, 56, 64, 3, 1, 1),
-    (64, 56, 128, 3, 2, 1),
-    (64, 56, 128, 1, 2, 0),
-    (128, 28, 128, 3, 1, 1),
-    (128, 28, 256, 3, 2, 1),
-    (128, 28, 256, 1, 2, 0),
-    (256, 14, 256, 3, 1, 1),
-    (256, 14, 512, 3, 2, 1),
-    (256, 14, 512, 1, 2, 0),
-    (512, 7, 512, 3, 1, 1),
-]
 
 
 def main() -> None:
@@ -52,7 +40,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     rng = np.random.default_rng(1)
     totals: dict[tuple[str, int], int] = {}
-    for i, (c, h, o, k, s, p) in enumerate(LAYERS[: args.layers]):
+    for name, (h, c, o, k, s) in list(LAYERS.items())[: args.layers]:
+        p = k // 2
         x = rng.integers(-128, 128, (1, c, h, h), dtype=np.int8)
         w = rng.integers(-128, 128, (o, c, k, k), dtype=np.int8)
         for vt in (1, 2):
@@ -66,7 +55,7 @@ def main() -> None:
                     spent.append(time.perf_counter() - t0)
                 y, result = kern.run(x, backend="cyclesim")
                 if not np.array_equal(y, kern.reference(x)):
-                    raise SystemExit(f"layer {i + 2} ({lowering}, {vt} vt) is not bit-exact")
+                    raise SystemExit(f"layer {name} ({lowering}, {vt} vt) is not bit-exact")
                 sc = kern.schedule
                 n = int(result.stats["cycles"])
                 totals[lowering, vt] = totals.get((lowering, vt), 0) + n
@@ -75,7 +64,7 @@ def main() -> None:
                 cells.append(f"{sched}{tag}, {kern.image.insn_count}, {n:,}")
                 cycles.append(n)
                 times.append(statistics.median(spent) * 1e3)
-            layer = f"C{i + 2} {c}->{o} {k}x{k}/{s} {h}x{h}"
+            layer = f"{name} {c}->{o} {k}x{k}/{s} {h}x{h}"
             ratio = cycles[1] / cycles[0]
             print(f"| {layer} | {vt} | {cells[0]} | {cells[1]} | {ratio:.3f} | "
                   f"{times[0]:.0f} / {times[1]:.0f} ms |")  # fmt: skip
