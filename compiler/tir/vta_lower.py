@@ -21,11 +21,12 @@ that into the tile program of ``codegen.vta_tile``:
   keeps two and unrolls the rest into micro-ops);
 - an ALU stage that writes a new accumulator buffer from an old one at the same index reuses
   the old one's storage (in place), as long as nothing reads the old values afterwards;
-- a ``vthread`` loop runs its iterations in lockstep: each accelerator operation is emitted once
-  per virtual thread before the next, and buffers allocated inside it get a copy per thread
-  (``inp@0``, ``inp@1``), so the load of one thread overlaps the GEMM of the other once
-  dependency tokens are inserted (the same interleaving ``tir.inject_virtual_threads`` performs
-  on loop IR, with each accelerator operation an indivisible unit).
+- a ``vthread`` loop lowers each virtual thread's iterations into a stream of its own, in which
+  buffers allocated inside the loop get a copy per thread (``pad.inp@0``, ``pad.inp@1``); the
+  streams are cut into phases (loads with the GEMM that uses them, an epilogue with its stores)
+  and interleaved phase by phase, so the load of one thread overlaps the GEMM of the other once
+  dependency tokens are inserted (what ``tir.inject_virtual_threads`` achieves on loop IR, with
+  each phase an indivisible unit).
 
 What cannot run on the accelerator is a ``LoweringError`` naming the statement and the reason.
 
@@ -191,7 +192,6 @@ class _Lowering:
         self.stmts: list[vt.Stmt] = []
         self.read: set[str] = set()
         self.written: set[str] = set()
-        self.vthreads = 1
 
     # -- helpers --
 
@@ -225,39 +225,29 @@ class _Lowering:
 
     # -- statements --
 
-    def walk(self, s: Stmt, threads: list[_Thread]) -> None:
+    def walk(self, s: Stmt, t: _Thread) -> None:
         if isinstance(s, SeqStmt):
             for c in s.stmts:
-                self.walk(c, threads)
+                self.walk(c, t)
         elif isinstance(s, Allocate):
-            self.allocate(s, threads)
+            self.allocate(s, t)
         elif isinstance(s, AttrStmt):
             if s.key == DMA_COPY:
-                for t in threads:
-                    self.dma(s.body, t)
+                self.dma(s.body, t)
             elif s.key == ALU:
-                for t in threads:
-                    self.compute(s.body, t, alu=True)
+                self.compute(s.body, t, alu=True)
             elif s.key == GEMM_ATTR:
-                for t in threads:
-                    self.compute(s, t, alu=False)
-            else:
-                self.walk(s.body, threads)
-        elif isinstance(s, For):
-            self.loop(s, threads)
-        elif isinstance(s, IfThenElse):
-            taken = {bool(_ev(s.condition, t.env)) for t in threads}
-            if len(taken) > 1:
-                raise self.fail(
-                    f"`if {expr_to_str(s.condition)}`",
-                    "virtual threads must take the same branch of a condition",
-                )
-            branch = s.then_case if taken.pop() else s.else_case
-            if branch is not None:
-                self.walk(branch, threads)
-        elif isinstance(s, BufferStore) and _is_reset(s):
-            for t in threads:
                 self.compute(s, t, alu=False)
+            else:
+                self.walk(s.body, t)
+        elif isinstance(s, For):
+            self.loop(s, t)
+        elif isinstance(s, IfThenElse):
+            branch = s.then_case if _ev(s.condition, t.env) else s.else_case
+            if branch is not None:
+                self.walk(branch, t)
+        elif isinstance(s, BufferStore) and _is_reset(s):
+            self.compute(s, t, alu=False)
         elif isinstance(s, BufferStore | Evaluate):
             raise self.fail(
                 f"statement `{str(s).strip()}`",
@@ -267,7 +257,7 @@ class _Lowering:
         else:  # pragma: no cover - every Stmt kind is handled above
             raise self.fail(type(s).__name__, "unsupported statement")
 
-    def allocate(self, s: Allocate, threads: list[_Thread]) -> None:
+    def allocate(self, s: Allocate, t: _Thread) -> None:
         buf = s.buffer
         if buf.scope not in SCOPES:
             raise self.fail(
@@ -278,48 +268,41 @@ class _Lowering:
         if buf.size % unit:
             raise self.fail(f"buffer {buf.name!r}", f"{buf.size} elements are not whole "
                             f"{unit}-element entries of {SCOPES[buf.scope]}")  # fmt: skip
-        for t in threads:
-            short = _short_name(buf)
-            name = short if t.thread is None else thread_buffer(short, t.thread)
-            scope = SCOPES[buf.scope]
-            alloc = vt.Alloc(name, scope, buf.size // unit, shared=t.thread is None)
-            old = self.allocs.setdefault(name, alloc)
-            if old.size < alloc.size:
-                self.allocs[name] = alloc
-            t.names[buf] = (name, 0)
-        self.walk(s.body, threads)
+        short = _short_name(buf)
+        name = short if t.thread is None else thread_buffer(short, t.thread)
+        alloc = vt.Alloc(name, SCOPES[buf.scope], buf.size // unit, shared=t.thread is None)
+        if self.allocs.setdefault(name, alloc).size < alloc.size:
+            self.allocs[name] = alloc
+        t.names[buf] = (name, 0)
+        self.walk(s.body, t)
 
-    def loop(self, s: For, threads: list[_Thread]) -> None:
-        extents = {_ev(s.extent, t.env) for t in threads}
-        starts = {_ev(s.min, t.env) for t in threads}
-        if len(extents) > 1 or len(starts) > 1:
-            raise self.fail(f"loop {s.var.name!r}", "virtual threads must run the same loops")
-        lo, n = starts.pop(), extents.pop()
+    def loop(self, s: For, t: _Thread) -> None:
+        lo, n = _ev(s.min, t.env), _ev(s.extent, t.env)
         if s.kind is ForKind.THREAD_BINDING:
-            if not s.thread_tag.startswith("vthread"):
-                raise self.fail(f"loop {s.var.name!r}", f"the accelerator has no {s.thread_tag!r} "
-                                "threads (bind to te.thread_axis('vthread'))")  # fmt: skip
-            if len(threads) > 1 or threads[0].thread is not None:
-                raise self.fail(f"loop {s.var.name!r}", "virtual threads cannot nest")
-            t, outer = threads[0], self.stmts
-            self.vthreads = n
-            streams = []
-            for k in range(n):
-                self.stmts = []
-                self.walk(s.body, [_Thread({**t.env, s.var: lo + k}, k, dict(t.names))])
-                streams.append(_phases(self.stmts))
-            self.stmts = outer
-            depth = max(len(p) for p in streams)
-            for i in range(depth):
-                for phases in streams:
-                    self.stmts.extend(phases[i] if i < len(phases) else ())
-            return
-        if _compute_leaf(s) is not None:
-            for t in threads:
-                self.compute(s, t, alu=False)
-            return
-        for i in range(lo, lo + n):
-            self.walk(s.body, [t.fork(s.var, i) for t in threads])
+            self.virtual_threads(s, t, lo, n)
+        elif _compute_leaf(s) is not None:
+            self.compute(s, t, alu=False)
+        else:
+            for i in range(lo, lo + n):
+                self.walk(s.body, t.fork(s.var, i))
+
+    def virtual_threads(self, s: For, t: _Thread, lo: int, n: int) -> None:
+        """Lower each thread's iterations into a stream of its own (buffers allocated inside
+        get a copy per thread), then interleave the streams phase by phase."""
+        if not s.thread_tag.startswith("vthread"):
+            raise self.fail(f"loop {s.var.name!r}", f"the accelerator has no {s.thread_tag!r} "
+                            "threads (bind to te.thread_axis('vthread'))")  # fmt: skip
+        if t.thread is not None:
+            raise self.fail(f"loop {s.var.name!r}", "virtual threads cannot nest")
+        outer, streams = self.stmts, []
+        for k in range(n):
+            self.stmts = []
+            self.walk(s.body, _Thread({**t.env, s.var: lo + k}, k, dict(t.names)))
+            streams.append(_phases(self.stmts))
+        self.stmts = outer
+        for i in range(max(len(p) for p in streams)):
+            for phases in streams:
+                self.stmts.extend(phases[i] if i < len(phases) else ())
 
     # -- DMA --
 
@@ -569,7 +552,7 @@ class _Lowering:
     # -- the program --
 
     def program(self, name: str) -> vt.TileProgram:
-        self.walk(self.func.body, [_Thread({})])
+        self.walk(self.func.body, _Thread({}))
         inputs, outputs, blobs = [], [], []
         for buf, shape in self.params.items():
             spec = (buf.name, tuple(shape), buf.dtype)
