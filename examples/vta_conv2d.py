@@ -1,9 +1,14 @@
 """Compile one int8 conv2d for the accelerator and run it on both simulators: bit-exact against
-the numpy reference, and 2 virtual threads against 1 on the cycle-accurate model."""
+the numpy reference, and 2 virtual threads against 1 on the cycle-accurate model. The kernel is
+written in TE and lowered through tensorize and the loop IR (``kernel.lowering == "te"``); the
+end shows that loop IR and the tile program ``tir.vta_lower`` makes of it."""
 
 import numpy as np
 
-from tensorforge.compiler.topi.vta import conv2d
+from tensorforge.compiler.codegen.vta_tile import format_stmt
+from tensorforge.compiler.topi.vta import Conv2dSchedule, Conv2dWorkload, conv2d
+from tensorforge.compiler.topi.vta.layout import pack_oihw
+from tensorforge.compiler.topi.vta.te_ops import conv2d_te
 from tensorforge.hw.config import HWConfig
 
 cfg = HWConfig.preset("pynq")
@@ -18,3 +23,12 @@ for vthreads in (1, 2):
     assert np.array_equal(y, kernel.reference(x)), "simulator and numpy disagree"
     _, timed = kernel.run(x, backend="cyclesim")
     print(f"{vthreads} vthread(s): {kernel.image.insn_count} instructions, {timed.cycles:,} cycles")
+    assert kernel.lowering == "te"
+
+# The same operator by hand: its TE schedule, loop IR and tile program (first statements).
+wl = Conv2dWorkload(1, 64, 14, 14, 64, 3, 3, pad_h=1, pad_w=1)
+op = conv2d_te(cfg, wl, Conv2dSchedule(tile_h=7, tile_oc=2, tile_ic=2, vthreads=2),
+               pack_oihw(cfg, w))  # fmt: skip
+print("\n".join(str(op.lower()).splitlines()[:12]), "\n  ...")
+for stmt in op.tile_program().statements()[:6]:
+    print(format_stmt(stmt))
