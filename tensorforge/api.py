@@ -32,6 +32,7 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     progress: bool = False,
     calibration: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    tuning_log: str | Path | Sequence[str | Path] | None = None,
 ) -> Module:
     """Compile a whole model for a target.
 
@@ -47,6 +48,10 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
         progress: show a progress bar over the kernels being compiled.
         calibration: for a vta target and a float model: one batch of representative inputs
             (input name -> array) or a list of batches, to choose the int8 scales.
+        tuning_log: one or more logs of `tensorforge tune` (`compiler.autotune`): each tuned
+            operator uses the best config logged for its workload and target kind; the others
+            keep their default config. `module.stats["tuning"]` says which were applied
+            (`applied`, `default`: counts of kernels; `untuned`: workloads not in the log).
 
     Returns:
         A `Module`: `run(inputs)`, `profile(inputs)`, `save(path)` / `Module.load(path)`;
@@ -70,6 +75,8 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
     # (Module.load) never import it
 
     tgt = Target.parse(target)
+    if tuning_log is not None:
+        return _compile_tuned(model, tgt, input_shapes, progress, calibration, tuning_log)
     if tgt.kind not in BUILT_TARGETS:
         raise NotImplementedError(
             f"target {str(tgt)!r} is not built yet for whole models; targets must be one of "
@@ -89,3 +96,24 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
     from .compiler.graph.compile import compile_graph
 
     return compile_graph(_as_graph(model, input_shapes), tgt, progress=progress)
+
+
+def _compile_tuned(
+    model: Any,
+    target: Any,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    progress: bool,
+    calibration: Any,
+    tuning_log: str | Path | Sequence[str | Path],
+) -> Module:
+    """`compile` with the best configs of a tuning log applied; stats say what was used."""
+    from .compiler.autotune.dispatch import ApplyBest
+    from .compiler.autotune.log import load_best
+
+    logs = [tuning_log] if isinstance(tuning_log, str | Path) else list(tuning_log)
+    with ApplyBest(load_best(logs, str(target))) as ctx:
+        module = compile(model, str(target), input_shapes, progress, calibration)
+    untuned = sorted(set(ctx.fallback))
+    module.stats["tuning"] = {"logs": [str(p) for p in logs], "applied": len(ctx.applied),
+                              "default": len(ctx.fallback), "untuned": untuned}  # fmt: skip
+    return module

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 
 from ... import te
+from ...autotune.dispatch import query as autotune_query
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
 from ...topi.x86 import (  # the x86 operator library
     Conv2dConfig,
     DenseConfig,
-    DenseOp,
     conv2d_nchwc,
     dense,
     pool2d,
@@ -30,7 +30,12 @@ from ...topi.x86 import (  # the x86 operator library
     schedule_softmax,
     softmax,
 )
+from ...topi.x86.conv2d import config_from as conv_config_from
+from ...topi.x86.conv2d import default_config as conv_default
 from ...topi.x86.conv2d import kernel_blocks, pack_kernel
+from ...topi.x86.dense import config_from as dense_config_from
+from ...topi.x86.dense import default_config as dense_default
+from ...topi.x86.dense import dense_prepacked, pack_panels
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy, schedule_rows
 from ..ops.nn import window_geometry
@@ -164,29 +169,51 @@ def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return _conv_generic(ctx, node, tail, begin, strides, dil)
 
 
-def conv_config(channels: int, filters: int, out_hw: tuple[int, ...]) -> Conv2dConfig:
-    """Knobs by layer shape, from a sweep of ResNet-18's layers on an AVX-512 machine (no tuner
-    yet, so these are defaults): 32 output channels per tile (two vectors), a row tile that
-    divides the output width, wider input-channel blocks for deep layers on larger images."""
-    oh, ow = out_hw
-    oc_bn = 32 if filters % 32 == 0 else 16
-    ic_bn = 32 if channels >= 256 and oh >= 14 else 16
-    if ow % 8 == 0 and ow <= 64:
-        reg_n = 8
-    else:
-        reg_n = max([d for d in range(4, 15) if ow % d == 0], default=8)
-    return Conv2dConfig(ic_bn=ic_bn, oc_bn=oc_bn, reg_n=reg_n)
+def conv_config(
+    data: Tensor,
+    w_shape: tuple[int, ...],
+    out_shape: tuple[int, ...],
+    stride: int,
+    pad: int,
+    dil: int,
+) -> Conv2dConfig:
+    """The knobs of topi's NCHWc conv2d for this layer: the tuned config when a tuning log is
+    applied and has this workload (`compiler.autotune`), else `topi.x86.conv2d.default_config`."""
+    values = autotune_query("x86.conv2d_nchwc", conv_workload(data, w_shape, stride, pad, dil))
+    if values is not None:
+        return conv_config_from(values)
+    return conv_default(w_shape[1], w_shape[0], tuple(out_shape[2:]))
+
+
+def conv_workload(
+    data: Tensor, w_shape: tuple[int, ...], stride: int, pad: int, dil: int
+) -> dict[str, Any]:
+    """The tuning workload of an NCHWc conv2d (`compiler.autotune.templates`)."""
+    n, c, h, w = (int(d) for d in data.shape)
+    k, _, r, s_ = (int(d) for d in w_shape)
+    return {"n": n, "c": c, "h": h, "w": w, "k": k, "r": r, "s": s_, "stride": int(stride),
+            "pad": int(pad), "dil": int(dil), "dtype": data.dtype}  # fmt: skip
+
+
+def dense_config(data: Tensor, n: int, prepacked: bool) -> DenseConfig:
+    """The knobs of topi's dense for `data [M, K] x [K, n]`: tuned (as `conv_config`) or
+    `topi.x86.dense.default_config`."""
+    m, k = (int(d) for d in data.shape)
+    wl = {"m": m, "n": int(n), "k": k, "dtype": data.dtype, "prepacked": bool(prepacked)}
+    values = autotune_query("x86.dense", wl)
+    return dense_config_from(values) if values is not None else dense_default(m)
 
 
 def _conv_topi(
     ctx: GroupContext, node: Node, tail: Tail, pad: int, stride: int, dil: int, w: np.ndarray
 ) -> Result:
-    config = conv_config(w.shape[1], w.shape[0], ctx.type_of(node.outputs[0]).shape[2:])
+    data = ctx.as_tensor(node.inputs[0])
+    out_shape = ctx.type_of(node.outputs[0]).shape
+    config = conv_config(data, w.shape, out_shape, stride, pad, dil)
     ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
     packed = ctx.add_constant(
         f"{node.inputs[1]}.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn)
     )
-    data = ctx.as_tensor(node.inputs[0])
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2]) if has_bias else None
     op = conv2d_nchwc(data, packed, stride, pad, dil, bias, _epilogue(tail), config)
@@ -233,53 +260,33 @@ def _conv_generic(
 # ---- dense and matmul ---------------------------------------------------------------------------
 
 
-def _dense_config(m: int) -> DenseConfig:
-    return DenseConfig(mr=max(1, min(6, m)), bn=32)
-
-
 def packed_dense(
     ctx: GroupContext,
     data: Tensor,
     weight: str,
     layout: str,
     epilogue: Any,
-    config: DenseConfig,
     values: np.ndarray | None = None,
 ) -> Result:
     """topi's dense; constant float or integer weights are packed into its panels once, here,
-    and the kernel reads them in place (the in-kernel packing stage is inlined into a plain
-    read). `values`, when given, are the weights to pack instead of the constant `weight` (which
-    then only names the packed copy), e.g. weights minus their zero point. Integer data (int8,
-    int16, int32) accumulates in int32, as topi's dense does for int8."""
+    and the kernel reads them in place (`topi.x86.dense_prepacked`). `values`, when given, are
+    the weights to pack instead of the constant `weight` (which then only names the packed
+    copy), e.g. weights minus their zero point. Integer data (int8, int16, int32) accumulates in
+    int32, as topi's dense does for int8. The knobs come from `dense_config`."""
     const = ctx.constant(weight) if values is None else values
     integer = data.dtype in ("int8", "int16", "int32")
+    w_shape = ctx.type_of(weight).shape if values is None else values.shape
+    n = w_shape[0] if layout == "NK" else w_shape[1]
     if values is None and (const is None or not integer and data.dtype not in FLOATS):
+        config = dense_config(data, n, prepacked=False)
         op = dense(data, ctx.as_tensor(weight), None, epilogue, None, config, layout)
         return schedule_dense(op, config), [op.out]
-    acc_dtype = "int32" if integer else data.dtype
-    w = np.asarray(const) if layout == "NK" else np.asarray(const).T
-    (n, k), bn = w.shape, config.bn
-    panels = np.zeros((-(-n // bn) * bn, k), w.dtype)
-    panels[:n] = w
-    panels = np.ascontiguousarray(panels.reshape(-1, bn, k).transpose(0, 2, 1))
-    stored = ctx.add_constant(f"{weight}.panels{bn}{layout}", panels)
-    packed = te.compute(panels.shape, lambda a, b, c: stored[a, b, c], name="packed")
-    ctx.inline.append(packed)
-    rk = te.reduce_axis((0, k), "k")
-    m = data.shape[0]
-    acc = te.compute(
-        (m, n),
-        lambda i, j: te.sum(
-            data[i, rk].astype(acc_dtype) * packed[j // bn, rk, j % bn].astype(acc_dtype),
-            axis=rk,
-        ),
-        name="acc",
-    )
-    out = acc
-    if epilogue is not None:
-        out = te.compute((m, n), lambda i, j: epilogue(acc[i, j], i, j), name="out")
-    op = DenseOp([data, stored, out], packed, acc, out)
-    return schedule_dense(op, config), [out]
+    config = dense_config(data, n, prepacked=True)
+    panels = pack_panels(np.asarray(const), config.bn, layout)
+    stored = ctx.add_constant(f"{weight}.panels{config.bn}{layout}", panels)
+    op = dense_prepacked(data, stored, n, epilogue)
+    ctx.inline.append(op.packed)
+    return schedule_dense(op, config), [op.out]
 
 
 def _materialize(ctx: GroupContext, lazy: Lazy, name: str) -> Tensor:
@@ -309,9 +316,8 @@ def _gemm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         return tail.epilogue(v, (i, j))
 
     simple = alpha == 1.0 and c is None and not tail.nodes
-    config = _dense_config(m)
     layout = "NK" if attrs["transB"] else "KN"
-    return packed_dense(ctx, data, node.inputs[1], layout, None if simple else epilogue, config)
+    return packed_dense(ctx, data, node.inputs[1], layout, None if simple else epilogue)
 
 
 def unravel(flat: Any, shape: tuple[int, ...]) -> Index:
@@ -339,7 +345,7 @@ def _matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     rows = int(np.prod(lead))
     data = ctx.as_tensor(node.inputs[0], (rows, k))
     epi = _epilogue(tail, lambda i, j: (*unravel(i, lead), j))
-    return packed_dense(ctx, data, node.inputs[1], "KN", epi, _dense_config(rows))
+    return packed_dense(ctx, data, node.inputs[1], "KN", epi)
 
 
 def batch_index(x: Lazy, idx: Index) -> Index:

@@ -35,7 +35,7 @@ from ... import te
 from ...te.dtype import DTYPES
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
-from ...topi.x86 import DenseConfig, conv2d_nchwc, schedule_conv2d_nchwc
+from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
 from ...topi.x86.conv2d import kernel_blocks, pack_kernel
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail, reshape_lazy
@@ -266,13 +266,13 @@ def _conv_topi(
     ctx: GroupContext, node: Node, x: Lazy, w: np.ndarray, finish: Any, tail: Tail, geometry
 ) -> Result:
     begin, end, stride, dil = geometry
-    config = conv_config(w.shape[1], w.shape[0], ctx.type_of(node.outputs[0]).shape[2:])
-    config = replace(config, pack_data=True)  # center the input once, while packing it
     if begin == end and begin[0] == begin[1]:
         data, pad = _materialize(ctx, x), begin[0]
     else:
         data, pad = pad_image(x, begin, end, te.const(0, CENTERED)), 0
         ctx.inline.append(data)
+    config = conv_config(data, w.shape, ctx.type_of(node.outputs[0]).shape, stride, pad, dil)
+    config = replace(config, pack_data=True)  # center the input once, while packing it
     ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
     packed = ctx.add_constant(f"{node.name}.w.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn))
 
@@ -364,9 +364,8 @@ def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         idx = (*unravel(i, lead), j) if len(lead) > 1 else (i, j)
         return tail.epilogue(requant(acc, j), idx)
 
-    config = DenseConfig(mr=max(1, min(6, rows)), bn=32)
     name = f"{node.name}.b_centered"
-    return packed_dense(ctx, data, name, "KN", epilogue, config, values=centered)
+    return packed_dense(ctx, data, name, "KN", epilogue, values=centered)
 
 
 def _centered_b(ctx: GroupContext, node: Node, zero: np.ndarray | None) -> Lazy:

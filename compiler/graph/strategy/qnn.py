@@ -27,7 +27,7 @@ from ... import te
 from ...quantize.requant import AluStep, RequantParams
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
-from ...topi.x86 import DenseConfig, conv2d_nchwc, schedule_conv2d_nchwc
+from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
 from ...topi.x86.conv2d import kernel_blocks, pack_kernel
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail
@@ -158,10 +158,12 @@ def _qconv2d(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     if weight is None or strides[0] != strides[1]:
         return _qconv2d_direct(ctx, node, finish, begin, end, strides)
     w = np.asarray(weight)
-    config = conv_config(w.shape[1], w.shape[0], ctx.type_of(node.outputs[0]).shape[2:])
     data, pad = ctx.as_tensor(node.inputs[0]), begin[0]
-    if begin != end or begin[0] != begin[1]:
+    uneven = begin != end or begin[0] != begin[1]
+    if uneven:
         data, pad = _zero_padded(ctx, node, begin, end), 0
+    config = conv_config(data, w.shape, ctx.type_of(node.outputs[0]).shape, strides[0], pad, 1)
+    if uneven:
         config = replace(config, pack_data=True)  # pack from the padded copy, not in the loop
     ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
     packed = ctx.add_constant(
@@ -200,10 +202,8 @@ def _qconv2d_direct(
 def _qdense(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """topi's dense with the int8 weights packed into panels once, int32 accumulation."""
     finish = _finish(_bias(ctx, node), _requant(node, _attrs(node)), tail)
-    rows = ctx.type_of(node.inputs[0]).shape[0]
-    config = DenseConfig(mr=max(1, min(6, rows)), bn=32)
     data = ctx.as_tensor(node.inputs[0])
-    return packed_dense(ctx, data, node.inputs[1], "NK", finish, config)
+    return packed_dense(ctx, data, node.inputs[1], "NK", finish)
 
 
 def _qmaxpool(ctx: GroupContext, node: Node, tail: Tail) -> Result:

@@ -28,15 +28,22 @@ from ....hw.config import HWConfig
 from ....hw.isa import AluOp
 from ....runtime.device.vta import LoadedProgram, RunResult, open_device
 from ....runtime.program import ProgramImage
+from ...autotune.dispatch import query as autotune_query
 from ...codegen.vta import generate_program
 from ...codegen.vta_tile import TileProgram
 from ...quantize.requant import AluStep, RequantParams
 from ...quantize.residual import AddParams, add_int8
-from ...schedule.primitives import ScheduleError
 from .conv2d import INPUT, OUTPUT, RESIDUAL, conv2d_tile_program
 from .layout import pack_bias, pack_nchw, pack_oihw, unpack_nchw
 from .reference import conv2d_reference, dense_reference, max_pool2d_reference, shift_requant
-from .schedule import Conv2dSchedule, Conv2dWorkload, default_schedule, divides
+from .schedule import (
+    Conv2dSchedule,
+    Conv2dWorkload,
+    default_choice,
+    default_schedule,
+    divides,
+    schedule_from,
+)
 
 __all__ = ["LOWERINGS", "VtaKernel", "conv2d", "dense"]
 
@@ -293,6 +300,14 @@ def dense(
     return kern
 
 
+def tuning_workload(cfg: HWConfig, wl: Conv2dWorkload, residual: bool) -> dict:
+    """The tuning workload of an accelerator conv2d/dense (``compiler.autotune.templates``):
+    the hardware config, the conv2d's shape and whether a residual add is fused."""
+    fields = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pad_h", "pad_w",
+              "pool_h", "pool_w")  # fmt: skip
+    return {"hw": cfg.to_dict(), **{f: getattr(wl, f) for f in fields}, "residual": residual}
+
+
 def _compile(
     cfg: HWConfig,
     op: str,
@@ -314,14 +329,15 @@ def _compile(
     if lowering not in LOWERINGS:
         raise ValueError(f"{op} lowering must be one of {LOWERINGS}, not {lowering!r}")
     sched = schedule
-    if lowering != "tile" and sched is None and not wl.pooled:
-        try:
-            sched = default_schedule(cfg, wl, vthreads, has_res, divisible=True)
-        except ScheduleError:
-            if lowering == "te":
-                raise
     if sched is None:
-        sched = default_schedule(cfg, wl, vthreads, has_res)
+        tuned = autotune_query("vta.conv2d", tuning_workload(cfg, wl, has_res))
+        if tuned is not None:
+            sched = schedule_from(tuned)
+            lowering = tuned["lowering"] if lowering == "auto" else lowering
+    if sched is None and lowering == "auto":
+        sched, lowering = default_choice(cfg, wl, vthreads, has_res)
+    elif sched is None:
+        sched = default_schedule(cfg, wl, vthreads, has_res, divisible=lowering == "te")
     sched.check(cfg, wl)
     if lowering == "auto":
         lowering = "te" if divides(sched, cfg, wl) and not wl.pooled else "tile"

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....hw.config import HWConfig
+from ...autotune.space import ConfigSpace, Knob
 from ...codegen.vta_passes import MAX_ITER
 from ...codegen.vta_tile import memory_scopes
 from ...schedule.primitives import ScheduleError
@@ -299,3 +300,70 @@ def default_schedule(
             f"{cfg.name!r} with {vthreads} virtual thread(s)"
         )
     return min(cands, key=lambda s: (_cost(cfg, wl, s), -s.tile_h, -s.tile_oc))
+
+
+def default_choice(
+    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1, residual: bool = False
+) -> tuple[Conv2dSchedule, str]:
+    """The default schedule and lowering path (``"te"`` or ``"tile"``) of a workload: the
+    cheapest dividing schedule through TE when one fits (and no pooling is fused), else the
+    cheapest schedule through the tile program.
+
+    Raises:
+        ScheduleError: no schedule fits the SRAMs of ``cfg``.
+    """
+    if not wl.pooled:
+        try:
+            return default_schedule(cfg, wl, vthreads, residual, divisible=True), "te"
+        except ScheduleError:
+            pass
+    sched = default_schedule(cfg, wl, vthreads, residual)
+    return sched, "te" if divides(sched, cfg, wl) and not wl.pooled else "tile"
+
+
+def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
+                 vthreads: int = 2) -> ConfigSpace:  # fmt: skip
+    """The knobs a tuner searches for one accelerator conv2d/dense: the four tile sizes, virtual
+    threads, resident weights and the lowering path (TE takes only dividing schedules without a
+    fused pooling). Points that fail ``Conv2dSchedule.check`` or overflow an SRAM are invalid.
+    The default point is ``default_choice(cfg, wl, vthreads, residual)``.
+    """
+    nb, icb, ocb = wl.blocked(cfg)
+    knobs = [
+        Knob("tile_n", tuple(tile_sizes(nb)) if wl.ow == 1 else (1,)),
+        Knob("tile_h", tuple(tile_sizes(wl.oh))),
+        Knob("tile_oc", tuple(tile_sizes(ocb))),
+        Knob("tile_ic", tuple(tile_sizes(icb))),
+        Knob("vthreads", (1, 2)),
+        Knob("resident_weights", (False, True)),
+        Knob("lowering", ("te", "tile")),
+    ]
+
+    def constraint(v: dict) -> str | None:
+        sched = schedule_from(v)
+        try:
+            sched.check(cfg, wl)
+        except ScheduleError as exc:
+            return str(exc)
+        if not sched.fits(cfg, wl, residual):
+            return "the buffers overflow an SRAM"
+        if v["lowering"] == "te" and (wl.pooled or not divides(sched, cfg, wl)):
+            return "the TE lowering takes only dividing schedules without fused pooling"
+        return None
+
+    sched, lowering = default_choice(cfg, wl, vthreads, residual)
+    return ConfigSpace("vta.conv2d", knobs, config_values(sched, lowering), constraint)
+
+
+def schedule_from(values: dict) -> Conv2dSchedule:
+    """The schedule of a point of ``config_space`` (its ``lowering`` knob aside)."""
+    return Conv2dSchedule(int(values["tile_n"]), int(values["tile_h"]), int(values["tile_oc"]),
+                          int(values["tile_ic"]), int(values["vthreads"]),
+                          bool(values["resident_weights"]))  # fmt: skip
+
+
+def config_values(sched: Conv2dSchedule, lowering: str) -> dict:
+    """The point of ``config_space`` for a schedule and lowering path."""
+    return {"tile_n": sched.tile_n, "tile_h": sched.tile_h, "tile_oc": sched.tile_oc,
+            "tile_ic": sched.tile_ic, "vthreads": sched.vthreads,
+            "resident_weights": sched.resident_weights, "lowering": lowering}  # fmt: skip

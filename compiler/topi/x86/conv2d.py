@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import te
+from ...autotune.space import ConfigSpace, Knob, divisors
 from ...schedule.primitives import ScheduleError
 from ...schedule.schedule import Schedule
 from ...schedule.stage import AttachKind
@@ -143,6 +144,61 @@ def conv2d_nchwc(
     out = te.compute((n, k, oh, ow), funpack, name="out")
     args = [data, kernel] + ([bias] if bias is not None else []) + [out]
     return Conv2dOp(args, data_vec, kernel_vec, conv, out, ic_bn, oc_bn, padding)
+
+
+def default_config(channels: int, filters: int, out_hw: tuple[int, ...]) -> Conv2dConfig:
+    """The hand-chosen knobs by layer shape (the default point of `config_space`), from a sweep
+    of ResNet-18's layers on an AVX-512 machine: 32 output channels per tile (two vectors), a
+    row tile that divides the output width, wider input-channel blocks for deep layers on
+    larger images."""
+    oh, ow = out_hw
+    oc_bn = 32 if filters % 32 == 0 else 16
+    ic_bn = 32 if channels >= 256 and oh >= 14 else 16
+    if ow % 8 == 0 and ow <= 64:
+        reg_n = 8
+    else:
+        reg_n = max([d for d in range(4, 15) if ow % d == 0], default=8)
+    ic_bn, oc_bn = _block(channels, ic_bn), _block(filters, oc_bn)
+    return Conv2dConfig(ic_bn=ic_bn, oc_bn=oc_bn, reg_n=reg_n)
+
+
+#: the most accumulator elements a register tile may hold (reg_n x oc_bn): beyond this the
+#: unrolled micro-kernel only spills and takes long to compile
+MAX_TILE = 512
+
+
+def config_space(channels: int, filters: int, out_hw: tuple[int, ...]) -> ConfigSpace:
+    """The knobs a tuner searches for one conv2d (TVM's x86 NCHWc template): input- and
+    output-channel blocks (divisors of the channels), output columns per register tile, whether
+    the input is copied to the blocked layout, and thread-pool use. The default point is
+    `default_config`."""
+    ow = out_hw[1]
+    regs = sorted({d for d in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16) if d <= ow}
+                  | {default_config(channels, filters, out_hw).reg_n})  # fmt: skip
+    knobs = [
+        Knob("ic_bn", divisors(channels, 64)),
+        Knob("oc_bn", divisors(filters, 64)),
+        Knob("reg_n", tuple(regs)),
+        Knob("pack_data", (False, True)),
+        Knob("parallel", (True, False)),
+    ]
+
+    def constraint(v: dict) -> str | None:
+        if v["reg_n"] * v["oc_bn"] > MAX_TILE:
+            return f"a register tile of reg_n x oc_bn > {MAX_TILE} accumulators"
+        return None
+
+    d = default_config(channels, filters, out_hw)
+    default = {"ic_bn": d.ic_bn, "oc_bn": d.oc_bn, "reg_n": d.reg_n, "pack_data": d.pack_data,
+               "parallel": d.parallel}  # fmt: skip
+    return ConfigSpace("x86.conv2d_nchwc", knobs, default, constraint)
+
+
+def config_from(values: dict) -> Conv2dConfig:
+    """The `Conv2dConfig` of a point of `config_space`."""
+    v = dict(values)
+    return Conv2dConfig(ic_bn=int(v["ic_bn"]), oc_bn=int(v["oc_bn"]), reg_n=int(v["reg_n"]),
+                        pack_data=bool(v["pack_data"]), parallel=bool(v["parallel"]))  # fmt: skip
 
 
 def kernel_blocks(

@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ... import te
+from ...autotune.space import ConfigSpace, Knob
 from ...schedule.primitives import ScheduleError
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
@@ -49,6 +52,56 @@ class DenseConfig:
             raise ScheduleError(
                 f"dense: knob mc must be 0 or a positive multiple of mr={self.mr}, not {self.mc!r}"
             )
+
+
+def default_config(m: int) -> DenseConfig:
+    """The hand-chosen knobs (the default point of `config_space`): up to 6 rows by 32 columns
+    per register tile, no row blocking."""
+    return DenseConfig(mr=max(1, min(6, m)), bn=32)
+
+
+def config_space(m: int, n: int, k: int) -> ConfigSpace:
+    """The knobs a tuner searches for an `[m, k] x [k, n]` dense: register tile rows and
+    columns, reduction unrolling, row blocking (in register tiles) and thread-pool use. The
+    default point is `default_config`."""
+    d = default_config(m)
+    mrs = sorted({r for r in (1, 2, 3, 4, 6, 8) if r <= m} | {d.mr})
+    bns = sorted({b for b in (8, 16, 32, 48, 64) if b <= max(16, 2 * n)} | {d.bn})
+    knobs = [
+        Knob("mr", tuple(mrs)),
+        Knob("bn", tuple(bns)),
+        Knob("kunroll", tuple(u for u in (1, 2, 4, 8) if u <= k)),
+        Knob("mc_tiles", (0, 2, 4, 8, 16)),
+        Knob("parallel", (True, False)),
+    ]
+
+    def constraint(v: dict) -> str | None:
+        if v["mc_tiles"] and v["mc_tiles"] * v["mr"] >= m:
+            return "a row block as large as all the rows (same as no blocking)"
+        if v["mr"] * v["bn"] > 512:
+            return "a register tile of mr x bn > 512 accumulators"
+        return None
+
+    default = {"mr": d.mr, "bn": d.bn, "kunroll": 1, "mc_tiles": 0, "parallel": True}
+    return ConfigSpace("x86.dense", knobs, default, constraint)
+
+
+def config_from(values: dict) -> DenseConfig:
+    """The `DenseConfig` of a point of `config_space`."""
+    v = dict(values)
+    mr = int(v["mr"])
+    return DenseConfig(mr=mr, bn=int(v["bn"]), kunroll=int(v["kunroll"]),
+                       mc=int(v["mc_tiles"]) * mr, parallel=bool(v["parallel"]))  # fmt: skip
+
+
+def pack_panels(weight: np.ndarray, bn: int, layout: str = "NK") -> np.ndarray:
+    """Constant weights -> the `[ceil(n / bn), k, bn]` panels the micro-kernel reads (numpy; the
+    graph layer packs constants once, ahead of time)."""
+    w = np.asarray(weight) if layout == "NK" else np.asarray(weight).T
+    n, k = w.shape
+    panels = np.zeros((-(-n // bn) * bn, k), w.dtype)
+    panels[:n] = w
+    return np.ascontiguousarray(panels.reshape(-1, bn, k).transpose(0, 2, 1))
 
 
 @dataclass
@@ -130,6 +183,32 @@ def dense(
         out = te.compute((m, n), fout, name="out")
     args = [data, weight] + ([bias] if bias is not None else []) + [out]
     return DenseOp(args, packed, acc, out)
+
+
+def dense_prepacked(
+    data: Tensor, panels: Tensor, n: int, epilogue: Epilogue | None = None
+) -> DenseOp:
+    """The compute of `data[M, K] x W^T` whose weights come pre-packed (`pack_panels`) as the
+    parameter `panels`; integer data accumulates in int32. The `packed` stage only reads the
+    parameter: inline it after scheduling (`s[op.packed].compute_inline()`)."""
+    integer = data.dtype in ("int8", "int16", "int32", "uint8")
+    acc_dtype = "int32" if integer else data.dtype
+    _, k, bn = panels.shape
+    packed = te.compute(panels.shape, lambda a, b, c: panels[a, b, c], name="packed")
+    rk = te.reduce_axis((0, k), "k")
+    m = data.shape[0]
+    acc = te.compute(
+        (m, n),
+        lambda i, j: te.sum(
+            data[i, rk].astype(acc_dtype) * packed[j // bn, rk, j % bn].astype(acc_dtype),
+            axis=rk,
+        ),
+        name="acc",
+    )
+    out = acc
+    if epilogue is not None:
+        out = te.compute((m, n), lambda i, j: epilogue(acc[i, j], i, j), name="out")
+    return DenseOp([data, panels, out], packed, acc, out)
 
 
 def schedule_dense(op: DenseOp, config: DenseConfig | None = None) -> Schedule:

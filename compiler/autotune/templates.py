@@ -1,0 +1,236 @@
+"""The built-in tunable templates: x86 dense and NCHWc conv2d, the accelerator's conv2d/dense.
+
+Each template's space is declared next to its schedule (`topi.x86.dense.config_space`,
+`topi.x86.conv2d.config_space`, `topi.vta.schedule.config_space`); this module says how one
+config of a workload is compiled and checked. The kernels are the ones the graph strategies
+build (`compiler.graph.strategy`), without the fused element-wise tail, which does not change
+which schedule is best.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .task import Artifact, Template, register
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    if dtype.startswith("float"):
+        return rng.uniform(-1, 1, shape).astype(dtype)
+    bound = 100 if dtype in ("int8", "uint8") else 300
+    low = 0 if dtype.startswith("u") else -bound
+    return rng.integers(low, bound, shape).astype(dtype)
+
+
+def _acc_dtype(dtype: str) -> str:
+    return dtype if dtype.startswith("float") else "int32"
+
+
+def _tolerance(dtype: str, terms: int) -> tuple[float, float]:
+    """Exact for integers; for floats, room for a different summation order of `terms`."""
+    if not dtype.startswith("float"):
+        return 0.0, 0.0
+    return 1e-3, 1e-4 * math.sqrt(terms)
+
+
+def _llvm_artifact(func: Any, target: str, inputs: list[np.ndarray], expected: np.ndarray,
+                   dtype: str, terms: int) -> Artifact:  # fmt: skip
+    from ..build import build_object
+
+    obj = build_object(func, target=target)
+    params = [(b.name, b.dtype, tuple(int(d) for d in shape))
+              for b, shape in zip(func.params, func.arg_shapes, strict=True)]  # fmt: skip
+    rtol, atol = _tolerance(dtype, terms)
+    return Artifact("llvm", obj, inputs, expected, symbol=func.name, params=params, rtol=rtol,
+                    atol=atol)  # fmt: skip
+
+
+# ---- x86 dense -----------------------------------------------------------------------------------
+
+
+def _dense_space(wl: dict) -> Any:
+    from ..topi.x86.dense import config_space
+
+    return config_space(int(wl["m"]), int(wl["n"]), int(wl["k"]))
+
+
+def _dense_lower(wl: dict, values: dict, target: str) -> Any:
+    from .. import te
+    from ..tir import lower
+    from ..topi.x86.dense import config_from, dense, dense_prepacked, schedule_dense
+
+    m, n, k, dtype = int(wl["m"]), int(wl["n"]), int(wl["k"]), str(wl["dtype"])
+    config = config_from(values)
+    data = te.placeholder((m, k), dtype, name="data")
+    if wl.get("prepacked", True):
+        panels = te.placeholder((-(-n // config.bn), k, config.bn), dtype, name="panels")
+        op = dense_prepacked(data, panels, n)
+        s = schedule_dense(op, config)
+        s[op.packed].compute_inline()
+    else:
+        weight = te.placeholder((n, k), dtype, name="weight")
+        op = dense(data, weight, None, None, _acc_dtype(dtype), config, "NK")
+        s = schedule_dense(op, config)
+    return lower(s, op.args, name="tuned_dense")
+
+
+def _dense_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..topi.x86.dense import config_from, pack_panels
+
+    m, n, k, dtype = int(wl["m"]), int(wl["n"]), int(wl["k"]), str(wl["dtype"])
+    rng = _rng(seed)
+    a, w = _random(rng, (m, k), dtype), _random(rng, (n, k), dtype)
+    wide = np.float64 if dtype.startswith("float") else np.int64
+    expected = (a.astype(wide) @ w.astype(wide).T).astype(_acc_dtype(dtype))
+    func = _dense_lower(wl, values, target)
+    second = pack_panels(w, config_from(values).bn) if wl.get("prepacked", True) else w
+    return _llvm_artifact(func, target, [a, second], expected, dtype, k)
+
+
+register(Template(
+    "x86.dense", "llvm", "s", _dense_space, _dense_build,
+    lambda wl: 2 * int(wl["m"]) * int(wl["n"]) * int(wl["k"]), _dense_lower,
+))  # fmt: skip
+
+
+# ---- x86 conv2d NCHWc ----------------------------------------------------------------------------
+
+
+def _conv_out(wl: dict) -> tuple[int, int]:
+    oh = (wl["h"] + 2 * wl["pad"] - wl["dil"] * (wl["r"] - 1) - 1) // wl["stride"] + 1
+    ow = (wl["w"] + 2 * wl["pad"] - wl["dil"] * (wl["s"] - 1) - 1) // wl["stride"] + 1
+    return int(oh), int(ow)
+
+
+def _conv_space(wl: dict) -> Any:
+    from ..topi.x86.conv2d import config_space
+
+    return config_space(int(wl["c"]), int(wl["k"]), _conv_out(wl))
+
+
+def _conv_lower(wl: dict, values: dict, target: str) -> Any:
+    from .. import te
+    from ..tir import lower
+    from ..topi.x86.conv2d import (
+        config_from,
+        conv2d_nchwc,
+        kernel_blocks,
+        schedule_conv2d_nchwc,
+    )
+
+    config = config_from(values)
+    dtype = str(wl["dtype"])
+    n, c, h, w, k, r, s_ = (int(wl[f]) for f in ("n", "c", "h", "w", "k", "r", "s"))
+    ic_bn, oc_bn = kernel_blocks(c, k, config)
+    data = te.placeholder((n, c, h, w), dtype, name="data")
+    kernel = te.placeholder((k // oc_bn, c // ic_bn, r, s_, ic_bn, oc_bn), dtype, name="kernel")
+    op = conv2d_nchwc(data, kernel, int(wl["stride"]), int(wl["pad"]), int(wl["dil"]), None,
+                      None, config, _acc_dtype(dtype))  # fmt: skip
+    return lower(schedule_conv2d_nchwc(op, config), op.args, name="tuned_conv2d")
+
+
+def conv2d_numpy(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: int) -> np.ndarray:
+    """The NCHW x OIHW convolution in numpy (float64 or int64 accumulation): the oracle."""
+    wide = np.float64 if x.dtype.kind == "f" else np.int64
+    x = np.pad(x.astype(wide), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    k, _, r, s = w.shape
+    n, _, h, wd = x.shape
+    oh, ow = (h - dil * (r - 1) - 1) // stride + 1, (wd - dil * (s - 1) - 1) // stride + 1
+    out = np.zeros((n, k, oh, ow), wide)
+    for y in range(r):
+        for xx in range(s):
+            patch = x[:, :, y * dil : y * dil + stride * (oh - 1) + 1 : stride,
+                      xx * dil : xx * dil + stride * (ow - 1) + 1 : stride]  # fmt: skip
+            out += np.einsum("nchw,kc->nkhw", patch, w[:, :, y, xx].astype(wide))
+    return out
+
+
+def _conv_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..topi.x86.conv2d import config_from, kernel_blocks, pack_kernel
+
+    dtype = str(wl["dtype"])
+    n, c, h, w, k, r, s_ = (int(wl[f]) for f in ("n", "c", "h", "w", "k", "r", "s"))
+    rng = _rng(seed)
+    x, weight = _random(rng, (n, c, h, w), dtype), _random(rng, (k, c, r, s_), dtype)
+    expected = conv2d_numpy(x, weight, int(wl["stride"]), int(wl["pad"]), int(wl["dil"]))
+    ic_bn, oc_bn = kernel_blocks(c, k, config_from(values))
+    func = _conv_lower(wl, values, target)
+    packed = pack_kernel(weight, ic_bn, oc_bn)
+    return _llvm_artifact(func, target, [x, packed], expected.astype(_acc_dtype(dtype)), dtype,
+                          c * r * s_)  # fmt: skip
+
+
+def _conv_flops(wl: dict) -> int:
+    oh, ow = _conv_out(wl)
+    return 2 * wl["n"] * wl["k"] * oh * ow * wl["c"] * wl["r"] * wl["s"]
+
+
+register(Template("x86.conv2d_nchwc", "llvm", "s", _conv_space, _conv_build, _conv_flops,
+                  _conv_lower))  # fmt: skip
+
+
+# ---- the accelerator's conv2d and dense ----------------------------------------------------------
+
+_VTA_SHAPE = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pad_h", "pad_w",
+              "pool_h", "pool_w")  # fmt: skip
+
+
+def _vta_workload(wl: dict) -> tuple[Any, Any]:
+    from ...hw.config import HWConfig
+    from ..topi.vta.schedule import Conv2dWorkload
+
+    return HWConfig.from_dict(dict(wl["hw"])), Conv2dWorkload(*(int(wl[f]) for f in _VTA_SHAPE))
+
+
+def _vta_space(wl: dict) -> Any:
+    from ..topi.vta.schedule import config_space
+
+    cfg, cw = _vta_workload(wl)
+    return config_space(cfg, cw, bool(wl.get("residual", False)))
+
+
+def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..quantize.residual import add_params
+    from ..topi.vta.conv2d import INPUT, OUTPUT, RESIDUAL
+    from ..topi.vta.kernel import conv2d
+    from ..topi.vta.schedule import schedule_from
+
+    cfg, cw = _vta_workload(wl)
+    rng = _rng(seed)
+    x = rng.integers(-128, 128, (cw.n, cw.ic, cw.h, cw.w), dtype=np.int8)
+    weight = rng.integers(-128, 128, (cw.oc, cw.ic, cw.kh, cw.kw), dtype=np.int8)
+    bias = rng.integers(-2000, 2000, cw.oc, dtype=np.int32)
+    shift = max(1, int(math.log2(128 * 128 * cw.ic * cw.kh * cw.kw) / 2))
+    residual = add_params(0.5, 1.0, cfg, relu=True) if wl.get("residual") else None
+    pool = (cw.pool_h, cw.pool_w) if cw.pooled else None
+    kern = conv2d(cfg, (cw.n, cw.ic, cw.h, cw.w), weight, bias, stride=(cw.stride_h, cw.stride_w),
+                  padding=(cw.pad_h, cw.pad_w), shift=shift, relu=residual is None,
+                  schedule=schedule_from(values), residual=residual, max_pool=pool,
+                  lowering=str(values["lowering"]))  # fmt: skip
+    inputs = {INPUT: kern.pack(x)}
+    r = None
+    if residual is not None:
+        from ..topi.vta.layout import pack_nchw
+
+        r = rng.integers(-128, 128, (cw.n, cw.oc, cw.oh, cw.ow), dtype=np.int8)
+        inputs[RESIDUAL] = pack_nchw(cfg, r, cfg.block_out)
+    expected = kern.reference(x, r)
+    return Artifact("vta", kern.image.to_bytes(), inputs, expected, output=OUTPUT,
+                    hw=cfg.to_dict())  # fmt: skip
+
+
+def _vta_flops(wl: dict) -> int:
+    _, cw = _vta_workload(wl)
+    return 2 * cw.n * cw.oc * cw.oh * cw.ow * cw.ic * cw.kh * cw.kw
+
+
+register(Template("vta.conv2d", "vta", "cycles", _vta_space, _vta_build, _vta_flops))

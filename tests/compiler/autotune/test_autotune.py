@@ -1,0 +1,273 @@
+"""The auto-tuner's parts: config spaces, the crash-proof worker pool, measurement (oracle
+checks, failed trials with their reasons), logs, and the baseline tuners.
+
+Oracles: numpy (x86 templates), the accelerator's int8 reference (vta.conv2d), and for the
+search itself, exhaustive measurement of a small space on the deterministic cycle model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import warnings
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+from tensorforge.compiler.autotune.dispatch import ApplyBest, TaskRecorder, query
+from tensorforge.compiler.autotune.log import LogWarning, TuningLog, load_best, read_log
+from tensorforge.compiler.autotune.measure import (
+    Builder,
+    LocalRunner,
+    MeasureResult,
+    SimRunner,
+    measure,
+)
+from tensorforge.compiler.autotune.pool import WorkerPool
+from tensorforge.compiler.autotune.space import ConfigSpace, Knob, SpaceError
+from tensorforge.compiler.autotune.task import Artifact, Task, TaskError
+from tensorforge.compiler.autotune.tuner import GATuner, GridTuner, RandomTuner
+from tensorforge.hw.config import HWConfig
+
+TINY_CONV = {"hw": HWConfig.preset("tiny").to_dict(), "n": 1, "ic": 8, "h": 6, "w": 6, "oc": 8,
+             "kh": 3, "kw": 3, "stride_h": 1, "stride_w": 1, "pad_h": 1, "pad_w": 1,
+             "pool_h": 1, "pool_w": 1, "residual": False}  # fmt: skip
+CONV = {"n": 1, "c": 8, "h": 10, "w": 10, "k": 16, "r": 3, "s": 3, "stride": 1, "pad": 1,
+        "dil": 1, "dtype": "float32"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def builder():
+    b = Builder(2, timeout=120)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def cyclesim():
+    r = SimRunner("cyclesim", n_parallel=2)
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def local():
+    r = LocalRunner(repeat=2, min_repeat_ms=5)
+    yield r
+    r.close()
+
+
+# ---- spaces --------------------------------------------------------------------------------------
+
+
+def _space() -> ConfigSpace:
+    return ConfigSpace(
+        "t", [Knob("a", (1, 2, 4)), Knob("b", (True, False)), Knob("c", ("x", "y"))],
+        {"a": 2, "b": True, "c": "y"},
+        lambda v: "a=4 with c=x" if v["a"] == 4 and v["c"] == "x" else None,
+    )  # fmt: skip
+
+
+def test_space_indices_round_trip_and_the_constraint_is_enforced():
+    space = _space()
+    assert len(space) == 12
+    for i in range(len(space)):
+        assert space.from_values(space.get(i).values).index == i
+    valid = [c.values for c in space]
+    assert len(valid) == 10 and all(not (v["a"] == 4 and v["c"] == "x") for v in valid)
+    rng = np.random.default_rng(0)
+    picks = space.sample(rng, 20)
+    assert sorted(picks) == sorted(c.index for c in space)  # all valid points, each once
+    for i in picks:
+        j = space.neighbour(i, rng)
+        assert space.distance(i, j) <= 1 and space.is_valid(j)
+
+
+def test_space_errors_name_the_knob_and_the_choices():
+    space = _space()
+    with pytest.raises(SpaceError, match="knob 'a' must be one of \\[1, 2, 4\\], not 3"):
+        space.from_values({"a": 3, "b": True, "c": "x"})
+    with pytest.raises(SpaceError, match="unknown knobs \\['z'\\] and misses \\['c'\\]"):
+        space.from_values({"a": 1, "b": True, "z": 0})
+    with pytest.raises(SpaceError, match="default config .* is invalid"):
+        ConfigSpace("t", [Knob("a", (1, 2))], {"a": 2}, lambda v: "no" if v["a"] == 2 else None)
+
+
+def test_every_template_space_holds_its_default_config():
+    cases = [
+        Task("x86.conv2d_nchwc", CONV, "llvm"),
+        Task("x86.dense", {"m": 3, "n": 10, "k": 20, "dtype": "float32", "prepacked": True},
+             "llvm"),
+        Task("vta.conv2d", TINY_CONV, "vta -config=tiny"),
+    ]  # fmt: skip
+    for task in cases:
+        d = task.space.default
+        assert task.space.is_valid(d.index), task.template
+    with pytest.raises(TaskError, match="template x86.dense is for llvm targets"):
+        Task("x86.dense", {"m": 1, "n": 1, "k": 1, "dtype": "float32"}, "vta")
+    with pytest.raises(TaskError, match="template must be one of"):
+        Task("x86.nope", {}, "llvm")
+
+
+# ---- the worker pool -----------------------------------------------------------------------------
+
+
+def _segfault(x: int) -> int:
+    if x == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return x * 10
+
+
+def _sleepy(x: int) -> int:
+    if x == 1:
+        time.sleep(60)
+    return x
+
+
+def _raises(x: int) -> int:
+    if x == 1:
+        raise ValueError("bad config")
+    return x
+
+
+def test_pool_reports_crashes_timeouts_and_errors_and_goes_on():
+    with WorkerPool(2) as pool:
+        crash = pool.map(_segfault, [(0,), (1,), (2,)], timeout=60)
+        assert [r.status for r in crash] == ["ok", "crash", "ok"]
+        assert "SIGSEGV" in crash[1].message and crash[2].value == 20
+        t0 = time.perf_counter()
+        slow = pool.map(_sleepy, [(0,), (1,), (2,)], timeout=3)
+        assert [r.status for r in slow] == ["ok", "timeout", "ok"]
+        assert time.perf_counter() - t0 < 30
+        err = pool.map(_raises, [(1,), (3,)], timeout=60)
+        assert err[0].status == "error" and "ValueError: bad config" in err[0].message
+        assert err[1].value == 3
+
+
+# ---- measurement ---------------------------------------------------------------------------------
+
+
+def _null_store_object() -> bytes:
+    """Object code of `void bad(float *p)` that writes through a null pointer."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    ir = """define void @bad(float* %p) {
+      store volatile float 1.0, float* null
+      ret void
+    }"""
+    mod = llvm.parse_assembly(ir)
+    mod.triple = llvm.get_process_triple()
+    tm = llvm.Target.from_triple(mod.triple).create_target_machine(reloc="pic")
+    return tm.emit_object(mod)
+
+
+def test_local_runner_turns_crashes_and_wrong_numbers_into_failed_trials(local):
+    task = Task("x86.conv2d_nchwc", CONV, "llvm")
+    good = task.build(task.space.default.values)
+    wrong = task.build(task.space.default.values)
+    wrong.expected = wrong.expected.copy()
+    wrong.expected[0, 3, 2, 1] += 1.0
+    crash = Artifact("llvm", _null_store_object(), [], np.zeros(4, "float32"), symbol="bad",
+                     params=[("p", "float32", (4,))])  # fmt: skip
+    out = local.run([good, wrong, crash, good])
+    assert [o.error for o in out] == ["", "wrong_answer", "run_crash", ""]
+    assert "differ from the oracle's, first at (0, 3, 2, 1)" in out[1].message
+    assert "SIGSEGV" in out[2].message
+    assert all(c > 0 for c in out[3].costs) and len(out[3].costs) == 2
+
+
+def test_measure_checks_every_config_against_numpy_and_reports_failures(builder, local):
+    task = Task("x86.conv2d_nchwc", CONV, "llvm")
+    configs = [c.values for c in list(task.space)[:: len(task.space) // 5][:5]]
+    edge = {**task.space.default.values, "reg_n": 10, "oc_bn": 16, "ic_bn": 8}  # ragged rows
+    results = measure(task, [*configs, edge], builder, local)
+    assert all(r.ok and r.cost > 0 for r in results), [r.message for r in results]
+    broken = Task("x86.dense", {"m": 2, "n": 8, "k": 8, "dtype": "complex64", "prepacked": True},
+                  "llvm")  # fmt: skip
+    (r,) = measure(broken, [broken.space.default.values], builder, local)
+    assert r.error == "build_error" and r.cost is None and "complex64" in r.message
+
+
+def test_cyclesim_costs_are_deterministic_and_the_output_is_checked(builder, cyclesim):
+    task = Task("vta.conv2d", TINY_CONV, "vta -config=tiny")
+    configs = [c.values for c in task.space][:6]
+    first = measure(task, configs, builder, cyclesim)
+    again = measure(task, configs, builder, cyclesim)
+    assert all(r.ok for r in first), [r.message for r in first]
+    assert [r.cost for r in first] == [r.cost for r in again]
+    assert len({r.cost for r in first}) > 1  # the knobs change the cycles
+
+
+# ---- logs ----------------------------------------------------------------------------------------
+
+
+def test_log_round_trip_skips_bad_lines_and_picks_the_best(tmp_path):
+    task = Task("x86.dense", {"m": 2, "n": 8, "k": 8, "dtype": "float32", "prepacked": True},
+                "llvm")  # fmt: skip
+    configs = [c.values for c in task.space][:3]
+    path = tmp_path / "t.jsonl"
+    with TuningLog(path) as log:
+        log.write(task, MeasureResult(configs[0], 3e-6, [3e-6]), 0)
+        log.write(task, MeasureResult(configs[1], 1e-6, [1e-6]), 1)
+        log.write(task, MeasureResult(configs[2], None, [], "run_crash", "SIGSEGV"), 2)
+    with open(path, "a") as f:
+        f.write("{not json\n")
+        f.write(json.dumps({"format": "something-else"}) + "\n")
+    with pytest.warns(LogWarning) as caught:
+        records = list(read_log(path))
+    assert len(records) == 3
+    assert {str(w.message).split(": skipped")[0] for w in caught} == {f"{path}:4", f"{path}:5"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LogWarning)
+        best = load_best(path, "llvm")
+        assert load_best(path, "vta") == {}
+    assert best == {task.key: configs[1]}
+    rec = dict(records[0], template="x86.gone", task="x86.gone{}")
+    (tmp_path / "u.jsonl").write_text(json.dumps(rec) + "\n")
+    with pytest.raises(TaskError, match="template must be one of"):
+        load_best(tmp_path / "u.jsonl", "llvm")
+
+
+def test_dispatch_contexts_answer_and_record():
+    wl = {"m": 1, "n": 2, "k": 3, "dtype": "float32", "prepacked": True}
+    assert query("x86.dense", wl) is None
+    task = Task("x86.dense", wl, "llvm")
+    with ApplyBest({task.key: {"mr": 1}}) as ctx:
+        assert query("x86.dense", wl) == {"mr": 1}
+        assert query("x86.dense", {**wl, "k": 4}) is None
+    assert len(ctx.applied) == 1 and len(ctx.fallback) == 1
+    with TaskRecorder() as rec:
+        query("x86.dense", wl)
+        query("x86.dense", wl)
+    assert rec.counts[task.key] == 2
+
+
+# ---- tuners --------------------------------------------------------------------------------------
+
+
+def test_grid_search_finds_the_true_optimum_and_tuners_never_repeat(builder, cyclesim, tmp_path):
+    task = Task("vta.conv2d", TINY_CONV, "vta -config=tiny")
+    n = len(list(task.space))
+    grid = GridTuner(task)
+    best = grid.tune(n + 5, builder, cyclesim, batch_size=16)
+    costs = [r.cost for _, r in grid.trials]
+    assert len(grid.trials) == n and None not in costs  # every valid point, once, all succeed
+    assert (
+        grid.best_cost == min(costs)
+        and best == task.space.get(grid.trials[int(np.argmin(costs))][0]).values
+    )
+    for cls in (RandomTuner, GATuner):
+        t = cls(task, seed=1)
+        log = tmp_path / f"{cls.name}.jsonl"
+        with TuningLog(log) as out:
+            t.tune(12, builder, cyclesim, batch_size=4, log=out)
+        seen = [i for i, _ in t.trials]
+        assert len(seen) == 12 == len(set(seen))
+        assert t.best_cost >= grid.best_cost
+        resumed = cls(task, seed=2)  # resume: the log's trials count and are not measured again
+        assert resumed.load_history(read_log(log)) == 12
+        resumed.tune(16, builder, cyclesim, batch_size=4)
+        assert len(resumed.trials) == 16 and len({i for i, _ in resumed.trials}) == 16
