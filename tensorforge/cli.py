@@ -7,6 +7,7 @@ tensorforge sim run PROGRAM.tfp [--input NAME=FILE.npy ...] [--random-inputs] [-
 tensorforge demo [--config pynq] [--save PROGRAM.tfp]
 tensorforge compile MODEL.onnx -o MODEL.tfm [--target llvm] [--no-progress]
 tensorforge run MODEL.onnx|MODEL.tfm [--input [NAME=]X.npy ...] [--profile] [--repeat N]
+tensorforge tune MODEL.onnx --target T --trials N --log tune.jsonl  (see cli_tune.py)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from . import __version__, cli_tune
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vthreads", type=int, choices=(1, 2), default=2, help="digits: vthreads")
     p.add_argument("--save", metavar="FILE", help="matmul: also save the program image")
     _model_commands(sub)
+    cli_tune.add_parser(sub, _shape_arg, _calibrate_arg)
     return parser
 
 
@@ -116,6 +118,7 @@ def _model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default="llvm", help=target_help)
     _calibrate_arg(p, "calibration inputs for a vta target (required for a float model)")
     _shape_arg(p)
+    _tuning_log_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p = sub.add_parser("run", help="run an ONNX model or a compiled module on .npy inputs")
     p.add_argument("model", help="an ONNX model (compiled first) or a module file (.tfm)")
@@ -137,6 +140,17 @@ def _model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", metavar="FILE", help="vta: write a Chrome trace (implies cyclesim)")
     p.add_argument("--profile", action="store_true", help="print the per-layer profile table")
     p.add_argument("--repeat", type=int, default=10, help="profile runs (default: 10)")
+    _tuning_log_arg(p)
+
+
+def _tuning_log_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tuning-log",
+        action="append",
+        default=[],
+        metavar="LOG",
+        help="apply the best configs of a `tensorforge tune` log (repeatable)",
+    )
 
 
 def _shape_arg(p: argparse.ArgumentParser, default: str = "") -> None:
@@ -221,6 +235,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _hw_synth(args)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "tune":
+        return cli_tune.run(args, _named_arrays, _shapes)
     if args.command == "compile":
         return _compile_model(args)
     if args.command == "run":
@@ -343,6 +359,9 @@ def _load_model(args: argparse.Namespace, progress: bool = False):  # -> (Module
     with open(args.model, "rb") as f:
         head = f.read(len(MAGIC))
     if head == MAGIC:
+        if getattr(args, "tuning_log", None):
+            raise ValueError("--tuning-log applies when compiling an ONNX model, not to a "
+                             f"compiled module ({args.model})")  # fmt: skip
         module = Module.load(args.model)
         return module, _named_arrays(module.inputs, getattr(args, "input", []))
     from .compiler.frontend import from_onnx
@@ -362,9 +381,14 @@ def _load_model(args: argparse.Namespace, progress: bool = False):  # -> (Module
         calibration = inputs
     try:
         module = api.compile(graph, target=args.target, progress=progress,
-                             calibration=calibration)  # fmt: skip
+                             calibration=calibration,
+                             tuning_log=args.tuning_log or None)  # fmt: skip
     except LoweringError as e:  # a compiler error, reported in one line like the others
         raise ValueError(f"{args.model}: {e}") from None
+    tuning = module.stats.get("tuning")
+    if tuning:
+        print(f"tuning log: {tuning['applied']} kernels use tuned configs, {tuning['default']} "
+              f"the default ({len(tuning['untuned'])} workloads not in the log)")  # fmt: skip
     return module, inputs
 
 

@@ -5,8 +5,11 @@ exception's text; a job that kills its process (a segfault in generated code, an
 out-of-memory killer) or outlives its time-out is reported as such, the worker is replaced, and
 the pool goes on. This is what lets tuning measure configs that may be broken.
 
-Workers are started with the `spawn` method (a fresh interpreter: no locks or thread pools
-inherited mid-use from the tuner's process) and reused across jobs.
+Workers are fresh interpreters (`python -m tensorforge.compiler.autotune.pool`: no locks or
+thread pools inherited mid-use from the tuner's process, and, unlike multiprocessing's spawn, the
+user's script is not re-imported, so tuning works from a script without a `__main__` guard)
+that receive the tuner's `sys.path`, exchange pickles over their own pipes and are reused
+across jobs. Functions and arguments must be importable and picklable.
 
 Example:
     >>> with WorkerPool(1) as pool:
@@ -16,14 +19,17 @@ Example:
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
+import pickle
 import signal
+import struct
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import Any
 
 
@@ -42,51 +48,93 @@ class JobResult:
         return self.status == "ok"
 
 
-def _serve(conn: Connection, env: dict[str, str]) -> None:
-    os.environ.update(env)
+def _send(f: Any, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(struct.pack("<Q", len(data)) + data)
+    f.flush()
+
+
+def _recv(f: Any) -> Any:
+    head = f.read(8)
+    if len(head) < 8:
+        raise EOFError("the other side closed the pipe")
+    (n,) = struct.unpack("<Q", head)
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError("the other side closed the pipe mid-message")
+    return pickle.loads(data)  # noqa: S301 - our own child process, never a file or socket
+
+
+def serve() -> None:
+    """The worker's loop (``python -m tensorforge.compiler.autotune.pool``): jobs arrive as
+    pickles on stdin, results leave on the original stdout; what jobs print goes to stderr."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a job that prints must not corrupt the result stream
+    inp = sys.stdin.buffer
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    try:
+        path, env = _recv(inp)
+    except EOFError:
+        return
+    sys.path[:] = path
+    os.environ.update(env)
     while True:
         try:
-            job = conn.recv()
-        except (EOFError, OSError):
+            job = _recv(inp)
+        except EOFError:
             return
         if job is None:
             return
-        fn, args = job
         try:
-            conn.send(("ok", fn(*args)))
+            fn, args = job
+            _send(out, ("ok", fn(*args)))
         except BaseException as exc:  # noqa: BLE001 - every failure is a result
             tb = traceback.format_exc(limit=6)
-            conn.send(("error", f"{type(exc).__name__}: {exc}\n{tb}"))
+            _send(out, ("error", f"{type(exc).__name__}: {exc}\n{tb}"))
 
 
 class _Worker:
-    def __init__(self, ctx: Any, env: dict[str, str]) -> None:
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, env), daemon=True)
-        self.proc.start()
-        child.close()
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorforge.compiler.autotune.pool"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # Ctrl-C in the terminal reaches only the tuner
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        _send(self.stdin, (list(sys.path), env))
         self.job: int | None = None
         self.started = 0.0
         self.deadline = 0.0
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
     def kill(self) -> None:
-        if self.proc.is_alive():
+        if self.alive():
             self.proc.kill()
-        self.proc.join(5)
-        self.conn.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (self.stdin, self.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def stop(self) -> None:
         try:
-            self.conn.send(None)
-        except (OSError, BrokenPipeError):
+            _send(self.stdin, None)
+            self.proc.wait(2)
+        except (OSError, subprocess.TimeoutExpired):
             pass
-        self.proc.join(2)
         self.kill()
 
 
 def _crash_message(proc: Any) -> str:
-    code = proc.exitcode
+    code = proc.poll()
     if code is not None and code < 0:
         try:
             name = signal.Signals(-code).name
@@ -110,7 +158,6 @@ class WorkerPool:
             raise ValueError(f"WorkerPool needs at least one worker, not {n}")
         self.n = n
         self.env = dict(env or {})
-        self._ctx = mp.get_context("spawn")
         self._idle: list[_Worker] = []
 
     def __enter__(self) -> WorkerPool:
@@ -127,10 +174,10 @@ class WorkerPool:
     def _take(self) -> _Worker:
         while self._idle:
             w = self._idle.pop()
-            if w.proc.is_alive():
+            if w.alive():
                 return w
             w.kill()
-        return _Worker(self._ctx, self.env)
+        return _Worker(self.env)
 
     def map(
         self,
@@ -166,8 +213,8 @@ class WorkerPool:
                     w = self._take()
                     k = pending.pop()
                     try:
-                        w.conn.send((fn, tuple(jobs[k])))
-                    except (OSError, BrokenPipeError):
+                        _send(w.stdin, (fn, tuple(jobs[k])))
+                    except OSError:
                         w.kill()
                         pending.append(k)
                         continue
@@ -176,14 +223,17 @@ class WorkerPool:
                     busy.append(w)
                 now = time.perf_counter()
                 wait_s = max(0.01, min(w.deadline for w in busy) - now)
-                ready = wait([w.conn for w in busy], timeout=wait_s)
+                ready = wait([w.stdout for w in busy], timeout=wait_s)
                 now = time.perf_counter()
                 for w in list(busy):
-                    if w.conn in ready:
+                    if w.stdout in ready:
                         try:
-                            status, value = w.conn.recv()
-                        except (EOFError, OSError):
-                            w.proc.join(5)
+                            status, value = _recv(w.stdout)
+                        except (EOFError, OSError, pickle.UnpicklingError):
+                            try:
+                                w.proc.wait(5)
+                            except subprocess.TimeoutExpired:
+                                pass
                             res = JobResult("crash", message=_crash_message(w.proc),
                                             seconds=now - w.started)  # fmt: skip
                             finish(w, res, reuse=False)
@@ -201,3 +251,7 @@ class WorkerPool:
                 w.kill()
             raise
         return [r for r in results if r is not None]
+
+
+if __name__ == "__main__":
+    serve()

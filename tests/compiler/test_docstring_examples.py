@@ -23,6 +23,12 @@ MODULES = [
     "tensorforge.runtime.device.vta.layout",
     "tensorforge.sim.trace",
     "tensorforge.hw.tools",
+    "tensorforge.compiler.autotune.space",
+    "tensorforge.compiler.autotune.dispatch",
+    "tensorforge.compiler.autotune.task",
+    "tensorforge.compiler.autotune.pool",
+    "tensorforge.compiler.autotune.log",
+    "tensorforge.compiler.autotune.driver",
 ]
 
 

@@ -1,0 +1,101 @@
+"""Tuning curves: best-so-far against trials, one line per task (and tuner), as a PNG.
+
+The y axis is the speedup of the best config found so far over the task's default config (or,
+when the default was not measured, over the first successful trial), so tasks of different
+sizes and units (seconds, cycles) share one plot.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def curves(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], np.ndarray]:
+    """{(task key, tuner): best-so-far cost after each trial} in log order (inf before the
+    first success)."""
+    by: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for rec in records:
+        cost = rec.get("cost")
+        ok = not rec.get("error") and cost is not None
+        by[(rec["task"], rec.get("tuner", ""))].append(float(cost) if ok else np.inf)
+    return {k: np.minimum.accumulate(np.array(v)) for k, v in by.items()}
+
+
+def _baseline(records: Sequence[dict[str, Any]], key: str) -> float | None:
+    """The default config's cost of a task when logged, else its first successful cost."""
+    from .task import Task, TaskError
+
+    first = None
+    for rec in records:
+        if rec["task"] != key or rec.get("error") or rec.get("cost") is None:
+            continue
+        first = first if first is not None else rec["cost"]
+        try:
+            default = Task(rec["template"], rec["workload"], rec["target"]).space.default.values
+        except (TaskError, ValueError):
+            continue
+        if rec["config"] == default:
+            return float(rec["cost"])
+    return first
+
+
+def _label(rec: dict[str, Any]) -> str:
+    from .task import Task, TaskError
+
+    try:
+        return Task(rec["template"], rec["workload"], rec["target"]).describe()
+    except (TaskError, ValueError):
+        return rec["task"][:60]
+
+
+def plot_log(records: Sequence[dict[str, Any]], output: str | Path, title: str = "") -> Path:
+    """Draw the tuning curves of `records` (from `read_log`) into a PNG file.
+
+    Raises:
+        ValueError: when no record has a successful trial.
+        ImportError: when matplotlib is missing (it names the extra to install).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plotting needs matplotlib: pip install 'tensorforge[plot]'") from exc
+    records = list(records)
+    lines = curves(records)
+    labels = {rec["task"]: _label(rec) for rec in records}
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    drawn = 0
+    for (key, tuner), best in sorted(lines.items()):
+        base = _baseline(records, key)
+        if base is None or not np.isfinite(best).any():
+            continue
+        speedup = np.where(np.isfinite(best), base / best, np.nan)
+        name = labels.get(key, key) + (f" ({tuner})" if tuner else "")
+        ax.plot(
+            np.arange(1, len(best) + 1), speedup, label=name, linewidth=1.4, drawstyle="steps-post"
+        )
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        raise ValueError("the log has no successful trial to plot")
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best so far: speedup over the default config")
+    ax.set_title(title or "tuning curves")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.name + ".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(output)
+    return output

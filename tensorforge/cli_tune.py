@@ -1,0 +1,172 @@
+"""``tensorforge tune``: tune a model's operators, or plot a tuning log.
+
+tensorforge tune MODEL.onnx --target llvm --trials 200 --log tune.jsonl [--tuner xgb]
+                 [--runner local|cyclesim|rtl|cluster] [--cluster tcp://host:8786|local]
+                 [--tasks 0,3] [--list] [--batch 8] [--parallel N] [--seed 0]
+tensorforge tune --plot tune.jsonl -o curve.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+
+def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: Any) -> None:
+    p = sub.add_parser(
+        "tune",
+        help="auto-tune a model's operators (XGBoost cost model + simulated annealing) into a "
+        "log that compile/run --tuning-log apply; or --plot a log",
+    )
+    p.add_argument("model", nargs="?", help="the ONNX model to tune")
+    p.add_argument("--target", default="llvm", help="llvm (default) or 'vta -config=...'")
+    p.add_argument("--trials", type=int, default=200, help="trials per task (default: 200)")
+    p.add_argument("--log", default="tune.jsonl", help="the JSON-lines log (appended; resumes)")
+    p.add_argument("--tuner", choices=("xgb", "random", "grid", "ga"), default="xgb",
+                   help="the search (default: xgb)")  # fmt: skip
+    p.add_argument("--runner", choices=("local", "cyclesim", "rtl", "cluster"), default=None,
+                   help="where configs run (default: local; cyclesim for vta)")  # fmt: skip
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="a Dask scheduler (tcp://host:8786), or 'local' to start a LocalCluster;"
+                   " implies --runner cluster")  # fmt: skip
+    p.add_argument("--tasks", help="tune only these task numbers (as --list shows), e.g. 0,3")
+    p.add_argument("--list", action="store_true", help="list the model's tasks and exit")
+    p.add_argument("--batch", type=int, default=8, help="configs per measurement batch")
+    p.add_argument("--parallel", type=int, default=None, help="build processes (default: CPUs)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per build and per run")
+    p.add_argument("--seed", type=int, default=0, help="the tuner's random seed")
+    p.add_argument("--early-stopping", type=int, default=None, metavar="N",
+                   help="stop a task after N trials without improvement")  # fmt: skip
+    p.add_argument("--plot", metavar="LOG", help="draw the tuning curves of LOG instead")
+    p.add_argument("-o", "--output", default="tune.png", help="--plot: the PNG to write")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    calibrate_arg(p, "calibration inputs for a vta target and a float model")
+    shape_arg(p)
+
+
+def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
+    if args.plot:
+        return _plot(args)
+    if not args.model:
+        raise ValueError("tune needs a MODEL (or --plot LOG)")
+    from .compiler.autotune.driver import extract_tasks, tune_tasks
+    from .compiler.autotune.measure import Builder
+    from .compiler.target import Target
+
+    target = Target.parse(args.target)
+    if target.kind not in ("llvm", "vta"):
+        raise ValueError(f"tune targets must be llvm or vta, not {args.target!r}")
+    names = _input_names(args.model)
+    calibration = load_arrays(names, args.calibrate) or None
+    shapes = load_shapes(names, args.shape) or None
+    tasks = extract_tasks(args.model, str(target), shapes, calibration)
+    if args.list or not tasks:
+        _print_tasks(tasks)
+        if not tasks:
+            print(f"{args.model}: no tunable operators for target {str(target)!r}")
+        return 0
+    tasks = _select(tasks, args.tasks)
+    runner_name = "cluster" if args.cluster else args.runner
+    runner_name = runner_name or ("cyclesim" if target.kind == "vta" else "local")
+    if target.kind == "llvm" and runner_name in ("cyclesim", "rtl"):
+        raise ValueError(f"--runner {runner_name} measures accelerator tasks, not llvm ones")
+    if target.kind == "vta" and runner_name == "local":
+        raise ValueError("--runner local times CPU code; accelerator tasks need cyclesim or rtl")
+    builder = Builder(args.parallel, timeout=args.timeout)
+    try:
+        with _runner(runner_name, args, target.kind) as runner:
+            summaries = tune_tasks(tasks, args.trials, builder, runner, log=args.log,
+                                   tuner=args.tuner, batch_size=args.batch, seed=args.seed,
+                                   early_stopping=args.early_stopping,
+                                   progress=not args.no_progress)  # fmt: skip
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: every finished trial is in {args.log}; run again to resume")
+        return 130
+    finally:
+        builder.close()
+    _print_summary(summaries)
+    print(f"log: {args.log}; compile with: tensorforge compile {args.model} "
+          f"--target '{target}' --tuning-log {args.log} -o model.tfm")  # fmt: skip
+    return 0
+
+
+@contextlib.contextmanager
+def _runner(name: str, args: argparse.Namespace, kind: str) -> Iterator[Any]:
+    from .compiler.autotune.measure import make_runner
+
+    backend = "cyclesim" if kind == "vta" else "local"
+    if name != "cluster":
+        options: dict[str, Any] = {"timeout": args.timeout}
+        if name == "rtl":
+            options["device_options"] = {"simulator": "verilator"}
+        with make_runner(name, **options) as r:
+            yield r
+        return
+    if not args.cluster or args.cluster == "local":
+        from .compiler.autotune.cluster import local_cluster
+
+        with local_cluster() as address, make_runner("cluster", address=address,
+                                                     backend=backend) as r:  # fmt: skip
+            yield r
+        return
+    with make_runner("cluster", address=args.cluster, backend=backend) as r:
+        yield r
+
+
+def _input_names(path: str) -> list[str]:
+    import onnx
+
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception as e:  # noqa: BLE001  (protobuf raises its own types)
+        raise ValueError(f"{path}: not an ONNX model: {e}") from None
+    weights = {t.name for t in proto.graph.initializer}
+    return [v.name for v in proto.graph.input if v.name not in weights]
+
+
+def _select(tasks: list[Any], spec: str | None) -> list[Any]:
+    if not spec:
+        return tasks
+    try:
+        picks = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--tasks must be task numbers like 0,3, not {spec!r}") from None
+    bad = [k for k in picks if not 0 <= k < len(tasks)]
+    if bad:
+        raise ValueError(f"--tasks {bad} out of range: the model has tasks 0..{len(tasks) - 1}")
+    return [tasks[k] for k in picks]
+
+
+def _print_tasks(tasks: list[Any]) -> None:
+    print(f"{'#':>3}  {'task':<48}{'runs':>5}{'configs':>9}")
+    for k, t in enumerate(tasks):
+        print(f"{k:>3}  {t.describe():<48}{t.weight:>5}{len(t.space):>9}")
+
+
+def _fmt(cost: float | None, unit: str) -> str:
+    if cost is None:
+        return "-"
+    return f"{cost:,.0f}" if unit == "cycles" else f"{cost * 1e3:.4f} ms"
+
+
+def _print_summary(summaries: list[Any]) -> None:
+    print(f"\n{'task':<48}{'runs':>5}{'trials':>7}{'failed':>7}{'default':>16}{'best':>16}"
+          f"{'speedup':>9}")  # fmt: skip
+    for s in summaries:
+        unit = s.task.unit
+        speed = (f"{s.default_cost / s.best_cost:.2f}x"
+                 if s.default_cost and s.best_cost else "-")  # fmt: skip
+        default, best = _fmt(s.default_cost, unit), _fmt(s.best_cost, unit)
+        print(f"{s.task.describe():<48}{s.task.weight:>5}{s.trials:>7}{s.failures:>7}"
+              f"{default:>16}{best:>16}{speed:>9}")  # fmt: skip
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from .compiler.autotune.log import read_log
+    from .compiler.autotune.plot import plot_log
+
+    path = plot_log(list(read_log(args.plot)), args.output, title=f"tuning curves: {args.plot}")
+    print(f"wrote {path}")
+    return 0
