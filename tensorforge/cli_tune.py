@@ -52,7 +52,6 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
     if not args.model:
         raise ValueError("tune needs a MODEL (or --plot LOG)")
     from .compiler.autotune.driver import extract_tasks, tune_tasks
-    from .compiler.autotune.measure import Builder
     from .compiler.target import Target
 
     target = Target.parse(args.target)
@@ -74,9 +73,8 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
         raise ValueError(f"--runner {runner_name} measures accelerator tasks, not llvm ones")
     if target.kind == "vta" and runner_name == "local":
         raise ValueError("--runner local times CPU code; accelerator tasks need cyclesim or rtl")
-    builder = Builder(args.parallel, timeout=args.timeout)
     try:
-        with _runner(runner_name, args, target.kind) as runner:
+        with _measurers(runner_name, args, target.kind) as (builder, runner):
             summaries = tune_tasks(tasks, args.trials, builder, runner, log=args.log,
                                    tuner=args.tuner, batch_size=args.batch, seed=args.seed,
                                    early_stopping=args.early_stopping,
@@ -84,8 +82,6 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished trial is in {args.log}; run again to resume")
         return 130
-    finally:
-        builder.close()
     _print_summary(summaries)
     print(f"log: {args.log}; compile with: tensorforge compile {args.model} "
           f"--target '{target}' --tuning-log {args.log} -o model.tfm")  # fmt: skip
@@ -93,26 +89,31 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
 
 
 @contextlib.contextmanager
-def _runner(name: str, args: argparse.Namespace, kind: str) -> Iterator[Any]:
-    from .compiler.autotune.measure import make_runner
+def _measurers(name: str, args: argparse.Namespace, kind: str) -> Iterator[tuple[Any, Any]]:
+    """(builder, runner): local worker pools, or both on a Dask cluster."""
+    from .compiler.autotune.measure import Builder, make_runner
 
-    backend = "cyclesim" if kind == "vta" else "local"
     if name != "cluster":
         options: dict[str, Any] = {"timeout": args.timeout}
         if name == "rtl":
             options["device_options"] = {"simulator": "verilator"}
-        with make_runner(name, **options) as r:
-            yield r
+        builder = Builder(args.parallel, timeout=args.timeout)
+        try:
+            with make_runner(name, **options) as runner:
+                yield builder, runner
+        finally:
+            builder.close()
         return
-    if not args.cluster or args.cluster == "local":
-        from .compiler.autotune.cluster import local_cluster
+    from .compiler.autotune.cluster import ClusterBuilder, local_cluster
 
-        with local_cluster() as address, make_runner("cluster", address=address,
-                                                     backend=backend) as r:  # fmt: skip
-            yield r
-        return
-    with make_runner("cluster", address=args.cluster, backend=backend) as r:
-        yield r
+    backend = "cyclesim" if kind == "vta" else "local"
+    with contextlib.ExitStack() as stack:
+        address = args.cluster
+        if not address or address == "local":
+            address = stack.enter_context(local_cluster())
+        runner = stack.enter_context(make_runner("cluster", address=address, backend=backend,
+                                                 timeout=args.timeout))  # fmt: skip
+        yield ClusterBuilder(runner.client, timeout=args.timeout), runner
 
 
 def _input_names(path: str) -> list[str]:

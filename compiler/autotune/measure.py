@@ -172,9 +172,15 @@ OnOutcome = Callable[[int, RunOutcome], None]
 def run_in_pool(pool: WorkerPool, artifacts: Sequence[Artifact], options: dict[str, Any],
                 timeout: float, on_outcome: OnOutcome | None) -> list[RunOutcome]:  # fmt: skip
     """`run_job` of each artifact on a worker pool, as outcomes."""
-    cb = None if on_outcome is None else (lambda k, j: on_outcome(k, outcome_of(j, "run")))
-    jobs = [(a, options) for a in artifacts]
-    return [outcome_of(j, "run") for j in pool.map(run_job, jobs, timeout, cb)]
+    outcomes: dict[int, RunOutcome] = {}
+
+    def ended(k: int, job: JobResult) -> None:
+        outcomes[k] = outcome_of(job, "run")
+        if on_outcome is not None:
+            on_outcome(k, outcomes[k])
+
+    pool.map(run_job, [(a, options) for a in artifacts], timeout, ended)
+    return [outcomes[k] for k in range(len(artifacts))]
 
 
 class Builder:
@@ -192,9 +198,7 @@ class Builder:
         jobs = [(task.to_json(), dict(v), seed) for v in configs]
         out = []
         for job in self._pool.map(build_job, jobs, self.timeout):
-            res = outcome_of(job, "build")
-            res.seconds = job.seconds
-            out.append((job.value if job.ok else None, res))
+            out.append((job.value if job.ok else None, outcome_of(job, "build")))
         return out
 
     def close(self) -> None:
@@ -305,7 +309,15 @@ def measure(
     seed: int = 0,
     on_result: Callable[[MeasureResult], None] | None = None,
 ) -> list[MeasureResult]:
-    """Build and run each config of `task`: one `MeasureResult` per config, in order."""
+    """Build and run each config of `task`: one `MeasureResult` per config, in order.
+
+    Raises:
+        ValueError: when the runner's cost unit is not the task's (e.g. timing accelerator
+            programs on a CPU runner).
+    """
+    if runner.unit != task.unit:
+        raise ValueError(f"runner {runner.name!r} measures {runner.unit}, but task "
+                         f"{task.template} is costed in {task.unit}")  # fmt: skip
     results: list[MeasureResult | None] = [None] * len(configs)
     todo = []
     for k, values in enumerate(configs):

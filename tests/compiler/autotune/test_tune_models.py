@@ -127,3 +127,13 @@ def test_cli_and_api_errors_are_clear(cnn, tmp_path, capsys):
         tensorforge.compile(str(cnn), tuning_log=bad)
     with pytest.raises(FileNotFoundError):
         tensorforge.compile(str(cnn), tuning_log=tmp_path / "missing.jsonl")
+
+
+def test_cli_tunes_on_a_local_dask_cluster(cnn, tmp_path, capsys):
+    pytest.importorskip("distributed")
+    log = tmp_path / "cluster.jsonl"
+    args = ["tune", str(cnn), "--cluster", "local", "--trials", "2", "--tuner", "random",
+            "--log", str(log), "--tasks", "0", "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    records = list(read_log(log))
+    assert len(records) == 2 and all(r["error"] == "" and r["cost"] > 0 for r in records)
