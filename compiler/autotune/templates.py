@@ -178,6 +178,98 @@ register(Template("x86.conv2d_nchwc", "llvm", "s", _conv_space, _conv_build, _co
                   _conv_lower))  # fmt: skip
 
 
+# ---- x86 depthwise conv2d (the graph layer's own lowering) -------------------------------------
+
+
+def _dw_graph(wl: dict, weight: np.ndarray) -> Any:
+    from ..graph import GraphBuilder
+    from ..graph.passes import optimize
+
+    b = GraphBuilder("depthwise")
+    x = b.add_input("x", (wl["n"], wl["c"], wl["h"], wl["w"]), str(wl["dtype"]))
+    w = b.add_constant("w", weight)
+    pads = list(wl["pads"])
+    attrs = {"group": int(wl["c"]), "pads": tuple(pads), "strides": tuple(wl["strides"]),
+             "dilations": tuple(wl["dil"])}  # fmt: skip
+    (y,) = b.add_node("Conv", [x, w], attrs)
+    return optimize(b.build([y]))
+
+
+def _dw_kernel(wl: dict, values: dict, weight: np.ndarray) -> tuple[Any, Any]:
+    """(graph, kernel) of the one-node depthwise graph lowered with these knob values."""
+    from ..graph.lower_te import lower_group
+    from .dispatch import ApplyBest, workload_key
+
+    graph = _dw_graph(wl, weight)
+    (group,) = graph.groups
+    with ApplyBest({workload_key("x86.depthwise_conv2d", wl): dict(values)}) as ctx:
+        kernel = lower_group(graph, group)
+    if not ctx.applied:
+        raise RuntimeError(f"the graph did not lower {wl} as x86.depthwise_conv2d")
+    return graph, kernel
+
+
+def _dw_weight(wl: dict, seed: int) -> np.ndarray:
+    return _random(_rng(seed + 1), (int(wl["c"]), 1, int(wl["r"]), int(wl["s"])), wl["dtype"])
+
+
+def _dw_lower(wl: dict, values: dict, target: str) -> Any:
+    from ..tir import lower
+
+    _, kernel = _dw_kernel(wl, values, _dw_weight(wl, 0))
+    return lower(kernel.schedule, kernel.args, name="tuned_depthwise")
+
+
+def depthwise_numpy(
+    x: np.ndarray, w: np.ndarray, pads: list, strides: list, dil: list
+) -> np.ndarray:
+    """Depthwise NCHW convolution with `w` of shape (C, 1, R, S) (float64): the oracle."""
+    top, left, bottom, right = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    _, _, r, s = w.shape
+    oh = (xp.shape[2] - dil[0] * (r - 1) - 1) // strides[0] + 1
+    ow = (xp.shape[3] - dil[1] * (s - 1) - 1) // strides[1] + 1
+    out = np.zeros((x.shape[0], x.shape[1], oh, ow))
+    for y in range(r):
+        for xx in range(s):
+            y0, x0 = y * dil[0], xx * dil[1]
+            patch = xp[:, :, y0 : y0 + strides[0] * (oh - 1) + 1 : strides[0],
+                       x0 : x0 + strides[1] * (ow - 1) + 1 : strides[1]]  # fmt: skip
+            out += patch * w[None, :, 0, y, xx, None, None]
+    return out
+
+
+def _dw_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..tir import lower
+
+    weight = _dw_weight(wl, seed)
+    graph, kernel = _dw_kernel(wl, values, weight)
+    x = _random(_rng(seed), (wl["n"], wl["c"], wl["h"], wl["w"]), wl["dtype"])
+    values_of = {"x": x, **graph.constants, **kernel.constants}
+    inputs = [np.ascontiguousarray(values_of[p]) for p in kernel.params]
+    expected = depthwise_numpy(x, weight, wl["pads"], wl["strides"], wl["dil"])
+    func = lower(kernel.schedule, kernel.args, name="tuned_depthwise")
+    return _llvm_artifact(func, target, inputs, expected.astype(wl["dtype"]), wl["dtype"],
+                          int(wl["r"]) * int(wl["s"]))  # fmt: skip
+
+
+def _dw_space(wl: dict) -> Any:
+    from ..graph.strategy.nn import depthwise_space
+
+    return depthwise_space(wl)
+
+
+def _dw_flops(wl: dict) -> int:
+    oh = wl["h"] + wl["pads"][0] + wl["pads"][2] - wl["dil"][0] * (wl["r"] - 1) - 1
+    ow = wl["w"] + wl["pads"][1] + wl["pads"][3] - wl["dil"][1] * (wl["s"] - 1) - 1
+    oh, ow = oh // wl["strides"][0] + 1, ow // wl["strides"][1] + 1
+    return 2 * wl["n"] * wl["c"] * oh * ow * wl["r"] * wl["s"]
+
+
+register(Template("x86.depthwise_conv2d", "llvm", "s", _dw_space, _dw_build, _dw_flops,
+                  _dw_lower))  # fmt: skip
+
+
 # ---- the accelerator's conv2d and dense ----------------------------------------------------------
 
 _VTA_SHAPE = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pad_h", "pad_w",

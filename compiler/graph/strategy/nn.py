@@ -9,12 +9,14 @@ average pooling, reductions, LayerNormalization) are computes written here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ... import te
 from ...autotune.dispatch import query as autotune_query
+from ...autotune.space import ConfigSpace, Knob
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
@@ -47,6 +49,27 @@ Result = tuple[Schedule, list[Tensor]]
 FLOATS = ("float32", "float64")
 
 
+@dataclass(frozen=True)
+class ReduceConfig:
+    """The knobs of `reduce_kernel` (the schedule of depthwise convolutions and other
+    reductions): vector lanes along the last axis, thread-pool use (for stages of at least 2048
+    elements), and unrolling the innermost reduction axis (the kernel's taps)."""
+
+    lanes: int = 16
+    parallel: bool = True
+    unroll_taps: bool = False
+
+
+def depthwise_space(wl: dict[str, Any]) -> ConfigSpace:
+    """The config space of a depthwise conv2d (the `x86.depthwise_conv2d` template): the
+    `ReduceConfig` knobs; the default point is `ReduceConfig()`, today's schedule."""
+    knobs = [Knob("lanes", (4, 8, 16, 32)), Knob("parallel", (True, False)),
+             Knob("unroll_taps", (False, True))]  # fmt: skip
+    d = ReduceConfig()
+    default = {"lanes": d.lanes, "parallel": d.parallel, "unroll_taps": d.unroll_taps}
+    return ConfigSpace("x86.depthwise_conv2d", knobs, default)
+
+
 def _attrs(node: Node) -> dict[str, Any]:
     return get_op(node.op).full_attrs(node)
 
@@ -63,26 +86,31 @@ def reduce_kernel(
     tail: Tail,
     post: Callable[[Any, Index], Any] | None = None,
     extra: Sequence[Tensor] = (),
+    config: ReduceConfig | None = None,
 ) -> Result:
     """A reduction stage plus the elementwise result (post-processing, then the tail), computed
     row by row: the reduction at each output row, its last axis in vector lanes; `extra` stages
-    (padding) run first, at the root."""
+    (padding) run first, at the root. `config`: the knobs (default `ReduceConfig()`)."""
+    config = config or ReduceConfig()
     out = red
     if post is not None or tail.nodes:
         post = post or (lambda v, i: v)
         out = te.compute(red.shape, lambda *i: tail.epilogue(post(red[i], i), i), name="out")
     s = te.create_schedule(out.op)
+    threshold = 2048 if config.parallel else 1 << 62
     for stage in extra:
-        schedule_rows(s, stage)
-    row = schedule_rows(s, out)
+        schedule_rows(s, stage, config.lanes, threshold)
+    row = schedule_rows(s, out, config.lanes, threshold)
     if out is not red and row is not None:
         s[red].compute_at(s[out], row)
         s[red].set_scope("local")
     last = red.op.axis[-1]
     if red.shape[-1] > 1 and (out is red or row is not None):
-        xo, xi = s[red].split(last, factor=16)
+        xo, xi = s[red].split(last, factor=config.lanes)
         s[red].reorder(xo, *red.op.reduce_axis, xi)
         s[red].vectorize(xi)
+        if config.unroll_taps and red.op.reduce_axis:
+            s[red].unroll(red.op.reduce_axis[-1])
     return s, [out]
 
 
@@ -254,7 +282,17 @@ def _conv_generic(
     red = te.compute(shape, body, name="conv")
     bias = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     post = (lambda v, i: v + bias((i[1],))) if bias is not None else None
-    return reduce_kernel(red, tail, post, extra)
+    config = None
+    if per_group == 1 and cg == 1 and group > 1:  # depthwise: a tunable template
+        ends = [max(0, (o - 1) * st + (k_ - 1) * d + 1 - n_ - p)  # the padding used after
+                for o, st, k_, d, n_, p in zip(shape[2:], strides, (r, s), dil, (h, wd), pads,
+                                               strict=True)]  # fmt: skip
+        wl = {"n": x.shape[0], "c": x.shape[1], "h": h, "w": wd, "r": r, "s": s,
+              "pads": [int(p) for p in [*pads, *ends]], "strides": [int(v) for v in strides],
+              "dil": [int(v) for v in dil], "dtype": x.dtype}  # fmt: skip
+        values = autotune_query("x86.depthwise_conv2d", wl)
+        config = ReduceConfig(**values) if values is not None else None
+    return reduce_kernel(red, tail, post, extra, config)
 
 
 # ---- dense and matmul ---------------------------------------------------------------------------

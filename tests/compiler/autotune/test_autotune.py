@@ -191,6 +191,15 @@ def test_measure_checks_every_config_against_numpy_and_reports_failures(builder,
     assert r.error == "build_error" and r.cost is None and "complex64" in r.message
 
 
+def test_every_depthwise_config_computes_what_numpy_does(builder, local):
+    wl = {"n": 1, "c": 8, "h": 9, "w": 11, "r": 3, "s": 3, "pads": [1, 1, 0, 1],
+          "strides": [2, 2], "dil": [1, 1], "dtype": "float32"}  # fmt: skip
+    task = Task("x86.depthwise_conv2d", wl, "llvm")
+    results = measure(task, [c.values for c in task.space], builder, local)
+    assert len(results) == 16 and all(r.ok for r in results), [r.message for r in results]
+    assert task.describe() == "x86.depthwise_conv2d 8x9x11 3x3 s2"
+
+
 def test_cyclesim_costs_are_deterministic_and_the_output_is_checked(builder, cyclesim):
     task = Task("vta.conv2d", TINY_CONV, "vta -config=tiny")
     configs = [c.values for c in task.space][:6]

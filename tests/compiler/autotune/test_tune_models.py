@@ -16,7 +16,7 @@ from tensorforge.compiler.autotune.driver import extract_tasks, tune_tasks
 from tensorforge.compiler.autotune.log import TuningLog, read_log
 from tensorforge.compiler.autotune.measure import Builder, LocalRunner, MeasureResult, SimRunner
 from tensorforge.compiler.autotune.task import TaskError
-from tensorforge.compiler.frontend.onnx_builders import small_cnn
+from tensorforge.compiler.frontend.onnx_builders import mobilenet_v2_block, small_cnn
 from tensorforge.digits import load_digits_assets
 
 
@@ -71,6 +71,25 @@ def test_a_logged_config_is_the_one_compiled(cnn, tmp_path):
     (want,) = ort.InferenceSession(str(cnn)).run(None, {"x": x})
     np.testing.assert_allclose(module.run({"x": x})[module.outputs[0]], want, rtol=1e-4,
                                atol=1e-5)  # fmt: skip
+
+
+def test_depthwise_convolutions_are_tasks_and_their_configs_apply(tmp_path):
+    model = _bytes(mobilenet_v2_block())
+    tasks = extract_tasks(model, "llvm")
+    dw = [t for t in tasks if t.template == "x86.depthwise_conv2d"]
+    assert len(dw) == 2  # one stride-1 and one stride-2 depthwise 3x3
+    log = tmp_path / "dw.jsonl"
+    with TuningLog(log) as out:
+        for t in dw:
+            values = {"lanes": 4, "parallel": False, "unroll_taps": True}
+            out.write(t, MeasureResult(values, 1e-6, [1e-6]), 0)
+    module = tensorforge.compile(model, tuning_log=log)
+    assert module.stats["tuning"]["applied"] == 2
+    name = ort.InferenceSession(model).get_inputs()[0].name
+    x = np.random.default_rng(2).standard_normal((1, 16, 28, 28)).astype(np.float32)
+    (want,) = ort.InferenceSession(model).run(None, {name: x})
+    np.testing.assert_allclose(module.run({name: x})[module.outputs[0]], want, rtol=1e-4,
+                               atol=1e-4)  # fmt: skip
 
 
 def test_accelerator_model_tuned_on_the_cycle_model_is_bit_exact_and_not_slower(builder, tmp_path):
