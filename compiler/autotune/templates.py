@@ -114,7 +114,7 @@ def _conv_out(wl: dict) -> tuple[int, int]:
 def _conv_space(wl: dict) -> Any:
     from ..topi.x86.conv2d import config_space
 
-    return config_space(int(wl["c"]), int(wl["k"]), _conv_out(wl))
+    return config_space(int(wl["c"]), int(wl["k"]), _conv_out(wl), int(wl["pad"]))
 
 
 def _conv_lower(wl: dict, values: dict, target: str) -> Any:

@@ -167,11 +167,13 @@ def default_config(channels: int, filters: int, out_hw: tuple[int, ...]) -> Conv
 MAX_TILE = 512
 
 
-def config_space(channels: int, filters: int, out_hw: tuple[int, ...]) -> ConfigSpace:
+def config_space(
+    channels: int, filters: int, out_hw: tuple[int, ...], padding: int = 0
+) -> ConfigSpace:
     """The knobs a tuner searches for one conv2d (TVM's x86 NCHWc template): input- and
     output-channel blocks (divisors of the channels), output columns per register tile, whether
-    the input is copied to the blocked layout, and thread-pool use. The default point is
-    `default_config`."""
+    the input is copied to the blocked layout (always, with padding: then a single choice),
+    and thread-pool use. The default point is `default_config`."""
     ow = out_hw[1]
     regs = sorted({d for d in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16) if d <= ow}
                   | {default_config(channels, filters, out_hw).reg_n})  # fmt: skip
@@ -179,7 +181,7 @@ def config_space(channels: int, filters: int, out_hw: tuple[int, ...]) -> Config
         Knob("ic_bn", divisors(channels, 64)),
         Knob("oc_bn", divisors(filters, 64)),
         Knob("reg_n", tuple(regs)),
-        Knob("pack_data", (False, True)),
+        Knob("pack_data", (False, True) if padding == 0 else (False,)),
         Knob("parallel", (True, False)),
     ]
 
