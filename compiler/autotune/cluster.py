@@ -59,12 +59,10 @@ from .measure import (
     OnOutcome,
     Runner,
     RunOutcome,
-    build_job,
-    outcome_of,
-    run_job,
+    run_in_pool,
 )
 from .pool import JobResult
-from .task import Artifact, Task
+from .task import Artifact
 
 #: the backends a cluster runner measures on, and the unit of each one's costs
 BACKENDS = {"cyclesim": "cycles", "rtl": "cycles", "local": "s"}
@@ -349,16 +347,7 @@ class ClusterRunner(Runner):
         self, artifacts: Sequence[Artifact], on_outcome: OnOutcome | None = None
     ) -> list[RunOutcome]:
         """One outcome per artifact, in order; `on_outcome(k, outcome)` as each one ends."""
-        outcomes: dict[int, RunOutcome] = {}
-
-        def ended(k: int, job: JobResult) -> None:
-            outcomes[k] = outcome_of(job, "run")
-            if on_outcome:
-                on_outcome(k, outcomes[k])
-
-        jobs = [(a, self.options) for a in artifacts]
-        self._cluster.map(run_job, jobs, self.timeout, ended)
-        return [outcomes[k] for k in range(len(artifacts))]
+        return run_in_pool(self._cluster, artifacts, self.options, self.timeout, on_outcome)
 
     def close(self) -> None:
         """Close the connection to the scheduler (unless the caller passed the client in)."""
@@ -379,9 +368,11 @@ class ClusterBuilder(Builder):
     def __init__(
         self, address: Any = None, timeout: float = 60.0, connect_timeout: float = 10.0
     ) -> None:
-        # Builder's worker pool is not wanted here: its __init__ is not called.
+        # Builder's local worker pool is not wanted: its __init__ is not called, and the
+        # cluster takes the pool's place (the same `map`).
         self.timeout = float(timeout)
         self._cluster = _Cluster(address, connect_timeout)
+        self._pool = self._cluster  # type: ignore[assignment]
 
     @property
     def n_parallel(self) -> int:  # type: ignore[override]
@@ -392,16 +383,6 @@ class ClusterBuilder(Builder):
     def client(self) -> Any:
         """The `distributed.Client` in use."""
         return self._cluster.client
-
-    def build(
-        self, task: Task, configs: Sequence[dict[str, Any]], seed: int = 0
-    ) -> list[tuple[Artifact | None, RunOutcome]]:
-        """(artifact, outcome) per config; the outcome carries the error of a failed build."""
-        jobs = [(task.to_json(), dict(v), seed) for v in configs]
-        out = []
-        for job in self._cluster.map(build_job, jobs, self.timeout):
-            out.append((job.value if job.ok else None, outcome_of(job, "build")))
-        return out
 
     def close(self) -> None:
         """Close the connection to the scheduler (unless the caller passed the client in)."""

@@ -228,7 +228,24 @@ class Runner:
         self.close()
 
 
-class LocalRunner(Runner):
+class PoolRunner(Runner):
+    """A runner whose runs go to a pool of local worker processes (`run_job` with `options`)."""
+
+    def __init__(self, n: int, options: dict[str, Any], timeout: float,
+                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.options, self.timeout = options, timeout
+        self._pool = WorkerPool(n, env)
+
+    def run(
+        self, artifacts: Sequence[Artifact], on_outcome: OnOutcome | None = None
+    ) -> list[RunOutcome]:
+        return run_in_pool(self._pool, artifacts, self.options, self.timeout, on_outcome)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class LocalRunner(PoolRunner):
     """Wall time on this CPU: `repeat` timings of `number` calls each (`number` 0: as many as
     last `min_repeat_ms`), one artifact at a time in a worker process.
 
@@ -241,20 +258,11 @@ class LocalRunner(Runner):
     def __init__(self, number: int = 0, repeat: int = 3, min_repeat_ms: float = 50,
                  timeout: float = 30.0, threads: int | None = None) -> None:  # fmt: skip
         env = {"TF_NUM_THREADS": str(threads)} if threads else {}
-        self.options = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms}
-        self.timeout = timeout
-        self._pool = WorkerPool(1, env)
-
-    def run(
-        self, artifacts: Sequence[Artifact], on_outcome: OnOutcome | None = None
-    ) -> list[RunOutcome]:
-        return run_in_pool(self._pool, artifacts, self.options, self.timeout, on_outcome)
-
-    def close(self) -> None:
-        self._pool.close()
+        options = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms}
+        super().__init__(1, options, timeout, env)
 
 
-class SimRunner(Runner):
+class SimRunner(PoolRunner):
     """Cycles of the accelerator on a device backend: "cyclesim" (the cycle-accurate model;
     runs in parallel, deterministic) or "rtl" (the exported Verilog; `device_options` such as
     ``{"simulator": "verilator"}`` go to the backend)."""
@@ -271,18 +279,9 @@ class SimRunner(Runner):
         if backend not in ("cyclesim", "rtl"):
             raise ValueError(f"SimRunner backend must be cyclesim or rtl, not {backend!r}")
         self.name = backend
-        self.options = {"backend": backend, "device_options": dict(device_options or {})}
-        self.timeout = timeout
+        options = {"backend": backend, "device_options": dict(device_options or {})}
         n = n_parallel or (max(1, min(4, os.cpu_count() or 1)) if backend == "cyclesim" else 1)
-        self._pool = WorkerPool(n)
-
-    def run(
-        self, artifacts: Sequence[Artifact], on_outcome: OnOutcome | None = None
-    ) -> list[RunOutcome]:
-        return run_in_pool(self._pool, artifacts, self.options, self.timeout, on_outcome)
-
-    def close(self) -> None:
-        self._pool.close()
+        super().__init__(n, options, timeout)
 
 
 RUNNERS = ("local", "cyclesim", "rtl", "cluster")

@@ -163,16 +163,7 @@ def dense(
         )
     acc_dtype = out_dtype or ("int32" if data.dtype in ("int8", "uint8") else data.dtype)
     packed = _pack(weight, n, k, config.bn, weight_layout == "NK")
-    rk = te.reduce_axis((0, k), "k")
-    bn = config.bn
-    acc = te.compute(
-        (m, n),
-        lambda i, j: te.sum(
-            data[i, rk].astype(acc_dtype) * packed[j // bn, rk, j % bn].astype(acc_dtype),
-            axis=rk,
-        ),
-        name="acc",
-    )
+    acc = _panel_product(data, packed, n, acc_dtype)
     out = acc
     if bias is not None or epilogue is not None:
 
@@ -185,6 +176,20 @@ def dense(
     return DenseOp(args, packed, acc, out)
 
 
+def _panel_product(data: Tensor, packed: Tensor, n: int, acc_dtype: str) -> Tensor:
+    """`acc[m, j] = sum_k data[m, k] * packed[j // bn, k, j % bn]`, accumulated in `acc_dtype`."""
+    _, k, bn = packed.shape
+    rk = te.reduce_axis((0, k), "k")
+    return te.compute(
+        (data.shape[0], n),
+        lambda i, j: te.sum(
+            data[i, rk].astype(acc_dtype) * packed[j // bn, rk, j % bn].astype(acc_dtype),
+            axis=rk,
+        ),
+        name="acc",
+    )
+
+
 def dense_prepacked(
     data: Tensor, panels: Tensor, n: int, epilogue: Epilogue | None = None
 ) -> DenseOp:
@@ -193,18 +198,9 @@ def dense_prepacked(
     parameter: inline it after scheduling (`s[op.packed].compute_inline()`)."""
     integer = data.dtype in ("int8", "int16", "int32", "uint8")
     acc_dtype = "int32" if integer else data.dtype
-    _, k, bn = panels.shape
-    packed = te.compute(panels.shape, lambda a, b, c: panels[a, b, c], name="packed")
-    rk = te.reduce_axis((0, k), "k")
     m = data.shape[0]
-    acc = te.compute(
-        (m, n),
-        lambda i, j: te.sum(
-            data[i, rk].astype(acc_dtype) * packed[j // bn, rk, j % bn].astype(acc_dtype),
-            axis=rk,
-        ),
-        name="acc",
-    )
+    packed = te.compute(panels.shape, lambda a, b, c: panels[a, b, c], name="packed")
+    acc = _panel_product(data, packed, n, acc_dtype)
     out = acc
     if epilogue is not None:
         out = te.compute((m, n), lambda i, j: epilogue(acc[i, j], i, j), name="out")
