@@ -280,3 +280,28 @@ def test_grid_search_finds_the_true_optimum_and_tuners_never_repeat(builder, cyc
         assert resumed.load_history(read_log(log)) == 12
         resumed.tune(16, builder, cyclesim, batch_size=4)
         assert len(resumed.trials) == 16 and len({i for i, _ in resumed.trials}) == 16
+
+
+class _InterruptedRunner(SimRunner):
+    """Delivers the first outcome of a batch, then is interrupted (Ctrl-C mid batch)."""
+
+    def run(self, artifacts, on_outcome=None):
+        def first_only(k, outcome):
+            on_outcome(k, outcome)
+            raise KeyboardInterrupt
+
+        return super().run(artifacts[:1], first_only)
+
+
+def test_ctrl_c_mid_batch_keeps_the_finished_trials(builder, tmp_path):
+    task = Task("vta.conv2d", TINY_CONV, "vta -config=tiny")
+    log = tmp_path / "interrupted.jsonl"
+    tuner = RandomTuner(task, seed=5)
+    with _InterruptedRunner("cyclesim", n_parallel=1) as runner, TuningLog(log) as out:
+        with pytest.raises(KeyboardInterrupt):
+            tuner.tune(20, builder, runner, batch_size=4, log=out)
+    (rec,) = list(read_log(log))  # the one trial that finished is logged and recorded
+    assert rec["error"] == "" and rec["cost"] > 0
+    assert len(tuner.trials) == 1 and tuner.best_cost == rec["cost"]
+    resumed = RandomTuner(task, seed=6)
+    assert resumed.load_history(read_log(log)) == 1
