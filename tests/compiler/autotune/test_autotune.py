@@ -305,3 +305,20 @@ def test_ctrl_c_mid_batch_keeps_the_finished_trials(builder, tmp_path):
     assert len(tuner.trials) == 1 and tuner.best_cost == rec["cost"]
     resumed = RandomTuner(task, seed=6)
     assert resumed.load_history(read_log(log)) == 1
+
+
+@pytest.mark.rtl
+def test_rtl_runner_counts_the_cycles_of_the_cycle_model_with_the_ram_timing(builder, icarus):
+    from tensorforge.runtime.device.vta.rtl import matched_timing
+
+    task = Task("vta.conv2d", {**TINY_CONV, "h": 4, "w": 4}, "vta -config=tiny")
+    configs = [c.values for c in task.space][:2]
+    timing = {"timing": matched_timing(HWConfig.preset("tiny"))}
+    with (
+        SimRunner("cyclesim", n_parallel=1, device_options=timing) as model,
+        SimRunner("rtl", timeout=600, device_options={"simulator": icarus}) as rtl,
+    ):
+        want = [r.cost for r in measure(task, configs, builder, model)]
+        got = measure(task, configs, builder, rtl)
+    assert all(r.ok for r in got), [r.message for r in got]
+    assert [r.cost for r in got] == want
