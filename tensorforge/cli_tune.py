@@ -48,9 +48,13 @@ def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: A
 
 def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
     if args.plot:
+        if args.model:
+            raise ValueError(f"--plot draws a log and takes no MODEL, not {args.model!r}")
         return _plot(args)
     if not args.model:
         raise ValueError("tune needs a MODEL (or --plot LOG)")
+    _check_options(args)
+    picks = _parse_tasks(args.tasks)
     from .compiler.autotune.driver import extract_tasks, tune_tasks
     from .compiler.target import Target
 
@@ -66,8 +70,8 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
         if not tasks:
             print(f"{args.model}: no tunable operators for target {str(target)!r}")
         return 0
-    tasks = _select(tasks, args.tasks)
-    runner_name = "cluster" if args.cluster else args.runner
+    tasks = _select(tasks, picks)
+    runner_name = "cluster" if args.cluster is not None else args.runner
     runner_name = runner_name or ("cyclesim" if target.kind == "vta" else "local")
     if target.kind == "llvm" and runner_name in ("cyclesim", "rtl"):
         raise ValueError(f"--runner {runner_name} measures accelerator tasks, not llvm ones")
@@ -127,13 +131,42 @@ def _input_names(path: str) -> list[str]:
     return [v.name for v in proto.graph.input if v.name not in weights]
 
 
-def _select(tasks: list[Any], spec: str | None) -> list[Any]:
-    if not spec:
-        return tasks
+def _check_options(args: argparse.Namespace) -> None:
+    """Reject numbers that would tune nothing, wait forever or fail every trial, at once."""
+    import math
+
+    counts = {"--trials": args.trials, "--batch": args.batch, "--parallel": args.parallel,
+              "--early-stopping": args.early_stopping}  # fmt: skip
+    for flag, value in counts.items():
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be at least 1, not {value}")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise ValueError(
+            f"--timeout must be a positive, finite number of seconds, not {args.timeout:g}"
+        )
+    if args.cluster is not None and not args.cluster.strip():
+        raise ValueError("--cluster needs a scheduler address (tcp://host:8786) or 'local'")
+
+
+def _parse_tasks(spec: str | None) -> list[int] | None:
+    """--tasks 0,3 -> [0, 3] (None: every task)."""
+    if spec is None:
+        return None
     try:
         picks = [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--tasks must be task numbers like 0,3, not {spec!r}") from None
+    if not picks:
+        raise ValueError(f"--tasks must name at least one task number, like 0,3, not {spec!r}")
+    repeated = sorted({k for k in picks if picks.count(k) > 1})
+    if repeated:
+        raise ValueError(f"--tasks names tasks {repeated} more than once")
+    return picks
+
+
+def _select(tasks: list[Any], picks: list[int] | None) -> list[Any]:
+    if picks is None:
+        return tasks
     bad = [k for k in picks if not 0 <= k < len(tasks)]
     if bad:
         raise ValueError(f"--tasks {bad} out of range: the model has tasks 0..{len(tasks) - 1}")
@@ -165,9 +198,12 @@ def _print_summary(summaries: list[Any]) -> None:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .compiler.autotune.log import read_log
+    from .compiler.autotune.log import load_records
     from .compiler.autotune.plot import plot_log
 
-    path = plot_log(list(read_log(args.plot)), args.output, title=f"tuning curves: {args.plot}")
+    records = load_records(args.plot)
+    if not any(not r.get("error") and r.get("cost") is not None for r in records):
+        raise ValueError(f"{args.plot}: no successful trial to plot (of {len(records)} trials)")
+    path = plot_log(records, args.output, title=f"tuning curves: {args.plot}")
     print(f"wrote {path}")
     return 0

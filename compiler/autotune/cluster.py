@@ -59,6 +59,7 @@ from .measure import (
     OnOutcome,
     Runner,
     RunOutcome,
+    check_seconds,
     run_in_pool,
 )
 from .pool import JobResult
@@ -90,6 +91,20 @@ def _distributed() -> ModuleType:
     return distributed
 
 
+def _close_failed_client(exc: BaseException, client_type: type) -> None:
+    """Close the client a failed `Client(...)` left half made (in its constructor's frame):
+    left to the garbage collector, it would wait at exit for its stopped event loop and then
+    print a traceback."""
+    tb = exc.__traceback__
+    while tb is not None:
+        client = tb.tb_frame.f_locals.get("self")
+        if isinstance(client, client_type):
+            with contextlib.suppress(Exception):
+                client.close(timeout=1)
+            return
+        tb = tb.tb_next
+
+
 class _Cluster:
     """A connection to a Dask scheduler and the fan-out loop shared by runners and builders.
 
@@ -102,9 +117,7 @@ class _Cluster:
 
     def __init__(self, address: Any, connect_timeout: float) -> None:
         distributed = _distributed()
-        self.connect_timeout = float(connect_timeout)
-        if self.connect_timeout <= 0:
-            raise ValueError(f"connect_timeout must be positive, not {connect_timeout!r}")
+        self.connect_timeout = check_seconds("connect_timeout", connect_timeout)
         self._owned = False
         if address is None:
             try:
@@ -130,14 +143,21 @@ class _Cluster:
                 f"not {type(address).__name__}"
             )
         self.address = address
+        t0 = time.perf_counter()
         try:
             self.client = distributed.Client(
                 address, timeout=self.connect_timeout, set_as_default=False
             )
         except Exception as exc:  # noqa: BLE001 - OSError, ValueError, a non-Dask server's bytes
+            _close_failed_client(exc, distributed.Client)
+            if time.perf_counter() - t0 >= self.connect_timeout:
+                what = f"the Dask scheduler at {address} does not answer within "
+                what += f"{self.connect_timeout:g} s"
+            else:
+                what = f"cannot reach a Dask scheduler at {address}"
             raise ClusterError(
-                f"the Dask scheduler at {address} does not answer within "
-                f"{self.connect_timeout:g} s ({type(exc).__name__}: {exc})"
+                f"{what} ({type(exc).__name__}: {exc}); give its address as tcp://host:8786, or "
+                "'local'"
             ) from exc
         self._owned = True
 
@@ -330,7 +350,8 @@ class ClusterRunner(Runner):
             self.options = {"backend": backend, "device_options": dict(device_options or {})}
         self.backend = backend
         self.unit = BACKENDS[backend]
-        self.timeout = DEFAULT_TIMEOUT[backend] if timeout is None else float(timeout)
+        self.timeout = DEFAULT_TIMEOUT[backend] if timeout is None else timeout
+        self.timeout = check_seconds("ClusterRunner timeout", self.timeout)
         self._cluster = _Cluster(address, connect_timeout)
 
     @property
@@ -370,7 +391,7 @@ class ClusterBuilder(Builder):
     ) -> None:
         # Builder's local worker pool is not wanted: its __init__ is not called, and the
         # cluster takes the pool's place (the same `map`).
-        self.timeout = float(timeout)
+        self.timeout = check_seconds("ClusterBuilder timeout", timeout)
         self._cluster = _Cluster(address, connect_timeout)
         self._pool = self._cluster  # type: ignore[assignment]
 

@@ -27,10 +27,10 @@ from typing import Any
 from tqdm import tqdm
 
 from .dispatch import TaskRecorder
-from .log import LogWarning, TuningLog, read_log
+from .log import TuningLog, load_records
 from .measure import Builder, MeasureResult, Runner
-from .task import Task, get_template
-from .tuner import Tuner, make_tuner
+from .task import Task, TaskError, get_template
+from .tuner import Tuner, check_budget, make_tuner
 
 
 def extract_tasks(
@@ -57,7 +57,10 @@ def extract_tasks(
     for key, count in rec.counts.most_common():
         template, workload = rec.workloads[key]
         if get_template(template).kind == tgt.kind:
-            tasks.append(Task(template, workload, str(tgt), weight=count))
+            try:
+                tasks.append(Task(template, workload, str(tgt), weight=count))
+            except TaskError as exc:  # e.g. sizes beyond the template's bounds: keeps its default
+                warnings.warn(f"not tuned (it keeps its default config): {exc}", stacklevel=2)
     return tasks
 
 
@@ -100,7 +103,12 @@ def tune_tasks(
     Trials already in `log` for a task count toward its budget (resume); with the xgb tuner,
     the log's trials of other tasks warm-start the cost model (transfer learning).
     A KeyboardInterrupt stops tuning; every finished trial is already in the log.
+
+    Raises:
+        ValueError: `n_trial`, `batch_size` or `early_stopping` is less than 1, or `log` exists
+            but is not a tuning log (it is never appended to then).
     """
+    check_budget(n_trial, batch_size, early_stopping)
     history = _history(log)
     summaries = []
     out = TuningLog(log) if log is not None else None
@@ -150,14 +158,14 @@ def _count(s: TaskSummary, results: Sequence[MeasureResult]) -> None:
 
 
 def _history(log: str | Path | None) -> list[dict[str, Any]]:
+    """The records of the log to resume from (a file that is not a tuning log is an error: it
+    is never appended to)."""
     if log is None or not Path(log).exists():
         return []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", LogWarning)
-        records = list(read_log(log))
-    for w in caught:  # re-issue once each, so the user sees which lines were skipped
-        warnings.warn(str(w.message), LogWarning, stacklevel=3)
-    return records
+    try:
+        return load_records(log)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; give the log another path") from None
 
 
 def _logged_default(task: Task, history: list[dict[str, Any]]) -> float | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import warnings
@@ -30,14 +31,27 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .dispatch import workload_key
 from .measure import ERRORS, MeasureResult
-from .task import Task, TaskError
+from .task import Task, TaskError, get_template
 
 FORMAT = "tensorforge-tune/1"
 
 
 class LogWarning(UserWarning):
     """A line of a tuning log that could not be read (skipped)."""
+
+
+class Record(dict):
+    """A trial record read from a log: a dict that also knows where it was read, `where`
+    ("path:line"), for the warnings of whoever skips it later."""
+
+    where: str = "a tuning record"
+
+
+def where(rec: Any) -> str:
+    """Where a record was read ("path:line"), for messages."""
+    return getattr(rec, "where", "a tuning record")
 
 
 def machine() -> str:
@@ -79,16 +93,23 @@ def record(task: Task, result: MeasureResult, trial: int, tuner: str = "") -> di
 
 
 class TuningLog:
-    """Appends records to a JSON-lines file (created with its folder when missing)."""
+    """Appends records to a JSON-lines file (created with its folder when missing). A last line
+    cut off by a crash is ended first, so the next record starts a line of its own."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._file = open(self.path, "a+b")  # noqa: SIM115
+        if self._file.tell() > 0:
+            self._file.seek(-1, os.SEEK_END)
+            if self._file.read(1) != b"\n":
+                self._file.write(b"\n")
+                self._file.flush()
 
     def write(self, task: Task, result: MeasureResult, trial: int, tuner: str = "") -> None:
-        self._file.write(json.dumps(record(task, result, trial, tuner)) + "\n")
+        line = json.dumps(record(task, result, trial, tuner)) + "\n"
+        self._file.write(line.encode("utf-8"))
         self._file.flush()
 
     def close(self) -> None:
@@ -104,6 +125,24 @@ class TuningLog:
 _REQUIRED = {"task": str, "template": str, "workload": dict, "target": str, "config": dict}
 
 
+#: optional fields and their types
+_OPTIONAL = {"message": str, "tuner": str, "unit": str}
+
+
+def valid_cost(x: Any) -> bool:
+    """Whether `x` is a cost a trial can have: a positive finite number (not a bool)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _known(template: str) -> bool:
+    """Whether this version has the template (records of others are checked by `load_best`)."""
+    try:
+        get_template(template)
+    except TaskError:
+        return False
+    return True
+
+
 def _check(rec: Any) -> str | None:
     """Why a parsed line is not a trial record (None when it is)."""
     if not isinstance(rec, dict):
@@ -112,18 +151,37 @@ def _check(rec: Any) -> str | None:
         return f"format must be {FORMAT!r}, not {rec.get('format')!r}"
     for key, kind in _REQUIRED.items():
         if not isinstance(rec.get(key), kind):
-            return f"field {key!r} must be a {kind.__name__}"
+            return f"field {key!r} must be a {kind.__name__}, not {rec.get(key)!r:.80}"
+    for key, kind in _OPTIONAL.items():
+        if key in rec and not isinstance(rec[key], kind):
+            return f"field {key!r} must be a {kind.__name__}, not {rec[key]!r:.80}"
+    if not rec["target"].strip():
+        return f"field 'target' must name a target such as 'llvm', not {rec['target']!r}"
+    if _known(rec["template"]):  # records of unknown templates are load_best's error
+        if rec["task"] != workload_key(rec["template"], rec["workload"]):
+            return f"field 'task' {rec['task']!r:.80} is not the key of its template and workload"
+        kind = get_template(rec["template"]).kind
+        if rec["target"].split()[0] != kind:
+            return f"target {rec['target']!r:.40} is not of its template's kind, {kind}"
     cost = rec.get("cost")
-    if cost is not None and (not isinstance(cost, int | float) or not cost > 0):
-        return f"cost must be a positive number or null, not {cost!r}"
+    if cost is not None and not valid_cost(cost):
+        return f"cost must be a positive number or null, not {cost!r:.40}"
+    costs = rec.get("costs", [])
+    if not isinstance(costs, list) or not all(map(valid_cost, costs)):
+        return f"costs must be a list of positive numbers, not {costs!r:.80}"
+    trial = rec.get("trial", 0)
+    if isinstance(trial, bool) or not isinstance(trial, int):
+        return f"trial must be an int, not {trial!r:.40}"
     if rec.get("error", "") not in ("", *ERRORS):
-        return f"error must be one of {list(ERRORS)} or empty, not {rec.get('error')!r}"
+        return f"error must be one of {list(ERRORS)} or empty, not {rec.get('error')!r:.40}"
     return None
 
 
 def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The trial records of a log; unreadable lines are skipped with a `LogWarning` naming the
-    file and line.
+    """The trial records of a log (`Record`s: dicts that know their file and line); a line that
+    is not JSON or not a consistent trial record (a wrong type, a cost that is not a positive
+    finite number, a task key that is not its template's and workload's, a target of another
+    kind) is skipped with a `LogWarning` naming the file and line.
 
     Raises:
         FileNotFoundError: when the log does not exist.
@@ -144,7 +202,29 @@ def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
                 warnings.warn(f"{path}:{lineno}: skipped, not a tuning record ({reason})",
                               LogWarning, stacklevel=2)  # fmt: skip
                 continue
-            yield rec
+            out = Record(rec)
+            out.where = f"{path}:{lineno}"
+            yield out
+
+
+def load_records(path: str | Path) -> list[dict[str, Any]]:
+    """Every trial record of a log (`read_log`, its skipped lines warned about once each).
+
+    Raises:
+        ValueError: the file has lines but none is a tuning record (a model or some other file
+            given as the log by mistake).
+        FileNotFoundError: when the log does not exist.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LogWarning)
+        records = list(read_log(path))
+    skipped = [w for w in caught if issubclass(w.category, LogWarning)]
+    if skipped and not records:
+        raise ValueError(f"{path} is not a tuning log: no line of it is a tuning record "
+                         f"({skipped[0].message})")  # fmt: skip
+    for w in caught:
+        warnings.warn(w.message, stacklevel=3)
+    return records
 
 
 def best_records(
@@ -164,29 +244,52 @@ def best_records(
 
 
 def load_best(paths: str | Path | Iterable[str | Path], target: str) -> dict[str, dict[str, Any]]:
-    """{task key: best knob values} of one or more logs, for `target`'s kind; each record's
-    template and config are checked (an unknown template is an error naming the line's task).
+    """{task key: best knob values} of one or more logs, for `target`'s kind. Each task's
+    successful records are taken cheapest first until one is a valid point of today's space:
+    a record whose workload or config does not fit (a space that changed) is skipped with a
+    `LogWarning` naming its file and line, and the next cheapest one is used.
 
     Raises:
-        TaskError: a record names a template this version does not have.
+        TaskError: a record names a template this version does not have (naming its file, line
+            and task).
+        ValueError: a file has lines but no tuning record (it is not a tuning log).
         FileNotFoundError: a log does not exist.
     """
     if isinstance(paths, str | Path):
         paths = [paths]
-    records: list[dict[str, Any]] = []
+    kind = str(target).split()[0] if str(target).strip() else ""
+    if not kind:
+        raise ValueError(f"load_best needs a target such as 'llvm', not {target!r}")
+    by_task: dict[str, list[dict[str, Any]]] = {}
     for p in paths:
-        records.extend(read_log(p))
-    kind = str(target).split()[0]
+        for rec in load_records(p):
+            if not rec.get("error") and rec.get("cost") is not None:
+                if rec["target"].split()[0] == kind:
+                    by_task.setdefault(rec["task"], []).append(rec)
     out = {}
-    for key, rec in best_records(records, kind).items():
+    for key, recs in by_task.items():
+        recs.sort(key=lambda r: r["cost"])
+        first = recs[0]
         try:
-            task = Task(rec["template"], rec["workload"], rec["target"])
-            task.space.from_values(rec["config"])
+            get_template(first["template"])
         except TaskError as exc:
-            raise TaskError(f"tuning log record for {key[:80]}: {exc}") from exc
+            raise TaskError(f"{where(first)}: tuning log record for {key[:80]}: {exc}") from exc
+        try:
+            space = Task(first["template"], first["workload"], first["target"]).space
         except ValueError as exc:
-            warnings.warn(f"tuning log record for {key[:80]} skipped: {exc}", LogWarning,
-                          stacklevel=2)  # fmt: skip
+            warnings.warn(f"{where(first)}: skipped with the {len(recs) - 1} other records of "
+                          f"{key[:80]}: {exc}", LogWarning, stacklevel=2)  # fmt: skip
             continue
-        out[key] = dict(rec["config"])
+        for rec in recs:
+            try:
+                reason = space.why_invalid(space.from_values(rec["config"]).values)
+            except ValueError as exc:
+                reason = str(exc)
+            if reason:
+                warnings.warn(f"{where(rec)}: skipped, config {rec['config']} is not a valid "
+                              f"point of today's space: {reason}", LogWarning,
+                              stacklevel=2)  # fmt: skip
+                continue
+            out[key] = dict(rec["config"])
+            break
     return out

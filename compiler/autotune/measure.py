@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .pool import JobResult, WorkerPool
+from .space import SpaceError
 from .task import Artifact, Task
 
 #: error kinds of a failed trial, in the order a config meets them
@@ -169,6 +170,27 @@ def outcome_of(job: JobResult, stage: str) -> RunOutcome:
 OnOutcome = Callable[[int, RunOutcome], None]
 
 
+def check_seconds(name: str, value: Any) -> float:
+    """`value` as float seconds when it is a positive finite number, else a ValueError naming
+    `name` (a time-out of 0 would fail every trial, a NaN one never end any)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of seconds, not {value!r}")
+    return float(value)
+
+
+def check_count(name: str, value: Any, low: int = 1, none: str = "") -> int | None:
+    """`value` when it is an int of at least `low` (or None when `none` says what None means),
+    else a ValueError naming `name`."""
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        also = f" (or None: {none})" if none else ""
+        raise ValueError(f"{name} must be an int of at least {low}{also}, not {value!r}")
+    return value
+
+
 def run_in_pool(pool: WorkerPool, artifacts: Sequence[Artifact], options: dict[str, Any],
                 timeout: float, on_outcome: OnOutcome | None) -> list[RunOutcome]:  # fmt: skip
     """`run_job` of each artifact on a worker pool, as outcomes."""
@@ -187,8 +209,9 @@ class Builder:
     """Builds configs of a task in `n_parallel` worker processes, each within `timeout` s."""
 
     def __init__(self, n_parallel: int | None = None, timeout: float = 60.0) -> None:
+        n_parallel = check_count("Builder n_parallel", n_parallel, none="up to 4, one per CPU")
         self.n_parallel = n_parallel or max(1, min(4, os.cpu_count() or 1))
-        self.timeout = timeout
+        self.timeout = check_seconds("Builder timeout", timeout)
         self._pool = WorkerPool(self.n_parallel)
 
     def build(
@@ -233,7 +256,8 @@ class PoolRunner(Runner):
 
     def __init__(self, n: int, options: dict[str, Any], timeout: float,
                  env: dict[str, str] | None = None) -> None:  # fmt: skip
-        self.options, self.timeout = options, timeout
+        self.options = options
+        self.timeout = check_seconds(f"{self.name} runner timeout", timeout)
         self._pool = WorkerPool(n, env)
 
     def run(
@@ -257,6 +281,16 @@ class LocalRunner(PoolRunner):
 
     def __init__(self, number: int = 0, repeat: int = 3, min_repeat_ms: float = 50,
                  timeout: float = 30.0, threads: int | None = None) -> None:  # fmt: skip
+        check_count("LocalRunner number", number, low=0)
+        check_count("LocalRunner repeat", repeat)
+        if (
+            isinstance(min_repeat_ms, bool)
+            or not isinstance(min_repeat_ms, int | float)
+            or not (0 <= min_repeat_ms < math.inf)
+        ):
+            raise ValueError(f"LocalRunner min_repeat_ms must be a number >= 0, not "
+                             f"{min_repeat_ms!r}")  # fmt: skip
+        threads = check_count("LocalRunner threads", threads, none="every CPU")
         env = {"TF_NUM_THREADS": str(threads)} if threads else {}
         options = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms}
         super().__init__(1, options, timeout, env)
@@ -280,6 +314,7 @@ class SimRunner(PoolRunner):
             raise ValueError(f"SimRunner backend must be cyclesim or rtl, not {backend!r}")
         self.name = backend
         options = {"backend": backend, "device_options": dict(device_options or {})}
+        n_parallel = check_count("SimRunner n_parallel", n_parallel, none="up to 4 for cyclesim")
         n = n_parallel or (max(1, min(4, os.cpu_count() or 1)) if backend == "cyclesim" else 1)
         super().__init__(n, options, timeout)
 
@@ -310,17 +345,31 @@ def measure(
 ) -> list[MeasureResult]:
     """Build and run each config of `task`: one `MeasureResult` per config, in order.
 
+    Every config must be a point of the task's space (its knob values, checked before anything
+    is built); a point that its space's constraint rejects is not built but reported as an
+    `invalid` trial, as a build or run that fails is a failed trial. Results carry each point's
+    canonical values (e.g. ``True`` for a bool knob given as 1).
+
     Raises:
+        SpaceError: a config is not a point of the space (an unknown or missing knob, a value
+            not among its choices), naming the config's position and the knob.
         ValueError: when the runner's cost unit is not the task's (e.g. timing accelerator
             programs on a CPU runner).
     """
     if runner.unit != task.unit:
         raise ValueError(f"runner {runner.name!r} measures {runner.unit}, but task "
                          f"{task.template} is costed in {task.unit}")  # fmt: skip
+    points = []
+    for k, values in enumerate(configs):
+        try:
+            points.append(task.space.from_values(values).values)
+        except SpaceError as exc:
+            raise SpaceError(f"config {k} of the {len(configs)} to measure: {exc}") from exc
+    configs = points
     results: list[MeasureResult | None] = [None] * len(configs)
     todo = []
     for k, values in enumerate(configs):
-        reason = task.space.why_invalid(task.space.from_values(values).values)
+        reason = task.space.why_invalid(values)
         if reason:
             results[k] = MeasureResult(dict(values), None, [], "invalid", reason)
         else:

@@ -22,7 +22,7 @@ def curves(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], np.ndarra
     for rec in records:
         cost = rec.get("cost")
         ok = not rec.get("error") and cost is not None
-        by[(rec["task"], rec.get("tuner", ""))].append(float(cost) if ok else np.inf)
+        by[(str(rec["task"]), str(rec.get("tuner") or ""))].append(float(cost) if ok else np.inf)
     return {k: np.minimum.accumulate(np.array(v)) for k, v in by.items()}
 
 
@@ -57,9 +57,12 @@ def plot_log(records: Sequence[dict[str, Any]], output: str | Path, title: str =
     """Draw the tuning curves of `records` (from `read_log`) into a PNG file.
 
     Raises:
-        ValueError: when no record has a successful trial.
+        ValueError: when no record has a successful trial, or `output` is a folder.
         ImportError: when matplotlib is missing (it names the extra to install).
     """
+    output = Path(output)
+    if output.is_dir():
+        raise ValueError(f"{output} is a folder; give the PNG file to write")
     try:
         import matplotlib
 
@@ -92,10 +95,12 @@ def plot_log(records: Sequence[dict[str, Any]], output: str | Path, title: str =
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(output)
+    try:
+        fig.savefig(tmp, dpi=120)
+        tmp.replace(output)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return output

@@ -54,7 +54,7 @@ def _send(f: Any, obj: Any) -> None:
     f.flush()
 
 
-def _recv(f: Any) -> Any:
+def _recv_bytes(f: Any) -> bytes:
     head = f.read(8)
     if len(head) < 8:
         raise EOFError("the other side closed the pipe")
@@ -62,15 +62,27 @@ def _recv(f: Any) -> Any:
     data = f.read(n)
     if len(data) < n:
         raise EOFError("the other side closed the pipe mid-message")
-    return pickle.loads(data)  # noqa: S301 - our own child process, never a file or socket
+    return data
+
+
+def _recv(f: Any) -> Any:
+    return pickle.loads(_recv_bytes(f))  # noqa: S301 - our own child process, never a file
+
+
+class _Unsendable(Exception):
+    """A job's function or arguments that cannot be pickled (reported as the job's error)."""
 
 
 def serve() -> None:
     """The worker's loop (``python -m tensorforge.compiler.autotune.pool``): jobs arrive as
-    pickles on stdin, results leave on the original stdout; what jobs print goes to stderr."""
+    pickles on the original stdin, results leave on the original stdout; what jobs print goes
+    to stderr, and a job that reads stdin reads nothing."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a job that prints must not corrupt the result stream
-    inp = sys.stdin.buffer
+    inp = os.fdopen(os.dup(0), "rb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # nor may a job that reads stdin swallow the next job
+    os.close(devnull)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
         path, env = _recv(inp)
@@ -87,10 +99,26 @@ def serve() -> None:
             return
         try:
             fn, args = job
-            _send(out, ("ok", fn(*args)))
+            value = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - every failure is a result
             tb = traceback.format_exc(limit=6)
             _send(out, ("error", f"{type(exc).__name__}: {exc}\n{tb}"))
+            continue
+        try:
+            _send(out, ("ok", value))
+        except Exception as exc:  # noqa: BLE001 - pickle raises several types
+            message = f"the job's result ({type(value).__name__}) cannot be pickled: {exc}"
+            _send(out, ("error", message))
+
+
+def _dumps(job: Any) -> bytes:
+    """A job as the bytes `_recv` reads (length, pickle); `_Unsendable` when it cannot be
+    pickled (a lambda, a lock, a local class)."""
+    try:
+        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - pickle raises several types
+        raise _Unsendable(f"the job cannot be sent to a worker process: {exc}") from exc
+    return struct.pack("<Q", len(data)) + data
 
 
 class _Worker:
@@ -210,10 +238,18 @@ class WorkerPool:
         try:
             while pending or busy:
                 while pending and len(busy) < self.n:
-                    w = self._take()
                     k = pending.pop()
                     try:
-                        _send(w.stdin, (fn, tuple(jobs[k])))
+                        data = _dumps((fn, tuple(jobs[k])))
+                    except _Unsendable as exc:
+                        results[k] = JobResult("error", message=str(exc))
+                        if on_result:
+                            on_result(k, results[k])
+                        continue
+                    w = self._take()
+                    try:
+                        w.stdin.write(data)
+                        w.stdin.flush()
                     except OSError:
                         w.kill()
                         pending.append(k)
@@ -221,6 +257,8 @@ class WorkerPool:
                     w.job, w.started = k, time.perf_counter()
                     w.deadline = w.started + timeout
                     busy.append(w)
+                if not busy:
+                    continue
                 now = time.perf_counter()
                 wait_s = max(0.01, min(w.deadline for w in busy) - now)
                 ready = wait([w.stdout for w in busy], timeout=wait_s)
@@ -228,8 +266,8 @@ class WorkerPool:
                 for w in list(busy):
                     if w.stdout in ready:
                         try:
-                            status, value = _recv(w.stdout)
-                        except (EOFError, OSError, pickle.UnpicklingError):
+                            data = _recv_bytes(w.stdout)
+                        except (EOFError, OSError):
                             try:
                                 w.proc.wait(5)
                             except subprocess.TimeoutExpired:
@@ -237,6 +275,13 @@ class WorkerPool:
                             res = JobResult("crash", message=_crash_message(w.proc),
                                             seconds=now - w.started)  # fmt: skip
                             finish(w, res, reuse=False)
+                            continue
+                        try:
+                            status, value = pickle.loads(data)  # noqa: S301 - our own worker
+                        except Exception as exc:  # noqa: BLE001 - any error of unpickling
+                            message = f"the job's result cannot be unpickled here: {exc!r}"
+                            finish(w, JobResult("error", message=message,
+                                                seconds=now - w.started), reuse=True)  # fmt: skip
                             continue
                         ok = status == "ok"
                         res = JobResult(status, value if ok else None, "" if ok else value,

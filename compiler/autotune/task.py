@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,6 +31,78 @@ from .space import ConfigSpace
 
 class TaskError(ValueError):
     """An unknown template, a malformed workload, or a target the template does not serve."""
+
+
+#: the largest workload dimension, and the most elements of one tensor of a workload: bounds far
+#: above the operators tuned so far that keep a corrupt log's sizes (or a typo's) from building a
+#: space or a kernel too large to hold
+MAX_DIM = 1 << 20
+MAX_ELEMENTS = 1 << 31
+
+
+def _bad_field(template: str, name: str, kind: str, value: Any) -> TaskError:
+    return TaskError(f"{template} workload field {name!r} must be {kind}, not {value!r}")
+
+
+def check_fields(template: str, workload: Mapping[str, Any], fields: Mapping[str, str]) -> None:
+    """Check a workload against its template's fields: `fields` maps each name to its kind,
+    "size" (an int in [1, MAX_DIM]), "pad" (an int in [0, MAX_DIM]), "size2" or "pad4" (a list
+    of 2 sizes or 4 pads), "dtype" (a numpy dtype name), "flag" (a bool) or "dict" (a JSON
+    object); a kind ending in "?" may be left out. Fields not named are an error.
+
+    Raises:
+        TaskError: naming the template, the field and its value.
+    """
+    unknown = sorted(set(workload) - set(fields))
+    if unknown:
+        raise TaskError(f"{template} workload has unknown fields {unknown}; its fields are "
+                        f"{sorted(fields)}")  # fmt: skip
+    for name, kind in fields.items():
+        if kind.endswith("?"):
+            kind = kind[:-1]
+            if name not in workload:
+                continue
+        if name not in workload:
+            raise TaskError(f"{template} workload misses the field {name!r}")
+        value = workload[name]
+        base = kind.rstrip("0123456789")
+        count = int(kind[len(base) :] or 0)
+        if base in ("size", "pad"):
+            low = 1 if base == "size" else 0
+            what = f"an int in [{low}, {MAX_DIM}]"
+            items = value if count else [value]
+            if count:
+                what = f"a list of {count} ints in [{low}, {MAX_DIM}]"
+                if not isinstance(value, list) or len(value) != count:
+                    raise _bad_field(template, name, what, value)
+            for v in items:
+                if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_DIM:
+                    raise _bad_field(template, name, what, value)
+        elif base == "dtype":
+            try:
+                ok = isinstance(value, str) and np.dtype(value).name == value
+            except TypeError:
+                ok = False
+            if not ok:
+                raise _bad_field(template, name, "a numpy dtype name such as 'float32'", value)
+        elif base == "flag" and not isinstance(value, bool):
+            raise _bad_field(template, name, "true or false", value)
+        elif base == "dict" and not isinstance(value, dict):
+            raise _bad_field(template, name, "a JSON object", value)
+
+
+def check_elements(template: str, tensors: Mapping[str, tuple[int, ...]]) -> None:
+    """Check that each tensor of a workload (name -> shape) is non-empty and has at most
+    `MAX_ELEMENTS` elements.
+
+    Raises:
+        TaskError: naming the template, the tensor and its shape.
+    """
+    for name, shape in tensors.items():
+        n = math.prod(shape)
+        if min(shape, default=1) < 1 or n > MAX_ELEMENTS:
+            raise TaskError(f"{template} workload: the {name} of shape {tuple(shape)} must have "
+                            f"between 1 and {MAX_ELEMENTS} elements")  # fmt: skip
 
 
 @dataclass
@@ -73,6 +146,8 @@ class Template:
         flops: workload -> operations per run (multiply-adds count 2).
         lower: (workload, knob values, target) -> the lowered loop IR (`PrimFunc`), for the
             cost model's loop features; None where the template has none.
+        check: workload -> None, raising `TaskError` naming a malformed field (wrong type,
+            missing, unknown, a size out of range); None: only JSON data is required.
     """
 
     name: str
@@ -82,6 +157,7 @@ class Template:
     build: Callable[[dict[str, Any], dict[str, Any], str, int], Artifact]
     flops: Callable[[dict[str, Any]], int]
     lower: Callable[[dict[str, Any], dict[str, Any], str], Any] | None = None
+    check: Callable[[dict[str, Any]], None] | None = None
 
 
 TEMPLATES: dict[str, Template] = {}
@@ -116,10 +192,17 @@ class Task:
             raise TaskError(
                 f"template {self.template} is for {tmpl.kind} targets, not {self.target!r}"
             )
+        if not isinstance(self.workload, Mapping):
+            raise TaskError(f"task workload must be a JSON object (a dict), not "
+                            f"{type(self.workload).__name__}")  # fmt: skip
         try:
-            json.dumps(dict(self.workload))
-        except TypeError as exc:
+            json.dumps(dict(self.workload), allow_nan=False)
+        except (TypeError, ValueError) as exc:
             raise TaskError(f"task workload must be JSON data: {exc}") from exc
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int) or self.weight < 1:
+            raise TaskError(f"task weight must be a positive int, not {self.weight!r}")
+        if tmpl.check is not None:
+            tmpl.check(dict(self.workload))
 
     @property
     def key(self) -> str:
@@ -132,11 +215,15 @@ class Task:
 
     @cached_property
     def space(self) -> ConfigSpace:
+        from ..schedule.primitives import ScheduleError
+
         try:
             return self.tmpl.space(dict(self.workload))
-        except (KeyError, TypeError) as exc:
-            raise TaskError(f"workload {dict(self.workload)} of {self.template} is malformed: "
-                            f"{exc!r}") from exc  # fmt: skip
+        except (KeyError, TypeError, ValueError, ScheduleError) as exc:
+            if isinstance(exc, TaskError):
+                raise
+            raise TaskError(f"workload {dict(self.workload)} of {self.template} has no config "
+                            f"space: {exc!r}") from exc  # fmt: skip
 
     @property
     def unit(self) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .task import Artifact, Template, register
+from .task import Artifact, TaskError, Template, check_elements, check_fields, register
 
 # ---- helpers -------------------------------------------------------------------------------------
 
@@ -96,9 +96,16 @@ def _dense_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
     return _llvm_artifact(func, target, [a, second], expected, dtype, k)
 
 
+def _dense_check(wl: dict) -> None:
+    check_fields("x86.dense", wl, {"m": "size", "n": "size", "k": "size", "dtype": "dtype",
+                                   "prepacked": "flag?"})  # fmt: skip
+    m, n, k = wl["m"], wl["n"], wl["k"]
+    check_elements("x86.dense", {"data": (m, k), "weight": (n, k), "output": (m, n)})
+
+
 register(Template(
     "x86.dense", "llvm", "s", _dense_space, _dense_build,
-    lambda wl: 2 * int(wl["m"]) * int(wl["n"]) * int(wl["k"]), _dense_lower,
+    lambda wl: 2 * int(wl["m"]) * int(wl["n"]) * int(wl["k"]), _dense_lower, _dense_check,
 ))  # fmt: skip
 
 
@@ -174,8 +181,16 @@ def _conv_flops(wl: dict) -> int:
     return 2 * wl["n"] * wl["k"] * oh * ow * wl["c"] * wl["r"] * wl["s"]
 
 
+def _conv_check(wl: dict) -> None:
+    sizes = dict.fromkeys(("n", "c", "h", "w", "k", "r", "s", "stride", "dil"), "size")
+    check_fields("x86.conv2d_nchwc", wl, {**sizes, "pad": "pad", "dtype": "dtype"})
+    n, c, h, w, k, r, s_ = (wl[f] for f in ("n", "c", "h", "w", "k", "r", "s"))
+    check_elements("x86.conv2d_nchwc", {"data": (n, c, h, w), "kernel": (k, c, r, s_),
+                                        "output": (n, k, *_conv_out(wl))})  # fmt: skip
+
+
 register(Template("x86.conv2d_nchwc", "llvm", "s", _conv_space, _conv_build, _conv_flops,
-                  _conv_lower))  # fmt: skip
+                  _conv_lower, _conv_check))  # fmt: skip
 
 
 # ---- x86 depthwise conv2d (the graph layer's own lowering) -------------------------------------
@@ -266,8 +281,19 @@ def _dw_flops(wl: dict) -> int:
     return 2 * wl["n"] * wl["c"] * oh * ow * wl["r"] * wl["s"]
 
 
+def _dw_check(wl: dict) -> None:
+    sizes = dict.fromkeys(("n", "c", "h", "w", "r", "s"), "size")
+    check_fields("x86.depthwise_conv2d", wl, {**sizes, "pads": "pad4", "strides": "size2",
+                                              "dil": "size2", "dtype": "dtype"})  # fmt: skip
+    n, c, h, w, r, s_ = (wl[f] for f in ("n", "c", "h", "w", "r", "s"))
+    oh = (h + wl["pads"][0] + wl["pads"][2] - wl["dil"][0] * (r - 1) - 1) // wl["strides"][0] + 1
+    ow = (w + wl["pads"][1] + wl["pads"][3] - wl["dil"][1] * (s_ - 1) - 1) // wl["strides"][1] + 1
+    check_elements("x86.depthwise_conv2d", {"data": (n, c, h, w), "weight": (c, 1, r, s_),
+                                            "output": (n, c, oh, ow)})  # fmt: skip
+
+
 register(Template("x86.depthwise_conv2d", "llvm", "s", _dw_space, _dw_build, _dw_flops,
-                  _dw_lower))  # fmt: skip
+                  _dw_lower, _dw_check))  # fmt: skip
 
 
 # ---- the accelerator's conv2d and dense ----------------------------------------------------------
@@ -325,4 +351,18 @@ def _vta_flops(wl: dict) -> int:
     return 2 * cw.n * cw.oc * cw.oh * cw.ow * cw.ic * cw.kh * cw.kw
 
 
-register(Template("vta.conv2d", "vta", "cycles", _vta_space, _vta_build, _vta_flops))
+def _vta_check(wl: dict) -> None:
+    fields = dict.fromkeys(_VTA_SHAPE, "size")
+    fields.update(hw="dict", pad_h="pad", pad_w="pad", residual="flag?")
+    check_fields("vta.conv2d", wl, fields)
+    try:
+        _, cw = _vta_workload(wl)
+    except ValueError as exc:  # the hardware config's or the conv2d's own checks
+        raise TaskError(f"vta.conv2d workload: {exc}") from exc
+    check_elements("vta.conv2d", {"input": (cw.n, cw.ic, cw.h, cw.w),
+                                  "weight": (cw.oc, cw.ic, cw.kh, cw.kw),
+                                  "output": (cw.n, cw.oc, cw.oh, cw.ow)})  # fmt: skip
+
+
+register(Template("vta.conv2d", "vta", "cycles", _vta_space, _vta_build, _vta_flops, None,
+                  _vta_check))  # fmt: skip

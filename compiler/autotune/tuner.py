@@ -12,15 +12,29 @@ chosen as best.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .log import TuningLog
+from .log import LogWarning, TuningLog, valid_cost, where
 from .measure import Builder, MeasureResult, Runner, measure
 from .space import SpaceError
 from .task import Task
+
+
+def check_budget(
+    n_trial: int, batch_size: int, early_stopping: int | None, least_trials: int = 1
+) -> None:
+    """Raise a ValueError naming the first of the tuning budget's numbers that is not an int
+    in its range: `n_trial` >= `least_trials`, `batch_size` >= 1, `early_stopping` None or >= 1."""
+    for name, value, low in (("n_trial", n_trial, least_trials), ("batch_size", batch_size, 1),
+                             ("early_stopping", early_stopping, 1)):  # fmt: skip
+        if value is None and name == "early_stopping":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+            raise ValueError(f"{name} must be an int of at least {low}, not {value!r}")
 
 
 class Tuner:
@@ -63,19 +77,32 @@ class Tuner:
 
     def load_history(self, records: Iterable[dict[str, Any]]) -> int:
         """Feed earlier trials of this task (log records) as if measured now; returns how many.
-        Records of other tasks and configs outside the space are ignored."""
+        Records of other tasks are ignored; one whose config is not a valid point of today's
+        space (a space that changed) is skipped with a `LogWarning` naming where it was read."""
         indices, results = [], []
         for rec in records:
             if rec.get("task") != self.task.key:
                 continue
+            error = rec.get("error") or ""
             try:
-                index = self.space.from_values(rec["config"]).index
-            except SpaceError:
+                config = self.space.from_values(rec.get("config"))
+                reason = self.space.why_invalid(config.values)
+                if reason and error != "invalid":
+                    raise SpaceError(f"config {config.values} is invalid: {reason}")
+            except SpaceError as exc:
+                warnings.warn(f"{where(rec)}: skipped, not a point of today's space of "
+                              f"{self.task.describe()}: {exc}", LogWarning,
+                              stacklevel=2)  # fmt: skip
                 continue
-            indices.append(index)
-            results.append(MeasureResult(dict(rec["config"]), rec.get("cost"),
-                                         list(rec.get("costs") or []), rec.get("error", ""),
-                                         rec.get("message", "")))  # fmt: skip
+            cost = rec.get("cost")
+            cost = float(cost) if valid_cost(cost) and not error else None
+            costs = rec.get("costs")
+            costs = [float(c) for c in costs if valid_cost(c)] if isinstance(costs, list) else []
+            message = rec.get("message")
+            indices.append(config.index)
+            results.append(MeasureResult(config.values, cost, costs,
+                                         error or ("" if cost is not None else "run_error"),
+                                         message if isinstance(message, str) else ""))  # fmt: skip
         if indices:
             self._record(indices, results)
             self.update(indices, results)
@@ -98,7 +125,11 @@ class Tuner:
         propagates) keeps every finished trial. `on_trial(tuner, result)` is called after each
         trial (progress bars); `early_stopping`: stop after this many trials without a better
         config.
+
+        Raises:
+            ValueError: `n_trial` is negative, `batch_size` or `early_stopping` less than 1.
         """
+        check_budget(n_trial, batch_size, early_stopping, least_trials=0)
         last_better = len(self.trials)
         while len(self.trials) < n_trial and self.has_next():
             want = min(batch_size, n_trial - len(self.trials))
@@ -123,6 +154,7 @@ class Tuner:
     ) -> tuple[list[int], list[MeasureResult]]:
         """Measure these points now, recording and logging each trial as it finishes; returns
         the (indices, results) in the order they finished (without calling `update`)."""
+        batch = list(dict.fromkeys(int(i) for i in batch))  # a point measured twice is one trial
         configs = [self.space.get(i).values for i in batch]
         indices: list[int] = []
         results: list[MeasureResult] = []
