@@ -298,8 +298,7 @@ register(Template("x86.depthwise_conv2d", "llvm", "s", _dw_space, _dw_build, _dw
 
 # ---- the accelerator's conv2d and dense ----------------------------------------------------------
 
-_VTA_SHAPE = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pad_h", "pad_w",
-              "pool_h", "pool_w")  # fmt: skip
+from ..topi.vta.kernel import SHAPE_FIELDS as _VTA_SHAPE  # noqa: E402  (one list of fields)
 
 
 def _vta_workload(wl: dict) -> tuple[Any, Any]:

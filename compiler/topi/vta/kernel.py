@@ -300,12 +300,16 @@ def dense(
     return kern
 
 
+#: the `Conv2dWorkload` fields of a tuning workload, in the dataclass's order
+SHAPE_FIELDS = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pad_h", "pad_w",
+                "pool_h", "pool_w")  # fmt: skip
+
+
 def tuning_workload(cfg: HWConfig, wl: Conv2dWorkload, residual: bool) -> dict:
     """The tuning workload of an accelerator conv2d/dense (``compiler.autotune.templates``):
     the hardware config, the conv2d's shape and whether a residual add is fused."""
-    fields = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pad_h", "pad_w",
-              "pool_h", "pool_w")  # fmt: skip
-    return {"hw": cfg.to_dict(), **{f: getattr(wl, f) for f in fields}, "residual": residual}
+    shape = {f: getattr(wl, f) for f in SHAPE_FIELDS}
+    return {"hw": cfg.to_dict(), **shape, "residual": residual}
 
 
 def _compile(
