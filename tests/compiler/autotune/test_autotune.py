@@ -20,7 +20,6 @@ import pytest
 from tensorforge.compiler.autotune.dispatch import ApplyBest, TaskRecorder, query
 from tensorforge.compiler.autotune.log import LogWarning, TuningLog, load_best, read_log
 from tensorforge.compiler.autotune.measure import (
-    Builder,
     LocalRunner,
     MeasureResult,
     SimRunner,
@@ -37,13 +36,6 @@ TINY_CONV = {"hw": HWConfig.preset("tiny").to_dict(), "n": 1, "ic": 8, "h": 6, "
              "pool_h": 1, "pool_w": 1, "residual": False}  # fmt: skip
 CONV = {"n": 1, "c": 8, "h": 10, "w": 10, "k": 16, "r": 3, "s": 3, "stride": 1, "pad": 1,
         "dil": 1, "dtype": "float32"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def builder():
-    b = Builder(2, timeout=120)
-    yield b
-    b.close()
 
 
 @pytest.fixture(scope="module")

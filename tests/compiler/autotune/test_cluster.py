@@ -29,7 +29,6 @@ from tensorforge.compiler.autotune.cluster import (  # noqa: E402
     local_cluster,
 )
 from tensorforge.compiler.autotune.measure import (  # noqa: E402
-    Builder,
     RunOutcome,
     SimRunner,
     make_runner,
@@ -54,13 +53,6 @@ def address():
 def runner(address):
     with ClusterRunner(address, backend="cyclesim", connect_timeout=10) as r:
         yield r
-
-
-@pytest.fixture(scope="module")
-def builder():
-    b = Builder(1, timeout=120)
-    yield b
-    b.close()
 
 
 @pytest.fixture(scope="module")

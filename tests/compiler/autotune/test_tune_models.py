@@ -14,7 +14,7 @@ import tensorforge
 from tensorforge.cli import main
 from tensorforge.compiler.autotune.driver import extract_tasks, tune_tasks
 from tensorforge.compiler.autotune.log import TuningLog, read_log
-from tensorforge.compiler.autotune.measure import Builder, LocalRunner, MeasureResult, SimRunner
+from tensorforge.compiler.autotune.measure import LocalRunner, MeasureResult, SimRunner
 from tensorforge.compiler.autotune.task import TaskError
 from tensorforge.compiler.frontend.onnx_builders import mobilenet_v2_block, small_cnn
 from tensorforge.digits import load_digits_assets
@@ -29,13 +29,6 @@ def cnn(tmp_path_factory):
     path = tmp_path_factory.mktemp("m") / "small.onnx"
     path.write_bytes(_bytes(small_cnn()))
     return path
-
-
-@pytest.fixture(scope="module")
-def builder():
-    b = Builder(2, timeout=120)
-    yield b
-    b.close()
 
 
 def test_cpu_model_tuned_then_compiled_with_the_log(cnn, builder, tmp_path):
