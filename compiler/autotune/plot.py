@@ -26,31 +26,31 @@ def curves(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], np.ndarra
     return {k: np.minimum.accumulate(np.array(v)) for k, v in by.items()}
 
 
-def _baseline(records: Sequence[dict[str, Any]], key: str) -> float | None:
-    """The default config's cost of a task when logged, else its first successful cost."""
+def _tasks(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One `Task` per task key of the log (None where the record names no valid task)."""
     from .task import Task, TaskError
 
+    out: dict[str, Any] = {}
+    for rec in records:
+        if rec["task"] not in out:
+            try:
+                out[rec["task"]] = Task(rec["template"], rec["workload"], rec["target"])
+            except (TaskError, ValueError):
+                out[rec["task"]] = None
+    return out
+
+
+def _baseline(records: Sequence[dict[str, Any]], key: str, task: Any) -> float | None:
+    """The default config's cost of a task when logged, else its first successful cost."""
+    default = task.space.default.values if task is not None else None
     first = None
     for rec in records:
         if rec["task"] != key or rec.get("error") or rec.get("cost") is None:
             continue
         first = first if first is not None else rec["cost"]
-        try:
-            default = Task(rec["template"], rec["workload"], rec["target"]).space.default.values
-        except (TaskError, ValueError):
-            continue
         if rec["config"] == default:
             return float(rec["cost"])
     return first
-
-
-def _label(rec: dict[str, Any]) -> str:
-    from .task import Task, TaskError
-
-    try:
-        return Task(rec["template"], rec["workload"], rec["target"]).describe()
-    except (TaskError, ValueError):
-        return rec["task"][:60]
 
 
 def plot_log(records: Sequence[dict[str, Any]], output: str | Path, title: str = "") -> Path:
@@ -72,15 +72,18 @@ def plot_log(records: Sequence[dict[str, Any]], output: str | Path, title: str =
         raise ImportError("plotting needs matplotlib: pip install 'tensorforge[plot]'") from exc
     records = list(records)
     lines = curves(records)
-    labels = {rec["task"]: _label(rec) for rec in records}
+    tasks = _tasks(records)
     fig, ax = plt.subplots(figsize=(8, 4.8))
     drawn = 0
     for (key, tuner), best in sorted(lines.items()):
-        base = _baseline(records, key)
+        task = tasks.get(key)
+        base = _baseline(records, key, task)
         if base is None or not np.isfinite(best).any():
             continue
         speedup = np.where(np.isfinite(best), base / best, np.nan)
-        name = labels.get(key, key) + (f" ({tuner})" if tuner else "")
+        name = (task.describe() if task is not None else key[:60]) + (
+            f" ({tuner})" if tuner else ""
+        )
         ax.plot(
             np.arange(1, len(best) + 1), speedup, label=name, linewidth=1.4, drawstyle="steps-post"
         )

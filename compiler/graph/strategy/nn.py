@@ -129,15 +129,21 @@ def pad_image(x: Lazy, before: list, after: list, fill: Any) -> Tensor:
     return te.compute(shape, fpad, name="pad")
 
 
+def pads_after(
+    out_hw: Sequence[int], kernel: Sequence[int], pads: Sequence[int], st: Sequence[int],
+    dil: Sequence[int], in_hw: Sequence[int],
+) -> list[int]:  # fmt: skip
+    """The padding a window op reads after the input (bottom, right): what the last output
+    row and column reach past the input, given the padding before."""
+    shapes = zip(out_hw, st, kernel, dil, pads, in_hw, strict=True)
+    return [max(0, (o - 1) * s + (k - 1) * d - p - (n - 1)) for o, s, k, d, p, n in shapes]
+
+
 def window_source(
     x: Lazy, out: tuple, kernel: tuple, pads: list, st: list, dil: list, fill: Any
 ) -> tuple[Callable[..., Any], list[Tensor]]:
     """A reader `(n, c, iy, ix) -> value` with padding applied, and the extra stages it needs."""
-    h, w = x.shape[2], x.shape[3]
-    after = [
-        max(0, (o - 1) * s + (k - 1) * d - p - (n - 1))
-        for o, s, k, d, p, n in zip(out[2:], st, kernel, dil, pads, (h, w), strict=True)
-    ]
+    after = pads_after(out[2:], kernel, pads, st, dil, x.shape[2:])
     if not any(pads) and not any(after):
         return (lambda n, c, iy, ix: x((n, c, iy, ix))), []
     if st[1] == 1:
@@ -284,9 +290,7 @@ def _conv_generic(
     post = (lambda v, i: v + bias((i[1],))) if bias is not None else None
     config = None
     if per_group == 1 and cg == 1 and group > 1:  # depthwise: a tunable template
-        ends = [max(0, (o - 1) * st + (k_ - 1) * d + 1 - n_ - p)  # the padding used after
-                for o, st, k_, d, n_, p in zip(shape[2:], strides, (r, s), dil, (h, wd), pads,
-                                               strict=True)]  # fmt: skip
+        ends = pads_after(shape[2:], (r, s), pads, strides, dil, (h, wd))
         wl = {"n": x.shape[0], "c": x.shape[1], "h": h, "w": wd, "r": r, "s": s,
               "pads": [int(p) for p in [*pads, *ends]], "strides": [int(v) for v in strides],
               "dil": [int(v) for v in dil], "dtype": x.dtype}  # fmt: skip
