@@ -142,7 +142,7 @@ def tune_tasks(
             summary.best_cost = t.best_cost if t.best_values is not None else None
             summary.best_values = t.best_values
             summaries.append(summary)
-            history.extend(_as_records(task, t))
+            history.extend(_as_records(task, t, skip=loaded))
     finally:
         if out is not None:
             out.close()
@@ -175,8 +175,9 @@ def _logged_default(task: Task, history: list[dict[str, Any]]) -> float | None:
     return None
 
 
-def _as_records(task: Task, tuner: Tuner) -> list[dict[str, Any]]:
-    """This run's trials as minimal log records (for the next task's transfer learning)."""
+def _as_records(task: Task, tuner: Tuner, skip: int) -> list[dict[str, Any]]:
+    """This run's trials (after the `skip` loaded from the log, already in the history) as
+    minimal log records, for the next task's transfer learning."""
     return [{"task": task.key, "template": task.template, "workload": dict(task.workload),
              "target": task.target, "config": dict(r.values), "cost": r.cost, "error": r.error}
-            for _, r in tuner.trials]  # fmt: skip
+            for _, r in tuner.trials[skip:]]  # fmt: skip
