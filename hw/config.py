@@ -273,26 +273,52 @@ _WIDTH_NOTE = {
 }
 
 
-def _validate(cfg: HWConfig) -> None:
-    for knob, (lo, hi) in _INT_RANGES.items():
-        value = getattr(cfg, knob)
+#: the knobs a design-space exploration may vary (every field but the labels)
+TUNABLE_KNOBS = (*_INT_RANGES, "axi_data_width", "clock_mhz", "alu_mul")
+AXI_DATA_WIDTHS = (32, 64, 128, 256, 512)
+
+
+def check_knob(knob: str, value: Any) -> None:
+    """Check one knob's value on its own (ranges and types; combinations are checked by
+    HWConfig itself).
+
+    Raises:
+        ValueError: naming the knob, its allowed range and the value.
+
+    Example:
+        >>> check_knob("log_block_in", 7)
+        Traceback (most recent call last):
+        ...
+        ValueError: HWConfig.log_block_in must be an int in [0, 6], not 7
+    """
+    if knob in _INT_RANGES:
+        lo, hi = _INT_RANGES[knob]
         if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
             note = f" ({_WIDTH_NOTE[knob]})" if knob in _WIDTH_NOTE else ""
             raise ValueError(f"HWConfig.{knob} must be an int in [{lo}, {hi}], not {value!r}{note}")
-    if cfg.axi_data_width not in (32, 64, 128, 256, 512):
-        raise ValueError(
-            f"HWConfig.axi_data_width must be one of 32, 64, 128, 256, 512, "
-            f"not {cfg.axi_data_width!r}"
-        )
-    if not isinstance(cfg.clock_mhz, (int, float)) or not 0 < cfg.clock_mhz <= 2000:
-        raise ValueError(f"HWConfig.clock_mhz must be in (0, 2000], not {cfg.clock_mhz!r}")
-    if not isinstance(cfg.alu_mul, bool):
-        raise ValueError(f"HWConfig.alu_mul must be a bool, not {cfg.alu_mul!r}")
-    for knob in ("name", "board"):
-        if not isinstance(getattr(cfg, knob), str) or not getattr(cfg, knob):
+    elif knob == "axi_data_width":
+        if isinstance(value, bool) or value not in AXI_DATA_WIDTHS:
             raise ValueError(
-                f"HWConfig.{knob} must be a non-empty string, not {getattr(cfg, knob)!r}"
+                f"HWConfig.axi_data_width must be one of {', '.join(map(str, AXI_DATA_WIDTHS))}, "
+                f"not {value!r}"
             )
+    elif knob == "clock_mhz":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 2000:
+            raise ValueError(f"HWConfig.clock_mhz must be in (0, 2000], not {value!r}")
+    elif knob == "alu_mul":
+        if not isinstance(value, bool):
+            raise ValueError(f"HWConfig.alu_mul must be a bool, not {value!r}")
+    elif knob in ("name", "board"):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"HWConfig.{knob} must be a non-empty string, not {value!r}")
+    else:
+        known = sorted(f.name for f in dataclasses.fields(HWConfig))
+        raise ValueError(f"unknown HWConfig knob {knob!r}; known knobs: {known}")
+
+
+def _validate(cfg: HWConfig) -> None:
+    for f in dataclasses.fields(cfg):
+        check_knob(f.name, getattr(cfg, f.name))
     # Every buffer must hold at least one element.
     for buf in ("inp", "wgt", "acc"):
         if getattr(cfg, f"log_{buf}_depth") < 0:

@@ -52,6 +52,7 @@ class Part:
     dsps: int
     bram36: int  # 36 Kb block RAMs (two 18 Kb halves each)
     boards: str
+    urams: int = 0  # 288 Kb UltraRAM blocks (UltraScale+; Yosys may map large memories there)
 
 
 # Xilinx DS190 (Zynq-7000 overview, table 1) and DS891 (Zynq UltraScale+ overview).
@@ -59,7 +60,7 @@ PARTS = {
     "xc7z010": Part("xc7z010", "xc7", 17_600, 35_200, 80, 60, "Zybo Z7-10, Arty Z7-10"),
     "xc7z020": Part("xc7z020", "xc7", 53_200, 106_400, 220, 140, "PYNQ-Z1, PYNQ-Z2"),
     "xczu3eg": Part("xczu3eg", "xcup", 70_560, 141_120, 360, 216, "Ultra96"),
-    "xck26": Part("xck26", "xcup", 117_120, 234_240, 1_248, 144, "KV260 (K26 SOM)"),
+    "xck26": Part("xck26", "xcup", 117_120, 234_240, 1_248, 144, "KV260 (K26 SOM)", urams=64),
 }
 
 
@@ -98,15 +99,20 @@ class SynthReport:
     def bram36(self) -> float:
         return self._count(r"RAMB36E[12]") + self._count(r"RAMB18E[12]") / 2
 
+    @property
+    def urams(self) -> int:
+        return self._count(r"URAM288(_BASE)?")
+
     def usage(self) -> list[tuple[str, float, int]]:
-        """(resource, used, available) rows."""
+        """(resource, used, available) rows (URAM only on parts that have it)."""
         p = self.part
-        return [
+        rows = [
             ("LUT", self.luts, p.luts),
             ("FF", self.ffs, p.ffs),
             ("DSP", self.dsps, p.dsps),
             ("BRAM36", self.bram36, p.bram36),
         ]
+        return rows + ([("URAM", self.urams, p.urams)] if p.urams else [])
 
     @property
     def over(self) -> list[str]:
@@ -198,6 +204,54 @@ def block_rams_by_memory(ramb36: str, ramb18: str) -> dict[str, float]:
             name = re.sub(r"(\.\d+)+$", "", line.split("/", 1)[-1])
             counts[name] = counts.get(name, 0.0) + weight
     return counts
+
+
+#: Xilinx block RAM shapes (depth, width) in BRAM36 units: RAMB18 halves and RAMB36, true and
+#: simple dual port (the widest shape of each is SDP), 7-series UG473 tables 1-3 and 1-4; the
+#: UltraScale RAMB18E2/RAMB36E2 offer the same shapes (UG573)
+BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
+    *((16384 >> k, w, 0.5) for k, w in enumerate((1, 2, 4, 9, 18, 36))),
+    *((32768 >> k, w, 1.0) for k, w in enumerate((1, 2, 4, 9, 18, 36, 72))),
+)
+
+
+def bram36_for(depth: int, width: int) -> float:
+    """BRAM36 equivalents of one ``depth x width`` memory mapped to block RAM with a single
+    aspect ratio (what Yosys's memory_libmap picks for the accelerator's SRAMs).
+
+    Example:
+        >>> bram36_for(1024, 2048), bram36_for(2048, 128), bram36_for(8192, 32)
+        (57.0, 7.5, 8.0)
+    """
+    return min(-(-depth // d) * -(-width // w) * unit for d, w, unit in BRAM_SHAPES)
+
+
+def sram_bram36(cfg: HWConfig) -> dict[str, float]:
+    """BRAM36 equivalents of each of the top's SRAMs (they are marked ``ram_style=block``; the
+    command queues, mapped by Yosys's own choice, are not included).
+
+    Example:
+        >>> sum(sram_bram36(HWConfig.preset("pynq")).values())
+        108.5
+    """
+    from .core.top import sram_shapes
+
+    return {f"{buf}_sram": bram36_for(depth, width)
+            for buf, (width, depth) in sram_shapes(cfg).items()}  # fmt: skip
+
+
+def gemm_dsps(cfg: HWConfig) -> int:
+    """DSP48 slices of the GEMM core's multipliers: one per MAC, or one per two MACs when the
+    core packs them (``default_dsp_packing``); a lower bound of the top's DSPs.
+
+    Example:
+        >>> gemm_dsps(HWConfig.preset("pynq")), gemm_dsps(HWConfig.preset("tiny"))
+        (128, 16)
+    """
+    from .core.gemm import default_dsp_packing
+
+    macs = cfg.macs_per_cycle
+    return -(-macs // 2) if default_dsp_packing(cfg) else macs
 
 
 class IoShim(Elaboratable):

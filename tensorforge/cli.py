@@ -8,6 +8,7 @@ tensorforge demo [--config pynq] [--save PROGRAM.tfp]
 tensorforge compile MODEL.onnx -o MODEL.tfm [--target llvm] [--no-progress]
 tensorforge run MODEL.onnx|MODEL.tfm [--input [NAME=]X.npy ...] [--profile] [--repeat N]
 tensorforge tune MODEL.onnx --target T --trials N --log tune.jsonl  (see cli_tune.py)
+tensorforge dse MODEL.onnx --space space.json --trials N -o dse/         (see cli_dse.py)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, cli_tune
+from . import __version__, cli_dse, cli_tune
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="FILE", help="matmul: also save the program image")
     _model_commands(sub)
     cli_tune.add_parser(sub, _shape_arg, _calibrate_arg)
+    cli_dse.add_parser(sub, _shape_arg, _calibrate_arg)
     return parser
 
 
@@ -237,6 +239,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _demo(args)
     if args.command == "tune":
         return cli_tune.run(args, _named_arrays, _shapes)
+    if args.command == "dse":
+        return cli_dse.run(args, _named_arrays, _shapes)
     if args.command == "compile":
         return _compile_model(args)
     if args.command == "run":

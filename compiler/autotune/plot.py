@@ -60,16 +60,8 @@ def plot_log(records: Sequence[dict[str, Any]], output: str | Path, title: str =
         ValueError: when no record has a successful trial, or `output` is a folder.
         ImportError: when matplotlib is missing (it names the extra to install).
     """
-    output = Path(output)
-    if output.is_dir():
-        raise ValueError(f"{output} is a folder; give the PNG file to write")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ImportError("plotting needs matplotlib: pip install 'tensorforge[plot]'") from exc
+    output = png_path(output)
+    plt = pyplot()
     records = list(records)
     lines = curves(records)
     tasks = _tasks(records)
@@ -97,6 +89,36 @@ def plot_log(records: Sequence[dict[str, Any]], output: str | Path, title: str =
     ax.set_title(title or "tuning curves")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
+    return save_png(fig, output)
+
+
+def png_path(output: str | Path) -> Path:
+    """`output` as a Path, refused when it is a folder."""
+    output = Path(output)
+    if output.is_dir():
+        raise ValueError(f"{output} is a folder; give the PNG file to write")
+    return output
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (no display needed).
+
+    Raises:
+        ImportError: naming the extra to install.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plotting needs matplotlib: pip install 'tensorforge[plot]'") from exc
+    return plt
+
+
+def save_png(fig: Any, output: Path) -> Path:
+    """Write `fig` to `output` (through a temporary file, so a failure leaves no half PNG)."""
+    plt = pyplot()
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + ".tmp.png")

@@ -104,9 +104,13 @@ class Tuner:
                                          error or ("" if cost is not None else "run_error"),
                                          message if isinstance(message, str) else ""))  # fmt: skip
         if indices:
-            self._record(indices, results)
-            self.update(indices, results)
+            self.tell(indices, results)
         return len(indices)
+
+    def tell(self, indices: Sequence[int], results: Sequence[MeasureResult]) -> None:
+        """Record points measured elsewhere (not through `tune`) and learn from them."""
+        self._record(indices, results)
+        self.update(indices, results)
 
     def tune(
         self,

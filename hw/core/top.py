@@ -100,13 +100,7 @@ class Top(wiring.Component):
     def _srams(self, m: Module, stages: dict) -> None:
         cfg = self.cfg
         load, compute, store = stages["load"], stages["compute"], stages["store"]
-        shapes = {
-            "uop": (UOP_BITS, cfg.uop_depth),
-            "inp": (inp_bits(cfg), cfg.inp_depth),
-            "wgt": (wgt_bits(cfg), cfg.wgt_depth),
-            "acc": (acc_bits(cfg), cfg.acc_depth),
-            "out": (out_bits(cfg), cfg.out_depth),
-        }
+        shapes = sram_shapes(cfg)
         writers = {"uop": compute.uop_wr, "inp": load.inp_wr, "wgt": load.wgt_wr,
                    "acc": compute.acc_wr, "out": compute.out_wr}  # fmt: skip
         readers = {"uop": compute.uop_rd, "inp": compute.inp_rd, "wgt": compute.wgt_rd,
@@ -119,3 +113,14 @@ class Top(wiring.Component):
             self.srams[buf] = mem
             wiring.connect(m, writers[buf], mem.write_port())
             wiring.connect(m, readers[buf], mem.read_port())
+
+
+def sram_shapes(cfg: HWConfig) -> dict[str, tuple[int, int]]:
+    """The top's SRAMs: buffer name -> (bits per element, depth)."""
+    return {
+        "uop": (UOP_BITS, cfg.uop_depth),
+        "inp": (inp_bits(cfg), cfg.inp_depth),
+        "wgt": (wgt_bits(cfg), cfg.wgt_depth),
+        "acc": (acc_bits(cfg), cfg.acc_depth),
+        "out": (out_bits(cfg), cfg.out_depth),
+    }

@@ -29,6 +29,11 @@ MODULES = [
     "tensorforge.compiler.autotune.pool",
     "tensorforge.compiler.autotune.log",
     "tensorforge.compiler.autotune.driver",
+    "tensorforge.compiler.dse.space",
+    "tensorforge.compiler.dse.area",
+    "tensorforge.compiler.dse.sweep",
+    "tensorforge.hw.synth",
+    "tensorforge.hw.config",
 ]
 
 
