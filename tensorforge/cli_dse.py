@@ -2,7 +2,7 @@
 
 tensorforge dse MODEL.onnx --space space.json [--trials 16] [--candidates N] [-o dse/]
                 [--search auto|grid|xgb|random|ga] [--cluster tcp://host:8786|local]
-                [--no-synth] [--measure-unfit] [--calibrate FILE.npy]
+                [--no-synth] [--ecp5-fmax] [--measure-unfit] [--calibrate FILE.npy]
 tensorforge dse --example-space [PART]      (prints a space file to start from)
 """
 
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
                      candidates=args.candidates, search=args.search, calibration=calibration,
                      input_shapes=shapes,
                      cluster=args.cluster, seed=args.seed, synth=not args.no_synth,
-                     measure_unfit=args.measure_unfit,
+                     measure_unfit=args.measure_unfit, fmax=args.ecp5_fmax,
                      progress=not args.no_progress)  # fmt: skip
     print(result.table())
     best = result.best()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ...hw.config import HWConfig
-from ...hw.synth import PARTS, gemm_dsps, sram_bram36, synth_xilinx
+from ...hw.synth import PARTS, gemm_dsps, place_and_route_ecp5, sram_bram36, synth_xilinx
 
 
 @dataclass
@@ -124,3 +124,27 @@ def synthesize(cfg: HWConfig, part: str, cache_dir: str | Path | None = None) ->
         tmp.write_text(json.dumps(area.to_json(), indent=1))
         tmp.replace(cache)
     return area
+
+
+def ecp5_gemm_fmax(cfg: HWConfig, cache_dir: str | Path | None = None) -> float:
+    """Fmax (MHz) of `cfg`'s GEMM core placed and routed on an ECP5 LFE5U-85F by the open flow
+    (`hw.synth.place_and_route_ecp5`), cached like `synthesize`: a check of the clock knob on
+    real routing, on another FPGA family than the Xilinx parts (so a hint, not a guarantee).
+
+    Raises:
+        hw.synth.SynthError: a tool failed (a core too large for the device, say).
+    """
+    cache = None
+    if cache_dir is not None:
+        cache = Path(cache_dir) / f"ecp5_gemm_{rtl_key(cfg, 'LFE5U-85F')}.json"
+        if cache.exists():
+            try:
+                return float(json.loads(cache.read_text())["fmax_mhz"])
+            except (ValueError, KeyError, TypeError):
+                pass
+    with tempfile.TemporaryDirectory(prefix="tf_dse_pnr_") as work:
+        fmax = place_and_route_ecp5(cfg, "gemm", work_dir=work).fmax_mhz
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"fmax_mhz": fmax}))
+    return fmax

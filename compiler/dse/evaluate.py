@@ -5,7 +5,8 @@ schedules.
 process or on a Dask worker alike. For a config it
 
 1. screens it (`area.screen`) and synthesizes the whole top with Yosys for the part
-   (`area.synthesize`, cached by the RTL's knobs);
+   (`area.synthesize`, cached by the RTL's knobs); where asked, places and routes its GEMM core
+   on an ECP5 for an Fmax (`area.ecp5_gemm_fmax`);
 2. extracts the model's accelerator tasks for the config and tunes each on the ``cyclesim``
    runner with `trials` trials (`autotune.tune_tasks`; the log is kept in the candidate's folder,
    so a larger budget later resumes it);
@@ -28,7 +29,7 @@ from typing import Any
 
 from ...hw.config import HWConfig
 from ...hw.synth import PARTS, SynthError
-from .area import Area, screen, screen_area, synthesize
+from .area import Area, ecp5_gemm_fmax, screen, screen_area, synthesize
 
 
 def _first_batch(calibration: Any) -> Mapping[str, Any]:
@@ -68,6 +69,7 @@ def evaluate_candidate(
     seed: int = 0,
     measurers: tuple[Any, Any] | None = None,
     input_shapes: Mapping[str, Any] | None = None,
+    fmax: bool = False,
 ) -> dict[str, Any]:
     """Evaluate one config; returns its result record (see `explore`'s results.json).
 
@@ -83,6 +85,8 @@ def evaluate_candidate(
         measure_unfit: measure latency also for a config that does not fit.
         tuner: the schedule search ("xgb", "ga", "random", "grid").
         measurers: a (Builder, Runner) to use (default: local pools for this candidate).
+        fmax: also place and route the GEMM core on an ECP5 for its Fmax (`fmax_mhz`, and
+            `clock_met`: whether the config's clock is at most that).
 
     A failure of one step (Yosys, a compile, a run) is recorded in the result's ``error`` and
     ``message``; it never raises, except KeyboardInterrupt.
@@ -113,6 +117,12 @@ def evaluate_candidate(
             rec.update(error="does_not_fit", message="; ".join(over))
     else:
         rec["fits"] = None
+    if fmax and rec["error"] != "does_not_fit":
+        try:
+            rec["fmax_mhz"] = round(ecp5_gemm_fmax(cfg, area_cache), 1)
+            rec["clock_met"] = cfg.clock_mhz <= rec["fmax_mhz"]
+        except SynthError as exc:
+            rec["fmax_error"] = str(exc)
     if rec["error"] == "synth_error" or (rec["error"] == "does_not_fit" and not measure_unfit):
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         return rec

@@ -55,7 +55,7 @@ SEARCHES = ("auto", "grid", "xgb", "random", "ga")
 #: the result fields of a candidate that the CSV has after the knobs
 CSV_FIELDS = ("fits", "LUT", "FF", "DSP", "BRAM36", "area_source", "cycles_default", "cycles",
               "latency_ms_default", "latency_ms", "gops", "mac_util", "peak_gops", "tasks",
-              "trials", "front", "error", "message")  # fmt: skip
+              "trials", "fmax_mhz", "clock_met", "front", "error", "message")  # fmt: skip
 
 
 # ---- the hardware space as a tuner template ------------------------------------------------------
@@ -192,6 +192,7 @@ def explore(
     progress: bool = True,
     plot: bool = True,
     timeout: float = 6 * 3600.0,
+    fmax: bool = False,
 ) -> DseResult:
     """Explore `space` for `model`; see the module's docstring.
 
@@ -213,6 +214,7 @@ def explore(
         tuner: the schedule tuner of each candidate's tasks.
         plot: write pareto.png (skipped with a warning when matplotlib is missing).
         timeout: seconds one candidate may take on a cluster.
+        fmax: also place and route each candidate's GEMM core on an ECP5 for its Fmax.
 
     Raises:
         SpaceFileError: a malformed space (naming the field).
@@ -246,7 +248,7 @@ def explore(
               "input_shapes": dict(input_shapes) if input_shapes else None,
               "trials": trials, "limits": space.limits, "area_cache": str(out / "synth"),
               "synth": synth, "measure_unfit": measure_unfit, "tuner": tuner,
-              "seed": seed}  # fmt: skip
+              "seed": seed, "fmax": fmax}  # fmt: skip
     records: dict[str, dict[str, Any]] = {}
     interrupted = False
     with contextlib.ExitStack() as stack:
@@ -258,7 +260,7 @@ def explore(
         def run(cfgs: list[tuple[HWConfig, dict[str, Any], str]]) -> list[dict[str, Any]]:
             todo, done = [], []
             for cfg, knobs, preset in cfgs:
-                rec = _cached(out, cfg, digest, trials, synth)
+                rec = _cached(out, cfg, digest, trials, synth, fmax)
                 if rec is None:
                     todo.append((cfg, knobs, preset))
                 else:
@@ -370,7 +372,7 @@ def _check_folder(out: Path, digest: str) -> None:
                              "another output folder")  # fmt: skip
 
 
-def _cached(out: Path, cfg: HWConfig, digest: str, trials: int, synth: bool
+def _cached(out: Path, cfg: HWConfig, digest: str, trials: int, synth: bool, fmax: bool
             ) -> dict[str, Any] | None:  # fmt: skip
     path = _cand_dir(out, cfg) / "result.json"
     if not path.exists():
@@ -388,6 +390,8 @@ def _cached(out: Path, cfg: HWConfig, digest: str, trials: int, synth: bool
         return None
     if rec.get("latency_ms") is not None and rec.get("trials", -1) < trials:
         return None  # a larger budget: resume its tuning
+    if fmax and "fmax_mhz" not in rec and rec.get("error") != "does_not_fit":
+        return None  # the Fmax is asked for now (synthesis and tuning are cached)
     return rec
 
 
