@@ -9,6 +9,7 @@ tensorforge compile MODEL.onnx -o MODEL.tfm [--target llvm] [--no-progress]
 tensorforge run MODEL.onnx|MODEL.tfm [--input [NAME=]X.npy ...] [--profile] [--repeat N]
 tensorforge tune MODEL.onnx --target T --trials N --log tune.jsonl  (see cli_tune.py)
 tensorforge dse MODEL.onnx --space space.json --trials N -o dse/         (see cli_dse.py)
+tensorforge rpc serve --device cyclesim [--host H] [--port P]            (see cli_rpc.py)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, cli_dse, cli_tune
+from . import __version__, cli_dse, cli_rpc, cli_tune
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_commands(sub)
     cli_tune.add_parser(sub, _shape_arg, _calibrate_arg)
     cli_dse.add_parser(sub, _shape_arg, _calibrate_arg)
+    cli_rpc.add_parser(sub)
     return parser
 
 
@@ -140,6 +142,12 @@ def _model_commands(sub: argparse._SubParsersAction) -> None:
         help="the accelerator device of a vta module (default: the target's -device)",
     )
     p.add_argument("--trace", metavar="FILE", help="vta: write a Chrome trace (implies cyclesim)")
+    p.add_argument(
+        "--remote",
+        metavar="HOST:PORT",
+        help="run on a `tensorforge rpc serve` server (token: --token or TF_RPC_TOKEN)",
+    )
+    p.add_argument("--token", default=None, help="--remote: the server's token")
     p.add_argument("--profile", action="store_true", help="print the per-layer profile table")
     p.add_argument("--repeat", type=int, default=10, help="profile runs (default: 10)")
     _tuning_log_arg(p)
@@ -241,6 +249,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return cli_tune.run(args, _named_arrays, _shapes)
     if args.command == "dse":
         return cli_dse.run(args, _named_arrays, _shapes)
+    if args.command == "rpc":
+        return cli_rpc.run(args)
     if args.command == "compile":
         return _compile_model(args)
     if args.command == "run":
@@ -466,23 +476,46 @@ def _run_model(args: argparse.Namespace) -> int:
     accelerated = any(k.kind == "vta" for k in module.kernels)
     if (args.device or args.trace) and not accelerated:
         raise ValueError("--device and --trace belong to modules compiled for a vta target")
+    if args.remote:
+        return _run_remote(args, module, inputs)
     if accelerated and (args.device or args.trace):
         device = args.device or "cyclesim"
         if args.trace and device != "cyclesim":
             raise ValueError(f"--trace needs the cyclesim device, not --device {device}")
         module.use_device(device)
-    for name, value in module.run(inputs).items():
+    _print_outputs(module.run(inputs))
+    if accelerated:
+        _print_accelerator_report(module, args.trace)
+    if args.profile:
+        print(module.profile(inputs, repeat=args.repeat).table())
+    return 0
+
+
+def _run_remote(args: argparse.Namespace, module: object, inputs: dict[str, np.ndarray]) -> int:
+    from .runtime.rpc import connect, parse_address
+
+    if args.device or args.trace or args.profile:
+        raise ValueError("--remote runs on the server's device: --device, --trace and --profile "
+                         "are for local runs")  # fmt: skip
+    remote = connect(*parse_address(args.remote), token=args.token)
+    info = remote.info()
+    outputs, meta = remote.run_module(module, inputs)
+    _print_outputs(outputs)
+    walls = ", ".join(f"{w * 1e3:.2f}" for w in meta.get("wall_s", []))
+    cycles = meta.get("cycles")
+    print(f"ran on {args.remote} (device {info['device']}, {info['machine']}): {walls} ms on the "
+          f"server{f', {cycles:,} accelerator cycles' if cycles else ''}")  # fmt: skip
+    return 0
+
+
+def _print_outputs(outputs: dict[str, np.ndarray]) -> None:
+    for name, value in outputs.items():
         flat = value.reshape(-1)
         head = ", ".join(f"{v:.4g}" for v in flat[:6])
         print(
             f"{name}: {value.dtype}{list(value.shape)} min {flat.min():.4g} max {flat.max():.4g} "
             f"mean {flat.mean():.4g} [{head}{', ...' if flat.size > 6 else ''}]"
         )
-    if accelerated:
-        _print_accelerator_report(module, args.trace)
-    if args.profile:
-        print(module.profile(inputs, repeat=args.repeat).table())
-    return 0
 
 
 def _print_accelerator_report(module: object, trace: str | None) -> None:

@@ -1,7 +1,8 @@
 """``tensorforge tune``: tune a model's operators, or plot a tuning log.
 
 tensorforge tune MODEL.onnx --target llvm --trials 200 --log tune.jsonl [--tuner xgb]
-                 [--runner local|cyclesim|rtl|cluster] [--cluster tcp://host:8786|local]
+                 [--runner local|cyclesim|rtl|cluster|rpc] [--cluster tcp://host:8786|local]
+                 [--rpc HOST:PORT[,...] --token T]
                  [--tasks 0,3] [--list] [--batch 8] [--parallel N] [--seed 0]
 tensorforge tune --plot tune.jsonl -o curve.png
 """
@@ -26,8 +27,19 @@ def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: A
     p.add_argument("--log", default="tune.jsonl", help="the JSON-lines log (appended; resumes)")
     p.add_argument("--tuner", choices=("xgb", "random", "grid", "ga"), default="xgb",
                    help="the search (default: xgb)")  # fmt: skip
-    p.add_argument("--runner", choices=("local", "cyclesim", "rtl", "cluster"), default=None,
-                   help="where configs run (default: local; cyclesim for vta)")  # fmt: skip
+    p.add_argument(
+        "--runner",
+        choices=("local", "cyclesim", "rtl", "cluster", "rpc"),
+        default=None,
+        help="where configs run (default: local; cyclesim for vta)",
+    )
+    p.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="RPC servers to measure on (`tensorforge rpc serve`; a pool of boards as "
+        "several addresses); implies --runner rpc; token: --token or TF_RPC_TOKEN",
+    )
+    p.add_argument("--token", default=None, help="--rpc: the servers' token")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="a Dask scheduler (tcp://host:8786), or 'local' to start a LocalCluster;"
                    " implies --runner cluster")  # fmt: skip
@@ -72,6 +84,9 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
         return 0
     tasks = _select(tasks, picks)
     runner_name = "cluster" if args.cluster is not None else args.runner
+    runner_name = "rpc" if args.rpc else runner_name
+    if runner_name == "rpc" and not args.rpc:
+        raise ValueError("--runner rpc needs --rpc HOST:PORT (a `tensorforge rpc serve` server)")
     runner_name = runner_name or ("cyclesim" if target.kind == "vta" else "local")
     if target.kind == "llvm" and runner_name in ("cyclesim", "rtl"):
         raise ValueError(f"--runner {runner_name} measures accelerator tasks, not llvm ones")
@@ -97,6 +112,17 @@ def _measurers(name: str, args: argparse.Namespace, kind: str) -> Iterator[tuple
     """(builder, runner): local worker pools, or both on a Dask cluster."""
     from .compiler.autotune.measure import Builder, make_runner
 
+    if name == "rpc":
+        from .compiler.autotune.rpc import RPCRunner
+
+        unit = "cycles" if kind == "vta" else "s"
+        builder = Builder(args.parallel, timeout=args.timeout)
+        try:
+            with RPCRunner(args.rpc, token=args.token, unit=unit) as runner:
+                yield builder, runner
+        finally:
+            builder.close()
+        return
     if name != "cluster":
         options: dict[str, Any] = {"timeout": args.timeout}
         if name == "rtl":

@@ -319,11 +319,12 @@ class SimRunner(PoolRunner):
         super().__init__(n, options, timeout)
 
 
-RUNNERS = ("local", "cyclesim", "rtl", "cluster")
+RUNNERS = ("local", "cyclesim", "rtl", "cluster", "rpc")
 
 
 def make_runner(name: str, **options: Any) -> Runner:
-    """A runner by name: local, cyclesim, rtl, or cluster (`address=` a Dask scheduler)."""
+    """A runner by name: local, cyclesim, rtl, cluster (`address=` a Dask scheduler), or rpc
+    (`addresses=` RPC servers)."""
     if name == "local":
         return LocalRunner(**options)
     if name in ("cyclesim", "rtl"):
@@ -332,6 +333,10 @@ def make_runner(name: str, **options: Any) -> Runner:
         from .cluster import ClusterRunner
 
         return ClusterRunner(**options)
+    if name == "rpc":
+        from .rpc import RPCRunner
+
+        return RPCRunner(**options)
     raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, not {name!r}")
 
 
