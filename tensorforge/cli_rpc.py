@@ -1,6 +1,7 @@
 """``tensorforge rpc serve``: serve this machine's accelerator device to remote clients.
 
-tensorforge rpc serve --device cyclesim [--config pynq] [--host 127.0.0.1] [--port 9091]
+tensorforge rpc serve --device cyclesim|sim|rtl|pynq [--bitstream tf.bit] [--config pynq]
+                      [--host 127.0.0.1] [--port 9091]
                       [--token T | TF_RPC_TOKEN] [--work-dir D] [--run-timeout 120]
 """
 
@@ -16,7 +17,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rpc", help="remote run and remote tuning (docs/deploy.md)")
     rsub = p.add_subparsers(dest="rpc_command", required=True)
     s = rsub.add_parser("serve", help="serve this machine's accelerator device over RPC")
-    s.add_argument("--device", default="cyclesim", help="sim, cyclesim or rtl (default cyclesim)")
+    s.add_argument(
+        "--device",
+        default="cyclesim",
+        help="sim, cyclesim, rtl or pynq (on a board; default cyclesim)",
+    )
+    s.add_argument("--bitstream", default=None, help="pynq: the .bit (its .hwh beside it)")
     s.add_argument("--config", default=None,
                    help="the accelerator's HWConfig (preset or JSON): uploads built for another "
                    "config are refused (default: any)")  # fmt: skip
@@ -40,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     token = args.token or os.environ.get("TF_RPC_TOKEN")
     options: dict[str, Any] = {"simulator": args.simulator} if args.simulator else {}
+    if args.bitstream:
+        options["bitstream"] = args.bitstream
     server = RPCServer(args.device, args.config, args.host, args.port, token, args.work_dir,
                        run_timeout=args.run_timeout, device_options=options)  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

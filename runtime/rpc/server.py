@@ -52,7 +52,7 @@ from .codec import PayloadError, pack, unpack
 log = logging.getLogger("tensorforge.rpc")
 
 PROTOCOL = "tensorforge-rpc/1"
-DEVICES = ("sim", "cyclesim", "rtl")
+DEVICES = ("sim", "cyclesim", "rtl", "pynq")
 KINDS = {"module": (b"TFMOD", ".tfm"), "program": (b"TFPROG", ".tfp")}
 _ID = re.compile(r"[0-9a-f]{64}")
 
@@ -69,7 +69,8 @@ class RPCServer:
     """Serve `device` over HTTP.
 
     Args:
-        device: "sim", "cyclesim" or "rtl" (the board backend "pynq" is not built yet).
+        device: "sim", "cyclesim", "rtl" or "pynq" (on a board: give the bitstream in
+            ``device_options={"bitstream": "tf.bit"}``).
         config: the accelerator's HWConfig (a preset, a JSON path or a HWConfig): uploads built
             for another config are refused, naming both. None: any config (the simulators
             take each program's own).
@@ -99,9 +100,9 @@ class RPCServer:
         max_files: int = 64,
         device_options: dict[str, Any] | None = None,
     ) -> None:
-        if device == "pynq":
-            raise ValueError("the pynq device backend is not built yet (docs/deploy.md); serve "
-                             "sim, cyclesim or rtl")  # fmt: skip
+        if device == "pynq" and not (device_options or {}).get("bitstream"):
+            raise ValueError("serving the pynq device needs its bitstream (--bitstream tf.bit, "
+                             "with the .hwh beside it)")  # fmt: skip
         if device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, not {device!r}")
         from ...compiler.autotune.measure import check_seconds
@@ -177,7 +178,7 @@ class RPCServer:
             "version": __version__,
             "device": self.device,
             "config": self.config.to_dict() if self.config else None,
-            "bitstream": None,
+            "bitstream": self.device_options.get("bitstream"),
             "machine": platform.machine(),
             "python": platform.python_version(),
             "limits": {

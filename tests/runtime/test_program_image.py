@@ -110,7 +110,7 @@ def test_device_checks_config_slots_and_inputs(kernel):
         DeviceError, match=r"takes inputs \['A'\]; missing \['A'\]; unknown \['B'\]"
     ):
         prog.run({"B": kernel.a})
-    with pytest.raises(DeviceError, match="backend 'pynq' is not built yet"):
+    with pytest.raises(DeviceError, match="pynq"):  # no pynq package, or no bitstream given
         open_device("pynq", TINY)
     with pytest.raises(DeviceError, match="must be one of"):
         open_device("fpga", TINY)

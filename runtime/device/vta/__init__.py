@@ -1,4 +1,4 @@
-"""Accelerator devices: one protocol, several backends (sim, cyclesim, rtl; pynq to come)."""
+"""Accelerator devices: one protocol, several backends (sim, cyclesim, rtl, pynq)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ from ....hw.config import HWConfig
 from .base import Device, DeviceError, LoadedProgram, RunResult
 
 BACKENDS = ("sim", "cyclesim", "rtl", "pynq")
-_NOT_BUILT = {
-    "pynq": "the PYNQ board backend",
-}
+_NOT_BUILT: dict[str, str] = {}
 
 
 def open_device(backend: str = "sim", config: str | HWConfig = "pynq", **options: object) -> Device:
@@ -20,7 +18,8 @@ def open_device(backend: str = "sim", config: str | HWConfig = "pynq", **options
         options: backend options (``sim``: ``memory_bytes``; ``cyclesim``: ``memory_bytes``,
             ``timing`` (a ``sim.timing.TimingParams``), ``trace`` (a Chrome trace path);
             ``rtl``: ``simulator`` ("icarus" or "verilator"), ``memory_bytes``, ``cache_dir``,
-            ``max_cycles``, ``timeout_s``).
+            ``max_cycles``, ``timeout_s``; ``pynq``: ``bitstream`` or ``overlay``, ``ip_name``,
+            ``timeout_s``, ``pynq_module``).
 
     Raises:
         DeviceError: for an unknown backend or one that is not built yet.
@@ -38,6 +37,10 @@ def open_device(backend: str = "sim", config: str | HWConfig = "pynq", **options
         from .rtl import RtlDevice
 
         return RtlDevice(cfg, **options)  # type: ignore[arg-type]
+    if backend == "pynq":
+        from .pynq import PynqDevice
+
+        return PynqDevice(cfg, **options)  # type: ignore[arg-type]
     if backend in _NOT_BUILT:
         raise DeviceError(
             f"device backend {backend!r} is not built yet: it needs {_NOT_BUILT[backend]}"

@@ -264,36 +264,49 @@ class RtlDevice(HostMemory):
         }
 
     def _simulate(self, run_dir: Path, case: dict[str, object]) -> dict[str, object]:
-        (run_dir / "case.json").write_text(json.dumps(case))
-        spec = {
-            "simulator": self.simulator,
-            "toplevel": self.build.toplevel,
-            "build_dir": str(self.build.directory / "sim_build"),
-            "run_dir": str(run_dir),
-        }
-        cmd = [sys.executable, "-m", "tensorforge.runtime.device.vta.rtl", json.dumps(spec)]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-        proc = subprocess.Popen(
-            cmd, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            log, _ = proc.communicate(timeout=self.timeout_s + 30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the runner and the simulator it started
-            proc.communicate()
-            raise DeviceError(
-                f"the rtl simulation ({self.simulator}) did not finish within "
-                f"{self.timeout_s + 30:g} s of wall clock; state unknown (simulator killed)"
-            ) from None
-        result = run_dir / "result.json"
-        if not result.exists():
-            tail = "\n".join(log.decode(errors="replace").splitlines()[-20:])
-            raise DeviceError(
-                f"the rtl simulation ({self.simulator}) ended (exit {proc.returncode}) without "
-                f"a result; the log's tail:\n{tail}"
-            )
-        return json.loads(result.read_text())
+        return simulate_bench(self.build, run_dir, case, self.timeout_s + 30)
+
+
+def simulate_bench(build: RtlBuild, run_dir: Path, case: dict[str, object], timeout_s: float,
+                   bench: str = _BENCH) -> dict[str, object]:  # fmt: skip
+    """Run the cocotb `bench` module on a build in a child process (killed, with the simulator,
+    after `timeout_s`), with ``case`` as ``TF_RTL_CASE``; the JSON the bench writes to
+    ``run_dir/result.json``.
+
+    Raises:
+        DeviceError: the run passed `timeout_s`, or ended without a result (the log's tail).
+    """
+    (run_dir / "case.json").write_text(json.dumps(case))
+    spec = {
+        "simulator": build.simulator,
+        "toplevel": build.toplevel,
+        "build_dir": str(build.directory / "sim_build"),
+        "run_dir": str(run_dir),
+        "bench": bench,
+    }
+    cmd = [sys.executable, "-m", "tensorforge.runtime.device.vta.rtl", json.dumps(spec)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    proc = subprocess.Popen(
+        cmd, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        log, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the runner and the simulator it started
+        proc.communicate()
+        raise DeviceError(
+            f"the rtl simulation ({build.simulator}) did not finish within {timeout_s:g} s of "
+            "wall clock; state unknown (simulator killed)"
+        ) from None
+    result = run_dir / "result.json"
+    if not result.exists():
+        tail = "\n".join(log.decode(errors="replace").splitlines()[-20:])
+        raise DeviceError(
+            f"the rtl simulation ({build.simulator}) ended (exit {proc.returncode}) without "
+            f"a result; the log's tail:\n{tail}"
+        )
+    return json.loads(result.read_text())
 
 
 def _describe_failure(simulator: str, report: dict[str, object]) -> str:
@@ -318,7 +331,7 @@ def _child(spec_json: str) -> int:
     run_dir = Path(spec["run_dir"])
     runner = get_runner(spec["simulator"])
     xml = runner.test(
-        test_module=_BENCH,
+        test_module=spec.get("bench", _BENCH),
         hdl_toplevel=spec["toplevel"],
         hdl_toplevel_lang="verilog",
         build_dir=spec["build_dir"],

@@ -1,0 +1,118 @@
+"""The ``pynq`` backend: the board driver code, run against the exported Verilog through the
+board model (the `pynq` API over cocotb), and its errors.
+
+Oracles: numpy (the demo kernel's reference), the functional simulator (outputs bit for bit),
+and the cycle model with the RAM model's latencies (`rtl.matched_timing`) and the board's buffer
+placement (page-aligned, as XRT allocates) for the CYCLES register.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import tensorforge
+from tensorforge.compiler.frontend.onnx_builders import small_cnn
+from tensorforge.demo import build_matmul, pack_inp, unpack_out
+from tensorforge.hw.config import HWConfig
+from tensorforge.runtime.device.vta import DeviceError, open_device
+from tensorforge.runtime.device.vta.pynq_model import DRAM_BASE, BoardModel, run_on_board_model
+from tensorforge.runtime.device.vta.rtl import check_simulator, matched_timing
+from tensorforge.runtime.device.vta.sim import HostMemory
+
+TINY = HWConfig.preset("tiny")
+
+
+def _needs_icarus():
+    try:
+        check_simulator("icarus")
+    except DeviceError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def page_aligned(monkeypatch):
+    """The simulators place buffers as the board does: each on its own pages."""
+
+    def alloc(self, n, align=64):
+        return self.memory.alloc(n, max(align, 4096))
+
+    monkeypatch.setattr(HostMemory, "alloc", alloc)
+
+
+@pytest.mark.rtl
+def test_program_on_the_board_model_is_bit_exact_and_cycle_equal(page_aligned):
+    _needs_icarus()
+    k = build_matmul(TINY, 16, 8, 8, seed=5)
+    inputs = {"A": pack_inp(TINY, k.a)}
+    out, report = run_on_board_model(TINY, "program", k.image.to_bytes(), inputs)
+    got = unpack_out(TINY, out["C"])
+    np.testing.assert_array_equal(got, k.reference())
+    sim, _ = k.run_on("sim")
+    np.testing.assert_array_equal(got, sim)
+    _, timed = k.run_on("cyclesim", timing=matched_timing(TINY))
+    assert report["cycles"] == timed.cycles
+    assert report["overlays"] == ["tf_model.bit"] and report["flushes"] >= 3
+
+
+@pytest.mark.rtl
+def test_whole_model_on_the_board_model(page_aligned):
+    _needs_icarus()
+    model = small_cnn(16)
+    name = model.graph.input[0].name
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    module = tensorforge.compile(model, "vta -config=tiny -device=sim", calibration={name: x})
+    want = module.run({name: x})
+    out, report = run_on_board_model(TINY, "module", module.to_bytes(), {name: x})
+    for k, v in want.items():
+        np.testing.assert_array_equal(out[k], v)
+    module.use_device("cyclesim", timing=matched_timing(TINY)).run({name: x})
+    assert report["calls"] == {k: r.cycles for k, r in module.device_results().items()}
+    assert len(report["calls"]) >= 2
+
+
+@pytest.mark.rtl
+def test_board_built_for_another_config_is_refused():
+    _needs_icarus()
+    k = build_matmul(TINY, 4, 8, 8)
+    other = TINY.replace(name="tiny_big_acc", log_acc_buff_size=13)
+    with pytest.raises(DeviceError, match="CONFIG_HASH.*tiny_big_acc"):
+        run_on_board_model(TINY, "program", k.image.to_bytes(), {"A": pack_inp(TINY, k.a)},
+                           device_config=other)  # fmt: skip
+
+
+def test_model_buffers_behave_like_cached_memory():
+    dram = {}
+
+    def dram_write(addr, data):
+        dram[addr] = bytes(data)
+
+    def dram_read(addr, n):
+        return dram.get(addr, bytes(n))[:n]
+
+    board = BoardModel(lambda off: 0, lambda off, v: None, dram_read, dram_write)
+    a, b = board.allocate((100,), np.uint8), board.allocate((10,), np.uint8)
+    assert a.device_address == DRAM_BASE and b.device_address == DRAM_BASE + 4096
+    a[:] = 7
+    assert dram_read(a.device_address, 100) == bytes(100)  # not flushed: DRAM is stale
+    a.flush()
+    assert dram_read(a.device_address, 100) == bytes([7]) * 100
+    dram_write(a.device_address, bytes([9]) * 100)  # the accelerator writes
+    assert int(a[0]) == 7  # the CPU still sees its cached copy
+    a.invalidate()
+    assert int(a[0]) == 9
+
+
+def test_pynq_backend_errors():
+    if importlib.util.find_spec("pynq") is None:
+        with pytest.raises(DeviceError, match=r"tensorforge\[pynq\]"):
+            open_device("pynq", TINY, bitstream="x.bit")
+    board = BoardModel(lambda off: 0, lambda off, v: None, lambda a, n: bytes(n),
+                       lambda a, d: None)  # fmt: skip
+    with pytest.raises(DeviceError, match="bitstream="):
+        open_device("pynq", TINY, pynq_module=board)
+    # registers that read 0: not a TensorForge accelerator
+    with pytest.raises(DeviceError, match="HW_ID"):
+        open_device("pynq", TINY, pynq_module=board, bitstream="x.bit")
