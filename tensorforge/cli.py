@@ -86,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead place and route for an ECP5 (default 85k) and report Fmax",
     )
     p.add_argument("-o", "--output-dir", default=None, help="keep the work files here")
+    p = hw_sub.add_parser(
+        "bitstream",
+        help="write a Vivado project (block design Tcl) for a PYNQ board, and run Vivado when it "
+        "is on PATH; --register DIR adds a built one to bitstreams/manifest.json",
+    )
+    _config_arg(p)
+    p.add_argument("--board", default="pynq-z2", help="pynq-z1, pynq-z2, kv260 or zcu104")
+    p.add_argument("-o", "--output-dir", default="build/bitstream", help="the project folder")
+    p.add_argument("--register", metavar="DIR", help="register the built recipe in DIR instead")
 
     p = sub.add_parser(
         "demo",
@@ -243,6 +252,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
     if args.command == "hw" and args.hw_command == "synth":
         return _hw_synth(args)
+    if args.command == "hw" and args.hw_command == "bitstream":
+        return _hw_bitstream(args)
     if args.command == "demo":
         return _demo(args)
     if args.command == "tune":
@@ -257,6 +268,31 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _run_model(args)
     parser.print_help()
     return 2
+
+
+def _hw_bitstream(args: argparse.Namespace) -> int:
+    from .hw import bitstream
+    from .hw.config import HWConfig
+
+    if args.register:
+        entry = bitstream.register(args.register)
+        print(f"registered {entry['bit']} ({entry['board']}, {entry['config']}, "
+              f"config_hash {entry['config_hash']}) in {bitstream.MANIFEST}")  # fmt: skip
+        return 0
+    cfg = HWConfig.load(args.config)
+    tcl = bitstream.write_recipe(cfg, args.board, args.output_dir)
+    print(f"wrote the Vivado project recipe for {cfg.name!r} on {args.board}: {tcl.parent}/")
+    status = bitstream.run_vivado(tcl)
+    if status is None:
+        print("Vivado is not on PATH; on a machine with Vivado run:\n"
+              f"  cd {tcl.parent} && vivado -mode batch -source build.tcl\n"
+              f"then: tensorforge hw bitstream --register {tcl.parent}")  # fmt: skip
+        return 0
+    if status != 0:
+        raise RuntimeError(f"Vivado failed (exit {status}); see {tcl.parent}/vivado.log")
+    entry = bitstream.register(tcl.parent)
+    print(f"built and registered {entry['bit']}")
+    return 0
 
 
 def _hw_synth(args: argparse.Namespace) -> int:

@@ -26,9 +26,10 @@ from ....hw.regmap import LaunchError, launch
 from ....sim.memory import Allocation
 from .base import DeviceError, RunResult
 
-#: how the accelerator's block is recognized in an overlay's ip_dict: its name or its VLNV
+#: how the accelerator's block is recognized in an overlay's ip_dict: its name (the cell of
+#: hw/bitstream.py's block design) or its VLNV (the module reference of its wrapper)
 IP_NAME_PREFIX = "tensorforge"
-IP_TYPE_MARK = "tf_top"
+IP_TYPE_MARKS = ("tf_accel", "tf_top")
 
 
 def import_pynq() -> Any:
@@ -46,7 +47,9 @@ class PynqDevice:
 
     Args:
         config: the HWConfig the bitstream was built for (checked against CONFIG_HASH).
-        bitstream: the ``.bit`` file (its ``.hwh`` beside it); or give `overlay`.
+        bitstream: the ``.bit`` file (its ``.hwh`` beside it); default: the one registered for
+            `config` in bitstreams/manifest.json (``tensorforge hw bitstream``); or give
+            `overlay`.
         overlay: an already loaded `pynq.Overlay`.
         ip_name: the accelerator's key in ``overlay.ip_dict`` (default: the one whose name
             starts with "tensorforge" or whose type names ``tf_top``).
@@ -54,8 +57,8 @@ class PynqDevice:
         pynq_module: the `pynq` API to use (default: ``import pynq``; tests pass a board model).
 
     Raises:
-        DeviceError: pynq is missing, no bitstream or overlay is given, the overlay has no
-            accelerator, or the loaded accelerator is not built for `config`.
+        DeviceError: pynq is missing, no bitstream is given or registered for `config`, the
+            overlay has no accelerator, or the loaded accelerator is not built for `config`.
     """
 
     backend = "pynq"
@@ -74,8 +77,7 @@ class PynqDevice:
         self.pynq = pynq_module if pynq_module is not None else import_pynq()
         if overlay is None:
             if bitstream is None:
-                raise DeviceError("the pynq backend needs bitstream= (a .bit with its .hwh) or "
-                                  "overlay=")  # fmt: skip
+                bitstream = _registered_bitstream(config)
             overlay = self.pynq.Overlay(str(bitstream))
         self.overlay = overlay
         name, ip = _find_ip(overlay.ip_dict, ip_name)
@@ -160,13 +162,28 @@ class PynqDevice:
         self._buffers.clear()
 
 
+def _registered_bitstream(config: HWConfig) -> str:
+    from ....hw.bitstream import MANIFEST, find_bitstream
+    from ....hw.regmap import config_hash
+
+    found = find_bitstream(config)
+    if found is None:
+        raise DeviceError(
+            f"no bitstream for HWConfig {config.name!r} (config_hash {config_hash(config):#010x}) "
+            f"in {MANIFEST}: pass bitstream=, or build one with `tensorforge hw bitstream "
+            f"--board pynq-z2 --config {config.name}`"
+        )
+    return found
+
+
 def _find_ip(ip_dict: dict[str, Any], name: str | None) -> tuple[str, dict[str, Any]]:
     if name is not None:
         if name not in ip_dict:
             raise DeviceError(f"the overlay has no IP {name!r}; it has {sorted(ip_dict)}")
         return name, ip_dict[name]
     found = [(k, v) for k, v in ip_dict.items()
-             if k.startswith(IP_NAME_PREFIX) or IP_TYPE_MARK in str(v.get("type", ""))]  # fmt: skip
+             if k.startswith(IP_NAME_PREFIX)
+             or any(m in str(v.get("type", "")) for m in IP_TYPE_MARKS)]  # fmt: skip
     if len(found) != 1:
         what = "no" if not found else f"{len(found)}"
         raise DeviceError(f"the overlay has {what} TensorForge accelerator IP (looked for names "
