@@ -78,7 +78,7 @@ def _knob_value(value: Any) -> int | bool | str:
 
 
 def _hw_value(knob: str, value: Any) -> Any:
-    if knob == "clock_mhz" and isinstance(value, str):
+    if knob == "clock_mhz":  # a float, as in the presets (so equal clocks give equal keys)
         return float(value)
     return value
 

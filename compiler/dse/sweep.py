@@ -49,7 +49,7 @@ from ..autotune.task import Artifact, Task, TaskError, Template, register
 from ..autotune.tuner import make_tuner
 from .area import Area
 from .evaluate import evaluate_candidate
-from .space import RESOURCES, HwSpace, config_key
+from .space import RESOURCES, HwSpace, _knob_value, config_key
 
 SEARCHES = ("auto", "grid", "xgb", "random", "ga")
 #: the result fields of a candidate that the CSV has after the knobs
@@ -417,7 +417,8 @@ def _finish(rec: dict[str, Any], cfg: HWConfig, knobs: Mapping[str, Any], preset
 
 
 def _knobs_of(space: HwSpace, cfg: HWConfig) -> dict[str, Any]:
-    return {k: getattr(cfg, k) for k in space.knobs}
+    """The space's knob values of a config, as its `ConfigSpace` holds them."""
+    return {k: _knob_value(getattr(cfg, k)) for k in space.knobs}
 
 
 def _point_of(space: HwSpace, cspace: ConfigSpace, rec: Mapping[str, Any]

@@ -333,3 +333,19 @@ def test_ecp5_fmax_of_the_gemm_core_where_asked(tmp_path, model, calib):
     again = explore(model, SPACE, tmp_path, trials=1, candidates=0, calibration=calib,
                     synth=False, fmax=True, progress=False)  # fmt: skip
     assert again.records[0]["fmax_mhz"] == tiny["fmax_mhz"] and time.perf_counter() - t0 < 10
+
+
+def test_a_preset_is_found_as_a_point_of_the_space():
+    from tensorforge.compiler.dse.sweep import _point_of
+
+    space = HwSpace.from_json({"base": "pynq", "part": "xc7z020",
+                               "knobs": {"clock_mhz": [100, 150],
+                                         "log_wgt_buff_size": [17, 18]}})  # fmt: skip
+    cs = space.config_space()
+    pynq = space.preset_config("pynq")
+    assert _point_of(space, cs, {"config": pynq.to_dict()}) == {
+        "clock_mhz": 100,
+        "log_wgt_buff_size": 18,
+    }
+    other = pynq.replace(log_inp_buff_size=14)  # differs in a knob the space does not vary
+    assert _point_of(space, cs, {"config": other.to_dict()}) is None
