@@ -17,7 +17,10 @@ lands there too.
 
 Usage:
     python benchmarks/dse.py [--part xc7z020] [--trials 16] [--candidates 10] [--search auto]
-                             [--out build/dse/xc7z020] [--space SPACE.json] [--no-synth]
+                             [--out build/dse/PART] [--space SPACE.json] [--no-synth]
+
+Parts with a default space: xc7z020 (PYNQ-Z1/Z2, around the pynq preset), xczu3eg (Ultra96,
+around the ultra96 preset, with the ALU's MUL extension as a knob) and xck26 (KV260).
 """
 
 from __future__ import annotations
@@ -47,6 +50,18 @@ SPACES = {
             "log_acc_buff_size": [16, 17, 18],
         },
         "presets": ["pynq"],
+    },
+    "xczu3eg": {
+        "base": "ultra96",
+        "part": "xczu3eg",
+        "knobs": {
+            "log_block_in": [3, 4, 5],
+            "log_block_out": [3, 4, 5],
+            "alu_mul": [True, False],
+            "log_wgt_buff_size": [17, 18, 19],
+            "log_acc_buff_size": [16, 17, 18],
+        },
+        "presets": ["ultra96"],
     },
     "xck26": {
         "base": "kv260",
