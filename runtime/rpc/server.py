@@ -179,6 +179,7 @@ class RPCServer:
             "device": self.device,
             "config": self.config.to_dict() if self.config else None,
             "bitstream": self.device_options.get("bitstream"),
+            "bitstream_sha256": self._bitstream_digest(),
             "machine": platform.machine(),
             "python": platform.python_version(),
             "limits": {
@@ -187,6 +188,12 @@ class RPCServer:
                 "read_timeout_s": self.read_timeout,
             },  # fmt: skip
         }
+
+    def _bitstream_digest(self) -> str | None:
+        path = self.device_options.get("bitstream")
+        if not path or not Path(path).is_file():
+            return None
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
     def upload(self, kind: str, data: bytes) -> str:
         if kind not in KINDS:
