@@ -105,6 +105,14 @@ class RPCRunner(Runner):
         self.sessions: list[RemoteSession] = [
             connect(*parse_address(a), token=token, timeout=timeout) for a in addresses
         ]
+        if unit == "cycles":
+            for address, session in zip(addresses, self.sessions, strict=True):
+                device = session.info().get("device")
+                if device not in ("cyclesim", "rtl", "pynq"):
+                    raise ValueError(
+                        f"RPC server {address} serves device {device!r}, which counts no "
+                        "cycles: serve cyclesim, rtl or pynq to tune on it"
+                    )
 
     def run(self, artifacts: Sequence[Artifact], on_outcome: OnOutcome | None = None
             ) -> list[RunOutcome]:  # fmt: skip

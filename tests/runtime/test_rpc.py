@@ -140,6 +140,12 @@ def test_rpc_runner_measures_like_the_local_cycle_model(server):
     assert all(r.ok for r in remote)
 
 
+def test_rpc_runner_refuses_a_server_without_cycles(tmp_path):
+    with RPCServer("sim", port=0, token=TOKEN, work_dir=tmp_path) as plain:
+        with pytest.raises(ValueError, match="serves device 'sim', which counts no cycles"):
+            RPCRunner([f"127.0.0.1:{plain.address[1]}"], token=TOKEN)
+
+
 # ---- security ------------------------------------------------------------------------------------
 
 
