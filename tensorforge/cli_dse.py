@@ -58,6 +58,9 @@ def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: A
         action="store_true",
         help="skip Yosys: DSP and BRAM lower bounds only (a quick look)",
     )
+    p.add_argument("--ecp5-fmax", action="store_true",
+                   help="also place and route each candidate's GEMM core on an ECP5 (open flow) "
+                   "and report its Fmax against the clock knob")  # fmt: skip
     p.add_argument(
         "--measure-unfit",
         action="store_true",
