@@ -53,7 +53,7 @@ def plot_front(result: DseResult, output: str | Path, resources: tuple[str, ...]
         ax.axvline(cap[res], color="black", linestyle="--", linewidth=0.8,
                    label=f"{result.part}: {cap[res]} {res}")  # fmt: skip
         ax.set_xlabel(f"{res} (Yosys synth_xilinx)")
-        ax.set_ylabel("model latency on the accelerator (ms, tuned schedules)")
+        ax.set_ylabel("accelerator latency (ms, tuned)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"design-space exploration on {result.part}: {len(points)} candidates measured")

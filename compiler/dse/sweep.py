@@ -86,6 +86,21 @@ class DseResult:
     interrupted: bool = False
     files: list[Path] = field(default_factory=list)
 
+    @classmethod
+    def load(cls, out_dir: str | Path) -> DseResult:
+        """The results an earlier `explore` wrote into `out_dir` (its results.json).
+
+        Raises:
+            ValueError: `out_dir` has no readable results.json.
+        """
+        path = Path(out_dir) / "results.json"
+        try:
+            data = json.loads(path.read_text())
+            return cls(Path(out_dir), list(data["candidates"]), str(data["space"]["part"]),
+                       bool(data.get("interrupted", False)))  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not the results of tensorforge dse ({exc})") from None
+
     @property
     def fitting(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r.get("fits") and r.get("latency_ms")]

@@ -19,7 +19,7 @@ import pytest
 
 import tensorforge
 from tensorforge.cli import main
-from tensorforge.compiler.dse import HwSpace, SpaceFileError, explore, pareto_front
+from tensorforge.compiler.dse import DseResult, HwSpace, SpaceFileError, explore, pareto_front
 from tensorforge.compiler.dse import evaluate as evaluate_mod
 from tensorforge.compiler.dse.area import rtl_key, screen, synthesize
 from tensorforge.compiler.frontend.onnx_builders import mlp, small_cnn
@@ -179,6 +179,10 @@ def test_results_files(swept):
     data = json.loads((swept.out_dir / "results.json").read_text())
     assert data["format"] == "tensorforge-dse/1" and len(data["candidates"]) == 4
     assert (swept.out_dir / "pareto.png").stat().st_size > 10_000
+    loaded = DseResult.load(swept.out_dir)
+    assert loaded.part == "xc7z020" and loaded.best()["key"] == swept.best()["key"]
+    with pytest.raises(ValueError, match="not the results"):
+        DseResult.load(swept.out_dir / "candidates")
 
 
 def test_second_run_reuses_and_larger_budget_resumes(swept, model, calib):
