@@ -1,6 +1,7 @@
 """``tensorforge rpc serve``: serve this machine's accelerator device to remote clients.
 
-tensorforge rpc serve --device cyclesim|sim|rtl|pynq [--bitstream tf.bit] [--config pynq]
+tensorforge rpc serve --device cyclesim|sim|rtl|pynq|pynq-model [--bitstream tf.bit]
+                      [--config pynq]
                       [--host 127.0.0.1] [--port 9091]
                       [--token T | TF_RPC_TOKEN] [--work-dir D] [--run-timeout 120]
 """
@@ -20,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--device",
         default="cyclesim",
-        help="sim, cyclesim, rtl or pynq (on a board; default cyclesim)",
+        help="sim, cyclesim, rtl, pynq (on a board) or pynq-model (the pynq backend on the "
+        "RTL board model); default cyclesim",
     )
     s.add_argument("--bitstream", default=None, help="pynq: the .bit (its .hwh beside it)")
     s.add_argument("--config", default=None,
@@ -38,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--work-dir", default=None, help="where uploads are kept")
     s.add_argument("--run-timeout", type=float, default=120.0, help="seconds per run")
     s.add_argument("--simulator", choices=("icarus", "verilator"), default=None,
-                   help="rtl device: the Verilog simulator")  # fmt: skip
+                   help="rtl and pynq-model devices: the Verilog simulator")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -46,6 +46,8 @@ def run_module(path: str, inputs: dict[str, np.ndarray], device: str,
     accel = [k for k in module.kernels if k.kind == "vta"]
     for k in accel:
         check_config(ProgramImage.from_bytes(k.payload, path).config, want, "the module")
+    if device == "pynq-model":
+        return _on_board_model(path, "module", inputs, device_options, accel)
     if accel:
         module.use_device(device, **device_options)
     walls, outputs = [], None
@@ -69,10 +71,37 @@ def run_program(path: str, inputs: dict[str, np.ndarray], device: str,
         image = ProgramImage.from_bytes(f.read(), path)
     want = HWConfig.from_dict(config) if config else None
     check_config(image.config, want, "the program image")
+    if device == "pynq-model":
+        return _on_board_model(path, "program", inputs, device_options, image.config)
     t0 = time.perf_counter()
     outputs, result = run_image(image.config, image, inputs, device, **device_options)
     return {"outputs": outputs, "wall_s": [time.perf_counter() - t0], "cycles": result.cycles,
             "stats": {k: int(v) for k, v in result.stats.items()}}  # fmt: skip
+
+
+def _on_board_model(path: str, kind: str, inputs: dict[str, np.ndarray],
+                    device_options: dict[str, Any], what: Any) -> dict[str, Any]:  # fmt: skip
+    """The ``pynq-model`` device: the ``pynq`` backend's code on the board model (the RTL)."""
+    from ...runtime.device.vta.pynq_model import run_on_board_model
+    from ...runtime.program import ProgramImage
+
+    if kind == "module":
+        if not what:
+            raise ValueError("the module has no accelerator kernels to run on the board model")
+        cfg = ProgramImage.from_bytes(what[0].payload, path).config
+    else:
+        cfg = what
+    with open(path, "rb") as f:
+        payload = f.read()
+    simulator = str(device_options.get("simulator", "icarus"))
+    t0 = time.perf_counter()
+    outputs, report = run_on_board_model(cfg, kind, payload, inputs, simulator)
+    out: dict[str, Any] = {"outputs": outputs, "wall_s": [time.perf_counter() - t0]}
+    if kind == "module":
+        out["calls"] = report["calls"]
+    else:
+        out["cycles"], out["stats"] = report["cycles"], {"flushes": report["flushes"]}
+    return out
 
 
 def measure_artifact(meta: dict[str, Any], arrays: dict[str, np.ndarray],

@@ -52,7 +52,7 @@ from .codec import PayloadError, pack, unpack
 log = logging.getLogger("tensorforge.rpc")
 
 PROTOCOL = "tensorforge-rpc/1"
-DEVICES = ("sim", "cyclesim", "rtl", "pynq")
+DEVICES = ("sim", "cyclesim", "rtl", "pynq", "pynq-model")
 KINDS = {"module": (b"TFMOD", ".tfm"), "program": (b"TFPROG", ".tfp")}
 _ID = re.compile(r"[0-9a-f]{64}")
 
@@ -70,7 +70,8 @@ class RPCServer:
 
     Args:
         device: "sim", "cyclesim", "rtl" or "pynq" (on a board: give the bitstream in
-            ``device_options={"bitstream": "tf.bit"}``).
+            ``device_options={"bitstream": "tf.bit"}``), or "pynq-model": the ``pynq``
+            backend's code on the board model over the RTL (`pynq_model`; each run simulates).
         config: the accelerator's HWConfig (a preset, a JSON path or a HWConfig): uploads built
             for another config are refused, naming both. None: any config (the simulators
             take each program's own).

@@ -3,7 +3,7 @@ board model (the `pynq` API over cocotb), and its errors.
 
 Oracles: numpy (the demo kernel's reference), the functional simulator (outputs bit for bit),
 and the cycle model with the RAM model's latencies (`rtl.matched_timing`) and the board's buffer
-placement (page-aligned, as XRT allocates) for the CYCLES register.
+placement (page-aligned, as XRT allocates: `PAGE_PLACEMENT`) for the CYCLES register.
 """
 
 from __future__ import annotations
@@ -18,9 +18,13 @@ from tensorforge.compiler.frontend.onnx_builders import small_cnn
 from tensorforge.demo import build_matmul, pack_inp, unpack_out
 from tensorforge.hw.config import HWConfig
 from tensorforge.runtime.device.vta import DeviceError, open_device
-from tensorforge.runtime.device.vta.pynq_model import DRAM_BASE, BoardModel, run_on_board_model
+from tensorforge.runtime.device.vta.pynq_model import (
+    DRAM_BASE,
+    PAGE_PLACEMENT,
+    BoardModel,
+    run_on_board_model,
+)
 from tensorforge.runtime.device.vta.rtl import check_simulator, matched_timing
-from tensorforge.runtime.device.vta.sim import HostMemory
 
 TINY = HWConfig.preset("tiny")
 
@@ -32,18 +36,8 @@ def _needs_icarus():
         pytest.skip(str(exc))
 
 
-@pytest.fixture
-def page_aligned(monkeypatch):
-    """The simulators place buffers as the board does: each on its own pages."""
-
-    def alloc(self, n, align=64):
-        return self.memory.alloc(n, max(align, 4096))
-
-    monkeypatch.setattr(HostMemory, "alloc", alloc)
-
-
 @pytest.mark.rtl
-def test_program_on_the_board_model_is_bit_exact_and_cycle_equal(page_aligned):
+def test_program_on_the_board_model_is_bit_exact_and_cycle_equal():
     _needs_icarus()
     k = build_matmul(TINY, 16, 8, 8, seed=5)
     inputs = {"A": pack_inp(TINY, k.a)}
@@ -52,13 +46,13 @@ def test_program_on_the_board_model_is_bit_exact_and_cycle_equal(page_aligned):
     np.testing.assert_array_equal(got, k.reference())
     sim, _ = k.run_on("sim")
     np.testing.assert_array_equal(got, sim)
-    _, timed = k.run_on("cyclesim", timing=matched_timing(TINY))
+    _, timed = k.run_on("cyclesim", timing=matched_timing(TINY), **PAGE_PLACEMENT)
     assert report["cycles"] == timed.cycles
     assert report["overlays"] == ["tf_model.bit"] and report["flushes"] >= 3
 
 
 @pytest.mark.rtl
-def test_whole_model_on_the_board_model(page_aligned):
+def test_whole_model_on_the_board_model():
     _needs_icarus()
     model = small_cnn(16)
     name = model.graph.input[0].name
@@ -68,7 +62,7 @@ def test_whole_model_on_the_board_model(page_aligned):
     out, report = run_on_board_model(TINY, "module", module.to_bytes(), {name: x})
     for k, v in want.items():
         np.testing.assert_array_equal(out[k], v)
-    module.use_device("cyclesim", timing=matched_timing(TINY)).run({name: x})
+    module.use_device("cyclesim", timing=matched_timing(TINY), **PAGE_PLACEMENT).run({name: x})
     assert report["calls"] == {k: r.cycles for k, r in module.device_results().items()}
     assert len(report["calls"]) >= 2
 
@@ -116,3 +110,32 @@ def test_pynq_backend_errors():
     # registers that read 0: not a TensorForge accelerator
     with pytest.raises(DeviceError, match="HW_ID"):
         open_device("pynq", TINY, pynq_module=board, bitstream="x.bit")
+
+
+@pytest.mark.rtl
+def test_remote_run_on_the_board_model(tmp_path):
+    """The laptop-to-board path without a board: RPC to a server whose device is the pynq
+    backend on the board model."""
+    _needs_icarus()
+    from tensorforge.runtime.rpc import connect
+    from tensorforge.runtime.rpc.server import RPCServer
+
+    model = small_cnn(16)
+    name = model.graph.input[0].name
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    module = tensorforge.compile(model, "vta -config=tiny -device=sim", calibration={name: x})
+    want = module.run({name: x})
+    k = build_matmul(TINY, 16, 8, 8, seed=6)
+    with RPCServer("pynq-model", port=0, token="board-model-token", work_dir=tmp_path,
+                   run_timeout=300) as server:  # fmt: skip
+        remote = connect(*server.address, token="board-model-token", timeout=600)
+        assert remote.info()["device"] == "pynq-model"
+        out, meta = remote.run_module(module, {name: x})
+        prog_out, prog_meta = remote.run_program(k.image, {"A": pack_inp(TINY, k.a)})
+    for key, value in want.items():
+        np.testing.assert_array_equal(out[key], value)
+    module.use_device("cyclesim", timing=matched_timing(TINY), **PAGE_PLACEMENT).run({name: x})
+    assert meta["calls"] == {c: r.cycles for c, r in module.device_results().items()}
+    np.testing.assert_array_equal(unpack_out(TINY, prog_out["C"]), k.reference())
+    _, timed = k.run_on("cyclesim", timing=matched_timing(TINY), **PAGE_PLACEMENT)
+    assert prog_meta["cycles"] == timed.cycles

@@ -57,8 +57,9 @@ class CycleSimDevice(SimDevice):
         memory_bytes: int = DEFAULT_MEMORY,
         timing: TimingParams | None = None,
         trace: str | Path | None = None,
+        min_align: int = 64,
     ) -> None:
-        super().__init__(config, memory_bytes)
+        super().__init__(config, memory_bytes, min_align)
         self.timing = timing or TimingParams.for_config(config)
         self.trace = trace
         self.last: TimingResult | None = None

@@ -64,7 +64,9 @@ async def run_case(dut):
         with np.load(case["inputs"], allow_pickle=False) as npz:
             inputs = {k: npz[k] for k in npz.files}
         payload = Path(case["payload"]).read_bytes()
-        options = {"bitstream": "tf_model.bit", "pynq_module": board}
+        # simulated time runs far slower than a board's: the launch waits as long as the run may
+        options = {"bitstream": "tf_model.bit", "pynq_module": board,
+                   "timeout_s": float(case["timeout_s"])}  # fmt: skip
         if case["kind"] == "program":
             from tensorforge.runtime.device.vta import LoadedProgram, open_device
             from tensorforge.runtime.program import ProgramImage

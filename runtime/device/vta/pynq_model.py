@@ -32,6 +32,8 @@ from ....sim.memory import DEFAULT_BASE
 #: page-aligned (as XRT's are) from the simulators' default DRAM base
 REG_BASE = 0x43C0_0000
 DRAM_BASE = DEFAULT_BASE
+#: the device option under which `sim` and `cyclesim` place buffers as the board model does
+PAGE_PLACEMENT = {"min_align": 4096}
 IP_NAME = "tensorforge_0"
 
 
@@ -142,8 +144,8 @@ def run_on_board_model(cfg: HWConfig, kind: str, payload: bytes, inputs: dict[st
         case = {"config": (device_config or cfg).to_dict(), "kind": kind,
                 "payload": str(run_dir / "payload.bin"), "inputs": str(run_dir / "inputs.npz"),
                 "outputs": str(run_dir / "outputs.npz"),
-                "result": str(run_dir / "result.json")}  # fmt: skip
-        report = simulate_bench(build, run_dir, case, timeout_s,
+                "result": str(run_dir / "result.json"), "timeout_s": timeout_s}  # fmt: skip
+        report = simulate_bench(build, run_dir, case, timeout_s + 60,
                                 bench="tensorforge.runtime.device.vta.pynq_bench")  # fmt: skip
         if report.get("state") != "done":
             raise DeviceError(f"the pynq backend on the board model ({simulator}): "

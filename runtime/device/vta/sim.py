@@ -17,9 +17,12 @@ class HostMemory:
     alloc/free/write/read half of the Device protocol, for the simulator backends."""
 
     memory: DeviceMemory
+    #: the least alignment of every allocation (4096: each buffer on its own pages, as a PYNQ
+    #: board's allocator places them; `pynq_model.PAGE_PLACEMENT`)
+    min_align: int = 64
 
     def alloc(self, nbytes: int, align: int = 64) -> Allocation:
-        return self.memory.alloc(nbytes, align)
+        return self.memory.alloc(nbytes, max(align, self.min_align))
 
     def free(self, block: Allocation) -> None:
         self.memory.free(block)
@@ -40,9 +43,11 @@ class SimDevice(HostMemory):
 
     backend = "sim"
 
-    def __init__(self, config: HWConfig, memory_bytes: int = DEFAULT_MEMORY) -> None:
+    def __init__(self, config: HWConfig, memory_bytes: int = DEFAULT_MEMORY,
+                 min_align: int = 64) -> None:  # fmt: skip
         self.config = config
         self.memory = DeviceMemory(memory_bytes)
+        self.min_align = int(min_align)
         self.sim = FunctionalSim(config, self.memory)
 
     def run(self, insns: Allocation, insn_count: int) -> RunResult:
