@@ -104,6 +104,10 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
                      measure_unfit=args.measure_unfit, fmax=args.ecp5_fmax,
                      progress=not args.no_progress)  # fmt: skip
     print(result.table())
+    for r in result.records:
+        if r.get("error"):
+            print(f"{r.get('preset') or r['config']['name']}: {r['error']}: "
+                  f"{r['message'].splitlines()[0][:160] if r['message'] else ''}")  # fmt: skip
     best = result.best()
     if not result.fitting:
         print(f"\nno measured candidate fits {space.part} (see results.csv for why each does "
