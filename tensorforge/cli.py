@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--board", default="pynq-z2", help="pynq-z1, pynq-z2, kv260 or zcu104")
     p.add_argument("-o", "--output-dir", default="build/bitstream", help="the project folder")
     p.add_argument("--register", metavar="DIR", help="register the built recipe in DIR instead")
+    p = hw_sub.add_parser(
+        "testbench",
+        help="write a ready-to-run cocotb project: the exported top, a sample hardware-software "
+        "test (tensorforge.cocotb.Testbench) and its runner (python run.py [icarus|verilator])",
+    )
+    _config_arg(p)
+    p.add_argument("-o", "--output-dir", default="tb", help="the project folder (default: tb)")
 
     p = sub.add_parser(
         "demo",
@@ -254,6 +261,13 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _hw_synth(args)
     if args.command == "hw" and args.hw_command == "bitstream":
         return _hw_bitstream(args)
+    if args.command == "hw" and args.hw_command == "testbench":
+        from .cocotb import write_testbench
+
+        out = write_testbench(HWConfig.load(args.config), args.output_dir)
+        print(f"wrote a cocotb project in {out}/: run it with\n  cd {out} && python run.py "
+              "[icarus|verilator]")  # fmt: skip
+        return 0
     if args.command == "demo":
         return _demo(args)
     if args.command == "tune":

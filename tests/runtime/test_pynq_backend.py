@@ -48,7 +48,7 @@ def test_program_on_the_board_model_is_bit_exact_and_cycle_equal():
     np.testing.assert_array_equal(got, sim)
     _, timed = k.run_on("cyclesim", timing=matched_timing(TINY), **PAGE_PLACEMENT)
     assert report["cycles"] == timed.cycles
-    assert report["overlays"] == ["tf_model.bit"] and report["flushes"] >= 3
+    assert report["overlays"] == ["testbench.bit"] and report["flushes"] >= 3
 
 
 @pytest.mark.rtl

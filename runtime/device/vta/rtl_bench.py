@@ -30,36 +30,15 @@ from cocotb.clock import Clock
 from cocotb.task import bridge, resume
 from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
-from cocotbext.axi import (
-    AxiLiteBus,
-    AxiLiteMaster,
-    AxiRamRead,
-    AxiRamWrite,
-    AxiReadBus,
-    AxiWriteBus,
-)
 from cocotbext.axi.sparse_memory import SparseMemory
 
+from tensorforge.cocotb import CLOCK_NS, attach_memory
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.regmap import REGISTERS, LaunchError, launch
-
-CLOCK_NS = 10
 
 
 class CycleLimit(Exception):
     """The run went past ``max_cycles`` clock cycles after START."""
-
-
-def attach_memory(dut, mem: SparseMemory) -> AxiLiteMaster:
-    """Put ``mem`` behind the top's AXI4 masters; return the AXI-Lite master of its registers."""
-    for port in ("fetch", "load", "compute"):
-        bus = AxiReadBus.from_prefix(dut, f"m_axi_{port}", bus_separator="__")
-        AxiRamRead(bus, dut.clk, dut.rst, mem=mem)
-    bus = AxiWriteBus.from_prefix(dut, "m_axi_store", bus_separator="__")
-    AxiRamWrite(bus, dut.clk, dut.rst, mem=mem)
-    return AxiLiteMaster(
-        AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst
-    )
 
 
 @cocotb.test()
