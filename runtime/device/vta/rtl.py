@@ -126,7 +126,7 @@ def check_simulator(simulator: str) -> None:
             __import__(module)
         except ImportError:
             raise DeviceError(
-                f"the rtl backend needs {module.split('.')[0]} (pip install cocotb cocotbext-axi)"
+                f"the rtl backend needs {module.split('.')[0]}: pip install 'tensorforge[hw]'"
             ) from None
 
 
