@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--images", type=int, default=None, help="digits: test images (default all)")
     p.add_argument("--vthreads", type=int, choices=(1, 2), default=2, help="digits: vthreads")
     p.add_argument("--save", metavar="FILE", help="matmul: also save the program image")
+    p = sub.add_parser(
+        "sample",
+        help="write a sample model and input to try the other commands on: model.onnx (the "
+        "shipped digits CNN, batch 1) and x.npy (one test digit)",
+    )
+    p.add_argument("-o", "--output-dir", default=".", help="where to write them (default: .)")
     _model_commands(sub)
     cli_tune.add_parser(sub, _shape_arg, _calibrate_arg)
     cli_dse.add_parser(sub, _shape_arg, _calibrate_arg)
@@ -276,6 +282,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
     if args.command == "demo":
         return _demo(args)
+    if args.command == "sample":
+        return _sample(args)
     if args.command == "tune":
         return cli_tune.run(args, _named_arrays, _shapes)
     if args.command == "dse":
@@ -288,6 +296,24 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _run_model(args)
     parser.print_help()
     return 2
+
+
+def _sample(args: argparse.Namespace) -> int:
+    import onnx
+
+    from .digits import load_digits_assets
+
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path, split = load_digits_assets()
+    model = onnx.load(str(path))
+    for value in (*model.graph.input, *model.graph.output):  # a static batch of 1
+        value.type.tensor_type.shape.dim[0].dim_value = 1
+    onnx.save(model, out / "model.onnx")
+    np.save(out / "x.npy", split["images"][:1].astype(np.float32))
+    print(f"wrote {out / 'model.onnx'} (the digits CNN, input 'input' of 1x1x8x8) and "
+          f"{out / 'x.npy'} (a {int(split['labels'][0])})")  # fmt: skip
+    return 0
 
 
 def _hw_bitstream(args: argparse.Namespace) -> int:

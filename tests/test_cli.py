@@ -87,3 +87,21 @@ def test_sim_trace_writes_a_perfetto_trace_with_the_cycle_count(capsys, tmp_path
     assert tracks == {"fetch", "load", "compute", "store"}
     gemms = [e for e in events if e["ph"] == "X" and e["name"].startswith("GEMM")]
     assert len(gemms) == sum(1 for i in image.instructions() if type(i).__name__ == "GemmInsn")
+
+
+def test_readme_tour_runs_on_the_sample(tmp_path, monkeypatch, capsys):
+    """The README tour's model commands, as written, on the files `tensorforge sample` writes."""
+    import numpy as np
+    import onnxruntime as ort
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["sample"]) == 0
+    x = np.load("x.npy")
+    want = ort.InferenceSession("model.onnx").run(None, {"input": x})[0]
+    assert main(["compile", "model.onnx", "-o", "model.tfm", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["run", "model.tfm", "--input", "x.npy"]) == 0
+    out = capsys.readouterr().out
+    assert f"max {want.max():.4g}" in out  # the CPU module agrees with onnxruntime
+    assert main(["run", "model.onnx", "--target", "vta -config=pynq", "--input", "x.npy"]) == 0
+    assert "tf.qdense (dense)" in capsys.readouterr().out  # int8 layers ran on the accelerator
