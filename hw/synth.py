@@ -309,13 +309,17 @@ class PnrReport:
         lines = [
             f"{self.top} for HWConfig {self.config!r} on ECP5 {self.device} (ULX3S pins); "
             f"yosys + nextpnr-ecp5 + ecppack in {self.seconds:.1f} s",
-            f"  Fmax {self.fmax_mhz:.1f} MHz (target {self.target_mhz:g} MHz: "
-            f"{'met' if self.meets_timing else 'MISSED'})",
-        ]
+            f"  Fmax {self.fmax_mhz:.1f} MHz after routing, against the config's clock_mhz of "
+            f"{self.target_mhz:g} MHz: "
+            + ("met" if self.meets_timing else
+               "missed (this block on this ECP5 cannot run at the config's clock; a Xilinx "
+               "part's Fmax differs, and needs Vivado)"),
+        ]  # fmt: skip
         for name, (used, avail) in self.utilization.items():
             lines.append(f"  {name:<14}{used:>8,} / {avail:<8,}{100 * used / max(avail, 1):6.1f}%")
         if self.bitstream is not None:
-            lines.append(f"  bitstream: {self.bitstream}")
+            lines.append(f"  bitstream: {self.bitstream} (a placement proof in an I/O shim, not "
+                         "a board image; -o DIR keeps it)")  # fmt: skip
         return "\n".join(lines)
 
 

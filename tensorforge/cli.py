@@ -397,11 +397,13 @@ def _sim_run(args: argparse.Namespace) -> int:
     backend, options = _device_options(args)
     device = open_device(backend, image.config, **options)
     outputs, result = LoadedProgram.load(device, image).run(inputs)
+    written = []
     if args.output_dir:
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         for name, array in outputs.items():
             np.save(out / f"{name}.npy", array)
+            written.append(str(out / f"{name}.npy"))
     if args.json:
         extra = {"cycles": result.cycles} if result.cycles is not None else {}
         print(json.dumps({"program": image.name, "wall_s": result.wall_s, **extra, **result.stats}))
@@ -416,6 +418,8 @@ def _sim_run(args: argparse.Namespace) -> int:
     print(f"  wall time         {result.wall_s * 1e3:>10.1f} ms")
     if args.trace:
         print(f"  trace written to {args.trace} (open it in https://ui.perfetto.dev)")
+    for path in written:
+        print(f"  wrote {path}")
     return 0
 
 
