@@ -86,6 +86,8 @@ def _print_report(cfg: HWConfig, backend: str, module: Any, acc: dict, n: int, w
     print(f"TensorForge main job: digits CNN ({MODEL}), {n} test images")
     print(f"  HWConfig {cfg.name!r} ({cfg.bitstream_name}), accelerator device {backend}")
     print(f"  float accuracy {acc['float']:.2%}   int8 accuracy {acc['int8']:.2%}")
-    for table in (placement_table(module), device_table(module.device_results(), cfg.clock_mhz)):
-        print("\n".join("  " + line for line in table.splitlines()))
+    print("\n".join("  " + line for line in placement_table(module).splitlines()))
+    print(f"  one run over the whole batch of {n} images (counts are totals for all of them):")
+    table = device_table(module.device_results(), cfg.clock_mhz)
+    print("\n".join("  " + line for line in table.splitlines()))
     print(f"  compiled and ran in {wall:.1f} s")

@@ -52,4 +52,8 @@ def device_table(results: dict[str, Any], clock_mhz: float | None = None) -> str
     if timed and clock_mhz:
         lines.append(f"{totals[3]:,} cycles = {totals[3] / clock_mhz / 1e3:.3f} ms of "
                      f"accelerator time at {clock_mhz:g} MHz")  # fmt: skip
+    if not timed:
+        backend = next(iter(results.values())).backend or "this"
+        lines.append(f"cycles '-': the {backend} device does not count cycles (cyclesim and "
+                     "rtl do)")  # fmt: skip
     return "\n".join(lines)
