@@ -6,6 +6,7 @@ LAYERS = ("hw", "sim", "compiler", "runtime")
 
 package_dir = {"tensorforge": "tensorforge"}
 packages = ["tensorforge"] + [f"tensorforge.{p}" for p in find_packages("tensorforge")]
+packages.append("tensorforge.data")  # the shipped model and test split (data only, no code)
 for layer in LAYERS:
     package_dir[f"tensorforge.{layer}"] = layer
     packages.append(f"tensorforge.{layer}")
