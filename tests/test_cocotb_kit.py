@@ -58,3 +58,16 @@ def test_cli_writes_the_project(tmp_path, capsys):
         "hwconfig.json",
         "tf_top_tiny.v",
     }
+
+
+@pytest.mark.slow
+def test_sample_test_passes_under_verilator(tmp_path):
+    from tensorforge.runtime.device.vta import DeviceError
+    from tensorforge.runtime.device.vta.rtl import check_simulator
+
+    try:
+        check_simulator("verilator")
+    except DeviceError as exc:
+        pytest.skip(str(exc))
+    folder = write_testbench("tiny", tmp_path / "tb")
+    assert run_tests("test_accel", "tiny", "verilator", test_dir=folder) == 0
