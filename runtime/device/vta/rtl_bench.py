@@ -14,8 +14,9 @@ otherwise. ``TF_RTL_CASE`` names a JSON file written by the device:
   ``status`` and ``cycles_lo``.
 
 Device memory is one cocotbext-axi ``SparseMemory`` behind the four AXI4 masters (fetch, load,
-compute read through ``AxiRamRead``; store writes through ``AxiRamWrite``), and the launch
-protocol is ``hw.regmap.launch`` itself over an ``AxiLiteMaster``.
+compute read through ``AxiRamRead``; store writes through ``AxiRamWrite``), set up by
+`tensorforge.cocotb.Testbench`, and the launch protocol is ``hw.regmap.launch`` itself over its
+``AxiLiteMaster`` (with a cycle limit on each poll, which the users' kit does not need).
 """
 
 from __future__ import annotations
@@ -26,13 +27,10 @@ import time
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.task import bridge, resume
-from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
-from cocotbext.axi.sparse_memory import SparseMemory
 
-from tensorforge.cocotb import CLOCK_NS, attach_memory
+from tensorforge.cocotb import CLOCK_NS, Testbench
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.regmap import REGISTERS, LaunchError, launch
 
@@ -47,14 +45,10 @@ async def run_program(dut):
     cfg = HWConfig.from_dict(case["config"])
     base = case["base"]
     image = Path(case["image"]).read_bytes()
-    mem = SparseMemory(1 << 32)
-    mem[base : base + len(image)] = image
-    cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-    dut.rst.value = 1
-    master = attach_memory(dut, mem)
-    await ClockCycles(dut.clk, 3)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
+    tb = Testbench(dut, cfg)
+    tb.poke(base, image)
+    await tb.start()
+    master = tb.master
 
     start_ns = get_sim_time("ns")
     limit = case["max_cycles"]
@@ -92,5 +86,5 @@ async def run_program(dut):
             report[reg.lower()] = await master.read_dword(REGISTERS[reg].offset)
     report["clock_cycles"] = elapsed()
     report["launch_ms"] = int((time.perf_counter() - wall) * 1000)
-    Path(case["output"]).write_bytes(bytes(mem[base : base + len(image)]))
+    Path(case["output"]).write_bytes(tb.peek(base, len(image)))
     Path(case["result"]).write_text(json.dumps(report))
