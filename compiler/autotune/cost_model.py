@@ -78,20 +78,13 @@ class _KnobTable:
     """Vectorized `ConfigSpace.vector` for many indices at once (mixed radix, table lookup)."""
 
     def __init__(self, space: ConfigSpace) -> None:
-        self.radix = np.array([len(k.values) for k in space.knobs], np.int64)
+        self.space = space
         self.tables = [
             np.array([k.numeric(p) for p in range(len(k.values))], np.float32) for k in space.knobs
         ]
 
-    def positions(self, indices: np.ndarray) -> np.ndarray:
-        rest = np.asarray(indices, np.int64).copy()
-        out = np.empty((len(rest), len(self.radix)), np.int64)
-        for k in range(len(self.radix) - 1, -1, -1):
-            rest, out[:, k] = np.divmod(rest, self.radix[k])
-        return out
-
     def vectors(self, indices: np.ndarray) -> np.ndarray:
-        pos = self.positions(indices)
+        pos = self.space.positions_of(indices)
         out = np.empty(pos.shape, np.float32)
         for k, table in enumerate(self.tables):
             out[:, k] = table[pos[:, k]]

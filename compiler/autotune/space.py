@@ -141,6 +141,14 @@ class ConfigSpace:
             out.append(p)
         return out[::-1]
 
+    def positions_of(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """`positions` of many flat indices at once (unchecked): one row per index."""
+        rest = np.asarray(indices, np.int64).reshape(-1).copy()
+        out = np.empty((len(rest), len(self._radix)), np.int64)
+        for k in range(len(self._radix) - 1, -1, -1):
+            rest, out[:, k] = np.divmod(rest, self._radix[k])
+        return out
+
     def index_of(self, positions: Sequence[int]) -> int:
         index = 0
         for p, r in zip(positions, self._radix, strict=True):

@@ -220,13 +220,6 @@ class XGBTuner(Tuner):
             return self._valid_mask[indices]
         return np.array([self.space.is_valid(int(i)) for i in indices], bool)
 
-    def _positions(self, indices: np.ndarray) -> np.ndarray:
-        rest = np.asarray(indices, np.int64).copy()
-        out = np.empty((len(rest), len(self._radix)), np.int64)
-        for k in range(len(self._radix) - 1, -1, -1):
-            rest, out[:, k] = np.divmod(rest, self._radix[k])
-        return out
-
     def _start_points(self) -> np.ndarray:
         """Knob positions of the chains: the previous run's end points, the worst of them
         replaced by the best measured configs; random valid points for missing chains."""
@@ -238,12 +231,13 @@ class XGBTuner(Tuner):
             fresh = np.array(self.space.sample(self.rng, c - len(best), set(best)), np.int64)
             starts = best + self._affordable(np.sort(fresh)).tolist()
             starts = starts or [self.space.default.index]
-            return self._positions(np.resize(np.array(starts, np.int64), c))  # tiny: repeats
+            # a tiny space repeats its points to fill the chains
+            return self.space.positions_of(np.resize(np.array(starts, np.int64), c))
         chains = self._chains.copy()
         if best:
             scores = self.model.predict(self.task, chains @ self._mult)
             worst = np.argsort(scores, kind="stable")[: len(best)]
-            chains[worst] = self._positions(np.array(best, np.int64))
+            chains[worst] = self.space.positions_of(np.array(best, np.int64))
         return chains
 
     def _anneal(self, size: int) -> list[tuple[float, int]]:
