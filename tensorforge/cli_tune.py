@@ -109,24 +109,17 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
 
 @contextlib.contextmanager
 def _measurers(name: str, args: argparse.Namespace, kind: str) -> Iterator[tuple[Any, Any]]:
-    """(builder, runner): local worker pools, or both on a Dask cluster."""
+    """(builder, runner): local worker pools (runs on this machine or RPC servers), or both on a
+    Dask cluster."""
     from .compiler.autotune.measure import Builder, make_runner
 
-    if name == "rpc":
-        from .compiler.autotune.rpc import RPCRunner
-
-        unit = "cycles" if kind == "vta" else "s"
-        builder = Builder(args.parallel, timeout=args.timeout)
-        try:
-            with RPCRunner(args.rpc, token=args.token, unit=unit) as runner:
-                yield builder, runner
-        finally:
-            builder.close()
-        return
     if name != "cluster":
         options: dict[str, Any] = {"timeout": args.timeout}
         if name == "rtl":
             options["device_options"] = {"simulator": "verilator"}
+        if name == "rpc":  # the servers have their own run time-outs
+            options = {"addresses": args.rpc, "token": args.token,
+                       "unit": "cycles" if kind == "vta" else "s"}  # fmt: skip
         builder = Builder(args.parallel, timeout=args.timeout)
         try:
             with make_runner(name, **options) as runner:

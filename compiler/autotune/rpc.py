@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ...runtime.rpc.client import RemoteSession, RPCError, connect, parse_address
-from ...runtime.rpc.codec import pack, unpack  # noqa: F401 (unpack: the doctest's)
+from ...runtime.rpc.codec import pack
 from .measure import OnOutcome, Runner, RunOutcome, check_seconds
 from .task import Artifact
 
@@ -35,6 +35,7 @@ def artifact_to_payload(artifact: Artifact, options: dict[str, Any] | None = Non
     """An artifact (and run options) as one payload.
 
     Example:
+        >>> from tensorforge.runtime.rpc.codec import unpack
         >>> a = Artifact("llvm", b"\\x7fELF", [np.ones(2, np.float32)], np.ones(2), "k",
         ...              [("x", "float32", (2,)), ("y", "float32", (2,))])
         >>> b = artifact_from_payload(*unpack(artifact_to_payload(a)))

@@ -54,8 +54,7 @@ class Area:
 
     def over(self, part: str, limits: Mapping[str, float] | None = None) -> list[str]:
         """The resources this area needs more of than `limits` (shares) of the part allow."""
-        p = PARTS[part]
-        avail = {"LUT": p.luts, "FF": p.ffs, "DSP": p.dsps, "BRAM36": p.bram36, "URAM": p.urams}
+        avail = part_capacity(part)
         out = []
         for r, used in self.usage().items():
             cap = avail[r] * (limits or {}).get(r, 1.0)
@@ -72,6 +71,12 @@ class Area:
                     seconds=float(data.get("seconds", 0.0)),
                     memories=dict(data.get("memories", {})),
                     urams=data.get("urams", 0))  # fmt: skip
+
+
+def part_capacity(part: str) -> dict[str, int]:
+    """Each resource of a part (the keys of `Area.usage`)."""
+    p = PARTS[part]
+    return {"LUT": p.luts, "FF": p.ffs, "DSP": p.dsps, "BRAM36": p.bram36, "URAM": p.urams}
 
 
 def screen(cfg: HWConfig, part: str, limits: Mapping[str, float] | None = None) -> list[str]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...hw.config import HWConfig
-from ...hw.synth import PARTS, SynthError
+from ...hw.synth import SynthError
 from .area import Area, ecp5_gemm_fmax, screen, screen_area, synthesize
 
 
@@ -175,8 +175,3 @@ def _latency(cfg: HWConfig, cfg_path: Path, model: Any, calibration: Any,
         "peak_gops": cfg.peak_gops,
         "tune_s": round(tune_s, 1),
     }
-
-
-def part_capacity(part: str) -> dict[str, int]:
-    p = PARTS[part]
-    return {"LUT": p.luts, "FF": p.ffs, "DSP": p.dsps, "BRAM36": p.bram36}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..autotune.plot import png_path, pyplot, save_png
-from .evaluate import part_capacity
+from .area import part_capacity
 from .sweep import _AREA_KEYS, DseResult, pareto_front
 
 

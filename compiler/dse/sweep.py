@@ -164,30 +164,19 @@ _AREA_KEYS = {"LUT": "luts", "FF": "ffs", "DSP": "dsps", "BRAM36": "bram36"}
 # ---- the sweep -----------------------------------------------------------------------------------
 
 
-def model_digest(model: Any) -> str:
-    """A digest of the model, so that a results folder is never reused for another model."""
-    import onnx
-
-    if isinstance(model, str | Path):
-        data = Path(model).read_bytes()
-    elif isinstance(model, bytes):
-        data = model
-    elif isinstance(model, onnx.ModelProto):
-        data = model.SerializeToString()
-    else:
-        raise TypeError(f"explore takes an ONNX model (a path, its bytes or a ModelProto), not "
-                        f"{type(model).__name__}")  # fmt: skip
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-def _as_bytes(model: Any) -> bytes:
+def model_bytes(model: Any) -> bytes:
+    """The ONNX model's bytes (from a path, bytes or a ModelProto): what candidates compile, and
+    what the results folder's digest is of."""
     import onnx
 
     if isinstance(model, str | Path):
         return Path(model).read_bytes()
+    if isinstance(model, bytes):
+        return model
     if isinstance(model, onnx.ModelProto):
         return model.SerializeToString()
-    return model
+    raise TypeError(f"explore takes an ONNX model (a path, its bytes or a ModelProto), not "
+                    f"{type(model).__name__}")  # fmt: skip
 
 
 def explore(
@@ -243,8 +232,8 @@ def explore(
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 0):  # fmt: skip
             raise ValueError(f"{name} must be a non-negative int, not {value!r}")
-    digest = model_digest(model)
-    model_bytes = _as_bytes(model)
+    data = model_bytes(model)
+    digest = hashlib.sha256(data).hexdigest()[:16]  # a folder is never reused for another model
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _check_folder(out, digest)
@@ -259,7 +248,7 @@ def explore(
     options = {"feature": "knob", "plan_size": 16} if search == "xgb" else {}
     explorer = make_tuner(search, task, seed=seed, **options)
 
-    common = {"part": space.part, "model": model_bytes, "calibration": calibration,
+    common = {"part": space.part, "model": data, "calibration": calibration,
               "input_shapes": dict(input_shapes) if input_shapes else None,
               "trials": trials, "limits": space.limits, "area_cache": str(out / "synth"),
               "synth": synth, "measure_unfit": measure_unfit, "tuner": tuner,
