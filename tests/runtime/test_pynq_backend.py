@@ -51,14 +51,22 @@ def test_program_on_the_board_model_is_bit_exact_and_cycle_equal():
     assert report["overlays"] == ["testbench.bit"] and report["flushes"] >= 3
 
 
-@pytest.mark.rtl
-def test_whole_model_on_the_board_model():
-    _needs_icarus()
+@pytest.fixture(scope="module")
+def cnn():
+    """The small int8 CNN compiled for `tiny` on the functional simulator, its input name, an
+    input and the module's outputs for it (the `sim` oracle)."""
     model = small_cnn(16)
     name = model.graph.input[0].name
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
     module = tensorforge.compile(model, "vta -config=tiny -device=sim", calibration={name: x})
-    want = module.run({name: x})
+    return module, name, x, module.run({name: x})
+
+
+@pytest.mark.rtl
+def test_whole_model_on_the_board_model(cnn):
+    _needs_icarus()
+    module, name, x, want = cnn
+    module = tensorforge.Module.from_bytes(module.to_bytes())
     out, report = run_on_board_model(TINY, "module", module.to_bytes(), {name: x})
     for k, v in want.items():
         np.testing.assert_array_equal(out[k], v)
@@ -113,18 +121,15 @@ def test_pynq_backend_errors():
 
 
 @pytest.mark.rtl
-def test_remote_run_on_the_board_model(tmp_path):
+def test_remote_run_on_the_board_model(tmp_path, cnn):
     """The laptop-to-board path without a board: RPC to a server whose device is the pynq
     backend on the board model."""
     _needs_icarus()
     from tensorforge.runtime.rpc import connect
     from tensorforge.runtime.rpc.server import RPCServer
 
-    model = small_cnn(16)
-    name = model.graph.input[0].name
-    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
-    module = tensorforge.compile(model, "vta -config=tiny -device=sim", calibration={name: x})
-    want = module.run({name: x})
+    module, name, x, want = cnn
+    module = tensorforge.Module.from_bytes(module.to_bytes())
     k = build_matmul(TINY, 16, 8, 8, seed=6)
     with RPCServer("pynq-model", port=0, token="board-model-token", work_dir=tmp_path,
                    run_timeout=300) as server:  # fmt: skip
