@@ -3,9 +3,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench lint clean
+.PHONY: setup iverilog opencl demo test test-fast bench lint clean
 
-setup: $(STAMP) iverilog
+setup: $(STAMP) iverilog opencl
 
 # The venv is rebuilt when the dependency list changes.
 $(STAMP): pyproject.toml setup.py
@@ -24,6 +24,16 @@ iverilog:
 	    echo "installing iverilog (Debian)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iverilog >/dev/null; \
 	  else echo "note: iverilog is missing and we are not root; rtl tests will skip"; fi; \
+	fi
+
+# Debian's PoCL (OpenCL on this CPU), installed when no OpenCL driver is registered and we are
+# root: the GPU back-end's OpenCL kernels run on it in the tests.
+opencl:
+	@if ! ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing pocl-opencl-icd (Debian)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd ocl-icd-libopencl1 >/dev/null; \
+	  else echo "note: no OpenCL driver and we are not root; install pocl-opencl-icd for the opencl tests"; fi; \
 	fi
 
 demo: setup

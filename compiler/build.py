@@ -67,7 +67,8 @@ def build(
     Args:
         sched: a schedule (lowered with `tir.lower(sched, args, name)`) or a lowered PrimFunc.
         args: the tensors in parameter order (inputs, then outputs); not needed for a PrimFunc.
-        target: an llvm target for this machine ("llvm", "llvm -mcpu=native", "-mattr=...").
+        target: an llvm target for this machine ("llvm", "llvm -mcpu=native", "-mattr=..."),
+            or a GPU target ("opencl", "cuda -arch=sm_90"): see `build_gpu`.
         name: the function name.
         fast_math: allow float reassociation (FMA contraction is always allowed).
 
@@ -87,6 +88,8 @@ def build(
         [0.0, 2.0, 4.0]
     """
     tgt = Target.parse(target)
+    if tgt.kind in ("cuda", "opencl"):
+        return build_gpu(sched, args, tgt, name)  # type: ignore[return-value]
     if not tgt.is_host:
         raise ValueError(
             f"build target must run on this machine (llvm without -mtriple), not {str(tgt)!r}; "
@@ -109,3 +112,43 @@ def build_object(
     """
     func = _as_func(sched, args, name)
     return emit_object(generate([func], CodegenOptions(), func.name), target)
+
+
+def build_gpu(
+    sched: Schedule | PrimFunc,
+    args: Sequence[Any] | None = None,
+    target: str | Target = "opencl",
+    name: str = "main",
+    **device_options: Any,
+) -> Any:
+    """Compile for a GPU target and load the program on this machine's device of that kind.
+
+    The schedule's stages must be bound to `blockIdx`/`threadIdx` (a stage left unbound runs on
+    one thread). Returns a `runtime.device.gpu.GPUFunction`: call it with numpy arrays (inputs,
+    then outputs, which are written); `.source` is the generated CUDA C or OpenCL C.
+
+    Raises:
+        GPULimitError: a kernel over the target's threads per block or shared memory.
+        GPUError: no OpenCL platform or CUDA driver on this machine (the message says which).
+
+    Example:
+        >>> import numpy as np
+        >>> from tensorforge.compiler import te
+        >>> A = te.placeholder((100,), name="A")
+        >>> B = te.compute((100,), lambda i: A[i] * 2.0, name="B")
+        >>> s = te.create_schedule(B.op)
+        >>> bx, tx = s[B].split(B.op.axis[0], factor=32)
+        >>> s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        >>> s[B].bind(tx, te.thread_axis("threadIdx.x"))
+        >>> f = build_gpu(s, [A, B], "opencl", name="double")
+        >>> a, b = np.arange(100, dtype="float32"), np.zeros(100, "float32")
+        >>> f(a, b)
+        >>> b[:3].tolist()
+        [0.0, 2.0, 4.0]
+    """
+    from ..runtime.device.gpu import GPUFunction
+    from .codegen.gpu import gpu_payload, split_kernels
+
+    tgt = Target.parse(target)
+    func = _as_func(sched, args, name)
+    return GPUFunction(gpu_payload(split_kernels(func), tgt), **device_options)

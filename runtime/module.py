@@ -103,6 +103,8 @@ def _load_vta(kernels: Sequence[KernelImage], options: Mapping[str, Any]) -> dic
     return load_vta_kernels(kernels, options)
 
 
+_GPU_KINDS = ("opencl", "cuda")  # device-resident: run by runtime.device.gpu.GPUExecutor
+
 register_kernel_kind("llvm", _load_llvm)
 register_kernel_kind("vta", _load_vta)
 
@@ -170,13 +172,14 @@ class Module:
     # ---- running ------------------------------------------------------------------------------
 
     def _load(self) -> Executor:
+        if self._executor is None and any(k.kind in _GPU_KINDS for k in self.kernels):
+            self._executor = self._load_gpu()  # type: ignore[assignment]
         if self._executor is None:
             launches: dict[str, Launch] = {}
             for kind in dict.fromkeys(k.kind for k in self.kernels):
                 if kind not in KERNEL_KINDS:
-                    raise ValueError(
-                        f"kernel kind must be one of {sorted(KERNEL_KINDS)}, not {kind!r}"
-                    )
+                    known = sorted([*KERNEL_KINDS, *_GPU_KINDS])
+                    raise ValueError(f"kernel kind must be one of {known}, not {kind!r}")
                 of_kind = [k for k in self.kernels if k.kind == kind]
                 launches.update(KERNEL_KINDS[kind](of_kind, self._device_options))
             self._launches = launches
@@ -187,6 +190,30 @@ class Module:
             calls = [(c.label, c.kernel, launches[c.kernel], c.args) for c in self.calls]
             self._executor = Executor(self.arena_bytes, slots, self.constants, calls)
         return self._executor
+
+    def _load_gpu(self) -> Any:
+        """The device-resident executor of a GPU module (every kernel of one GPU kind)."""
+        from .device.gpu import GPUExecutor
+
+        kinds = sorted({k.kind for k in self.kernels})
+        if len(kinds) != 1:
+            raise ValueError(f"a GPU module must hold kernels of one kind, not {kinds}")
+        slots = {
+            name: (offset, self.tensors[name].shape, self.tensors[name].dtype)
+            for name, offset in self.slots.items()
+        }
+        calls = [(c.label, c.kernel, c.args) for c in self.calls]
+        return GPUExecutor(
+            kinds[0],
+            self.kernels,
+            self.arena_bytes,
+            slots,
+            self.constants,
+            calls,
+            self.inputs,
+            self.outputs,
+            self._device_options,
+        )
 
     def _bind_inputs(self, inputs: Mapping[str, Any]) -> Executor:
         unknown = [n for n in inputs if n not in self.inputs]

@@ -8,7 +8,7 @@ from typing import Any
 
 from .runtime.module import Module
 
-BUILT_TARGETS = ("llvm", "vta")
+BUILT_TARGETS = ("llvm", "vta", "opencl", "cuda")
 
 
 def _as_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Any:
@@ -89,6 +89,10 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
         return compile_graph_vta(graph, tgt, calibration, progress=progress)
     if calibration is not None:
         raise ValueError(f"calibration belongs to vta targets, not {str(tgt)!r}")
+    if tgt.kind in ("opencl", "cuda"):
+        from .compiler.graph.compile_gpu import compile_graph_gpu
+
+        return compile_graph_gpu(_as_graph(model, input_shapes), tgt, progress=progress)
     if not tgt.is_host:
         raise NotImplementedError(
             f"cross-compiling whole models (target {str(tgt)!r}) is not built yet; use 'llvm'"

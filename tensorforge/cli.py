@@ -5,7 +5,7 @@ tensorforge isa [--config pynq] [--text]
 tensorforge config [--config pynq]
 tensorforge sim run PROGRAM.tfp [--input NAME=FILE.npy ...] [--random-inputs] [--output-dir D]
 tensorforge demo [--config pynq] [--save PROGRAM.tfp]
-tensorforge compile MODEL.onnx -o MODEL.tfm [--target llvm] [--no-progress]
+tensorforge compile MODEL.onnx -o MODEL.tfm [--target llvm|opencl|cuda|vta ...] [--no-progress]
 tensorforge run MODEL.onnx|MODEL.tfm [--input [NAME=]X.npy ...] [--profile] [--repeat N]
 tensorforge tune MODEL.onnx --target T --trials N --log tune.jsonl  (see cli_tune.py)
 tensorforge dse MODEL.onnx --space space.json --trials N -o dse/         (see cli_dse.py)
@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _model_commands(sub: argparse._SubParsersAction) -> None:
     target_help = (
         "compilation target (default: llvm); 'vta -config=pynq -device=sim' for the "
-        "accelerator (options: -config, -device sim|cyclesim|rtl, -mode shift|mul, -vthreads)"
+        "accelerator (options: -config, -device sim|cyclesim|rtl, -mode shift|mul, -vthreads); "
+        "'opencl' or 'cuda -arch=sm_80' for GPUs (docs/gpu.md)"
     )
     p = sub.add_parser("compile", help="compile an ONNX model to a module file (.tfm)")
     p.add_argument("model", help="the ONNX model")
@@ -241,6 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, RuntimeError, OSError) as e:
         # Our errors name what went wrong; a traceback would bury that.
         print(f"tensorforge: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if not type(e).__module__.startswith("tensorforge."):  # a bug elsewhere: keep its trace
+            raise
+        print(f"tensorforge: error: {e}", file=sys.stderr)  # LoweringError and kin
         return 1
 
 

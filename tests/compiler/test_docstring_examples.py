@@ -34,6 +34,10 @@ MODULES = [
     "tensorforge.compiler.dse.sweep",
     "tensorforge.hw.synth",
     "tensorforge.hw.config",
+    "tensorforge.compiler.build",
+    "tensorforge.compiler.codegen.gpu",
+    "tensorforge.compiler.codegen.gpu_source",
+    "tensorforge.compiler.graph.compile_gpu",
 ]
 
 

@@ -132,8 +132,6 @@ def test_unsupported_op_gets_the_importers_listing_error() -> None:
 
 
 def test_targets_not_built_yet_raise_a_clear_error() -> None:
-    with pytest.raises(NotImplementedError, match="target 'cuda' is not built yet"):
-        tensorforge.compile(ob.mlp(), target="cuda")
     with pytest.raises(NotImplementedError, match="cross-compiling whole models"):
         tensorforge.compile(ob.mlp(), target="llvm -mtriple=aarch64-linux-gnu")
 

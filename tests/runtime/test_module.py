@@ -130,9 +130,10 @@ def _with_kernels(module: Module, kernels: list) -> Module:
 
 
 def test_unknown_kernel_kind_is_rejected_at_load(module: Module) -> None:
-    other = _with_kernels(module, [dataclasses.replace(k, kind="opencl") for k in module.kernels])
+    other = _with_kernels(module, [dataclasses.replace(k, kind="metal") for k in module.kernels])
     with pytest.raises(
-        ValueError, match=r"kernel kind must be one of \['llvm', 'vta'\], not 'opencl'"
+        ValueError,
+        match=r"kernel kind must be one of \['cuda', 'llvm', 'opencl', 'vta'\], not 'metal'",
     ):
         other.run({"x": X})
 

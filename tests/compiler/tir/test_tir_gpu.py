@@ -8,55 +8,19 @@ import pytest
 
 from tensorforge.compiler import te, tir
 from tensorforge.compiler.tir.gpu import insert_storage_sync
+from tensorforge.compiler.topi.gpu.dense import schedule_matmul, spread_copy
 
 NO_SYNC = [p for p in tir.DEFAULT_PIPELINE if p is not insert_storage_sync]
-
-
-def _thread(tag: str) -> te.IterVar:
-    return te.thread_axis(tag)
-
-
-def _cooperative_fetch(s, stage_tensor, ty: int, tx: int) -> None:
-    """Spread the copy into shared memory over the block's ty x tx threads."""
-    stage = s[stage_tensor]
-    fused = stage.fuse(*stage.op.axis)
-    rest, x = stage.split(fused, factor=tx)
-    _, y = stage.split(rest, factor=ty)
-    stage.bind(y, _thread("threadIdx.y"))
-    stage.bind(x, _thread("threadIdx.x"))
 
 
 def gpu_matmul(
     n: int = 16, m: int = 12, p: int = 16, tile: int = 4, vthread: int = 1, cooperative: bool = True
 ):
-    """TVM-style tiled matmul: blocks of (tile*vthread)^2 outputs, a tile x tile thread grid,
-    A and B tiles staged through shared memory, the accumulator in a local buffer."""
+    """TVM-style tiled matmul (`topi.gpu.dense`): blocks of (tile*vthread)^2 outputs, a tile x
+    tile thread grid, A and B tiles staged through shared memory, the accumulator local."""
     op = ops.matmul(n, m, p)
-    A, B, C = op.args
-    s = te.create_schedule(C.op)
-    AA = s.cache_read(A, "shared", [C])
-    BB = s.cache_read(B, "shared", [C])
-    CL = s.cache_write(C, "local")
-    i, j = s[C].op.axis
-    by, bx, iin, jin = s[C].tile(i, j, tile * vthread, tile * vthread)
-    vy, ty = s[C].split(iin, nparts=vthread)
-    vx, tx = s[C].split(jin, nparts=vthread)
-    s[C].reorder(by, bx, vy, vx, ty, tx)
-    s[C].bind(by, _thread("blockIdx.y"))
-    s[C].bind(bx, _thread("blockIdx.x"))
-    if vthread > 1:
-        s[C].bind(vy, _thread("vthread"))
-        s[C].bind(vx, _thread("vthread"))
-    s[C].bind(ty, _thread("threadIdx.y"))
-    s[C].bind(tx, _thread("threadIdx.x"))
-    s[CL].compute_at(s[C], tx)
-    ic, jc, k = *s[CL].op.axis, s[CL].op.reduce_axis[0]
-    ko, ki = s[CL].split(k, factor=4)
-    s[CL].reorder(ko, ki, ic, jc)
-    for T in (AA, BB):
-        s[T].compute_at(s[CL], ko)
-        if cooperative:  # else the cooperative_fetch pass shares the copy out
-            _cooperative_fetch(s, T, tile, tile)
+    s = te.create_schedule(op.out.op)
+    schedule_matmul(s, op.out, tile=tile, vthread=vthread, k_tile=4, cooperative=cooperative)
     return op, s
 
 
@@ -130,13 +94,13 @@ def test_gpu_conv2d_with_shared_input_equals_numpy() -> None:
     OL = s.cache_write(Out, "local")
     nn, kk, y, x = s[Out].op.axis
     ko, ki = s[Out].split(kk, factor=2)
-    s[Out].bind(ko, _thread("blockIdx.x"))
-    s[Out].bind(y, _thread("threadIdx.y"))
-    s[Out].bind(x, _thread("threadIdx.x"))
+    s[Out].bind(ko, te.thread_axis("blockIdx.x"))
+    s[Out].bind(y, te.thread_axis("threadIdx.y"))
+    s[Out].bind(x, te.thread_axis("threadIdx.x"))
     s[Out].reorder(nn, ko, y, x, ki)
     s[OL].compute_at(s[Out], x)
     s[WS].compute_at(s[Out], ko)
-    _cooperative_fetch(s, WS, 6, 6)
+    spread_copy(s, WS, 6, 6)
     got, expected = _run(op, s)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     text = repr(tir.lower(s, op.args))

@@ -1,0 +1,518 @@
+"""C source for GPU kernels from the loop IR: one printer, two thin dialects (CUDA C, OpenCL C).
+
+The printer takes one *device kernel* (a loop nest whose outer loops are bound to `blockIdx.*`
+and `threadIdx.*`, see `codegen.gpu.split_kernels`) and writes a kernel function. Everything a
+dialect changes is in `Dialect`: qualifiers, thread and block indices, the barrier, type names,
+math functions and how fp16 is spelled. Semantics follow the LLVM back-end's
+(`codegen.llvm_expr`) so that CPU and GPU code of the same IR agree:
+
+- integer division truncates (`Op.DIV`), `//` and `%` floor (helper functions);
+- arithmetic on int8/int16/uint8 wraps to the type (a cast after each operation, C promotes);
+- `min`/`max` of floats keep the first operand when a comparison with NaN fails (as `select`);
+- `round` is half-to-even (`rint`), `rsqrt` is `1/sqrt`, `sigmoid` is `1/(1+exp(-x))`;
+- bool buffers hold one byte per element (as numpy), bool values are C truths.
+
+Example:
+    >>> from tensorforge.compiler import te, tir
+    >>> A = te.placeholder((64,), name="A")
+    >>> B = te.compute((64,), lambda i: A[i] * 2.0, name="B")
+    >>> s = te.create_schedule(B.op)
+    >>> bx, tx = s[B].split(B.op.axis[0], factor=32)
+    >>> s[B].bind(bx, te.thread_axis("blockIdx.x")); s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    >>> from tensorforge.compiler.codegen.gpu import split_kernels
+    >>> (k,) = split_kernels(tir.lower(s, [A, B], name="double")).kernels
+    >>> source = kernel_source(k, OPENCL)
+    >>> source.split("(")[0], source.count("__global float*")
+    ('__kernel void double_k0', 4)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..schedule.stage import ForKind
+from ..te import dtype as dt
+from ..te.expr import (
+    INT_INTRINSICS,
+    BinOp,
+    Call,
+    CallKind,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Not,
+    Op,
+    Select,
+    Var,
+)
+from ..tir.gpu import BARRIER
+from ..tir.stmt import (
+    Allocate,
+    AttrStmt,
+    Buffer,
+    BufferLoad,
+    BufferPtr,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    LoweringError,
+    SeqStmt,
+    Stmt,
+    const_int,
+    walk,
+)
+
+if TYPE_CHECKING:
+    from .gpu import DeviceKernel
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between CUDA C and OpenCL C."""
+
+    name: str
+    kernel_prefix: str  # before `void`
+    global_ptr: str  # qualifier of a global pointer parameter
+    shared: str  # qualifier of a shared-memory array
+    barrier: str
+    helper_prefix: str  # qualifiers of helper functions
+    types: dict[str, str]
+    math_suffix: str  # float32 math function suffix ("f" for CUDA's expf)
+    index: dict[str, str]  # "blockIdx.x" -> expression
+    offset_params: bool  # buffers passed as (base pointer, element offset)
+    prelude: str = ""
+    fp16_prelude: str = ""
+
+
+_INDEX_AXES = "xyz"
+
+CUDA = Dialect(
+    name="cuda",
+    kernel_prefix='extern "C" __global__',
+    global_ptr="",
+    shared="__shared__",
+    barrier="__syncthreads();",
+    helper_prefix="__device__ __forceinline__ static",
+    types={
+        "bool": "bool",
+        "int8": "signed char",
+        "uint8": "unsigned char",
+        "int16": "short",
+        "int32": "int",
+        "int64": "long long",
+        "float16": "__half",
+        "float32": "float",
+        "float64": "double",
+    },
+    math_suffix="f",
+    index={f"{k}.{a}": f"(int){k}.{a}" for k in ("blockIdx", "threadIdx") for a in _INDEX_AXES},
+    offset_params=False,
+    fp16_prelude="#include <cuda_fp16.h>\n",
+)
+
+OPENCL = Dialect(
+    name="opencl",
+    kernel_prefix="__kernel",
+    global_ptr="__global ",
+    shared="__local",
+    barrier="barrier(CLK_LOCAL_MEM_FENCE);",
+    helper_prefix="static inline",
+    types={
+        "bool": "bool",
+        "int8": "char",
+        "uint8": "uchar",
+        "int16": "short",
+        "int32": "int",
+        "int64": "long",
+        "float16": "half",
+        "float32": "float",
+        "float64": "double",
+    },
+    math_suffix="",
+    index={
+        **{f"blockIdx.{a}": f"(int)get_group_id({k})" for k, a in enumerate(_INDEX_AXES)},
+        **{f"threadIdx.{a}": f"(int)get_local_id({k})" for k, a in enumerate(_INDEX_AXES)},
+    },
+    offset_params=True,
+    prelude="",
+    fp16_prelude="#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n",
+)
+
+DIALECTS = {"cuda": CUDA, "opencl": OPENCL}
+
+# math intrinsic -> C function name (float32 adds the dialect's suffix)
+_MATH = {
+    "exp": "exp",
+    "exp2": "exp2",
+    "log": "log",
+    "log2": "log2",
+    "log1p": "log1p",
+    "sqrt": "sqrt",
+    "tanh": "tanh",
+    "erf": "erf",
+    "sin": "sin",
+    "cos": "cos",
+    "floor": "floor",
+    "ceil": "ceil",
+    "round": "rint",  # half to even, as numpy
+    "trunc": "trunc",
+    "pow": "pow",
+}
+
+_NARROW_INTS = ("int8", "uint8", "int16", "bool")
+
+
+def c_name(name: str) -> str:
+    """A C identifier for `name` (other characters become `_`)."""
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return ident if ident and not ident[0].isdigit() else "v_" + ident
+
+
+def memory_type(dialect: Dialect, dtype: str) -> str:
+    """The C type of a buffer element (bool is one byte, as in numpy)."""
+    return dialect.types["uint8"] if dtype == "bool" else dialect.types[dtype]
+
+
+@dataclass
+class _Names:
+    """C names for variables and buffers, unique by identity."""
+
+    taken: set[str] = field(default_factory=set)
+    by_id: dict[int, str] = field(default_factory=dict)
+
+    def of(self, node: object, name: str) -> str:
+        found = self.by_id.get(id(node))
+        if found is not None:
+            return found
+        base = c_name(name)
+        unique, n = base, 1
+        while unique in self.taken:
+            unique, n = f"{base}_{n}", n + 1
+        self.taken.add(unique)
+        self.by_id[id(node)] = unique
+        return unique
+
+
+class KernelPrinter:
+    """Prints one device kernel in `dialect`; `helpers` collects the helper functions it uses."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.d = dialect
+        self.names = _Names()
+        self.helpers: dict[str, str] = {}
+        self.uses_fp16 = False
+        self.lines: list[str] = []
+        self.launch: dict[str, int] = {}
+
+    # ---- types -------------------------------------------------------------------------------
+
+    def ctype(self, dtype: str) -> str:
+        if dtype == "float16":
+            self.uses_fp16 = True
+        return self.d.types[dt.check_dtype(dtype)]
+
+    # ---- expressions -------------------------------------------------------------------------
+
+    def expr(self, e: Expr) -> str:
+        method = getattr(self, "expr_" + type(e).__name__, None)
+        if method is None:
+            raise LoweringError(
+                f"{self.d.name} codegen: expression {type(e).__name__} is not supported"
+            )
+        return method(e)
+
+    def expr_IntImm(self, e: IntImm) -> str:
+        if e.dtype == "bool":
+            return "true" if e.value else "false"
+        if e.dtype in ("int32", "int64"):
+            suffix = "" if e.dtype == "int32" else "LL" if self.d is CUDA else "L"
+            if e.value == -(2 ** (dt.bits(e.dtype) - 1)):  # the literal's magnitude overflows
+                return f"({e.value + 1}{suffix} - 1)"
+            return f"{e.value}{suffix}"
+        return f"(({self.ctype(e.dtype)}){e.value})"
+
+    def expr_FloatImm(self, e: FloatImm) -> str:
+        v = e.value
+        if math.isnan(v):
+            text = "(0.0f / 0.0f)"
+        elif math.isinf(v):
+            text = "(1.0f / 0.0f)" if v > 0 else "(-1.0f / 0.0f)"
+        elif e.dtype == "float64":
+            return f"{v!r}"
+        else:
+            text = f"{float(v)!r}f" if "e" in repr(float(v)) or "." in repr(float(v)) else f"{v}.0f"
+        if e.dtype == "float16":
+            return self.convert(text, "float32", "float16")
+        if e.dtype == "float64":
+            return f"(double){text}"
+        return text
+
+    def expr_Var(self, e: Var) -> str:
+        return self.names.of(e, e.name)
+
+    def expr_Not(self, e: Not) -> str:
+        return f"(!{self.expr(e.a)})"
+
+    def expr_Select(self, e: Select) -> str:
+        return (
+            f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+        )
+
+    def expr_Cast(self, e: Cast) -> str:
+        return self.convert(self.expr(e.value), e.value.dtype, e.dtype)
+
+    def convert(self, text: str, src: str, dst: str) -> str:
+        if src == dst:
+            return text
+        if dst == "bool":
+            zero = "0" if not dt.is_float(src) else "0.0f"
+            if src == "float16":
+                text, zero = self.convert(text, "float16", "float32"), "0.0f"
+            return f"({text} != {zero})"
+        if self.d is CUDA and "float16" in (src, dst):
+            self.uses_fp16 = True
+            if src == "float16":
+                as_float = f"__half2float({text})"
+                return as_float if dst == "float32" else f"(({self.ctype(dst)}){as_float})"
+            wide = text if src == "float32" else f"((float){text})"
+            return f"__float2half_rn({wide})"
+        return f"(({self.ctype(dst)}){text})"
+
+    def expr_BinOp(self, e: BinOp) -> str:
+        a, b, dtype = self.expr(e.a), self.expr(e.b), e.a.dtype
+        if e.op in (Op.AND, Op.OR) or e.op in (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE):
+            if dtype == "float16" and self.d is CUDA:
+                a, b = self.convert(a, dtype, "float32"), self.convert(b, dtype, "float32")
+            return f"({a} {e.op.value} {b})"
+        if dtype == "float16" and self.d is CUDA:  # arithmetic in float, rounded per operation
+            fa, fb = self.convert(a, dtype, "float32"), self.convert(b, dtype, "float32")
+            return self.convert(self._arith(e.op, fa, fb, "float32"), "float32", "float16")
+        return self._arith(e.op, a, b, dtype)
+
+    def _arith(self, op: Op, a: str, b: str, dtype: str) -> str:
+        if op in (Op.ADD, Op.SUB, Op.MUL) or (op is Op.DIV and (dt.is_float(dtype))):
+            text = f"({a} {op.value} {b})"
+        elif op is Op.DIV:
+            text = f"({a} / {b})"
+        elif op in (Op.MIN, Op.MAX):
+            text = f"{self.helper(op.value, dtype)}({a}, {b})"
+        elif op in (Op.FLOORDIV, Op.FLOORMOD):
+            if dt.is_float(dtype):
+                fn = f"floor{self.d.math_suffix if dtype == 'float32' else ''}"
+                q = f"{fn}({a} / {b})"
+                text = q if op is Op.FLOORDIV else f"({a} - {q} * {b})"
+            elif dtype.startswith("uint") or dtype == "bool":
+                text = f"({a} {'/' if op is Op.FLOORDIV else '%'} {b})"
+            else:
+                kind = "floordiv" if op is Op.FLOORDIV else "floormod"
+                text = f"{self.helper(kind, dtype)}({a}, {b})"
+        else:  # pragma: no cover - Op is closed
+            raise LoweringError(f"{self.d.name} codegen: operator {op} is not supported")
+        return f"(({self.ctype(dtype)}){text})" if dtype in _NARROW_INTS else text
+
+    def helper(self, kind: str, dtype: str) -> str:
+        """The name of helper function `kind` for `dtype`, defining it on first use."""
+        name = f"tf_{kind}_{dtype}"
+        if name not in self.helpers:
+            t, p = self.ctype(dtype), self.d.helper_prefix
+            body = {
+                "min": "return b < a ? b : a;",
+                "max": "return b > a ? b : a;",
+                "floordiv": (
+                    f"{t} q = a / b, r = a % b; return (r != 0 && ((r ^ b) < 0)) ? q - 1 : q;"
+                ),
+                "floormod": f"{t} r = a % b; return (r != 0 && ((r ^ b) < 0)) ? r + b : r;",
+            }[kind]
+            if dtype == "float16" and self.d is CUDA and kind in ("min", "max"):
+                cmp = "<" if kind == "min" else ">"
+                body = f"return __half2float(b) {cmp} __half2float(a) ? b : a;"
+            self.helpers[name] = f"{p} {t} {name}({t} a, {t} b) {{ {body} }}"
+        return name
+
+    def expr_Call(self, e: Call) -> str:
+        if e.name == "if_then_else":
+            c, t, f = (self.expr(a) for a in e.args)
+            return f"({c} ? {t} : {f})"
+        if e.kind is CallKind.EXTERN:
+            raise LoweringError(
+                f"{self.d.name} codegen: extern call {e.name!r} has no GPU implementation"
+            )
+        args = [self.expr(a) for a in e.args]
+        if e.name in INT_INTRINSICS:
+            text = f"({args[0]} {'<<' if e.name == 'shift_left' else '>>'} {args[1]})"
+            return f"(({self.ctype(e.dtype)}){text})"
+        if e.dtype == "float16" and self.d is CUDA:
+            wide = [self.convert(a, "float16", "float32") for a in args]
+            return self.convert(self._math(e.name, wide, "float32"), "float32", "float16")
+        return self._math(e.name, args, e.dtype)
+
+    def _math(self, name: str, args: list[str], dtype: str) -> str:
+        suffix = self.d.math_suffix if dtype == "float32" else ""
+        one = "1.0" if dtype == "float64" else "1.0f"
+        if name == "rsqrt":
+            return f"({one} / sqrt{suffix}({args[0]}))"
+        if name == "sigmoid":
+            return f"({one} / ({one} + exp{suffix}(-{args[0]})))"
+        if name not in _MATH:
+            raise LoweringError(f"{self.d.name} codegen: math intrinsic {name!r} is not supported")
+        return f"{_MATH[name]}{suffix}({', '.join(args)})"
+
+    def expr_BufferLoad(self, e: BufferLoad) -> str:
+        (index,) = e.indices
+        text = f"{self.buffer(e.buffer)}[{self.expr(index)}]"
+        return f"({text} != 0)" if e.buffer.dtype == "bool" else text
+
+    def expr_BufferPtr(self, e: BufferPtr) -> str:
+        raise LoweringError(
+            f"{self.d.name} codegen: a pointer to buffer {e.buffer.name!r} (an extern or tensor "
+            "intrinsic call) has no GPU implementation"
+        )
+
+    def buffer(self, buf: Buffer) -> str:
+        return self.names.of(buf, buf.name)
+
+    # ---- statements --------------------------------------------------------------------------
+
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("  " * depth + line)
+
+    def stmt(self, s: Stmt, depth: int) -> None:
+        method = getattr(self, "stmt_" + type(s).__name__, None)
+        if method is None:
+            raise LoweringError(
+                f"{self.d.name} codegen: statement {type(s).__name__} is not supported"
+            )
+        method(s, depth)
+
+    def stmt_SeqStmt(self, s: SeqStmt, depth: int) -> None:
+        for child in s.stmts:
+            self.stmt(child, depth)
+
+    def stmt_AttrStmt(self, s: AttrStmt, depth: int) -> None:
+        self.stmt(s.body, depth)
+
+    def stmt_Evaluate(self, s: Evaluate, depth: int) -> None:
+        if isinstance(s.value, Call) and s.value.name == BARRIER:
+            self.emit(self.d.barrier, depth)
+        elif isinstance(s.value, IntImm):
+            return
+        else:
+            self.emit(f"{self.expr(s.value)};", depth)
+
+    def stmt_BufferStore(self, s: BufferStore, depth: int) -> None:
+        (index,) = s.indices
+        value = self.expr(s.value)
+        if s.buffer.dtype == "bool":
+            value = f"({memory_type(self.d, 'bool')})({value})"
+        self.emit(f"{self.buffer(s.buffer)}[{self.expr(index)}] = {value};", depth)
+
+    def stmt_IfThenElse(self, s: IfThenElse, depth: int) -> None:
+        self.emit(f"if ({self.expr(s.condition)}) {{", depth)
+        self.stmt(s.then_case, depth + 1)
+        if s.else_case is not None:
+            self.emit("} else {", depth)
+            self.stmt(s.else_case, depth + 1)
+        self.emit("}", depth)
+
+    def stmt_Allocate(self, s: Allocate, depth: int) -> None:
+        buf = s.buffer
+        if buf.scope.startswith("shared"):
+            if self.d is CUDA:  # OpenCL's __local arrays are declared at kernel scope (hoisted)
+                self.emit(
+                    f"{self.d.shared} {self.ctype(buf.dtype)} {self.buffer(buf)}[{buf.size}];",
+                    depth,
+                )
+        elif buf.scope.startswith("local"):
+            self.emit(f"{memory_type(self.d, buf.dtype)} {self.buffer(buf)}[{buf.size}];", depth)
+        else:
+            raise LoweringError(
+                f"{self.d.name} codegen: buffer {buf.name!r} in scope {buf.scope!r} cannot be "
+                "allocated inside a GPU kernel (only shared and local)"
+            )
+        self.stmt(s.body, depth)
+
+    def stmt_For(self, s: For, depth: int) -> None:
+        var = self.expr(s.var)
+        extent = self.expr(s.extent)
+        lo = self.expr(s.min)
+        if s.kind is ForKind.THREAD_BINDING:
+            if s.thread_tag not in self.d.index:
+                raise LoweringError(
+                    f"{self.d.name} codegen: loop {s.var.name!r} is bound to {s.thread_tag!r}, "
+                    "which GPU kernels do not have (virtual threads are injected before)"
+                )
+            index = self.d.index[s.thread_tag]
+            start = index if const_int(s.min) == 0 else f"({lo} + {index})"
+            self.emit(f"const int {var} = {start};", depth)
+            n = const_int(s.extent)
+            if n is None or n < self.launch.get(s.thread_tag, 0):
+                self.emit(f"if ({index} < {extent}) {{", depth)
+                self.stmt(s.body, depth + 1)
+                self.emit("}", depth)
+            else:
+                self.stmt(s.body, depth)
+            return
+        if s.kind is ForKind.PARALLEL:
+            raise LoweringError(
+                f"{self.d.name} codegen: loop {s.var.name!r} is parallel; on a GPU bind it to "
+                "blockIdx/threadIdx instead"
+            )
+        if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED):
+            self.emit("#pragma unroll", depth)
+        ty = self.ctype(s.var.dtype)
+        end = extent if const_int(s.min) == 0 else f"({lo} + {extent})"
+        self.emit(f"for ({ty} {var} = {lo}; {var} < {end}; ++{var}) {{", depth)
+        self.stmt(s.body, depth + 1)
+        self.emit("}", depth)
+
+
+def kernel_source(kernel: DeviceKernel, dialect: Dialect) -> str:
+    """The C source of one device kernel, helpers first (see `program_source` for a program)."""
+    body, helpers, fp16 = _print_kernel(kernel, dialect)
+    pre = dialect.fp16_prelude if fp16 else ""
+    return pre + "".join(h + "\n" for h in helpers.values()) + body
+
+
+def _print_kernel(kernel: DeviceKernel, dialect: Dialect) -> tuple[str, dict[str, str], bool]:
+    p = KernelPrinter(dialect)
+    p.launch = dict(kernel.launch_extents)
+    params = []
+    setup = []
+    for buf in kernel.params:
+        name, ty = p.buffer(buf), memory_type(dialect, buf.dtype)
+        if buf.dtype == "float16":
+            p.uses_fp16 = True
+        if dialect.offset_params:
+            params += [f"{dialect.global_ptr}{ty}* {name}_b", f"const int {name}_o"]
+            setup.append(f"{dialect.global_ptr}{ty}* {name} = {name}_b + {name}_o;")
+        else:
+            params.append(f"{ty}* {name}")
+    for s in setup:
+        p.emit(s, 1)
+    if dialect is OPENCL:  # __local arrays at kernel scope
+        for node in walk(kernel.body):
+            if isinstance(node, Allocate) and node.buffer.scope.startswith("shared"):
+                buf = node.buffer
+                p.emit(f"{dialect.shared} {p.ctype(buf.dtype)} {p.buffer(buf)}[{buf.size}];", 1)
+    p.stmt(kernel.body, 1)
+    head = f"{dialect.kernel_prefix} void {c_name(kernel.name)}({', '.join(params)}) {{"
+    return "\n".join([head, *p.lines, "}"]) + "\n", p.helpers, p.uses_fp16
+
+
+def program_source(kernels: list[DeviceKernel], dialect: Dialect) -> str:
+    """One translation unit holding every kernel of a program (helpers defined once)."""
+    helpers: dict[str, str] = {}
+    bodies = []
+    fp16 = False
+    for k in kernels:
+        body, hs, uses = _print_kernel(k, dialect)
+        helpers.update(hs)
+        bodies.append(body)
+        fp16 = fp16 or uses
+    pre = dialect.prelude + (dialect.fp16_prelude if fp16 else "")
+    return pre + "".join(h + "\n" for h in helpers.values()) + "\n".join(bodies)

@@ -1,0 +1,109 @@
+"""Graph -> Module for GPUs (targets ``cuda`` and ``opencl``): the CPU's graph passes and tensor
+expressions, GPU schedules, CUDA C or OpenCL C.
+
+Every fused group is lowered by the same `lower_te.lower_group` as on the CPU; its compute
+definitions are rescheduled for thread blocks (`compiler.topi.gpu.schedule_auto`), lowered with
+the one loop-IR pipeline (virtual threads, double buffering, cooperative fetching and barriers
+are its passes), split into device kernels and printed in the target's dialect
+(`compiler.codegen.gpu`). A module holds one kernel per group, of kind ``opencl`` or ``cuda``,
+whose payload carries the source (and, for CUDA where NVRTC is installed, the PTX), so a module
+compiled here runs on a GPU machine: `runtime.device.gpu` keeps the arena on the device.
+
+Example:
+    >>> import numpy as np
+    >>> from tensorforge.compiler.frontend import from_onnx
+    >>> from tensorforge.compiler.frontend.onnx_builders import mlp
+    >>> module = compile_graph_gpu(from_onnx(mlp()), "opencl")
+    >>> [k.kind for k in module.kernels]
+    ['opencl', 'opencl', 'opencl', 'opencl']
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+from ...runtime.device.cpu import ParamSpec
+from ...runtime.module import Call, KernelImage, Module
+from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
+from ..target import Target
+from ..tir import lower
+from ..topi.gpu import GPUScheduleConfig, schedule_auto
+from .compile import _assemble, _is_optimized, _label, _symbol
+from .ir import Graph
+from .lower_te import lower_group
+from .passes import FusedGroup, group_order, optimize
+
+
+def compile_graph_gpu(
+    graph: Graph, target: str | Target = "opencl", progress: bool = False
+) -> Module:
+    """Compile `graph` for a GPU target ("opencl", "cuda -arch=sm_90").
+
+    Raises:
+        LoweringError: for an op without a lowering (op and node named), or a kernel over the
+            target's limits (`codegen.gpu.GPULimitError`).
+        NVRTCError: when NVRTC rejects the generated CUDA C (a bug: please report it).
+    """
+    tgt = Target.parse(target)
+    if tgt.kind not in ("cuda", "opencl"):
+        raise ValueError(f"compile_graph_gpu target must be cuda or opencl, not {tgt}")
+    start = time.perf_counter()
+    optimized = graph if _is_optimized(graph) else optimize(graph)
+    t_opt = time.perf_counter() - start
+    kernels, calls, constants = [], [], {}
+    times = [0.0, 0.0]
+    bar = tqdm(group_order(optimized), desc="compile", unit="kernel", disable=not progress)
+    for k, (group, _) in enumerate(bar):
+        image, call = build_gpu_group(optimized, group, k, tgt, constants, times)
+        kernels.append(image)
+        calls.append(call)
+    module = _assemble(optimized, str(tgt), kernels, calls, constants, start, t_opt, *times)
+    module.stats["device_kernels"] = sum(len(_kernels_of(k)) for k in kernels)
+    return module
+
+
+def _kernels_of(image: KernelImage) -> list[Any]:
+    import json
+
+    return json.loads(image.payload)["kernels"]
+
+
+def build_gpu_group(
+    graph: Graph,
+    group: FusedGroup,
+    k: int,
+    target: Target,
+    constants: dict[str, Any],
+    times: list[float],
+    config: GPUScheduleConfig | None = None,
+) -> tuple[KernelImage, Call]:
+    """Lower group number `k` for a GPU: its kernel image (source, launches) and its call."""
+    t0 = time.perf_counter()
+    kernel = lower_group(graph, group)
+    outputs = kernel.args[len(kernel.params) :]
+    sched = schedule_auto(outputs, config or _threads(target))
+    func = lower(sched, kernel.args, name=_symbol(k, group.name))
+    t1 = time.perf_counter()
+    payload = gpu_payload(split_kernels(func), target)
+    times[0] += t1 - t0
+    times[1] += time.perf_counter() - t1
+    params = tuple(
+        ParamSpec(buf.name, buf.dtype, tuple(shape))
+        for buf, shape in zip(func.params, func.arg_shapes, strict=True)
+    )
+    image = KernelImage(
+        func.name, target.kind, params, encode_payload(payload), {"target": str(target)}
+    )
+    for name in kernel.params:
+        if name in kernel.constants or name in graph.constants:
+            constants[name] = kernel.constants.get(name, graph.constants.get(name))
+    return image, Call(image.name, kernel.bindings, _label(graph, kernel))
+
+
+def _threads(target: Target) -> GPUScheduleConfig:
+    from ..codegen.gpu import Limits
+
+    return GPUScheduleConfig(threads=min(256, Limits.of(target).max_threads))

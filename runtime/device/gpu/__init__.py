@@ -1,0 +1,230 @@
+"""GPU kernels of a Module (kinds ``opencl``, ``cuda``): devices and the device-resident executor.
+
+A GPU module keeps everything on the device: the memory plan's arena is one device buffer, each
+constant and each kernel's workspace its own, uploaded or allocated once when the module loads.
+A run copies the inputs in, launches every kernel of every call in order and copies the outputs
+back; nothing else crosses the bus.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...executor import Profile, ProfileRow
+from .base import DeviceInfo, GPUDevice, GPUError, check_program
+
+KINDS = ("opencl", "cuda")
+_DEVICES: dict[tuple[str, tuple[tuple[str, Any], ...]], GPUDevice] = {}
+
+__all__ = [
+    "KINDS",
+    "DeviceInfo",
+    "GPUDevice",
+    "GPUError",
+    "GPUExecutor",
+    "GPUFunction",
+    "open_device",
+]
+
+
+def open_device(kind: str, **options: Any) -> GPUDevice:
+    """The device of `kind` ("opencl" or "cuda"), shared by every module that asks for it with
+    the same options (`platform=`/`device=` for OpenCL, `device=` for CUDA).
+
+    Raises:
+        GPUError: when the platform, driver or device is missing (the message says which).
+    """
+    key = (kind, tuple(sorted(options.items())))
+    if key not in _DEVICES:
+        if kind == "opencl":
+            from .opencl import OpenCLDevice
+
+            _DEVICES[key] = OpenCLDevice(**options)
+        elif kind == "cuda":
+            from .cuda import CUDADevice
+
+            _DEVICES[key] = CUDADevice(**options)
+        else:
+            raise ValueError(f"GPU device kind must be one of {KINDS}, not {kind!r}")
+    return _DEVICES[key]
+
+
+def parse_payload(data: bytes, kernel: str) -> dict[str, Any]:
+    """A GPU kernel's payload (JSON written by `compiler.codegen.gpu`), checked for shape."""
+    try:
+        payload = json.loads(data.decode())
+        for k in payload["kernels"]:
+            for i in k["args"]:
+                payload["buffers"][int(i)]
+            if len(k["grid"]) != 3 or len(k["block"]) != 3:
+                raise ValueError("grid and block must have 3 sizes")
+        payload["source"].encode()
+    except (
+        UnicodeDecodeError,
+        json.JSONDecodeError,
+        KeyError,
+        IndexError,
+        TypeError,
+        ValueError,
+    ) as e:
+        raise GPUError(f"kernel {kernel!r}: GPU program payload is damaged: {e}") from None
+    return payload
+
+
+class _Call:
+    """One call of a module: its GPU program and the device memory each launch reads."""
+
+    def __init__(self, label: str, kernel: str, program: Any, launches: list[tuple]) -> None:
+        self.label, self.kernel, self.program, self.launches = label, kernel, program, launches
+
+
+class GPUExecutor:
+    """Runs a module's GPU calls with the arena, constants and workspaces on the device.
+
+    `views` holds host arrays for the inputs and outputs only (what `Module.run` writes and
+    reads); `run` copies them across.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        kernels: Sequence[Any],
+        arena_bytes: int,
+        slots: Mapping[str, tuple[int, tuple[int, ...], str]],
+        constants: Mapping[str, np.ndarray],
+        calls: Sequence[tuple[str, str, Sequence[str]]],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        options: Mapping[str, Any],
+    ) -> None:
+        opts = dict(options)
+        backend = opts.pop("device", kind)  # Module.use_device(kind, platform=..., index=...)
+        if backend != kind:
+            raise GPUError(f"a module compiled for {kind} cannot run on device {backend!r}")
+        if "index" in opts:
+            opts["device"] = opts.pop("index")
+        self.device = dev = open_device(kind, **opts)
+        self.arena = dev.alloc(arena_bytes)
+        self.places: dict[str, tuple[Any, int]] = {
+            n: (self.arena, off) for n, (off, _, _) in slots.items()
+        }
+        for name, value in constants.items():
+            buf = dev.alloc(value.nbytes)
+            dev.write(buf, 0, np.ascontiguousarray(value))
+            self.places[name] = (buf, 0)
+        self.specs = {n: (shape, dtype) for n, (_, shape, dtype) in slots.items()}
+        self.views = {n: np.empty(*self.specs[n]) for n in [*inputs, *outputs] if n in self.specs}
+        self.inputs = [n for n in inputs if n in self.specs]
+        self.outputs = [n for n in outputs if n in self.specs]
+        self.const_outputs = {n: np.asarray(constants[n]) for n in outputs if n in constants}
+        self.views.update({n: v.copy() for n, v in self.const_outputs.items()})
+        programs = {}
+        for k in kernels:
+            payload = parse_payload(k.payload, k.name)
+            check_program(payload, dev.info, kind)
+            programs[k.name] = (payload, dev.build(payload))
+        self.calls = []
+        for label, kernel, args in calls:
+            payload, program = programs[kernel]
+            buffers: list[tuple[Any, int, int]] = []
+            for spec in payload["buffers"]:
+                item = np.dtype(spec["dtype"]).itemsize
+                if spec["workspace"]:
+                    buffers.append((dev.alloc(spec["size"] * item), 0, item))
+                else:
+                    buf, off = self.places[args[len(buffers)]]
+                    buffers.append((buf, off, item))
+            launches = [
+                (k["name"], tuple(k["grid"]), tuple(k["block"]), [buffers[i] for i in k["args"]])
+                for k in payload["kernels"]
+            ]
+            self.calls.append(_Call(label, kernel, program, launches))
+
+    def _launch(self, call: _Call) -> None:
+        for name, grid, block, args in call.launches:
+            self.device.launch(call.program, name, grid, block, args)
+
+    def run(self) -> None:
+        dev = self.device
+        for name in self.inputs:
+            buf, off = self.places[name]
+            dev.write(buf, off, self.views[name])
+        for call in self.calls:
+            self._launch(call)
+        for name in self.outputs:
+            buf, off = self.places[name]
+            dev.read(buf, off, self.views[name])
+        dev.synchronize()
+
+    def profile(self, repeat: int = 10) -> Profile:
+        """Median device time of each call over `repeat` runs (each call waited for)."""
+        times = np.zeros((repeat, len(self.calls)))
+        for r in range(repeat):
+            for k, call in enumerate(self.calls):
+                start = time.perf_counter()
+                self._launch(call)
+                self.device.synchronize()
+                times[r, k] = time.perf_counter() - start
+        medians = np.median(times, axis=0) * 1e3
+        total = float(medians.sum())
+        rows = [
+            ProfileRow(c.label, c.kernel, float(m), float(m) / total if total else 0.0)
+            for c, m in zip(self.calls, medians, strict=True)
+        ]
+        return Profile(rows, total, repeat)
+
+
+class GPUFunction:
+    """One compiled GPU program called like a CPU function: numpy arrays in, outputs written.
+
+    What `compiler.build.build(..., target="opencl")` returns; the arrays are copied to the
+    device and back at each call (a Module keeps its data on the device instead).
+
+    Attributes:
+        payload: the program (source, buffers, launches); source: its C source.
+    """
+
+    def __init__(self, payload: Mapping[str, Any], **options: Any) -> None:
+        self.payload = dict(payload)
+        self.source: str = self.payload["source"]
+        kind = self.payload["dialect"]
+        self.device = open_device(kind, **options)
+        check_program(self.payload, self.device.info, kind)
+        self.program = self.device.build(self.payload)
+        self.workspace = [
+            self.device.alloc(b["size"] * np.dtype(b["dtype"]).itemsize)
+            for b in self.payload["buffers"]
+            if b["workspace"]
+        ]
+
+    def __call__(self, *arrays: Any) -> None:
+        specs = [b for b in self.payload["buffers"] if not b["workspace"]]
+        if len(arrays) != len(specs):
+            raise ValueError(f"GPU function must get {len(specs)} arrays, not {len(arrays)}")
+        dev, bufs = self.device, []
+        hosts = []
+        for spec, array in zip(specs, arrays, strict=True):
+            host = np.asarray(array)
+            want = np.dtype(spec["dtype"])
+            if host.dtype != want or host.size != spec["size"] or not host.flags.c_contiguous:
+                raise ValueError(
+                    f"argument {spec['name']!r} must be a C-contiguous {spec['dtype']} array of "
+                    f"{spec['size']} elements, not {host.dtype}{list(host.shape)}"
+                )
+            buf = dev.alloc(host.nbytes)
+            dev.write(buf, 0, host)
+            bufs.append((buf, 0, want.itemsize))
+            hosts.append(host)
+        every = bufs + [(w, 0, 1) for w in self.workspace]
+        for k in self.payload["kernels"]:
+            args = [every[i] for i in k["args"]]
+            dev.launch(self.program, k["name"], tuple(k["grid"]), tuple(k["block"]), args)
+        for (buf, _, _), host in zip(bufs, hosts, strict=True):
+            if host.flags.writeable:
+                dev.read(buf, 0, host)
+        dev.synchronize()
