@@ -28,6 +28,7 @@ from tqdm import tqdm
 from ...runtime.device.cpu import ParamSpec
 from ...runtime.module import Call, KernelImage, Module
 from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
+from ..schedule.stage import ForKind
 from ..target import Target
 from ..tir import lower
 from ..topi.gpu import GPUScheduleConfig, schedule_auto
@@ -82,9 +83,11 @@ def build_gpu_group(
 ) -> tuple[KernelImage, Call]:
     """Lower group number `k` for a GPU: its kernel image (source, launches) and its call."""
     t0 = time.perf_counter()
-    kernel = lower_group(graph, group)
-    outputs = kernel.args[len(kernel.params) :]
-    sched = schedule_auto(outputs, config or _threads(target))
+    kernel = lower_group(graph, group, target=str(target))
+    sched = kernel.schedule
+    if not _gpu_scheduled(sched):  # the anchor has no GPU template: the generic schedule
+        outputs = kernel.args[len(kernel.params) :]
+        sched = schedule_auto(outputs, config or _threads(target))
     func = lower(sched, kernel.args, name=_symbol(k, group.name))
     t1 = time.perf_counter()
     payload = gpu_payload(split_kernels(func), target)
@@ -101,6 +104,15 @@ def build_gpu_group(
         if name in kernel.constants or name in graph.constants:
             constants[name] = kernel.constants.get(name, graph.constants.get(name))
     return image, Call(image.name, kernel.bindings, _label(graph, kernel))
+
+
+def _gpu_scheduled(sched: Any) -> bool:
+    """Whether a schedule already binds loops to GPU threads (a GPU template built it)."""
+    return any(
+        ann.kind is ForKind.THREAD_BINDING
+        for stage in sched.stages
+        for ann in stage.annotations.values()
+    )
 
 
 def _threads(target: Target) -> GPUScheduleConfig:

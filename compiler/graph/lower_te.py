@@ -76,12 +76,18 @@ class Kernel:
 class GroupContext:
     """The state of lowering one group: kernel parameters, lazies and tensors to inline."""
 
-    def __init__(self, graph: Graph, group: FusedGroup) -> None:
-        self.graph, self.group = graph, group
+    def __init__(self, graph: Graph, group: FusedGroup, target: str = "llvm") -> None:
+        self.graph, self.group, self.target = graph, group, target
         self.lazies: dict[str, Lazy] = {}
         self.params: dict[str, Tensor] = {}  # graph value -> placeholder
         self.inline: list[Tensor] = []
         self.constants: dict[str, np.ndarray] = {}
+
+    @property
+    def gpu(self) -> bool:
+        """Whether the group is lowered for a GPU target (its anchors then build GPU computes
+        and schedules, `compiler.topi.gpu`)."""
+        return self.target.split()[0] in ("cuda", "opencl")
 
     def type_of(self, value: str) -> Any:
         return self.graph.types[value]
@@ -218,8 +224,14 @@ def group_outputs(graph: Graph, nodes: Sequence[Node]) -> tuple[str, ...]:
     return tuple(o for n in nodes for o in n.outputs if o and o in used_outside)
 
 
-def lower_group(graph: Graph, group: FusedGroup, name: str | None = None) -> Kernel:
+def lower_group(
+    graph: Graph, group: FusedGroup, name: str | None = None, target: str = "llvm"
+) -> Kernel:
     """Lower one fused group of `graph` to a kernel (schedule + parameter bindings).
+
+    For a GPU `target` ("cuda ...", "opencl ...") anchors with a GPU template (dense, matmul)
+    return a GPU schedule and convolutions use the plain NCHW compute; the others return their
+    CPU schedule, which `compile_gpu` replaces with `topi.gpu.schedule_auto`.
 
     Raises:
         LoweringError: for an op without a CPU lowering (naming op and node) or a group shape
@@ -228,7 +240,7 @@ def lower_group(graph: Graph, group: FusedGroup, name: str | None = None) -> Ker
     by_name = {n.name: n for n in graph.nodes}
     nodes = [by_name[n] for n in group.nodes]
     outputs = group_outputs(graph, nodes)
-    ctx = GroupContext(graph, group)
+    ctx = GroupContext(graph, group, str(target))
     _, anchors = _rules()
     anchor_at = next((k for k, n in enumerate(nodes) if n.op in anchors), None)
     if anchor_at is None:

@@ -198,7 +198,7 @@ def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
     uniform = begin == end and len({*begin}) == 1 and len({*strides}) == 1 and len({*dil}) == 1
     weight = ctx.constant(node.inputs[1])
-    if attrs["group"] == 1 and uniform and weight is not None:
+    if attrs["group"] == 1 and uniform and weight is not None and not ctx.gpu:
         return _conv_topi(ctx, node, tail, begin[0], strides[0], dil[0], np.asarray(weight))
     return _conv_generic(ctx, node, tail, begin, strides, dil)
 
@@ -315,6 +315,8 @@ def packed_dense(
     the weights to pack instead of the constant `weight` (which then only names the packed
     copy), e.g. weights minus their zero point. Integer data (int8, int16, int32) accumulates in
     int32, as topi's dense does for int8. The knobs come from `dense_config`."""
+    if ctx.gpu:
+        return gpu_dense(ctx, data, weight, layout, epilogue, values)
     const = ctx.constant(weight) if values is None else values
     integer = data.dtype in ("int8", "int16", "int32")
     w_shape = ctx.type_of(weight).shape if values is None else values.shape
@@ -329,6 +331,39 @@ def packed_dense(
     op = dense_prepacked(data, stored, n, epilogue)
     ctx.inline.append(op.packed)
     return schedule_dense(op, config), [op.out]
+
+
+def gpu_dense(
+    ctx: GroupContext,
+    data: Tensor,
+    weight: str,
+    layout: str,
+    epilogue: Any,
+    values: np.ndarray | None = None,
+) -> Result:
+    """`packed_dense` for a GPU target: `topi.gpu.dense` with shared-memory tiles; constant
+    weights are stored once as [K, N] (coalesced reads along N), others read in place. The knobs
+    are the `gpu.dense` template's (tuned, or `default_config`)."""
+    from ...codegen.gpu import Limits
+    from ...target import Target
+    from ...topi.gpu import dense as gpu
+
+    const = ctx.constant(weight) if values is None else values
+    transpose = False
+    if const is not None:
+        kn = np.asarray(const).T if layout == "NK" else np.asarray(const)
+        b = ctx.add_constant(f"{weight}.kn", np.ascontiguousarray(kn))
+    else:
+        b, transpose = ctx.as_tensor(weight), layout == "NK"
+    (m, k), n = (int(d) for d in data.shape), int(b.shape[0] if transpose else b.shape[1])
+    limit = Limits.of(Target.parse(ctx.target)).max_threads
+    wl = {"m": m, "n": n, "k": k, "dtype": data.dtype, "max_threads": limit}
+    tuned = autotune_query("gpu.dense", wl)
+    config = gpu.config_from(tuned) if tuned is not None else gpu.default_config(m, n, limit)
+    acc, out = gpu.dense(data, b, epilogue, transpose)
+    sched = te.create_schedule(out.op)
+    gpu.schedule_dense(sched, out, None if acc is out else acc, config)
+    return sched, [out]
 
 
 def _materialize(ctx: GroupContext, lazy: Lazy, name: str) -> Tensor:

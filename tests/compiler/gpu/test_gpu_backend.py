@@ -152,3 +152,13 @@ def test_parallel_loops_are_rejected_with_the_loop_named() -> None:
     s[y].parallel(y.op.axis[0])
     with pytest.raises(Exception, match="is parallel; on a GPU bind it"):
         build_gpu(s, [x, y], "opencl")
+
+
+def test_fp16_on_a_device_without_it_is_refused_before_running() -> None:
+    if open_device("opencl").info.fp16:
+        pytest.skip("this OpenCL device has cl_khr_fp16")
+    x = te.placeholder((64,), "float16", name="x")
+    y = te.compute((64,), lambda i: x[i] + 1.0, name="y")
+    s = schedule_auto([y], GPUScheduleConfig(threads=64))
+    with pytest.raises(GPUError, match="has no fp16 support"):
+        build_gpu(s, [x, y], "opencl")

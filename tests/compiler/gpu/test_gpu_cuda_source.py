@@ -1,0 +1,75 @@
+"""CUDA C for every kernel of the test models, compiled by NVRTC (no GPU needed), and run on a
+GPU where one exists (`gpu` marker)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import tensorforge
+from tensorforge.compiler import te
+from tensorforge.compiler.codegen.gpu import gpu_payload, split_kernels
+from tensorforge.compiler.frontend import onnx_builders as B
+from tensorforge.compiler.target import Target
+from tensorforge.compiler.tir import lower
+from tensorforge.compiler.topi.gpu import GPUScheduleConfig, schedule_auto
+from tensorforge.runtime.device.gpu import GPUError, open_device
+from tensorforge.runtime.device.gpu.nvrtc import NVRTCError, compile_ptx
+
+MODELS = {
+    "mlp": B.mlp,
+    "transformer_encoder": B.transformer_encoder,
+    "resnet18_32px": lambda: B.resnet18(size=32, classes=10),
+    "quantized_cnn": B.quantized_cnn,
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_cuda_kernel_of_a_model_compiles_with_nvrtc(name: str) -> None:
+    module = tensorforge.compile(MODELS[name](), target="cuda -arch=sm_80")
+    for image in module.kernels:
+        payload = json.loads(image.payload)
+        assert payload["arch"] == "sm_80" and ".target sm_80" in payload["ptx"]
+        for k in payload["kernels"]:
+            assert f".visible .entry {k['name']}(" in payload["ptx"]
+
+
+def test_fp16_arithmetic_compiles_for_cuda() -> None:
+    x = te.placeholder((256,), "float16", name="x")
+    y = te.compute((256,), lambda i: te.max(x[i] * x[i] + 1.0, 0.5), name="y")
+    s = schedule_auto([y], GPUScheduleConfig(threads=128))
+    payload = gpu_payload(split_kernels(lower(s, [x, y], name="h")), Target.parse("cuda"))
+    assert "__half" in payload["source"] and "h_k0" in payload["ptx"]
+
+
+def test_nvrtc_errors_name_the_program() -> None:
+    with pytest.raises(NVRTCError, match="program 'broken' for sm_80"):
+        compile_ptx('extern "C" __global__ void f() { undeclared = 1; }', "sm_80", "broken")
+
+
+def _cuda_or_skip():
+    try:
+        return open_device("cuda")
+    except GPUError as e:
+        pytest.skip(f"no CUDA device: {e}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["mlp", "resnet18_32px"])
+def test_model_on_cuda_matches_onnxruntime(name: str) -> None:
+    _cuda_or_skip()
+    model = MODELS[name]()
+    sess = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(0)
+    feeds = {
+        i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
+            np.float32
+        )
+        for i in sess.get_inputs()
+    }
+    module = tensorforge.compile(model, target="cuda")
+    for ref, out in zip(sess.run(None, feeds), module.run(feeds).values(), strict=True):
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
