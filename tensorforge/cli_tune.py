@@ -71,8 +71,8 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
     from .compiler.target import Target
 
     target = Target.parse(args.target)
-    if target.kind not in ("llvm", "vta"):
-        raise ValueError(f"tune targets must be llvm or vta, not {args.target!r}")
+    if target.kind not in ("llvm", "vta", "opencl", "cuda"):
+        raise ValueError(f"tune targets must be llvm, vta, opencl or cuda, not {args.target!r}")
     names = _input_names(args.model)
     calibration = load_arrays(names, args.calibrate) or None
     shapes = load_shapes(names, args.shape) or None
@@ -88,8 +88,10 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
     if runner_name == "rpc" and not args.rpc:
         raise ValueError("--runner rpc needs --rpc HOST:PORT (a `tensorforge rpc serve` server)")
     runner_name = runner_name or ("cyclesim" if target.kind == "vta" else "local")
-    if target.kind == "llvm" and runner_name in ("cyclesim", "rtl"):
-        raise ValueError(f"--runner {runner_name} measures accelerator tasks, not llvm ones")
+    if target.kind != "vta" and runner_name in ("cyclesim", "rtl"):
+        raise ValueError(
+            f"--runner {runner_name} measures accelerator tasks, not {target.kind} ones"
+        )
     if target.kind == "vta" and runner_name == "local":
         raise ValueError("--runner local times CPU code; accelerator tasks need cyclesim or rtl")
     try:

@@ -56,7 +56,7 @@ def extract_tasks(
     tasks = []
     for key, count in rec.counts.most_common():
         template, workload = rec.workloads[key]
-        if get_template(template).kind == tgt.kind:
+        if get_template(template).serves(tgt.kind):
             try:
                 tasks.append(Task(template, workload, str(tgt), weight=count))
             except TaskError as exc:  # e.g. sizes beyond the template's bounds: keeps its default

@@ -160,9 +160,9 @@ def _check(rec: Any) -> str | None:
     if _known(rec["template"]):  # records of unknown templates are load_best's error
         if rec["task"] != workload_key(rec["template"], rec["workload"]):
             return f"field 'task' {rec['task']!r:.80} is not the key of its template and workload"
-        kind = get_template(rec["template"]).kind
-        if rec["target"].split()[0] != kind:
-            return f"target {rec['target']!r:.40} is not of its template's kind, {kind}"
+        template = get_template(rec["template"])
+        if not template.serves(rec["target"].split()[0]):
+            return f"target {rec['target']!r:.40} is not of its template's kind, {template.kind}"
     cost = rec.get("cost")
     if cost is not None and not valid_cost(cost):
         return f"cost must be a positive number or null, not {cost!r:.40}"

@@ -99,7 +99,9 @@ def run_job(artifact: Artifact, options: dict[str, Any]) -> RunOutcome:
         return _run_llvm(artifact, options)
     if artifact.kind == "vta":
         return _run_vta(artifact, options)
-    raise ValueError(f"artifact kind must be llvm or vta, not {artifact.kind!r}")
+    if artifact.kind == "gpu":
+        return _run_gpu(artifact, options)
+    raise ValueError(f"artifact kind must be llvm, vta or gpu, not {artifact.kind!r}")
 
 
 def _run_llvm(artifact: Artifact, options: dict[str, Any]) -> RunOutcome:
@@ -129,6 +131,28 @@ def _run_llvm(artifact: Artifact, options: dict[str, Any]) -> RunOutcome:
             call(*ptrs)
         costs.append((time.perf_counter() - t0) / number)
     return RunOutcome(costs, stats={"number": number})
+
+
+def _run_gpu(artifact: Artifact, options: dict[str, Any]) -> RunOutcome:
+    """A GPU program on this machine's device of its dialect: checked once, then the kernels
+    alone timed on the device (arguments uploaded once)."""
+    import json
+
+    from ...runtime.device.gpu import GPUFunction
+
+    fn = GPUFunction(json.loads(artifact.payload), **dict(options.get("device_options", {})))
+    _, dtype, shape = artifact.params[-1]
+    out = np.zeros(shape, dtype)
+    args = [*artifact.inputs, out]
+    fn(*args)
+    check_output(out, artifact)
+    number, repeat = int(options.get("number", 0)), int(options.get("repeat", 3))
+    if number < 1:  # enough calls per repeat to last min_repeat_ms
+        once = max(min(fn.measure(args, 1, 1)), 1e-7)
+        number = max(
+            1, min(10_000, math.ceil(float(options.get("min_repeat_ms", 50)) / 1e3 / once))
+        )
+    return RunOutcome(fn.measure(args, number, repeat), stats={"number": number})
 
 
 def _run_vta(artifact: Artifact, options: dict[str, Any]) -> RunOutcome:

@@ -110,8 +110,9 @@ class Artifact:
     """A built config, ready to run anywhere this package is installed.
 
     Attributes:
-        kind: "llvm" (host object code) or "vta" (a program image).
-        payload: the object file or the program image's bytes.
+        kind: "llvm" (host object code), "vta" (a program image) or "gpu" (a GPU program:
+            `compiler.codegen.gpu` payload JSON, run on the local device of its dialect).
+        payload: the object file, the program image's bytes or the GPU program's JSON.
         symbol: the function to call (llvm).
         params: (name, dtype, shape) of each parameter, inputs then the output (llvm).
         inputs: the input arrays (llvm: in parameter order; vta: slot name -> packed array).
@@ -139,7 +140,7 @@ class Template:
 
     Attributes:
         name: the template name workloads are keyed by.
-        kind: the target kind it serves ("llvm" or "vta").
+        kind: the target kind it serves ("llvm", "vta"; "cuda|opencl" for both GPU kinds).
         unit: the cost's unit, "s" (wall time) or "cycles".
         space: workload -> its config space.
         build: (workload, knob values, target, seed) -> Artifact.
@@ -158,6 +159,10 @@ class Template:
     flops: Callable[[dict[str, Any]], int]
     lower: Callable[[dict[str, Any], dict[str, Any], str], Any] | None = None
     check: Callable[[dict[str, Any]], None] | None = None
+
+    def serves(self, kind: str) -> bool:
+        """Whether tasks of target kind `kind` ("llvm", "opencl", ...) use this template."""
+        return kind in self.kind.split("|")
 
 
 TEMPLATES: dict[str, Template] = {}
@@ -188,7 +193,7 @@ class Task:
     def __post_init__(self) -> None:
         tmpl = get_template(self.template)
         kind = str(self.target).split()[0] if str(self.target).strip() else ""
-        if kind != tmpl.kind:
+        if not tmpl.serves(kind):
             raise TaskError(
                 f"template {self.template} is for {tmpl.kind} targets, not {self.target!r}"
             )

@@ -365,3 +365,57 @@ def _vta_check(wl: dict) -> None:
 
 register(Template("vta.conv2d", "vta", "cycles", _vta_space, _vta_build, _vta_flops, None,
                   _vta_check))  # fmt: skip
+
+
+# ---- GPU dense (CUDA and OpenCL) -----------------------------------------------------------------
+
+
+def _gpu_dense_space(wl: dict) -> Any:
+    from ..topi.gpu.dense import config_space
+
+    return config_space(int(wl["m"]), int(wl["n"]), int(wl["k"]), int(wl["max_threads"]))
+
+
+def _gpu_dense_lower(wl: dict, values: dict, target: str) -> Any:
+    from .. import te
+    from ..tir import lower
+    from ..topi.gpu.dense import config_from, dense, schedule_dense
+
+    m, n, k, dtype = int(wl["m"]), int(wl["n"]), int(wl["k"]), str(wl["dtype"])
+    data = te.placeholder((m, k), dtype, name="data")
+    weight = te.placeholder((k, n), dtype, name="weight")
+    acc, out = dense(data, weight)
+    s = schedule_dense(te.create_schedule(out.op), out, None, config_from(values))
+    return lower(s, [data, weight, out], name="tuned_gpu_dense")
+
+
+def _gpu_dense_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
+    from ..target import Target
+
+    m, n, k, dtype = int(wl["m"]), int(wl["n"]), int(wl["k"]), str(wl["dtype"])
+    rng = _rng(seed)
+    a, w = _random(rng, (m, k), dtype), _random(rng, (k, n), dtype)
+    wide = np.float64 if dtype.startswith("float") else np.int64
+    expected = (a.astype(wide) @ w.astype(wide)).astype(_acc_dtype(dtype))
+    func = _gpu_dense_lower(wl, values, target)
+    payload = encode_payload(gpu_payload(split_kernels(func), Target.parse(target)))
+    params = [(b.name, b.dtype, tuple(int(d) for d in shape))
+              for b, shape in zip(func.params, func.arg_shapes, strict=True)]  # fmt: skip
+    rtol, atol = _tolerance(dtype, k)
+    return Artifact("gpu", payload, [a, w], expected, symbol=func.name, params=params, rtol=rtol,
+                    atol=atol)  # fmt: skip
+
+
+def _gpu_dense_check(wl: dict) -> None:
+    check_fields("gpu.dense", wl, {"m": "size", "n": "size", "k": "size", "dtype": "dtype",
+                                   "max_threads": "size"})  # fmt: skip
+    m, n, k = wl["m"], wl["n"], wl["k"]
+    check_elements("gpu.dense", {"data": (m, k), "weight": (k, n), "output": (m, n)})
+
+
+register(Template(
+    "gpu.dense", "cuda|opencl", "s", _gpu_dense_space, _gpu_dense_build,
+    lambda wl: 2 * int(wl["m"]) * int(wl["n"]) * int(wl["k"]), _gpu_dense_lower,
+    _gpu_dense_check,
+))  # fmt: skip

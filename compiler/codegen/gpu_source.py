@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..schedule.stage import ForKind
 from ..te import dtype as dt
 from ..te.expr import (
@@ -49,7 +51,8 @@ from ..te.expr import (
     Select,
     Var,
 )
-from ..tir.gpu import BARRIER
+from ..tir.gpu import BARRIER, is_barrier
+from ..tir.gpu_intrin import WMMA_SHAPES
 from ..tir.stmt import (
     Allocate,
     AttrStmt,
@@ -129,7 +132,7 @@ OPENCL = Dialect(
         "int16": "short",
         "int32": "int",
         "int64": "long",
-        "float16": "half",
+        "float16": "float",  # a half value, exact in a float register (vload/vstore_half)
         "float32": "float",
         "float64": "double",
     },
@@ -140,7 +143,6 @@ OPENCL = Dialect(
     },
     offset_params=True,
     prelude="",
-    fp16_prelude="#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n",
 )
 
 DIALECTS = {"cuda": CUDA, "opencl": OPENCL}
@@ -173,8 +175,12 @@ def c_name(name: str) -> str:
     return ident if ident and not ident[0].isdigit() else "v_" + ident
 
 
-def memory_type(dialect: Dialect, dtype: str) -> str:
-    """The C type of a buffer element (bool is one byte, as in numpy)."""
+def memory_type(dialect: Dialect, dtype: str, scope: str = "global") -> str:
+    """The C type of a buffer element (bool is one byte, as in numpy; an OpenCL float16 buffer
+    in global memory is `half`, read and written with vload_half/vstore_half, which need no
+    extension; on chip it holds floats)."""
+    if dtype == "float16" and dialect is OPENCL and scope == "global":
+        return "half"
     return dialect.types["uint8"] if dtype == "bool" else dialect.types[dtype]
 
 
@@ -246,6 +252,8 @@ class KernelPrinter:
             return f"{v!r}"
         else:
             text = f"{float(v)!r}f" if "e" in repr(float(v)) or "." in repr(float(v)) else f"{v}.0f"
+        if e.dtype == "float16" and self.d is OPENCL:  # rounded here: a float literal
+            return f"{float(np.float16(v))!r}f" if math.isfinite(v) else text
         if e.dtype == "float16":
             return self.convert(text, "float32", "float16")
         if e.dtype == "float64":
@@ -274,22 +282,30 @@ class KernelPrinter:
             if src == "float16":
                 text, zero = self.convert(text, "float16", "float32"), "0.0f"
             return f"({text} != {zero})"
-        if self.d is CUDA and "float16" in (src, dst):
+        if "float16" in (src, dst):
             self.uses_fp16 = True
             if src == "float16":
-                as_float = f"__half2float({text})"
+                as_float = self.half_to_float(text)
                 return as_float if dst == "float32" else f"(({self.ctype(dst)}){as_float})"
-            wide = text if src == "float32" else f"((float){text})"
-            return f"__float2half_rn({wide})"
+            return self.float_to_half(text if src == "float32" else f"((float){text})")
         return f"(({self.ctype(dst)}){text})"
+
+    def half_to_float(self, text: str) -> str:
+        return f"__half2float({text})" if self.d is CUDA else text
+
+    def float_to_half(self, text: str) -> str:
+        """Round a float to float16 (to nearest even, as numpy)."""
+        if self.d is CUDA:
+            return f"__float2half_rn({text})"
+        return f"{self.helper('round', 'float16')}({text})"
 
     def expr_BinOp(self, e: BinOp) -> str:
         a, b, dtype = self.expr(e.a), self.expr(e.b), e.a.dtype
         if e.op in (Op.AND, Op.OR) or e.op in (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE):
-            if dtype == "float16" and self.d is CUDA:
+            if dtype == "float16":
                 a, b = self.convert(a, dtype, "float32"), self.convert(b, dtype, "float32")
             return f"({a} {e.op.value} {b})"
-        if dtype == "float16" and self.d is CUDA:  # arithmetic in float, rounded per operation
+        if dtype == "float16":  # arithmetic in float, rounded per operation
             fa, fb = self.convert(a, dtype, "float32"), self.convert(b, dtype, "float32")
             return self.convert(self._arith(e.op, fa, fb, "float32"), "float32", "float16")
         return self._arith(e.op, a, b, dtype)
@@ -327,17 +343,26 @@ class KernelPrinter:
                     f"{t} q = a / b, r = a % b; return (r != 0 && ((r ^ b) < 0)) ? q - 1 : q;"
                 ),
                 "floormod": f"{t} r = a % b; return (r != 0 && ((r ^ b) < 0)) ? r + b : r;",
+                # OpenCL float16 rounding through a private half: vstore_half_rte needs no
+                # cl_khr_fp16
+                "round": (
+                    "ushort h; vstore_half_rte(a, 0, (__private half*)&h); "
+                    "return vload_half(0, (__private const half*)&h);"
+                ),
             }[kind]
             if dtype == "float16" and self.d is CUDA and kind in ("min", "max"):
                 cmp = "<" if kind == "min" else ">"
                 body = f"return __half2float(b) {cmp} __half2float(a) ? b : a;"
-            self.helpers[name] = f"{p} {t} {name}({t} a, {t} b) {{ {body} }}"
+            args = f"{t} a" if kind == "round" else f"{t} a, {t} b"
+            self.helpers[name] = f"{p} {t} {name}({args}) {{ {body} }}"
         return name
 
     def expr_Call(self, e: Call) -> str:
         if e.name == "if_then_else":
             c, t, f = (self.expr(a) for a in e.args)
             return f"({c} ? {t} : {f})"
+        if e.kind is CallKind.EXTERN and e.name.startswith(_WMMA_PREFIX):
+            return self.wmma_call(e)
         if e.kind is CallKind.EXTERN:
             raise LoweringError(
                 f"{self.d.name} codegen: extern call {e.name!r} has no GPU implementation"
@@ -346,7 +371,7 @@ class KernelPrinter:
         if e.name in INT_INTRINSICS:
             text = f"({args[0]} {'<<' if e.name == 'shift_left' else '>>'} {args[1]})"
             return f"(({self.ctype(e.dtype)}){text})"
-        if e.dtype == "float16" and self.d is CUDA:
+        if e.dtype == "float16":
             wide = [self.convert(a, "float16", "float32") for a in args]
             return self.convert(self._math(e.name, wide, "float32"), "float32", "float16")
         return self._math(e.name, args, e.dtype)
@@ -364,10 +389,44 @@ class KernelPrinter:
 
     def expr_BufferLoad(self, e: BufferLoad) -> str:
         (index,) = e.indices
+        if self._half_in_memory(e.buffer):
+            return f"vload_half({self.expr(index)}, {self.buffer(e.buffer)})"
         text = f"{self.buffer(e.buffer)}[{self.expr(index)}]"
         return f"({text} != 0)" if e.buffer.dtype == "bool" else text
 
+    def _half_in_memory(self, buf: Buffer) -> bool:
+        """An OpenCL float16 buffer in global memory (`half`: only vload/vstore_half reach it)."""
+        return self.d is OPENCL and buf.dtype == "float16" and buf.scope == "global"
+
+    def wmma_call(self, e: Call) -> str:
+        """A tensor-core intrinsic call (`tir.gpu_intrin`): CUDA only, its device function and
+        the WMMA prelude defined on first use."""
+        if self.d is not CUDA:
+            raise LoweringError(
+                f"{self.d.name} codegen: tensor-core intrinsic {e.name!r} needs the cuda target "
+                "(nvcuda::wmma); schedule this operator without it for OpenCL"
+            )
+        m = _WMMA_CALL.fullmatch(e.name)
+        shape = None if m is None else (int(m["m"]), int(m["n"]), int(m["k"]))
+        if m is None or shape not in WMMA_SHAPES:
+            raise LoweringError(
+                f"cuda codegen: unknown tensor-core intrinsic {e.name!r} (expected "
+                "tf_wmma_fill_MxNxK or tf_wmma_mma_MxNxK with a float16 WMMA shape)"
+            )
+        want = 2 if m["op"] == "fill" else 7
+        if len(e.args) != want:
+            raise LoweringError(
+                f"cuda codegen: tensor-core intrinsic {e.name!r} takes {want} arguments, "
+                f"not {len(e.args)}"
+            )
+        self.uses_fp16 = True  # the fragments of A and B hold __half
+        self.helpers.setdefault("tf_wmma", _WMMA_PRELUDE)
+        self.helpers.setdefault(e.name, _wmma_helper(m["op"], e.name, shape, self.d))
+        return f"{e.name}({', '.join(self.expr(a) for a in e.args)})"
+
     def expr_BufferPtr(self, e: BufferPtr) -> str:
+        if self.d is CUDA:  # `offset` counts elements of the flattened buffer
+            return f"(&{self.buffer(e.buffer)}[{self.expr(e.offset)}])"
         raise LoweringError(
             f"{self.d.name} codegen: a pointer to buffer {e.buffer.name!r} (an extern or tensor "
             "intrinsic call) has no GPU implementation"
@@ -409,6 +468,9 @@ class KernelPrinter:
         value = self.expr(s.value)
         if s.buffer.dtype == "bool":
             value = f"({memory_type(self.d, 'bool')})({value})"
+        if self._half_in_memory(s.buffer):  # the value is already a float16 (rounded)
+            self.emit(f"vstore_half({value}, {self.expr(index)}, {self.buffer(s.buffer)});", depth)
+            return
         self.emit(f"{self.buffer(s.buffer)}[{self.expr(index)}] = {value};", depth)
 
     def stmt_IfThenElse(self, s: IfThenElse, depth: int) -> None:
@@ -421,14 +483,16 @@ class KernelPrinter:
 
     def stmt_Allocate(self, s: Allocate, depth: int) -> None:
         buf = s.buffer
-        if buf.scope.startswith("shared"):
-            if self.d is CUDA:  # OpenCL's __local arrays are declared at kernel scope (hoisted)
-                self.emit(
-                    f"{self.d.shared} {self.ctype(buf.dtype)} {self.buffer(buf)}[{buf.size}];",
-                    depth,
-                )
-        elif buf.scope.startswith("local"):
-            self.emit(f"{memory_type(self.d, buf.dtype)} {self.buffer(buf)}[{buf.size}];", depth)
+        if buf.scope.startswith("shared"):  # declared at kernel scope (`_print_kernel`)
+            self.stmt(s.body, depth)
+            return
+        if buf.scope.startswith("local"):  # a scope of its own: passes may copy the nest
+            self.emit("{", depth)
+            ty = memory_type(self.d, buf.dtype, buf.scope)
+            self.emit(f"{ty} {self.buffer(buf)}[{buf.size}];", depth + 1)
+            self.stmt(s.body, depth + 1)
+            self.emit("}", depth)
+            return
         else:
             raise LoweringError(
                 f"{self.d.name} codegen: buffer {buf.name!r} in scope {buf.scope!r} cannot be "
@@ -448,14 +512,13 @@ class KernelPrinter:
                 )
             index = self.d.index[s.thread_tag]
             start = index if const_int(s.min) == 0 else f"({lo} + {index})"
-            self.emit(f"const int {var} = {start};", depth)
             n = const_int(s.extent)
-            if n is None or n < self.launch.get(s.thread_tag, 0):
-                self.emit(f"if ({index} < {extent}) {{", depth)
-                self.stmt(s.body, depth + 1)
-                self.emit("}", depth)
-            else:
-                self.stmt(s.body, depth)
+            guard = n is None or n < self.launch.get(s.thread_tag, 0)
+            # a scope of its own: passes may copy a loop nest, and its variables with it
+            self.emit(f"if ({index} < {extent}) {{" if guard else "{", depth)
+            self.emit(f"const int {var} = {start};", depth + 1)
+            self.stmt(s.body, depth + 1)
+            self.emit("}", depth)
             return
         if s.kind is ForKind.PARALLEL:
             raise LoweringError(
@@ -469,6 +532,52 @@ class KernelPrinter:
         self.emit(f"for ({ty} {var} = {lo}; {var} < {end}; ++{var}) {{", depth)
         self.stmt(s.body, depth + 1)
         self.emit("}", depth)
+        if self.d is OPENCL and any(is_barrier(n) for n in walk(s.body) if isinstance(n, Stmt)):
+            # PoCL (3.1) loses the stores of work-items that take a branch between a loop's
+            # last barrier and its back edge; a barrier after the loop (which every thread
+            # reaches: the loop holds a barrier) keeps them. tests/compiler/gpu checks it.
+            self.emit(self.d.barrier, depth)
+
+
+_WMMA_PREFIX = "tf_wmma_"
+_WMMA_CALL = re.compile(r"tf_wmma_(?P<op>fill|mma)_(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)")
+
+# Emitted once before the helper device functions of the tensor-core intrinsics.
+_WMMA_PRELUDE = """#include <mma.h>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 700
+#error "tensor-core intrinsics (tf_wmma_*) need compute capability 7.0 (sm_70) or newer"
+#endif"""
+
+
+def _wmma_helper(op: str, name: str, shape: tuple[int, int, int], d: Dialect) -> str:
+    """The device function of a tensor-core intrinsic (`tir.gpu_intrin` says what it does).
+
+    Tiles are row-major with leading dimensions `ld*`, in shared memory, 32-byte aligned. Every
+    lane of the warp calls; `__syncwarp` orders the lanes' earlier shared-memory accesses to
+    the tiles before the collective loads and stores (each lane moves a part of a tile that the
+    hardware picks, not the part it wrote or read itself).
+    """
+    m, n, k = shape
+    w = "nvcuda::wmma"
+    acc = f"{w}::fragment<{w}::accumulator, {m}, {n}, {k}, float> acc;"
+    store = f"{w}::store_matrix_sync(c, acc, ldc, {w}::mem_row_major);"
+    if op == "fill":
+        lines = ["  __syncwarp();", f"  {acc}", f"  {w}::fill_fragment(acc, 0.0f);", f"  {store}"]
+        return "\n".join([f"{d.helper_prefix} void {name}(float* c, int ldc) {{", *lines, "}"])
+    params = "const __half* a, int lda, const __half* b, int ldb, float* c, int ldc, int lane"
+    lines = [
+        "  (void)lane;  // the loop-IR interpreter does the product in lane 0; here all take part",
+        "  __syncwarp();",
+        f"  {w}::fragment<{w}::matrix_a, {m}, {n}, {k}, __half, {w}::row_major> fa;",
+        f"  {w}::fragment<{w}::matrix_b, {m}, {n}, {k}, __half, {w}::row_major> fb;",
+        f"  {acc}",
+        f"  {w}::load_matrix_sync(fa, a, lda);",
+        f"  {w}::load_matrix_sync(fb, b, ldb);",
+        f"  {w}::load_matrix_sync(acc, c, ldc, {w}::mem_row_major);",
+        f"  {w}::mma_sync(acc, fa, fb, acc);",
+        f"  {store}",
+    ]
+    return "\n".join([f"{d.helper_prefix} void {name}({params}) {{", *lines, "}"])
 
 
 def kernel_source(kernel: DeviceKernel, dialect: Dialect) -> str:
@@ -486,7 +595,7 @@ def _print_kernel(kernel: DeviceKernel, dialect: Dialect) -> tuple[str, dict[str
     for buf in kernel.params:
         name, ty = p.buffer(buf), memory_type(dialect, buf.dtype)
         if buf.dtype == "float16":
-            p.uses_fp16 = True
+            p.uses_fp16 = dialect is CUDA
         if dialect.offset_params:
             params += [f"{dialect.global_ptr}{ty}* {name}_b", f"const int {name}_o"]
             setup.append(f"{dialect.global_ptr}{ty}* {name} = {name}_b + {name}_o;")
@@ -494,11 +603,17 @@ def _print_kernel(kernel: DeviceKernel, dialect: Dialect) -> tuple[str, dict[str
             params.append(f"{ty}* {name}")
     for s in setup:
         p.emit(s, 1)
-    if dialect is OPENCL:  # __local arrays at kernel scope
-        for node in walk(kernel.body):
-            if isinstance(node, Allocate) and node.buffer.scope.startswith("shared"):
-                buf = node.buffer
-                p.emit(f"{dialect.shared} {p.ctype(buf.dtype)} {p.buffer(buf)}[{buf.size}];", 1)
+    # shared arrays at kernel scope (OpenCL requires it of __local), once per buffer (a copied
+    # nest allocates the same buffer again); aligned for vector and tensor-core accesses
+    shared = {
+        id(n.buffer): n.buffer
+        for n in walk(kernel.body)
+        if isinstance(n, Allocate) and n.buffer.scope.startswith("shared")
+    }
+    align = " __align__(32)" if dialect is CUDA else ""
+    for buf in shared.values():
+        ty = memory_type(dialect, buf.dtype, buf.scope)
+        p.emit(f"{dialect.shared}{align} {ty} {p.buffer(buf)}[{buf.size}];", 1)
     p.stmt(kernel.body, 1)
     head = f"{dialect.kernel_prefix} void {c_name(kernel.name)}({', '.join(params)}) {{"
     return "\n".join([head, *p.lines, "}"]) + "\n", p.helpers, p.uses_fp16

@@ -38,6 +38,8 @@ MODULES = [
     "tensorforge.compiler.codegen.gpu",
     "tensorforge.compiler.codegen.gpu_source",
     "tensorforge.compiler.graph.compile_gpu",
+    "tensorforge.compiler.tir.gpu_intrin",
+    "tensorforge.compiler.topi.gpu.tensorcore",
 ]
 
 

@@ -203,6 +203,35 @@ class GPUFunction:
         ]
 
     def __call__(self, *arrays: Any) -> None:
+        bufs, hosts = self._upload(arrays)
+        self._launch(bufs)
+        for (buf, _, _), host in zip(bufs, hosts, strict=True):
+            if host.flags.writeable:
+                self.device.read(buf, 0, host)
+        self.device.synchronize()
+
+    def measure(self, arrays: Sequence[Any], number: int = 1, repeat: int = 3) -> list[float]:
+        """Seconds per call of the kernels alone (arguments uploaded once, each repeat of
+        `number` calls waited for), one figure per repeat."""
+        bufs, _ = self._upload(arrays)
+        self._launch(bufs)
+        self.device.synchronize()
+        costs = []
+        for _ in range(max(1, repeat)):
+            start = time.perf_counter()
+            for _ in range(max(1, number)):
+                self._launch(bufs)
+            self.device.synchronize()
+            costs.append((time.perf_counter() - start) / max(1, number))
+        return costs
+
+    def _launch(self, bufs: list[tuple[Any, int, int]]) -> None:
+        every = bufs + [(w, 0, 1) for w in self.workspace]
+        for k in self.payload["kernels"]:
+            args = [every[i] for i in k["args"]]
+            self.device.launch(self.program, k["name"], tuple(k["grid"]), tuple(k["block"]), args)
+
+    def _upload(self, arrays: Sequence[Any]) -> tuple[list[tuple[Any, int, int]], list[np.ndarray]]:
         specs = [b for b in self.payload["buffers"] if not b["workspace"]]
         if len(arrays) != len(specs):
             raise ValueError(f"GPU function must get {len(specs)} arrays, not {len(arrays)}")
@@ -220,11 +249,4 @@ class GPUFunction:
             dev.write(buf, 0, host)
             bufs.append((buf, 0, want.itemsize))
             hosts.append(host)
-        every = bufs + [(w, 0, 1) for w in self.workspace]
-        for k in self.payload["kernels"]:
-            args = [every[i] for i in k["args"]]
-            dev.launch(self.program, k["name"], tuple(k["grid"]), tuple(k["block"]), args)
-        for (buf, _, _), host in zip(bufs, hosts, strict=True):
-            if host.flags.writeable:
-                dev.read(buf, 0, host)
-        dev.synchronize()
+        return bufs, hosts

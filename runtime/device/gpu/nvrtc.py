@@ -4,6 +4,11 @@ The library comes from the PyPI wheel `nvidia-cuda-nvrtc-cu12` (or a toolkit's l
 CUDA payload's PTX can be made on a machine with no GPU. NVRTC 12 has no built-in
 `cuda_fp16.h`: the header is taken from the `nvidia-cuda-runtime-cu12` wheel or a CUDA toolkit
 when one is found, else from a small stand-in below with what the code generator uses.
+
+Tensor-core code (`#include <mma.h>`, the WMMA intrinsics) has no stand-in: it needs `mma.h` and
+the `crt/mma.h` it includes, from one CUDA distribution: the wheels (`nvidia-cuda-runtime-cu12`
+has `mma.h` and `cuda_fp16.h`, `nvidia-cuda-nvcc-cu12` has `crt/mma.h`), or a toolkit's include
+folder ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda).
 """
 
 from __future__ import annotations
@@ -112,14 +117,42 @@ def capability(arch: str) -> int:
     return int(m.group(1))
 
 
+def _toolkit_includes() -> list[str]:
+    """The include folders of the CUDA toolkits named by $CUDA_HOME, $CUDA_PATH, or installed
+    in /usr/local/cuda, in that order."""
+    roots = [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
+    return [os.path.join(r, "include") for r in roots if r]
+
+
 def _fp16_include() -> str | None:
     """A folder holding a real cuda_fp16.h: the CUDA runtime wheel's, else a toolkit's."""
-    roots = [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
-    dirs = [
-        *_wheel_dirs("cuda_runtime", "include"),
-        *(os.path.join(r, "include") for r in roots if r),
-    ]
+    dirs = [*_wheel_dirs("cuda_runtime", "include"), *_toolkit_includes()]
     return next((d for d in dirs if os.path.isfile(os.path.join(d, "cuda_fp16.h"))), None)
+
+
+# What a source including mma.h needs, each from one of a distribution's include folders.
+_MMA_HEADERS = ("mma.h", "crt/mma.h", "cuda_fp16.h")
+_INCLUDES_MMA = re.compile(r"^\s*#\s*include\s*[<\"]mma\.h[>\"]", re.MULTILINE)
+MMA_HINT = (
+    "pip install nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12 (mma.h and crt/mma.h), or set "
+    "CUDA_HOME to a CUDA toolkit"
+)
+
+
+def _mma_includes() -> list[str] | None:
+    """Include folders of one CUDA distribution that has mma.h, the crt/mma.h it includes and
+    cuda_fp16.h: the wheels (runtime and nvcc) together, else a toolkit's; None when none has.
+
+    Folders are not mixed across distributions, so the headers agree with one another.
+    """
+    wheels = [*_wheel_dirs("cuda_runtime", "include"), *_wheel_dirs("cuda_nvcc", "include")]
+    for dirs in [wheels, *([d] for d in _toolkit_includes())]:
+        have = [d for d in dirs if os.path.isdir(d)]
+        if have and all(
+            any(os.path.isfile(os.path.join(d, h)) for d in have) for h in _MMA_HEADERS
+        ):
+            return have
+    return None
 
 
 def compile_ptx(
@@ -128,10 +161,16 @@ def compile_ptx(
     """PTX of the CUDA C `source` for `arch` ("sm_90" or "compute_90"), options added after
     `--gpu-architecture`.
 
+    A source that includes `mma.h` (tensor cores) is compiled with the include folders of a
+    CUDA distribution that has it (see `_mma_includes`); other sources that include
+    `cuda_fp16.h` get a real one where found, else the stand-in.
+
     Raises:
         ValueError: for an `arch` that is not sm_NN or compute_NN.
         NVRTCError: when NVRTC is missing, cannot target `arch`, or rejects the program (the
-            message names the program and the arch and holds the compiler's log).
+            message names the program and the arch and holds the compiler's log), or when the
+            source includes mma.h and no CUDA headers have it (the message says what to
+            install).
     """
     cc = capability(arch)
     lib, where = _library(), f"program {name!r} for {arch}"
@@ -142,7 +181,15 @@ def compile_ptx(
         )
     opts = [f"--gpu-architecture=compute_{arch.split('_')[1]}", *options]
     headers: list[bytes] = []
-    if "cuda_fp16.h" in source:
+    if _INCLUDES_MMA.search(source):
+        includes = _mma_includes()
+        if includes is None:
+            raise NVRTCError(
+                f"NVRTC cannot compile {where}: it uses tensor cores (#include <mma.h>) and no "
+                f"CUDA headers with mma.h and crt/mma.h were found: {MMA_HINT}"
+            )
+        opts += [f"-I{d}" for d in includes]
+    elif "cuda_fp16.h" in source:
         include = _fp16_include()
         opts += [f"-I{include}"] if include else []
         headers = [] if include else [_FP16_STANDIN.encode()]

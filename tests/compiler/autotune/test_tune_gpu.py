@@ -1,0 +1,49 @@
+"""Tuning GPU kernels with the tuner's one mechanism: the `gpu.dense` template's tasks are
+extracted from a model for an OpenCL target, measured on this machine's OpenCL device (PoCL in
+tests) against numpy, logged and applied (oracle for the model: onnxruntime)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+import tensorforge
+from tensorforge.compiler.autotune.driver import extract_tasks, tune_tasks
+from tensorforge.compiler.autotune.log import read_log
+from tensorforge.compiler.autotune.measure import LocalRunner
+from tensorforge.compiler.frontend.onnx_builders import mlp
+
+
+def test_gpu_dense_tasks_tuned_on_opencl_and_applied(builder, tmp_path) -> None:
+    model = mlp(batch=8)
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(model.SerializeToString())
+    tasks = extract_tasks(str(path), "opencl")
+    assert {t.template for t in tasks} == {"gpu.dense"} and len(tasks) == 3
+    assert all(t.workload["max_threads"] == 256 for t in tasks)  # the OpenCL default limit
+    log = tmp_path / "gpu.jsonl"
+    with LocalRunner(repeat=2, min_repeat_ms=2) as runner:
+        summaries = tune_tasks(tasks[:1], 4, builder, runner, log=log, tuner="random",
+                               progress=False)  # fmt: skip
+    (summary,) = summaries
+    assert summary.trials == 4 and summary.failures == 0
+    assert summary.best_cost <= summary.default_cost
+    records = list(read_log(log))
+    assert {r["target"] for r in records} == {"opencl"} and all(r["cost"] for r in records)
+    module = tensorforge.compile(str(path), target="opencl", tuning_log=log)
+    assert module.stats["tuning"]["applied"] == 1 and module.stats["tuning"]["default"] == 2
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    (want,) = ort.InferenceSession(str(path)).run(None, {"x": x})
+    np.testing.assert_allclose(module.run({"x": x})[module.outputs[0]], want, rtol=1e-4, atol=1e-6)
+
+
+def test_tuned_opencl_log_is_not_applied_to_cuda(builder, tmp_path) -> None:
+    """Logs are per target kind: a config measured on one device says nothing of another."""
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(mlp(batch=8).SerializeToString())
+    tasks = extract_tasks(str(path), "opencl")
+    log = tmp_path / "gpu.jsonl"
+    with LocalRunner(repeat=1, min_repeat_ms=1) as runner:
+        tune_tasks(tasks[:1], 1, builder, runner, log=log, tuner="random", progress=False)
+    module = tensorforge.compile(str(path), target="cuda", tuning_log=log)
+    assert module.stats["tuning"]["applied"] == 0
