@@ -211,8 +211,8 @@ class HWConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HWConfig:
-        if not isinstance(data, dict):
-            raise TypeError(f"a HWConfig must be a JSON object, not {type(data).__name__}")
+        if not isinstance(data, dict):  # a ValueError: bad input, as every other knob check
+            raise ValueError(f"a HWConfig must be a JSON object, not {type(data).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -33,12 +33,26 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (a count of runs, images, trials)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensorforge",
         description="TensorForge: a deep-learning compiler and VTA-like accelerator kit.",
     )
     parser.add_argument("--version", action="version", version=f"tensorforge {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("isa", help="print the ISA's bit layout for a HWConfig")
@@ -123,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _config_arg(p)
     _backend_args(p)
-    p.add_argument("--images", type=int, default=None, help="digits: test images (default all)")
+    p.add_argument(
+        "--images", type=positive_int, default=None, help="digits: test images (default all)"
+    )
     p.add_argument("--vthreads", type=int, choices=(1, 2), default=2, help="digits: vthreads")
     p.add_argument("--save", metavar="FILE", help="matmul: also save the program image")
     p = sub.add_parser(
@@ -178,7 +194,7 @@ def _model_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--token", default=None, help="--remote: the server's token")
     p.add_argument("--profile", action="store_true", help="print the per-layer profile table")
-    p.add_argument("--repeat", type=int, default=10, help="profile runs (default: 10)")
+    p.add_argument("--repeat", type=positive_int, default=10, help="profile runs (default: 10)")
     _tuning_log_arg(p)
 
 
@@ -240,12 +256,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(parser, args)
     except (ValueError, RuntimeError, OSError) as e:
-        # Our errors name what went wrong; a traceback would bury that.
+        # Our errors name what went wrong; a traceback would bury that (--debug shows it).
+        if args.debug:
+            raise
         print(f"tensorforge: error: {e}", file=sys.stderr)
         return 1
     except Exception as e:
-        if not type(e).__module__.startswith("tensorforge."):  # a bug elsewhere: keep its trace
-            raise
+        if args.debug or not type(e).__module__.startswith("tensorforge."):
+            raise  # a bug elsewhere: keep its trace
         print(f"tensorforge: error: {e}", file=sys.stderr)  # LoweringError and kin
         return 1
 

@@ -24,6 +24,8 @@ EXAMPLE_KNOBS = {
 
 
 def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: Any) -> None:
+    from .cli import positive_int
+
     p = sub.add_parser(
         "dse",
         help="design-space exploration: sweep accelerator configs (Yosys area, schedules "
@@ -33,11 +35,11 @@ def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: A
     p.add_argument("--space", help="the space file (JSON; see --example-space and docs/dse.md)")
     p.add_argument(
         "--trials",
-        type=int,
+        type=positive_int,
         default=16,
         help="tuning trials per accelerator task of each candidate (default: 16)",
     )
-    p.add_argument("--candidates", type=int, default=None,
+    p.add_argument("--candidates", type=positive_int, default=None,
                    help="points of the space to evaluate besides the presets (default: all when "
                    "there are at most 64, else 32)")  # fmt: skip
     p.add_argument(
