@@ -45,6 +45,12 @@ from ..hw.isa import (
 from .memory import DeviceMemory, DeviceMemoryError
 
 GEMM_CHUNK = 4096  # micro-op steps per vectorized GEMM batch (bounds temporary memory)
+# GEMM/ALU steps (one micro-op at one loop iteration) a run may take before it is stopped: far
+# above any compiled layer (ResNet-18's largest takes under 2**20 per instruction), low enough
+# that index arrays stay under a GiB and a run under a minute. `FunctionalSim(max_steps=)`,
+# the sim/cyclesim devices' `max_steps` option and `sim run --max-steps` raise it.
+DEFAULT_MAX_STEPS = 1 << 25
+SEQUENTIAL_COST = 16  # ALU steps reading an earlier step's result run one by one: 16x the cost
 
 
 class SimError(RuntimeError):
@@ -53,6 +59,10 @@ class SimError(RuntimeError):
     def __init__(self, message: str, index: int | None = None) -> None:
         super().__init__(message)
         self.index = index
+
+
+class SimBudgetError(SimError):
+    """A program would take more GEMM/ALU steps than the run's budget (a runaway loop)."""
 
 
 class DeadlockError(SimError):
@@ -181,9 +191,15 @@ class FunctionalSim:
         memory: the device DRAM the program's DMA instructions address.
     """
 
-    def __init__(self, cfg: HWConfig, memory: DeviceMemory) -> None:
+    def __init__(
+        self, cfg: HWConfig, memory: DeviceMemory, max_steps: int = DEFAULT_MAX_STEPS
+    ) -> None:
+        if int(max_steps) < 1:
+            raise ValueError(f"max_steps must be at least 1, not {max_steps}")
         self.cfg = cfg
         self.memory = memory
+        self.max_steps = int(max_steps)
+        self._steps_left = self.max_steps
         self.reset()
 
     def reset(self) -> None:
@@ -213,6 +229,7 @@ class FunctionalSim:
     def execute(self, insns: Sequence[Insn]) -> SimStats:
         """Execute decoded instructions through the queue and token model."""
         validate_program(insns)
+        self._steps_left = self.max_steps
         stats = SimStats()
         _Pipeline(self, insns, stats).run()
         return stats
@@ -322,6 +339,7 @@ class FunctionalSim:
                 index,
             )
         self._check_sram(insn, index, "UOP", insn.uop_bgn, insn.uop_end, len(self.uop))
+        self._charge(insn, index, insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn))
         dst, src, wgt = decode_uop_array(self.uop[insn.uop_bgn : insn.uop_end], self.cfg)
         io = np.arange(insn.iter_out)[:, None, None]
         ii = np.arange(insn.iter_in)[None, :, None]
@@ -335,6 +353,18 @@ class FunctionalSim:
             steps(src, insn.src_factor_out, insn.src_factor_in),
             steps(wgt, *wgt_f),
         )
+
+    def _charge(self, insn: Insn, index: int, steps: int) -> None:
+        """Take `steps` from the run's budget, before any work or memory is spent on them."""
+        if steps > self._steps_left:
+            raise SimBudgetError(
+                f"instruction {index} ({describe(insn)}): {steps:,} GEMM/ALU steps exceed what "
+                f"is left of the run's budget ({self._steps_left:,} of {self.max_steps:,}); "
+                "raise it (max_steps=, sim run --max-steps) if the program is meant to be this "
+                "long",
+                index,
+            )
+        self._steps_left -= steps
 
     def _check_steps(self, insn: Insn, index: int, what: str, idx: np.ndarray, depth: int) -> None:
         if idx.size and (idx.min() < 0 or idx.max() >= depth):
@@ -390,10 +420,10 @@ class FunctionalSim:
         if not insn.use_imm:
             self._check_steps(insn, index, "ACC", src, depth)
         if dst.size:
-            self._alu_steps(insn, dst, src)
+            self._alu_steps(insn, index, dst, src)
             self._write_out(dst)
 
-    def _alu_steps(self, insn: AluInsn, dst: np.ndarray, src: np.ndarray) -> None:
+    def _alu_steps(self, insn: AluInsn, index: int, dst: np.ndarray, src: np.ndarray) -> None:
         """Apply the ALU steps with the result of executing them one after another."""
         op, bits, n = insn.alu_opcode, self.cfg.acc_width, dst.size
         order = np.arange(n)
@@ -418,6 +448,7 @@ class FunctionalSim:
                 _UFUNC_AT[op].at(acc, dst, b)
             self.acc[:] = alu_apply(AluOp.ADD, acc, 0, bits)  # wrap to acc_width bits
         else:
+            self._charge(insn, index, (SEQUENTIAL_COST - 1) * n)
             for d, s in zip(dst.tolist(), src.tolist(), strict=True):
                 b = insn.imm if insn.use_imm else self.acc[s]
                 self.acc[d] = alu_apply(op, self.acc[d], b, bits)

@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="write each output slot to DIR/NAME.npy")
     p.add_argument("--json", action="store_true", help="print the stats as JSON")
     _backend_args(p)
+    p.add_argument(
+        "--max-steps",
+        type=positive_int,
+        default=None,
+        help="GEMM/ALU steps the run may take before it is stopped (default: 2**25)",
+    )
 
     p = sim_sub.add_parser(
         "trace", help="run on the cycle-accurate simulator and write a Chrome/Perfetto trace"
@@ -247,7 +253,10 @@ def _device_options(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
     backend = args.backend or ("cyclesim" if args.trace else "sim")
     if args.trace and backend != "cyclesim":
         raise ValueError("--trace needs the cyclesim backend, not --backend sim")
-    return backend, ({"trace": args.trace} if args.trace else {})
+    options: dict[str, object] = {"trace": args.trace} if args.trace else {}
+    if getattr(args, "max_steps", None):
+        options["max_steps"] = args.max_steps
+    return backend, options
 
 
 def main(argv: Sequence[str] | None = None) -> int:

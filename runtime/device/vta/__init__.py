@@ -15,9 +15,10 @@ def open_device(backend: str = "sim", config: str | HWConfig = "pynq", **options
     Args:
         backend: one of ``BACKENDS``.
         config: a HWConfig, a preset name or a JSON file path.
-        options: backend options (``sim``: ``memory_bytes``, ``min_align``; ``cyclesim``:
-            ``memory_bytes``, ``timing`` (a ``sim.timing.TimingParams``), ``trace`` (a Chrome
-            trace path), ``min_align`` (4096 places buffers as a PYNQ board does);
+        options: backend options (``sim``: ``memory_bytes``, ``min_align``, ``max_steps``
+            (the GEMM/ALU steps a run may take, `sim.functional.DEFAULT_MAX_STEPS`);
+            ``cyclesim``: those and ``timing`` (a ``sim.timing.TimingParams``), ``trace`` (a
+            Chrome trace path), ``min_align`` (4096 places buffers as a PYNQ board does);
             ``rtl``: ``simulator`` ("icarus" or "verilator"), ``memory_bytes``, ``cache_dir``,
             ``max_cycles``, ``timeout_s``; ``pynq``: ``bitstream`` or ``overlay``, ``ip_name``,
             ``timeout_s``, ``pynq_module``).

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ....hw.config import HWConfig
+from ....sim.functional import DEFAULT_MAX_STEPS
 from ....sim.memory import Allocation
 from ....sim.timing import TimingParams, TimingResult, simulate_timing
 from ...program import ProgramImage
@@ -58,8 +59,9 @@ class CycleSimDevice(SimDevice):
         timing: TimingParams | None = None,
         trace: str | Path | None = None,
         min_align: int = 64,
+        max_steps: int = DEFAULT_MAX_STEPS,
     ) -> None:
-        super().__init__(config, memory_bytes, min_align)
+        super().__init__(config, memory_bytes, min_align, max_steps)
         self.timing = timing or TimingParams.for_config(config)
         self.trace = trace
         self.last: TimingResult | None = None

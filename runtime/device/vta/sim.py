@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....hw.config import HWConfig
-from ....sim.functional import FunctionalSim
+from ....sim.functional import DEFAULT_MAX_STEPS, FunctionalSim
 from ....sim.memory import Allocation, DeviceMemory
 from .base import RunResult, timed
 
@@ -44,11 +44,11 @@ class SimDevice(HostMemory):
     backend = "sim"
 
     def __init__(self, config: HWConfig, memory_bytes: int = DEFAULT_MEMORY,
-                 min_align: int = 64) -> None:  # fmt: skip
+                 min_align: int = 64, max_steps: int = DEFAULT_MAX_STEPS) -> None:  # fmt: skip
         self.config = config
         self.memory = DeviceMemory(memory_bytes)
         self.min_align = int(min_align)
-        self.sim = FunctionalSim(config, self.memory)
+        self.sim = FunctionalSim(config, self.memory, max_steps)
 
     def run(self, insns: Allocation, insn_count: int) -> RunResult:
         stats, wall = timed(self.sim.run, insns.addr, insn_count)
