@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ....hw.config import HWConfig
-from ....hw.isa import INSN_BYTES
+from ....hw.isa import INSN_BYTES, MemInsn, describe, elem_bytes
 from ....sim.memory import Allocation
 from ...program import ProgramImage, Slot
 
@@ -72,6 +72,7 @@ class LoadedProgram:
                 f"({image.config.bitstream_name}); the device runs {device.config.name!r} "
                 f"({device.config.bitstream_name}), whose ISA differs"
             )
+        check_transfers(image)
         prog = cls(device, image)
         try:
             for blob in image.blobs:
@@ -138,6 +139,38 @@ class LoadedProgram:
             self.device.free(block)
         self.buffers.clear()
         self.insn_block = None
+
+
+def check_transfers(image: ProgramImage) -> None:
+    """Every DMA of the program stays inside the one buffer (slot or blob) its relocation names.
+
+    Device memory is checked as a whole by every backend, but a LOAD reading a neighbouring
+    buffer or a STORE past its output slot lands in memory the program owns and would go
+    unnoticed; this check runs before the program is placed.
+
+    Raises:
+        DeviceError: naming the instruction, its buffer and the overrun (or a DMA without a
+            relocation, whose address could be anything once the image is placed).
+    """
+    sizes = {b.name: len(b.data) for b in image.blobs}
+    sizes.update({s.name: s.nbytes for s in image.slots})
+    target = {r.insn: r.target for r in image.relocations}
+    for index, insn in enumerate(image.instructions()):
+        if not isinstance(insn, MemInsn) or insn.x_size == 0 or insn.y_size == 0:
+            continue  # compute, or a token-only NOP
+        where = f"program {image.name!r}, instruction {index} ({describe(insn)})"
+        if index not in target:
+            raise DeviceError(f"{where}: addresses DRAM without a relocation to a slot or blob")
+        name = target[index]
+        if name not in sizes:
+            raise DeviceError(f"{where}: relocation to {name!r}, which is no slot or blob")
+        eb = elem_bytes(image.config, insn.memory_type)
+        first = insn.dram_base * eb
+        end = (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb
+        if first < 0 or end > sizes[name]:
+            raise DeviceError(
+                f"{where}: moves bytes [{first}, {end}) of {name!r}, which holds {sizes[name]}"
+            )
 
 
 def timed(fn, *args):  # type: ignore[no-untyped-def]
