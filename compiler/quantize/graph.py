@@ -13,6 +13,7 @@ new ops are compiler.quantize's (see compiler/graph/ops/qnn.py and docs/quantiza
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -217,7 +218,21 @@ def _batches(graph: Graph, calibration_inputs: Any) -> list[dict[str, np.ndarray
         arrays = {n: np.asarray(batch[n], dtype=graph.types[n].dtype) for n in graph.inputs}
         if any(a.shape[:1] == (0,) for a in arrays.values()):
             raise ValueError(f"calibration batch {i} must hold at least one sample, not 0")
+        for name, a in arrays.items():
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                bad = int((~np.isfinite(a)).sum())
+                raise ValueError(
+                    f"calibration input {name!r} (batch {i}) holds {bad} NaN or infinite "
+                    "value(s): int8 scales cannot be chosen from them"
+                )
         result.append(arrays)
+    for name in graph.inputs:
+        if all(not np.any(b[name]) for b in result):
+            warnings.warn(
+                f"calibration input {name!r} is zero everywhere: the int8 scales of the layers "
+                "it feeds are chosen from nothing; calibrate with representative data",
+                stacklevel=3,
+            )
     return result
 
 
