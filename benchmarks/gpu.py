@@ -52,11 +52,10 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from machine import cpu_model, describe
+from machine import cpu_model, describe, median_ms
 
 GOALS = {  # the GPU back-end issue's acceptance figures
     "gemm_fp32": ("fp32 SIMT GEMM vs cuBLAS", ">=", 0.7),
@@ -205,17 +204,6 @@ def print_environment(env: dict[str, Any]) -> None:
 
 
 # ---- timing ----------------------------------------------------------------------------------
-
-
-def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
 
 
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 
 
 def cpu_model() -> str:
@@ -22,3 +27,15 @@ def describe() -> str:
     """``AMD EPYC, 2 CPUs, load (0.4, 0.8, 0.9), Python 3.11.7``."""
     load = tuple(round(x, 2) for x in os.getloadavg())
     return f"{cpu_model()}, {os.cpu_count()} CPUs, load {load}, Python {platform.python_version()}"
+
+
+def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
+    """The median wall time of `repeat` calls of `fn`, in ms, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)

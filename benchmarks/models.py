@@ -39,11 +39,10 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from machine import cpu_model
+from machine import cpu_model, median_ms
 
 MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v2_blocks", "encoder")
 
@@ -60,17 +59,6 @@ def _build(name: str) -> Any:
     if name == "encoder":
         return ob.transformer_encoder(seq=128, dim=256, heads=4, ffn=1024)
     raise ValueError(f"model must be one of {', '.join(MODELS)}, not {name!r}")
-
-
-def _median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
 
 
 def _inputs(model: Any) -> dict[str, np.ndarray]:
@@ -90,7 +78,7 @@ def _tensorforge(model: Any, inputs: dict, repeat: int) -> tuple[float, float, l
     module = tensorforge.compile(model)
     compile_s = time.perf_counter() - start
     outputs = list(module.run(inputs).values())
-    return compile_s, _median_ms(lambda: module.run(inputs), repeat), outputs
+    return compile_s, median_ms(lambda: module.run(inputs), repeat), outputs
 
 
 THREADS: int | None = None  # --threads: the same thread count for every framework
@@ -108,7 +96,7 @@ def _onnxruntime(model: Any, inputs: dict, repeat: int) -> tuple[float, float, l
     )
     compile_s = time.perf_counter() - start
     outputs = sess.run(None, inputs)
-    return compile_s, _median_ms(lambda: sess.run(None, inputs), repeat), outputs
+    return compile_s, median_ms(lambda: sess.run(None, inputs), repeat), outputs
 
 
 def _import_tvm() -> Any:
@@ -141,7 +129,7 @@ def _tvm(model: Any, inputs: dict, repeat: int) -> tuple[float, float] | None:
     vm = relax.VirtualMachine(executable, tvm.cpu())
     compile_s = time.perf_counter() - start
     args = [tvm.runtime.tensor(v) for v in inputs.values()]
-    return compile_s, _median_ms(lambda: vm["main"](*args), repeat, warmup=1)
+    return compile_s, median_ms(lambda: vm["main"](*args), repeat, warmup=1)
 
 
 def _torch_model(name: str) -> tuple[Any, tuple] | None:
@@ -174,7 +162,7 @@ def _torch(name: str, repeat: int) -> float | None:
         torch.set_num_threads(THREADS)
     module.eval()
     with torch.no_grad():
-        return _median_ms(lambda: module(*args), repeat)
+        return median_ms(lambda: module(*args), repeat)
 
 
 def machine() -> dict[str, Any]:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from machine import describe
+from machine import describe, median_ms
 from tqdm import tqdm
 
 from sim import LAYERS  # ResNet-18's C2-C12 (ReQuEST'18 Table 1)
@@ -284,20 +284,10 @@ def part_resnet(args, builder) -> None:
         times = []
         for tl in (None, log):
             module = tensorforge.compile(data, tuning_log=tl)
-            times.append(_median_ms(lambda m=module, f=feed: m.run(f), args.repeat))
-        times.append(_median_ms(lambda s=sess, f=feed: s.run(None, f), args.repeat))
+            times.append(median_ms(lambda m=module, f=feed: m.run(f), args.repeat, warmup=1))
+        times.append(median_ms(lambda s=sess, f=feed: s.run(None, f), args.repeat, warmup=1))
         print(f"| {name} | {len(tasks)} | {times[0]:.2f} | {times[1]:.2f} | {times[2]:.2f} "
               f"| {times[1] / times[2]:.2f}x | {minutes:.1f} |")  # fmt: skip
-
-
-def _median_ms(fn, repeat: int) -> float:
-    fn()
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(out)
 
 
 # ---- rank fidelity: cycle model vs RTL -----------------------------------------------------------

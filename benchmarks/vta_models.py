@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 import numpy as np
-from machine import describe
+from machine import describe, median_ms
 
 MODELS = ("digits", "resnet18")
 
@@ -53,16 +53,6 @@ def _model(name: str, size: int) -> tuple[Any, dict[str, np.ndarray], Any]:
     raise ValueError(f"model must be one of {', '.join(MODELS)}, not {name!r}")
 
 
-def _median_ms(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e3
-
-
 def _cpu_peers(model: Any, inputs: dict, repeat: int) -> dict[str, float]:
     import onnxruntime as ort
 
@@ -71,8 +61,8 @@ def _cpu_peers(model: Any, inputs: dict, repeat: int) -> dict[str, float]:
     cpu = tensorforge.compile(model)
     session = ort.InferenceSession(model.SerializeToString())
     return {
-        "tf_cpu_ms": _median_ms(lambda: cpu.run(inputs), repeat),
-        "ort_ms": _median_ms(lambda: session.run(None, inputs), repeat),
+        "tf_cpu_ms": median_ms(lambda: cpu.run(inputs), repeat, warmup=1),
+        "ort_ms": median_ms(lambda: session.run(None, inputs), repeat, warmup=1),
     }
 
 

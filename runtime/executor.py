@@ -55,6 +55,17 @@ class Profile:
     def __str__(self) -> str:
         return self.table()
 
+    @staticmethod
+    def of(calls: Sequence[tuple[str, str]], times: np.ndarray) -> Profile:
+        """The profile of (label, kernel) calls timed in seconds, `times[repeat, call]`."""
+        medians = np.median(times, axis=0) * 1e3
+        total = float(medians.sum())
+        rows = [
+            ProfileRow(label, kernel, float(m), float(m) / total if total else 0.0)
+            for (label, kernel), m in zip(calls, medians, strict=True)
+        ]
+        return Profile(rows, total, times.shape[0])
+
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of `array` starting on a 64-byte boundary."""
@@ -105,10 +116,4 @@ class Executor:
                 start = clock()
                 step.launch(*step.pointers)
                 times[r, k] = clock() - start
-        medians = np.median(times, axis=0) * 1e3
-        total = float(medians.sum())
-        rows = [
-            ProfileRow(s.label, s.kernel, float(m), float(m) / total if total else 0.0)
-            for s, m in zip(self.steps, medians, strict=True)
-        ]
-        return Profile(rows, total, repeat)
+        return Profile.of([(s.label, s.kernel) for s in self.steps], times)

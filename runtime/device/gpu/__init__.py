@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ...executor import Profile, ProfileRow
+from ...executor import Profile
 from .base import DeviceInfo, GPUDevice, GPUError, check_program
 
 KINDS = ("opencl", "cuda")
@@ -170,13 +170,7 @@ class GPUExecutor:
                 self._launch(call)
                 self.device.synchronize()
                 times[r, k] = time.perf_counter() - start
-        medians = np.median(times, axis=0) * 1e3
-        total = float(medians.sum())
-        rows = [
-            ProfileRow(c.label, c.kernel, float(m), float(m) / total if total else 0.0)
-            for c, m in zip(self.calls, medians, strict=True)
-        ]
-        return Profile(rows, total, repeat)
+        return Profile.of([(c.label, c.kernel) for c in self.calls], times)
 
 
 class GPUFunction:
