@@ -54,24 +54,60 @@ def open_device(kind: str, **options: Any) -> GPUDevice:
     return _DEVICES[key]
 
 
+_DTYPES = ("bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64")
+_MAX_ELEMENTS = 1 << 40
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
+
+
+def _count(value: Any, low: int, high: int, what: str) -> int:
+    _need(isinstance(value, int) and not isinstance(value, bool), f"{what} must be an integer")
+    _need(low <= value <= high, f"{what} must be in [{low}, {high}], not {value}")
+    return int(value)
+
+
 def parse_payload(data: bytes, kernel: str) -> dict[str, Any]:
-    """A GPU kernel's payload (JSON written by `compiler.codegen.gpu`), checked for shape."""
+    """A GPU kernel's payload (JSON written by `compiler.codegen.gpu`), every field checked
+    (types, ranges, buffer indices; parameters before workspace) before anything is built.
+
+    Raises:
+        GPUError: naming the kernel and the damaged field.
+    """
     try:
         payload = json.loads(data.decode())
-        for k in payload["kernels"]:
+        _need(isinstance(payload, dict), "the payload must be a JSON object")
+        _need(payload.get("dialect") in KINDS, f"dialect must be one of {KINDS}")
+        _need(isinstance(payload.get("source"), str), "source must be a string")
+        buffers = payload.get("buffers")
+        _need(isinstance(buffers, list), "buffers must be a list")
+        seen_workspace = False
+        for n, b in enumerate(buffers):
+            _need(isinstance(b, dict), f"buffer {n} must be an object")
+            _need(isinstance(b.get("name"), str), f"buffer {n}: name must be a string")
+            _need(b.get("dtype") in _DTYPES, f"buffer {n}: dtype must be one of {_DTYPES}")
+            _count(b.get("size"), 0, _MAX_ELEMENTS, f"buffer {n}: size")
+            _need(isinstance(b.get("workspace"), bool), f"buffer {n}: workspace must be a bool")
+            _need(b["workspace"] or not seen_workspace, "parameters must come before workspace")
+            seen_workspace = seen_workspace or b["workspace"]
+        kernels = payload.get("kernels")
+        _need(isinstance(kernels, list) and kernels, "kernels must be a non-empty list")
+        for k in kernels:
+            _need(isinstance(k, dict), "each kernel must be an object")
+            name = k.get("name")
+            _need(isinstance(name, str) and name.isidentifier(), f"kernel name {name!r}")
+            _need(isinstance(k.get("args"), list), f"kernel {name}: args must be a list")
             for i in k["args"]:
-                payload["buffers"][int(i)]
-            if len(k["grid"]) != 3 or len(k["block"]) != 3:
-                raise ValueError("grid and block must have 3 sizes")
-        payload["source"].encode()
-    except (
-        UnicodeDecodeError,
-        json.JSONDecodeError,
-        KeyError,
-        IndexError,
-        TypeError,
-        ValueError,
-    ) as e:
+                _count(i, 0, len(buffers) - 1, f"kernel {name}: argument index")
+            for field in ("grid", "block"):
+                sizes = k.get(field)
+                _need(isinstance(sizes, list) and len(sizes) == 3, f"kernel {name}: {field}")
+                for v in sizes:
+                    _count(v, 1, 2**31 - 1, f"kernel {name}: {field} size")
+            _count(k.get("shared_bytes"), 0, 1 << 30, f"kernel {name}: shared_bytes")
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
         raise GPUError(f"kernel {kernel!r}: GPU program payload is damaged: {e}") from None
     return payload
 
@@ -118,6 +154,9 @@ class GPUExecutor:
             dev.write(buf, 0, np.ascontiguousarray(value))
             self.places[name] = (buf, 0)
         self.specs = {n: (shape, dtype) for n, (_, shape, dtype) in slots.items()}
+        sizes = {n: int(np.prod(shape, dtype=np.int64)) * np.dtype(d).itemsize
+                 for n, (shape, d) in self.specs.items()}  # fmt: skip
+        sizes.update({n: int(v.nbytes) for n, v in constants.items()})
         self.views = {n: np.empty(*self.specs[n]) for n in [*inputs, *outputs] if n in self.specs}
         self.inputs = [n for n in inputs if n in self.specs]
         self.outputs = [n for n in outputs if n in self.specs]
@@ -131,14 +170,27 @@ class GPUExecutor:
         self.calls = []
         for label, kernel, args in calls:
             payload, program = programs[kernel]
+            params = [b for b in payload["buffers"] if not b["workspace"]]
+            if len(params) != len(args):
+                raise GPUError(
+                    f"call {label!r}: kernel {kernel!r} takes {len(params)} buffers, not "
+                    f"{len(args)}"
+                )
             buffers: list[tuple[Any, int, int]] = []
             for spec in payload["buffers"]:
                 item = np.dtype(spec["dtype"]).itemsize
                 if spec["workspace"]:
                     buffers.append((dev.alloc(spec["size"] * item), 0, item))
-                else:
-                    buf, off = self.places[args[len(buffers)]]
-                    buffers.append((buf, off, item))
+                    continue
+                value = args[len(buffers)]
+                have = sizes[value]
+                if have != spec["size"] * item:  # the kernel would reach past the tensor
+                    raise GPUError(
+                        f"call {label!r}: buffer {spec['name']!r} of kernel {kernel!r} holds "
+                        f"{spec['size'] * item} bytes, but {value!r} has {have}"
+                    )
+                buf, off = self.places[value]
+                buffers.append((buf, off, item))
             launches = [
                 (k["name"], tuple(k["grid"]), tuple(k["block"]), [buffers[i] for i in k["args"]])
                 for k in payload["kernels"]

@@ -67,3 +67,35 @@ def test_a_module_for_opencl_refuses_another_device() -> None:
     module.use_device("cuda")
     with pytest.raises(Exception, match="compiled for opencl cannot run on device 'cuda'"):
         module.run(_feeds(B.mlp()))
+
+
+def _with_payload(module, edit):
+    import dataclasses
+    import json
+
+    first = module.kernels[0]
+    payload = json.loads(first.payload)
+    edit(payload)
+    kernels = [dataclasses.replace(first, payload=json.dumps(payload).encode())]
+    return Module(target=module.target, inputs=module.inputs, outputs=module.outputs,
+                  tensors=module.tensors, kernels=kernels + module.kernels[1:], calls=module.calls,
+                  slots=module.slots, arena_bytes=module.arena_bytes, constants=module.constants)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: p["buffers"][0].update(size=p["buffers"][0]["size"] * 2), "holds .* but|compiled for 256"),
+        (lambda p: p["kernels"][0].update(grid=[0, 1, 1]), "grid size must be in"),
+        (lambda p: p["kernels"][0]["args"].append(99), "argument index must be in"),
+        (lambda p: p["buffers"][0].update(dtype="complex64"), "dtype must be one of"),
+        (lambda p: p.pop("source"), "source must be a string"),
+    ],
+)
+def test_a_damaged_gpu_kernel_is_refused_before_anything_runs(edit, message) -> None:
+    """A kernel whose payload lies about its buffers would write past the arena's tensors."""
+    from tensorforge.runtime.device.gpu import GPUError
+
+    module = tensorforge.compile(B.mlp(), target="opencl")
+    with pytest.raises((GPUError, ValueError), match=message):  # at construction or load
+        _with_payload(module, edit).run(_feeds(B.mlp()))
