@@ -16,8 +16,6 @@ from typing import Any
 
 
 def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: Any) -> None:
-    from .cli import positive_int
-
     p = sub.add_parser(
         "tune",
         help="auto-tune a model's operators (XGBoost cost model + simulated annealing) into a "
@@ -25,9 +23,7 @@ def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: A
     )
     p.add_argument("model", nargs="?", help="the ONNX model to tune")
     p.add_argument("--target", default="llvm", help="llvm (default) or 'vta -config=...'")
-    p.add_argument(
-        "--trials", type=positive_int, default=200, help="trials per task (default: 200)"
-    )
+    p.add_argument("--trials", type=int, default=200, help="trials per task (default: 200)")
     p.add_argument("--log", default="tune.jsonl", help="the JSON-lines log (appended; resumes)")
     p.add_argument("--tuner", choices=("xgb", "random", "grid", "ga"), default="xgb",
                    help="the search (default: xgb)")  # fmt: skip
@@ -49,13 +45,11 @@ def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: A
                    " implies --runner cluster")  # fmt: skip
     p.add_argument("--tasks", help="tune only these task numbers (as --list shows), e.g. 0,3")
     p.add_argument("--list", action="store_true", help="list the model's tasks and exit")
-    p.add_argument("--batch", type=positive_int, default=8, help="configs per measurement batch")
-    p.add_argument(
-        "--parallel", type=positive_int, default=None, help="build processes (default: CPUs)"
-    )
+    p.add_argument("--batch", type=int, default=8, help="configs per measurement batch")
+    p.add_argument("--parallel", type=int, default=None, help="build processes (default: CPUs)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per build and per run")
     p.add_argument("--seed", type=int, default=0, help="the tuner's random seed")
-    p.add_argument("--early-stopping", type=positive_int, default=None, metavar="N",
+    p.add_argument("--early-stopping", type=int, default=None, metavar="N",
                    help="stop a task after N trials without improvement")  # fmt: skip
     p.add_argument("--plot", metavar="LOG", help="draw the tuning curves of LOG instead")
     p.add_argument("-o", "--output", default="tune.png", help="--plot: the PNG to write")

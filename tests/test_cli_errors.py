@@ -15,7 +15,6 @@ from tensorforge.compiler.frontend.onnx_builders import mlp
     [
         (["demo", "--images", "-3"], "argument --images: must be at least 1, not -3"),
         (["run", "m.onnx", "--profile", "--repeat", "0"], "--repeat: must be at least 1, not 0"),
-        (["tune", "m.onnx", "--trials", "zero"], "--trials: must be an integer, not 'zero'"),
     ],
 )
 def test_counts_must_be_positive_integers(argv, message, capsys) -> None:
