@@ -498,7 +498,9 @@ def _load_model(args: argparse.Namespace, progress: bool = False):  # -> (Module
         module = Module.load(args.model)
         return module, _named_arrays(module.inputs, getattr(args, "input", []))
     from .compiler.frontend import from_onnx
+    from .compiler.target import Target
 
+    target = Target.parse(args.target)  # a bad target fails before the model is read
     proto, names, symbolic = _onnx_inputs(args.model)
     inputs = _named_arrays(names, getattr(args, "input", []))
     shapes = {n: inputs[n].shape for n in symbolic if n in inputs}  # fix symbolic dims by data
@@ -509,7 +511,7 @@ def _load_model(args: argparse.Namespace, progress: bool = False):  # -> (Module
                              f"shape: --shape {name}=d0,d1,...")  # fmt: skip
     graph = from_onnx(proto, input_shapes=shapes)
     calibration = _named_arrays(names, args.calibrate) or None
-    if args.target.split()[0] == "vta" and calibration is None and inputs:
+    if target.kind == "vta" and calibration is None and inputs:
         print("note: calibrating the int8 scales on the --input arrays (--calibrate to choose)")
         calibration = inputs
     try:
@@ -550,9 +552,10 @@ def _onnx_inputs(path: str) -> tuple[object, list[str], list[str]]:
         raise ValueError(f"{path}: not an ONNX model or a module file: {e}") from None
     weights = {t.name for t in proto.graph.initializer}
     inputs = [v for v in proto.graph.input if v.name not in weights]
-    symbolic = [
+    symbolic = [  # symbolic dimensions, or no shape at all: the --input arrays give them
         v.name for v in inputs
-        if any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
+        if not v.type.tensor_type.HasField("shape")
+        or any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
     ]  # fmt: skip
     return proto, [v.name for v in inputs], symbolic
 

@@ -60,3 +60,15 @@ def test_profile_prints_numbers_for_one_repeat(tmp_path, capsys) -> None:
     assert main(["run", str(model), "--input", str(x), "--profile", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert "total (sum of medians)" in out and "nan" not in out.lower()
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [("", "target must be a non-empty string"), ("vta -confg=tiny", "unknown option 'confg'")],
+)
+def test_bad_targets_are_one_line_errors(tmp_path, capsys, target, message) -> None:
+    model = tmp_path / "mlp.onnx"
+    model.write_bytes(mlp().SerializeToString())
+    err = _one_line_error(["compile", str(model), "-o", str(tmp_path / "m.tfm"), "--target",
+                           target], capsys)  # fmt: skip
+    assert message in err and not (tmp_path / "m.tfm").exists()

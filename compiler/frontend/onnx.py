@@ -1,12 +1,19 @@
 """ONNX importer: an ONNX model (file, bytes or ModelProto; opsets 13 to 21) -> a graph IR `Graph`.
 
-Before any conversion every node is checked and all unsupported ops are reported in one
-`UnsupportedOpError`. A file that is not a valid ONNX model raises `OnnxImportError` naming the
-file and the problem. Shapes are static: a symbolic input dim needs `input_shapes`.
+Newer opsets, up to the newest the installed onnx package knows, import node by node where
+the op's definition (its inputs and outputs) is still opset 21's; a node whose op changed is
+listed as unsupported. Before any conversion every node is checked and all unsupported ops are
+reported in one `UnsupportedOpError`. A file that is not a valid ONNX model raises
+`OnnxImportError` naming the file and the problem. Shapes are static: a symbolic input dim or an
+input without a shape needs `input_shapes`, and no tensor may span more than
+`MAX_TENSOR_BYTES` (shape arithmetic is exact: a product that would wrap in int64 is caught).
+Inputs that an op's ONNX schema types alike (MatMul's A and B) must have one dtype, and every
+input a dtype its schema allows, as onnxruntime requires.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,10 +22,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError
-from ..graph.registry import UnsupportedOpError, get_op, is_registered
+from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, check_shape
+from ..graph.registry import ONNX_OPSETS, UnsupportedOpError, get_op, is_registered
 
-MIN_OPSET, MAX_OPSET = 13, 21
+# The op definitions the importer implements are those of opsets 13 to 21.
+MIN_OPSET, MAX_OPSET = ONNX_OPSETS
 # Ops the importer turns into something else than a node of the same name.
 _SPECIAL = {"Constant", "Dropout"}
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
@@ -61,20 +69,61 @@ def load_model(model: str | Path | bytes | onnx.ModelProto) -> tuple[onnx.ModelP
     return proto, where
 
 
+def newest_opset() -> int:
+    """The newest default-domain opset the installed onnx package defines."""
+    return onnx.defs.onnx_opset_version()
+
+
 def default_opset(model: onnx.ModelProto, where: str) -> int:
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if not versions:
         raise OnnxImportError(f"{where}: model must import the default ONNX domain, not none")
+    if len(set(versions)) > 1:
+        raise OnnxImportError(
+            f"{where}: model must import the default ONNX domain once, not at opsets {versions}"
+        )
+    newest = newest_opset()
     if versions[0] < MIN_OPSET:
         raise OnnxImportError(
             f"{where}: opset of the default domain must be {MIN_OPSET} to {MAX_OPSET}, "
-            f"not {versions[0]}"
+            f"not {versions[0]} (opsets up to {newest} import where their ops are unchanged)"
+        )
+    if versions[0] > newest:
+        raise OnnxImportError(
+            f"{where}: opset {versions[0]} of the default domain is newer than the installed "
+            f"onnx {onnx.__version__} defines (up to {newest}); the importer supports opsets "
+            f"{MIN_OPSET} to {newest}"
         )
     return versions[0]
 
 
-def _unsupported_variant(node: onnx.NodeProto) -> str | None:
+def _signature(schema: onnx.defs.OpSchema) -> tuple:
+    return (
+        [(f.name, f.option) for f in schema.inputs],
+        [(f.name, f.option) for f in schema.outputs],
+    )
+
+
+def _changed_definition(op: str, opset: int) -> int | None:
+    """The opset at which `op` took inputs or outputs other than at MAX_OPSET, if `opset` is
+    newer than MAX_OPSET and uses that changed definition (type-only changes do not count;
+    new attributes are rejected by name when a node sets them)."""
+    if opset <= MAX_OPSET:
+        return None
+    try:
+        new = onnx.defs.get_schema(op, opset, "")
+        old = onnx.defs.get_schema(op, MAX_OPSET, "")
+    except onnx.defs.SchemaError:
+        return None
+    if new.since_version > MAX_OPSET and _signature(new) != _signature(old):
+        return new.since_version
+    return None
+
+
+def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | None:
     """A description if `node` uses a variant of a supported op that is not implemented."""
+    if (changed := _changed_definition(node.op_type, opset)) is not None:
+        return f"{node.op_type} as redefined at opset {changed}"
     outputs = [o for o in node.output if o]
     training = any(a.name == "training_mode" and a.i for a in node.attribute)
     if node.op_type == "MaxPool" and len(outputs) > 1:
@@ -99,9 +148,74 @@ def unsupported_ops(model: onnx.ModelProto, opset: int) -> list[tuple[str, str, 
             found.append((f"{node.domain}.{node.op_type}", name, None))
         elif node.op_type not in _SPECIAL and not is_registered(node.op_type):
             found.append((node.op_type, name, opset))
-        elif (variant := _unsupported_variant(node)) is not None:
+        elif (variant := _unsupported_variant(node, opset)) is not None:
             found.append((variant, name, opset))
     return found
+
+
+def _type_str(dtype: str) -> str:
+    """An ONNX type string ("tensor(float)") for a numpy dtype name."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    return f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
+
+
+def check_node_types(
+    node: onnx.NodeProto, opset: int, name: str, dtypes: list[str | None], where: str = "model"
+) -> None:
+    """Check the input dtypes of `node` against its ONNX schema at `opset`, as onnxruntime does:
+    inputs typed by one type parameter (MatMul's A and B: T) must have one dtype, and each
+    input a dtype the parameter (or the fixed type) allows. Raises OnnxImportError naming
+    `where` (the model), the node, the inputs and the dtypes."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        return
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    formal = list(schema.inputs)
+    if not formal:
+        return
+    bound: dict[str, list[tuple[str, str]]] = {}
+    for i, (value, dtype) in enumerate(zip(node.input, dtypes, strict=False)):
+        if not value or dtype is None:
+            continue
+        param = formal[min(i, len(formal) - 1)]
+        if i >= len(formal) and param.option != param.option.Variadic:
+            continue  # arity is checked by the graph layer
+        type_str = param.type_str
+        ok = allowed.get(type_str, {type_str})
+        if _type_str(dtype) not in ok:
+            raise OnnxImportError(
+                f"{where}: {node.op_type} node {name!r}: input {value!r} ({param.name}) must "
+                f"have a type of {type_str} ({', '.join(sorted(ok))} at opset {opset}), "
+                f"not {dtype}"
+            )
+        if type_str in allowed:
+            if param.option == param.option.Variadic and not param.is_homogeneous:
+                continue
+            bound.setdefault(type_str, []).append((value, dtype))
+    for param, values in bound.items():
+        if len({dtype for _, dtype in values}) > 1:
+            listed = ", ".join(f"{value!r} {dtype}" for value, dtype in values)
+            raise OnnxImportError(
+                f"{where}: {node.op_type} node {name!r}: inputs of type parameter {param} "
+                f"must have one dtype, not {listed}"
+            )
+
+
+def _checked_array(tensor: onnx.TensorProto, where: str) -> np.ndarray:
+    """The numpy value of an initializer or Constant tensor, its dims checked first (exact,
+    bounded: no allocation or reshape is tried for a shape that cannot exist)."""
+    dtype = np_dtype(tensor.data_type, where)
+    try:
+        check_shape(list(tensor.dims), dtype)
+    except ShapeError as exc:
+        raise OnnxImportError(f"{where}: {exc}") from None
+    try:
+        return numpy_helper.to_array(tensor)
+    except Exception as exc:  # noqa: BLE001  (bad data length, missing external data, ...)
+        raise OnnxImportError(
+            f"{where} must hold data of its shape {tuple(tensor.dims)}: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def np_dtype(elem_type: int, where: str) -> str:
@@ -123,8 +237,8 @@ class _Importer:
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
     ) -> None:
         for init in self.model.graph.initializer:
-            np_dtype(init.data_type, f"{self.where}: initializer {init.name!r}")
-            self.builder.add_constant(init.name, numpy_helper.to_array(init))
+            array = _checked_array(init, f"{self.where}: initializer {init.name!r}")
+            self.builder.add_constant(init.name, array)
         for value in self.model.graph.input:
             if value.name in self.builder.types:
                 continue
@@ -132,7 +246,10 @@ class _Importer:
                 self.builder.add_constant(value.name, np.asarray(constant_inputs[value.name]))
                 continue
             shape, dtype = self._value_type(value, input_shapes.get(value.name))
-            self.builder.add_input(value.name, shape, dtype)
+            try:
+                self.builder.add_input(value.name, shape, dtype)
+            except GraphError as exc:
+                raise OnnxImportError(f"{self.where}: {exc}") from None
 
     def _value_type(self, value: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple:
         where = f"{self.where}: input {value.name!r}"
@@ -141,24 +258,55 @@ class _Importer:
             kind = value.type.WhichOneof("value")
             raise UnsupportedDtypeError(f"{where} must be a tensor, not {kind}")
         dtype = np_dtype(tensor.elem_type, where)
+        hint = (
+            f"pass input_shapes={{{value.name!r}: (d0, d1, ...)}} "
+            f"(CLI: --shape {value.name}=d0,d1,...)"
+        )
         if given is not None:
-            return tuple(given), dtype
+            return self._given_shape(value, given, where), dtype
+        if not tensor.HasField("shape"):
+            raise OnnxImportError(f"{where} must have a shape, not an unknown rank; {hint}")
         dims = []
         for dim in tensor.shape.dim:
             if not dim.HasField("dim_value"):
                 raise OnnxImportError(
-                    f"{where} must have static dims, not {dim.dim_param or '?'!r}; "
-                    "pass input_shapes={name: shape}"
+                    f"{where} must have static dims, not {dim.dim_param or '?'!r}; {hint}"
                 )
             dims.append(dim.dim_value)
         return tuple(dims), dtype
+
+    @staticmethod
+    def _given_shape(value: onnx.ValueInfoProto, given: Sequence[int], where: str) -> tuple:
+        """`input_shapes[name]`, checked against the rank and static dims the model declares."""
+        try:
+            dims = tuple(operator.index(d) for d in given)
+        except TypeError:
+            raise OnnxImportError(
+                f"{where}: input_shapes must give integer dims, not {given!r}"
+            ) from None
+        tensor = value.type.tensor_type
+        if tensor.HasField("shape"):
+            declared = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+            if len(declared) != len(dims) or any(
+                d is not None and d != g for d, g in zip(declared, dims, strict=False)
+            ):
+                shown = tuple(d if d is not None else "?" for d in declared)
+                raise OnnxImportError(
+                    f"{where}: input_shapes gives {dims}, which does not fit the declared "
+                    f"shape {shown}"
+                )
+        return dims
 
     def convert(self, index: int, node: onnx.NodeProto) -> None:
         name = node.name or f"{node.op_type}_{index}"
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type == "Constant":
-            self.builder.add_constant(node.output[0], _constant_value(attrs))
+            where = f"{self.where}: Constant node {name!r}"
+            self.builder.add_constant(node.output[0], _constant_value(attrs, where))
             return
+        types = self.builder.types
+        dtypes = [types[i].dtype if i in types else None for i in node.input]
+        check_node_types(node, self.opset, name, dtypes, self.where)
         inputs, outputs = list(node.input), list(node.output)
         op = node.op_type
         if op == "Dropout":  # inference: identity (the mask output is unsupported)
@@ -226,9 +374,9 @@ class _Importer:
                 )
 
 
-def _constant_value(attrs: dict[str, Any]) -> np.ndarray:
+def _constant_value(attrs: dict[str, Any], where: str = "Constant") -> np.ndarray:
     if "value" in attrs:
-        return numpy_helper.to_array(attrs["value"])
+        return _checked_array(attrs["value"], where)
     for key, dtype in (
         ("value_float", np.float32),
         ("value_floats", np.float32),
@@ -238,7 +386,7 @@ def _constant_value(attrs: dict[str, Any]) -> np.ndarray:
         if key in attrs:
             return np.array(attrs[key], dtype)
     raise OnnxImportError(
-        f"Constant must have value, value_float(s) or value_int(s), not {sorted(attrs)}"
+        f"{where} must have value, value_float(s) or value_int(s), not {sorted(attrs)}"
     )
 
 
@@ -252,14 +400,17 @@ def from_onnx(
 
     Args:
         model: a file path, serialized bytes or a ModelProto.
-        input_shapes: static shapes for inputs with symbolic dims.
+        input_shapes: static shapes for inputs with symbolic dims or no shape (they must fit
+            the declared rank and static dims).
         constant_inputs: graph inputs to bind to fixed values (they become constants).
 
     Returns:
         A `Graph` whose outputs are the model's outputs, with inferred static types.
 
     Raises:
-        OnnxImportError: malformed file, opset below 13, symbolic dims, a shape mismatch.
+        OnnxImportError: malformed file, opset below 13 or unknown to onnx, symbolic dims or
+            no shape, a shape mismatch, a tensor past MAX_TENSOR_BYTES, mismatched or
+            disallowed input dtypes, a bad attribute (node named).
         UnsupportedOpError: listing every unsupported node (op type, node name, opset).
     """
     proto, where = load_model(model)

@@ -11,6 +11,7 @@ dropped whenever the nodes change.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -29,9 +30,52 @@ DTYPES = (*_TE_DTYPES, "uint16", "uint32", "uint64")
 
 AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
 
+# The most bytes one tensor may span (4 TiB): far past any memory, far below where int64 shape
+# arithmetic (strides, offsets, element counts) could wrap. A zero dim does not make the other
+# dims free: they still count (a zero-size tensor may not have a dim of 2**70).
+MAX_TENSOR_BYTES = 1 << 42
+
 
 class GraphError(ValueError):
     """A graph is malformed: an undefined value, a type mismatch, a bad attribute."""
+
+
+class ShapeError(GraphError):
+    """A shape is invalid: a negative or non-integer dim, or more bytes than MAX_TENSOR_BYTES.
+
+    Raised by `TensorType` without context; op inference and the builder add the node or input
+    it belongs to."""
+
+
+def _itemsize(dtype: str) -> int:
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return 1
+
+
+def check_shape(shape: Sequence[Any], dtype: str = "uint8") -> tuple[int, ...]:
+    """`shape` as a tuple of Python ints, or `ShapeError`: every dim a non-negative integer and
+    the tensor's span (the product of its dims, zeros counted as ones, times the element size)
+    at most `MAX_TENSOR_BYTES`. Products are exact (Python ints never wrap)."""
+    dims = []
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, int | np.integer):
+            if isinstance(d, float | np.floating) and float(d).is_integer():
+                d = int(d)
+            else:
+                raise ShapeError(f"shape must have integer dims, not {tuple(shape)!r}")
+        dims.append(int(d))
+    dims_t = tuple(dims)
+    if any(d < 0 for d in dims_t):
+        raise ShapeError(f"shape must have non-negative dims, not {dims_t!r}")
+    span = math.prod(max(d, 1) for d in dims_t) * _itemsize(dtype)
+    if span > MAX_TENSOR_BYTES:
+        raise ShapeError(
+            f"shape {dims_t!r} of {dtype} spans {span} bytes, more than a tensor may "
+            f"(MAX_TENSOR_BYTES = {MAX_TENSOR_BYTES})"
+        )
+    return dims_t
 
 
 def check_dtype(dtype: str, where: str) -> str:
@@ -39,6 +83,22 @@ def check_dtype(dtype: str, where: str) -> str:
     if dtype not in DTYPES:
         raise GraphError(f"dtype of {where} must be one of {', '.join(DTYPES)}, not {dtype!r}")
     return dtype
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """The numpy/ONNX multidirectional broadcast of `shapes`, in exact integers; ValueError
+    (naming the shapes) if two dims differ and neither is 1."""
+    rank = max((len(s) for s in shapes), default=0)
+    result = [1] * rank
+    for shape in shapes:
+        for i, d in enumerate(shape, start=rank - len(shape)):
+            d = int(d)
+            if d != result[i] and d != 1:
+                if result[i] != 1:
+                    listed = " and ".join(str(tuple(int(x) for x in s)) for s in shapes)
+                    raise ValueError(f"shapes {listed} must broadcast (dim {d} vs {result[i]})")
+                result[i] = d
+    return tuple(result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +109,16 @@ class TensorType:
     dtype: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        if any(d < 0 for d in self.shape):
-            raise GraphError(f"shape must have non-negative dims, not {self.shape!r}")
+        object.__setattr__(self, "shape", check_shape(self.shape, self.dtype))
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        """The element count (exact)."""
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+        return self.size * _itemsize(self.dtype)
 
     def __str__(self) -> str:
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
@@ -175,7 +234,12 @@ class GraphBuilder:
         return name
 
     def add_input(self, name: str, shape: Sequence[int], dtype: str) -> str:
-        self._define(name, TensorType(tuple(shape), check_dtype(dtype, f"input {name!r}")))
+        dtype = check_dtype(dtype, f"input {name!r}")
+        try:
+            ty = TensorType(tuple(shape), dtype)
+        except ShapeError as exc:
+            raise ShapeError(f"input {name!r}: {exc}") from None
+        self._define(name, ty)
         self.inputs.append(name)
         return name
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -9,7 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from .ir import AttrValue, GraphError, Node, TensorType
+from .ir import AttrValue, GraphError, Node, ShapeError, TensorType
+
+# The ONNX opsets whose op definitions the registry implements (type rules come from them).
+ONNX_OPSETS = (13, 21)
 
 
 class Pattern(IntEnum):
@@ -94,9 +98,14 @@ class OpSpec:
                     f"input {i} ({node.inputs[i]!r}) of {self.name} node {node.name!r} must be a "
                     "constant: it decides the output shape"
                 )
+        check_same_types(self.name, node, in_types)
         try:
-            out = self.infer(self.full_attrs(node), in_types, consts)
-        except (ValueError, IndexError, TypeError) as exc:
+            attrs = self.full_attrs(node)
+            check_int_attrs(self.name, attrs, node.name)
+            out = self.infer(attrs, in_types, consts)
+        except ShapeError as exc:
+            raise ShapeError(f"{self.name} node {node.name!r}: {exc}") from None
+        except (ValueError, IndexError, TypeError, ArithmeticError) as exc:
             if isinstance(exc, GraphError):
                 raise
             raise GraphError(f"{self.name} node {node.name!r}: {exc}") from exc
@@ -136,6 +145,92 @@ def _coerce(value: Any, default: Any, where: str) -> AttrValue:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+# Integer attributes that must be positive or non-negative (sliding windows: Conv*, pools,
+# tf.q*; LayoutTransform's block; Split's num_outputs): checked for every op that has them,
+# before its shape inference divides by them.
+_POSITIVE_ATTRS = ("strides", "dilations", "kernel_shape", "group", "block", "num_outputs")
+_NON_NEGATIVE_ATTRS = ("pads", "output_padding")
+
+
+def check_int_attrs(op: str, attrs: Mapping[str, Any], node: str) -> None:
+    """Raise GraphError naming `node` and the attribute if a stride, dilation, kernel size,
+    group, block or output count is not a positive integer, or a pad is negative."""
+    for key, positive in [(k, True) for k in _POSITIVE_ATTRS] + [
+        (k, False) for k in _NON_NEGATIVE_ATTRS
+    ]:
+        value = attrs.get(key)
+        if value is None:
+            continue
+        values = value if isinstance(value, tuple | list) else (value,)
+        bad = [
+            v
+            for v in values
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < int(positive)
+        ]
+        if bad:
+            need = "positive" if positive else "non-negative"
+            raise GraphError(
+                f"{op} node {node!r}: attribute {key} must hold {need} integers, not {value!r}"
+            )
+
+
+@functools.cache
+def same_type_inputs(op: str) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
+    """Groups of input positions that the ONNX schema of `op` types with one type parameter at
+    every opset of ONNX_OPSETS where `op` exists (so no importable model breaks the rule), as
+    (parameter, formal input indices, whether further actual inputs repeat the last formal one
+    with the same type: Concat, Max, Min). Empty for ops that ONNX does not define."""
+    try:
+        import onnx.defs
+    except ImportError:  # pragma: no cover  (onnx is a dependency)
+        return ()
+    keys: dict[int, list[str]] = {}
+    variadic = True
+    versions = 0
+    for opset in range(ONNX_OPSETS[0], ONNX_OPSETS[1] + 1):
+        try:
+            schema = onnx.defs.get_schema(op, opset, "")
+        except onnx.defs.SchemaError:
+            continue
+        versions += 1
+        params = {c.type_param_str for c in schema.type_constraints}
+        formal = schema.inputs
+        last = formal[-1] if formal else None
+        variadic = variadic and last is not None and last.option == last.option.Variadic
+        variadic = variadic and last.is_homogeneous
+        for i in range(max(len(formal), max(keys, default=-1) + 1)):
+            param = formal[i].type_str if i < len(formal) else None
+            keys.setdefault(i, []).append(param if param in params else "")
+    if not versions:
+        return ()
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, key in keys.items():
+        if len(key) == versions and all(key):
+            groups.setdefault(tuple(key), []).append(i)
+    last = max(keys, default=-1)
+    return tuple(
+        (key[-1], tuple(idx), variadic and idx[-1] == last)
+        for key, idx in groups.items()
+        if len(idx) > 1 or (variadic and idx[-1] == last)
+    )
+
+
+def check_same_types(op: str, node: Node, types: Sequence[TensorType | None]) -> None:
+    """Raise GraphError naming the node and dtypes if inputs that the ONNX schema gives one type
+    parameter (MatMul's A and B: T) have different dtypes (onnxruntime rejects such models)."""
+    for param, formal, variadic_last in same_type_inputs(op):
+        positions = [i for i in formal if i < len(types)]
+        if variadic_last:
+            positions += range(formal[-1] + 1, len(types))
+        present = [(node.inputs[i], types[i].dtype) for i in positions if types[i] is not None]
+        if len({dtype for _, dtype in present}) > 1:
+            listed = ", ".join(f"{name!r} {dtype}" for name, dtype in present)
+            raise GraphError(
+                f"{op} node {node.name!r}: inputs of type parameter {param} must have one "
+                f"dtype, not {listed}"
+            )
 
 
 OPS: dict[str, OpSpec] = {}

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import TensorType, check_dtype
+from ..ir import TensorType, broadcast_shapes, check_dtype
 from ..registry import REQUIRED, Pattern, register
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -24,7 +24,7 @@ def same_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorTy
 
 
 def broadcast_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-    shape = np.broadcast_shapes(*(t.shape for t in types if t is not None))
+    shape = broadcast_shapes(*(t.shape for t in types if t is not None))
     return [TensorType(shape, types[0].dtype)]
 
 
@@ -147,7 +147,7 @@ register("Cast", Pattern.ELEMWISE, _cast_type, _cast, attrs={"to": REQUIRED, "sa
 
 
 def _where_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-    shape = np.broadcast_shapes(*(t.shape for t in types))
+    shape = broadcast_shapes(*(t.shape for t in types))
     return [TensorType(shape, types[1].dtype)]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..ir import TensorType
+from ..ir import TensorType, broadcast_shapes
 from ..registry import Pattern, register
 
 _CONV_ATTRS = {
@@ -53,6 +53,11 @@ def window_geometry(
     outs = []
     for n, b, e, s, x in zip(spatial, begin, end, strides, extents, strict=True):
         span = n + b + e - x
+        if span < 0:
+            raise ValueError(
+                f"the window (kernel extent {x}) must fit in the padded input "
+                f"({n} + pads {b} + {e}), spatial {tuple(spatial)}, kernel {tuple(kernel)}"
+            )
         out = (-(-span // s) if ceil else span // s) + 1
         if ceil and (out - 1) * s >= n + b:
             out -= 1  # a window may not start in the end padding
@@ -73,13 +78,44 @@ def _windows(
     return win[index]
 
 
+def _check_conv_shapes(attrs: dict[str, Any], x: tuple, w: tuple, transpose: bool) -> None:
+    """Ranks, channel counts, group divisibility and kernel_shape of Conv/ConvTranspose."""
+    if len(x) < 3 or len(w) != len(x):
+        raise ValueError(f"input {x} and weight {w} must have one rank of at least 3")
+    group = attrs["group"]
+    channels = w[0] if transpose else w[1] * group
+    if x[1] != channels:
+        what = "weight dim 0" if transpose else "weight dim 1 x group"
+        raise ValueError(f"input channels must be {channels} ({what}), not {x[1]}")
+    count, what = (x[1], "input channels") if transpose else (w[0], "weight dim 0 (outputs)")
+    if count % group:
+        raise ValueError(f"{what} must be a multiple of group {group}, not {count}")
+    kernel = attrs.get("kernel_shape")
+    if kernel is not None and tuple(kernel) != tuple(w[2:]):
+        raise ValueError(f"kernel_shape {tuple(kernel)} must match the weight's {tuple(w[2:])}")
+
+
+def _check_param(types: list, index: int, want: tuple[int, ...], what: str) -> None:
+    """An optional per-channel input (a bias, a BatchNormalization statistic) has shape `want`:
+    a kernel indexes it by channel, so a shorter one would be read past its end."""
+    if len(types) > index and types[index] is not None and types[index].shape != want:
+        raise ValueError(f"{what} must have shape {want}, not {types[index].shape}")
+
+
+def _check_broadcasts_to(shape: tuple[int, ...], out: tuple[int, ...], what: str) -> None:
+    """`shape` broadcasts to `out` one way (ONNX unidirectional broadcasting)."""
+    try:
+        fits = len(shape) <= len(out) and broadcast_shapes(shape, out) == tuple(out)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{what} of shape {shape} must broadcast to {tuple(out)}")
+
+
 def _conv_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x, w = types[0], types[1]
-    if x.shape[1] != w.shape[1] * attrs["group"]:
-        raise ValueError(
-            f"input channels must be {w.shape[1] * attrs['group']} (weight x group), "
-            f"not {x.shape[1]}"
-        )
+    _check_conv_shapes(attrs, x.shape, w.shape, transpose=False)
+    _check_param(types, 2, (w.shape[0],), "Conv bias")
     *_, outs = window_geometry(attrs, x.shape[2:], w.shape[2:])
     return [TensorType((x.shape[0], w.shape[0], *outs), x.dtype)]
 
@@ -133,6 +169,8 @@ def _transpose_geometry(
 
 def _conv_transpose_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x, w = types[0], types[1]
+    _check_conv_shapes(attrs, x.shape, w.shape, transpose=True)
+    _check_param(types, 2, (w.shape[1] * attrs["group"],), "ConvTranspose bias")
     _, outs = _transpose_geometry(attrs, x.shape[2:], w.shape[2:])
     return [TensorType((x.shape[0], w.shape[1] * attrs["group"], *outs), x.dtype)]
 
@@ -272,11 +310,15 @@ register("GlobalMaxPool", Pattern.OUT_ELEMWISE_FUSABLE, _global_type, _global(np
 
 def _gemm_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     a, b = types[0].shape, types[1].shape
+    if len(a) != 2 or len(b) != 2:
+        raise ValueError(f"Gemm inputs A and B must be matrices, not shapes {a} and {b}")
     m = a[1] if attrs["transA"] else a[0]
     n = b[0] if attrs["transB"] else b[1]
     k_a, k_b = (a[0] if attrs["transA"] else a[1]), (b[1] if attrs["transB"] else b[0])
     if k_a != k_b:
         raise ValueError(f"Gemm reduction sizes must agree, not {k_a} and {k_b}")
+    if len(types) > 2 and types[2] is not None:
+        _check_broadcasts_to(types[2].shape, (m, n), "Gemm C")
     return [TensorType((m, n), types[0].dtype)]
 
 
@@ -301,10 +343,12 @@ register(
 
 def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     """numpy.matmul's result shape, with its error as a ValueError."""
+    if not a or not b:
+        raise ValueError(f"MatMul inputs must have a rank of at least 1, not shapes {a} and {b}")
     a2, b2 = (1, *a) if len(a) == 1 else a, (*b, 1) if len(b) == 1 else b
     if a2[-1] != b2[-2]:
         raise ValueError(f"MatMul reduction sizes must agree, not {a2[-1]} and {b2[-2]}")
-    batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
     shape = (*batch, a2[-2], b2[-1])
     if len(a) == 1:
         shape = shape[:-2] + shape[-1:]
@@ -329,6 +373,11 @@ register(
 def _bn_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     if attrs["training_mode"]:
         raise ValueError("BatchNormalization training_mode must be 0 (inference), not 1")
+    x = types[0].shape
+    if len(x) < 2:
+        raise ValueError(f"BatchNormalization input must have a channel dim, not shape {x}")
+    for i, what in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
+        _check_param(types, i, (x[1],), f"BatchNormalization {what}")
     return [types[0]]
 
 
@@ -369,6 +418,9 @@ def _log_softmax(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
 
 
 def _same(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    rank = len(types[0].shape)
+    if not -rank <= attrs["axis"] < rank:
+        raise ValueError(f"axis must be in [{-rank}, {rank - 1}], not {attrs['axis']}")
     return [types[0]]
 
 
@@ -378,7 +430,13 @@ register("LogSoftmax", Pattern.OPAQUE, _same, _log_softmax, attrs={"axis": -1})
 
 def _ln_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x = types[0]
-    axis = attrs["axis"] % len(x.shape)
+    rank = len(x.shape)
+    if not -rank <= attrs["axis"] < rank:
+        raise ValueError(f"LayerNormalization axis must be in [{-rank}, {rank - 1}]")
+    axis = attrs["axis"] % rank
+    for i, what in ((1, "Scale"), (2, "B")):
+        if len(types) > i and types[i] is not None:
+            _check_broadcasts_to(types[i].shape, x.shape[axis:], f"LayerNormalization {what}")
     stat = TensorType((*x.shape[:axis], *(1,) * (len(x.shape) - axis)), "float32")
     return [x, stat, stat]
 

@@ -5,11 +5,12 @@ Inputs that decide an output shape (Reshape's shape, Slice's starts, ...) must b
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from ..ir import TensorType
+from ..ir import TensorType, broadcast_shapes
 from ..registry import REQUIRED, Pattern, register
 
 MANY = 1 << 16
@@ -19,16 +20,40 @@ def _ints(value: Any) -> list[int]:
     return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
+def _axis(axis: int, rank: int, what: str) -> int:
+    """`axis` in [0, rank), from [-rank, rank); ValueError naming `what` otherwise (ONNX
+    rejects such axes: numpy's wrap-around is not its semantics)."""
+    if not -rank <= axis < rank:
+        raise ValueError(f"{what} must be in [{-rank}, {rank - 1}] for rank {rank}, not {axis}")
+    return axis + rank if axis < 0 else axis
+
+
 def reshape_target(shape: tuple[int, ...], target: list[int], allowzero: int) -> tuple[int, ...]:
-    """The shape Reshape produces: 0 copies an input dim (unless allowzero), -1 is inferred."""
+    """The shape Reshape produces: 0 copies an input dim (unless allowzero), -1 is inferred.
+    Exact integer arithmetic: a target whose product would wrap in int64 is rejected."""
+    if any(d < -1 for d in target):
+        raise ValueError(f"Reshape shape must have dims >= -1, not {target!r}")
+    if allowzero and 0 in target and -1 in target:
+        raise ValueError(f"Reshape shape with allowzero=1 must not hold both 0 and -1: {target!r}")
+    if not allowzero and any(d == 0 and i >= len(shape) for i, d in enumerate(target)):
+        raise ValueError(f"Reshape shape {target!r} copies (0) a dim the input {shape!r} lacks")
     dims = [shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
     if dims.count(-1) > 1:
         raise ValueError(f"Reshape shape must have at most one -1, not {target!r}")
+    total = math.prod(shape)
     if -1 in dims:
-        known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
-        dims[dims.index(-1)] = int(np.prod(shape, dtype=np.int64)) // max(known, 1)
-    if int(np.prod(dims, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
-        raise ValueError(f"Reshape of {shape!r} must keep the element count, not give {dims!r}")
+        known = math.prod(d for d in dims if d != -1)
+        if known == 0 or total % known:
+            raise ValueError(
+                f"Reshape of {shape!r} to {target!r}: the -1 dim cannot be inferred "
+                f"({total} elements over {known})"
+            )
+        dims[dims.index(-1)] = total // known
+    if math.prod(dims) != total:
+        raise ValueError(
+            f"Reshape of {shape!r} must keep the element count {total}, not give {dims!r} "
+            f"({math.prod(dims)} elements)"
+        )
     return tuple(dims)
 
 
@@ -53,8 +78,11 @@ register(
 
 
 def _flat_shape(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
-    axis = axis + len(shape) if axis < 0 else axis
-    return int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))
+    rank = len(shape)
+    if not -rank <= axis <= rank:
+        raise ValueError(f"Flatten axis must be in [{-rank}, {rank}], not {axis}")
+    axis = axis + rank if axis < 0 else axis
+    return math.prod(shape[:axis]), math.prod(shape[axis:])
 
 
 register(
@@ -67,7 +95,12 @@ register(
 
 
 def _perm(attrs: dict[str, Any], rank: int) -> tuple[int, ...]:
-    return tuple(attrs["perm"]) if attrs.get("perm") is not None else tuple(range(rank))[::-1]
+    if attrs.get("perm") is None:
+        return tuple(range(rank))[::-1]
+    perm = tuple(attrs["perm"])
+    if sorted(perm) != list(range(rank)):
+        raise ValueError(f"Transpose perm must be a permutation of 0..{rank - 1}, not {perm!r}")
+    return perm
 
 
 register(
@@ -83,7 +116,7 @@ register(
 
 def _concat_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     first = types[0].shape
-    axis = attrs["axis"] % len(first)
+    axis = _axis(attrs["axis"], len(first), "Concat axis")
     for t in types[1:]:
         if len(t.shape) != len(first) or any(
             a != b for i, (a, b) in enumerate(zip(t.shape, first, strict=True)) if i != axis
@@ -107,6 +140,8 @@ def split_sizes(attrs: dict[str, Any], dim: int, split: Any) -> list[int]:
     """Chunk sizes of Split along its axis (explicit, or num_outputs chunks, the last smaller)."""
     if split is not None:
         sizes = _ints(split)
+        if any(s < 0 for s in sizes):
+            raise ValueError(f"Split sizes must be non-negative, not {sizes!r}")
         if sum(sizes) != dim:
             raise ValueError(f"Split sizes must sum to {dim}, not {sizes!r}")
         return sizes
@@ -119,7 +154,7 @@ def split_sizes(attrs: dict[str, Any], dim: int, split: Any) -> list[int]:
 
 def _split_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     shape = types[0].shape
-    axis = attrs["axis"] % len(shape)
+    axis = _axis(attrs["axis"], len(shape), "Split axis")
     sizes = split_sizes(attrs, shape[axis], consts[1] if len(consts) > 1 else None)
     return [TensorType((*shape[:axis], s, *shape[axis + 1 :]), types[0].dtype) for s in sizes]
 
@@ -151,7 +186,7 @@ def slice_index(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, steps
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         if step == 0:
             raise ValueError("Slice steps must be non-zero")
-        index[axis % len(shape)] = slice(start, end, step)
+        index[_axis(axis, len(shape), "Slice axis")] = slice(start, end, step)
     return tuple(index)
 
 
@@ -174,7 +209,7 @@ register(
 
 def _gather_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     data, idx = types[0].shape, types[1].shape
-    axis = attrs["axis"] % len(data)
+    axis = _axis(attrs["axis"], len(data), "Gather axis")
     return [TensorType((*data[:axis], *idx, *data[axis + 1 :]), types[0].dtype)]
 
 
@@ -190,7 +225,7 @@ register("Gather", Pattern.INJECTIVE, _gather_type, _gather, inputs=(2, 2), attr
 def squeezed(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
     if axes is None:
         return tuple(d for d in shape if d != 1)
-    drop = {a % len(shape) for a in _ints(axes)}
+    drop = {_axis(a, len(shape), "Squeeze axis") for a in _ints(axes)}
     for a in sorted(drop):
         if shape[a] != 1:
             raise ValueError(f"Squeeze axis {a} must have size 1, not {shape[a]}")
@@ -199,7 +234,9 @@ def squeezed(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
 
 def unsqueezed(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
     rank = len(shape) + len(_ints(axes))
-    new = sorted(a % rank for a in _ints(axes))
+    new = sorted(_axis(a, rank, "Unsqueeze axis") for a in _ints(axes))
+    if len(set(new)) != len(new):
+        raise ValueError(f"Unsqueeze axes must be distinct, not {_ints(axes)!r}")
     dims, rest = [], iter(shape)
     for i in range(rank):
         dims.append(1 if i in new else next(rest))
@@ -223,7 +260,10 @@ register("Unsqueeze", Pattern.INJECTIVE, *_shape_op(unsqueezed), inputs=(2, 2), 
 
 
 def _expanded(shape: tuple[int, ...], target: Any) -> tuple[int, ...]:
-    return np.broadcast_shapes(shape, tuple(_ints(target)))
+    dims = tuple(_ints(target))
+    if any(d < 0 for d in dims):
+        raise ValueError(f"Expand shape must have non-negative dims, not {dims!r}")
+    return broadcast_shapes(shape, dims)
 
 
 register(
@@ -238,7 +278,9 @@ register(
 
 def pad_widths(rank: int, pads: Any, axes: Any) -> list[tuple[int, int]]:
     pads = _ints(pads)
-    axes = [a % rank for a in _ints(axes)] if axes is not None else list(range(rank))
+    axes = [_axis(a, rank, "Pad axis") for a in _ints(axes)] if axes is not None else [*range(rank)]
+    if len(pads) != 2 * len(axes):
+        raise ValueError(f"Pad pads must have {2 * len(axes)} values, not {len(pads)}")
     widths = [(0, 0)] * rank
     for i, axis in enumerate(axes):
         widths[axis] = (pads[i], pads[i + len(axes)])
@@ -303,7 +345,7 @@ def reduce_axes(attrs: dict[str, Any], rank: int, axes: Any) -> tuple[int, ...] 
     """The axes a Reduce* op reduces; None means nothing (noop_with_empty_axes)."""
     if axes is None or np.asarray(axes).size == 0:
         return None if attrs["noop_with_empty_axes"] else tuple(range(rank))
-    return tuple(sorted({a % rank for a in _ints(axes)}))
+    return tuple(sorted({_axis(a, rank, "reduce axis") for a in _ints(axes)}))
 
 
 def _extreme(dtype: np.dtype, lowest: bool) -> Any:

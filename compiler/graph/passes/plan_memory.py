@@ -57,7 +57,7 @@ class MemoryPlan:
                 found.append(
                     f"slot of {slot.value!r} must hold {graph.types[slot.value].nbytes} bytes"
                 )
-            if slot.offset + slot.nbytes > self.peak_bytes:
+            if slot.offset < 0 or slot.offset + slot.nbytes > self.peak_bytes:
                 found.append(f"slot of {slot.value!r} must fit in the arena")
         for i, a in enumerate(self.slots):
             found += [
@@ -118,6 +118,9 @@ def plan_memory(graph: Graph) -> Graph:
     sizes = {name: graph.types[name].nbytes for name in spans if name not in graph.constants}
     slots = _place(sizes, {n: spans[n] for n in sizes})
     peak = max((s.offset + s.nbytes for s in slots), default=0)
+    largest = max(sizes.values(), default=0)
+    if peak < largest:  # sizes are exact ints, bounded by MAX_TENSOR_BYTES: cannot happen
+        raise GraphError(f"memory plan arena ({peak} B) must hold its largest tensor ({largest} B)")
     naive = sum(-(-size // ALIGN) * ALIGN for size in sizes.values())
     plan = MemoryPlan(tuple(tuple(s) for s in steps), tuple(slots), peak, naive)
     return graph.replace(memory_plan=plan)
