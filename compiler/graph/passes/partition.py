@@ -21,10 +21,9 @@ The rules, one function per op (``PLACEMENT``):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
 
 from ....hw.config import HWConfig
 from ....hw.isa import MEM_PAD_WIDTH
@@ -189,7 +188,7 @@ def macs(graph: Graph, node: Node) -> int:
         return 0
     out = graph.types[node.outputs[0]].shape
     w = graph.types[node.inputs[1]].shape
-    return int(np.prod(out, dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64))
+    return math.prod(out) * math.prod(w[1:])  # exact integers: no int64 wrap-around
 
 
 def partition_report(graph: Graph, cfg: HWConfig) -> str:
