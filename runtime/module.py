@@ -4,7 +4,9 @@ What `tensorforge.compile(model, target)` returns (DESIGN.md contract 5). Kernel
 each kind has a loader in `KERNEL_KINDS` that turns the kernels' payloads into callables ("llvm":
 host object code, linked by `runtime.device.cpu.loader`; "vta": accelerator program images,
 launched on a device by `runtime.device.vta.launch`). `save`/`load` write one file through
-`runtime.container` (never pickle).
+`runtime.container` (never pickle, written atomically, verified by its SHA-256 digest); every
+size in a loaded header is cross-checked before any kernel runs. A module holds native code:
+loading one is running its author's code (docs/security.md).
 
 Example:
     >>> import numpy as np, tensorforge
@@ -17,7 +19,11 @@ Example:
 
 from __future__ import annotations
 
+import math
+import platform
 import struct
+import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +36,13 @@ from .device.cpu.function import ParamSpec
 from .executor import Executor, Launch, Profile
 
 MAGIC = b"TFMOD\x00\x00\x01"
-VERSION = 1
+VERSION = 2  # 2: the container carries an integrity digest
+LEGACY_VERSIONS = (1,)  # read without a digest (written before it existed): docs/security.md
+
+DTYPES = container.DTYPES  # what tensors, parameters and constants may have
+MAX_ELEMENTS = container.MAX_ELEMENTS  # per tensor (2**40)
+#: the memory planner's slot alignment: an arena is at most its slots' extent rounded up to it
+ARENA_ALIGN = 64
 
 
 class ModuleFormatError(ValueError):
@@ -65,10 +77,135 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize  # exact: Python ints
 
     def __str__(self) -> str:
         return f"{self.dtype}{list(self.shape)}"
+
+
+def check_spec(shape: Any, dtype: Any, where: str) -> None:
+    """Raise ValueError unless `shape` is a tuple of ints >= 0 of at most MAX_ELEMENTS elements
+    (zero dims counted as ones) and `dtype` one of DTYPES."""
+    container.check_array_spec(shape, dtype, where)
+
+
+def _count(value: Any, where: str) -> int:
+    """`value` if it is an int >= 0 (not a bool, float or string), else ValueError."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{where} must be an integer >= 0, not {value!r}")
+    return value
+
+
+def _check_gpu_kernel(k: KernelImage) -> None:
+    """A GPU kernel's payload parses (`parse_payload` checks every field), and the buffers it
+    was compiled for (its non-workspace buffers, in order) are exactly its parameters: the same
+    count, dtypes and element counts."""
+    from .device.gpu import GPUError, parse_payload  # numpy only: no GPU driver is touched
+
+    try:
+        payload = parse_payload(bytes(k.payload), k.name)
+    except GPUError as e:
+        raise ValueError(str(e)) from None
+    where = f"kernel {k.name!r}"
+    bound = [b for b in payload["buffers"] if not b["workspace"]]
+    if len(bound) != len(k.params):
+        raise ValueError(
+            f"{where}: its GPU program takes {len(bound)} buffers, but it has {len(k.params)} "
+            "parameters"
+        )
+    for spec, b in zip(k.params, bound, strict=True):
+        if b["dtype"] != spec.dtype or b["size"] != math.prod(spec.shape):
+            raise ValueError(
+                f"{where}: parameter {spec.name} is {spec.describe()}, but the GPU program was "
+                f"compiled for {b['size']} elements of {b['dtype']}"
+            )
+
+
+#: ELF e_machine of the hosts the llvm kernels run on (platform.machine() names)
+_ELF_MACHINES = {
+    "x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "riscv64": 243, "ppc64le": 21,
+    "ppc64": 21, "s390x": 22,
+}  # fmt: skip
+#: bytes an x86-64 relocation patches, by type (R_X86_64_64, PC32, PLT32, 32, 32S, GOTPCREL...)
+_X86_64_RELOC_BYTES = {1: 8, 2: 4, 4: 4, 9: 4, 10: 4, 11: 4, 24: 8, 26: 4, 41: 4, 42: 4}
+_SHT_NOBITS, _SHT_SYMTAB, _SHT_STRTAB, _SHT_RELA, _SHT_REL = 8, 2, 3, 4, 9
+
+
+#: whether this host's object code is ELF (Linux, the BSDs); elsewhere it is not checked here
+HOST_IS_ELF = sys.platform.startswith(("linux", "freebsd", "netbsd", "openbsd"))
+
+
+def host_elf_machine() -> int | None:
+    """The ELF e_machine number of this host (None for an architecture not in the table)."""
+    return _ELF_MACHINES.get(platform.machine().lower())
+
+
+def elf_problem(data: bytes, machine: int | None = None) -> str | None:
+    """What is wrong with a relocatable ELF object (64-bit, little-endian) for `machine`
+    (default: this host's), or None when it is well formed: the header, the section table, every
+    section's bytes inside the file, every symbol's name and section, every relocation's symbol
+    and place inside its section. Reads the bytes only; never loads them."""
+    machine = host_elf_machine() if machine is None else machine
+    size = len(data)
+    if size < 64 or data[:4] != b"\x7fELF":
+        return "not an ELF object (bad magic)"
+    if data[4] != 2 or data[5] != 1 or data[6] != 1:
+        return "not a 64-bit little-endian ELF object of version 1"
+    e_type, e_machine, e_version = struct.unpack_from("<HHI", data, 16)
+    e_shoff, _, e_ehsize, _, _, e_shentsize, e_shnum, e_shstrndx = struct.unpack_from(
+        "<QIHHHHHH", data, 40
+    )
+    if e_type != 1:
+        return f"ELF type {e_type} is not a relocatable object (1)"
+    if machine is not None and e_machine != machine:
+        return f"ELF machine {e_machine} is not this host's ({machine}, {platform.machine()})"
+    if e_version != 1 or e_ehsize != 64 or e_shentsize != 64:
+        return "ELF header sizes are not those of ELF64"
+    if not 0 < e_shnum < 0xFF00 or e_shoff + 64 * e_shnum > size or not e_shstrndx < e_shnum:
+        return f"section table (offset {e_shoff}, {e_shnum} entries) does not fit the file"
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + 64 * i) for i in range(e_shnum)]
+    for i, (_, sh_type, _, _, off, sz, link, _, align, _) in enumerate(sections):
+        if sh_type not in (0, _SHT_NOBITS) and off + sz > size:
+            return f"section {i} (bytes [{off}, {off + sz})) runs past the object's {size} B"
+        if link >= e_shnum or (align & (align - 1)) or align > 1 << 16:
+            return f"section {i} has a bad link ({link}) or alignment ({align})"
+    names = sections[e_shstrndx]
+    if names[1] != _SHT_STRTAB:
+        return "the section-name table is not a string table"
+    for i, sec in enumerate(sections):
+        if sec[0] >= max(names[5], 1):
+            return f"section {i}'s name lies outside the section-name table"
+    for i, (_, sh_type, _, _, off, sz, link, _, _, entsize) in enumerate(sections):
+        if sh_type == _SHT_SYMTAB:
+            if entsize != 24 or sz % 24 or sections[link][1] != _SHT_STRTAB:
+                return f"symbol table {i} has bad entries or string table"
+            symbols = sz // 24
+            strsize = sections[link][5]
+            for j in range(symbols):
+                st_name, _, _, shndx, value, _ = struct.unpack_from("<IBBHQQ", data, off + 24 * j)
+                if st_name >= max(strsize, 1):
+                    return f"symbol {j}'s name lies outside its string table"
+                if 0 < shndx < 0xFF00 and shndx >= e_shnum:
+                    return f"symbol {j} names section {shndx} of {e_shnum}"
+                if 0 < shndx < 0xFF00 and value > sections[shndx][5]:
+                    return f"symbol {j} lies past the end of section {shndx}"
+    for i, (_, sh_type, _, _, off, sz, link, info, _, entsize) in enumerate(sections):
+        if sh_type in (_SHT_RELA, _SHT_REL):
+            width = 24 if sh_type == _SHT_RELA else 16
+            if entsize != width or sz % width or sections[link][1] != _SHT_SYMTAB:
+                return f"relocation section {i} has bad entries or symbol table"
+            if not 0 < info < e_shnum:
+                return f"relocation section {i} applies to section {info} of {e_shnum}"
+            target = sections[info][5]
+            nsyms = sections[link][5] // 24
+            widths = _X86_64_RELOC_BYTES if e_machine == 62 else {}
+            for j in range(sz // width):
+                r_offset, r_info = struct.unpack_from("<QQ", data, off + width * j)
+                if r_offset + widths.get(r_info & 0xFFFFFFFF, 1) > target:
+                    return f"relocation {j} of section {i} patches past its target section"
+                if r_info >> 32 >= nsyms:
+                    return f"relocation {j} of section {i} names symbol {r_info >> 32} of {nsyms}"
+    return None
 
 
 KernelLoader = Callable[[Sequence[KernelImage], Mapping[str, Any]], dict[str, Launch]]
@@ -88,6 +225,9 @@ def _load_llvm(kernels: Sequence[KernelImage], options: Mapping[str, Any]) -> di
 
     for k in kernels:
         check_host(k.meta.get("triple", ""), k.meta.get("features", ""), f"kernel {k.name!r}")
+        problem = elf_problem(k.payload) if HOST_IS_ELF else None
+        if problem is not None:
+            raise ValueError(f"kernel {k.name!r}: object code is malformed: {problem}")
     loader = ObjectLoader([k.payload for k in kernels], [k.name for k in kernels])
     launches: dict[str, Launch] = {}
     for k in kernels:
@@ -139,13 +279,107 @@ class Module:
         self.tensors = dict(tensors)
         self.kernels = list(kernels)
         self.calls = list(calls)
-        self.slots, self.arena_bytes = dict(slots), int(arena_bytes)
+        self.slots, self.arena_bytes = dict(slots), _count(arena_bytes, "arena_bytes")
         self.constants = {k: np.asarray(v) for k, v in constants.items()}
         self.stats = dict(stats or {})
+        self._check_tensors()
         self._check_calls()
+        self._check_plan()
         self._executor: Executor | None = None
         self._launches: dict[str, Launch] | None = None
         self._device_options: dict[str, Any] = {}
+        self._lock = threading.RLock()  # one run at a time over the one arena
+
+    def _check_tensors(self) -> None:
+        """Every tensor, parameter and constant has a valid shape and dtype; names resolve."""
+        if not isinstance(self.target, str):
+            raise ValueError(f"target must be a string, not {self.target!r}")
+        for name, spec in self.tensors.items():
+            if not isinstance(name, str) or not isinstance(spec, TensorSpec):
+                raise ValueError(f"tensor {name!r} must map a name to a TensorSpec")
+            check_spec(spec.shape, spec.dtype, f"tensor {name!r}")
+        for what, names in (("input", self.inputs), ("output", self.outputs)):
+            for name in names:
+                if not isinstance(name, str) or name not in self.tensors:
+                    raise ValueError(f"{what} {name!r} must be one of the module's tensors")
+            if len(set(names)) != len(names):
+                raise ValueError(f"{what}s must be distinct, not {list(names)}")
+        for name in self.outputs:
+            if name not in self.slots and name not in self.constants:
+                raise ValueError(f"output {name!r} must be in the arena or a constant")
+        names = [k.name for k in self.kernels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"kernel names must be distinct, not {names}")
+        for k in self.kernels:
+            if not isinstance(k.name, str) or not isinstance(k.kind, str):
+                raise ValueError(f"kernel {k.name!r}: name and kind must be strings")
+            if not isinstance(k.meta, Mapping):
+                raise ValueError(f"kernel {k.name!r}: meta must be a mapping")
+            for p in k.params:
+                check_spec(p.shape, p.dtype, f"parameter {p.name!r} of kernel {k.name!r}")
+            if k.kind in _GPU_KINDS:
+                _check_gpu_kernel(k)
+        for name, value in self.constants.items():
+            where = f"constant {name!r}"
+            check_spec(tuple(value.shape), str(value.dtype), where)
+            if value.dtype.byteorder == ">":
+                raise ValueError(f"{where} must be in native byte order")
+            spec = self.tensors.get(name)
+            if spec is not None and (spec.dtype != str(value.dtype) or spec.nbytes != value.nbytes):
+                raise ValueError(
+                    f"{where} holds {value.dtype}{list(value.shape)}, but its tensor is {spec}"
+                )
+
+    def _check_plan(self) -> None:
+        """Every arena slot lies inside the arena, aligned to its element size, and tensors
+        that are live at the same time (from the first to the last call that binds them; inputs
+        from the start, outputs to the end) never share bytes."""
+        extent = 0
+        spans: dict[str, tuple[int, int]] = {}
+        for name, offset in self.slots.items():
+            where = f"slot of {name!r}"
+            if name not in self.tensors:
+                raise ValueError(f"{where}: the value must be one of the module's tensors")
+            if name in self.constants:
+                raise ValueError(f"{where}: a constant must not also have an arena slot")
+            spec = self.tensors[name]
+            _count(offset, f"{where}: offset")
+            if offset % np.dtype(spec.dtype).itemsize:
+                raise ValueError(
+                    f"{where}: offset {offset} must be a multiple of its element size "
+                    f"({np.dtype(spec.dtype).itemsize} B, {spec.dtype})"
+                )
+            if offset + spec.nbytes > self.arena_bytes:
+                raise ValueError(
+                    f"{where}: bytes [{offset}, {offset + spec.nbytes}) ({spec}) must lie inside "
+                    f"the arena of {self.arena_bytes} B"
+                )
+            extent = max(extent, offset + spec.nbytes)
+            spans[name] = (offset, offset + spec.nbytes)
+        if self.arena_bytes > -(-extent // ARENA_ALIGN) * ARENA_ALIGN:
+            raise ValueError(
+                f"arena_bytes {self.arena_bytes} must not exceed what its slots span ({extent} B, "
+                f"rounded up to {ARENA_ALIGN})"
+            )
+        live: dict[str, list[int]] = {name: [-1, -1] for name in self.inputs}
+        for k, call in enumerate(self.calls):
+            for arg in call.args:
+                live.setdefault(arg, [k, k])[1] = k
+        for name in self.outputs:
+            if name in self.slots and name not in live:
+                raise ValueError(f"output {name!r} must be an input or bound by a kernel call")
+            live.setdefault(name, [len(self.calls), len(self.calls)])[1] = len(self.calls)
+        placed = sorted((start, end, name) for name, (start, end) in spans.items() if end > start)
+        for i, (start, end, name) in enumerate(placed):
+            for other_start, other_end, other in placed[i + 1 :]:
+                if other_start >= end:
+                    break
+                a, b = live.get(name), live.get(other)
+                if a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]:
+                    raise ValueError(
+                        f"slots of {name!r} (bytes [{start}, {end})) and {other!r} (bytes "
+                        f"[{other_start}, {other_end})) overlap while both are live"
+                    )
 
     def _check_calls(self) -> None:
         by_name = {k.name: k for k in self.kernels}
@@ -159,7 +393,16 @@ class Module:
                     f"not {len(call.args)}"
                 )
             for spec, value in zip(kernel.params, call.args, strict=True):
-                have = self.tensors[value]
+                if not isinstance(value, str) or value not in self.tensors:
+                    raise ValueError(
+                        f"argument {spec.name} of kernel {call.kernel!r} must be one of the "
+                        f"module's tensors, not {value!r}"
+                    )
+                if value in self.constants:
+                    const = self.constants[value]
+                    have = TensorSpec(tuple(const.shape), str(const.dtype))
+                else:
+                    have = self.tensors[value]
                 want = TensorSpec(spec.shape, spec.dtype)
                 if have.dtype != want.dtype or have.nbytes != want.nbytes:
                     raise ValueError(
@@ -188,7 +431,12 @@ class Module:
                 for name, offset in self.slots.items()
             }
             calls = [(c.label, c.kernel, launches[c.kernel], c.args) for c in self.calls]
-            self._executor = Executor(self.arena_bytes, slots, self.constants, calls)
+            try:
+                self._executor = Executor(self.arena_bytes, slots, self.constants, calls)
+            except MemoryError:
+                raise ValueError(
+                    f"cannot allocate the module's arena of {self.arena_bytes} B"
+                ) from None
         return self._executor
 
     def _load_gpu(self) -> Any:
@@ -224,11 +472,17 @@ class Module:
                 f"(missing {missing}, unknown {unknown})"
             )
         executor = self._load()
+        quantized = any(k.kind == "vta" for k in self.kernels)
         for name in self.inputs:
             value, spec = np.asarray(inputs[name]), self.tensors[name]
             if value.shape != spec.shape or str(value.dtype) != spec.dtype:
                 raise ValueError(
                     f"input {name!r} must be {spec}, not {value.dtype}{list(value.shape)}"
+                )
+            if quantized and value.dtype.kind == "f" and not np.isfinite(value).all():
+                raise ValueError(  # int8 has no NaN or infinity: they would become numbers
+                    f"input {name!r} holds {int((~np.isfinite(value)).sum())} NaN or infinite "
+                    "value(s), which the model's int8 layers cannot represent"
                 )
             if name in executor.views:
                 executor.views[name][...] = value
@@ -237,17 +491,20 @@ class Module:
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Run the model: input name -> array in, output name -> array (a fresh copy) out.
 
-        One module owns one arena: calls from two Python threads at once must use two modules
+        One module owns one arena, so runs from several Python threads take turns (a lock);
+        for runs in parallel, give each thread its own module
         (`Module.from_bytes(module.to_bytes())`)."""
-        executor = self._bind_inputs(inputs)
-        executor.run()
-        return {name: np.array(executor.views[name]) for name in self.outputs}
+        with self._lock:
+            executor = self._bind_inputs(inputs)
+            executor.run()
+            return {name: np.array(executor.views[name]) for name in self.outputs}
 
     def profile(self, inputs: Mapping[str, Any], repeat: int = 10) -> Profile:
         """Per-layer (per-kernel) median times over `repeat` runs; `str(profile)` is a table."""
-        executor = self._bind_inputs(inputs)
-        executor.run()  # warm up: page in the arena and the code
-        return executor.profile(repeat)
+        with self._lock:
+            executor = self._bind_inputs(inputs)
+            executor.run()  # warm up: page in the arena and the code
+            return executor.profile(repeat)
 
     # ---- accelerator devices ------------------------------------------------------------------
 
@@ -259,8 +516,9 @@ class Module:
             >>> module.use_device("cyclesim").run(inputs)           # doctest: +SKIP
             >>> module.device_results()["conv2 (tf.qconv2d)"].cycles  # doctest: +SKIP
         """
-        self._device_options = {"device": backend, **options}
-        self._executor = self._launches = None  # reloaded (and the device reopened) on demand
+        with self._lock:
+            self._device_options = {"device": backend, **options}
+            self._executor = self._launches = None  # reloaded (and the device reopened) on demand
         return self
 
     def device_results(self) -> dict[str, Any]:
@@ -328,12 +586,17 @@ class Module:
         return container.pack(MAGIC, VERSION, header, sections)
 
     def save(self, path: str | Path) -> None:
-        """Write the module to one file: magic TFMOD, JSON header, kernel and constant sections."""
-        Path(path).write_bytes(self.to_bytes())
+        """Write the module to one file: magic TFMOD, JSON header (with a SHA-256 digest), kernel
+        and constant sections. The write is atomic: readers see the old file or the new one."""
+        container.write_atomic(path, self.to_bytes())
 
     @staticmethod
     def load(path: str | Path) -> Module:
         """Read a file written by `save`.
+
+        The file holds native code: loading one is running its author's code (docs/security.md).
+        Before anything is used, its digest is checked (damage is refused) and every size in
+        its header is cross-checked against the kernels' parameters and the arena.
 
         Raises:
             ModuleFormatError: for a file that is not a module or is damaged, naming the file
@@ -345,11 +608,11 @@ class Module:
     @staticmethod
     def from_bytes(data: bytes, source: str = "<bytes>") -> Module:
         header, sections = container.unpack(
-            data, MAGIC, VERSION, source, "module", ModuleFormatError
+            data, MAGIC, VERSION, source, "module", ModuleFormatError, LEGACY_VERSIONS
         )
         try:
             return _from_header(header, sections, data, source)
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             if isinstance(e, ModuleFormatError):
                 raise
             raise container.header_error(source, len(MAGIC), e, ModuleFormatError) from None
@@ -359,6 +622,26 @@ def _payload_offset(data: bytes, header: Mapping[str, Any], name: str) -> int:
     (header_len,) = struct.unpack_from("<I", data, len(MAGIC) + 4)
     base = len(MAGIC) + 8 + header_len
     return base + next(int(s["offset"]) for s in header["sections"] if s["name"] == name)
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{where} must be a string, not {value!r}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{where} must be a list, not {value!r}")
+    return value
+
+
+def _shape(value: Any, where: str) -> tuple[int, ...]:
+    """A shape from JSON: a list of ints (range-checked by `check_spec`)."""
+    dims = tuple(_list(value, f"{where} shape"))
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise TypeError(f"{where} shape must be a list of integers, not {value!r}")
+    return dims
 
 
 def _from_header(
@@ -371,36 +654,58 @@ def _from_header(
             )
         return sections[name]
 
-    kernels = [
-        KernelImage(
-            k["name"],
-            k["kind"],
-            tuple(ParamSpec(p[0], p[1], tuple(p[2])) for p in k["params"]),
-            section(f"kernel:{k['name']}"),
-            dict(k.get("meta", {})),
-        )
-        for k in header["kernels"]
-    ]
+    kernels = []
+    for k in _list(header["kernels"], "kernels"):
+        name = _str(k["name"], "kernel name")
+        params = []
+        for p in _list(k["params"], f"kernel {name!r} params"):
+            pname, dtype, shape = _list(p, f"a parameter of kernel {name!r}")
+            where = f"parameter {pname!r} of kernel {name!r}"
+            params.append(ParamSpec(_str(pname, where), _str(dtype, where), _shape(shape, where)))
+            check_spec(params[-1].shape, dtype, where)
+        meta = k.get("meta", {})
+        if not isinstance(meta, dict):
+            raise TypeError(f"kernel {name!r} meta must be an object, not {meta!r}")
+        kind = _str(k["kind"], f"kernel {name!r} kind")
+        kernels.append(KernelImage(name, kind, tuple(params), section(f"kernel:{name}"), meta))
     constants = {}
-    for c in header["constants"]:
-        raw, spec = section(f"const:{c['name']}"), TensorSpec(tuple(c["shape"]), c["dtype"])
+    for c in _list(header["constants"], "constants"):
+        name = _str(c["name"], "constant name")
+        spec = TensorSpec(_shape(c["shape"], f"constant {name!r}"), c["dtype"])
+        check_spec(spec.shape, spec.dtype, f"constant {name!r}")
+        raw = section(f"const:{name}")
         if len(raw) != spec.nbytes:
-            offset = _payload_offset(data, header, f"const:{c['name']}")
+            offset = _payload_offset(data, header, f"const:{name}")
             raise ModuleFormatError(
-                f"{source}: offset {offset}: constant {c['name']!r} must have {spec.nbytes} "
+                f"{source}: offset {offset}: constant {name!r} must have {spec.nbytes} "
                 f"bytes ({spec}), not {len(raw)}"
             )
-        constants[c["name"]] = np.frombuffer(raw, spec.dtype).reshape(spec.shape)
-    tensors = {n: TensorSpec(tuple(s), d) for n, (s, d) in header["tensors"].items()}
+        constants[name] = np.frombuffer(raw, spec.dtype).reshape(spec.shape)
+    tensors = {}
+    for n, value in header["tensors"].items():
+        shape, dtype = _list(value, f"tensor {n!r}")
+        tensors[n] = TensorSpec(_shape(shape, f"tensor {n!r}"), _str(dtype, f"tensor {n!r}"))
+        check_spec(tensors[n].shape, dtype, f"tensor {n!r}")
+    calls = []
+    for call in _list(header["calls"], "calls"):
+        kernel, args, label = _list(call, "a call")
+        args = [_str(a, f"an argument of call {label!r}") for a in _list(args, "call arguments")]
+        calls.append(Call(_str(kernel, "call kernel"), tuple(args), _str(label, "call label")))
+    slots = header["slots"]
+    if not isinstance(slots, dict):
+        raise TypeError(f"slots must be an object, not {slots!r}")
+    stats = header.get("stats", {})
+    if not isinstance(stats, dict):
+        raise TypeError(f"stats must be an object, not {stats!r}")
     return Module(
-        target=header["target"],
-        inputs=header["inputs"],
-        outputs=header["outputs"],
+        target=_str(header["target"], "target"),
+        inputs=[_str(n, "an input") for n in _list(header["inputs"], "inputs")],
+        outputs=[_str(n, "an output") for n in _list(header["outputs"], "outputs")],
         tensors=tensors,
         kernels=kernels,
-        calls=[Call(k, tuple(a), label) for k, a, label in header["calls"]],
-        slots={n: int(o) for n, o in header["slots"].items()},
+        calls=calls,
+        slots=slots,
         arena_bytes=header["arena_bytes"],
         constants=constants,
-        stats=header.get("stats", {}),
+        stats=stats,
     )

@@ -19,8 +19,10 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +31,8 @@ from ..hw.isa import (
     INSN_BYTES,
     Insn,
     MemInsn,
+    MemType,
+    Opcode,
     Uop,
     decode_program,
     describe,
@@ -39,7 +43,10 @@ from ..hw.isa import (
 from . import container
 
 MAGIC = b"TFPROG\x00\x01"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the container carries an integrity digest
+LEGACY_VERSIONS = (1,)  # read without a digest (written before it existed): docs/security.md
+MAX_ALIGN = 1 << 20
+MAX_NAME = 200  # characters in a slot name
 SLOT_KINDS = ("input", "output", "scratch")
 UOP_BLOB = "uops"
 
@@ -64,7 +71,24 @@ class Slot:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize  # exact: Python ints
+
+
+def slot_name_problem(name: Any) -> str | None:
+    """Why `name` cannot name a slot, or None. Slot names become file names (`tensorforge sim
+    run --output-dir D` writes D/NAME.npy), so they must be plain names: a non-empty string of
+    at most MAX_NAME characters without '/', '\\', ':', '..', NUL or other control characters,
+    and not '.'."""
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string"
+    if len(name) > MAX_NAME:
+        return f"must have at most {MAX_NAME} characters"
+    if name == "." or ".." in name:
+        return "must not be '.' or contain '..'"
+    bad = sorted({c for c in name if c in "/\\:" or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        return f"must be a plain file name, without {''.join(repr(c)[1:-1] for c in bad)!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -140,16 +164,30 @@ class ProgramImage:
         if dupes:
             raise ProgramImageError(f"{where}: buffer names must be unique, not repeated {dupes}")
         for s in self.slots:
+            problem = slot_name_problem(s.name)
+            if problem:
+                raise ProgramImageError(f"{where}: slot name {s.name!r} {problem}")
             if s.kind not in SLOT_KINDS:
                 raise ProgramImageError(
                     f"{where}: slot {s.name!r} kind must be one of {SLOT_KINDS}, not {s.kind!r}"
                 )
+            try:
+                container.check_array_spec(s.shape, s.dtype, f"{where}: slot {s.name!r}")
+            except ValueError as e:
+                raise ProgramImageError(str(e)) from None
             if s.nbytes <= 0:
                 raise ProgramImageError(f"{where}: slot {s.name!r} must have a positive size")
         for b in (*self.slots, *self.blobs):
-            if b.align <= 0 or b.align & (b.align - 1):
+            if not isinstance(b.name, str):
+                raise ProgramImageError(f"{where}: buffer names must be strings, not {b.name!r}")
+            if (
+                not isinstance(b.align, int)
+                or not 0 < b.align <= MAX_ALIGN
+                or b.align & (b.align - 1)
+            ):
                 raise ProgramImageError(
-                    f"{where}: buffer {b.name!r} alignment must be a power of two, not {b.align}"
+                    f"{where}: buffer {b.name!r} alignment must be a power of two of at most "
+                    f"{MAX_ALIGN}, not {b.align}"
                 )
         insns = self.instructions()
         for r in self.relocations:
@@ -219,10 +257,19 @@ class ProgramImage:
         return _parse(bytes(data), source)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_bytes(self.to_bytes())
+        """Write the image to one file (magic TFPROG, JSON header with a SHA-256 digest,
+        sections), atomically: readers see the old file or the new one, never a mix."""
+        container.write_atomic(path, self.to_bytes())
 
     @classmethod
     def load(cls, path: str | Path) -> ProgramImage:
+        """Read a file written by `save`: its digest is checked (damage is refused) and the
+        image validated (slot names and sizes, relocation targets); `LoadedProgram.load` keeps
+        every DMA inside its buffer.
+
+        Raises:
+            ProgramImageError: naming the file and what is wrong.
+        """
         path = Path(path)
         try:
             data = path.read_bytes()
@@ -237,26 +284,126 @@ def _replace_dram_base(insn: MemInsn, dram_base: int) -> MemInsn:
     return replace(insn, dram_base=dram_base)
 
 
+def _int(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{where} must be an integer, not {value!r}")
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{where} must be a string, not {value!r}")
+    return value
+
+
+def _slot_dtype(cfg: HWConfig, memory_type: MemType) -> str | None:
+    """The dtype of the values an instruction of `memory_type` moves (None when it has none
+    numpy can name: micro-ops, sub-byte widths)."""
+    bits = {
+        MemType.INP: cfg.inp_width,
+        MemType.WGT: cfg.wgt_width,
+        MemType.ACC: cfg.acc_width,
+        MemType.ACC_8BIT: 8,
+        MemType.OUT: cfg.out_width,
+    }.get(memory_type)
+    return f"int{bits}" if bits in (8, 16, 32, 64) else None
+
+
+def _check_slot_dtypes(image: ProgramImage) -> None:
+    """A slot's dtype is the one its instructions move (int8 for INP/WGT/OUT of 8-bit configs,
+    the accumulator width for ACC): the header cannot reinterpret what the program computes.
+    Checked for images read from files."""
+    insns = image.instructions()
+    kinds = {s.name: s for s in image.slots}
+    for r in image.relocations:
+        insn = insns[r.insn]
+        slot = kinds.get(r.target)
+        if slot is None or not isinstance(insn, MemInsn):
+            continue
+        want = _slot_dtype(image.config, insn.memory_type)
+        if want is not None and slot.dtype != want:
+            raise ProgramImageError(
+                f"program {image.name!r}: slot {slot.name!r} holds {want} values (instruction "
+                f"{r.insn}, {describe(insn)}), not {slot.dtype}"
+            )
+
+
+def _check_outputs_written(image: ProgramImage) -> None:
+    """Every byte of every output slot is written by a STORE relocated to it, so a run never
+    returns bytes the program did not write (stale device memory). Checked for images read from
+    files; the instruction stream has no loops, so the stores are all there is."""
+    insns = image.instructions()
+    starts: dict[str, list[np.ndarray]] = {}
+    ends: dict[str, list[np.ndarray]] = {}
+    for r in image.relocations:
+        insn = insns[r.insn]
+        if isinstance(insn, MemInsn) and insn.opcode == Opcode.STORE and insn.x_size:
+            eb = elem_bytes(image.config, insn.memory_type)
+            rows = (insn.dram_base + np.arange(insn.y_size, dtype=np.int64) * insn.x_stride) * eb
+            starts.setdefault(r.target, []).append(rows)
+            ends.setdefault(r.target, []).append(rows + insn.x_size * eb)
+    for slot in image.slots:
+        if slot.kind != "output":
+            continue
+        covered = 0
+        if slot.name in starts:
+            lo, hi = np.concatenate(starts[slot.name]), np.concatenate(ends[slot.name])
+            order = np.argsort(lo, kind="stable")
+            lo, reach = lo[order], np.maximum.accumulate(hi[order])
+            gaps = np.nonzero(lo[1:] > reach[:-1])[0]
+            if lo[0] > 0:
+                covered = 0
+            elif len(gaps):
+                covered = int(reach[gaps[0]])
+            else:
+                covered = int(reach[-1])
+        if covered < slot.nbytes:
+            raise ProgramImageError(
+                f"program {image.name!r}: output slot {slot.name!r} has {slot.nbytes} bytes, but "
+                f"its STOREs write only bytes [0, {covered}) without a gap: a run would return "
+                "bytes the program never wrote"
+            )
+
+
 def _parse(data: bytes, source: str) -> ProgramImage:
     header, sections = container.unpack(
-        data, MAGIC, FORMAT_VERSION, source, "program image", ProgramImageError
+        data, MAGIC, FORMAT_VERSION, source, "program image", ProgramImageError, LEGACY_VERSIONS
     )
     try:
         config = HWConfig.from_dict(header["config"])
         blobs = tuple(
-            Blob(b["name"], sections[f"blob:{b['name']}"], int(b["align"])) for b in header["blobs"]
+            Blob(
+                _str(b["name"], "blob name"),
+                sections[f"blob:{b['name']}"],
+                _int(b["align"], f"blob {b['name']!r} align"),
+            )
+            for b in header["blobs"]
         )
         slots = tuple(
             Slot(
-                s["name"], s["kind"], tuple(int(d) for d in s["shape"]), s["dtype"], int(s["align"])
+                _str(s["name"], "slot name"),
+                _str(s["kind"], f"slot {s['name']!r} kind"),
+                tuple(_int(d, f"slot {s['name']!r} shape") for d in s["shape"]),
+                _str(s["dtype"], f"slot {s['name']!r} dtype"),
+                _int(s["align"], f"slot {s['name']!r} align"),
             )
             for s in header["slots"]
         )
-        relocs = tuple(Relocation(int(i), str(t)) for i, t in header["relocations"])
-        return ProgramImage(config, sections["insns"], blobs, slots, relocs, str(header["name"]))
-    except ProgramImageError:
-        raise
-    except (ValueError, KeyError, TypeError) as e:
+        relocs = tuple(
+            Relocation(_int(i, "relocation instruction"), _str(t, "relocation target"))
+            for i, t in header["relocations"]
+        )
+        image = ProgramImage(
+            config, sections["insns"], blobs, slots, relocs, _str(header["name"], "name")
+        )
+        _check_slot_dtypes(image)
+        _check_outputs_written(image)
+        return image
+    except ProgramImageError as e:
+        if str(e).startswith(source):
+            raise
+        raise ProgramImageError(f"{source}: {e}") from None
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         # Missing keys, wrong types, bad configs: name the header.
         raise container.header_error(source, len(MAGIC), e, ProgramImageError) from None
 
@@ -278,6 +425,9 @@ class ProgramBuilder:
         self.uops: list[Uop] = []
 
     def slot(self, name: str, kind: str, shape: tuple[int, ...], dtype: str = "int8") -> str:
+        problem = slot_name_problem(name)
+        if problem:
+            raise ProgramImageError(f"program {self.name!r}: slot name {name!r} {problem}")
         self.slots.append(Slot(name, kind, tuple(shape), str(np.dtype(dtype)), self._align()))
         return name
 

@@ -5,6 +5,7 @@ tensorforge isa [--config pynq] [--text]
 tensorforge config [--config pynq]
 tensorforge sim run PROGRAM.tfp [--input NAME=FILE.npy ...] [--random-inputs] [--output-dir D]
 tensorforge demo [--config pynq] [--save PROGRAM.tfp]
+tensorforge inspect FILE.tfm|FILE.tfp  (checks a file without running its code)
 tensorforge compile MODEL.onnx -o MODEL.tfm [--target llvm|opencl|cuda|vta ...] [--no-progress]
 tensorforge run MODEL.onnx|MODEL.tfm [--input [NAME=]X.npy ...] [--profile] [--repeat N]
 tensorforge tune MODEL.onnx --target T --trials N --log tune.jsonl  (see cli_tune.py)
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, cli_dse, cli_rpc, cli_tune
+from . import __version__, cli_dse, cli_inspect, cli_rpc, cli_tune
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_tune.add_parser(sub, _shape_arg, _calibrate_arg)
     cli_dse.add_parser(sub, _shape_arg, _calibrate_arg)
     cli_rpc.add_parser(sub)
+    cli_inspect.add_inspect_command(sub)
     return parser
 
 
@@ -321,6 +323,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return cli_tune.run(args, _named_arrays, _shapes)
     if args.command == "dse":
         return cli_dse.run(args, _named_arrays, _shapes)
+    if args.command == "inspect":
+        return cli_inspect.run_inspect(args)
     if args.command == "rpc":
         return cli_rpc.run(args)
     if args.command == "compile":

@@ -18,7 +18,7 @@ from tensorforge.compiler.frontend.onnx_builders import mlp
 from tensorforge.runtime import container, executor
 from tensorforge.runtime import module as module_mod
 from tensorforge.runtime.device.cpu.loader import LoaderError
-from tensorforge.runtime.module import MAGIC, Module, ModuleFormatError
+from tensorforge.runtime.module import MAGIC, VERSION, Module, ModuleFormatError
 
 X = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
 
@@ -35,8 +35,12 @@ def _split(data: bytes) -> tuple[dict, bytes, int]:
 
 
 def _repack(header: dict, payload: bytes) -> bytes:
-    raw = json.dumps(header).encode()
-    return MAGIC + struct.pack("<II", 1, len(raw)) + raw + payload
+    """An edited header written back as a current (version 2) file, with a valid digest: the
+    reader's consistency checks, not the digest, must catch the edit."""
+    full = json.loads(json.dumps({k: v for k, v in header.items() if k != "digest"}))
+    full["digest"] = container.digest(MAGIC, VERSION, full, payload)
+    raw = json.dumps(full, sort_keys=True).encode()
+    return MAGIC + struct.pack("<II", VERSION, len(raw)) + raw + payload
 
 
 def test_docstring_examples_run() -> None:
