@@ -66,7 +66,30 @@ def load_model(model: str | Path | bytes | onnx.ModelProto) -> tuple[onnx.ModelP
         ) from None
     if not proto.HasField("graph") or not proto.graph.output:
         raise OnnxImportError(f"{where}: is not a valid ONNX model: it has no graph outputs")
+    _load_external_data(proto, where, Path(model).parent if where != "<bytes>" else None)
     return proto, where
+
+
+def _load_external_data(proto: onnx.ModelProto, where: str, folder: Path | None) -> None:
+    """Read tensors kept in ONNX external data files from the model's own folder (never the
+    working directory); a model given as bytes has no folder, so it may not have any."""
+    from onnx import external_data_helper as ext
+
+    tensors = [t for t in ext._get_all_tensors(proto) if ext.uses_external_data(t)]
+    if not tensors:
+        return
+    if folder is None:
+        raise OnnxImportError(
+            f"{where}: tensor {tensors[0].name!r} keeps its data in an external file; load the "
+            "model from its path, so that the file is read beside it"
+        )
+    try:
+        ext.load_external_data_for_model(proto, str(folder))
+    except Exception as exc:  # noqa: BLE001  (missing file, a path out of the folder, ...)
+        raise OnnxImportError(
+            f"{where}: external data of tensor {tensors[0].name!r} cannot be read from "
+            f"{folder}: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def newest_opset() -> int:

@@ -449,3 +449,31 @@ def test_gemm_c_must_broadcast_to_the_product() -> None:
     model = _model([node], [_vi("a", [2, 4]), _vi("b", [4, 5])], [c])
     with pytest.raises(OnnxImportError, match=r"'gemm': Gemm C of shape \(3,\) must broadcast"):
         from_onnx(model)
+
+
+def test_external_data_is_read_beside_the_model_only(tmp_path, monkeypatch) -> None:
+    """Tensors in ONNX external data files come from the model's folder; a model given as bytes
+    may have none, and a location naming a file elsewhere (the working directory) is refused."""
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32).reshape(2, 2), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folder = tmp_path / "model"
+    folder.mkdir()
+    onnx.save(model, str(folder / "m.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="w.bin", size_threshold=0)  # fmt: skip
+    np.testing.assert_array_equal(
+        from_onnx(str(folder / "m.onnx")).constants["w"], numpy_helper.to_array(w)
+    )
+    with pytest.raises(OnnxImportError, match="tensor 'w' keeps its data in an external file"):
+        from_onnx((folder / "m.onnx").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secret.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    evil = onnx.load(str(folder / "m.onnx"), load_external_data=False)
+    for entry in evil.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = "secret.bin"  # a file in the working directory, not beside the model
+    (folder / "evil.onnx").write_bytes(evil.SerializeToString())
+    with pytest.raises(OnnxImportError, match="external data of tensor 'w' cannot be read"):
+        from_onnx(str(folder / "evil.onnx"))
