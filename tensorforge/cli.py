@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, cli_dse, cli_inspect, cli_rpc, cli_tune
+from .runtime.container import write_atomic
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
@@ -335,6 +336,15 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 2
 
 
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    """np.save through a temporary file and a rename: a reader never sees half a file."""
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    write_atomic(path, buf.getvalue())
+
+
 def _sample(args: argparse.Namespace) -> int:
     import onnx
 
@@ -346,8 +356,8 @@ def _sample(args: argparse.Namespace) -> int:
     model = onnx.load(str(path))
     for value in (*model.graph.input, *model.graph.output):  # a static batch of 1
         value.type.tensor_type.shape.dim[0].dim_value = 1
-    onnx.save(model, out / "model.onnx")
-    np.save(out / "x.npy", split["images"][:1].astype(np.float32))
+    write_atomic(out / "model.onnx", model.SerializeToString())
+    _save_npy(out / "x.npy", split["images"][:1].astype(np.float32))
     print(f"wrote {out / 'model.onnx'} (the digits CNN, input 'input' of 1x1x8x8) and "
           f"{out / 'x.npy'} (a {int(split['labels'][0])})")  # fmt: skip
     return 0
@@ -438,8 +448,8 @@ def _sim_run(args: argparse.Namespace) -> int:
     if args.output_dir:
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        for name, array in outputs.items():
-            np.save(out / f"{name}.npy", array)
+        for name, array in outputs.items():  # slot names are plain file names (program.py)
+            _save_npy(out / f"{name}.npy", array)
             written.append(str(out / f"{name}.npy"))
     if args.json:
         extra = {"cycles": result.cycles} if result.cycles is not None else {}
