@@ -62,6 +62,10 @@ _UNARY_FLOAT = {
     "Erf": (lambda a, x: erf(x), {}),
     "Gelu": (_gelu, {"approximate": "none"}),
     "HardSwish": (_hard_swish, {}),
+    "HardSigmoid": (
+        lambda a, x: np.clip(a["alpha"] * x + a["beta"], 0.0, 1.0),
+        {"alpha": 0.2, "beta": 0.5},
+    ),
     "LeakyRelu": (_leaky_relu, {"alpha": 0.01}),
     "Sqrt": (lambda a, x: np.sqrt(x), {}),
     "Exp": (lambda a, x: np.exp(x), {}),

@@ -294,6 +294,9 @@ ELEMENTWISE: dict[str, Rule] = {
     "Erf": _unary(lambda x, a: fast_erf(x)),
     "Gelu": _unary(_gelu),
     "HardSwish": _unary(lambda x, a: x * te.min(te.max(x * (1.0 / 6.0) + 0.5, 0.0), 1.0)),
+    "HardSigmoid": _unary(
+        lambda x, a: te.min(te.max(x * float(a["alpha"]) + float(a["beta"]), 0.0), 1.0)
+    ),
     "LeakyRelu": _unary(_leaky),
     "Sqrt": _unary(lambda x, a: te.sqrt(x)),
     "Exp": _unary(lambda x, a: te.exp(x)),

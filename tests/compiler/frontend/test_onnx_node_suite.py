@@ -26,7 +26,9 @@ ISSUE_OPS = (
     "QuantizeLinear DequantizeLinear QLinearConv QLinearMatMul"
 ).split()
 # further ops the importer supports (common in exported models)
-EXTRA_OPS = "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool".split()
+EXTRA_OPS = (
+    "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool HardSigmoid"
+).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 
 

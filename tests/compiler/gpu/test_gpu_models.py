@@ -77,15 +77,26 @@ def _with_payload(module, edit):
     payload = json.loads(first.payload)
     edit(payload)
     kernels = [dataclasses.replace(first, payload=json.dumps(payload).encode())]
-    return Module(target=module.target, inputs=module.inputs, outputs=module.outputs,
-                  tensors=module.tensors, kernels=kernels + module.kernels[1:], calls=module.calls,
-                  slots=module.slots, arena_bytes=module.arena_bytes, constants=module.constants)  # fmt: skip
+    return Module(
+        target=module.target,
+        inputs=module.inputs,
+        outputs=module.outputs,
+        tensors=module.tensors,
+        kernels=kernels + module.kernels[1:],
+        calls=module.calls,
+        slots=module.slots,
+        arena_bytes=module.arena_bytes,
+        constants=module.constants,
+    )
 
 
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda p: p["buffers"][0].update(size=p["buffers"][0]["size"] * 2), "holds .* but|compiled for 256"),
+        (
+            lambda p: p["buffers"][0].update(size=p["buffers"][0]["size"] * 2),
+            "holds .* but|compiled for 256",
+        ),
         (lambda p: p["kernels"][0].update(grid=[0, 1, 1]), "grid size must be in"),
         (lambda p: p["kernels"][0]["args"].append(99), "argument index must be in"),
         (lambda p: p["buffers"][0].update(dtype="complex64"), "dtype must be one of"),
