@@ -451,11 +451,16 @@ def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
 def _pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     attrs = _attrs(node)
     x_ty = ctx.type_of(node.inputs[0])
-    if len(x_ty.shape) != 4:
-        raise LoweringError(f"{node.op} must be 2-D on the CPU back-end (node {node.name!r})")
     kernel = tuple(attrs["kernel_shape"])
-    begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], kernel, attrs["ceil_mode"])
     kind = "max" if node.op == "MaxPool" else "avg"
+    if len(x_ty.shape) not in (3, 4):
+        raise LoweringError(
+            f"{node.op} must be 1-D or 2-D on the CPU back-end, not {len(x_ty.shape) - 2}-D "
+            f"(node {node.name!r})"
+        )
+    begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], kernel, attrs["ceil_mode"])
+    if len(x_ty.shape) == 3:
+        return _pool1d(ctx, node, tail, kind, kernel[0], begin[0], strides[0], dil[0])
     if kind == "max" and set(dil) == {1}:  # 10-20x faster than topi's pool2d (no vector lanes)
         return max_pool_separable(ctx, node, tail, kernel, begin, strides)
     symmetric = begin == end and len({*begin}) == 1
@@ -532,6 +537,43 @@ def _pool_generic(
             return v / (rows * cols).astype(x.dtype)
 
     return reduce_kernel(red, tail, post, extra)
+
+
+def _pool1d(
+    ctx: GroupContext, node: Node, tail: Tail, kind: str, k: int, pad: int, st: int, dil: int
+) -> Result:
+    """1-D max or average pooling over [N, C, L]: one reduction over the window, the padding
+    read as the reduction's identity (average: divided by the window, or by the elements inside
+    it without `count_include_pad`)."""
+    x = ctx.get(node.inputs[0])
+    width = x.shape[2]
+    shape = ctx.type_of(node.outputs[0]).shape
+    rx = te.reduce_axis((0, k), "rx")
+    low = te.min_value(x.dtype) if kind == "max" else te.const(0, x.dtype)
+
+    def body(n: Any, c: Any, i: Any) -> Any:
+        ix = i * st + rx * dil - pad
+        inside = te.all_of(ix >= 0, ix < width)
+        v = te.if_then_else(inside, x((n, c, te.min(te.max(ix, 0), width - 1))), low)
+        return (te.max if kind == "max" else te.sum)(v, axis=[rx])
+
+    red = te.compute(shape, body, name="pool")
+    post = None
+    if kind == "avg":
+        include = _attrs(node)["count_include_pad"]
+
+        def post(v: Any, i: Index) -> Any:
+            if include:
+                return v / float(k)
+            x0 = i[2] * st - pad
+            count = te.min(x0 + (k - 1) * dil + 1, width) - te.max(x0, 0)
+            if dil > 1:  # the taps inside: those at x0 + j*dil in [0, width)
+                first = te.max((-x0 + dil - 1) // dil, 0)
+                last = te.min((width - 1 - x0) // dil, k - 1)
+                count = last - first + 1
+            return v / count.astype(x.dtype)
+
+    return reduce_kernel(red, tail, post)
 
 
 def _global_pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
