@@ -582,9 +582,7 @@ def _wmma_helper(op: str, name: str, shape: tuple[int, int, int], d: Dialect) ->
 
 def kernel_source(kernel: DeviceKernel, dialect: Dialect) -> str:
     """The C source of one device kernel, helpers first (see `program_source` for a program)."""
-    body, helpers, fp16 = _print_kernel(kernel, dialect)
-    pre = dialect.fp16_prelude if fp16 else ""
-    return pre + "".join(h + "\n" for h in helpers.values()) + body
+    return program_source([kernel], dialect)
 
 
 def _print_kernel(kernel: DeviceKernel, dialect: Dialect) -> tuple[str, dict[str, str], bool]:

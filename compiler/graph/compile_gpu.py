@@ -62,14 +62,8 @@ def compile_graph_gpu(
         kernels.append(image)
         calls.append(call)
     module = _assemble(optimized, str(tgt), kernels, calls, constants, start, t_opt, *times)
-    module.stats["device_kernels"] = sum(len(_kernels_of(k)) for k in kernels)
+    module.stats["device_kernels"] = sum(k.meta["launches"] for k in kernels)
     return module
-
-
-def _kernels_of(image: KernelImage) -> list[Any]:
-    import json
-
-    return json.loads(image.payload)["kernels"]
 
 
 def build_gpu_group(
@@ -97,9 +91,8 @@ def build_gpu_group(
         ParamSpec(buf.name, buf.dtype, tuple(shape))
         for buf, shape in zip(func.params, func.arg_shapes, strict=True)
     )
-    image = KernelImage(
-        func.name, target.kind, params, encode_payload(payload), {"target": str(target)}
-    )
+    meta = {"target": str(target), "launches": len(payload["kernels"])}
+    image = KernelImage(func.name, target.kind, params, encode_payload(payload), meta)
     for name in kernel.params:
         if name in kernel.constants or name in graph.constants:
             constants[name] = kernel.constants.get(name, graph.constants.get(name))
