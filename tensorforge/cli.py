@@ -273,6 +273,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"tensorforge: error: {e}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as e:
+        from .extras import explain
+
+        message = explain(e)
+        if args.debug or message is None:
+            raise  # not an optional package: a bug, keep its trace
+        print(f"tensorforge: error: {message}", file=sys.stderr)
+        return 1
     except Exception as e:
         if args.debug or not type(e).__module__.startswith("tensorforge."):
             raise  # a bug elsewhere: keep its trace

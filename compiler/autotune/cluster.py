@@ -71,8 +71,6 @@ BACKENDS = {"cyclesim": "cycles", "rtl": "cycles", "local": "s"}
 #: the default time-out of one job per backend (as the local runners)
 DEFAULT_TIMEOUT = {"cyclesim": 120.0, "rtl": 120.0, "local": 30.0}
 
-_INSTALL_HINT = "pip install 'tensorforge[cluster]'"
-
 
 class ClusterError(RuntimeError):
     """The cluster cannot be used: `distributed` is missing, the scheduler does not answer or has
@@ -81,14 +79,9 @@ class ClusterError(RuntimeError):
 
 def _distributed() -> ModuleType:
     """The `distributed` package, imported on first use."""
-    try:
-        import distributed
-    except ImportError as exc:
-        raise ClusterError(
-            f"measuring on a Dask cluster needs the distributed package ({exc}); install it "
-            f"with: {_INSTALL_HINT}"
-        ) from exc
-    return distributed
+    from tensorforge.extras import require
+
+    return require("distributed", "measuring on a Dask cluster", ClusterError)
 
 
 def _close_failed_client(exc: BaseException, client_type: type) -> None:

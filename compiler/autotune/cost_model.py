@@ -91,6 +91,12 @@ class _KnobTable:
         return out
 
 
+def _xgboost() -> Any:
+    from tensorforge.extras import require
+
+    return require("xgboost", "the tuner's XGBoost cost model (or --tuner random|grid|ga)")
+
+
 class XGBCostModel:
     """Gradient-boosted trees over config features that score configs (higher: faster).
 
@@ -120,6 +126,7 @@ class XGBCostModel:
             raise ValueError(f"feature must be one of {FEATURES}, not {feature!r}")
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
+        _xgboost()  # a missing extra is said before tuning starts, not after a batch
         self.feature = feature
         self.objective = objective
         self.seed = seed
@@ -236,7 +243,7 @@ class XGBCostModel:
         return self
 
     def _train(self, data: list[tuple[np.ndarray, np.ndarray]], key: tuple | None) -> None:
-        import xgboost as xgb
+        xgb = _xgboost()
 
         if self.objective == "rank":  # a group without two different labels has no pairs
             data = [(x, y) for x, y in data if len(y) > 1 and np.ptp(y) > 0]

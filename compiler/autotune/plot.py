@@ -106,14 +106,10 @@ def pyplot() -> Any:
     Raises:
         ImportError: naming the extra to install.
     """
-    try:
-        import matplotlib
+    from tensorforge.extras import require
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ImportError("plotting needs matplotlib: pip install 'tensorforge[plot]'") from exc
-    return plt
+    require("matplotlib", "plotting").use("Agg")
+    return require("matplotlib.pyplot", "plotting")
 
 
 def save_png(fig: Any, output: Path) -> Path:

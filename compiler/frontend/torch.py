@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import io
 import logging
 import warnings
@@ -103,13 +102,9 @@ def from_torch(
 
 
 def _import_torch() -> Any:
-    try:
-        # torch first, so that a machine without either is told about torch.
-        torch = importlib.import_module("torch")
-        importlib.import_module("onnxscript")  # torch's ONNX exporter needs it
-    except ImportError as e:
-        raise ImportError(
-            f"from_torch needs PyTorch and onnxscript ({e.name} is missing), an optional extra: "
-            "pip install 'tensorforge[torch]'"
-        ) from None
+    from tensorforge.extras import require
+
+    # torch first, so that a machine without either is told about torch.
+    torch = require("torch", "from_torch")
+    require("onnxscript", "from_torch (torch's ONNX exporter)")
     return torch

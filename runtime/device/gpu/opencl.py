@@ -17,11 +17,9 @@ KIND = "opencl"
 
 
 def _import_cl() -> Any:
-    try:
-        import pyopencl as cl
-    except ImportError as e:  # pragma: no cover - a dependency of the package
-        raise GPUError(f"the opencl device needs pyopencl (pip install pyopencl): {e}") from None
-    return cl
+    from tensorforge.extras import require
+
+    return require("pyopencl", "the opencl device", GPUError)
 
 
 def platforms() -> list[tuple[str, list[str]]]:

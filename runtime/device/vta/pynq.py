@@ -15,7 +15,6 @@ over the exported Verilog (`pynq_model.BoardModel`), so this very code runs agai
 
 from __future__ import annotations
 
-import importlib
 import time
 from typing import Any
 
@@ -33,13 +32,10 @@ IP_TYPE_MARKS = ("tf_accel", "tf_top")
 
 
 def import_pynq() -> Any:
-    try:
-        return importlib.import_module("pynq")
-    except ImportError:
-        raise DeviceError(
-            "the pynq backend needs the pynq package: it comes with PYNQ board images, or "
-            "pip install 'tensorforge[pynq]' (on a machine without a board it cannot run)"
-        ) from None
+    from tensorforge.extras import require
+
+    # board images ship pynq; elsewhere the extra installs it, but only a board can run it
+    return require("pynq", "the pynq backend (on a PYNQ board)", DeviceError)
 
 
 class PynqDevice:

@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ....extras import require
 from ....hw.config import HWConfig
 from ....hw.tools import put_tool_on_path
 from ....sim.latency import TimingParams
@@ -122,12 +123,7 @@ def check_simulator(simulator: str) -> None:
             f"{simulator!r}; run `make setup`"
         )
     for module in ("cocotb_tools.runner", "cocotbext.axi"):
-        try:
-            __import__(module)
-        except ImportError:
-            raise DeviceError(
-                f"the rtl backend needs {module.split('.')[0]}: pip install 'tensorforge[hw]'"
-            ) from None
+        require(module, "the rtl backend", DeviceError)
 
 
 def _source_key(cfg: HWConfig, simulator: str) -> str:

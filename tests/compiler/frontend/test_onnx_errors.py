@@ -145,6 +145,6 @@ def test_node_reading_an_undefined_value_names_file_and_node(tmp_path: Path) -> 
 
 def test_from_torch_without_torch_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails, as without it
-    wanted = r"\(torch is missing\).*pip install 'tensorforge\[torch\]'"
+    wanted = r"from_torch needs torch, which is not installed: pip install 'tensorforge\[torch\]'"
     with pytest.raises(ImportError, match=wanted):
         from_torch(object(), ())
