@@ -116,9 +116,22 @@ class GroupContext:
             if tuple(self.params[value].shape) == shape:
                 return self.params[value]
             raise LoweringError(f"value {value!r} must be read with one shape per kernel")
+        if ty.size == 0:
+            self._refuse_empty(value)
         t = te.placeholder(shape or (1,), ty.dtype, name=f"p{len(self.params)}")
         self.params[value] = t
         return t
+
+    def _refuse_empty(self, value: str) -> None:
+        """Zero-size values are constants that `fold_constants` folds away wherever they decide
+        a node's whole result; one read as data here feeds a node that depends on other data
+        too (e.g. a MatMul over a zero length)."""
+        by_name = {n.name: n for n in self.graph.nodes}
+        node = next(by_name[n] for n in self.group.nodes if value in by_name[n].inputs)
+        raise LoweringError(
+            f"input {value!r} of node {node.name!r} ({node.op}) must have elements to be "
+            f"lowered, not shape {list(self.type_of(value).shape)}"
+        )
 
     def add_constant(self, name: str, array: np.ndarray) -> Tensor:
         """A new constant (e.g. pre-packed weights) passed as a kernel parameter."""
