@@ -411,12 +411,7 @@ def unravel(flat: Any, shape: tuple[int, ...]) -> Index:
 
 def _matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     a_ty, b_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
-    if len(a_ty.shape) < 2 or len(b_ty.shape) < 2:
-        raise LoweringError(
-            f"MatMul operands must be at least 2-D on the CPU back-end (not built yet for 1-D), "
-            f"not {list(a_ty.shape)} x {list(b_ty.shape)} (node {node.name!r})"
-        )
-    if len(b_ty.shape) > 2:
+    if len(a_ty.shape) < 2 or len(b_ty.shape) != 2:
         return _batch_matmul(ctx, node, tail)
     lead, k = a_ty.shape[:-1], a_ty.shape[-1]
     rows = int(np.prod(lead))
@@ -433,16 +428,34 @@ def batch_index(x: Lazy, idx: Index) -> Index:
     return tuple(0 if d == 1 else i for d, i in zip(x.shape[:own], keep, strict=True))
 
 
+def _as_matrix(x: Lazy, row: bool) -> Lazy:
+    """A 1-D MatMul operand as numpy promotes it: [K] -> [1, K] (`row`) or [K, 1]."""
+    if len(x.shape) != 1:
+        return x
+    if row:
+        return Lazy((1, x.shape[0]), x.dtype, lambda i: x((i[-1],)))
+    return Lazy((x.shape[0], 1), x.dtype, lambda i: x((i[-2],)))
+
+
 def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """MatMul with numpy's semantics: batch dims broadcast; a 1-D operand gains a dim of 1 (in
+    front for the first, behind for the second) that the output then drops."""
     a, b = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
+    has_m, has_n = len(a.shape) > 1, len(b.shape) > 1
+    a, b = _as_matrix(a, row=True), _as_matrix(b, row=False)
     shape = ctx.type_of(node.outputs[0]).shape
+    batch = len(shape) - has_m - has_n
     rk = te.reduce_axis((0, a.shape[-1]), "k")
 
     def body(*i: Any) -> Any:
-        lhs, rhs = a((*batch_index(a, i), i[-2], rk)), b((*batch_index(b, i), rk, i[-1]))
+        full = (*i[:batch], i[batch] if has_m else 0, i[-1] if has_n else 0)
+        lhs, rhs = (
+            a((*batch_index(a, full), full[-2], rk)),
+            b((*batch_index(b, full), rk, full[-1])),
+        )
         return te.sum(lhs * rhs, axis=rk)
 
-    return reduce_kernel(te.compute(shape, body, name="matmul"), tail)
+    return reduce_kernel(te.compute(shape or (1,), body, name="matmul"), tail)
 
 
 # ---- pooling and reductions ---------------------------------------------------------------------
