@@ -601,7 +601,13 @@ def _global_pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return reduce_kernel(red, tail, post)
 
 
-_REDUCERS = {"ReduceSum": te.sum, "ReduceMean": te.sum, "ReduceMax": te.max, "ReduceMin": te.min}
+_REDUCERS = {
+    "ReduceSum": te.sum,
+    "ReduceMean": te.sum,
+    "ReduceMax": te.max,
+    "ReduceMin": te.min,
+    "ReduceProd": te.prod,
+}
 
 
 def _reduce(ctx: GroupContext, node: Node, tail: Tail) -> Result:
@@ -784,6 +790,7 @@ ANCHORS: dict[str, AnchorRule] = {
     "ReduceMean": _reduce,
     "ReduceMax": _reduce,
     "ReduceMin": _reduce,
+    "ReduceProd": _reduce,
     "Softmax": _softmax,
     "LogSoftmax": _softmax,
     "LayerNormalization": _layer_norm,
