@@ -33,12 +33,22 @@ def _outputs_empty(graph: Graph, node: Node) -> bool:
     return bool(present) and all(_is_empty(graph, o) for o in present)
 
 
-def _drop_empty_operands(graph: Graph, node: Node) -> Node:
-    """Concat of some zero-size operands: the others alone give the same result."""
-    if node.op != "Concat":
+def _drop_empty(graph: Graph, node: Node, consts: dict[str, np.ndarray]) -> Node:
+    """A node left to compute: its zero-size outputs become constants (the output unnamed, as
+    an unused optional one), and a Concat drops its zero-size operands (the others alone give
+    the same result)."""
+    outputs = []
+    for name in node.outputs:
+        if name and _is_empty(graph, name):
+            consts[name] = _empty(graph, name)
+            name = ""
+        outputs.append(name)
+    inputs = node.inputs
+    if node.op == "Concat":
+        inputs = tuple(i for i in node.inputs if not _is_empty(graph, i))
+    if inputs == node.inputs and tuple(outputs) == node.outputs:
         return node
-    kept = tuple(i for i in node.inputs if not _is_empty(graph, i))
-    return dataclasses.replace(node, inputs=kept) if kept != node.inputs else node
+    return dataclasses.replace(node, inputs=inputs, outputs=tuple(outputs))
 
 
 def _fold(graph: Graph, node: Node, consts: dict[str, np.ndarray]) -> list[np.ndarray | None]:
@@ -53,8 +63,9 @@ def _fold(graph: Graph, node: Node, consts: dict[str, np.ndarray]) -> list[np.nd
 
 def fold_constants(graph: Graph) -> Graph:
     """Evaluate every node computable from constants alone and keep its results as constants.
-    Zero-size values (graph inputs included) count as constants, a node whose outputs all have
-    zero size folds whatever its inputs, and a Concat drops its zero-size operands.
+    Zero-size values (graph inputs and any node's outputs) count as constants, a node whose
+    outputs all have zero size folds whatever its inputs, and a Concat drops its zero-size
+    operands.
 
     Before: `const %w; %wt = Transpose(%w); %y = MatMul(%x, %wt)`
     After:  `const %wt; %y = MatMul(%x, %wt)` (run eliminate_dead_code to drop `%w`).
@@ -67,7 +78,7 @@ def fold_constants(graph: Graph) -> Graph:
     changed = False
     for node in graph.nodes:
         if not (_foldable(graph, node, consts) or _outputs_empty(graph, node)):
-            new = _drop_empty_operands(graph, node)
+            new = _drop_empty(graph, node, consts)
             changed |= new is not node
             kept.append(new)
             continue

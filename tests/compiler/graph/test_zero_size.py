@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tensorforge
 from tensorforge.compiler.frontend import from_onnx
 from tensorforge.compiler.graph.passes import fold_constants
+from tensorforge.compiler.graph.verify import verify_graph
 from tensorforge.compiler.tir.stmt import LoweringError
 from tensorforge.runtime.module import Module
 
@@ -72,12 +73,40 @@ def test_zero_size_tensors_match_onnxruntime(target: str, tmp_path) -> None:
 
 def test_zero_size_values_fold_and_concat_drops_them() -> None:
     graph = fold_constants(from_onnx(_model()))
+    verify_graph(graph)
     assert [n.op for n in graph.nodes] == ["Add", "Concat", "Relu"]
     concat = next(n for n in graph.nodes if n.op == "Concat")
     assert concat.inputs == ("y",)
     assert "x" in graph.inputs and "x" not in graph.constants
     assert graph.constants["empty"].shape == (2, 0)
     np.testing.assert_array_equal(graph.constants["r"], np.zeros((2, 4), np.float32))
+
+
+def _split_model():
+    """Split of y into pieces of 0, 2 and 1 rows: the empty piece is an output and feeds Relu."""
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])
+    nodes = [
+        helper.make_node("Split", ["y", "sizes"], ["a", "b", "c"], axis=0),
+        helper.make_node("Relu", ["a"], ["ra"]),
+        helper.make_node("Tanh", ["b"], ["tb"]),
+    ]
+    names = ("a", "ra", "tb", "c")
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names]
+    graph = helper.make_graph(nodes, "split", [y], outputs, [_const("sizes", [0, 2, 1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+
+
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
+def test_empty_outputs_of_a_computed_node_match_onnxruntime(target: str) -> None:
+    model, feed = _split_model(), {"y": RNG.standard_normal((3, 4)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    graph = fold_constants(from_onnx(model))
+    verify_graph(graph)
+    assert [n.outputs for n in graph.nodes if n.op == "Split"] == [("", "b", "c")]
+    got = tensorforge.compile(model, target=target).run(feed)
+    for out, value in zip(model.graph.output, want, strict=True):
+        assert got[out.name].shape == value.shape
+        np.testing.assert_allclose(got[out.name], value, rtol=1e-6)
 
 
 def test_zero_size_operand_of_a_data_dependent_node_is_refused_by_name() -> None:
