@@ -116,9 +116,22 @@ class GroupContext:
             if tuple(self.params[value].shape) == shape:
                 return self.params[value]
             raise LoweringError(f"value {value!r} must be read with one shape per kernel")
+        if ty.size == 0:
+            self._refuse_empty(value)
         t = te.placeholder(shape or (1,), ty.dtype, name=f"p{len(self.params)}")
         self.params[value] = t
         return t
+
+    def _refuse_empty(self, value: str) -> None:
+        """Zero-size values are constants that `fold_constants` folds away wherever they decide
+        a node's whole result; one read as data here feeds a node that depends on other data
+        too (e.g. a MatMul over a zero length)."""
+        by_name = {n.name: n for n in self.graph.nodes}
+        node = next(by_name[n] for n in self.group.nodes if value in by_name[n].inputs)
+        raise LoweringError(
+            f"input {value!r} of node {node.name!r} ({node.op}) must have elements to be "
+            f"lowered, not shape {list(self.type_of(value).shape)}"
+        )
 
     def add_constant(self, name: str, array: np.ndarray) -> Tensor:
         """A new constant (e.g. pre-packed weights) passed as a kernel parameter."""
@@ -180,12 +193,18 @@ AnchorRule = Callable[[GroupContext, Node, "Tail"], tuple[Schedule, list[Tensor]
 @dataclass
 class Tail:
     """The elementwise nodes after an anchor: `epilogue(value, index)` evaluates the group's
-    output at `index` given the anchor's value there."""
+    output at `index` given the anchor's value there. `outputs` lists every value the group
+    produces: `(output,)`, or several outputs of a multi-output anchor with no tail (its rule
+    returns one tensor per entry)."""
 
     ctx: GroupContext
     anchor: Node
     nodes: list[Node]
     output: str
+    outputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.outputs = tuple(self.outputs) or (self.output,)
 
     def epilogue(self, value: Any, idx: Index) -> Any:
         if not self.nodes:
@@ -284,7 +303,8 @@ def _lower_anchored(
     for node in nodes[:at]:
         run_rule(ctx, node)
     tail_nodes = nodes[at + 1 :]
-    if len(outputs) != 1:
+    several = not tail_nodes and set(outputs) <= set(anchor.outputs)
+    if len(outputs) != 1 and not several:
         raise LoweringError(
             f"group {ctx.group.name!r} must have one output to lower with anchor "
             f"{anchor.op} (node {anchor.name!r}), not {len(outputs)}: {list(outputs)}"
@@ -303,8 +323,14 @@ def _lower_anchored(
                     f"node {node.name!r} ({node.op}) after anchor {anchor.name!r} must keep the "
                     f"anchor's shape {list(shape)}, not {list(ctx.type_of(value).shape)}"
                 )
-    tail = Tail(ctx, anchor, tail_nodes, outputs[0])
-    return anchors[anchor.op](ctx, anchor, tail)
+    tail = Tail(ctx, anchor, tail_nodes, outputs[0], outputs)
+    sched, tensors = anchors[anchor.op](ctx, anchor, tail)
+    if len(tensors) != len(outputs):
+        raise LoweringError(
+            f"anchor {anchor.op} (node {anchor.name!r}) must compute the group's outputs "
+            f"{list(outputs)}, not {len(tensors)} tensor(s)"
+        )
+    return sched, tensors
 
 
 def schedule_rows(s: Schedule, out: Tensor, lanes: int = 16, min_parallel: int = 2048) -> Any:

@@ -64,7 +64,7 @@ from .math import (
     tanh,
     trunc,
 )
-from .reduce import Reducer, comm_reducer, max, min, sum
+from .reduce import Reducer, comm_reducer, max, min, prod, sum
 from .tensor import (
     ComputeOp,
     IterVar,
@@ -155,6 +155,7 @@ __all__ = [
     "min_value",
     "placeholder",
     "power",
+    "prod",
     "reduce_axis",
     "round",
     "rsqrt",

@@ -1,4 +1,4 @@
-"""Commutative reducers: `sum`, `max`, `min` and user-defined ones via `comm_reducer`."""
+"""Commutative reducers: `sum`, `max`, `min`, `prod` and user-defined ones via `comm_reducer`."""
 
 from __future__ import annotations
 
@@ -118,3 +118,4 @@ def comm_reducer(
 sum = comm_reducer(lambda x, y: x + y, lambda t: const(0, t), name="sum")  # noqa: A001
 max = comm_reducer(max_expr, lambda t: const(dt.min_value(t), t), name="max")  # noqa: A001
 min = comm_reducer(min_expr, lambda t: const(dt.max_value(t), t), name="min")  # noqa: A001
+prod = comm_reducer(lambda x, y: x * y, lambda t: const(1, t), name="prod")

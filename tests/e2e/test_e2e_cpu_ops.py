@@ -244,19 +244,18 @@ def test_elementwise_producers_fuse_into_a_reduction() -> None:
 
 def test_op_without_a_lowering_names_op_and_node() -> None:
     b = GraphBuilder("g")
-    x = b.add_input("x", (2, 5), "float32")
-    axes = b.add_constant("axes", np.array([1]))
-    (y,) = b.add_node("ReduceProd", [b.add_node("Relu", [x])[0], axes], name="the_prod")
-    with pytest.raises(LoweringError, match=r"op ReduceProd \(node 'the_prod'\) has no CPU"):
+    x = b.add_input("x", (1, 2, 5, 5), "float32")
+    w = b.add_constant("w", _w(2, 3, 3, 3))
+    (y,) = b.add_node("ConvTranspose", [b.add_node("Relu", [x])[0], w], name="the_deconv")
+    with pytest.raises(LoweringError, match=r"op ConvTranspose \(node 'the_deconv'\) has no CPU"):
         tensorforge.compile(b.build([y]))
 
 
 def test_unbuilt_variant_names_the_node() -> None:
     b = GraphBuilder("g")
-    x = b.add_input("x", (2, 5), "float32")
-    pads = b.add_constant("pads", np.array([0, 1, 0, 1]))
-    (y,) = b.add_node("Pad", [x, pads], {"mode": "reflect"}, name="reflect_pad")
-    with pytest.raises(LoweringError, match=r"Pad mode must be 'constant'.*'reflect'.*reflect_pad"):
+    x = b.add_input("x", (1, 2, 4, 4, 4), "float32")
+    (y,) = b.add_node("MaxPool", [x], {"kernel_shape": [2, 2, 2]}, name="pool3d")
+    with pytest.raises(LoweringError, match=r"MaxPool must be 1-D or 2-D .*not 3-D.*'pool3d'"):
         tensorforge.compile(b.build([y]))
 
 

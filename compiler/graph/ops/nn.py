@@ -434,6 +434,11 @@ def _ln_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorTyp
     if not -rank <= attrs["axis"] < rank:
         raise ValueError(f"LayerNormalization axis must be in [{-rank}, {rank - 1}]")
     axis = attrs["axis"] % rank
+    if attrs["stash_type"] != 1:  # the statistics' type: 16 would be bfloat16, not built
+        raise ValueError(
+            f"LayerNormalization stash_type must be 1 (float32 statistics), not "
+            f"{attrs['stash_type']!r}"
+        )
     for i, what in ((1, "Scale"), (2, "B")):
         if len(types) > i and types[i] is not None:
             _check_broadcasts_to(types[i].shape, x.shape[axis:], f"LayerNormalization {what}")

@@ -264,14 +264,11 @@ def _squeeze_like(fn: Callable[[tuple[int, ...], Any], tuple[int, ...]]) -> Rule
 def _pad(ctx: GroupContext, node: Node) -> list[Lazy]:
     x = ctx.get(node.inputs[0])
     shape, dtype = _out(ctx, node)
-    if dict(node.attrs)["mode"] != "constant":
-        raise LoweringError(
-            f"Pad mode must be 'constant' on the CPU back-end (not built yet for other modes), "
-            f"not {dict(node.attrs)['mode']!r} (node {node.name!r})"
-        )
+    mode = dict(node.attrs)["mode"]
     widths = pad_widths(len(x.shape), _const_input(ctx, node, 1), _const_input(ctx, node, 3))
-    fill = _const_input(ctx, node, 2)
-    fill_expr = te.const(0 if fill is None else fill.reshape(()).item(), dtype)
+    if mode != "constant":
+        return [Lazy(shape, dtype, _pad_source(x, widths, mode, node))]
+    fill_expr = _pad_fill(ctx, node, dtype)
 
     def fn(idx: Index) -> Any:
         src = tuple(i - lo if lo else i for i, (lo, _) in zip(idx, widths, strict=True))
@@ -282,6 +279,52 @@ def _pad(ctx: GroupContext, node: Node) -> list[Lazy]:
         return te.if_then_else(te.all_of(*conds), x(src), fill_expr) if conds else x(src)
 
     return [Lazy(shape, dtype, fn)]
+
+
+def _pad_fill(ctx: GroupContext, node: Node, dtype: str) -> Any:
+    """Pad's constant_value: absent or empty means 0; a constant or a run-time scalar."""
+    name = node.inputs[2] if len(node.inputs) > 2 else ""
+    const = ctx.constant(name) if name else None
+    if not name or (const is not None and const.size == 0):
+        return te.const(0, dtype)
+    fill = ctx.get(name)
+    return fill((0,) * len(fill.shape))
+
+
+def _pad_source(x: Lazy, widths: list[tuple[int, int]], mode: str, node: Node) -> Any:
+    """Edge, reflect and wrap padding as numpy does them: negative widths crop first, then each
+    output index maps to an index of the cropped range (clamped, mirrored without repeating
+    the edge, or taken modulo its length)."""
+    if mode not in ("edge", "reflect", "wrap"):
+        raise LoweringError(
+            f"Pad mode must be constant, edge, reflect or wrap, not {mode!r} (node {node.name!r})"
+        )
+    axes = []
+    for dim, (lo, hi) in zip(x.shape, widths, strict=True):
+        start, n = max(0, -lo), dim - max(0, -lo) - max(0, -hi)
+        axes.append((start, n, max(0, lo), max(0, lo) or max(0, hi)))
+
+    def fn(idx: Index) -> Any:
+        src = []
+        for i, (start, n, before, padded) in zip(idx, axes, strict=True):
+            j = i - before if before else i
+            if padded:
+                j = _pad_index(j, n, mode)
+            src.append(j + start if start else j)
+        return x(tuple(src))
+
+    return fn
+
+
+def _pad_index(j: Any, n: int, mode: str) -> Any:
+    """Index `j` (any integer) of a padded axis mapped into `[0, n)` by `mode`."""
+    if mode == "edge" or n == 1:
+        return te.min(te.max(j, 0), n - 1)
+    if mode == "wrap":
+        return j % n
+    period = 2 * (n - 1)
+    t = j % period
+    return te.select(t < n, t, period - t)
 
 
 ELEMENTWISE: dict[str, Rule] = {

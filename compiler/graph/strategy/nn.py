@@ -411,12 +411,7 @@ def unravel(flat: Any, shape: tuple[int, ...]) -> Index:
 
 def _matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     a_ty, b_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
-    if len(a_ty.shape) < 2 or len(b_ty.shape) < 2:
-        raise LoweringError(
-            f"MatMul operands must be at least 2-D on the CPU back-end (not built yet for 1-D), "
-            f"not {list(a_ty.shape)} x {list(b_ty.shape)} (node {node.name!r})"
-        )
-    if len(b_ty.shape) > 2:
+    if len(a_ty.shape) < 2 or len(b_ty.shape) != 2:
         return _batch_matmul(ctx, node, tail)
     lead, k = a_ty.shape[:-1], a_ty.shape[-1]
     rows = int(np.prod(lead))
@@ -433,16 +428,34 @@ def batch_index(x: Lazy, idx: Index) -> Index:
     return tuple(0 if d == 1 else i for d, i in zip(x.shape[:own], keep, strict=True))
 
 
+def _as_matrix(x: Lazy, row: bool) -> Lazy:
+    """A 1-D MatMul operand as numpy promotes it: [K] -> [1, K] (`row`) or [K, 1]."""
+    if len(x.shape) != 1:
+        return x
+    if row:
+        return Lazy((1, x.shape[0]), x.dtype, lambda i: x((i[-1],)))
+    return Lazy((x.shape[0], 1), x.dtype, lambda i: x((i[-2],)))
+
+
 def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """MatMul with numpy's semantics: batch dims broadcast; a 1-D operand gains a dim of 1 (in
+    front for the first, behind for the second) that the output then drops."""
     a, b = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
+    has_m, has_n = len(a.shape) > 1, len(b.shape) > 1
+    a, b = _as_matrix(a, row=True), _as_matrix(b, row=False)
     shape = ctx.type_of(node.outputs[0]).shape
+    batch = len(shape) - has_m - has_n
     rk = te.reduce_axis((0, a.shape[-1]), "k")
 
     def body(*i: Any) -> Any:
-        lhs, rhs = a((*batch_index(a, i), i[-2], rk)), b((*batch_index(b, i), rk, i[-1]))
+        full = (*i[:batch], i[batch] if has_m else 0, i[-1] if has_n else 0)
+        lhs, rhs = (
+            a((*batch_index(a, full), full[-2], rk)),
+            b((*batch_index(b, full), rk, full[-1])),
+        )
         return te.sum(lhs * rhs, axis=rk)
 
-    return reduce_kernel(te.compute(shape, body, name="matmul"), tail)
+    return reduce_kernel(te.compute(shape or (1,), body, name="matmul"), tail)
 
 
 # ---- pooling and reductions ---------------------------------------------------------------------
@@ -588,7 +601,13 @@ def _global_pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return reduce_kernel(red, tail, post)
 
 
-_REDUCERS = {"ReduceSum": te.sum, "ReduceMean": te.sum, "ReduceMax": te.max, "ReduceMin": te.min}
+_REDUCERS = {
+    "ReduceSum": te.sum,
+    "ReduceMean": te.sum,
+    "ReduceMax": te.max,
+    "ReduceMin": te.min,
+    "ReduceProd": te.prod,
+}
 
 
 def _reduce(ctx: GroupContext, node: Node, tail: Tail) -> Result:
@@ -665,19 +684,16 @@ def _softmax_axis(ctx: GroupContext, node: Node, shape: tuple, axis: int, log: b
 
 
 def _layer_norm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    if tail.nodes:
+        raise LoweringError(f"{node.op} must be alone in its group (node {node.name!r})")
+    if tuple(tail.outputs) != node.outputs[:1]:
+        return _layer_norm_stats(ctx, node, tail.outputs)
     attrs = _attrs(node)
     shape = ctx.type_of(node.inputs[0]).shape
     axis = attrs["axis"] % len(shape)
-    if any(node.outputs[1:]) or tail.nodes:
-        raise LoweringError(
-            f"LayerNormalization's Mean/InvStdDev outputs are not built yet on the CPU back-end "
-            f"(node {node.name!r})"
-        )
     rows, cols = _rows(shape, axis)
     x = ctx.as_tensor(node.inputs[0], (rows, cols))
-    scale = reshape_lazy(ctx.get(node.inputs[1]), (cols,))
-    has_bias = len(node.inputs) > 2 and node.inputs[2]
-    bias = reshape_lazy(ctx.get(node.inputs[2]), (cols,)) if has_bias else None
+    scale, bias = _ln_affine(ctx, node, cols)
     k1, k2 = te.reduce_axis((0, cols), "k1"), te.reduce_axis((0, cols), "k2")
     inv_n, eps = 1.0 / cols, attrs["epsilon"]
     total = te.compute((rows,), lambda i: te.sum(x[i, k1], axis=k1), name="total")
@@ -703,6 +719,65 @@ def _layer_norm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return s, [out]
 
 
+def _ln_affine(ctx: GroupContext, node: Node, cols: int) -> tuple[Lazy, Lazy | None]:
+    """LayerNormalization's scale and (optional) bias, each read as a row of `cols`."""
+    scale = reshape_lazy(ctx.get(node.inputs[1]), (cols,))
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    return scale, reshape_lazy(ctx.get(node.inputs[2]), (cols,)) if has_bias else None
+
+
+def _layer_norm_stats(ctx: GroupContext, node: Node, wanted: Sequence[str]) -> Result:
+    """LayerNormalization whose Mean or InvStdDev is used: the statistics are outputs of their
+    own (one per row), computed in float32 (stash_type 1) as ONNX's function body does; Y is the
+    normalized value cast back to the input dtype, then scaled and shifted in that dtype."""
+    attrs = _attrs(node)
+    x_ty = ctx.type_of(node.inputs[0])
+    rows, cols = _rows(x_ty.shape, attrs["axis"] % len(x_ty.shape))
+    x = ctx.as_tensor(node.inputs[0], (rows, cols))
+    xf = (
+        (lambda i, j: x[i, j]) if x.dtype == "float32" else (lambda i, j: x[i, j].astype("float32"))
+    )
+    k1, k2 = te.reduce_axis((0, cols), "k1"), te.reduce_axis((0, cols), "k2")
+    total = te.compute((rows,), lambda i: te.sum(xf(i, k1), axis=k1), name="total")
+    mean = te.compute((rows,), lambda i: total[i] * (1.0 / cols), name="mean")
+    sq = te.compute(
+        (rows,),
+        lambda i: te.sum((xf(i, k2) - mean[i]) * (xf(i, k2) - mean[i]), axis=k2),
+        name="sq",
+    )
+    inv = te.compute(
+        (rows,), lambda i: te.rsqrt(sq[i] * (1.0 / cols) + attrs["epsilon"]), name="inv_std"
+    )
+    by_output = dict(zip(node.outputs[1:], (mean, inv), strict=False))
+    if node.outputs[0] in wanted:
+        by_output[node.outputs[0]] = _ln_normalized(ctx, node, xf, (mean, inv), x.dtype)
+    tensors = [by_output[name] for name in wanted]
+    s = te.create_schedule([t.op for t in tensors])
+    if node.outputs[0] in wanted:
+        out = by_output[node.outputs[0]]
+        _, lanes = s[out].split(out.op.axis[1], factor=16)
+        s[out].vectorize(lanes)
+        if rows * cols >= 2048:
+            s[out].parallel(out.op.axis[0])
+    return s, tensors
+
+
+def _ln_normalized(
+    ctx: GroupContext, node: Node, xf: Callable, stats: tuple[Tensor, Tensor], dtype: str
+) -> Tensor:
+    """Y from float32 statistics: `cast((x - mean) * inv_std, dtype) * scale + bias`."""
+    mean, inv = stats
+    rows = int(mean.shape[0])
+    cols = ctx.type_of(node.inputs[0]).size // rows
+    scale, bias = _ln_affine(ctx, node, cols)
+
+    def fout(i: Any, j: Any) -> Any:
+        v = ((xf(i, j) - mean[i]) * inv[i]).astype(dtype) * scale((j,))
+        return v + bias((j,)) if bias is not None else v
+
+    return te.compute((rows, cols), fout, name="layer_norm")
+
+
 ANCHORS: dict[str, AnchorRule] = {
     "Conv": _conv,
     "Gemm": _gemm,
@@ -715,6 +790,7 @@ ANCHORS: dict[str, AnchorRule] = {
     "ReduceMean": _reduce,
     "ReduceMax": _reduce,
     "ReduceMin": _reduce,
+    "ReduceProd": _reduce,
     "Softmax": _softmax,
     "LogSoftmax": _softmax,
     "LayerNormalization": _layer_norm,
