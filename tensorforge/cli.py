@@ -479,11 +479,11 @@ def _sim_run(args: argparse.Namespace) -> int:
 
 
 def _sim_trace(args: argparse.Namespace) -> int:
-    from .runtime.device.vta.cyclesim import run_image
+    from .runtime.device.vta import run_image
     from .runtime.program import ProgramImage
 
     image = ProgramImage.load(args.program)
-    _, result = run_image(image, _read_inputs(args.input), trace=args.output)
+    _, result = run_image(image, _read_inputs(args.input), "cyclesim", trace=args.output)
     print(f"{result.cycles:,} cycles; trace written to {args.output}")
     assert result.timing is not None
     print(result.timing.summary())

@@ -171,12 +171,12 @@ class Testbench:
                  ) -> tuple[dict[str, np.ndarray], int]:  # fmt: skip
         """The oracles of a program: outputs of the functional simulator and cycles of the
         cycle model with this bench's RAM latencies and buffer placement."""
-        from .compiler.topi.vta.kernel import run_image
+        from .runtime.device.vta import run_image
         from .runtime.device.vta.pynq_model import PAGE_PLACEMENT
         from .runtime.device.vta.rtl import matched_timing
 
-        outputs, _ = run_image(self.config, image, inputs, "sim")
-        _, timed = run_image(self.config, image, inputs, "cyclesim",
+        outputs, _ = run_image(image, inputs, "sim")
+        _, timed = run_image(image, inputs, "cyclesim",
                              timing=matched_timing(self.config), **PAGE_PLACEMENT)  # fmt: skip
         return outputs, int(timed.cycles)
 

@@ -70,7 +70,7 @@ def test_demo_runs_the_digits_main_job_by_default(capsys):
 
 
 def test_sim_trace_writes_a_perfetto_trace_with_the_cycle_count(capsys, tmp_path):
-    from tensorforge.runtime.device.vta.cyclesim import run_image
+    from tensorforge.runtime.device.vta import run_image
     from tensorforge.runtime.program import ProgramImage
 
     path = tmp_path / "mm.tfp"
@@ -80,7 +80,7 @@ def test_sim_trace_writes_a_perfetto_trace_with_the_cycle_count(capsys, tmp_path
     assert main(["sim", "trace", str(path), "-o", str(trace)]) == 0
     out = capsys.readouterr().out
     image = ProgramImage.load(path)
-    _, result = run_image(image, image.random_inputs())  # the cycle-accurate model, directly
+    _, result = run_image(image, image.random_inputs(), "cyclesim")  # the cycle model, directly
     assert out.startswith(f"{result.cycles:,} cycles; trace written to {trace}")
     events = json.loads(trace.read_text())["traceEvents"]
     tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}

@@ -157,15 +157,15 @@ def _run_gpu(artifact: Artifact, options: dict[str, Any]) -> RunOutcome:
 
 def _run_vta(artifact: Artifact, options: dict[str, Any]) -> RunOutcome:
     from ...hw.config import HWConfig
+    from ...runtime.device.vta import run_image
     from ...runtime.device.vta.layout import unpack_nchw
     from ...runtime.program import ProgramImage
-    from ..topi.vta.kernel import run_image
 
     cfg = HWConfig.from_dict(dict(artifact.hw or {}))
     image = ProgramImage.from_bytes(artifact.payload, "<tuning artifact>")
     backend = str(options.get("backend", "cyclesim"))
     device_options = dict(options.get("device_options", {}))
-    outputs, result = run_image(cfg, image, artifact.inputs, backend, **device_options)
+    outputs, result = run_image(image, artifact.inputs, backend, **device_options)
     n, c = artifact.expected.shape[:2]
     got = unpack_nchw(cfg, outputs[artifact.output], n, c).reshape(artifact.expected.shape)
     check_output(got, artifact)

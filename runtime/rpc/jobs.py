@@ -64,8 +64,8 @@ def run_program(path: str, inputs: dict[str, np.ndarray], device: str,
                 device_options: dict[str, Any], config: dict[str, Any] | None
                 ) -> dict[str, Any]:  # fmt: skip
     """Run a program image once on a fresh device: its output slots, cycles and counters."""
-    from ...compiler.topi.vta.kernel import run_image
     from ...runtime.program import ProgramImage
+    from ..device.vta import run_image
 
     with open(path, "rb") as f:
         image = ProgramImage.from_bytes(f.read(), path)
@@ -74,7 +74,7 @@ def run_program(path: str, inputs: dict[str, np.ndarray], device: str,
     if device == "pynq-model":
         return _on_board_model(path, "program", inputs, device_options, image.config)
     t0 = time.perf_counter()
-    outputs, result = run_image(image.config, image, inputs, device, **device_options)
+    outputs, result = run_image(image, inputs, device, **device_options)
     return {"outputs": outputs, "wall_s": [time.perf_counter() - t0], "cycles": result.cycles,
             "stats": {k: int(v) for k, v in result.stats.items()}}  # fmt: skip
 

@@ -295,3 +295,64 @@ def test_cli_tune_on_an_rpc_server(server, tmp_path, cnn, capsys):
     assert rc == 0, capsys.readouterr()
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(records) == 2 and all(r["cost"] > 0 and not r["error"] for r in records)
+
+
+# ---- a board-side server ------------------------------------------------------------------------
+
+# what a board's Python may lack: LLVM (no 32-bit ARM wheels), onnx, and every extra
+BOARD_LACKS = ["llvmlite", "onnx", "tqdm", "amaranth", "xgboost", "onnxruntime", "scipy",
+               "cocotb", "distributed", "matplotlib", "torch", "pyopencl"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def board_server(tmp_path_factory):
+    """`tensorforge rpc serve` in a Python where only numpy and this package import (its workers,
+    started by the server, inherit the same limits through sitecustomize)."""
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path_factory.mktemp("board_site")
+    (site / "sitecustomize.py").write_text(
+        f"import sys\nfor _n in {BOARD_LACKS!r}:\n    sys.modules[_n] = None\n"
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(site))
+    cmd = [sys.executable, "-m", "tensorforge.cli", "rpc", "serve", "--device", "cyclesim",
+           "--port", str(port), "--token", TOKEN]  # fmt: skip
+    out = subprocess.PIPE
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the board-side server did not start"
+            time.sleep(0.2)
+    yield port
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_a_server_without_llvm_runs_programs_and_measures_for_the_tuner(board_server, kernel):
+    remote = connect("127.0.0.1", board_server, token=TOKEN, timeout=120)
+    outputs, meta = remote.run_program(kernel.image, {"A": pack_inp(TINY, kernel.a)})
+    np.testing.assert_array_equal(unpack_out(TINY, outputs["C"]), kernel.reference())  # numpy
+    assert meta["cycles"] == kernel.run_on("cyclesim")[1].cycles
+    wl = {"hw": TINY.to_dict(), "n": 1, "ic": 8, "h": 4, "w": 4, "oc": 8, "kh": 3, "kw": 3,
+          "stride_h": 1, "stride_w": 1, "pad_h": 1, "pad_w": 1, "pool_h": 1, "pool_w": 1,
+          "residual": False}  # fmt: skip
+    task = Task("vta.conv2d", wl, "vta -config=tiny")
+    configs = [task.space.get(int(i)).values for i in task.space.valid_indices()[:2]]
+    builder = Builder(1, timeout=120)
+    with RPCRunner([f"127.0.0.1:{board_server}"], token=TOKEN) as rpc:
+        remote_results = measure(task, configs, builder, rpc)
+    with SimRunner("cyclesim", n_parallel=1) as sim:
+        local = measure(task, configs, builder, sim)
+    builder.close()
+    assert all(r.ok for r in remote_results), [r.error for r in remote_results]
+    assert [r.cost for r in remote_results] == [r.cost for r in local]

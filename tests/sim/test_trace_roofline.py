@@ -92,9 +92,9 @@ def test_benchmark_conv_programs_are_bit_exact_and_vthreads_help(shape):
 
 
 def test_run_image_fills_inputs_and_writes_the_trace(tmp_path):
-    from tensorforge.runtime.device.vta.cyclesim import run_image
+    from tensorforge.runtime.device.vta import run_image
 
     k = build_matmul(TINY, m=8, k=8, n=8)
-    outputs, result = run_image(k.image, trace=tmp_path / "t.json")
+    outputs, result = run_image(k.image, backend="cyclesim", trace=tmp_path / "t.json")
     assert set(outputs) == {"C"} and result.cycles == result.timing.cycles
     assert json.loads((tmp_path / "t.json").read_text())["otherData"]["cycles"] == result.cycles

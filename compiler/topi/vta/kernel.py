@@ -26,7 +26,7 @@ import numpy as np
 
 from ....hw.config import HWConfig
 from ....hw.isa import AluOp
-from ....runtime.device.vta import LoadedProgram, RunResult, open_device
+from ....runtime.device.vta import RunResult, run_image
 from ....runtime.program import ProgramImage
 from ...autotune.dispatch import query as autotune_query
 from ...codegen.vta import generate_program
@@ -146,23 +146,8 @@ class VtaKernel:
             wl = self.workload
             r4 = r.reshape(wl.n, wl.oc, wl.oh, wl.ow)
             inputs[RESIDUAL] = pack_nchw(self.config, r4, self.config.block_out)
-        outputs, result = run_image(self.config, self.image, inputs, backend, **options)
+        outputs, result = run_image(self.image, inputs, backend, **options)
         return self.unpack(outputs[OUTPUT]), result
-
-
-def run_image(
-    cfg: HWConfig,
-    image: ProgramImage,
-    inputs: dict[str, np.ndarray],
-    backend: str = "sim",
-    **options: object,
-) -> tuple[dict[str, np.ndarray], RunResult]:
-    """Place an image on a fresh device of ``backend``, run it once, close the device."""
-    device = open_device(backend, cfg, **options)
-    try:
-        return LoadedProgram.load(device, image).run(inputs)
-    finally:
-        device.close()
 
 
 def _pair(v: int | tuple[int, int], what: str) -> tuple[int, int]:

@@ -30,13 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....hw.config import HWConfig
-from ....runtime.device.vta import RunResult
+from ....runtime.device.vta import RunResult, run_image
 from ....runtime.program import ProgramImage
 from ...codegen.vta import generate_program
 from ...codegen.vta_passes import MAX_ITER
 from ...codegen.vta_tile import Alloc, Alu, AluOp, Gemm, Load, Loop, Store, TileProgram, Uop
 from ...schedule.primitives import ScheduleError
-from .kernel import run_image
 from .layout import blocks, pack_nchw, unpack_nchw
 from .reference import max_pool2d_reference
 from .schedule import MAX_XFER, tile_sizes
@@ -232,7 +231,7 @@ class PoolKernel:
         self, x: np.ndarray, backend: str = "sim", **options: object
     ) -> tuple[np.ndarray, RunResult]:
         """Run on a device backend: (int8 NCHW output, the run's result)."""
-        outputs, result = run_image(self.config, self.image, {INPUT: self.pack(x)}, backend,
+        outputs, result = run_image(self.image, {INPUT: self.pack(x)}, backend,
                                     **options)  # fmt: skip
         return unpack_nchw(self.config, outputs[OUTPUT], self.workload.n, self.workload.c), result
 

@@ -18,8 +18,6 @@ import functools
 import os
 import platform
 
-import llvmlite.binding as llvm
-
 LAUNCH_SYMBOL = "tf_parallel_launch"
 MAX_THREADS = 256
 SPIN = 20000  # polls of the generation counter before a worker sleeps
@@ -259,6 +257,8 @@ class _NativePool:
 
     def __init__(self) -> None:
         import ctypes
+
+        import llvmlite.binding as llvm  # here, so a board-side server imports without LLVM
 
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()

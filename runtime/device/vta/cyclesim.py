@@ -22,14 +22,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ....hw.config import HWConfig
 from ....sim.functional import DEFAULT_MAX_STEPS
 from ....sim.memory import Allocation
 from ....sim.timing import TimingParams, TimingResult, simulate_timing
-from ...program import ProgramImage
-from .base import LoadedProgram, RunResult
+from .base import RunResult
 from .sim import DEFAULT_MEMORY, SimDevice
 
 
@@ -80,29 +77,3 @@ class CycleSimDevice(SimDevice):
         wall = time.perf_counter() - start
         counters = {**stats.as_dict(), **timing.counters()}
         return CycleRunResult(counters, wall, timing.cycles, self.backend, timing=timing)
-
-
-def run_image(
-    image: ProgramImage,
-    inputs: dict[str, np.ndarray] | None = None,
-    *,
-    trace: str | Path | None = None,
-    timing: TimingParams | None = None,
-    seed: int = 0,
-) -> tuple[dict[str, np.ndarray], CycleRunResult]:
-    """Run a program image once on a fresh ``cyclesim`` device (for ``tensorforge sim trace``).
-
-    Inputs not given are filled with seeded random values of the slot's dtype: the timing
-    model's cycles do not depend on data.
-
-    Returns:
-        the output slots and the run's result (``result.timing`` holds the full timing).
-    """
-    inputs = {**image.random_inputs(seed), **(inputs or {})}
-    device = CycleSimDevice(image.config, timing=timing, trace=trace)
-    try:
-        outputs, result = LoadedProgram.load(device, image).run(inputs)
-    finally:
-        device.close()
-    assert isinstance(result, CycleRunResult)
-    return outputs, result

@@ -15,8 +15,8 @@ from tensorforge.compiler.tir.stmt import LoweringError
 from tensorforge.compiler.tir.vta_intrin import gemm_intrin
 from tensorforge.compiler.tir.vta_lower import VTA_PIPELINE, lower_to_tile_program
 from tensorforge.compiler.topi.vta import Conv2dSchedule, conv2d, dense
-from tensorforge.compiler.topi.vta.kernel import run_image
 from tensorforge.hw.config import HWConfig
+from tensorforge.runtime.device.vta import run_image
 
 # ResNet-18's 3x3 and 1x1 convolutions after the stem: (C, H, O, K, stride, pad).
 RESNET18 = [
@@ -168,7 +168,7 @@ def test_an_alu_only_kernel_runs_and_its_errors_name_the_statement() -> None:
     func = _blocked_add(cfg, pragma=True, op=lambda a: te.shift_right(a, 2))
     prog = lower_to_tile_program(func, cfg)
     a = np.arange(-4, 4, dtype=np.int32).reshape(2, cfg.batch, cfg.block_out) * 37
-    outs, _ = run_image(cfg, generate_program(prog, cfg), {"A": a})
+    outs, _ = run_image(generate_program(prog, cfg), {"A": a})
     assert np.array_equal(outs["Y"], (a >> 2).astype(np.int8))
     with pytest.raises(LoweringError, match="not an accelerator operation: .*pragma alu"):
         lower_to_tile_program(_blocked_add(cfg, pragma=False), cfg)
@@ -232,7 +232,7 @@ def test_a_hand_written_vta_schedule_runs_and_its_errors_name_the_statement(conf
     prog = lower_to_tile_program(_matmul(cfg, shifted=False), cfg, {"W": w})
     gemms = [st for st in prog.statements() if isinstance(st, Gemm) and not st.reset]
     assert len(gemms) == 2 * 3  # one GEMM per (row block, reduction block): n folded in loops
-    outs, _ = run_image(cfg, generate_program(prog, cfg), {"A": a})
+    outs, _ = run_image(generate_program(prog, cfg), {"A": a})
     want = np.einsum("mkbi,nkoi->mnbo", a.astype(np.int32), w.astype(np.int32)).astype(np.int8)
     assert np.array_equal(outs["Y"], want)
     with pytest.raises(LoweringError, match=r"dma_copy `Y\[.*shift_right.*must be a load"):
