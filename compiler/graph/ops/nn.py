@@ -145,7 +145,7 @@ def conv(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = None) -> 
 register("Conv", Pattern.OUT_ELEMWISE_FUSABLE, _conv_type, conv, attrs=_CONV_ATTRS, inputs=(2, 3))
 
 
-def _transpose_geometry(
+def transpose_geometry(
     attrs: dict[str, Any], spatial: tuple[int, ...], kernel: tuple[int, ...]
 ) -> tuple[list[int], list[int]]:
     """(pads_begin, output sizes) of ConvTranspose, following the ONNX definition."""
@@ -171,7 +171,7 @@ def _conv_transpose_type(attrs: dict[str, Any], types: list, consts: list) -> li
     x, w = types[0], types[1]
     _check_conv_shapes(attrs, x.shape, w.shape, transpose=True)
     _check_param(types, 2, (w.shape[1] * attrs["group"],), "ConvTranspose bias")
-    _, outs = _transpose_geometry(attrs, x.shape[2:], w.shape[2:])
+    _, outs = transpose_geometry(attrs, x.shape[2:], w.shape[2:])
     return [TensorType((x.shape[0], w.shape[1] * attrs["group"], *outs), x.dtype)]
 
 
@@ -184,7 +184,7 @@ def conv_transpose(
     kernel, m_g = w.shape[2:], w.shape[1]
     strides = list(attrs.get("strides") or (1,) * nd)
     dilations = list(attrs.get("dilations") or (1,) * nd)
-    begin, outs = _transpose_geometry(attrs, spatial, kernel)
+    begin, outs = transpose_geometry(attrs, spatial, kernel)
     size = [
         max(s * (i - 1) + (k - 1) * d + 1, b + o)
         for i, s, k, d, b, o in zip(spatial, strides, kernel, dilations, begin, outs, strict=True)

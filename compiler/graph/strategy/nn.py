@@ -104,27 +104,36 @@ def reduce_kernel(
     if out is not red and row is not None:
         s[red].compute_at(s[out], row)
         s[red].set_scope("local")
-    last = red.op.axis[-1]
-    if red.shape[-1] > 1 and (out is red or row is not None):
-        xo, xi = s[red].split(last, factor=config.lanes)
-        s[red].reorder(xo, *red.op.reduce_axis, xi)
-        s[red].vectorize(xi)
-        if config.unroll_taps and red.op.reduce_axis:
-            s[red].unroll(red.op.reduce_axis[-1])
+    if out is red or row is not None:
+        vectorize_reduction(s, red, config)
     return s, [out]
 
 
-def pad_image(x: Lazy, before: list, after: list, fill: Any) -> Tensor:
-    """x with `fill` around its two spatial axes, as its own stage: the window loops that read it
-    then index affinely (vector loads) instead of clamping every lane."""
-    n, c, h, w = x.shape
-    shape = (n, c, h + before[0] + after[0], w + before[1] + after[1])
+def vectorize_reduction(s: Schedule, red: Tensor, config: ReduceConfig) -> None:
+    """The last axis of reduction `red` split into vector lanes innermost, inside the reduction
+    loops (each lane its own accumulator); the last reduction axis unrolled if configured."""
+    if red.shape[-1] <= 1:
+        return
+    xo, xi = s[red].split(red.op.axis[-1], factor=config.lanes)
+    s[red].reorder(xo, *red.op.reduce_axis, xi)
+    s[red].vectorize(xi)
+    if config.unroll_taps and red.op.reduce_axis:
+        s[red].unroll(red.op.reduce_axis[-1])
 
-    def fpad(nn: Any, cc: Any, y: Any, xx: Any) -> Any:
-        iy, ix = y - before[0], xx - before[1]
-        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < w)
-        clamped = x((nn, cc, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), w - 1)))
-        return te.select(inside, clamped, fill)
+
+def pad_image(x: Lazy, before: Sequence[int], after: Sequence[int], fill: Any) -> Tensor:
+    """x (`[N, C, *spatial]`) with `fill` around its spatial axes, as its own stage: the window
+    loops that read it then index affinely (vector loads) instead of clamping every lane."""
+    spatial = x.shape[2:]
+    shape = (*x.shape[:2], *(d + b + a for d, b, a in zip(spatial, before, after, strict=True)))
+
+    def fpad(nn: Any, cc: Any, *pos: Any) -> Any:
+        src = [p - b for p, b in zip(pos, before, strict=True)]
+        inside = te.all_of(
+            *(i >= 0 for i in src), *(i < d for i, d in zip(src, spatial, strict=True))
+        )
+        clamped = [te.min(te.max(i, 0), d - 1) for i, d in zip(src, spatial, strict=True)]
+        return te.select(inside, x((nn, cc, *clamped)), fill)
 
     return te.compute(shape, fpad, name="pad")
 
