@@ -79,7 +79,7 @@ class PhaseAxis:
         return max(0, -low), max(0, high - (self.size - 1))
 
 
-def _axes(node: Node, attrs: dict[str, Any], x_shape: tuple, w_shape: tuple) -> list[PhaseAxis]:
+def _axes(attrs: dict[str, Any], x_shape: tuple, w_shape: tuple) -> list[PhaseAxis]:
     nd = len(x_shape) - 2
     begin, outs = transpose_geometry(attrs, x_shape[2:], w_shape[2:])
     strides = attrs.get("strides") or (1,) * nd
@@ -91,7 +91,7 @@ def _axes(node: Node, attrs: dict[str, Any], x_shape: tuple, w_shape: tuple) -> 
 def _conv_transpose(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     attrs = get_op(node.op).full_attrs(node)
     x, w = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
-    axes = _axes(node, attrs, x.shape, w.shape)
+    axes = _axes(attrs, x.shape, w.shape)
     nd, group = len(axes), attrs["group"]
     c_g, m_g = w.shape[0] // group, w.shape[1]
     pads = [a.padding() for a in axes]
@@ -141,8 +141,9 @@ def _conv_transpose(ctx: GroupContext, node: Node, tail: Tail) -> Result:
 
 
 def _schedule(out: Any, phased: Any, padded: Any, lanes: int = 16) -> Any:
-    """Each stage at the root, rows in parallel. The reduction keeps a tile of `block` output
-    channels x `lanes` positions in registers: each input vector it loads feeds `block` FMAs."""
+    """Each stage at the root, rows in parallel. The reduction's innermost step is a tile of
+    `block` output channels x `lanes` positions (unrolled, vector lanes): each input vector it
+    loads feeds `block` FMAs."""
     s = te.create_schedule(out.op)
     if padded is not None:
         schedule_rows(s, padded)

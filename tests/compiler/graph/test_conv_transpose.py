@@ -48,3 +48,19 @@ def test_conv_transpose_matches_onnxruntime(x_shape, w_shape, attrs, target) -> 
     got = tensorforge.compile(model, target=target).run({"x": x})["z"]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_transpose_with_weights_computed_at_run_time() -> None:
+    rng = np.random.default_rng(1)
+    feed = {
+        "x": rng.standard_normal((1, 4, 5, 6)).astype(np.float32),
+        "w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+    }
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 0, 0, 1])
+    inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in feed.items()]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "deconv", inputs, [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    got = tensorforge.compile(model).run(feed)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
