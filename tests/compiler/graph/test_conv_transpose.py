@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 import tensorforge
 
@@ -21,6 +22,7 @@ CASES = [
     ((1, 4, 6, 5), (4, 2, 3, 3), {"strides": [2, 1], "dilations": [4, 1], "group": 2}),
     ((2, 3, 11), (3, 5, 5), {"strides": [3], "pads": [2, 1], "dilations": [2]}),
     ((1, 4, 3, 4, 5), (4, 2, 3, 2, 3), {"strides": [2, 1, 2], "pads": [1, 0, 1, 0, 1, 1]}),
+    ((1, 3, 5, 4), (3, 2, 3, 3), {"strides": [2, 2], "output_shape": [10, 8], "pads": [1] * 4}),
 ]
 
 
@@ -63,4 +65,21 @@ def test_conv_transpose_with_weights_computed_at_run_time() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feed)
     got = tensorforge.compile(model).run(feed)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "auto_pad"), [(1, 2, "SAME_UPPER"), (2, 3, "SAME_LOWER")]
+)
+def test_same_padding_with_a_kernel_shorter_than_the_stride(kernel, stride, auto_pad) -> None:
+    """SAME's output is input x stride even where that passes the full output (negative
+    padding): against onnx's reference evaluator, as onnxruntime clips the output instead."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((3, 2, kernel, kernel)).astype(np.float32)
+    bias = rng.standard_normal(2).astype(np.float32)
+    model = _model((1, 3, 5, 4), w, {"strides": [stride] * 2, "auto_pad": auto_pad}, bias)
+    x = rng.standard_normal((1, 3, 5, 4)).astype(np.float32)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    got = tensorforge.compile(model).run({"x": x})["z"]
+    assert got.shape == want.shape == (1, 2, 5 * stride, 4 * stride)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
