@@ -536,12 +536,12 @@ def _pool_generic(
         include = bool(_attrs(node)["count_include_pad"])
         lows = [-b for b in begin] if include else [0] * len(kernel)
         highs = [n + e if include else n for n, e in zip(x.shape[2:], end, strict=True)]
-        window = (kernel, st, dil, begin, lows, highs)
+        full = _full_windows(kernel, geometry, lows, highs)
 
         def post(v: Any, i: Index) -> Any:
-            if _full_windows(kernel, geometry, lows, highs):
+            if full:
                 return v / float(np.prod(kernel))
-            return v / _window_count(i[2:], *window, x.dtype)
+            return v / _window_count(i[2:], kernel, st, dil, begin, lows, highs, x.dtype)
 
     return reduce_kernel(red, tail, post, extra)
 
