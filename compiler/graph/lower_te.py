@@ -111,14 +111,14 @@ class GroupContext:
     def param(self, value: str, shape: Sequence[int] | None = None) -> Tensor:
         """The placeholder of graph value `value` (its bytes viewed with `shape` if given)."""
         ty = self.type_of(value)
-        shape = tuple(shape or ty.shape)
+        shape = tuple(shape or ty.shape) or (1,)  # a 0-d value is passed as one element
         if value in self.params:
             if tuple(self.params[value].shape) == shape:
                 return self.params[value]
             raise LoweringError(f"value {value!r} must be read with one shape per kernel")
         if ty.size == 0:
             self._refuse_empty(value)
-        t = te.placeholder(shape or (1,), ty.dtype, name=f"p{len(self.params)}")
+        t = te.placeholder(shape, ty.dtype, name=f"p{len(self.params)}")
         self.params[value] = t
         return t
 

@@ -145,7 +145,7 @@ def conv(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = None) -> 
 register("Conv", Pattern.OUT_ELEMWISE_FUSABLE, _conv_type, conv, attrs=_CONV_ATTRS, inputs=(2, 3))
 
 
-def _transpose_geometry(
+def transpose_geometry(
     attrs: dict[str, Any], spatial: tuple[int, ...], kernel: tuple[int, ...]
 ) -> tuple[list[int], list[int]]:
     """(pads_begin, output sizes) of ConvTranspose, following the ONNX definition."""
@@ -158,8 +158,11 @@ def _transpose_geometry(
         for n, s, op, k, d in zip(spatial, strides, out_pad, kernel, dilations, strict=True)
     ]
     pads, auto_pad, out_shape = attrs.get("pads"), attrs["auto_pad"], attrs.get("output_shape")
-    if pads is None and (out_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER")):
-        outs = list(out_shape or [n * s for n, s in zip(spatial, strides, strict=True)])
+    if out_shape is not None or pads is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # an output_shape overrides pads (ONNX); it may name the batch and channel dims too
+        outs = list(out_shape or [n * s for n, s in zip(spatial, strides, strict=True)])[-nd:]
+        if out_shape and (len(out_shape) not in (nd, nd + 2) or min(outs) < 1):
+            raise ValueError(f"output_shape must hold {nd} positive sizes, not {list(out_shape)}")
         totals = [f - o for f, o in zip(full, outs, strict=True)]
         upper = auto_pad == "SAME_UPPER"
         return [t // 2 if upper else t - t // 2 for t in totals], outs
@@ -171,7 +174,7 @@ def _conv_transpose_type(attrs: dict[str, Any], types: list, consts: list) -> li
     x, w = types[0], types[1]
     _check_conv_shapes(attrs, x.shape, w.shape, transpose=True)
     _check_param(types, 2, (w.shape[1] * attrs["group"],), "ConvTranspose bias")
-    _, outs = _transpose_geometry(attrs, x.shape[2:], w.shape[2:])
+    _, outs = transpose_geometry(attrs, x.shape[2:], w.shape[2:])
     return [TensorType((x.shape[0], w.shape[1] * attrs["group"], *outs), x.dtype)]
 
 
@@ -184,10 +187,14 @@ def conv_transpose(
     kernel, m_g = w.shape[2:], w.shape[1]
     strides = list(attrs.get("strides") or (1,) * nd)
     dilations = list(attrs.get("dilations") or (1,) * nd)
-    begin, outs = _transpose_geometry(attrs, spatial, kernel)
+    begin, outs = transpose_geometry(attrs, spatial, kernel)
+    # negative padding (SAME with a kernel shorter than the stride) reads zeros before the start
+    lead = [max(0, -b) for b in begin]
     size = [
-        max(s * (i - 1) + (k - 1) * d + 1, b + o)
-        for i, s, k, d, b, o in zip(spatial, strides, kernel, dilations, begin, outs, strict=True)
+        max(s * (i - 1) + (k - 1) * d + 1, b + o) + z
+        for i, s, k, d, b, o, z in zip(
+            spatial, strides, kernel, dilations, begin, outs, lead, strict=True
+        )
     ]
     y = np.zeros((n, group, m_g, *size), np.float64)
     xg = x.reshape(n, group, c // group, *spatial).astype(np.float64)
@@ -195,14 +202,14 @@ def conv_transpose(
     for tap in itertools.product(*(range(k) for k in kernel)):
         part = np.einsum("ngc...,gcm->ngm...", xg, wg[(slice(None),) * 3 + tap])
         index = tuple(
-            slice(t * d, t * d + s * (i - 1) + 1, s)
-            for t, d, s, i in zip(tap, dilations, strides, spatial, strict=True)
+            slice(z + t * d, z + t * d + s * (i - 1) + 1, s)
+            for t, d, s, i, z in zip(tap, dilations, strides, spatial, lead, strict=True)
         )
         y[(slice(None),) * 3 + index] += part
     y = y.reshape(n, group * m_g, *size)
     y = y[
         (slice(None), slice(None))
-        + tuple(slice(b, b + o) for b, o in zip(begin, outs, strict=True))
+        + tuple(slice(b + z, b + z + o) for b, o, z in zip(begin, outs, lead, strict=True))
     ]
     if b is not None:
         y = y + b.reshape(1, -1, *(1,) * nd)

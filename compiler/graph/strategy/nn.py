@@ -104,29 +104,39 @@ def reduce_kernel(
     if out is not red and row is not None:
         s[red].compute_at(s[out], row)
         s[red].set_scope("local")
-    last = red.op.axis[-1]
-    if red.shape[-1] > 1 and (out is red or row is not None):
-        xo, xi = s[red].split(last, factor=config.lanes)
-        s[red].reorder(xo, *red.op.reduce_axis, xi)
-        s[red].vectorize(xi)
-        if config.unroll_taps and red.op.reduce_axis:
-            s[red].unroll(red.op.reduce_axis[-1])
+    if out is red or row is not None:
+        vectorize_reduction(s, red, config)
     return s, [out]
 
 
-def pad_image(x: Lazy, before: list, after: list, fill: Any) -> Tensor:
-    """x with `fill` around its two spatial axes, as its own stage: the window loops that read it
-    then index affinely (vector loads) instead of clamping every lane."""
-    n, c, h, w = x.shape
-    shape = (n, c, h + before[0] + after[0], w + before[1] + after[1])
+def vectorize_reduction(s: Schedule, red: Tensor, config: ReduceConfig) -> None:
+    """The last axis of reduction `red` split into vector lanes innermost, inside the reduction
+    loops (each lane its own accumulator); the last reduction axis unrolled if configured."""
+    if red.shape[-1] <= 1:
+        return
+    xo, xi = s[red].split(red.op.axis[-1], factor=config.lanes)
+    s[red].reorder(xo, *red.op.reduce_axis, xi)
+    s[red].vectorize(xi)
+    if config.unroll_taps and red.op.reduce_axis:
+        s[red].unroll(red.op.reduce_axis[-1])
 
-    def fpad(nn: Any, cc: Any, y: Any, xx: Any) -> Any:
-        iy, ix = y - before[0], xx - before[1]
-        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < w)
-        clamped = x((nn, cc, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), w - 1)))
-        return te.select(inside, clamped, fill)
 
-    return te.compute(shape, fpad, name="pad")
+def pad_image(x: Lazy, before: Sequence[int], after: Sequence[int], fill: Any) -> Tensor:
+    """x (`[N, C, *spatial]`) with `fill` around its spatial axes, as its own stage: the window
+    loops that read it then index affinely (vector loads) instead of clamping every lane."""
+    spatial = x.shape[2:]
+    shape = (*x.shape[:2], *(d + b + a for d, b, a in zip(spatial, before, after, strict=True)))
+    return te.compute(shape, lambda n, c, *pos: _padded(x, before, fill, n, c, pos), name="pad")
+
+
+def _padded(x: Lazy, before: Sequence[int], fill: Any, n: Any, c: Any, pos: Sequence) -> Any:
+    """x at spatial position `pos` of its padded copy (`fill` outside x): a select over a
+    clamped, always in-bounds read, which vectorizes."""
+    spatial = x.shape[2:]
+    src = [p - b for p, b in zip(pos, before, strict=True)]
+    inside = te.all_of(*(i >= 0 for i in src), *(i < d for i, d in zip(src, spatial, strict=True)))
+    clamped = [te.min(te.max(i, 0), d - 1) for i, d in zip(src, spatial, strict=True)]
+    return te.select(inside, x((n, c, *clamped)), fill)
 
 
 def pads_after(
@@ -142,35 +152,34 @@ def pads_after(
 def window_source(
     x: Lazy, out: tuple, kernel: tuple, pads: list, st: list, dil: list, fill: Any
 ) -> tuple[Callable[..., Any], list[Tensor]]:
-    """A reader `(n, c, iy, ix) -> value` with padding applied, and the extra stages it needs."""
+    """A reader `(n, c, *position) -> value` of `[N, C, *spatial]` x with padding applied (the
+    window's input positions, before padding), and the extra stages it needs."""
     after = pads_after(out[2:], kernel, pads, st, dil, x.shape[2:])
     if not any(pads) and not any(after):
-        return (lambda n, c, iy, ix: x((n, c, iy, ix))), []
-    if st[1] == 1:
+        return (lambda n, c, *pos: x((n, c, *pos))), []
+    shift = lambda pos: [p + b for p, b in zip(pos, pads, strict=True)]  # noqa: E731
+    if st[-1] == 1:
         padded = pad_image(x, pads, after, fill)
-        return (lambda n, c, iy, ix: padded[n, c, iy + pads[0], ix + pads[1]]), [padded]
-    phased = _pad_phases(x, pads, after, st[1], fill)
+        return (lambda n, c, *pos: padded[(n, c, *shift(pos))]), [padded]
+    phased = _pad_phases(x, pads, after, st[-1], fill)
 
-    def read(n: Any, c: Any, iy: Any, ix: Any) -> Any:
-        col = ix + pads[1]  # x * stride + rx * dilation: the phase depends on rx alone
-        return phased[n, c, iy + pads[0], col % st[1], col // st[1]]
+    def read(n: Any, c: Any, *pos: Any) -> Any:
+        *rows, col = shift(pos)  # x * stride + rx * dilation: the phase depends on rx alone
+        return phased[(n, c, *rows, col % st[-1], col // st[-1])]
 
     return read, [phased]
 
 
 def _pad_phases(x: Lazy, before: list, after: list, stride: int, fill: Any) -> Tensor:
-    """The padded image with its columns dealt into `stride` phases, `[n, c, row, column %
-    stride, column // stride]`: a strided window then reads consecutive outputs from consecutive
-    addresses (vector loads instead of gathers)."""
-    n, c, h, w = x.shape
-    width = w + before[1] + after[1]
-    shape = (n, c, h + before[0] + after[0], stride, -(-width // stride))
+    """The padded image with its columns (last axis) dealt into `stride` phases, `[n, c,
+    *rows, column % stride, column // stride]`: a strided window then reads consecutive
+    outputs from consecutive addresses (vector loads instead of gathers)."""
+    sizes = [d + b + a for d, b, a in zip(x.shape[2:], before, after, strict=True)]
+    shape = (*x.shape[:2], *sizes[:-1], stride, -(-sizes[-1] // stride))
 
-    def fpad(nn: Any, cc: Any, y: Any, phase: Any, j: Any) -> Any:
-        iy, ix = y - before[0], j * stride + phase - before[1]
-        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < w)
-        clamped = x((nn, cc, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), w - 1)))
-        return te.select(inside, clamped, fill)
+    def fpad(n: Any, c: Any, *pos: Any) -> Any:
+        *rows, phase, j = pos
+        return _padded(x, before, fill, n, c, (*rows, j * stride + phase))
 
     return te.compute(shape, fpad, name="pad_phases")
 
@@ -466,14 +475,10 @@ def _pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     x_ty = ctx.type_of(node.inputs[0])
     kernel = tuple(attrs["kernel_shape"])
     kind = "max" if node.op == "MaxPool" else "avg"
-    if len(x_ty.shape) not in (3, 4):
-        raise LoweringError(
-            f"{node.op} must be 1-D or 2-D on the CPU back-end, not {len(x_ty.shape) - 2}-D "
-            f"(node {node.name!r})"
-        )
-    begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], kernel, attrs["ceil_mode"])
-    if len(x_ty.shape) == 3:
-        return _pool1d(ctx, node, tail, kind, kernel[0], begin[0], strides[0], dil[0])
+    geometry = window_geometry(attrs, x_ty.shape[2:], kernel, attrs["ceil_mode"])
+    begin, end, strides, dil, _ = geometry
+    if len(x_ty.shape) != 4:
+        return _pool_generic(ctx, node, tail, kind, kernel, geometry)
     if kind == "max" and set(dil) == {1}:  # 10-20x faster than topi's pool2d (no vector lanes)
         return max_pool_separable(ctx, node, tail, kernel, begin, strides)
     symmetric = begin == end and len({*begin}) == 1
@@ -482,7 +487,7 @@ def _pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     if symmetric and square and counts_ok and not attrs["ceil_mode"] and not tail.nodes:
         _, out = pool2d(ctx.as_tensor(node.inputs[0]), kind, kernel[0], strides[0], begin[0])
         return schedule_pool2d(out), [out]
-    return _pool_generic(ctx, node, tail, kind, kernel, begin, strides, dil)
+    return _pool_generic(ctx, node, tail, kind, kernel, geometry)
 
 
 def max_pool_separable(
@@ -522,71 +527,60 @@ def max_pool_separable(
 
 
 def _pool_generic(
-    ctx: GroupContext, node: Node, tail: Tail, kind: str, kernel: tuple, pads: list, st: list, dil
+    ctx: GroupContext, node: Node, tail: Tail, kind: str, kernel: tuple, geometry: tuple
 ) -> Result:
+    """Max or average pooling over any number of spatial axes: one reduction over the window
+    of a padded copy (the padding is the reduction's identity), the average divided by the
+    taps `_window_count` counts."""
+    begin, end, st, dil, _ = geometry
     x = ctx.get(node.inputs[0])
-    _, _, h, w = x.shape
     shape = ctx.type_of(node.outputs[0]).shape
-    ry, rx = te.reduce_axis((0, kernel[0]), "ry"), te.reduce_axis((0, kernel[1]), "rx")
+    raxes = [te.reduce_axis((0, k), f"r{a}") for a, k in enumerate(kernel)]
     low = te.min_value(x.dtype) if kind == "max" else te.const(0, x.dtype)
-    read, extra = window_source(x, shape, kernel, pads, st, dil, low)
+    read, extra = window_source(x, shape, kernel, begin, st, dil, low)
 
-    def body(n: Any, c: Any, y: Any, xx: Any) -> Any:
-        iy, ix = y * st[0] + ry * dil[0] - pads[0], xx * st[1] + rx * dil[1] - pads[1]
-        v = read(n, c, iy, ix)
-        return (te.max if kind == "max" else te.sum)(v, axis=[ry, rx])
+    def body(n: Any, c: Any, *o: Any) -> Any:
+        pos = [i * s + r * d - p for i, s, r, d, p in zip(o, st, raxes, dil, begin, strict=True)]
+        return (te.max if kind == "max" else te.sum)(read(n, c, *pos), axis=raxes)
 
     red = te.compute(shape, body, name="pool")
     post = None
     if kind == "avg":
-        include = _attrs(node)["count_include_pad"]
+        include = bool(_attrs(node)["count_include_pad"])
+        lows = [-b for b in begin] if include else [0] * len(kernel)
+        highs = [n + e if include else n for n, e in zip(x.shape[2:], end, strict=True)]
+        full = _full_windows(kernel, geometry, lows, highs)
 
         def post(v: Any, i: Index) -> Any:
-            if include:
-                return v / float(kernel[0] * kernel[1])
-            y0, x0 = i[2] * st[0] - pads[0], i[3] * st[1] - pads[1]
-            rows = te.min(y0 + kernel[0], h) - te.max(y0, 0)
-            cols = te.min(x0 + kernel[1], w) - te.max(x0, 0)
-            return v / (rows * cols).astype(x.dtype)
+            if full:
+                return v / float(np.prod(kernel))
+            return v / _window_count(i[2:], kernel, st, dil, begin, lows, highs, x.dtype)
 
     return reduce_kernel(red, tail, post, extra)
 
 
-def _pool1d(
-    ctx: GroupContext, node: Node, tail: Tail, kind: str, k: int, pad: int, st: int, dil: int
-) -> Result:
-    """1-D max or average pooling over [N, C, L]: one reduction over the window, the padding
-    read as the reduction's identity (average: divided by the window, or by the elements inside
-    it without `count_include_pad`)."""
-    x = ctx.get(node.inputs[0])
-    width = x.shape[2]
-    shape = ctx.type_of(node.outputs[0]).shape
-    rx = te.reduce_axis((0, k), "rx")
-    low = te.min_value(x.dtype) if kind == "max" else te.const(0, x.dtype)
+def _window_count(
+    out: Index, kernel: tuple, st: list, dil: list, begin: list, lows: list, highs: list, dtype
+) -> Any:
+    """How many taps of the window at output position `out` fall in [low, high) on every axis:
+    an average's divisor (the input, or the input and its explicit padding, never the end
+    padding ceil_mode adds)."""
+    count: Any = 1
+    for o, k, s, d, b, low, high in zip(out, kernel, st, dil, begin, lows, highs, strict=True):
+        x0 = o * s - b  # the window's first tap
+        if d == 1:
+            taps = te.min(high - x0, k) - te.max(low - x0, 0)
+        else:
+            taps = te.min((high - 1 - x0) // d, k - 1) - te.max((low - x0 + d - 1) // d, 0) + 1
+        count = count * taps
+    return count.astype(dtype)
 
-    def body(n: Any, c: Any, i: Any) -> Any:
-        ix = i * st + rx * dil - pad
-        inside = te.all_of(ix >= 0, ix < width)
-        v = te.if_then_else(inside, x((n, c, te.min(te.max(ix, 0), width - 1))), low)
-        return (te.max if kind == "max" else te.sum)(v, axis=[rx])
 
-    red = te.compute(shape, body, name="pool")
-    post = None
-    if kind == "avg":
-        include = _attrs(node)["count_include_pad"]
-
-        def post(v: Any, i: Index) -> Any:
-            if include:
-                return v / float(k)
-            x0 = i[2] * st - pad
-            count = te.min(x0 + (k - 1) * dil + 1, width) - te.max(x0, 0)
-            if dil > 1:  # the taps inside: those at x0 + j*dil in [0, width)
-                first = te.max((-x0 + dil - 1) // dil, 0)
-                last = te.min((width - 1 - x0) // dil, k - 1)
-                count = last - first + 1
-            return v / count.astype(x.dtype)
-
-    return reduce_kernel(red, tail, post)
+def _full_windows(kernel: tuple, geometry: tuple, lows: list, highs: list) -> bool:
+    """Whether every window lies inside [low, high) on every axis (a constant divisor)."""
+    begin, _, st, dil, outs = geometry
+    shapes = zip(kernel, begin, st, dil, outs, lows, highs, strict=True)
+    return all(-b >= lo and (o - 1) * s - b + (k - 1) * d < hi for k, b, s, d, o, lo, hi in shapes)
 
 
 def _global_pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:

@@ -18,9 +18,13 @@ type's minimum. Every float operation is one correctly rounded IEEE float32 oper
 as in numpy and MLAS; inside these ops no multiply feeds an add (which LLVM may contract into an
 FMA). A float op fused after a DequantizeLinear, as in any float group, may be.
 
-Scales and zero points of QLinearConv/QLinearMatMul, and the input zero point, must be graph
-constants (they are initializers in every exporter's output); QLinearMatMul's `a` parameters
-must be per tensor (onnxruntime refuses per-row ones too).
+Scales and zero points of QLinearConv/QLinearMatMul are usually constants (initializers in
+every exporter's output): then the multiplier is computed once with numpy and the weights are
+centered (and packed) once. Where any is computed at run time the kernel reads it: the
+multiplier is then computed per output in float32, ``(x_scale * w_scale) / y_scale``, the same
+two correctly rounded operations, and the weights are centered as they are read (a direct
+reduction). Per tensor, and per axis where ONNX allows it: QLinearConv's weight parameters per
+output channel, QLinearMatMul's `a` parameters per row and `b`'s per column.
 """
 
 from __future__ import annotations
@@ -93,16 +97,6 @@ def _check_dtypes(ctx: GroupContext, node: Node) -> None:
             )
 
 
-def _scalar(ctx: GroupContext, node: Node, position: int, what: str) -> np.ndarray | None:
-    const = _constant(ctx, node, position, what)
-    if const is not None and const.size != 1:
-        raise LoweringError(
-            f"{node.op} node {node.name!r}: {what} must be one value (per tensor) on the CPU "
-            f"back-end (not built yet per row), not shape {list(const.shape)}"
-        )
-    return None if const is None else const.reshape(())
-
-
 def round_saturate(v: Any, zero: Any, dtype: str) -> Any:
     """``rint(clamp(v, min - zero, max - zero)) + zero`` as `dtype` (float32 `v`, `zero` a float32
     expression or None); NaN gives the type's minimum. Mirrors ``ops.quant.round_saturate``."""
@@ -120,25 +114,30 @@ def round_saturate(v: Any, zero: Any, dtype: str) -> Any:
 
 
 def _param(
-    ctx: GroupContext, node: Node, position: int, shape: tuple, attrs: dict
+    ctx: GroupContext, node: Node, position: int, shape: tuple, axis: int | None, block: int = 0
 ) -> Reader | None:
-    """A reader of the scale or zero point at `position`: per tensor, per axis or per block."""
+    """A reader of the scale or zero point at `position` (a constant or a value computed at run
+    time), for a tensor of `shape`: one value, or one per index of `axis` (not None) or one per
+    block of `block` along it. A one-value constant reads as an immediate."""
     value = _input(node, position)
     if not value:
         return None
     p = ctx.get(value)
     size = int(np.prod(p.shape))
-    axis, block = attrs["axis"] % max(1, len(shape)), attrs["block_size"]
     if size == 1 and not block:
         first = (0,) * len(p.shape)
         return lambda idx: p(first)
-    if block and len(p.shape) == len(shape):
-        return lambda idx: p(tuple(i // block if k == axis else i for k, i in enumerate(idx)))
-    if not block and p.shape == (shape[axis],):
-        return lambda idx: p((idx[axis],))
+    if axis is not None:
+        axis %= max(1, len(shape))
+        if block and len(p.shape) == len(shape):
+            return lambda idx: p(tuple(i // block if k == axis else i for k, i in enumerate(idx)))
+        if not block and p.shape == (shape[axis],):
+            return lambda idx: p((idx[axis],))
+    allowed = "one value" if axis is None else f"one value, one per index of axis {axis}"
+    allowed += " or one per block" if block else ""
     raise LoweringError(
-        f"{node.op} node {node.name!r}: {value!r} of shape {list(p.shape)} must be one value, "
-        f"one per index of axis {axis} or one per block, for input shape {list(shape)}"
+        f"{node.op} node {node.name!r}: {value!r} of shape {list(p.shape)} must be {allowed}, "
+        f"for input shape {list(shape)}"
     )
 
 
@@ -148,8 +147,8 @@ def _quantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
     attrs = _attrs(node)
     x = ctx.get(node.inputs[0])
     dtype = ctx.type_of(node.outputs[0]).dtype
-    scale = _param(ctx, node, 1, x.shape, attrs)
-    zero = _param(ctx, node, 2, x.shape, attrs)
+    scale = _param(ctx, node, 1, x.shape, attrs["axis"], attrs["block_size"])
+    zero = _param(ctx, node, 2, x.shape, attrs["axis"], attrs["block_size"])
     assert scale is not None  # the registry requires it
 
     def fn(idx: Index) -> Any:
@@ -165,8 +164,8 @@ def _dequantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
     attrs = _attrs(node)
     x = ctx.get(node.inputs[0])
     dtype = ctx.type_of(node.outputs[0]).dtype
-    scale = _param(ctx, node, 1, x.shape, attrs)
-    zero = _param(ctx, node, 2, x.shape, attrs)
+    scale = _param(ctx, node, 1, x.shape, attrs["axis"], attrs["block_size"])
+    zero = _param(ctx, node, 2, x.shape, attrs["axis"], attrs["block_size"])
     assert scale is not None
 
     def fn(idx: Index) -> Any:
@@ -182,12 +181,19 @@ def _dequantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
 # ---- the shared integer part of QLinearConv and QLinearMatMul ----------------------------------
 
 
-def _centered(ctx: GroupContext, node: Node, data: int, zero: int) -> Lazy:
-    """Input `data` minus its (per tensor, constant) zero point, as int32."""
+def _is_runtime(ctx: GroupContext, node: Node, position: int) -> bool:
+    """Whether input `position` is present and computed at run time (not a constant)."""
+    value = _input(node, position)
+    return bool(value) and ctx.constant(value) is None
+
+
+def _centered(ctx: GroupContext, node: Node, data: int, zero: int, axis: int | None) -> Lazy:
+    """Input `data` minus its zero point (one value, or one per index of `axis`), as int32."""
     x = ctx.get(node.inputs[data])
-    z = _scalar(ctx, node, zero, "the input zero point")
-    offset = te.const(0 if z is None else int(z), CENTERED)
-    return Lazy(x.shape, CENTERED, lambda idx: x(idx).astype(CENTERED) - offset)
+    z = _param(ctx, node, zero, x.shape, axis)
+    if z is None:
+        return Lazy(x.shape, CENTERED, lambda idx: x(idx).astype(CENTERED))
+    return Lazy(x.shape, CENTERED, lambda idx: x(idx).astype(CENTERED) - z(idx).astype(CENTERED))
 
 
 def _centered_weights(w: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
@@ -201,32 +207,57 @@ def _centered_weights(w: np.ndarray, zero: np.ndarray | None, axis: int) -> np.n
 
 
 def _requantizer(
-    ctx: GroupContext, node: Node, scales: tuple[int, int, int], y_zero: int
-) -> Callable[[Any, Any], Any]:
-    """``(acc, channel) -> output``: MLAS's requantization of an int32 sum. `scales` are the
-    input positions of the input, weight and output scales."""
-    x_scale = _scalar(ctx, node, scales[0], "the input scale")
-    w_scale = _constant(ctx, node, scales[1], "the weight scale")
-    y_scale = _scalar(ctx, node, scales[2], "the output scale")
-    zero = _scalar(ctx, node, y_zero, "the output zero point")
-    product = np.asarray(x_scale, np.float32) * np.asarray(w_scale, np.float32)
-    multiplier = requant_multiplier(product, y_scale).reshape(-1)
+    ctx: GroupContext, node: Node, axes: tuple[int | None, int]
+) -> Callable[[Any, Index], Any]:
+    """``(acc, output index) -> output``: MLAS's requantization of an int32 sum. The scales are
+    inputs 1 (input), 4 (weight) and 6 (output), the output zero point input 7; `axes` are the
+    output axes along which the input's and the weight's scale may vary (None: one value)."""
     out = ctx.type_of(node.outputs[0])
-    channels = out.shape[1] if node.op == "QLinearConv" else out.shape[-1]
+    _param(ctx, node, 6, out.shape, None)  # one value: refuses others before numpy sees them
+    x_scale = ctx.constant(node.inputs[1])
+    if (
+        x_scale is not None
+        and x_scale.size == 1
+        and not any(_is_runtime(ctx, node, k) for k in (4, 6))
+    ):
+        scale = _constant_multiplier(ctx, node, axes[1])
+    else:
+        xs, ws, ys = (
+            _param(ctx, node, k, out.shape, a)
+            for k, a in zip((1, 4, 6), (*axes, None), strict=True)
+        )
+        assert xs is not None and ws is not None and ys is not None  # the registry requires them
+
+        def scale(idx: Index) -> Any:  # float32(x_scale * w_scale) / y_scale, as numpy's
+            return (xs(idx).astype(F32) * ws(idx).astype(F32)) / ys(idx).astype(F32)
+
+    zero = _param(ctx, node, 7, out.shape, None)
+    const = ctx.constant(_input(node, 7)) if zero is not None else None
+    if const is not None and not const.any():
+        zero = None
+    return lambda acc, idx: round_saturate(
+        acc.astype(F32) * scale(idx), zero(idx).astype(F32) if zero else None, out.dtype
+    )
+
+
+def _constant_multiplier(ctx: GroupContext, node: Node, axis: int) -> Reader:
+    """The requantization multiplier of constant scales, computed once with numpy: an
+    immediate, or a table by the output's `axis` (per-channel weight scales)."""
+    product = np.asarray(ctx.constant(node.inputs[1]), np.float32) * np.asarray(
+        ctx.constant(node.inputs[4]), np.float32
+    )
+    multiplier = requant_multiplier(product, ctx.constant(node.inputs[6])).reshape(-1)
+    channels = ctx.type_of(node.outputs[0]).shape[axis]
     if multiplier.size not in (1, channels):
         raise LoweringError(
             f"{node.op} node {node.name!r}: the weight scale must be one value or one per output "
-            f"channel ({channels}), not shape {list(np.shape(w_scale))}"
+            f"channel ({channels}), not shape {list(ctx.type_of(node.inputs[4]).shape)}"
         )
-    dtype = out.dtype
-    z = None if zero is None or int(zero) == 0 else te.const(float(zero), F32)
     if multiplier.size == 1:
         m = te.const(float(multiplier[0]), F32)
-        read: Callable[[Any], Any] = lambda c: m  # noqa: E731
-    else:
-        table = ctx.add_constant(f"{node.name}.multiplier", multiplier)
-        read = lambda c: table[c]  # noqa: E731
-    return lambda acc, c: round_saturate(acc.astype(F32) * read(c), z, dtype)
+        return lambda idx: m
+    table = ctx.add_constant(f"{node.name}.multiplier", multiplier)
+    return lambda idx: table[idx[axis]]
 
 
 # ---- QLinearConv --------------------------------------------------------------------------------
@@ -234,31 +265,28 @@ def _requantizer(
 
 def _qlinear_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """topi's NCHW[x]c conv2d on the centered input with the centered weights packed once
-    (ungrouped, constant weights, equal strides and dilations); otherwise a direct reduction,
-    row by row (grouped and depthwise convolutions among them)."""
+    (ungrouped, constant weights and weight zero point, equal strides and dilations); otherwise
+    a direct reduction, row by row (grouped and depthwise convolutions among them)."""
     _check_dtypes(ctx, node)
     x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
     attrs = _attrs(node)
     begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
-    x = _centered(ctx, node, 0, 2)
-    requant = _requantizer(ctx, node, (1, 4, 6), 7)
+    x = _centered(ctx, node, 0, 2, None)
+    requant = _requantizer(ctx, node, (None, 1))
     bias = ctx.get(node.inputs[8]) if _input(node, 8) else None
 
-    def finish(acc: Any, k: Any) -> Any:
-        return requant(acc + bias((k,)).astype(ACC) if bias is not None else acc, k)
+    def finish(acc: Any, idx: Index) -> Any:
+        return requant(acc + bias((idx[1],)).astype(ACC) if bias is not None else acc, idx)
 
     weight = ctx.constant(node.inputs[3])
-    w_zero = _constant(ctx, node, 5, "the weight zero point")
-    uniform = len({*strides}) == 1 and len({*dil}) == 1
-    if attrs["group"] == 1 and uniform and weight is not None:
-        w = _centered_weights(np.asarray(weight), w_zero, 0)
+    if weight is None or _is_runtime(ctx, node, 5):
+        read_w = _lazy_weights(ctx, node)
+        return _conv_direct(ctx, node, x, read_w, finish, tail, (begin, strides, dil))
+    w = _centered_weights(np.asarray(weight), _constant(ctx, node, 5, "the weight zero point"), 0)
+    if attrs["group"] == 1 and len({*strides}) == 1 and len({*dil}) == 1:
         return _conv_topi(ctx, node, x, w, finish, tail, (begin, end, strides[0], dil[0]))
-    if weight is not None:
-        w = _centered_weights(np.asarray(weight), w_zero, 0)
-        table = ctx.add_constant(f"{node.name}.w_centered", w)
-        read_w = lambda k, c, y, xx: table[k, c, y, xx]  # noqa: E731
-    else:
-        read_w = _lazy_weights(ctx, node, w_zero)
+    table = ctx.add_constant(f"{node.name}.w_centered", w)
+    read_w = lambda k, c, y, xx: table[k, c, y, xx]  # noqa: E731
     return _conv_direct(ctx, node, x, read_w, finish, tail, (begin, strides, dil))
 
 
@@ -277,7 +305,7 @@ def _conv_topi(
     packed = ctx.add_constant(f"{node.name}.w.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn))
 
     def epilogue(acc: Any, *idx: Any) -> Any:
-        return tail.epilogue(finish(acc, idx[1]), tuple(idx))
+        return tail.epilogue(finish(acc, idx), tuple(idx))
 
     op = conv2d_nchwc(data, packed, stride, pad, dil, None, epilogue, config, ACC)
     return schedule_conv2d_nchwc(op, config), [op.out]
@@ -289,17 +317,11 @@ def _materialize(ctx: GroupContext, lazy: Lazy) -> Tensor:
     return t
 
 
-def _lazy_weights(ctx: GroupContext, node: Node, zero: np.ndarray | None) -> Callable[..., Any]:
-    """Weights computed at run time, centered as they are read (zero point per output channel)."""
-    w = ctx.get(node.inputs[3])
-    if zero is None:
-        return lambda k, c, y, x: w((k, c, y, x)).astype(CENTERED)
-    z = ctx.get(node.inputs[5])
-    first = (0,) * len(z.shape)
-    per_channel = int(np.prod(z.shape)) > 1
-    return lambda k, c, y, x: (
-        w((k, c, y, x)).astype(CENTERED) - z((k,) if per_channel else first).astype(CENTERED)
-    )
+def _lazy_weights(ctx: GroupContext, node: Node) -> Callable[..., Any]:
+    """Weights centered as they are read (a zero point per tensor or per output channel), when
+    the weights or their zero point are computed at run time."""
+    w = _centered(ctx, node, 3, 5, 0)
+    return lambda k, c, y, x: w((k, c, y, x))
 
 
 def _conv_direct(
@@ -326,7 +348,7 @@ def _conv_direct(
         return te.sum(product, axis=[rc, ry, rx] if cg > 1 else [ry, rx])
 
     red = te.compute(shape, body, name="qlinearconv")
-    return reduce_kernel(red, tail, lambda v, i: finish(v, i[1]), extra)
+    return reduce_kernel(red, tail, finish, extra)
 
 
 # ---- QLinearMatMul ------------------------------------------------------------------------------
@@ -334,8 +356,9 @@ def _conv_direct(
 
 def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """topi's dense (leading dims of `a` folded into rows) with the centered `b` packed into its
-    panels once, when `b` is a 2-D constant; otherwise a direct reduction with numpy's
-    broadcasting of the batch dims."""
+    panels once, when `b` and its zero point are constants and `b` is 2-D; otherwise a direct
+    reduction with numpy's broadcasting of the batch dims. `a`'s parameters may be per row, `b`'s
+    per column."""
     _check_dtypes(ctx, node)
     a_ty, b_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
     if len(a_ty.shape) < 2 or len(b_ty.shape) < 2:
@@ -343,8 +366,11 @@ def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
             f"QLinearMatMul operands must be at least 2-D on the CPU back-end (not built yet for "
             f"1-D), not {list(a_ty.shape)} x {list(b_ty.shape)} (node {node.name!r})"
         )
-    a = _centered(ctx, node, 0, 2)
-    requant = _requantizer(ctx, node, (1, 4, 6), 7)
+    a = _centered(ctx, node, 0, 2, -2)
+    requant = _requantizer(ctx, node, (-2, -1))
+    b = ctx.constant(node.inputs[3])
+    if b is None or len(b_ty.shape) > 2 or _is_runtime(ctx, node, 5):
+        return _matmul_direct(ctx, node, a, _centered(ctx, node, 3, 5, -1), requant, tail)
     b_zero = _constant(ctx, node, 5, "the weight zero point")
     n = b_ty.shape[-1]
     if b_zero is not None and b_zero.size not in (1, n):
@@ -352,9 +378,6 @@ def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
             f"QLinearMatMul node {node.name!r}: b's zero point must be one value or one per "
             f"column ({n}), not shape {list(b_zero.shape)}"
         )
-    b = ctx.constant(node.inputs[3])
-    if b is None or len(b_ty.shape) > 2:
-        return _matmul_direct(ctx, node, a, _centered_b(ctx, node, b_zero), requant, tail)
     lead, k = a_ty.shape[:-1], a_ty.shape[-1]
     rows = int(np.prod(lead))
     data = _materialize(ctx, reshape_lazy(a, (rows, k)))
@@ -362,22 +385,10 @@ def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
 
     def epilogue(acc: Any, i: Any, j: Any) -> Any:
         idx = (*unravel(i, lead), j) if len(lead) > 1 else (i, j)
-        return tail.epilogue(requant(acc, j), idx)
+        return tail.epilogue(requant(acc, idx), idx)
 
     name = f"{node.name}.b_centered"
     return packed_dense(ctx, data, name, "KN", epilogue, values=centered)
-
-
-def _centered_b(ctx: GroupContext, node: Node, zero: np.ndarray | None) -> Lazy:
-    b = ctx.get(node.inputs[3])
-    if zero is None:
-        return Lazy(b.shape, CENTERED, lambda idx: b(idx).astype(CENTERED))
-    z = zero.reshape(-1).astype(np.int16)
-    if z.size == 1:
-        offset = te.const(int(z[0]), CENTERED)
-        return Lazy(b.shape, CENTERED, lambda idx: b(idx).astype(CENTERED) - offset)
-    table = ctx.add_constant(f"{node.name}.b_zero", z)
-    return Lazy(b.shape, CENTERED, lambda idx: b(idx).astype(CENTERED) - table[idx[-1]])
 
 
 def _matmul_direct(
@@ -391,7 +402,7 @@ def _matmul_direct(
         return te.sum(lhs * b((*batch_index(b, i), rk, i[-1])).astype(ACC), axis=rk)
 
     red = te.compute(shape, body, name="qlinearmatmul")
-    return reduce_kernel(red, tail, lambda v, i: requant(v, i[-1]))
+    return reduce_kernel(red, tail, requant)
 
 
 ELEMENTWISE: dict[str, Rule] = {

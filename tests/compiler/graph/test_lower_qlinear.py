@@ -299,18 +299,69 @@ def test_qlinear_matmul_with_b_computed_at_run_time() -> None:
 # ---- errors and the whole model ----------------------------------------------------------------
 
 
-def test_runtime_scales_and_per_row_parameters_are_refused_naming_op_and_node() -> None:
+@pytest.mark.parametrize(
+    ("name", "runtime"),
+    [
+        ("ungrouped", (1, 2, 4, 5, 6, 7)),  # per-channel weight scales; a direct reduction
+        ("ungrouped", (1, 2, 4, 6, 7)),  # a constant weight zero point: topi's conv2d still
+        ("grouped_dilated", (1, 2, 4, 5, 6, 7)),  # a nonzero weight zero point
+    ],
+)
+def test_qlinear_conv_with_parameters_computed_at_run_time(name: str, runtime: tuple) -> None:
+    """Scales and zero points as graph inputs (as in onnx's node suite), constant weights: the
+    kernel reads them and computes the multiplier itself, bit-exact still."""
+    rng = np.random.default_rng(13 + len(runtime))
+    args, attrs = _conv_args(name, rng)
+    feed = {"x": _random(rng, CONVS[name][2], CONVS[name][0])}
+    for k in runtime:
+        feed[f"in{k}"], args[k] = np.asarray(args[k]), f"in{k}"
+    out = _assert_bit_exact(_model("QLinearConv", feed, args, **attrs), feed)
+    info = np.iinfo(out.dtype)
+    assert out.min() == info.min or out.max() == info.max
+
+
+@pytest.mark.parametrize("b_const", [False, True])
+def test_qlinear_matmul_with_parameters_computed_at_run_time(b_const: bool) -> None:
+    rng = np.random.default_rng(21)
+    b = _random(rng, (37, 9), I8)
+    b_scale = rng.uniform(0.001, 0.02, 9).astype(np.float32)
+    args = _matmul_args(U8, b if b_const else "b", b_scale, _random(rng, (9,), I8) // 8, 0.05)
+    feed = {"a": _random(rng, (2, 5, 37), U8)} | ({} if b_const else {"b": b})
+    for k in (1, 2, 4, 5, 6, 7):
+        feed[f"in{k}"], args[k] = np.asarray(args[k]), f"in{k}"
+    _assert_bit_exact(_model("QLinearMatMul", feed, args), feed)
+
+
+@pytest.mark.parametrize("runtime", [False, True])
+def test_qlinear_matmul_per_row_a_parameters_match_the_reference(runtime: bool) -> None:
+    """Per-row scales and zero points of `a` (onnxruntime refuses them): against the numpy
+    reference executor, which follows the ONNX definition."""
+    rng = np.random.default_rng(22)
+    args = _matmul_args(U8, _random(rng, (6, 5), I8), np.float32(0.01), I8(2), 0.03)
+    args[1] = rng.uniform(0.01, 0.03, 4).astype(np.float32)
+    args[2] = _random(rng, (4,), U8)
+    feed = {"a": _random(rng, (3, 4, 6), U8)}
+    if runtime:
+        for k in (1, 2):
+            feed[f"in{k}"], args[k] = args[k], f"in{k}"
+    graph = from_onnx(_model("QLinearMatMul", feed, args))
+    got = tensorforge.compile(graph).run(feed)
+    want = run_graph(graph, feed)
+    np.testing.assert_array_equal(got[graph.outputs[0]], want[graph.outputs[0]])
+
+
+def test_parameters_of_a_shape_onnx_does_not_allow_are_refused_naming_op_and_node() -> None:
     rng = np.random.default_rng(0)
     args, attrs = _conv_args("pointwise", rng)
-    feed = {"x": _random(rng, CONVS["pointwise"][2], I8), "ys": np.float32(0.37)}
+    feed = {"x": _random(rng, CONVS["pointwise"][2], I8), "ys": np.full(3, 0.37, np.float32)}
     args[6] = "ys"
     model = _model("QLinearConv", feed, args, **attrs)
-    with pytest.raises(LoweringError, match=r"QLinearConv node 'node': the output scale .* must"):
+    with pytest.raises(LoweringError, match=r"QLinearConv node 'node': 'ys' of shape \[3\] must"):
         tensorforge.compile(model)
     feed = {"a": _random(rng, (3, 4), U8)}
     args = _matmul_args(U8, _random(rng, (4, 2), I8), np.float32(0.1), I8(0))
-    args[1] = np.full(3, 0.02, np.float32)  # per row
-    with pytest.raises(LoweringError, match=r"QLinearMatMul node 'node': the input scale must"):
+    args[1] = np.full(2, 0.02, np.float32)  # neither one value nor one per row
+    with pytest.raises(LoweringError, match=r"QLinearMatMul node 'node': 'c1' of shape \[2\]"):
         tensorforge.compile(_model("QLinearMatMul", feed, args))
 
 
