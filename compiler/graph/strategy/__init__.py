@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from . import qlinear, qnn
+from . import qlinear, qnn, resize
 from .elemwise import ELEMENTWISE as _FLOAT_ELEMENTWISE
 from .nn import ANCHORS as _FLOAT_ANCHORS
 
 # the int8 graph ops of quantize_graph: strategy/qnn.py; ONNX's quantized ops: strategy/qlinear.py
-ELEMENTWISE = {**_FLOAT_ELEMENTWISE, **qnn.ELEMENTWISE, **qlinear.ELEMENTWISE}
+ELEMENTWISE = {
+    **_FLOAT_ELEMENTWISE,
+    **resize.ELEMENTWISE,
+    **qnn.ELEMENTWISE,
+    **qlinear.ELEMENTWISE,
+}
 ANCHORS = {**_FLOAT_ANCHORS, **qnn.ANCHORS, **qlinear.ANCHORS}
 
 __all__ = ["ANCHORS", "ELEMENTWISE"]

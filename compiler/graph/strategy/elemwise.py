@@ -206,7 +206,7 @@ def _slices(ctx: GroupContext, node: Node, x: Lazy, index: tuple, k: int = 0) ->
     return Lazy(shape, dtype, fn)
 
 
-def _const_input(ctx: GroupContext, node: Node, k: int) -> Any:
+def const_input(ctx: GroupContext, node: Node, k: int) -> Any:
     if k >= len(node.inputs) or not node.inputs[k]:
         return None
     value = ctx.constant(node.inputs[k])
@@ -217,7 +217,7 @@ def _const_input(ctx: GroupContext, node: Node, k: int) -> Any:
 
 def _slice(ctx: GroupContext, node: Node) -> list[Lazy]:
     x = ctx.get(node.inputs[0])
-    args = [_const_input(ctx, node, k) for k in range(1, 5)]
+    args = [const_input(ctx, node, k) for k in range(1, 5)]
     return [_slices(ctx, node, x, slice_index(x.shape, *args))]
 
 
@@ -228,7 +228,7 @@ def _split(ctx: GroupContext, node: Node) -> list[Lazy]:
     sizes = split_sizes(
         {**attrs, "num_outputs": attrs.get("num_outputs") or len(node.outputs)},
         x.shape[axis],
-        _const_input(ctx, node, 1),
+        const_input(ctx, node, 1),
     )
     result, start = [], 0
     for k, size in enumerate(sizes):
@@ -269,8 +269,8 @@ def _pad(ctx: GroupContext, node: Node) -> list[Lazy]:
             f"Pad mode must be 'constant' on the CPU back-end (not built yet for other modes), "
             f"not {dict(node.attrs)['mode']!r} (node {node.name!r})"
         )
-    widths = pad_widths(len(x.shape), _const_input(ctx, node, 1), _const_input(ctx, node, 3))
-    fill = _const_input(ctx, node, 2)
+    widths = pad_widths(len(x.shape), const_input(ctx, node, 1), const_input(ctx, node, 3))
+    fill = const_input(ctx, node, 2)
     fill_expr = te.const(0 if fill is None else fill.reshape(()).item(), dtype)
 
     def fn(idx: Index) -> Any:

@@ -1,0 +1,88 @@
+"""Resize as torch exports F.interpolate (bilinear with and without align_corners, nearest),
+compiled to native code and OpenCL, against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tensorforge
+from tensorforge.compiler.frontend import OnnxImportError, from_onnx
+
+# (attributes torch's exporter writes, scales or sizes): F.interpolate(scale_factor=2, ...)
+CASES = [
+    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, "scales"),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, "scales"),
+    (
+        {
+            "mode": "nearest",
+            "coordinate_transformation_mode": "asymmetric",
+            "nearest_mode": "floor",
+        },
+        "scales",
+    ),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, "sizes"),
+    ({"mode": "cubic", "coordinate_transformation_mode": "half_pixel"}, "sizes"),
+]
+SHAPE = (2, 3, 7, 5)
+
+
+def _model(attrs: dict, how: str, dtype: int = TensorProto.FLOAT):
+    """x -> Resize x2 (scales) or to 13x11 (sizes) -> + y (a neighbour to fuse with)."""
+    out = (2, 3, 13, 11) if how == "sizes" else (2, 3, 14, 10)
+    x = helper.make_tensor_value_info("x", dtype, SHAPE)
+    y = helper.make_tensor_value_info("y", dtype, out)
+    z = helper.make_tensor_value_info("z", dtype, out)
+    target = (
+        numpy_helper.from_array(np.array(out, np.int64), "sizes")
+        if how == "sizes"
+        else numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    )
+    inputs = ["x", "", "", "sizes"] if how == "sizes" else ["x", "", "scales"]
+    nodes = [
+        helper.make_node("Resize", inputs, ["r"], name="up", **attrs),
+        helper.make_node("Add", ["r", "y"], ["z"]),
+    ]
+    graph = helper.make_graph(nodes, "resize", [x, y], [z], initializer=[target])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
+@pytest.mark.parametrize(("attrs", "how"), CASES)
+def test_resize_matches_onnxruntime(attrs, how, target) -> None:
+    model = _model(attrs, how)
+    rng = np.random.default_rng(0)
+    out = model.graph.output[0].type.tensor_type.shape
+    x = rng.standard_normal(SHAPE).astype(np.float32)
+    y = rng.standard_normal(tuple(d.dim_value for d in out.dim)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x, "y": y})
+    module = tensorforge.compile(model, target=target)
+    np.testing.assert_allclose(module.run({"x": x, "y": y})["z"], want, rtol=1e-5, atol=1e-5)
+    assert module.stats["kernels"] == 1  # the resize is inlined into the Add
+
+
+def test_nearest_resize_of_int32_is_a_gather() -> None:
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric"}
+    model = _model(attrs, "scales", TensorProto.INT32)
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 100, SHAPE, dtype=np.int32)
+    y = rng.integers(0, 100, (2, 3, 14, 10), dtype=np.int32)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x, "y": y})
+    got = tensorforge.compile(model).run({"x": x, "y": y})["z"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_resize_with_runtime_scales_names_the_node() -> None:
+    model = _model({"mode": "linear"}, "scales")
+    del model.graph.initializer[:]
+    model.graph.input.append(helper.make_tensor_value_info("scales", TensorProto.FLOAT, [4]))
+    with pytest.raises(OnnxImportError, match="Resize node 'up' must be a constant"):
+        from_onnx(model)
+
+
+def test_resize_with_an_unknown_mode_names_the_node() -> None:
+    model = _model({"mode": "bilinear"}, "scales")
+    with pytest.raises(OnnxImportError, match="Resize node 'up'.*mode must be one of"):
+        from_onnx(model)
