@@ -266,6 +266,10 @@ class _Importer:
             if value.name in self.builder.types:
                 continue
             if value.name in constant_inputs:
+                if value.type.tensor_type.elem_type:  # the declared type must be ours too
+                    np_dtype(
+                        value.type.tensor_type.elem_type, f"{self.where}: input {value.name!r}"
+                    )
                 self.builder.add_constant(value.name, np.asarray(constant_inputs[value.name]))
                 continue
             shape, dtype = self._value_type(value, input_shapes.get(value.name))
@@ -351,6 +355,8 @@ class _Importer:
             axes = self.builder.fresh(f"{name}_axes")
             self.builder.add_constant(axes, np.array(attrs.pop("axes"), np.int64))
             inputs[1:] = [axes]
+        if op == "ConstantOfShape" and "value" in attrs:
+            attrs.update(_fill_value(attrs["value"], f"{self.where}: {op} node {name!r} value"))
         if op == "Split" and "split" in attrs:
             split = self.builder.fresh(f"{name}_split")
             self.builder.add_constant(split, np.array(attrs.pop("split"), np.int64))
@@ -395,6 +401,14 @@ class _Importer:
                     f"{self.where}: output {value.name!r} must have the declared shape "
                     f"{tuple(dims)}, not the inferred {ours.shape}"
                 )
+
+
+def _fill_value(tensor: onnx.TensorProto, where: str) -> dict[str, Any]:
+    """ConstantOfShape's one-element value tensor as the graph op's scalar `value` and `dtype`."""
+    array = _checked_array(tensor, where)
+    if array.size != 1:
+        raise OnnxImportError(f"{where} must hold one element, not {array.size}")
+    return {"value": array.reshape(()).item(), "dtype": str(array.dtype)}
 
 
 def _constant_value(attrs: dict[str, Any], where: str = "Constant") -> np.ndarray:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import qlinear, qnn, resize
+from . import indexing, qlinear, qnn, resize
 from .elemwise import ELEMENTWISE as _FLOAT_ELEMENTWISE
 from .nn import ANCHORS as _FLOAT_ANCHORS
 
@@ -10,9 +10,10 @@ from .nn import ANCHORS as _FLOAT_ANCHORS
 ELEMENTWISE = {
     **_FLOAT_ELEMENTWISE,
     **resize.ELEMENTWISE,
+    **indexing.ELEMENTWISE,
     **qnn.ELEMENTWISE,
     **qlinear.ELEMENTWISE,
 }
-ANCHORS = {**_FLOAT_ANCHORS, **qnn.ANCHORS, **qlinear.ANCHORS}
+ANCHORS = {**_FLOAT_ANCHORS, **indexing.ANCHORS, **qnn.ANCHORS, **qlinear.ANCHORS}
 
 __all__ = ["ANCHORS", "ELEMENTWISE"]

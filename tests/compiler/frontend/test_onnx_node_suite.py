@@ -29,7 +29,8 @@ ISSUE_OPS = (
 # further ops the importer supports (common in exported models)
 EXTRA_OPS = (
     "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool HardSigmoid "
-    "Resize"
+    "Resize ConstantOfShape Range Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor Mod "
+    "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 
@@ -74,7 +75,8 @@ def _shape_inputs(model: onnx.ModelProto, inputs: list) -> dict[str, np.ndarray]
     return {
         n: v
         for n, v in zip(names, inputs, strict=False)
-        if isinstance(v, np.ndarray) and (n in deciding or (n in later and v.dtype == np.int64))
+        if isinstance(v, np.ndarray | np.generic)
+        and (n in deciding or (n in later and v.dtype == np.int64))
     }
 
 
