@@ -13,11 +13,11 @@ import numpy as np
 
 from ..ir import TensorType, check_dtype
 from ..registry import Pattern, register
-from .shape import _axis, _ints
+from .shape import int_list, normalize_axis
 
 
 def _constant_of_shape_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-    dims = _ints(consts[0])
+    dims = int_list(consts[0])
     if any(d < 0 for d in dims):
         raise ValueError(f"ConstantOfShape shape must have non-negative dims, not {dims!r}")
     return [TensorType(tuple(dims), check_dtype(attrs["dtype"], "ConstantOfShape value"))]
@@ -27,7 +27,7 @@ register(
     "ConstantOfShape",
     Pattern.OPAQUE,
     _constant_of_shape_type,
-    lambda a, shape: np.full(_ints(shape), a["value"] or 0, a["dtype"]),
+    lambda a, shape: np.full(int_list(shape), a["value"] or 0, a["dtype"]),
     const_inputs=(0,),
     attrs={"value": None, "dtype": "float32"},
 )
@@ -69,7 +69,7 @@ register(
 
 
 def tile_repeats(rank: int, repeats: Any) -> list[int]:
-    reps = _ints(repeats)
+    reps = int_list(repeats)
     if len(reps) != rank or any(r < 0 for r in reps):
         raise ValueError(f"Tile repeats must be {rank} non-negative values, not {reps!r}")
     return reps
@@ -115,7 +115,7 @@ register(
 
 
 def cumsum_axis(rank: int, axis: Any) -> int:
-    return _axis(int(_scalar(axis, "axis")), rank, "CumSum axis")
+    return normalize_axis(int(_scalar(axis, "axis")), rank, "CumSum axis")
 
 
 def _cumsum(attrs: dict[str, Any], x: np.ndarray, axis: Any) -> np.ndarray:

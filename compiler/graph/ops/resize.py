@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ir import TensorType
 from ..registry import Pattern, register
+from .shape import normalize_axis
 
 MODES = ("nearest", "linear", "cubic")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
@@ -66,9 +67,9 @@ def _floats(value: Any) -> list[float] | None:
 def _resized_axes(attrs: dict[str, Any], rank: int) -> list[int]:
     if attrs.get("axes") is None:
         return list(range(rank))
-    axes = [a + rank if a < 0 else a for a in attrs["axes"]]
-    if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
-        raise ValueError(f"Resize axes must be distinct axes of rank {rank}, not {attrs['axes']}")
+    axes = [normalize_axis(a, rank, "Resize axis") for a in attrs["axes"]]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"Resize axes must be distinct, not {attrs['axes']}")
     return axes
 
 

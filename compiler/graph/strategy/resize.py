@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ... import te
 from ...te import dtype as dt
 from ..ir import Node
@@ -17,12 +19,17 @@ from .elemwise import const_input
 
 def _tables(ctx: GroupContext, node: Node, taps: AxisTaps, acc: str) -> tuple[Any, Any, bool]:
     """The kernel parameters holding one axis's tap positions and weights (None for nearest),
-    and whether some rows lie outside the crop (position -1)."""
-    index = ctx.add_constant(f"{node.name}.taps{taps.axis}", taps.index.astype("int32"))
+    tap-major ([tap, output position]: consecutive outputs read consecutive entries), and
+    whether some rows lie outside the crop (position -1)."""
+    index = ctx.add_constant(f"{node.name}.taps{taps.axis}", _tap_major(taps.index, "int32"))
     weight = None
     if taps.weight is not None:
-        weight = ctx.add_constant(f"{node.name}.weights{taps.axis}", taps.weight.astype(acc))
+        weight = ctx.add_constant(f"{node.name}.weights{taps.axis}", _tap_major(taps.weight, acc))
     return index, weight, bool((taps.index[:, 0] < 0).any())
+
+
+def _tap_major(table: np.ndarray, dtype: str) -> np.ndarray:
+    return np.ascontiguousarray(table.T.astype(dtype))
 
 
 def _resize(ctx: GroupContext, node: Node) -> list[Lazy]:
@@ -40,9 +47,9 @@ def _resize(ctx: GroupContext, node: Node) -> list[Lazy]:
         for axis, count, index, weight, crops in tables:
             i = idx[axis]
             if crops:
-                inside.append(index[i, 0] >= 0)
+                inside.append(index[0, i] >= 0)
             terms = [
-                (_times(w, weight, i, k), _at(src, axis, index[i, k], crops and k == 0))
+                (_times(w, weight, i, k), _at(src, axis, index[k, i], crops and k == 0))
                 for w, src in terms
                 for k in range(count)
             ]
@@ -63,7 +70,7 @@ def _resize(ctx: GroupContext, node: Node) -> list[Lazy]:
 def _times(w: Any, weight: Any, i: Any, k: int) -> Any:
     if weight is None:
         return w
-    return weight[i, k] if w is None else w * weight[i, k]
+    return weight[k, i] if w is None else w * weight[k, i]
 
 
 def _at(src: list[Any], axis: int, position: Any, clamp: bool) -> list[Any]:
