@@ -31,7 +31,10 @@ MIN_OPSET, MAX_OPSET = ONNX_OPSETS
 _SPECIAL = {"Constant", "Dropout"}
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
 _AXES_ATTR_UNTIL_18 = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"}
-_FOLD_LIMIT = 64  # integer results up to this many elements are folded at import (shape math)
+# Results of up to this many elements computed from constants alone are folded at import (shape
+# math): integers, and the bools and floats exporters compute shapes through (Equal -> Where
+# before an Expand; Cast to float, Mul by a scale, Floor, Cast back before a Resize).
+_FOLD_LIMIT = 64
 
 
 class OnnxImportError(ValueError):
@@ -366,7 +369,7 @@ class _Importer:
         return attrs
 
     def _fold(self, op: str, name: str, inputs: list, outputs: list, attrs: dict) -> bool:
-        """Evaluate shape arithmetic (Shape, small integer ops on constants) right away."""
+        """Evaluate shape arithmetic (Shape, small results of ops on constants) right away."""
         consts = self.builder.constants
         present = [i for i in inputs if i]
         if op != "Shape" and not (present and all(i in consts for i in present)):
@@ -375,7 +378,7 @@ class _Importer:
         probe.types, probe.constants = dict(self.builder.types), dict(consts)
         probe.add_node(op, inputs, attrs, name=name, outputs=outputs)
         types = [probe.types[o] for o in outputs if o]
-        if not all(t.dtype.startswith(("int", "uint")) and t.size <= _FOLD_LIMIT for t in types):
+        if not all(t.size <= _FOLD_LIMIT for t in types):
             return False
         node = probe.nodes[-1]
         if op == "Shape":

@@ -86,3 +86,41 @@ def test_resize_with_an_unknown_mode_names_the_node() -> None:
     model = _model({"mode": "bilinear"}, "scales")
     with pytest.raises(OnnxImportError, match="Resize node 'up'.*mode must be one of"):
         from_onnx(model)
+
+
+def test_resize_sizes_from_exported_shape_math() -> None:
+    """F.interpolate(x, scale_factor=2) as TorchScript exports it: the sizes computed from
+    Shape in float (Cast, Mul, Floor, Cast back), empty roi and scales: all of it folds."""
+    i64 = lambda v: numpy_helper.from_array(np.array(v, np.int64))  # noqa: E731
+    f32 = lambda v: numpy_helper.from_array(np.array(v, np.float32))  # noqa: E731
+    nodes = [
+        helper.make_node("Constant", [], ["lo"], value=i64([0])),
+        helper.make_node("Constant", [], ["mid"], value=i64([2])),
+        helper.make_node("Constant", [], ["hi"], value=i64([4])),
+        helper.make_node("Constant", [], ["two"], value=f32(2.0)),
+        helper.make_node("Constant", [], ["empty"], value=f32([])),
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Slice", ["shape", "lo", "mid"], ["nc"]),
+        helper.make_node("Slice", ["shape", "mid", "hi"], ["hw"]),
+        helper.make_node("Cast", ["hw"], ["hw_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["hw_f", "two"], ["scaled"]),
+        helper.make_node("Floor", ["scaled"], ["floored"]),
+        helper.make_node("Cast", ["floored"], ["hw2"], to=TensorProto.INT64),
+        helper.make_node("Concat", ["nc", "hw2"], ["sizes"], axis=0),
+        helper.make_node(
+            "Resize",
+            ["x", "empty", "empty", "sizes"],
+            ["y"],
+            mode="linear",
+            coordinate_transformation_mode="pytorch_half_pixel",
+        ),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "interpolate", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    a = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": a})
+    module = tensorforge.compile(model)
+    assert [c.label.split(" (")[0] for c in module.calls] == ["Resize"]
+    np.testing.assert_allclose(module.run({"x": a})["y"], want, rtol=1e-5, atol=1e-5)

@@ -112,6 +112,32 @@ def test_attention_mask_subgraph_folds_and_matches_onnxruntime(target) -> None:
     np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
 
 
+def test_torchscript_expand_with_minus_one_folds() -> None:
+    """x.expand(2, -1, -1) as TorchScript exports it: the -1 dims replaced through
+    ConstantOfShape, Mul, Equal and Where on constants, which must fold at import (Expand's
+    shape decides its output shape)."""
+    i64 = lambda v: numpy_helper.from_array(np.array(v, np.int64))  # noqa: E731
+    nodes = [
+        helper.make_node("Constant", [], ["target"], value=i64([2, -1, -1])),
+        helper.make_node("Constant", [], ["three"], value=i64([3])),
+        helper.make_node("Constant", [], ["neg"], value=i64(-1)),
+        helper.make_node("ConstantOfShape", ["three"], ["ones"], value=i64([1])),
+        helper.make_node("Mul", ["ones", "neg"], ["negs"]),
+        helper.make_node("Equal", ["target", "negs"], ["is_neg"]),
+        helper.make_node("Where", ["is_neg", "ones", "target"], ["shape"]),
+        helper.make_node("Expand", ["x", "shape"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "expand", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    a = np.random.default_rng(2).standard_normal((1, 3, 4)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": a})
+    module = tensorforge.compile(model)
+    assert _kernel_ops(module) == ["Expand"]
+    np.testing.assert_array_equal(module.run({"x": a})["y"], want)
+
+
 def _one_node_model(op: str, inputs: list, attrs: dict | None = None, inits: list = ()):
     values = [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs]
     out = helper.make_tensor_value_info("out", TensorProto.UNDEFINED, None)
