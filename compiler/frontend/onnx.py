@@ -23,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, check_shape
+from ..graph.ops.shape import SHAPE_ONLY_OPS
 from ..graph.registry import ONNX_OPSETS, UnsupportedOpError, get_op, is_registered
 
 # The op definitions the importer implements are those of opsets 13 to 21.
@@ -369,10 +370,10 @@ class _Importer:
         return attrs
 
     def _fold(self, op: str, name: str, inputs: list, outputs: list, attrs: dict) -> bool:
-        """Evaluate shape arithmetic (Shape, small results of ops on constants) right away."""
+        """Evaluate shape arithmetic (Shape, Size, small results of ops on constants) right away."""
         consts = self.builder.constants
         present = [i for i in inputs if i]
-        if op != "Shape" and not (present and all(i in consts for i in present)):
+        if op not in SHAPE_ONLY_OPS and not (present and all(i in consts for i in present)):
             return False
         probe = GraphBuilder()
         probe.types, probe.constants = dict(self.builder.types), dict(consts)
@@ -381,7 +382,7 @@ class _Importer:
         if not all(t.size <= _FOLD_LIMIT for t in types):
             return False
         node = probe.nodes[-1]
-        if op == "Shape":
+        if op in SHAPE_ONLY_OPS:
             # only the shape matters: a zero-strided view allocates nothing
             arrays = [np.broadcast_to(np.uint8(0), self.builder.types[inputs[0]].shape)]
         else:

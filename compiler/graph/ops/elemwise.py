@@ -189,6 +189,14 @@ def _cast(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
 
 
 register("Cast", Pattern.ELEMWISE, _cast_type, _cast, attrs={"to": REQUIRED, "saturate": 1})
+register(
+    "CastLike",
+    Pattern.ELEMWISE,
+    lambda a, t, c: [TensorType(t[0].shape, t[1].dtype)],
+    lambda a, x, like: _cast({"to": like.dtype}, x),
+    inputs=(2, 2),
+    attrs={"saturate": 1},
+)
 
 
 def _where_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:

@@ -343,6 +343,14 @@ register(
     lambda a, x: np.array(x.shape[_shape_range(a)], np.int64),
     attrs={"start": 0, "end": None},
 )
+register(
+    "Size",
+    Pattern.OPAQUE,
+    lambda a, t, c: [TensorType((), "int64")],
+    lambda a, x: np.array(x.size, np.int64),
+)
+# Ops whose result depends on their input's (static) shape alone: they always fold.
+SHAPE_ONLY_OPS = ("Shape", "Size")
 
 
 def reduce_axes(attrs: dict[str, Any], rank: int, axes: Any) -> tuple[int, ...] | None:

@@ -1,16 +1,17 @@
-"""Constant folding: nodes whose inputs are all constants (and Shape of static shapes) become
-constants."""
+"""Constant folding: nodes whose inputs are all constants (and Shape or Size of static shapes)
+become constants."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir import Graph, Node
+from ..ops.shape import SHAPE_ONLY_OPS
 from ..registry import get_op
 
 
 def _foldable(graph: Graph, node: Node, consts: dict[str, np.ndarray]) -> bool:
-    if node.op == "Shape":
+    if node.op in SHAPE_ONLY_OPS:
         return True  # every shape is static
     present = [i for i in node.inputs if i]
     return bool(present) and all(i in consts for i in present)
@@ -28,7 +29,7 @@ def fold_constants(graph: Graph) -> Graph:
         if not _foldable(graph, node, consts):
             kept.append(node)
             continue
-        if node.op == "Shape":
+        if node.op in SHAPE_ONLY_OPS:
             arrays = [np.broadcast_to(np.uint8(0), graph.types[node.inputs[0]].shape)]
         else:
             arrays = [consts[i] if i else None for i in node.inputs]

@@ -149,7 +149,7 @@ def _clip(ctx: GroupContext, node: Node) -> list[Lazy]:
 
 
 def _cast(ctx: GroupContext, node: Node) -> list[Lazy]:
-    (x,) = _inputs(ctx, node)
+    x = ctx.get(node.inputs[0])  # (CastLike's second input gives only the dtype)
     shape, dtype = _out(ctx, node)
     return [Lazy(shape, dtype, lambda idx: x(idx).astype(dtype))]
 
@@ -355,6 +355,7 @@ ELEMENTWISE: dict[str, Rule] = {
     "Xor": _nary(lambda a, b: a != b),
     "Clip": _clip,
     "Cast": _cast,
+    "CastLike": _cast,
     "Where": _where,
     "BatchNormalization": _batch_norm,
     "Reshape": _reshape,

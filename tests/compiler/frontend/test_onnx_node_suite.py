@@ -30,7 +30,7 @@ ISSUE_OPS = (
 EXTRA_OPS = (
     "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool HardSigmoid "
     "Resize ConstantOfShape Range Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor Mod "
-    "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round"
+    "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round CastLike Size"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 

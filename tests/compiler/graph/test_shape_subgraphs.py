@@ -138,6 +138,35 @@ def test_torchscript_expand_with_minus_one_folds() -> None:
     np.testing.assert_array_equal(module.run({"x": a})["y"], want)
 
 
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
+def test_position_ids_from_a_runtime_mask_lower_natively(target) -> None:
+    """RoBERTa's position ids from input ids at run time: mask = ids != pad; cumsum(mask) * mask
+    + pad, then masked_fill of the padded positions; every op on runtime data."""
+    pad = numpy_helper.from_array(np.array(1, np.int64), "pad")
+    fill = numpy_helper.from_array(np.array(-7, np.int64), "fill")
+    axis = numpy_helper.from_array(np.array(1, np.int32), "axis")
+    nodes = [
+        helper.make_node("Equal", ["ids", "pad"], ["is_pad"]),
+        helper.make_node("Not", ["is_pad"], ["keep"]),
+        helper.make_node("Cast", ["keep"], ["mask"], to=TensorProto.INT32),
+        helper.make_node("CumSum", ["mask", "axis"], ["count"]),
+        helper.make_node("Mul", ["count", "mask"], ["counted"]),
+        helper.make_node("Cast", ["counted"], ["counted64"], to=TensorProto.INT64),
+        helper.make_node("Add", ["counted64", "pad"], ["positions"]),
+        helper.make_node("Mod", ["positions", "fill"], ["wrapped"], fmod=1),
+        helper.make_node("Where", ["is_pad", "fill", "wrapped"], ["out"]),
+    ]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [3, 9])
+    out = helper.make_tensor_value_info("out", TensorProto.INT64, [3, 9])
+    graph = helper.make_graph(nodes, "positions", [ids], [out], [pad, fill, axis])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    feed = {"ids": np.random.default_rng(3).integers(0, 4, (3, 9)).astype(np.int64)}
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    module = tensorforge.compile(model, target=target)
+    assert "CumSum" in _kernel_ops(module)
+    np.testing.assert_array_equal(module.run(feed)["out"], want)
+
+
 def _one_node_model(op: str, inputs: list, attrs: dict | None = None, inits: list = ()):
     values = [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs]
     out = helper.make_tensor_value_info("out", TensorProto.UNDEFINED, None)
