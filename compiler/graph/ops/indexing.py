@@ -36,13 +36,14 @@ register(
 def _scalar(value: Any, what: str) -> Any:
     array = np.asarray(value)
     if array.size != 1:
-        raise ValueError(f"Range {what} must be a scalar, not shape {list(array.shape)}")
+        raise ValueError(f"{what} must be a scalar, not shape {list(array.shape)}")
     return array.reshape(()).item()
 
 
 def range_count(start: Any, limit: Any, delta: Any) -> int:
     """How many values Range yields: max(ceil((limit - start) / delta), 0), exact for integers."""
-    start, limit, delta = (_scalar(v, w) for v, w in zip((start, limit, delta), "sld", strict=True))
+    names = ("Range start", "Range limit", "Range delta")
+    start, limit, delta = (_scalar(v, w) for v, w in zip((start, limit, delta), names, strict=True))
     if delta == 0:
         raise ValueError("Range delta must be non-zero")
     if isinstance(delta, int):
@@ -94,7 +95,7 @@ register(
 
 def trilu_offset(k: Any) -> int:
     """The diagonal offset of Trilu (input k, 0 when absent)."""
-    return 0 if k is None else int(_scalar(k, "k"))
+    return 0 if k is None else int(_scalar(k, "Trilu k"))
 
 
 def _trilu_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
@@ -115,7 +116,7 @@ register(
 
 
 def cumsum_axis(rank: int, axis: Any) -> int:
-    return normalize_axis(int(_scalar(axis, "axis")), rank, "CumSum axis")
+    return normalize_axis(int(_scalar(axis, "CumSum axis")), rank, "CumSum axis")
 
 
 def _cumsum(attrs: dict[str, Any], x: np.ndarray, axis: Any) -> np.ndarray:

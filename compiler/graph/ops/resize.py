@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import TensorType
+from ..ir import TensorType, check_shape
 from ..registry import Pattern, register
 from .shape import normalize_axis
 
@@ -205,34 +205,50 @@ def _roi(attrs: dict[str, Any], roi: Any, rank: int, axes: list[int]) -> list[tu
     return bounds
 
 
+def _geometry(
+    attrs: dict[str, Any], shape: tuple[int, ...], roi: Any, scales: Any, sizes: Any
+) -> tuple[list[int], list[float], tuple[int, ...], list[tuple]]:
+    """The checked configuration: resized axes, scale factors, output shape (exact, bounded by
+    MAX_TENSOR_BYTES before any table is built) and roi bounds per axis."""
+    mode = _choice(attrs, "mode", MODES)
+    _choice(attrs, "nearest_mode", NEAREST_MODES)
+    _choice(attrs, "coordinate_transformation_mode", COORDINATE_MODES)
+    if attrs["antialias"] and mode == "nearest":
+        raise ValueError("Resize antialias must be 0 in nearest mode")
+    axes = _resized_axes(attrs, len(shape))
+    factor, out = _scales_and_shape(attrs, shape, axes, scales, sizes)
+    return axes, factor, check_shape(out), _roi(attrs, roi, len(shape), axes)
+
+
+def resize_shape(
+    attrs: dict[str, Any], shape: tuple[int, ...], roi: Any, scales: Any, sizes: Any
+) -> tuple[int, ...]:
+    """The output shape of a Resize node (no tables built)."""
+    return _geometry(attrs, shape, roi, scales, sizes)[2]
+
+
 def resize_plan(
     attrs: dict[str, Any], shape: tuple[int, ...], roi: Any, scales: Any, sizes: Any
 ) -> ResizePlan:
     """The output shape and the taps of every axis a Resize node changes; ValueError naming the
     attribute or input for a configuration the op does not define."""
-    mode = _choice(attrs, "mode", MODES)
-    _choice(attrs, "nearest_mode", NEAREST_MODES)
-    if attrs["antialias"] and mode == "nearest":
-        raise ValueError("Resize antialias must be 0 in nearest mode")
-    axes = _resized_axes(attrs, len(shape))
-    factor, out = _scales_and_shape(attrs, shape, axes, scales, sizes)
-    bounds = _roi(attrs, roi, len(shape), axes)
+    axes, factor, out, bounds = _geometry(attrs, shape, roi, scales, sizes)
     taps = []
     for a in axes:
         if out[a] == shape[a] and factor[a] == 1.0 and bounds[a] == (0.0, 1.0):
             continue  # unchanged
         taps.append(_axis_taps(attrs, a, shape[a], out[a], factor[a], bounds[a]))
-    return ResizePlan(tuple(out), tuple(taps), float(attrs["extrapolation_value"]))
+    return ResizePlan(out, tuple(taps), float(attrs["extrapolation_value"]))
 
 
-def _plan_of(attrs: dict[str, Any], shape: tuple[int, ...], args: list) -> ResizePlan:
+def _optional_inputs(args: list) -> tuple[Any, Any, Any]:
     roi, scales, sizes = (list(args) + [None] * 3)[:3]
-    return resize_plan(attrs, shape, roi, scales, sizes)
+    return roi, scales, sizes
 
 
 def _resize_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-    plan = _plan_of(attrs, types[0].shape, consts[1:])
-    return [TensorType(plan.shape, types[0].dtype)]
+    out = resize_shape(attrs, types[0].shape, *_optional_inputs(consts[1:]))
+    return [TensorType(out, types[0].dtype)]
 
 
 def _apply_axis(data: np.ndarray, taps: AxisTaps, fill: float) -> np.ndarray:
@@ -252,7 +268,7 @@ def _apply_axis(data: np.ndarray, taps: AxisTaps, fill: float) -> np.ndarray:
 
 
 def _resize(attrs: dict[str, Any], x: np.ndarray, *args: Any) -> np.ndarray:
-    plan = _plan_of(attrs, x.shape, list(args))
+    plan = resize_plan(attrs, x.shape, *_optional_inputs(list(args)))
     result = x.astype(np.float64) if attrs["mode"] != "nearest" else x
     for taps in plan.axes:
         result = _apply_axis(result, taps, plan.extrapolation)

@@ -124,3 +124,12 @@ def test_resize_sizes_from_exported_shape_math() -> None:
     module = tensorforge.compile(model)
     assert [c.label.split(" (")[0] for c in module.calls] == ["Resize"]
     np.testing.assert_allclose(module.run({"x": a})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_resize_to_an_impossible_size_fails_before_building_tables() -> None:
+    model = _model({"mode": "linear"}, "scales")
+    model.graph.initializer[0].CopyFrom(
+        numpy_helper.from_array(np.array([1, 1, 1e12, 1e12], np.float32), "scales")
+    )
+    with pytest.raises(OnnxImportError, match="Resize node 'up'.*MAX_TENSOR_BYTES"):
+        from_onnx(model)

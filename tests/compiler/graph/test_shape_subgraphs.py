@@ -181,6 +181,15 @@ def test_range_of_runtime_bounds_names_the_node() -> None:
         from_onnx(_one_node_model("Range", scalar))
 
 
+def test_range_of_too_many_values_names_the_node() -> None:
+    bounds = [numpy_helper.from_array(np.array(v, np.float32), n)
+              for n, v in (("start", 0.0), ("limit", 1.0), ("delta", 1e-15))]  # fmt: skip
+    model = _one_node_model("Range", [], inits=bounds)
+    model.graph.node[0].input.extend(["start", "limit", "delta"])
+    with pytest.raises(OnnxImportError, match="Range node 'n0'.*MAX_TENSOR_BYTES"):
+        from_onnx(model)
+
+
 def test_scatternd_of_runtime_indices_names_the_node() -> None:
     inputs = [
         ("data", TensorProto.FLOAT, [4, 3]),
