@@ -163,6 +163,7 @@ _MATH = {
     "ceil": "ceil",
     "round": "rint",  # half to even, as numpy
     "trunc": "trunc",
+    "fmod": "fmod",
     "pow": "pow",
 }
 

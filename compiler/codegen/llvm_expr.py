@@ -291,6 +291,8 @@ class ExprEmitter:
             neg = bld.fsub(self.constant(dtype, 0.0, lanes_of(args[0])), args[0], flags=fm)
             denom = bld.fadd(one, self.math_call("exp", [neg], dtype), flags=fm)
             return bld.fdiv(one, denom, flags=fm)
+        if name == "fmod":  # LLVM's frem is C's fmod
+            return bld.frem(args[0], args[1])
         if name in _LIBM:
             return self.per_lane(lambda xs: self.libm_call(name, xs, dtype), args)
         if name not in _LLVM_MATH:

@@ -23,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, check_shape
+from ..graph.ops.shape import SHAPE_ONLY_OPS
 from ..graph.registry import ONNX_OPSETS, UnsupportedOpError, get_op, is_registered
 
 # The op definitions the importer implements are those of opsets 13 to 21.
@@ -31,7 +32,10 @@ MIN_OPSET, MAX_OPSET = ONNX_OPSETS
 _SPECIAL = {"Constant", "Dropout"}
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
 _AXES_ATTR_UNTIL_18 = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"}
-_FOLD_LIMIT = 64  # integer results up to this many elements are folded at import (shape math)
+# Results of up to this many elements computed from constants alone are folded at import (shape
+# math): integers, and the bools and floats exporters compute shapes through (Equal -> Where
+# before an Expand; Cast to float, Mul by a scale, Floor, Cast back before a Resize).
+_FOLD_LIMIT = 64
 
 
 class OnnxImportError(ValueError):
@@ -266,6 +270,10 @@ class _Importer:
             if value.name in self.builder.types:
                 continue
             if value.name in constant_inputs:
+                if value.type.tensor_type.elem_type:  # the declared type must be ours too
+                    np_dtype(
+                        value.type.tensor_type.elem_type, f"{self.where}: input {value.name!r}"
+                    )
                 self.builder.add_constant(value.name, np.asarray(constant_inputs[value.name]))
                 continue
             shape, dtype = self._value_type(value, input_shapes.get(value.name))
@@ -351,6 +359,8 @@ class _Importer:
             axes = self.builder.fresh(f"{name}_axes")
             self.builder.add_constant(axes, np.array(attrs.pop("axes"), np.int64))
             inputs[1:] = [axes]
+        if op == "ConstantOfShape" and "value" in attrs:
+            attrs.update(_fill_value(attrs["value"], f"{self.where}: {op} node {name!r} value"))
         if op == "Split" and "split" in attrs:
             split = self.builder.fresh(f"{name}_split")
             self.builder.add_constant(split, np.array(attrs.pop("split"), np.int64))
@@ -360,19 +370,19 @@ class _Importer:
         return attrs
 
     def _fold(self, op: str, name: str, inputs: list, outputs: list, attrs: dict) -> bool:
-        """Evaluate shape arithmetic (Shape, small integer ops on constants) right away."""
+        """Evaluate shape arithmetic (Shape, Size, small results of ops on constants) right away."""
         consts = self.builder.constants
         present = [i for i in inputs if i]
-        if op != "Shape" and not (present and all(i in consts for i in present)):
+        if op not in SHAPE_ONLY_OPS and not (present and all(i in consts for i in present)):
             return False
         probe = GraphBuilder()
         probe.types, probe.constants = dict(self.builder.types), dict(consts)
         probe.add_node(op, inputs, attrs, name=name, outputs=outputs)
         types = [probe.types[o] for o in outputs if o]
-        if not all(t.dtype.startswith(("int", "uint")) and t.size <= _FOLD_LIMIT for t in types):
+        if not all(t.size <= _FOLD_LIMIT for t in types):
             return False
         node = probe.nodes[-1]
-        if op == "Shape":
+        if op in SHAPE_ONLY_OPS:
             # only the shape matters: a zero-strided view allocates nothing
             arrays = [np.broadcast_to(np.uint8(0), self.builder.types[inputs[0]].shape)]
         else:
@@ -395,6 +405,14 @@ class _Importer:
                     f"{self.where}: output {value.name!r} must have the declared shape "
                     f"{tuple(dims)}, not the inferred {ours.shape}"
                 )
+
+
+def _fill_value(tensor: onnx.TensorProto, where: str) -> dict[str, Any]:
+    """ConstantOfShape's one-element value tensor as the graph op's scalar `value` and `dtype`."""
+    array = _checked_array(tensor, where)
+    if array.size != 1:
+        raise OnnxImportError(f"{where} must hold one element, not {array.size}")
+    return {"value": array.reshape(()).item(), "dtype": str(array.dtype)}
 
 
 def _constant_value(attrs: dict[str, Any], where: str = "Constant") -> np.ndarray:

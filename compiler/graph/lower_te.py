@@ -259,6 +259,12 @@ def lower_group(
     by_name = {n.name: n for n in graph.nodes}
     nodes = [by_name[n] for n in group.nodes]
     outputs = group_outputs(graph, nodes)
+    for value in outputs:
+        if graph.types[value].size == 0:
+            raise LoweringError(
+                f"group {group.name!r}: value {value!r} has no elements (shape "
+                f"{list(graph.types[value].shape)}); zero-size tensors have no native lowering yet"
+            )
     ctx = GroupContext(graph, group, str(target))
     _, anchors = _rules()
     anchor_at = next((k for k, n in enumerate(nodes) if n.op in anchors), None)

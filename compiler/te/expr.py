@@ -67,6 +67,7 @@ MATH_INTRINSICS = {
     "round": 1,
     "trunc": 1,
     "pow": 2,
+    "fmod": 2,  # C fmod: the remainder with the dividend's sign
 }
 
 # Integer intrinsics: take an integer and a shift amount in [0, bits), return the first dtype.

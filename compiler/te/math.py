@@ -76,6 +76,11 @@ def power(x: Any, y: Any) -> Expr:
     return call_math("pow", x, y)
 
 
+def fmod(x: Any, y: Any) -> Expr:
+    """C's fmod: `x - trunc(x / y) * y` computed exactly (the sign of `x`)."""
+    return call_math("fmod", x, y)
+
+
 def abs(x: Any) -> Expr:  # noqa: A001 - the intrinsic's name
     """|x| for any numeric dtype."""
     return abs_expr(x)

@@ -414,6 +414,8 @@ class _Simplifier(ExprMutator):
             return _TRUE
         if lo is not None and lo >= 0:
             return _FALSE
+        if not _exact_difference(d, lo, hi, a.dtype):  # d could wrap: keep the comparison
+            return BinOp(op, a, b, "bool")
         return _canonical_lt(d, a.dtype)
 
     def _min_max(self, op: Op, a: Expr, b: Expr) -> Expr:
@@ -487,6 +489,19 @@ def _logic(op: Op, a: Expr, b: Expr) -> Expr:
         if _is_bool_const(x, not absorbing):
             return y
     return BinOp(op, a, b, "bool")
+
+
+def _exact_difference(d: _Lin, lo: int | None, hi: int | None, dtype: str) -> bool:
+    """Whether the difference `d` of two compared values is exact in `dtype`: a signed index
+    type and either loop arithmetic (variables only, taken as not overflowing, as everywhere in
+    index math) or a range inside the type's. Data (loads, narrow or unsigned values) may wrap."""
+    if dtype not in ("int32", "int64"):
+        return False
+    if all(isinstance(atom, Var) for atom, _ in d.terms.values()):
+        return True
+    return (
+        lo is not None and hi is not None and dt.min_value(dtype) <= lo <= hi <= dt.max_value(dtype)
+    )
 
 
 def _canonical_lt(d: _Lin, dtype: str) -> Expr:

@@ -94,6 +94,7 @@ _MATH: dict[str, Callable[..., float]] = {
     "ceil": _safe(lambda x: float(math.ceil(x))),
     "round": _safe(lambda x: float(np.round(x))),
     "trunc": _safe(lambda x: float(math.trunc(x))),
+    "fmod": _safe(math.fmod),
     "pow": _safe(math.pow),
 }
 

@@ -1,4 +1,5 @@
-"""Elementwise and broadcasting ops: activations, arithmetic, Clip, Cast, Where, Identity."""
+"""Elementwise and broadcasting ops: activations, arithmetic, rounding, comparisons, logic, Clip,
+Cast, Where, Identity."""
 
 from __future__ import annotations
 
@@ -70,6 +71,10 @@ _UNARY_FLOAT = {
     "Sqrt": (lambda a, x: np.sqrt(x), {}),
     "Exp": (lambda a, x: np.exp(x), {}),
     "Log": (lambda a, x: np.log(x), {}),
+    "Reciprocal": (lambda a, x: 1.0 / x, {}),
+    "Floor": (lambda a, x: np.floor(x), {}),
+    "Ceil": (lambda a, x: np.ceil(x), {}),
+    "Round": (lambda a, x: np.round(x), {}),  # half to even, as ONNX
 }
 
 for _name, (_fn, _attrs) in _UNARY_FLOAT.items():
@@ -79,6 +84,8 @@ register("Relu", Pattern.ELEMWISE, same_type, lambda a, x: np.maximum(x, np.zero
 register("Identity", Pattern.ELEMWISE, same_type, lambda a, x: x.copy())
 register("Neg", Pattern.ELEMWISE, same_type, lambda a, x: np.negative(x))
 register("Abs", Pattern.ELEMWISE, same_type, lambda a, x: np.abs(x))
+register("Sign", Pattern.ELEMWISE, same_type, lambda a, x: np.sign(x).astype(x.dtype))
+register("Not", Pattern.ELEMWISE, same_type, lambda a, x: np.logical_not(x))
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -116,6 +123,40 @@ register("Div", Pattern.BROADCAST, broadcast_type, _div, inputs=(2, 2))
 register("Pow", Pattern.BROADCAST, broadcast_type, _pow, inputs=(2, 2))
 
 
+def _mod(attrs: dict[str, Any], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """fmod=1: C's remainder (the dividend's sign); fmod=0: the divisor's sign (numpy's mod).
+    An integer remainder by zero is 0, as numpy gives."""
+    if attrs["fmod"] not in (0, 1):
+        raise ValueError(f"Mod fmod must be 0 or 1, not {attrs['fmod']!r}")
+    with np.errstate(all="ignore"):
+        return (np.fmod if attrs["fmod"] else np.mod)(a, b).astype(a.dtype)
+
+
+register("Mod", Pattern.BROADCAST, broadcast_type, _mod, inputs=(2, 2), attrs={"fmod": 0})
+
+
+def bool_broadcast_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    return [TensorType(broadcast_shapes(*(t.shape for t in types)), "bool")]
+
+
+_COMPARE = {
+    "Equal": np.equal,
+    "Less": np.less,
+    "Greater": np.greater,
+    "LessOrEqual": np.less_equal,
+    "GreaterOrEqual": np.greater_equal,
+}
+_LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
+for _name, _fn in {**_COMPARE, **_LOGIC}.items():
+    register(
+        _name,
+        Pattern.BROADCAST,
+        bool_broadcast_type,
+        lambda a, x, y, fn=_fn: fn(x, y),
+        inputs=(2, 2),
+    )
+
+
 def _variadic(fn: Any) -> Any:
     def compute(attrs: dict[str, Any], *xs: np.ndarray) -> np.ndarray:
         return functools.reduce(fn, xs).astype(xs[0].dtype)
@@ -148,6 +189,14 @@ def _cast(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
 
 
 register("Cast", Pattern.ELEMWISE, _cast_type, _cast, attrs={"to": REQUIRED, "saturate": 1})
+register(
+    "CastLike",
+    Pattern.ELEMWISE,
+    lambda a, t, c: [TensorType(t[0].shape, t[1].dtype)],
+    lambda a, x, like: _cast({"to": like.dtype}, x),
+    inputs=(2, 2),
+    attrs={"saturate": 1},
+)
 
 
 def _where_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:

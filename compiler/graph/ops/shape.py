@@ -16,11 +16,11 @@ from ..registry import REQUIRED, Pattern, register
 MANY = 1 << 16
 
 
-def _ints(value: Any) -> list[int]:
+def int_list(value: Any) -> list[int]:
     return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
-def _axis(axis: int, rank: int, what: str) -> int:
+def normalize_axis(axis: int, rank: int, what: str) -> int:
     """`axis` in [0, rank), from [-rank, rank); ValueError naming `what` otherwise (ONNX
     rejects such axes: numpy's wrap-around is not its semantics)."""
     if not -rank <= axis < rank:
@@ -58,12 +58,12 @@ def reshape_target(shape: tuple[int, ...], target: list[int], allowzero: int) ->
 
 
 def _reshape_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-    dims = reshape_target(types[0].shape, _ints(consts[1]), attrs["allowzero"])
+    dims = reshape_target(types[0].shape, int_list(consts[1]), attrs["allowzero"])
     return [TensorType(dims, types[0].dtype)]
 
 
 def _reshape(attrs: dict[str, Any], x: np.ndarray, shape: np.ndarray) -> np.ndarray:
-    return x.reshape(reshape_target(x.shape, _ints(shape), attrs["allowzero"])).copy()
+    return x.reshape(reshape_target(x.shape, int_list(shape), attrs["allowzero"])).copy()
 
 
 register(
@@ -116,7 +116,7 @@ register(
 
 def _concat_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     first = types[0].shape
-    axis = _axis(attrs["axis"], len(first), "Concat axis")
+    axis = normalize_axis(attrs["axis"], len(first), "Concat axis")
     for t in types[1:]:
         if len(t.shape) != len(first) or any(
             a != b for i, (a, b) in enumerate(zip(t.shape, first, strict=True)) if i != axis
@@ -139,7 +139,7 @@ register(
 def split_sizes(attrs: dict[str, Any], dim: int, split: Any) -> list[int]:
     """Chunk sizes of Split along its axis (explicit, or num_outputs chunks, the last smaller)."""
     if split is not None:
-        sizes = _ints(split)
+        sizes = int_list(split)
         if any(s < 0 for s in sizes):
             raise ValueError(f"Split sizes must be non-negative, not {sizes!r}")
         if sum(sizes) != dim:
@@ -154,7 +154,7 @@ def split_sizes(attrs: dict[str, Any], dim: int, split: Any) -> list[int]:
 
 def _split_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     shape = types[0].shape
-    axis = _axis(attrs["axis"], len(shape), "Split axis")
+    axis = normalize_axis(attrs["axis"], len(shape), "Split axis")
     sizes = split_sizes(attrs, shape[axis], consts[1] if len(consts) > 1 else None)
     return [TensorType((*shape[:axis], s, *shape[axis + 1 :]), types[0].dtype) for s in sizes]
 
@@ -179,14 +179,14 @@ register(
 
 def slice_index(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, steps: Any) -> tuple:
     """The Python index that ONNX Slice denotes (ends and starts clamped like numpy)."""
-    starts, ends = _ints(starts), _ints(ends)
-    axes = _ints(axes) if axes is not None else list(range(len(starts)))
-    steps = _ints(steps) if steps is not None else [1] * len(starts)
+    starts, ends = int_list(starts), int_list(ends)
+    axes = int_list(axes) if axes is not None else list(range(len(starts)))
+    steps = int_list(steps) if steps is not None else [1] * len(starts)
     index = [slice(None)] * len(shape)
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         if step == 0:
             raise ValueError("Slice steps must be non-zero")
-        index[_axis(axis, len(shape), "Slice axis")] = slice(start, end, step)
+        index[normalize_axis(axis, len(shape), "Slice axis")] = slice(start, end, step)
     return tuple(index)
 
 
@@ -209,7 +209,7 @@ register(
 
 def _gather_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     data, idx = types[0].shape, types[1].shape
-    axis = _axis(attrs["axis"], len(data), "Gather axis")
+    axis = normalize_axis(attrs["axis"], len(data), "Gather axis")
     return [TensorType((*data[:axis], *idx, *data[axis + 1 :]), types[0].dtype)]
 
 
@@ -225,7 +225,7 @@ register("Gather", Pattern.INJECTIVE, _gather_type, _gather, inputs=(2, 2), attr
 def squeezed(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
     if axes is None:
         return tuple(d for d in shape if d != 1)
-    drop = {_axis(a, len(shape), "Squeeze axis") for a in _ints(axes)}
+    drop = {normalize_axis(a, len(shape), "Squeeze axis") for a in int_list(axes)}
     for a in sorted(drop):
         if shape[a] != 1:
             raise ValueError(f"Squeeze axis {a} must have size 1, not {shape[a]}")
@@ -233,10 +233,10 @@ def squeezed(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
 
 
 def unsqueezed(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
-    rank = len(shape) + len(_ints(axes))
-    new = sorted(_axis(a, rank, "Unsqueeze axis") for a in _ints(axes))
+    rank = len(shape) + len(int_list(axes))
+    new = sorted(normalize_axis(a, rank, "Unsqueeze axis") for a in int_list(axes))
     if len(set(new)) != len(new):
-        raise ValueError(f"Unsqueeze axes must be distinct, not {_ints(axes)!r}")
+        raise ValueError(f"Unsqueeze axes must be distinct, not {int_list(axes)!r}")
     dims, rest = [], iter(shape)
     for i in range(rank):
         dims.append(1 if i in new else next(rest))
@@ -260,7 +260,7 @@ register("Unsqueeze", Pattern.INJECTIVE, *_shape_op(unsqueezed), inputs=(2, 2), 
 
 
 def _expanded(shape: tuple[int, ...], target: Any) -> tuple[int, ...]:
-    dims = tuple(_ints(target))
+    dims = tuple(int_list(target))
     if any(d < 0 for d in dims):
         raise ValueError(f"Expand shape must have non-negative dims, not {dims!r}")
     return broadcast_shapes(shape, dims)
@@ -277,8 +277,12 @@ register(
 
 
 def pad_widths(rank: int, pads: Any, axes: Any) -> list[tuple[int, int]]:
-    pads = _ints(pads)
-    axes = [_axis(a, rank, "Pad axis") for a in _ints(axes)] if axes is not None else [*range(rank)]
+    pads = int_list(pads)
+    axes = (
+        [normalize_axis(a, rank, "Pad axis") for a in int_list(axes)]
+        if axes is not None
+        else [*range(rank)]
+    )
     if len(pads) != 2 * len(axes):
         raise ValueError(f"Pad pads must have {2 * len(axes)} values, not {len(pads)}")
     widths = [(0, 0)] * rank
@@ -339,13 +343,21 @@ register(
     lambda a, x: np.array(x.shape[_shape_range(a)], np.int64),
     attrs={"start": 0, "end": None},
 )
+register(
+    "Size",
+    Pattern.OPAQUE,
+    lambda a, t, c: [TensorType((), "int64")],
+    lambda a, x: np.array(x.size, np.int64),
+)
+# Ops whose result depends on their input's (static) shape alone: they always fold.
+SHAPE_ONLY_OPS = ("Shape", "Size")
 
 
 def reduce_axes(attrs: dict[str, Any], rank: int, axes: Any) -> tuple[int, ...] | None:
     """The axes a Reduce* op reduces; None means nothing (noop_with_empty_axes)."""
     if axes is None or np.asarray(axes).size == 0:
         return None if attrs["noop_with_empty_axes"] else tuple(range(rank))
-    return tuple(sorted({_axis(a, rank, "reduce axis") for a in _ints(axes)}))
+    return tuple(sorted({normalize_axis(a, rank, "reduce axis") for a in int_list(axes)}))
 
 
 def _extreme(dtype: np.dtype, lowest: bool) -> Any:

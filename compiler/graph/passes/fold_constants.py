@@ -1,6 +1,6 @@
-"""Constant folding: nodes whose inputs are all constants (and Shape of static shapes) become
-constants. A zero-size value holds no data, so its type alone is its value: it counts as a
-constant, and so no zero extent ever reaches the tensor-expression layer."""
+"""Constant folding: nodes whose inputs are all constants (and Shape or Size of static shapes)
+become constants. A zero-size value holds no data, so its type alone is its value: it counts as
+a constant, and so no zero extent ever reaches the tensor-expression layer."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 
 from ..ir import Graph, Node
+from ..ops.shape import SHAPE_ONLY_OPS
 from ..registry import get_op
 
 
@@ -22,7 +23,7 @@ def _empty(graph: Graph, name: str) -> np.ndarray:
 
 
 def _foldable(graph: Graph, node: Node, consts: dict[str, np.ndarray]) -> bool:
-    if node.op == "Shape":
+    if node.op in SHAPE_ONLY_OPS:
         return True  # every shape is static
     present = [i for i in node.inputs if i]
     return bool(present) and all(i in consts for i in present)
@@ -54,7 +55,7 @@ def _drop_empty(graph: Graph, node: Node, consts: dict[str, np.ndarray]) -> Node
 def _fold(graph: Graph, node: Node, consts: dict[str, np.ndarray]) -> list[np.ndarray | None]:
     if _outputs_empty(graph, node):
         return [_empty(graph, o) if o else None for o in node.outputs]
-    if node.op == "Shape":
+    if node.op in SHAPE_ONLY_OPS:
         arrays = [np.broadcast_to(np.uint8(0), graph.types[node.inputs[0]].shape)]
     else:
         arrays = [consts[i] if i else None for i in node.inputs]

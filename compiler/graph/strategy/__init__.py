@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from . import conv_transpose, qlinear, qnn
+from . import conv_transpose, indexing, qlinear, qnn, resize
 from .elemwise import ELEMENTWISE as _FLOAT_ELEMENTWISE
 from .nn import ANCHORS as _FLOAT_ANCHORS
 
 # the int8 graph ops of quantize_graph: strategy/qnn.py; ONNX's quantized ops: strategy/qlinear.py
-ELEMENTWISE = {**_FLOAT_ELEMENTWISE, **qnn.ELEMENTWISE, **qlinear.ELEMENTWISE}
-ANCHORS = {**_FLOAT_ANCHORS, **conv_transpose.ANCHORS, **qnn.ANCHORS, **qlinear.ANCHORS}
+ELEMENTWISE = {
+    **_FLOAT_ELEMENTWISE,
+    **resize.ELEMENTWISE,
+    **indexing.ELEMENTWISE,
+    **qnn.ELEMENTWISE,
+    **qlinear.ELEMENTWISE,
+}
+ANCHORS = {
+    **_FLOAT_ANCHORS,
+    **conv_transpose.ANCHORS,
+    **indexing.ANCHORS,
+    **qnn.ANCHORS,
+    **qlinear.ANCHORS,
+}
 
 __all__ = ["ANCHORS", "ELEMENTWISE"]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ... import te
+from ...te import dtype as dt
 from ...tir.stmt import LoweringError
 from ..ir import Node
 from ..lower_te import GroupContext, Index, Lazy, Rule, reshape_lazy
@@ -103,6 +104,35 @@ def _zero(x: Any) -> Any:
     return te.const(0, x.dtype)
 
 
+def _sign(x: Any, attrs: dict[str, Any]) -> Any:
+    one, zero = te.const(1, x.dtype), _zero(x)
+    sign = te.select(x > zero, one, te.select(x < zero, -one, zero))
+    return te.select(x != x, x, sign) if dt.is_float(x.dtype) else sign  # NaN stays NaN
+
+
+def _mod(fmod: bool) -> Callable[[Any, Any], Any]:
+    """ONNX Mod: fmod=1 C's remainder (the dividend's sign), fmod=0 the divisor's sign; an
+    integer remainder by zero is 0 (as numpy gives) rather than a trap."""
+
+    def fn(a: Any, b: Any) -> Any:
+        if dt.is_float(a.dtype):
+            r = te.fmod(a, b)
+            if fmod:
+                return r
+            zero = _zero(r)
+            return te.select((r != zero) & ((r < zero) != (b < zero)), r + b, r)
+        zero = _zero(b)
+        safe = te.select(b == zero, te.const(1, b.dtype), b)
+        r = a - (a / safe) * safe if fmod else a % safe
+        return te.select(b == zero, zero, r)
+
+    return fn
+
+
+def _mod_rule(ctx: GroupContext, node: Node) -> list[Lazy]:
+    return _nary(_mod(bool(dict(node.attrs).get("fmod", 0))))(ctx, node)
+
+
 def _clip(ctx: GroupContext, node: Node) -> list[Lazy]:
     x, lo, hi = (_inputs(ctx, node) + [None, None])[:3]
     shape, dtype = _out(ctx, node)
@@ -119,7 +149,7 @@ def _clip(ctx: GroupContext, node: Node) -> list[Lazy]:
 
 
 def _cast(ctx: GroupContext, node: Node) -> list[Lazy]:
-    (x,) = _inputs(ctx, node)
+    x = ctx.get(node.inputs[0])  # (CastLike's second input gives only the dtype)
     shape, dtype = _out(ctx, node)
     return [Lazy(shape, dtype, lambda idx: x(idx).astype(dtype))]
 
@@ -206,7 +236,7 @@ def _slices(ctx: GroupContext, node: Node, x: Lazy, index: tuple, k: int = 0) ->
     return Lazy(shape, dtype, fn)
 
 
-def _const_input(ctx: GroupContext, node: Node, k: int) -> Any:
+def const_input(ctx: GroupContext, node: Node, k: int) -> Any:
     if k >= len(node.inputs) or not node.inputs[k]:
         return None
     value = ctx.constant(node.inputs[k])
@@ -217,7 +247,7 @@ def _const_input(ctx: GroupContext, node: Node, k: int) -> Any:
 
 def _slice(ctx: GroupContext, node: Node) -> list[Lazy]:
     x = ctx.get(node.inputs[0])
-    args = [_const_input(ctx, node, k) for k in range(1, 5)]
+    args = [const_input(ctx, node, k) for k in range(1, 5)]
     return [_slices(ctx, node, x, slice_index(x.shape, *args))]
 
 
@@ -228,7 +258,7 @@ def _split(ctx: GroupContext, node: Node) -> list[Lazy]:
     sizes = split_sizes(
         {**attrs, "num_outputs": attrs.get("num_outputs") or len(node.outputs)},
         x.shape[axis],
-        _const_input(ctx, node, 1),
+        const_input(ctx, node, 1),
     )
     result, start = [], 0
     for k, size in enumerate(sizes):
@@ -265,7 +295,7 @@ def _pad(ctx: GroupContext, node: Node) -> list[Lazy]:
     x = ctx.get(node.inputs[0])
     shape, dtype = _out(ctx, node)
     mode = dict(node.attrs)["mode"]
-    widths = pad_widths(len(x.shape), _const_input(ctx, node, 1), _const_input(ctx, node, 3))
+    widths = pad_widths(len(x.shape), const_input(ctx, node, 1), const_input(ctx, node, 3))
     if mode != "constant":
         return [Lazy(shape, dtype, _pad_source(x, widths, mode, node))]
     fill_expr = _pad_fill(ctx, node, dtype)
@@ -344,6 +374,12 @@ ELEMENTWISE: dict[str, Rule] = {
     "Sqrt": _unary(lambda x, a: te.sqrt(x)),
     "Exp": _unary(lambda x, a: te.exp(x)),
     "Log": _unary(lambda x, a: te.log(x)),
+    "Reciprocal": _unary(lambda x, a: 1.0 / x),
+    "Floor": _unary(lambda x, a: te.floor(x)),
+    "Ceil": _unary(lambda x, a: te.ceil(x)),
+    "Round": _unary(lambda x, a: te.round(x)),
+    "Sign": _unary(_sign),
+    "Not": _unary(lambda x, a: ~x),
     "Add": _nary(lambda a, b: a + b),
     "Sub": _nary(lambda a, b: a - b),
     "Mul": _nary(lambda a, b: a * b),
@@ -351,8 +387,18 @@ ELEMENTWISE: dict[str, Rule] = {
     "Pow": _nary(lambda a, b: te.power(a, b.astype(a.dtype))),
     "Max": _nary(_fold(te.max)),
     "Min": _nary(_fold(te.min)),
+    "Mod": _mod_rule,
+    "Equal": _nary(lambda a, b: a == b),
+    "Less": _nary(lambda a, b: a < b),
+    "Greater": _nary(lambda a, b: a > b),
+    "LessOrEqual": _nary(lambda a, b: a <= b),
+    "GreaterOrEqual": _nary(lambda a, b: a >= b),
+    "And": _nary(lambda a, b: a & b),
+    "Or": _nary(lambda a, b: a | b),
+    "Xor": _nary(lambda a, b: a != b),
     "Clip": _clip,
     "Cast": _cast,
+    "CastLike": _cast,
     "Where": _where,
     "BatchNormalization": _batch_norm,
     "Reshape": _reshape,

@@ -17,6 +17,7 @@ import pytest
 
 from tensorforge.compiler.frontend import UnsupportedDtypeError, UnsupportedOpError, from_onnx
 from tensorforge.compiler.graph import run_graph
+from tensorforge.compiler.graph.registry import get_op, is_registered
 
 ISSUE_OPS = (
     "Conv ConvTranspose Gemm MatMul BatchNormalization Relu LeakyRelu Sigmoid Tanh Gelu Erf "
@@ -27,7 +28,9 @@ ISSUE_OPS = (
 ).split()
 # further ops the importer supports (common in exported models)
 EXTRA_OPS = (
-    "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool HardSigmoid"
+    "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool HardSigmoid "
+    "Resize ConstantOfShape Range Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor Mod "
+    "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round CastLike Size"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 
@@ -60,12 +63,20 @@ def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def _shape_inputs(model: onnx.ModelProto, inputs: list) -> dict[str, np.ndarray]:
+    """Inputs to bind as constants: int64 inputs after an op's first (shapes, axes, indices)
+    and any input the op's registry entry requires constant (Resize's float scales and roi)."""
     names = [v.name for v in model.graph.input]
     later = {name for node in model.graph.node for name in node.input[1:]}
+    deciding = set()
+    for node in model.graph.node:
+        if is_registered(node.op_type):
+            spec = get_op(node.op_type)
+            deciding.update(node.input[i] for i in spec.const_inputs if i < len(node.input))
     return {
         n: v
         for n, v in zip(names, inputs, strict=False)
-        if n in later and isinstance(v, np.ndarray) and v.dtype == np.int64
+        if isinstance(v, np.ndarray | np.generic)
+        and (n in deciding or (n in later and v.dtype == np.int64))
     }
 
 

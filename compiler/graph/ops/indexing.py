@@ -1,0 +1,198 @@
+"""Ops that generate or move data by index: ConstantOfShape, Range, Tile, Trilu, CumSum and
+ScatterND (the shape arithmetic and mask building that exported transformers carry).
+
+ConstantOfShape's shape and Range's bounds decide output shapes, so they must be constants;
+such nodes then always fold at compile time."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..ir import TensorType, check_dtype
+from ..registry import Pattern, register
+from .shape import int_list, normalize_axis
+
+
+def _constant_of_shape_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    dims = int_list(consts[0])
+    if any(d < 0 for d in dims):
+        raise ValueError(f"ConstantOfShape shape must have non-negative dims, not {dims!r}")
+    return [TensorType(tuple(dims), check_dtype(attrs["dtype"], "ConstantOfShape value"))]
+
+
+register(
+    "ConstantOfShape",
+    Pattern.OPAQUE,
+    _constant_of_shape_type,
+    lambda a, shape: np.full(int_list(shape), a["value"] or 0, a["dtype"]),
+    const_inputs=(0,),
+    attrs={"value": None, "dtype": "float32"},
+)
+
+
+def _scalar(value: Any, what: str) -> Any:
+    array = np.asarray(value)
+    if array.size != 1:
+        raise ValueError(f"{what} must be a scalar, not shape {list(array.shape)}")
+    return array.reshape(()).item()
+
+
+def range_count(start: Any, limit: Any, delta: Any) -> int:
+    """How many values Range yields: max(ceil((limit - start) / delta), 0), exact for integers."""
+    names = ("Range start", "Range limit", "Range delta")
+    start, limit, delta = (_scalar(v, w) for v, w in zip((start, limit, delta), names, strict=True))
+    if delta == 0:
+        raise ValueError("Range delta must be non-zero")
+    if isinstance(delta, int):
+        return max(-((start - limit) // delta), 0)
+    return max(math.ceil((limit - start) / delta), 0)
+
+
+def _range(attrs: dict[str, Any], start: Any, limit: Any, delta: Any) -> np.ndarray:
+    dtype = np.asarray(start).dtype
+    steps = np.arange(
+        range_count(start, limit, delta), dtype=np.float64 if dtype.kind == "f" else dtype
+    )
+    return (np.asarray(start).reshape(()) + steps * np.asarray(delta).reshape(())).astype(dtype)
+
+
+register(
+    "Range",
+    Pattern.OPAQUE,
+    lambda a, t, c: [TensorType((range_count(*c),), t[0].dtype)],
+    _range,
+    inputs=(3, 3),
+    const_inputs=(0, 1, 2),
+)
+
+
+def tile_repeats(rank: int, repeats: Any) -> list[int]:
+    reps = int_list(repeats)
+    if len(reps) != rank or any(r < 0 for r in reps):
+        raise ValueError(f"Tile repeats must be {rank} non-negative values, not {reps!r}")
+    return reps
+
+
+register(
+    "Tile",
+    Pattern.INJECTIVE,
+    lambda a, t, c: [
+        TensorType(
+            tuple(
+                d * r for d, r in zip(t[0].shape, tile_repeats(len(t[0].shape), c[1]), strict=True)
+            ),
+            t[0].dtype,
+        )
+    ],
+    lambda a, x, repeats: np.tile(x, tile_repeats(x.ndim, repeats)),
+    inputs=(2, 2),
+    const_inputs=(1,),
+)
+
+
+def trilu_offset(k: Any) -> int:
+    """The diagonal offset of Trilu (input k, 0 when absent)."""
+    return 0 if k is None else int(_scalar(k, "Trilu k"))
+
+
+def _trilu_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    if len(types[0].shape) < 2:
+        raise ValueError(f"Trilu input must have rank >= 2, not {len(types[0].shape)}")
+    return [types[0]]
+
+
+register(
+    "Trilu",
+    Pattern.INJECTIVE,
+    _trilu_type,
+    lambda a, x, k=None: (np.triu if a["upper"] else np.tril)(x, trilu_offset(k)),
+    inputs=(1, 2),
+    const_inputs=(1,),
+    attrs={"upper": 1},
+)
+
+
+def cumsum_axis(rank: int, axis: Any) -> int:
+    return normalize_axis(int(_scalar(axis, "CumSum axis")), rank, "CumSum axis")
+
+
+def _cumsum(attrs: dict[str, Any], x: np.ndarray, axis: Any) -> np.ndarray:
+    a = cumsum_axis(x.ndim, axis)
+    flip = (lambda v: np.flip(v, a)) if attrs["reverse"] else (lambda v: v)
+    total = np.cumsum(flip(x), axis=a, dtype=x.dtype)
+    if attrs["exclusive"]:
+        total = total - flip(x)
+    return np.ascontiguousarray(flip(total))
+
+
+register(
+    "CumSum",
+    Pattern.COMM_REDUCE,
+    lambda a, t, c: [t[0]],
+    _cumsum,
+    inputs=(2, 2),
+    const_inputs=(1,),
+    attrs={"exclusive": 0, "reverse": 0},
+)
+
+
+SCATTER_REDUCTIONS = {
+    "none": None,
+    "add": np.add,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+
+
+def scatter_positions(data_shape: tuple[int, ...], indices: np.ndarray) -> np.ndarray:
+    """ScatterND's indices as non-negative positions in data's leading dims, [rows, k]."""
+    k = indices.shape[-1]
+    if not 1 <= k <= len(data_shape):
+        raise ValueError(f"ScatterND indices must end in a dim in [1, {len(data_shape)}], not {k}")
+    rows = np.asarray(indices, np.int64).reshape(-1, k)
+    dims = np.array(data_shape[:k], np.int64)
+    if ((rows < -dims) | (rows >= dims)).any():
+        raise ValueError(f"ScatterND indices must lie within data dims {list(dims)}")
+    return np.where(rows < 0, rows + dims, rows)
+
+
+def _scatter_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    data, indices, updates = (t.shape for t in types)
+    k = indices[-1] if indices else 0
+    want = (*indices[:-1], *data[k:])
+    if not indices or tuple(updates) != want:
+        raise ValueError(f"ScatterND updates must have shape {list(want)}, not {list(updates)}")
+    if attrs["reduction"] not in SCATTER_REDUCTIONS:
+        raise ValueError(
+            f"ScatterND reduction must be one of {', '.join(SCATTER_REDUCTIONS)}, "
+            f"not {attrs['reduction']!r}"
+        )
+    return [types[0]]
+
+
+def _scatter(attrs: dict[str, Any], data: np.ndarray, indices: Any, updates: Any) -> np.ndarray:
+    rows = scatter_positions(data.shape, np.asarray(indices))
+    where = tuple(rows.T)
+    flat = np.asarray(updates).reshape(len(rows), *data.shape[rows.shape[1] :])
+    out = data.copy()
+    reduce = SCATTER_REDUCTIONS[attrs["reduction"]]
+    if reduce is None:
+        for position, update in zip(rows, flat, strict=True):  # in order: the last one stays
+            out[tuple(position)] = update
+    else:
+        reduce.at(out, where, flat)
+    return out
+
+
+register(
+    "ScatterND",
+    Pattern.INJECTIVE,
+    _scatter_type,
+    _scatter,
+    inputs=(3, 3),
+    attrs={"reduction": "none"},
+)
