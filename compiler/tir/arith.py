@@ -77,7 +77,9 @@ class _Lin:
 
 
 def _is_index(expr: Expr) -> bool:
-    return dt.is_int(expr.dtype)
+    """Signed integers are treated as exact (overflow is outside the IR's contract, as in TVM);
+    unsigned ones wrap by definition (`2 - 3` is 2**32 - 1): their arithmetic stays as written."""
+    return dt.is_int(expr.dtype) and not dt.is_uint(expr.dtype)
 
 
 def _add(a: int | None, b: int | None) -> int | None:

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from ... import te
-from ...te.dtype import DTYPES
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
@@ -80,17 +79,6 @@ def _constant(ctx: GroupContext, node: Node, position: int, what: str) -> np.nda
             f"back-end (not built yet for values computed at run time)"
         )
     return np.asarray(const)
-
-
-def _check_dtypes(ctx: GroupContext, node: Node) -> None:
-    """Refuses element types tensor expressions lack (uint16), naming op, node and value."""
-    for value in (*node.inputs, *node.outputs):
-        dtype = ctx.type_of(value).dtype if value else "float32"
-        if dtype not in DTYPES:
-            raise LoweringError(
-                f"{node.op} node {node.name!r}: {value!r} is {dtype}, which has no CPU lowering "
-                f"yet (tensor expressions have {', '.join(DTYPES)})"
-            )
 
 
 def _scalar(ctx: GroupContext, node: Node, position: int, what: str) -> np.ndarray | None:
@@ -144,7 +132,6 @@ def _param(
 
 def _quantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
     """``round_saturate(float32(x) / scale, zero)``."""
-    _check_dtypes(ctx, node)
     attrs = _attrs(node)
     x = ctx.get(node.inputs[0])
     dtype = ctx.type_of(node.outputs[0]).dtype
@@ -161,7 +148,6 @@ def _quantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
 
 def _dequantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
     """``float32(int32(x) - zero) * scale`` (the difference wraps in int32, as onnxruntime's)."""
-    _check_dtypes(ctx, node)
     attrs = _attrs(node)
     x = ctx.get(node.inputs[0])
     dtype = ctx.type_of(node.outputs[0]).dtype
@@ -236,7 +222,6 @@ def _qlinear_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """topi's NCHW[x]c conv2d on the centered input with the centered weights packed once
     (ungrouped, constant weights, equal strides and dilations); otherwise a direct reduction,
     row by row (grouped and depthwise convolutions among them)."""
-    _check_dtypes(ctx, node)
     x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
     attrs = _attrs(node)
     begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
@@ -336,7 +321,6 @@ def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """topi's dense (leading dims of `a` folded into rows) with the centered `b` packed into its
     panels once, when `b` is a 2-D constant; otherwise a direct reduction with numpy's
     broadcasting of the batch dims."""
-    _check_dtypes(ctx, node)
     a_ty, b_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
     if len(a_ty.shape) < 2 or len(b_ty.shape) < 2:
         raise LoweringError(

@@ -100,3 +100,43 @@ def test_division_by_zero_is_reported_by_the_interpreter() -> None:
     z = te.var("z")
     with pytest.raises(InterpretError, match="division by zero"):
         _evaluate(k // z, {k: 1, z: 0})
+
+
+UVARS = [te.var("u", "uint32"), te.var("v", "uint32")]
+
+
+@st.composite
+def unsigned_exprs(draw: st.DrawFn, depth: int = 3) -> te.Expr:
+    """uint32 expressions: constants are Python ints (they take the dtype), 0 included."""
+    if depth == 0 or draw(st.booleans()):
+        if draw(st.booleans()):
+            return draw(st.sampled_from(UVARS))
+        return te.const(draw(st.integers(0, 9)), "uint32")
+    op = draw(st.sampled_from(["+", "-", "*", "//", "%", "min", "max"]))
+    a = draw(unsigned_exprs(depth - 1))
+    if op in ("//", "%"):
+        c = draw(st.integers(1, 6))
+        return a // c if op == "//" else a % c
+    b = draw(unsigned_exprs(depth - 1))
+    table = {"+": a + b, "-": a - b, "*": a * b, "min": te.min(a, b), "max": te.max(a, b)}
+    return table[op]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    expr=unsigned_exprs(),
+    values=st.lists(st.integers(0, 2**32 - 1), min_size=2, max_size=2),
+    bound=st.integers(0, 2**32 - 1),
+)
+def test_simplify_keeps_unsigned_wraparound(expr, values, bound) -> None:
+    # e.g. `u - v < 7` is not `u - v - 7 < 0` (nor `u < v + 7`) once u - v wraps
+    env = dict(zip(UVARS, values, strict=True))
+    for e in (expr, expr < bound, expr >= 3):
+        assert _evaluate(ANA.simplify(e), env) == _evaluate(e, env)
+
+
+def test_unsigned_comparisons_are_not_rewritten_as_differences() -> None:
+    u, v = UVARS
+    assert repr(ANA.simplify(u < v)) == "u < v"
+    assert repr(ANA.simplify(u - v < te.const(5, "uint32"))) == "u - v < uint32(5)"
+    assert ANA.interval(u + 1) == (None, None)
