@@ -1,6 +1,7 @@
 """Integer ONNX arithmetic compiled for the CPU and for OpenCL (PoCL) equals onnxruntime bit for
-bit: unsigned types over their whole range (wraparound, division past the signed range) and Pow
-of an integer base (raised in float64 and truncated, as onnxruntime's std::pow)."""
+bit: unsigned types over their whole range (wraparound, division past the signed range), MatMul
+of 32/64-bit integers (summed in their own type), and Pow of an integer base (raised in float64
+and truncated, as onnxruntime's std::pow)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ def _model(nodes: list[tuple[str, str]], x: np.ndarray, y: np.ndarray) -> onnx.M
             helper.make_tensor_value_info("x", elem(x.dtype), x.shape),
             helper.make_tensor_value_info("y", elem(y.dtype), y.shape),
         ],
-        [helper.make_tensor_value_info(out, elem(x.dtype), x.shape) for _, out in nodes],
+        [helper.make_tensor_value_info(out, elem(x.dtype), None) for _, out in nodes],
     )
     opset = [helper.make_opsetid("", 15)]
-    return helper.make_model(graph, opset_imports=opset, ir_version=IR_VERSION)
+    model = helper.make_model(graph, opset_imports=opset, ir_version=IR_VERSION)
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
 def _assert_all_equal_onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> None:
@@ -52,6 +54,15 @@ def test_unsigned_arithmetic_wraps_and_divides_like_onnxruntime(dtype: type) -> 
     ops = BINARY[:4] if dtype is np.uint16 else BINARY  # onnxruntime has no uint16 Max/Min
     model = _model([(op, op.lower()) for op in ops], x, y)
     _assert_all_equal_onnxruntime(model, {"x": x, "y": y})
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64, np.int64])
+def test_integer_matmul_wraps_in_its_own_type_like_onnxruntime(dtype: type) -> None:
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(info.bits)
+    x = rng.integers(info.min, info.max, (5, 19), dtype=dtype, endpoint=True)
+    y = rng.integers(info.min, info.max, (19, 7), dtype=dtype, endpoint=True)
+    _assert_all_equal_onnxruntime(_model([("MatMul", "matmul")], x, y), {"x": x, "y": y})
 
 
 @pytest.mark.parametrize(
