@@ -7,7 +7,9 @@ math functions and how fp16 is spelled. Semantics follow the LLVM back-end's
 (`codegen.llvm_expr`) so that CPU and GPU code of the same IR agree:
 
 - integer division truncates (`Op.DIV`), `//` and `%` floor (helper functions);
-- arithmetic on int8/int16/uint8 wraps to the type (a cast after each operation, C promotes);
+- arithmetic on int8/int16/uint8/uint16 wraps to the type (a cast after each operation, C
+  promotes; uint16 + - * run in unsigned int, where a product cannot overflow a signed int);
+- unsigned types wrap modulo 2**bits, compare, divide and shift right as unsigned;
 - `min`/`max` of floats keep the first operand when a comparison with NaN fails (as `select`);
 - `round` is half-to-even (`rint`), `rsqrt` is `1/sqrt`, `sigmoid` is `1/(1+exp(-x))`;
 - bool buffers hold one byte per element (as numpy), bool values are C truths.
@@ -106,8 +108,11 @@ CUDA = Dialect(
         "int8": "signed char",
         "uint8": "unsigned char",
         "int16": "short",
+        "uint16": "unsigned short",
         "int32": "int",
+        "uint32": "unsigned int",
         "int64": "long long",
+        "uint64": "unsigned long long",
         "float16": "__half",
         "float32": "float",
         "float64": "double",
@@ -130,8 +135,11 @@ OPENCL = Dialect(
         "int8": "char",
         "uint8": "uchar",
         "int16": "short",
+        "uint16": "ushort",
         "int32": "int",
+        "uint32": "uint",
         "int64": "long",
+        "uint64": "ulong",
         "float16": "float",  # a half value, exact in a float register (vload/vstore_half)
         "float32": "float",
         "float64": "double",
@@ -167,7 +175,7 @@ _MATH = {
     "pow": "pow",
 }
 
-_NARROW_INTS = ("int8", "uint8", "int16", "bool")
+_NARROW_INTS = ("int8", "uint8", "int16", "uint16", "bool")
 
 
 def c_name(name: str) -> str:
@@ -241,6 +249,9 @@ class KernelPrinter:
             if e.value == -(2 ** (dt.bits(e.dtype) - 1)):  # the literal's magnitude overflows
                 return f"({e.value + 1}{suffix} - 1)"
             return f"{e.value}{suffix}"
+        if e.dtype in ("uint32", "uint64"):  # past the signed range a literal needs the suffix
+            long = "ULL" if self.d is CUDA else "UL"
+            return f"{e.value}{'U' if e.dtype == 'uint32' else long}"
         return f"(({self.ctype(e.dtype)}){e.value})"
 
     def expr_FloatImm(self, e: FloatImm) -> str:
@@ -312,7 +323,9 @@ class KernelPrinter:
         return self._arith(e.op, a, b, dtype)
 
     def _arith(self, op: Op, a: str, b: str, dtype: str) -> str:
-        if op in (Op.ADD, Op.SUB, Op.MUL) or (op is Op.DIV and (dt.is_float(dtype))):
+        if op in (Op.ADD, Op.SUB, Op.MUL) and dtype == "uint16":  # not in (signed) int
+            text = f"(({self.ctype('uint32')}){a} {op.value} {b})"
+        elif op in (Op.ADD, Op.SUB, Op.MUL) or (op is Op.DIV and (dt.is_float(dtype))):
             text = f"({a} {op.value} {b})"
         elif op is Op.DIV:
             text = f"({a} / {b})"
@@ -323,7 +336,7 @@ class KernelPrinter:
                 fn = f"floor{self.d.math_suffix if dtype == 'float32' else ''}"
                 q = f"{fn}({a} / {b})"
                 text = q if op is Op.FLOORDIV else f"({a} - {q} * {b})"
-            elif dtype.startswith("uint") or dtype == "bool":
+            elif dt.is_uint(dtype) or dtype == "bool":
                 text = f"({a} {'/' if op is Op.FLOORDIV else '%'} {b})"
             else:
                 kind = "floordiv" if op is Op.FLOORDIV else "floormod"

@@ -24,16 +24,20 @@ from ..te.expr import (
 )
 from ..tir.stmt import Buffer, BufferLoad, LoweringError
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I1, I8, I16 = ir.IntType(1), ir.IntType(8), ir.IntType(16)
+I32, I64 = ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 
 _SCALAR = {
     "bool": I1,
     "int8": I8,
     "uint8": I8,
-    "int16": ir.IntType(16),
+    "int16": I16,
+    "uint16": I16,
     "int32": I32,
+    "uint32": I32,
     "int64": I64,
+    "uint64": I64,
     "float16": ir.HalfType(),
     "float32": ir.FloatType(),
     "float64": ir.DoubleType(),
@@ -180,8 +184,8 @@ class ExprEmitter:
         if dt.is_float(src) and dt.is_float(dst):
             return b.fpext(v, to) if dt.bits(dst) > dt.bits(src) else b.fptrunc(v, to)
         if dt.is_float(src):
-            return b.fptoui(v, to) if dst.startswith("uint") else b.fptosi(v, to)
-        unsigned = src == "bool" or src.startswith("uint")
+            return b.fptoui(v, to) if dt.is_uint(dst) else b.fptosi(v, to)
+        unsigned = src == "bool" or dt.is_uint(src)
         if dt.is_float(dst):
             return b.uitofp(v, to) if unsigned else b.sitofp(v, to)
         if dt.bits(dst) < dt.bits(src):
@@ -208,7 +212,7 @@ class ExprEmitter:
             if op == "!=":
                 return self.builder.fcmp_unordered(op, a, b)
             return self.builder.fcmp_ordered(op, a, b)
-        if dtype == "bool" or dtype.startswith("uint"):
+        if dtype == "bool" or dt.is_uint(dtype):
             return self.builder.icmp_unsigned(op, a, b)
         return self.builder.icmp_signed(op, a, b)
 
@@ -233,7 +237,7 @@ class ExprEmitter:
 
     def int_op(self, op: Op, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
         bld = self.builder
-        unsigned = dtype.startswith("uint") or dtype == "bool"
+        unsigned = dt.is_uint(dtype) or dtype == "bool"
         simple = {Op.ADD: bld.add, Op.SUB: bld.sub, Op.MUL: bld.mul}
         if op in simple:
             return simple[op](a, b)
@@ -277,7 +281,7 @@ class ExprEmitter:
         """shl / ashr / lshr; the amount is in [0, bits) by the intrinsic's contract."""
         if name == "shift_left":
             return self.builder.shl(x, n)
-        return self.builder.lshr(x, n) if dtype.startswith("uint") else self.builder.ashr(x, n)
+        return self.builder.lshr(x, n) if dt.is_uint(dtype) else self.builder.ashr(x, n)
 
     def math_call(self, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
         if dtype == "float16":  # compute in float32, as C does

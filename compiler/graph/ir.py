@@ -19,14 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..te.dtype import DTYPES as _TE_DTYPES
+from ..te.dtype import DTYPES
 
 if TYPE_CHECKING:
     from .passes.fuse_ops import FusedGroup
     from .passes.plan_memory import MemoryPlan
-
-# Graph tensors also carry the wider unsigned types that quantized ONNX models use.
-DTYPES = (*_TE_DTYPES, "uint16", "uint32", "uint64")
 
 AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
 

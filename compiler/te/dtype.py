@@ -12,6 +12,9 @@ DTYPES = (
     "int32",
     "int64",
     "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
     "float16",
     "float32",
     "float64",
@@ -28,6 +31,11 @@ def check_dtype(dtype: str) -> str:
 
 def is_int(dtype: str) -> bool:
     return dtype.startswith(("int", "uint"))
+
+
+def is_uint(dtype: str) -> bool:
+    """Unsigned integers: they wrap modulo 2**bits and compare, divide and shift as unsigned."""
+    return dtype.startswith("uint")
 
 
 def is_float(dtype: str) -> bool:
@@ -72,7 +80,7 @@ def wrap_int(value: int, dtype: str) -> int:
     """Two's-complement wrap of a Python int to the width of an integer dtype."""
     width = bits(dtype)
     mask = (1 << width) - 1
-    if dtype.startswith("uint"):
+    if is_uint(dtype):
         return value & mask
     half = 1 << (width - 1)
     return ((value + half) & mask) - half

@@ -391,11 +391,18 @@ def any_of(*conds: Any) -> Expr:
 
 
 def min_expr(a: Any, b: Any) -> Expr:
-    return binary(Op.MIN, a, b)
+    """The smaller of `a` and `b`; of two bools, their conjunction (False < True, as numpy)."""
+    return binary(Op.AND if _both_bool(a, b) else Op.MIN, a, b)
 
 
 def max_expr(a: Any, b: Any) -> Expr:
-    return binary(Op.MAX, a, b)
+    """The larger of `a` and `b`; of two bools, their disjunction."""
+    return binary(Op.OR if _both_bool(a, b) else Op.MAX, a, b)
+
+
+def _both_bool(a: Any, b: Any) -> bool:
+    a, b = match_types(a, b)
+    return dt.is_bool(a.dtype) and dt.is_bool(b.dtype)
 
 
 def select(condition: Any, true_value: Any, false_value: Any) -> Expr:

@@ -77,7 +77,10 @@ class _Lin:
 
 
 def _is_index(expr: Expr) -> bool:
-    return dt.is_int(expr.dtype)
+    """int32 and int64 are treated as exact (overflow is outside the IR's contract, as in TVM).
+    Other integers wrap where values live (uint32 `2 - 3` is 2**32 - 1, int8 `100 - -100` is
+    -56), so their arithmetic and comparisons stay as written."""
+    return expr.dtype in ("int32", "int64")
 
 
 def _add(a: int | None, b: int | None) -> int | None:

@@ -7,7 +7,19 @@ from typing import Any
 
 from ..schedule.stage import ForKind
 from ..te import dtype as dt
-from ..te.expr import BinOp, Call, Cast, Expr, Not, Op, ProducerLoad, Reduce, Select, Var
+from ..te.expr import (
+    COMPARE_OPS,
+    LOGIC_OPS,
+    BinOp,
+    Call,
+    Cast,
+    Expr,
+    Not,
+    ProducerLoad,
+    Reduce,
+    Select,
+    Var,
+)
 from ..te.visitor import children
 from .gpu import check_gpu
 from .stmt import (
@@ -83,9 +95,12 @@ def _check_for(s: For, scope: _Scope) -> str | None:
 def _check_binop(e: BinOp, scope: _Scope) -> str | None:
     if e.a.dtype != e.b.dtype:
         return f"operands of {e.op.value} have dtypes {e.a.dtype!r} and {e.b.dtype!r}"
-    is_cmp = e.op in (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.AND, Op.OR)
-    if is_cmp != (e.dtype == "bool"):
-        return f"{e.op.value} must yield {'bool' if is_cmp else e.a.dtype!r}, not {e.dtype!r}"
+    if e.op in (*COMPARE_OPS, *LOGIC_OPS):
+        return None if e.dtype == "bool" else f"{e.op.value} must yield 'bool', not {e.dtype!r}"
+    if e.dtype == "bool":  # back-ends define no arithmetic on bool (min/max of bools are && / ||)
+        return f"arithmetic {e.op.value} must not be of bool operands"
+    if e.dtype != e.a.dtype:
+        return f"{e.op.value} must yield {e.a.dtype!r}, not {e.dtype!r}"
     return None
 
 

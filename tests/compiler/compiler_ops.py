@@ -241,3 +241,63 @@ def check(op: Op, sch: Any, rtol: float = 1e-5, atol: float = 1e-5, seed: int = 
     inputs = random_inputs(op, seed)
     expected = op.reference(*inputs)
     np.testing.assert_allclose(run(op, sch, seed), expected, rtol=rtol, atol=atol)
+
+
+# ---- unsigned integers: every operation that differs from signed, with numpy as the oracle ----
+
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+
+
+def unsigned_ops(dtype: str, n: int = 37) -> tuple[list[te.Tensor], list[te.Tensor], Callable]:
+    """(inputs A and B, one output per operation, numpy reference of the outputs). Wrapping
+    + - * and negation, division and remainder of values past the signed range, min/max and <,
+    a literal of the type's maximum, a logical right shift, widening and float conversions."""
+    bits = np.iinfo(dtype).bits
+    top = int(np.iinfo(dtype).max)
+    A, B = te.placeholder((n,), dtype, name="A"), te.placeholder((n,), dtype, name="B")
+    exprs = {
+        "add": lambda a, b: a + b,
+        "sub": lambda a, b: a - b,
+        "mul": lambda a, b: a * b,
+        "neg": lambda a, b: -a,
+        "div": lambda a, b: a / b,
+        "floordiv": lambda a, b: a // b,
+        "mod": lambda a, b: a % b,
+        "min": lambda a, b: te.min(a, b),
+        "max": lambda a, b: te.max(a, b),
+        "less": lambda a, b: a < b,
+        "plus_max": lambda a, b: a + top,
+        "shift": lambda a, b: te.shift_right(a, bits - 1),
+        "widen": lambda a, b: a.astype("uint64") + b.astype("uint64"),
+        "to_float": lambda a, b: a.astype("float64"),
+        "from_float": lambda a, b: (a.astype("float64") * 0.5).astype(dtype),
+    }
+    outs = [_elementwise(f, A, B, k) for k, f in exprs.items()]
+
+    def reference(a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
+        t = a.dtype.type
+        with np.errstate(over="ignore"):
+            return [
+                a + b, a - b, a * b, t(0) - a, a // b, a // b, a % b,
+                np.minimum(a, b), np.maximum(a, b), a < b, a + t(top), a >> t(bits - 1),
+                a.astype(np.uint64) + b.astype(np.uint64), a.astype(np.float64),
+                (a.astype(np.float64) * 0.5).astype(dtype),
+            ]  # fmt: skip
+
+    return [A, B], outs, reference
+
+
+def _elementwise(f: Callable, A: te.Tensor, B: te.Tensor, name: str) -> te.Tensor:
+    return te.compute(A.shape, lambda i: f(A[i], B[i]), name=name)
+
+
+def unsigned_inputs(dtype: str, n: int = 37, seed: int = 0) -> list[np.ndarray]:
+    """A and B over the whole range of `dtype`, the edges (0, 1, the signed range's end, the
+    maximum) included; B has no zero (it divides)."""
+    info = np.iinfo(dtype)
+    half = 1 << (info.bits - 1)
+    edges = np.array([0, 1, half - 1, half, half + 1, info.max - 1, info.max], dtype)
+    rng = np.random.default_rng(seed)
+    a, b = (rng.integers(0, info.max, n, dtype=dtype, endpoint=True) for _ in range(2))
+    a[: edges.size], b[-edges.size :] = edges, edges[::-1]
+    return [a, np.maximum(b, 1)]

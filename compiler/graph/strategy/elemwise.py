@@ -100,6 +100,14 @@ def _leaky(x: Any, attrs: dict[str, Any]) -> Any:
     return te.select(x >= te.const(0, x.dtype), x, x * attrs["alpha"])
 
 
+def _pow(a: Any, b: Any) -> Any:
+    """ONNX Pow has the base's type. An integer base is raised in float64 and truncated back, as
+    onnxruntime (std::pow) and the numpy kernel do; a float base takes the exponent as its type."""
+    if dt.is_float(a.dtype):
+        return te.power(a, b.astype(a.dtype))
+    return te.power(a.astype("float64"), b.astype("float64")).astype(a.dtype)
+
+
 def _zero(x: Any) -> Any:
     return te.const(0, x.dtype)
 
@@ -384,7 +392,7 @@ ELEMENTWISE: dict[str, Rule] = {
     "Sub": _nary(lambda a, b: a - b),
     "Mul": _nary(lambda a, b: a * b),
     "Div": _nary(lambda a, b: a / b),
-    "Pow": _nary(lambda a, b: te.power(a, b.astype(a.dtype))),
+    "Pow": _nary(_pow),
     "Max": _nary(_fold(te.max)),
     "Min": _nary(_fold(te.min)),
     "Mod": _mod_rule,

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 
 from ... import te
-from ...te.dtype import DTYPES
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
@@ -86,17 +85,6 @@ def _constant(ctx: GroupContext, node: Node, position: int, what: str) -> np.nda
     return np.asarray(const)
 
 
-def _check_dtypes(ctx: GroupContext, node: Node) -> None:
-    """Refuses element types tensor expressions lack (uint16), naming op, node and value."""
-    for value in (*node.inputs, *node.outputs):
-        dtype = ctx.type_of(value).dtype if value else "float32"
-        if dtype not in DTYPES:
-            raise LoweringError(
-                f"{node.op} node {node.name!r}: {value!r} is {dtype}, which has no CPU lowering "
-                f"yet (tensor expressions have {', '.join(DTYPES)})"
-            )
-
-
 def round_saturate(v: Any, zero: Any, dtype: str) -> Any:
     """``rint(clamp(v, min - zero, max - zero)) + zero`` as `dtype` (float32 `v`, `zero` a float32
     expression or None); NaN gives the type's minimum. Mirrors ``ops.quant.round_saturate``."""
@@ -143,7 +131,6 @@ def _param(
 
 def _quantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
     """``round_saturate(float32(x) / scale, zero)``."""
-    _check_dtypes(ctx, node)
     attrs = _attrs(node)
     x = ctx.get(node.inputs[0])
     dtype = ctx.type_of(node.outputs[0]).dtype
@@ -160,7 +147,6 @@ def _quantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
 
 def _dequantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
     """``float32(int32(x) - zero) * scale`` (the difference wraps in int32, as onnxruntime's)."""
-    _check_dtypes(ctx, node)
     attrs = _attrs(node)
     x = ctx.get(node.inputs[0])
     dtype = ctx.type_of(node.outputs[0]).dtype
@@ -267,7 +253,6 @@ def _qlinear_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """topi's NCHW[x]c conv2d on the centered input with the centered weights packed once
     (ungrouped, constant weights and weight zero point, equal strides and dilations); otherwise
     a direct reduction, row by row (grouped and depthwise convolutions among them)."""
-    _check_dtypes(ctx, node)
     x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
     attrs = _attrs(node)
     begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
@@ -359,7 +344,6 @@ def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     panels once, when `b` and its zero point are constants and `b` is 2-D; otherwise a direct
     reduction with numpy's broadcasting of the batch dims. `a`'s parameters may be per row, `b`'s
     per column."""
-    _check_dtypes(ctx, node)
     a_ty, b_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
     if len(a_ty.shape) < 2 or len(b_ty.shape) < 2:
         raise LoweringError(

@@ -22,6 +22,7 @@ from typing import Any
 from ... import te
 from ...autotune.space import ConfigSpace, Knob
 from ...schedule.schedule import Schedule
+from ...te import dtype as dt
 from ...te.tensor import Tensor
 
 Epilogue = Callable[[Any, Any, Any], Any]
@@ -84,9 +85,10 @@ def matmul(
     acc_dtype: str | None = None,
 ) -> Tensor:
     """`a [m, k] @ b [k, n]` (or `b [n, k]` transposed) accumulated in `acc_dtype` (default:
-    `a`'s dtype; int32 for integer data)."""
+    `a`'s dtype; int32 for integers narrower than 32 bits)."""
     (m, k), n = a.shape, (b.shape[0] if transpose_b else b.shape[1])
-    acc = acc_dtype or (a.dtype if a.dtype.startswith("float") else "int32")
+    narrow = dt.is_int(a.dtype) and dt.bits(a.dtype) < 32
+    acc = acc_dtype or ("int32" if narrow else a.dtype)
     rk = te.reduce_axis((0, k), "k")
 
     def rhs(kk: Any, j: Any) -> Any:

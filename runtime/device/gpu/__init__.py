@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ...container import DTYPES
 from ...executor import Profile
 from .base import DeviceInfo, GPUDevice, GPUError, check_program
 
@@ -54,7 +55,6 @@ def open_device(kind: str, **options: Any) -> GPUDevice:
     return _DEVICES[key]
 
 
-_DTYPES = ("bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64")
 _MAX_ELEMENTS = 1 << 40
 
 
@@ -87,7 +87,7 @@ def parse_payload(data: bytes, kernel: str) -> dict[str, Any]:
         for n, b in enumerate(buffers):
             _need(isinstance(b, dict), f"buffer {n} must be an object")
             _need(isinstance(b.get("name"), str), f"buffer {n}: name must be a string")
-            _need(b.get("dtype") in _DTYPES, f"buffer {n}: dtype must be one of {_DTYPES}")
+            _need(b.get("dtype") in DTYPES, f"buffer {n}: dtype must be one of {DTYPES}")
             _count(b.get("size"), 0, _MAX_ELEMENTS, f"buffer {n}: size")
             _need(isinstance(b.get("workspace"), bool), f"buffer {n}: workspace must be a bool")
             _need(b["workspace"] or not seen_workspace, "parameters must come before workspace")

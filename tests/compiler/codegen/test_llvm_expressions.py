@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from compiler_ops import UNSIGNED, unsigned_inputs, unsigned_ops
 
 from tensorforge.compiler import te, tir
 from tensorforge.compiler.build import build
@@ -59,7 +60,7 @@ def _inputs(dtype: str, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     if dtype.startswith("float"):
         return [rng.uniform(-2, 2, N).astype(dtype) for _ in range(2)]
-    lo, hi = (0, 16) if dtype == "uint8" else (-20, 20)
+    lo, hi = (0, 16) if dtype.startswith("uint") else (-20, 20)
     return [rng.integers(lo, hi, N).astype(dtype) for _ in range(2)]
 
 
@@ -72,12 +73,10 @@ def _run_both(fexpr, dtype: str, vectorize: bool) -> tuple[np.ndarray, np.ndarra
     return native, interp
 
 
-# uint8 has no negation; its cases leave out the expressions that negate.
 INT_CASES = [
     (name, dtype)
     for name in INT_EXPRS
-    for dtype in ("int8", "int16", "int32", "int64", "uint8")
-    if not (dtype == "uint8" and name in ("logic", "abs"))
+    for dtype in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 ]
 
 
@@ -86,6 +85,25 @@ INT_CASES = [
 def test_integer_expressions_are_bit_exact(name: str, dtype: str, vectorize: bool) -> None:
     native, interp = _run_both(INT_EXPRS[name], dtype, vectorize)
     np.testing.assert_array_equal(native, interp)
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["serial", "vector"])
+@pytest.mark.parametrize("dtype", UNSIGNED)
+def test_unsigned_integers_wrap_divide_and_compare_like_numpy(dtype: str, vectorize: bool) -> None:
+    inputs, outs, reference = unsigned_ops(dtype, N)
+    s = te.create_schedule([t.op for t in outs])
+    if vectorize:
+        for t in outs:
+            _, inner = s[t].split(t.op.axis[0], factor=8)
+            s[t].vectorize(inner)
+    func = tir.lower(s, [*inputs, *outs], name="unsigned")
+    a, b = unsigned_inputs(dtype, N)
+    native, interp = ([np.zeros(N, t.dtype) for t in outs] for _ in range(2))
+    build(func)(a, b, *native)
+    tir.interpret(func, [a, b, *interp])
+    for t, got_n, got_i, want in zip(outs, native, interp, reference(a, b), strict=True):
+        np.testing.assert_array_equal(got_n, want, err_msg=f"native {t.name}")
+        np.testing.assert_array_equal(got_i, want, err_msg=f"interpreter {t.name}")
 
 
 @pytest.mark.parametrize("vectorize", [False, True], ids=["serial", "vector"])
@@ -127,7 +145,7 @@ def test_if_then_else_does_not_evaluate_the_untaken_branch() -> None:
     np.testing.assert_array_equal(p, np.pad(a, 2, constant_values=-1.0))
 
 
-SHIFT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+SHIFT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 @pytest.mark.parametrize("vectorize", [False, True], ids=["serial", "vector"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from compiler_ops import UNSIGNED, unsigned_inputs, unsigned_ops
 
 from tensorforge.compiler import te
 from tensorforge.compiler.build import build_gpu
@@ -70,6 +71,19 @@ def test_integer_semantics_match_numpy() -> None:
     np.testing.assert_array_equal(got[1], xv // yv)
     np.testing.assert_array_equal(got[2], xv % yv)
     np.testing.assert_array_equal(got[3], np.abs(xv - yv))
+
+
+@pytest.mark.parametrize("dtype", UNSIGNED)
+def test_unsigned_integers_wrap_divide_and_compare_like_numpy(dtype: str) -> None:
+    """ushort/uint/ulong: modular + - * (a ushort product past int's range), unsigned / % < and
+    >>, literals past the signed range, zero extension, conversions to and from double."""
+    inputs, outs, reference = unsigned_ops(dtype, 64)
+    f = _auto(outs, [*inputs, *outs])
+    a, b = unsigned_inputs(dtype, 64)
+    got = [np.zeros(64, t.dtype) for t in outs]
+    f(a, b, *got)
+    for t, g, want in zip(outs, got, reference(a, b), strict=True):
+        np.testing.assert_array_equal(g, want, err_msg=t.name)
 
 
 def test_float_math_and_bool_buffers_match_numpy() -> None:

@@ -8,9 +8,11 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
+from compiler_ops import UNSIGNED, unsigned_inputs, unsigned_ops
 
 import tensorforge
 from tensorforge.compiler import te
+from tensorforge.compiler.build import build_gpu
 from tensorforge.compiler.codegen.gpu import gpu_payload, split_kernels
 from tensorforge.compiler.frontend import onnx_builders as B
 from tensorforge.compiler.target import Target
@@ -45,6 +47,18 @@ def test_fp16_arithmetic_compiles_for_cuda() -> None:
     assert "__half" in payload["source"] and "h_k0" in payload["ptx"]
 
 
+def _unsigned_schedule(dtype: str):
+    inputs, outs, reference = unsigned_ops(dtype, 64)
+    return schedule_auto(outs, GPUScheduleConfig(threads=64)), [*inputs, *outs], reference
+
+
+@pytest.mark.parametrize("dtype", UNSIGNED)
+def test_unsigned_arithmetic_compiles_for_cuda(dtype: str) -> None:
+    s, args, _ = _unsigned_schedule(dtype)
+    payload = gpu_payload(split_kernels(lower(s, args, name="u")), Target.parse("cuda"))
+    assert "unsigned" in payload["source"] and ".visible .entry u_k0(" in payload["ptx"]
+
+
 def test_nvrtc_errors_name_the_program() -> None:
     with pytest.raises(NVRTCError, match="program 'broken' for sm_80"):
         compile_ptx('extern "C" __global__ void f() { undeclared = 1; }', "sm_80", "broken")
@@ -73,3 +87,16 @@ def test_model_on_cuda_matches_onnxruntime(name: str) -> None:
     module = tensorforge.compile(model, target="cuda")
     for ref, out in zip(sess.run(None, feeds), module.run(feeds).values(), strict=True):
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", UNSIGNED)
+def test_unsigned_arithmetic_on_cuda_matches_numpy(dtype: str) -> None:
+    _cuda_or_skip()
+    s, args, reference = _unsigned_schedule(dtype)
+    f = build_gpu(s, args, "cuda", name="u")
+    a, b = unsigned_inputs(dtype, 64)
+    got = [np.zeros(64, t.dtype) for t in args[2:]]
+    f(a, b, *got)
+    for t, g, want in zip(args[2:], got, reference(a, b), strict=True):
+        np.testing.assert_array_equal(g, want, err_msg=t.name)

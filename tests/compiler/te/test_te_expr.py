@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler import te, tir
+from tensorforge.compiler.build import build
 
 
 def test_binary_ops_promote_dtypes_like_numpy() -> None:
@@ -79,6 +80,28 @@ def test_two_argument_max_and_min_are_elementwise() -> None:
     x, y = te.var("x", "float32"), te.var("y", "float32")
     assert repr(te.max(x, y)) == "max(x, y)"
     assert repr(te.min(x, 0.0)) == "min(x, 0.0f)"
+
+
+def test_max_and_min_of_bools_are_or_and_and() -> None:
+    p, q = te.var("p", "bool"), te.var("q", "bool")
+    assert repr(te.max(p, q)) == "p || q"
+    assert repr(te.min(p, True)) == "p && True"
+    assert te.max(te.var("u", "uint32"), 1).dtype == "uint32"
+
+
+@pytest.mark.parametrize("reducer", ["max", "min"])
+def test_bool_max_and_min_reductions_are_any_and_all(reducer: str) -> None:
+    A = te.placeholder((5, 3), "bool", name="A")
+    k = te.reduce_axis((0, 3), "k")
+    B = te.compute((5,), lambda i: getattr(te, reducer)(A[i, k], axis=k), name="B")
+    f = tir.lower(te.create_schedule(B.op), [A, B])
+    a = np.array([[0, 0, 0], [1, 1, 1], [1, 0, 0], [0, 1, 1], [0, 0, 1]], bool)
+    native, interp = np.zeros(5, bool), np.zeros(5, bool)
+    build(f)(a, native)
+    tir.interpret(f, [a, interp])
+    want = getattr(np, reducer)(a, axis=1)
+    np.testing.assert_array_equal(native, want)
+    np.testing.assert_array_equal(interp, want)
 
 
 def test_user_defined_reducer_runs_through_the_interpreter() -> None:

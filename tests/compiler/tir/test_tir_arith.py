@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -100,3 +101,53 @@ def test_division_by_zero_is_reported_by_the_interpreter() -> None:
     z = te.var("z")
     with pytest.raises(InterpretError, match="division by zero"):
         _evaluate(k // z, {k: 1, z: 0})
+
+
+# Integers that wrap where values live: (u, v) of each dtype.
+WRAPPING = {t: (te.var("u", t), te.var("v", t)) for t in ("uint32", "uint8", "int8", "int16")}
+
+
+@st.composite
+def wrapping_exprs(draw: st.DrawFn, dtype: str, depth: int = 3) -> te.Expr:
+    """Expressions of `dtype` (constants 0..9 of that dtype) with + - * // % min max."""
+    if depth == 0 or draw(st.booleans()):
+        if draw(st.booleans()):
+            return draw(st.sampled_from(WRAPPING[dtype]))
+        return te.const(draw(st.integers(0, 9)), dtype)
+    op = draw(st.sampled_from(["+", "-", "*", "//", "%", "min", "max"]))
+    a = draw(wrapping_exprs(dtype, depth - 1))
+    if op in ("//", "%"):
+        c = draw(st.integers(1, 6))
+        return a // c if op == "//" else a % c
+    b = draw(wrapping_exprs(dtype, depth - 1))
+    table = {"+": a + b, "-": a - b, "*": a * b, "min": te.min(a, b), "max": te.max(a, b)}
+    return table[op]
+
+
+@st.composite
+def wrapping_cases(draw: st.DrawFn) -> tuple[te.Expr, dict[te.Var, int], int]:
+    """(expression, values of u and v, a bound) over the whole range of one wrapping dtype."""
+    dtype = draw(st.sampled_from(list(WRAPPING)))
+    info = np.iinfo(dtype)
+    values = st.integers(int(info.min), int(info.max))
+    env = dict(zip(WRAPPING[dtype], draw(st.lists(values, min_size=2, max_size=2)), strict=True))
+    return draw(wrapping_exprs(dtype)), env, draw(values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=wrapping_cases())
+def test_simplify_keeps_the_wraparound_of_narrow_and_unsigned_integers(case) -> None:
+    # e.g. uint32 `u - v < 7` is not `u < v + 7` once u - v wraps; int8 `100 < -100` is not
+    # `100 - -100 < 0` (the difference wraps to -56)
+    expr, env, bound = case
+    for e in (expr, expr < bound, expr >= 3):
+        assert _evaluate(ANA.simplify(e), env) == _evaluate(e, env)
+
+
+def test_wrapping_comparisons_are_not_rewritten_as_differences() -> None:
+    u, v = WRAPPING["uint32"]
+    assert repr(ANA.simplify(u < v)) == "u < v"
+    assert repr(ANA.simplify(u - v < te.const(5, "uint32"))) == "u - v < uint32(5)"
+    assert ANA.interval(u + 1) == (None, None)
+    a, b = WRAPPING["int8"]
+    assert _evaluate(ANA.simplify(a < b), {a: 100, b: -100}) is False

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler import te, tir
+from tensorforge.compiler.te.expr import BinOp, Op
 from tensorforge.compiler.tir import (
     Allocate,
     Buffer,
@@ -217,6 +218,14 @@ def test_remove_no_op_drops_empty_loops_self_copies_and_dead_buffers() -> None:
             "buffer 'Z' is written outside its allocation",
         ),
         (IfThenElse(te.const(1), tir.Evaluate(te.const(0))), "if condition must be bool"),
+        (
+            tir.Evaluate(BinOp(Op.MAX, te.const(True), te.const(False), "bool")),
+            "arithmetic max must not be of bool operands",
+        ),
+        (
+            tir.Evaluate(BinOp(Op.ADD, te.const(1), te.const(2), "int64")),
+            r"\+ must yield 'int32', not 'int64'",
+        ),
     ],
 )
 def test_verifier_reports_broken_invariants(body, message) -> None:
