@@ -1,0 +1,139 @@
+"""ONNX backend node cases through compiled native code, each batch in its own process.
+
+Run as a script it is the worker: `python node_suite_compiled.py CASE...` prints one JSON line
+per case, `{"case": ..., "status": ..., "detail": ...}`, after a `{"start": CASE}` line, so the
+parent knows which case a crashed process was running. Imported, `run_isolated(cases)` drives
+workers (two at a time, a crashed one restarted after the case that killed it) and returns
+case -> (status, detail). Statuses:
+
+- `pass`: compiled for this CPU and matched the suite's outputs (values and dtype);
+- `refused`: import or compile refused it with a clear error of ours (unsupported op, dtype or
+  variant, LoweringError): allowed, and listed so the README can say what is missing;
+- `wrong`: compiled but gave a wrong answer; `error`: an exception that is not a clean refusal
+  (TypeError, VerifyError, ...); `crash`: the process died (a segfault). Never allowed.
+
+`python node_suite_compiled.py --update` rewrites node_suite_compiled.txt, the expected set of
+passing cases that the test asserts exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EXPECTED = HERE / "node_suite_compiled.txt"
+
+
+def _run_one(case) -> tuple[str, str]:
+    import numpy as np
+    from test_onnx_node_suite import _array, _lift_opset, _shape_inputs
+
+    import tensorforge
+    from tensorforge.compiler.frontend import OnnxImportError, from_onnx
+    from tensorforge.compiler.graph.ir import GraphError
+    from tensorforge.compiler.graph.registry import UnsupportedOpError
+    from tensorforge.compiler.tir.stmt import LoweringError
+
+    ((inputs, expected),) = case.data_sets
+    inputs, expected = [_array(v) for v in inputs], [_array(v) for v in expected]
+    model = _lift_opset(case.model)
+    if model is None:
+        return "refused", "written for an opset below 13"
+    consts = _shape_inputs(model, list(inputs))
+    try:
+        graph = from_onnx(model, constant_inputs=consts)
+        module = tensorforge.compile(graph)
+    except (UnsupportedOpError, OnnxImportError, LoweringError, GraphError) as exc:
+        return "refused", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    except Exception as exc:  # noqa: BLE001  (anything else is a bug, reported by name)
+        return "error", f"{type(exc).__name__}: {str(exc)[:300]}"
+    names = [v.name for v in model.graph.input]
+    feed = {n: v for n, v in zip(names, inputs, strict=False) if n not in consts}
+    try:
+        got = module.run(feed)
+    except Exception as exc:  # noqa: BLE001
+        return "error", f"run: {type(exc).__name__}: {str(exc)[:300]}"
+    for name, want in zip(graph.outputs, expected, strict=True):
+        try:
+            assert got[name].dtype == want.dtype, f"dtype {got[name].dtype} != {want.dtype}"
+            np.testing.assert_allclose(got[name], want, rtol=case.rtol, atol=case.atol)
+        except AssertionError as exc:
+            return "wrong", f"output {name!r}: {str(exc).strip()[:300]}"
+    return "pass", ""
+
+
+def _worker(names: list[str]) -> None:
+    sys.path.insert(0, str(HERE))
+    from test_onnx_node_suite import _cases
+
+    by_name = {c.name: c for cases in _cases().values() for c in cases}
+    for name in names:
+        print(json.dumps({"start": name}), flush=True)
+        status, detail = _run_one(by_name[name])
+        print(json.dumps({"case": name, "status": status, "detail": detail}), flush=True)
+
+
+def _drive(names: list[str]) -> dict[str, tuple[str, str]]:
+    """Runs `names` in worker processes one after another, restarting after a crash."""
+    results: dict[str, tuple[str, str]] = {}
+    todo = list(names)
+    while todo:
+        cmd = [sys.executable, __file__, *todo]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        started = None
+        for line in proc.stdout.splitlines():
+            if not line.startswith("{"):
+                continue
+            msg = json.loads(line)
+            if "start" in msg:
+                started = msg["start"]
+            else:
+                results[msg["case"]] = (msg["status"], msg["detail"])
+                started = None
+        if started is not None:  # the process died in this case
+            results[started] = ("crash", f"exit {proc.returncode}: {proc.stderr[-300:]}")
+        elif proc.returncode != 0 and not all(n in results for n in todo):
+            raise RuntimeError(f"node-suite worker failed outside a case: {proc.stderr[-2000:]}")
+        todo = [n for n in todo if n not in results]
+    return results
+
+
+def run_isolated(names: list[str], workers: int = 2) -> dict[str, tuple[str, str]]:
+    """case -> (status, detail) for every case in `names`, `workers` processes at a time."""
+    chunks = [names[i::workers] for i in range(workers)]
+    results: dict[str, tuple[str, str]] = {}
+    with ThreadPoolExecutor(workers) as pool:
+        for part in pool.map(_drive, chunks):
+            results.update(part)
+    return results
+
+
+def supported_cases() -> list[str]:
+    """Every case of the ops the importer supports (test_onnx_node_suite.SUPPORTED)."""
+    sys.path.insert(0, str(HERE))
+    from test_onnx_node_suite import SUPPORTED, _cases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sorted(c.name for op in SUPPORTED for c in _cases().get(op, []))
+
+
+@functools.cache
+def expected_passing() -> frozenset[str]:
+    return frozenset(line.strip() for line in EXPECTED.read_text().splitlines() if line.strip())
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--update"]:
+        results = run_isolated(supported_cases())
+        passing = sorted(n for n, (status, _) in results.items() if status == "pass")
+        EXPECTED.write_text("\n".join(passing) + "\n")
+        print(f"{len(passing)} passing cases written to {EXPECTED}")
+    else:
+        _worker(sys.argv[1:])

@@ -1,0 +1,48 @@
+"""ONNX's backend node cases through `tensorforge.compile` and native code (not the reference
+executor), each batch of cases in its own process so that a crash is a failing case, not a lost
+run. The set of passing cases is asserted exactly (node_suite_compiled.txt): a regression fails,
+and so does an improvement nobody recorded (`python node_suite_compiled.py --update`)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from node_suite_compiled import expected_passing, run_isolated, supported_cases  # noqa: E402
+
+
+@functools.cache
+def results() -> dict[str, tuple[str, str]]:
+    return run_isolated(supported_cases())
+
+
+def test_no_case_compiles_to_a_wrong_answer_an_error_or_a_crash() -> None:
+    bad = [
+        f"{n}: {s}: {d}" for n, (s, d) in sorted(results().items()) if s not in ("pass", "refused")
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_passing_cases_are_exactly_the_recorded_ones() -> None:
+    passing = {n for n, (s, _) in results().items() if s == "pass"}
+    expected = expected_passing()
+    regressed, new = sorted(expected - passing), sorted(passing - expected)
+    assert not regressed, f"recorded as passing, now {[(n, results().get(n)) for n in regressed]}"
+    update = f"python {Path(__file__).parent / 'node_suite_compiled.py'} --update"
+    assert not new, f"newly passing (record them: {update}): {new}"
+
+
+def test_compiled_node_suite_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    counts = Counter(s for s, _ in results().values())
+    refused = Counter(d.split(":")[0] for s, d in results().values() if s == "refused")
+    with capsys.disabled():
+        print(
+            f"\nONNX backend node cases through compiled CPU code: {counts['pass']} passed, "
+            f"{counts['refused']} refused ({dict(refused)}), of {len(results())}"
+        )
+    assert counts["pass"] == len(expected_passing())
