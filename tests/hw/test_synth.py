@@ -7,6 +7,7 @@ import pytest
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.synth import (
     PARTS,
+    PnrReport,
     SynthError,
     SynthReport,
     parse_nextpnr_log,
@@ -47,10 +48,19 @@ def test_nextpnr_log_parsing_takes_the_post_route_fmax():
 
 
 @pytest.mark.slow
-def test_tiny_gemm_uses_one_dsp_per_mac(tmp_path):
-    r = synth_xilinx(TINY, "gemm", "xc7z020", work_dir=tmp_path)
+def test_tiny_gemm_uses_one_dsp_per_mac(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    r = synth_xilinx(TINY, "gemm", "xc7z020")  # no work_dir: a temporary folder
     assert r.dsps == TINY.batch * TINY.block_in * TINY.block_out
     assert r.luts > 0 and r.ffs > 0 and not r.over
+    assert not list(tmp_path.iterdir())  # removed, not left behind
+
+
+def test_an_unkept_bitstream_says_how_to_keep_it():
+    r = PnrReport("gemm", "tiny", "LFE5U-85K", 70.0, 100.0, {"FF": (10, 100)}, None, 1.0)
+    assert r.table().splitlines()[-1] == "  bitstream and logs not kept (-o DIR keeps them)"
 
 
 @pytest.mark.slow
