@@ -123,11 +123,16 @@ def test_concurrent_clients(server, kernel):
         np.testing.assert_array_equal(o, kernel.reference())
 
 
+def _conv_task(size: int) -> Task:
+    """A 3x3 conv of 8 channels on `tiny`, size x size: a task of the accelerator's template."""
+    wl = {"hw": TINY.to_dict(), "n": 1, "ic": 8, "h": size, "w": size, "oc": 8, "kh": 3,
+          "kw": 3, "stride_h": 1, "stride_w": 1, "pad_h": 1, "pad_w": 1, "pool_h": 1,
+          "pool_w": 1, "residual": False}  # fmt: skip
+    return Task("vta.conv2d", wl, "vta -config=tiny")
+
+
 def test_rpc_runner_measures_like_the_local_cycle_model(server):
-    wl = {"hw": TINY.to_dict(), "n": 1, "ic": 8, "h": 6, "w": 6, "oc": 8, "kh": 3, "kw": 3,
-          "stride_h": 1, "stride_w": 1, "pad_h": 1, "pad_w": 1, "pool_h": 1, "pool_w": 1,
-          "residual": False}  # fmt: skip
-    task = Task("vta.conv2d", wl, "vta -config=tiny")
+    task = _conv_task(6)
     configs = [task.space.get(int(i)).values for i in task.space.valid_indices()[:4]]
     builder = Builder(2, timeout=120)
     # a pool of two boards: the same server twice
@@ -343,10 +348,7 @@ def test_a_server_without_llvm_runs_programs_and_measures_for_the_tuner(board_se
     outputs, meta = remote.run_program(kernel.image, {"A": pack_inp(TINY, kernel.a)})
     np.testing.assert_array_equal(unpack_out(TINY, outputs["C"]), kernel.reference())  # numpy
     assert meta["cycles"] == kernel.run_on("cyclesim")[1].cycles
-    wl = {"hw": TINY.to_dict(), "n": 1, "ic": 8, "h": 4, "w": 4, "oc": 8, "kh": 3, "kw": 3,
-          "stride_h": 1, "stride_w": 1, "pad_h": 1, "pad_w": 1, "pool_h": 1, "pool_w": 1,
-          "residual": False}  # fmt: skip
-    task = Task("vta.conv2d", wl, "vta -config=tiny")
+    task = _conv_task(4)
     configs = [task.space.get(int(i)).values for i in task.space.valid_indices()[:2]]
     builder = Builder(1, timeout=120)
     with RPCRunner([f"127.0.0.1:{board_server}"], token=TOKEN) as rpc:

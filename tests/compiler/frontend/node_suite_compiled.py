@@ -31,41 +31,30 @@ EXPECTED = HERE / "node_suite_compiled.txt"
 
 
 def _run_one(case) -> tuple[str, str]:
-    import numpy as np
-    from test_onnx_node_suite import _array, _lift_opset, _shape_inputs
+    from test_onnx_node_suite import case_graph, mismatch
 
     import tensorforge
-    from tensorforge.compiler.frontend import OnnxImportError, from_onnx
+    from tensorforge.compiler.frontend import OnnxImportError
     from tensorforge.compiler.graph.ir import GraphError
     from tensorforge.compiler.graph.registry import UnsupportedOpError
     from tensorforge.compiler.tir.stmt import LoweringError
 
-    ((inputs, expected),) = case.data_sets
-    inputs, expected = [_array(v) for v in inputs], [_array(v) for v in expected]
-    model = _lift_opset(case.model)
-    if model is None:
-        return "refused", "written for an opset below 13"
-    consts = _shape_inputs(model, list(inputs))
     try:
-        graph = from_onnx(model, constant_inputs=consts)
+        prepared = case_graph(case)
+        if prepared is None:
+            return "refused", "written for an opset below 13"
+        graph, feed, expected = prepared
         module = tensorforge.compile(graph)
     except (UnsupportedOpError, OnnxImportError, LoweringError, GraphError) as exc:
         return "refused", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     except Exception as exc:  # noqa: BLE001  (anything else is a bug, reported by name)
         return "error", f"{type(exc).__name__}: {str(exc)[:300]}"
-    names = [v.name for v in model.graph.input]
-    feed = {n: v for n, v in zip(names, inputs, strict=False) if n not in consts}
     try:
         got = module.run(feed)
     except Exception as exc:  # noqa: BLE001
         return "error", f"run: {type(exc).__name__}: {str(exc)[:300]}"
-    for name, want in zip(graph.outputs, expected, strict=True):
-        try:
-            assert got[name].dtype == want.dtype, f"dtype {got[name].dtype} != {want.dtype}"
-            np.testing.assert_allclose(got[name], want, rtol=case.rtol, atol=case.atol)
-        except AssertionError as exc:
-            return "wrong", f"output {name!r}: {str(exc).strip()[:300]}"
-    return "pass", ""
+    wrong = mismatch(case, graph, got, expected)
+    return ("wrong", wrong) if wrong else ("pass", "")
 
 
 def _worker(names: list[str]) -> None:

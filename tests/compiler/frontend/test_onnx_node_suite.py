@@ -86,31 +86,46 @@ def _array(value: object) -> object:
     return value
 
 
-def run_case(case) -> tuple[str, str]:
-    """('pass' | 'fail' | 'unsupported', detail) for one backend test case."""
+def case_graph(case) -> tuple | None:
+    """(graph, feed, expected outputs) of a backend case, or None for one written for an opset
+    below 13. Raises whatever the importer raises."""
     ((inputs, expected),) = case.data_sets
     inputs, expected = [_array(v) for v in inputs], [_array(v) for v in expected]
     model = _lift_opset(case.model)
     if model is None:
-        return "unsupported", "written for an opset below 13"
+        return None
     consts = _shape_inputs(model, list(inputs))
+    graph = from_onnx(model, constant_inputs=consts)
+    names = [v.name for v in model.graph.input]
+    feed = {n: v for n, v in zip(names, inputs, strict=False) if n not in consts}
+    return graph, feed, expected
+
+
+def mismatch(case, graph, got: dict, expected: list) -> str | None:
+    """The first output that differs from the case's (dtype or values), or None."""
+    for name, want in zip(graph.outputs, expected, strict=True):
+        try:
+            assert got[name].dtype == want.dtype, f"dtype {got[name].dtype} != {want.dtype}"
+            np.testing.assert_allclose(got[name], want, rtol=case.rtol, atol=case.atol)
+        except AssertionError as exc:
+            return f"output {name!r}: {str(exc).strip()[:300]}"
+    return None
+
+
+def run_case(case) -> tuple[str, str]:
+    """('pass' | 'fail' | 'unsupported', detail) for one backend test case."""
     try:
-        graph = from_onnx(model, constant_inputs=consts)
-        names = [v.name for v in model.graph.input]
-        feed = {n: v for n, v in zip(names, inputs, strict=False) if n not in consts}
+        prepared = case_graph(case)
+        if prepared is None:
+            return "unsupported", "written for an opset below 13"
+        graph, feed, expected = prepared
         outputs = run_graph(graph, feed)
     except (UnsupportedOpError, UnsupportedDtypeError) as exc:
         return "unsupported", str(exc).splitlines()[0]
     except Exception as exc:  # any other failure is a failing case, reported by name
         return "fail", f"{type(exc).__name__}: {exc}"
-    for name, want in zip(graph.outputs, expected, strict=True):
-        got = outputs[name]
-        try:
-            assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
-            np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol)
-        except AssertionError as exc:
-            return "fail", f"output {name!r}: {str(exc).strip()[:300]}"
-    return "pass", ""
+    wrong = mismatch(case, graph, outputs, expected)
+    return ("fail", wrong) if wrong else ("pass", "")
 
 
 @functools.cache
