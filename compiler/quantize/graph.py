@@ -426,7 +426,7 @@ def quantize_graph(
         mode: ``"shift"``: power-of-two scales, requantization by shifts (every config);
             ``"mul"``: scales from the observer as is, multiply+shift (needs ``alu_mul``);
             None (default): ``default_mode(cfg)``, i.e. ``"mul"`` where the config has
-            ``alu_mul`` (power-of-two scales cost several times the error), else ``"shift"``.
+            ``alu_mul`` (power-of-two scales cost up to twice the error), else ``"shift"``.
         observer: a factory of observers (``AbsMaxObserver``, ``PercentileObserver``,
             ``lambda: PercentileObserver(99.9)``, ...), one per calibrated tensor.
 
