@@ -196,9 +196,12 @@ def test_cli_compiles_with_calibration_then_runs_the_module_on_another_device(tm
         capsys.readouterr().err
     )
     assert main([*args, "--calibrate", str(calib), "--shape", "1,1,8,8"]) == 0
-    assert "3 accelerator kernels (tiny)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "3 accelerator kernels (tiny)" in printed
+    assert "requantization: mul (multiply+shift)" in printed  # tiny has the ALU MUL too
     assert main(["run", str(out), "--input", str(x), "--device", "cyclesim"]) == 0
-    assert " cycles = " in capsys.readouterr().out
+    printed = capsys.readouterr().out  # the mode is saved with the module
+    assert " cycles = " in printed and "requantization: mul (multiply+shift)" in printed
     assert main(["run", str(out), "--input", str(x), "--device", "rtl", "--trace", "t.json"]) == 1
     assert "--trace needs the cyclesim device" in capsys.readouterr().err
 
