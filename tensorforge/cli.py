@@ -559,8 +559,11 @@ def _compile_model(args: argparse.Namespace) -> int:
         f"constants {st['constant_bytes']} B"
     )
     if "placement" in st:
+        from .report import requant_line
+
         print(f"{st['accelerator_kernels']} accelerator kernels ({st['config']}), "
-              f"{st['offloaded_macs']:.1%} of conv/dense MACs on the accelerator")  # fmt: skip
+              f"{st['offloaded_macs']:.1%} of conv/dense MACs on the accelerator; "
+              f"{requant_line(st['requant_mode'])}")  # fmt: skip
     return 0
 
 

@@ -36,7 +36,7 @@ def run_digits_demo(
     backend: str = "sim",
     images: int | None = None,
     vthreads: int = 2,
-    mode: str = "shift",
+    mode: str | None = None,
     trace: str | None = None,
 ) -> dict[str, float]:
     """Compile the digits CNN for the accelerator, run the test split, print a report.
@@ -46,7 +46,8 @@ def run_digits_demo(
         backend: the accelerator device ("sim", "cyclesim" or "rtl").
         images: how many test images (default all 450).
         vthreads: virtual threads of the accelerator kernels.
-        mode: requantization, "shift" (VTA-compatible) or "mul" (needs alu_mul).
+        mode: requantization, "shift" (VTA-compatible) or "mul" (needs alu_mul); default:
+            the config's most accurate (``compiler.quantize.default_mode``).
         trace: write the accelerator layers' Chrome trace there (needs "cyclesim").
 
     Returns:
@@ -65,7 +66,8 @@ def run_digits_demo(
     t0 = time.perf_counter()
     graph = optimize(from_onnx(str(model), input_shapes={"input": x.shape}))
     float_logits = run_graph(graph, {"input": x})[graph.outputs[0]]
-    target = f"vta -config={config} -device={backend} -mode={mode} -vthreads={vthreads}"
+    target = f"vta -config={config} -device={backend} -vthreads={vthreads}"
+    target += f" -mode={mode}" if mode else ""
     module = api.compile(graph, target, calibration={"input": split["calib_images"]})
     logits = module.run({"input": x})[module.outputs[0]]
     wall = time.perf_counter() - t0

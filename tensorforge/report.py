@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .compiler.quantize.requant import MODE_NAMES
+
 
 def placement_table(module: Any) -> str:
     """Every node of the int8 graph, where it runs and why (``module.stats["placement"]``)."""
@@ -17,11 +19,26 @@ def placement_table(module: Any) -> str:
     lines += [f"{n:<{width}}  {op:<{op_width}}  {where:<7}  {why}" for n, op, where, why in rows]
     share = module.stats.get("offloaded_macs", 0.0)
     vta = sum(1 for r in rows if r[2] == "vta")
-    layers = [r for r in rows if r[1] in ("tf.qconv2d", "tf.qdense")]
-    done = sum(1 for r in layers if r[2] == "vta")
-    lines.append(f"on the accelerator: {done} of {len(layers)} conv/dense layers ({share:.1%} of "
+    done, layers = module.stats.get("offloaded_layers", _int8_layers(rows))
+    lines.append(f"on the accelerator: {done} of {layers} conv/dense layers ({share:.1%} of "
                  f"their MACs), {vta} of {len(rows)} nodes")  # fmt: skip
+    if "requant_mode" in module.stats:  # modules saved before it was recorded lack it
+        lines.append(requant_line(module.stats["requant_mode"]))
     return "\n".join(lines)
+
+
+def _int8_layers(rows: list[list[str]]) -> tuple[int, int]:
+    """(offloaded, all) int8 conv/dense rows: the count of modules saved before
+    ``offloaded_layers`` (which counts the float ones too) was recorded."""
+    layers = [r for r in rows if r[1] in ("tf.qconv2d", "tf.qdense")]
+    return sum(1 for r in layers if r[2] == "vta"), len(layers)
+
+
+def requant_line(mode: str) -> str:
+    """Which requantization the int8 graph uses (``module.stats["requant_mode"]``)."""
+    if mode in MODE_NAMES:
+        return f"int8 requantization: {MODE_NAMES[mode]}; the target option -mode=shift|mul chooses"
+    return "int8 requantization: as in the given int8 graph"
 
 
 def dram_bytes(counters: dict[str, int]) -> int:

@@ -16,6 +16,7 @@ def test_int8_accuracy_on_the_accelerator_is_within_two_points_of_float(capsys):
     assert acc["int8"] >= acc["float"] - 0.02
     out = capsys.readouterr().out
     assert "on the accelerator: 3 of 4 conv/dense layers" in out
+    assert "int8 requantization: mul (multiply+shift)" in out  # pynq has the ALU MUL
     for call in ("tf.qconv2d+tf.qmaxpool (conv2)", "tf.qconv2d (conv3)", "tf.qdense (dense)"):
         assert f"  {call} " in out
 

@@ -39,13 +39,14 @@ from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.vta.launch import KIND, kernel_meta
 from ...runtime.module import Call, KernelImage, Module
 from ..quantize.graph import quantize_graph
+from ..quantize.requant import MODES, default_mode
 from ..target import Target
 from .accel_kernels import accelerator_kernel, has_accelerator_kernel, packed_tensors
 from .compile import _assemble, _label_nodes, _symbol, build_cpu_group, cpu_meta
 from .ir import Graph, TensorType
 from .passes import FusedGroup, fuse_ops, group_order, optimize, partition_graph, plan_memory
 from .passes.fuse_accel import fuse_accelerator_ops
-from .passes.partition import macs, place
+from .passes.partition import layer_summary, place
 
 DEVICES = ("sim", "cyclesim", "rtl")
 QUANTIZED_OPS = ("tf.quantize", "tf.qconv2d", "tf.qdense")
@@ -59,17 +60,18 @@ def is_quantized(graph: Graph) -> bool:
 def vta_options(target: Target, config: HWConfig | None = None) -> tuple[HWConfig, str, str, int]:
     """(config, device, mode, vthreads) of a vta target: ``-config=`` (a preset or JSON file,
     default pynq), ``-device=`` (sim, cyclesim or rtl; default sim), ``-mode=`` (shift or mul;
-    default shift), ``-vthreads=`` (1 or 2; default 2).
+    default ``default_mode(config)``: mul where the config has the ALU MUL, else shift),
+    ``-vthreads=`` (1 or 2; default 2).
 
     Raises:
         ValueError: for an option value out of its set (named).
     """
     cfg = config or HWConfig.load(target.get("config") or "pynq")
-    device, mode = target.get("device") or "sim", target.get("mode") or "shift"
+    device, mode = target.get("device") or "sim", target.get("mode") or default_mode(cfg)
     vthreads = target.get("vthreads") or "2"
     for key, value, allowed in (
         ("device", device, DEVICES),
-        ("mode", mode, ("shift", "mul")),
+        ("mode", mode, MODES),
         ("vthreads", vthreads, ("1", "2")),
     ):
         if value not in allowed:
@@ -148,6 +150,7 @@ def compile_graph_vta(
         calls.append(call)
     module = _assemble(stored, str(tgt), kernels, calls, constants, start, t_opt, *times)
     module.stats.update(_accelerator_stats(q, cfg, kernels))
+    module.stats["requant_mode"] = "given" if is_quantized(graph) else mode
     module.stats["packed_tensors"] = list(packed)
     return module
 
@@ -187,18 +190,17 @@ def build_accelerator_group(
 
 def _accelerator_stats(graph: Graph, cfg: HWConfig, kernels: list[KernelImage]) -> dict:
     placements = [place(graph, n, cfg) for n in graph.nodes]
-    layers = [n for n in graph.nodes if macs(graph, n)]
-    total = sum(macs(graph, n) for n in layers)
     vta_nodes = {  # node -> the first node of its accelerator kernel
         name: g.nodes[0] for (g, nodes) in group_order(graph)
         if has_accelerator_kernel(graph, nodes) for name in g.nodes
     }  # fmt: skip
-    done = sum(macs(graph, n) for n in layers if n.name in vta_nodes)
+    done, layers, share = layer_summary(graph, lambda n: n.name in vta_nodes)
     return {
         "config": cfg.name,
         "clock_mhz": cfg.clock_mhz,
         "accelerator_kernels": sum(1 for k in kernels if k.kind == KIND),
-        "offloaded_macs": round(done / total, 4) if total else 0.0,
+        "offloaded_macs": round(share, 4),  # of every conv/dense/matmul MAC, float ones too
+        "offloaded_layers": [done, layers],
         "placement": [_placement_row(p, vta_nodes) for p in placements],
     }
 

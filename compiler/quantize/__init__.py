@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .calibrate import AbsMaxObserver, EntropyObserver, PercentileObserver
 from .reference import conv2d_int8, conv2d_nchw, dense_int8, max_pool2d_int8
-from .requant import AluStep, RequantParams, apply_requant, requant_params
+from .requant import AluStep, RequantParams, apply_requant, default_mode, requant_params
 from .scheme import (
     QTensor,
     choose_scale,
@@ -42,6 +42,7 @@ __all__ = [
     "choose_scale",
     "conv2d_int8",
     "conv2d_nchw",
+    "default_mode",
     "dense_int8",
     "dequantize",
     "is_power_of_two",

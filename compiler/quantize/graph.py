@@ -26,7 +26,7 @@ from ..graph.ops.nn import window_geometry
 from ..graph.ops.qnn import add_attrs, requant_attrs
 from ..graph.reference import run_node
 from .calibrate import AbsMaxObserver
-from .requant import MODES, requant_params
+from .requant import MODES, default_mode, requant_params
 from .residual import add_params
 from .scheme import choose_scale, qrange, quantize_bias, quantize_weight
 
@@ -413,7 +413,7 @@ def quantize_graph(
     graph: Graph,
     calibration_inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
     cfg: HWConfig,
-    mode: str = "shift",
+    mode: str | None = None,
     observer: Callable[[], Observer] = AbsMaxObserver,
 ) -> Graph:
     """Post-training int8 quantization of a float graph for the accelerator described by cfg.
@@ -424,7 +424,9 @@ def quantize_graph(
             have another batch size than the graph's inputs (types are re-inferred for it).
         cfg: the accelerator config: accumulator width, and ``alu_mul`` for mode ``"mul"``.
         mode: ``"shift"``: power-of-two scales, requantization by shifts (every config);
-            ``"mul"``: scales from the observer as is, multiply+shift (needs ``alu_mul``).
+            ``"mul"``: scales from the observer as is, multiply+shift (needs ``alu_mul``);
+            None (default): ``default_mode(cfg)``, i.e. ``"mul"`` where the config has
+            ``alu_mul`` (power-of-two scales cost up to twice the error), else ``"shift"``.
         observer: a factory of observers (``AbsMaxObserver``, ``PercentileObserver``,
             ``lambda: PercentileObserver(99.9)``, ...), one per calibrated tensor.
 
@@ -450,13 +452,17 @@ def quantize_graph(
         >>> q = quantize_graph(b.build([y]), {"x": xs}, HWConfig.preset("pynq"))
         >>> [n.op for n in q.nodes]
         ['tf.quantize', 'tf.qdense', 'tf.dequantize']
-        >>> run_graph(q, {"x": xs})[y].tolist()
-        [[0.5, 0.0, 2.0, 1.0]]
+        >>> q.nodes[1].attr_dict["multiplier"] > 1  # pynq has the ALU MUL: mode "mul"
+        True
+        >>> step = 2.0 / 127  # the scales: the calibrated max |x| over the int8 range
+        >>> bool(np.abs(run_graph(q, {"x": xs})[y] - np.maximum(xs, 0)).max() <= step / 2)
+        True
     """
-    if mode not in MODES:
-        raise ValueError(f"quantize_graph mode must be one of {MODES}, not {mode!r}")
     if not isinstance(cfg, HWConfig):
         raise TypeError(f"quantize_graph cfg must be a HWConfig, not {type(cfg).__name__}")
+    mode = default_mode(cfg) if mode is None else mode
+    if mode not in MODES:
+        raise ValueError(f"quantize_graph mode must be one of {MODES}, not {mode!r}")
     batches = _batches(graph, calibration_inputs)
     units = _Matcher(graph).plan()
     thresholds = _observe(graph, batches, _calibrated_values(units), observer)

@@ -48,6 +48,13 @@ if TYPE_CHECKING:
 IMM_MAX = (1 << (ALU_IMM_WIDTH - 1)) - 1
 IMM_MIN = -(1 << (ALU_IMM_WIDTH - 1))
 MODES = ("shift", "mul")
+MODE_NAMES = {"shift": "shift (power-of-two scales)", "mul": "mul (multiply+shift)"}
+
+
+def default_mode(cfg: HWConfig) -> str:
+    """The most accurate requantization mode `cfg` can run: ``"mul"`` with the ALU MUL
+    extension (any scales), else ``"shift"`` (power-of-two scales, VTA-compatible)."""
+    return "mul" if cfg.alu_mul else "shift"
 
 
 @dataclass(frozen=True, slots=True)

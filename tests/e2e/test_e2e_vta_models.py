@@ -70,10 +70,11 @@ def test_digits_on_the_accelerator_equals_the_int8_graph(cfg, images, vthreads, 
         assert np.mean(logits.argmax(1) == labels) >= float_acc - 0.02
 
 
-def test_resnet18_on_the_accelerator_equals_the_int8_graph():
+@pytest.mark.parametrize("mode", ["shift", "mul"])  # mul: the default on pynq
+def test_resnet18_on_the_accelerator_equals_the_int8_graph(mode):
     rng = np.random.default_rng(0)
     calib = [{"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(4)]
-    q = quantize_for(optimize(from_onnx(resnet18(32))), PYNQ, calib, "shift")
+    q = quantize_for(optimize(from_onnx(resnet18(32))), PYNQ, calib, mode)
     module = tensorforge.compile(q, target="vta -config=pynq")
     vta = [c.label for c, kind in zip(module.calls, _kinds(module), strict=True) if kind == "vta"]
     # every conv but the 3-channel stem and the classifier; each block's add fused into a conv
@@ -195,9 +196,12 @@ def test_cli_compiles_with_calibration_then_runs_the_module_on_another_device(tm
         capsys.readouterr().err
     )
     assert main([*args, "--calibrate", str(calib), "--shape", "1,1,8,8"]) == 0
-    assert "3 accelerator kernels (tiny)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "3 accelerator kernels (tiny)" in printed
+    assert "requantization: mul (multiply+shift)" in printed  # tiny has the ALU MUL too
     assert main(["run", str(out), "--input", str(x), "--device", "cyclesim"]) == 0
-    assert " cycles = " in capsys.readouterr().out
+    printed = capsys.readouterr().out  # the mode is saved with the module
+    assert " cycles = " in printed and "requantization: mul (multiply+shift)" in printed
     assert main(["run", str(out), "--input", str(x), "--device", "rtl", "--trace", "t.json"]) == 1
     assert "--trace needs the cyclesim device" in capsys.readouterr().err
 

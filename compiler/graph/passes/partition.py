@@ -182,13 +182,34 @@ def accelerator_regions(graph: Graph) -> tuple[Region, ...]:
     return tuple(Region(f"vta_{i}", tuple(run)) for i, run in enumerate(runs))
 
 
+# Every op whose work is multiply-accumulates: the int8 ops the accelerator may run and the
+# float (or ONNX-quantized) ones left on the CPU, e.g. depthwise and grouped convolutions.
+CONV_OPS = ("tf.qconv2d", "Conv", "QLinearConv")
+MATMUL_OPS = ("tf.qdense", "Gemm", "MatMul", "QLinearMatMul")
+
+
 def macs(graph: Graph, node: Node) -> int:
-    """Multiply-accumulates of a conv/dense node (0 for other ops)."""
-    if node.op not in ("tf.qconv2d", "tf.qdense"):
-        return 0
-    out = graph.types[node.outputs[0]].shape
-    w = graph.types[node.inputs[1]].shape
-    return math.prod(out) * math.prod(w[1:])  # exact integers: no int64 wrap-around
+    """Multiply-accumulates of a conv/dense/matmul node, int8 or float (0 for other ops)."""
+    out = graph.types[node.outputs[0]].shape if node.outputs else ()
+    if node.op in CONV_OPS:  # weight O x C/group x kernel: one MAC per weight per output
+        w = graph.types[node.inputs[3 if node.op == "QLinearConv" else 1]].shape
+        return math.prod(out) * math.prod(w[1:])  # exact integers: no int64 wrap-around
+    if node.op == "tf.qdense":  # weight M x K
+        return math.prod(out) * graph.types[node.inputs[1]].shape[1]
+    if node.op in MATMUL_OPS:  # the reduction is A's last axis (its first with Gemm transA)
+        a = graph.types[node.inputs[0]].shape
+        trans_a = node.op == "Gemm" and node.attr_dict.get("transA", 0)
+        return math.prod(out) * (a[0] if trans_a or len(a) == 1 else a[-1])
+    return 0
+
+
+def layer_summary(graph: Graph, on_accelerator: Callable[[Node], bool]) -> tuple[int, int, float]:
+    """(offloaded layers, conv/dense/matmul layers, share of all their MACs offloaded)."""
+    layers = [n for n in graph.nodes if macs(graph, n)]
+    total = sum(macs(graph, n) for n in layers)
+    done = [n for n in layers if on_accelerator(n)]
+    share = sum(macs(graph, n) for n in done) / total if total else 0.0
+    return len(done), len(layers), share
 
 
 def partition_report(graph: Graph, cfg: HWConfig) -> str:
@@ -209,13 +230,9 @@ def partition_report(graph: Graph, cfg: HWConfig) -> str:
     regions = accelerator_regions(graph)
     lines.append("regions: " + ("; ".join(f"{r.name}: {', '.join(r.nodes)}" for r in regions)
                                 or "none"))  # fmt: skip
-    layers = [n for n in graph.nodes if macs(graph, n)]
-    total = sum(macs(graph, n) for n in layers)
-    done = sum(macs(graph, n) for n in layers if is_offloaded(n))
-    offloaded = sum(1 for n in layers if is_offloaded(n))
-    share = done / total if total else 0.0
+    offloaded, layers, share = layer_summary(graph, is_offloaded)
     lines.append(
-        f"offloaded: {offloaded} of {len(layers)} conv/dense layers, {share:.1%} of their MACs; "
+        f"offloaded: {offloaded} of {layers} conv/dense layers, {share:.1%} of their MACs; "
         f"{sum(1 for n in graph.nodes if is_offloaded(n))} of {len(graph.nodes)} nodes"
     )
     return "\n".join(lines)

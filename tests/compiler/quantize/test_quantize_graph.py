@@ -14,6 +14,7 @@ import pytest
 
 from tensorforge.compiler.frontend import from_onnx
 from tensorforge.compiler.graph import GraphBuilder, GraphError, run_graph
+from tensorforge.compiler.graph.compile_vta import vta_options
 from tensorforge.compiler.graph.passes import fuse_ops, optimize, partition_report, plan_memory
 from tensorforge.compiler.graph.reference import run_node
 from tensorforge.compiler.graph.verify import verify_graph
@@ -31,6 +32,7 @@ from tensorforge.compiler.quantize import (
     requant_params,
 )
 from tensorforge.compiler.quantize.graph import quantize_graph
+from tensorforge.compiler.target import Target
 from tensorforge.hw.config import HWConfig
 
 DATA = Path(__file__).resolve().parents[3] / "tensorforge" / "data"
@@ -229,3 +231,18 @@ def test_matmul_bias_relu_becomes_one_qdense_and_softmax_stays_float() -> None:
     report = partition_report(q, _cfg(True))
     assert re.search(r"softmax\s+Softmax\s+float32\[4, 16\]\s+cpu\s+float op", report)
     assert re.search(r"\n  matmul\s+tf.qdense .* vta ", report)
+
+
+@pytest.mark.parametrize(("alu_mul", "mode"), [(True, "mul"), (False, "shift")])
+def test_default_mode_is_the_most_accurate_the_config_runs(
+    float_graph, split, alu_mul: bool, mode: str
+) -> None:
+    calib = {"input": split["calib_images"]}
+    default = quantize_graph(float_graph, calib, _cfg(alu_mul))
+    explicit = quantize_graph(float_graph, calib, _cfg(alu_mul), mode)
+    assert [n.attrs for n in default.nodes] == [n.attrs for n in explicit.nodes]
+    steps = {op for n in default.nodes for op in n.attr_dict.get("requant_ops", ())}
+    assert ("MUL" in steps) == alu_mul
+    target = Target.parse("vta -config=pynq")
+    assert vta_options(target, _cfg(alu_mul))[2] == mode
+    assert vta_options(Target.parse("vta -mode=shift"), _cfg(alu_mul))[2] == "shift"

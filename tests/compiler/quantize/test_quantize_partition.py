@@ -11,6 +11,7 @@ import pytest
 
 from tensorforge.compiler.frontend import from_onnx
 from tensorforge.compiler.graph import GraphBuilder, run_graph
+from tensorforge.compiler.graph.compile_vta import compile_graph_vta
 from tensorforge.compiler.graph.passes import (
     accelerator_regions,
     optimize,
@@ -123,3 +124,34 @@ def test_asymmetric_conv_padding_runs_on_the_cpu() -> None:
     assert _targets(partition_graph(q, PYNQ))["conv"] == "cpu"
     assert "padding (0, 0, 1, 1) must be symmetric and at most 15" in partition_report(q, PYNQ)
     assert accelerator_regions(q) == ()  # not partitioned yet: nothing offloaded
+
+
+def _conv_depthwise_dense_graph():
+    """conv (int8) -> depthwise conv (stays float: group > 1) -> dense (int8)."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("dw")
+    x = b.add_input("x", (1, 16, 8, 8), "float32")
+    w = b.add_constant("w", rng.standard_normal((32, 16, 3, 3)).astype(np.float32))
+    (y,) = b.add_node("Conv", [x, w], {"pads": (1, 1, 1, 1)}, name="conv")
+    dw = b.add_constant("dw", rng.standard_normal((32, 1, 3, 3)).astype(np.float32))
+    (y,) = b.add_node("Conv", [y, dw], {"pads": (1, 1, 1, 1), "group": 32}, name="depthwise")
+    (y,) = b.add_node("Flatten", [y], name="flatten")
+    fc = b.add_constant("fc", rng.standard_normal((32 * 8 * 8, 10)).astype(np.float32))
+    (y,) = b.add_node("MatMul", [y, fc], name="dense")
+    return b.build([y])
+
+
+def test_mac_share_counts_the_float_convs_left_on_the_cpu() -> None:
+    graph = _conv_depthwise_dense_graph()
+    x = np.random.default_rng(6).standard_normal((2, 16, 8, 8)).astype(np.float32)
+    q = partition_graph(quantize_graph(graph, {"x": x}, PYNQ), PYNQ)
+    targets = _targets(q)
+    assert (targets["conv"], targets["depthwise"], targets["dense"]) == ("vta", "-", "vta")
+    # MACs from the shapes: output elements times the reduction length of each
+    conv, depthwise, dense = 8 * 8 * 32 * (16 * 9), 8 * 8 * 32 * 9, 10 * (32 * 8 * 8)
+    share = (conv + dense) / (conv + depthwise + dense)
+    report = partition_report(q, PYNQ)
+    assert f"offloaded: 2 of 3 conv/dense layers, {share:.1%} of their MACs" in report
+    module = compile_graph_vta(q, "vta -config=pynq", progress=False)
+    assert module.stats["offloaded_macs"] == round(share, 4)
+    assert module.stats["offloaded_layers"] == [2, 3]
