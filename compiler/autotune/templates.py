@@ -419,3 +419,72 @@ register(Template(
     lambda wl: 2 * int(wl["m"]) * int(wl["n"]) * int(wl["k"]), _gpu_dense_lower,
     _gpu_dense_check,
 ))  # fmt: skip
+
+
+# ---- GPU row reductions: softmax, layer norm, long reductions (CUDA and OpenCL) -----------------
+
+
+def _gpu_rows_space(wl: dict) -> Any:
+    from ..topi.gpu.reduce import config_space
+
+    return config_space(int(wl["n"]), int(wl["max_threads"]))
+
+
+def _gpu_rows_lower(wl: dict, values: dict, target: str) -> Any:
+    from .. import te
+    from ..target import Target
+    from ..tir import lower
+    from ..topi.gpu.reduce import config_from, row_program, uses_warp
+
+    rows, n, dtype = int(wl["rows"]), int(wl["n"]), str(wl["dtype"])
+    x = te.placeholder((rows, n), dtype, name="x")
+    warp = uses_warp(Target.parse(target).kind, dtype)
+    out, s = row_program(x, str(wl["op"]), config_from(values), warp)
+    return lower(s, [x, out], name="tuned_gpu_rows")
+
+
+def _rows_reference(op: str, x: np.ndarray) -> np.ndarray:
+    """numpy's value of a `gpu.row_reduce` workload's op on rows `x` (float64)."""
+    if op in ("softmax", "log_softmax"):
+        shifted = x - x.max(axis=1, keepdims=True)
+        logsum = np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        return shifted - logsum if op == "log_softmax" else np.exp(shifted - logsum)
+    if op == "layer_norm":
+        centred = x - x.mean(axis=1, keepdims=True)
+        return centred / np.sqrt((centred * centred).mean(axis=1, keepdims=True) + 1e-5)
+    return {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op](x, axis=1)
+
+
+def _gpu_rows_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
+    from ..target import Target
+
+    rows, n, dtype, op = int(wl["rows"]), int(wl["n"]), str(wl["dtype"]), str(wl["op"])
+    x = _random(_rng(seed), (rows, n), dtype)
+    wide = np.float64 if dtype.startswith("float") else np.int64
+    expected = _rows_reference(op, x.astype(wide)).astype(dtype)
+    func = _gpu_rows_lower(wl, values, target)
+    payload = encode_payload(gpu_payload(split_kernels(func), Target.parse(target)))
+    params = [(b.name, b.dtype, tuple(int(d) for d in shape))
+              for b, shape in zip(func.params, func.arg_shapes, strict=True)]  # fmt: skip
+    rtol, atol = _tolerance(dtype, n)
+    return Artifact("gpu", payload, [x], expected, symbol=func.name, params=params, rtol=rtol,
+                    atol=atol)  # fmt: skip
+
+
+def _gpu_rows_check(wl: dict) -> None:
+    from ..topi.gpu.reduce import ROW_OPS
+
+    if wl.get("op") not in ROW_OPS:
+        raise TaskError(f"gpu.row_reduce workload field 'op' must be one of {ROW_OPS}, "
+                        f"not {wl.get('op')!r}")  # fmt: skip
+    rest = {k: v for k, v in wl.items() if k != "op"}
+    check_fields("gpu.row_reduce", rest, {"rows": "size", "n": "size", "dtype": "dtype",
+                                          "max_threads": "size"})  # fmt: skip
+    check_elements("gpu.row_reduce", {"input": (wl["rows"], wl["n"])})
+
+
+register(Template(
+    "gpu.row_reduce", "cuda|opencl", "s", _gpu_rows_space, _gpu_rows_build,
+    lambda wl: 4 * int(wl["rows"]) * int(wl["n"]), _gpu_rows_lower, _gpu_rows_check,
+))  # fmt: skip

@@ -20,6 +20,7 @@ from ...autotune.space import ConfigSpace, Knob
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
+from ...topi.gpu import reduce as gpu_reduce
 from ...topi.x86 import (  # the x86 operator library
     Conv2dConfig,
     DenseConfig,
@@ -627,10 +628,56 @@ def _reduce(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         value = x(tuple(src))
         return _REDUCERS[node.op](value, axis=list(raxes.values())) if raxes else value
 
-    red = te.compute(shape, body, name="reduce")
     count = float(np.prod([x.shape[a] for a in axes])) if axes else 1.0
     post = (lambda v, i: v / count) if node.op == "ReduceMean" else None
+    lead = len(x.shape) - len(axes)
+    if ctx.gpu and set(axes) == set(range(lead, len(x.shape))) and count > gpu_reduce.MIN_ROW:
+        return _gpu_reduce(ctx, node, tail, x, lead, post)
+    red = te.compute(shape, body, name="reduce")
     return reduce_kernel(red, tail, post)
+
+
+def _gpu_reduce(ctx: GroupContext, node: Node, tail: Tail, x: Lazy, lead: int, post: Any) -> Result:
+    """A reduction over the trailing axes (more than `MIN_ROW` values per output) on a GPU: one
+    thread block per output (`topi.gpu.reduce`), the fused producers read in the row's loads,
+    the mean's division and the tail applied where the value is written."""
+    rows, n = _rows(x.shape, lead)
+    op = {"ReduceMean": "sum"}.get(node.op, node.op[len("Reduce") :].lower())
+    config, _ = _gpu_row_config(ctx, rows, n, op, x.dtype)
+
+    def f(r: Any, j: Any) -> Any:
+        return x((*_unravel(r, x.shape[:lead]), *_unravel(j, x.shape[lead:])))
+
+    total, stages = gpu_reduce.block_reduce(f, rows, n, op, config.threads, False, "red")
+    post = post or (lambda v, i: v)
+    shape = ctx.type_of(node.outputs[0]).shape or (1,)
+
+    def fout(*i: Any) -> Any:
+        r = _ravel(i[:lead], x.shape[:lead])
+        return tail.epilogue(post(total(r, 0), i), i)
+
+    out = te.compute(shape, fout, name="out")
+    s = te.create_schedule(out.op)
+    gpu_reduce.schedule_value_output(s, out, stages)
+    return s, [out]
+
+
+def _unravel(flat: Any, dims: Sequence[int]) -> list[Any]:
+    """The index into `dims` (row-major) of flat position `flat`."""
+    out = []
+    for k, d in enumerate(dims):
+        inner = int(np.prod(dims[k + 1 :]))
+        v = flat // inner if inner > 1 else flat
+        out.append(v % d if k > 0 else v)
+    return out
+
+
+def _ravel(index: Sequence[Any], dims: Sequence[int]) -> Any:
+    """The flat row-major position of `index` in `dims` (0 for no dims)."""
+    flat: Any = 0
+    for i, d in zip(index, dims, strict=True):
+        flat = flat * d + i
+    return flat
 
 
 # ---- softmax and layer normalization ------------------------------------------------------------
@@ -645,10 +692,35 @@ def _softmax(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     axis = _attrs(node)["axis"] % len(shape)
     if tail.nodes:
         raise LoweringError(f"{node.op} must be alone in its group (node {node.name!r})")
+    if ctx.gpu and axis == len(shape) - 1 and shape[-1] > gpu_reduce.MIN_ROW:
+        return _gpu_softmax(ctx, node, _rows(shape, axis))
     if node.op == "Softmax" and axis == len(shape) - 1:
         _, out = softmax(ctx.as_tensor(node.inputs[0], _rows(shape, axis)))
         return schedule_softmax(out), [out]
     return _softmax_axis(ctx, node, shape, axis, log=node.op == "LogSoftmax")
+
+
+def _gpu_row_config(ctx: GroupContext, rows: int, n: int, op: str, dtype: str) -> Any:
+    """The `gpu.row_reduce` knobs (tuned, or the default) and whether warp shuffles combine the
+    last 32 partials (CUDA)."""
+    from ...codegen.gpu import Limits
+    from ...target import Target
+
+    target = Target.parse(ctx.target)
+    limit = Limits.of(target).max_threads
+    wl = {"rows": rows, "n": n, "op": op, "dtype": dtype, "max_threads": limit}
+    tuned = autotune_query("gpu.row_reduce", wl)
+    config = gpu_reduce.config_from(tuned) if tuned else gpu_reduce.default_config(n, limit)
+    return config, gpu_reduce.uses_warp(target.kind, dtype)
+
+
+def _gpu_softmax(ctx: GroupContext, node: Node, rows_n: tuple[int, int]) -> Result:
+    """(Log)softmax over a long last axis on a GPU: one thread block per row (`topi.gpu.reduce`)."""
+    x = ctx.as_tensor(node.inputs[0], rows_n)
+    op = "log_softmax" if node.op == "LogSoftmax" else "softmax"
+    config, warp = _gpu_row_config(ctx, *rows_n, op, x.dtype)
+    out, stages = gpu_reduce.softmax_rows(x, config, warp, log=node.op == "LogSoftmax")
+    return gpu_reduce.schedule_rows(out, stages, config), [out]
 
 
 def _softmax_axis(ctx: GroupContext, node: Node, shape: tuple, axis: int, log: bool) -> Result:
@@ -688,6 +760,11 @@ def _layer_norm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     rows, cols = _rows(shape, axis)
     x = ctx.as_tensor(node.inputs[0], (rows, cols))
     scale, bias = _ln_affine(ctx, node, cols)
+    if ctx.gpu and cols > gpu_reduce.MIN_ROW:  # one thread block per row
+        config, warp = _gpu_row_config(ctx, rows, cols, "layer_norm", x.dtype)
+        affine = [None if f is None else (lambda j, f=f: f((j,))) for f in (scale, bias)]
+        out, stages = gpu_reduce.layer_norm_rows(x, *affine, attrs["epsilon"], config, warp)
+        return gpu_reduce.schedule_rows(out, stages, config), [out]
     k1, k2 = te.reduce_axis((0, cols), "k1"), te.reduce_axis((0, cols), "k2")
     inv_n, eps = 1.0 / cols, attrs["epsilon"]
     total = te.compute((rows,), lambda i: te.sum(x[i, k1], axis=k1), name="total")

@@ -47,3 +47,31 @@ def test_tuned_opencl_log_is_not_applied_to_cuda(builder, tmp_path) -> None:
         tune_tasks(tasks[:1], 1, builder, runner, log=log, tuner="random", progress=False)
     module = tensorforge.compile(str(path), target="cuda", tuning_log=log)
     assert module.stats["tuning"]["applied"] == 0
+
+
+def test_gpu_row_reduce_tasks_tuned_on_opencl_and_applied(builder, tmp_path) -> None:
+    """The row-reduction template (softmax over rows of 100) has its own task, tuned on OpenCL
+    against numpy; the tuned config then compiles a model that matches onnxruntime."""
+    from onnx import TensorProto, helper
+
+    shape = [4, 100]
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    )  # fmt: skip
+    path = tmp_path / "softmax.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                     .SerializeToString())  # fmt: skip
+    (task,) = extract_tasks(str(path), "opencl")
+    assert task.template == "gpu.row_reduce" and task.workload["op"] == "softmax"
+    log = tmp_path / "rows.jsonl"
+    with LocalRunner(repeat=1, min_repeat_ms=1) as runner:
+        (summary,) = tune_tasks([task], 3, builder, runner, log=log, tuner="random",
+                                progress=False)  # fmt: skip
+    assert summary.trials == 3 and summary.failures == 0
+    module = tensorforge.compile(str(path), target="opencl", tuning_log=log)
+    assert module.stats["tuning"]["applied"] == 1
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    (want,) = ort.InferenceSession(str(path)).run(None, {"x": x})
+    np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-6)
