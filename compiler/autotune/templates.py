@@ -379,12 +379,13 @@ def _gpu_dense_space(wl: dict) -> Any:
 def _gpu_dense_lower(wl: dict, values: dict, target: str) -> Any:
     from .. import te
     from ..tir import lower
-    from ..topi.gpu.dense import config_from, dense, schedule_dense
+    from ..topi.gpu.dense import batch_dense, config_from, dense, schedule_dense
 
     m, n, k, dtype = int(wl["m"]), int(wl["n"]), int(wl["k"]), str(wl["dtype"])
-    data = te.placeholder((m, k), dtype, name="data")
-    weight = te.placeholder((k, n), dtype, name="weight")
-    acc, out = dense(data, weight)
+    batch = (int(wl["batch"]),) if "batch" in wl else ()  # a batched MatMul: [batch, m, k] @ ...
+    data = te.placeholder((*batch, m, k), dtype, name="data")
+    weight = te.placeholder((*batch, k, n), dtype, name="weight")
+    acc, out = batch_dense(data, weight) if batch else dense(data, weight)
     s = schedule_dense(te.create_schedule(out.op), out, None, config_from(values))
     return lower(s, [data, weight, out], name="tuned_gpu_dense")
 
@@ -394,8 +395,9 @@ def _gpu_dense_build(wl: dict, values: dict, target: str, seed: int) -> Artifact
     from ..target import Target
 
     m, n, k, dtype = int(wl["m"]), int(wl["n"]), int(wl["k"]), str(wl["dtype"])
+    batch = (int(wl["batch"]),) if "batch" in wl else ()
     rng = _rng(seed)
-    a, w = _random(rng, (m, k), dtype), _random(rng, (k, n), dtype)
+    a, w = _random(rng, (*batch, m, k), dtype), _random(rng, (*batch, k, n), dtype)
     wide = np.float64 if dtype.startswith("float") else np.int64
     expected = (a.astype(wide) @ w.astype(wide)).astype(_acc_dtype(dtype))
     func = _gpu_dense_lower(wl, values, target)
@@ -409,14 +411,15 @@ def _gpu_dense_build(wl: dict, values: dict, target: str, seed: int) -> Artifact
 
 def _gpu_dense_check(wl: dict) -> None:
     check_fields("gpu.dense", wl, {"m": "size", "n": "size", "k": "size", "dtype": "dtype",
-                                   "max_threads": "size"})  # fmt: skip
-    m, n, k = wl["m"], wl["n"], wl["k"]
-    check_elements("gpu.dense", {"data": (m, k), "weight": (k, n), "output": (m, n)})
+                                   "max_threads": "size", "batch": "size?"})  # fmt: skip
+    m, n, k, b = wl["m"], wl["n"], wl["k"], wl.get("batch", 1)
+    check_elements("gpu.dense", {"data": (b, m, k), "weight": (b, k, n), "output": (b, m, n)})
 
 
 register(Template(
     "gpu.dense", "cuda|opencl", "s", _gpu_dense_space, _gpu_dense_build,
-    lambda wl: 2 * int(wl["m"]) * int(wl["n"]) * int(wl["k"]), _gpu_dense_lower,
+    lambda wl: 2 * int(wl.get("batch", 1)) * int(wl["m"]) * int(wl["n"]) * int(wl["k"]),
+    _gpu_dense_lower,
     _gpu_dense_check,
 ))  # fmt: skip
 

@@ -455,6 +455,8 @@ def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     a, b = _as_matrix(a, row=True), _as_matrix(b, row=False)
     shape = ctx.type_of(node.outputs[0]).shape
     batch = len(shape) - has_m - has_n
+    if ctx.gpu and has_m and has_n and batch:
+        return _gpu_batch_matmul(ctx, a, b, shape, tail)
     rk = te.reduce_axis((0, a.shape[-1]), "k")
 
     def body(*i: Any) -> Any:
@@ -466,6 +468,38 @@ def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         return te.sum(lhs * rhs, axis=rk)
 
     return reduce_kernel(te.compute(shape or (1,), body, name="matmul"), tail)
+
+
+def _gpu_batch_matmul(ctx: GroupContext, a: Lazy, b: Lazy, shape: tuple, tail: Tail) -> Result:
+    """A batched MatMul on a GPU: both operands viewed as [batch, rows, cols] (broadcast batch
+    dims read in place, fused producers inlined) and `topi.gpu.dense`'s shared-memory tiles with
+    the batch bound to the grid's z axis; the knobs are `gpu.dense`'s for one matrix."""
+    from ...codegen.gpu import Limits
+    from ...target import Target
+    from ...topi.gpu import dense as gpu
+
+    lead, (m, n), k = tuple(shape[:-2]), shape[-2:], a.shape[-1]
+    nb = int(np.prod(lead))
+
+    def operand(x: Lazy, rows: int, cols: int, name: str) -> Tensor:
+        def read(q: Any, i: Any, j: Any) -> Any:
+            full = (*unravel(q, lead), i, j)
+            return x((*batch_index(x, full), i, j))
+
+        t = te.compute((nb, rows, cols), read, name=name)
+        ctx.inline.append(t)
+        return t
+
+    lhs, rhs = operand(a, m, k, "lhs"), operand(b, k, n, "rhs")
+    epi = _epilogue(tail, lambda q, i, j: (*unravel(q, lead), i, j))
+    limit = Limits.of(Target.parse(ctx.target)).max_threads
+    wl = {"m": m, "n": n, "k": k, "batch": nb, "dtype": lhs.dtype, "max_threads": limit}
+    tuned = autotune_query("gpu.dense", wl)
+    config = gpu.config_from(tuned) if tuned is not None else gpu.default_config(m, n, limit)
+    acc, out = gpu.batch_dense(lhs, rhs, epi)
+    sched = te.create_schedule(out.op)
+    gpu.schedule_dense(sched, out, None if acc is out else acc, config)
+    return sched, [out]
 
 
 # ---- pooling and reductions ---------------------------------------------------------------------
@@ -646,7 +680,7 @@ def _gpu_reduce(ctx: GroupContext, node: Node, tail: Tail, x: Lazy, lead: int, p
     config, _ = _gpu_row_config(ctx, rows, n, op, x.dtype)
 
     def f(r: Any, j: Any) -> Any:
-        return x((*_unravel(r, x.shape[:lead]), *_unravel(j, x.shape[lead:])))
+        return x((*unravel(r, x.shape[:lead]), *unravel(j, x.shape[lead:])))
 
     total, stages = gpu_reduce.block_reduce(f, rows, n, op, config.threads, False, "red")
     post = post or (lambda v, i: v)
@@ -660,16 +694,6 @@ def _gpu_reduce(ctx: GroupContext, node: Node, tail: Tail, x: Lazy, lead: int, p
     s = te.create_schedule(out.op)
     gpu_reduce.schedule_value_output(s, out, stages)
     return s, [out]
-
-
-def _unravel(flat: Any, dims: Sequence[int]) -> list[Any]:
-    """The index into `dims` (row-major) of flat position `flat`."""
-    out = []
-    for k, d in enumerate(dims):
-        inner = int(np.prod(dims[k + 1 :]))
-        v = flat // inner if inner > 1 else flat
-        out.append(v % d if k > 0 else v)
-    return out
 
 
 def _ravel(index: Sequence[Any], dims: Sequence[int]) -> Any:

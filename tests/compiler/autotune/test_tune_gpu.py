@@ -75,3 +75,32 @@ def test_gpu_row_reduce_tasks_tuned_on_opencl_and_applied(builder, tmp_path) -> 
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     (want,) = ort.InferenceSession(str(path)).run(None, {"x": x})
     np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-6)
+
+
+def test_gpu_batch_matmul_is_tuned_through_the_dense_template(builder, tmp_path) -> None:
+    """A batched MatMul is a `gpu.dense` task with a batch field, measured against numpy."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 17, 9]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 9, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 17, 20])],
+    )  # fmt: skip
+    path = tmp_path / "bmm.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                     .SerializeToString())  # fmt: skip
+    (task,) = extract_tasks(str(path), "opencl")
+    assert task.template == "gpu.dense" and task.workload["batch"] == 3
+    log = tmp_path / "bmm.jsonl"
+    with LocalRunner(repeat=1, min_repeat_ms=1) as runner:
+        (summary,) = tune_tasks([task], 2, builder, runner, log=log, tuner="random",
+                                progress=False)  # fmt: skip
+    assert summary.trials == 2 and summary.failures == 0
+    module = tensorforge.compile(str(path), target="opencl", tuning_log=log)
+    assert module.stats["tuning"]["applied"] == 1
+    rng = np.random.default_rng(2)
+    feeds = {"a": rng.standard_normal((3, 17, 9)).astype(np.float32),
+             "b": rng.standard_normal((3, 9, 20)).astype(np.float32)}  # fmt: skip
+    (want,) = ort.InferenceSession(str(path)).run(None, feeds)
+    np.testing.assert_allclose(module.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)

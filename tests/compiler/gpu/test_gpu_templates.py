@@ -146,3 +146,39 @@ def test_default_threads_follow_the_row_and_the_limit() -> None:
     assert gpu_reduce.default_config(4096, max_threads=200).threads == 128
     space = gpu_reduce.config_space(1000, 256)
     assert max(space.knobs[0].values) == 256
+
+
+def _matmul_model(sa, sb, so, transpose_b: bool = False):
+    """MatMul (b through a Transpose of its last two axes: a fused producer) then * 0.5."""
+    half = helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])
+    nodes = [helper.make_node("MatMul", ["a", "bt" if transpose_b else "b"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["y"])]  # fmt: skip
+    if transpose_b:
+        perm = [*range(len(sb) - 2), len(sb) - 1, len(sb) - 2]
+        nodes.insert(0, helper.make_node("Transpose", ["b"], ["bt"], perm=perm))
+    return _model(nodes, [("a", sa), ("b", sb)], "y", so, [half])
+
+
+@pytest.mark.parametrize(("sa", "sb", "so", "transpose_b"), [
+    ([3, 17, 9], [3, 9, 21], [3, 17, 21], False),  # 17 x 21: tiles the threads do not divide
+    ([2, 3, 33, 16], [2, 3, 40, 16], [2, 3, 33, 40], True),  # attention's q @ k^T
+    ([2, 3, 17, 9], [3, 9, 21], [2, 3, 17, 21], False),  # b broadcast over the first batch dim
+    ([17, 9], [2, 9, 21], [2, 17, 21], False),  # a broadcast
+])  # fmt: skip
+def test_batch_matmul_uses_the_dense_tiles_on_opencl(sa, sb, so, transpose_b) -> None:
+    model = _matmul_model(sa, sb, so, transpose_b)  # sb: b as stored (before a transpose)
+    feeds = {"a": RNG.standard_normal(sa).astype(np.float32),
+             "b": RNG.standard_normal(sb).astype(np.float32)}  # fmt: skip
+    module = _check(model, feeds)
+    matmul = module.kernels[-1]  # the scaling fused in
+    assert matmul.name.endswith("matmul_mul")
+    source = json.loads(matmul.payload)["source"]
+    assert "get_group_id(2)" in source and "__local" in source
+
+
+def test_batch_matmul_compiles_with_nvrtc() -> None:
+    pytest.importorskip("nvidia.cuda_nvrtc")
+    model = _matmul_model([2, 3, 33, 16], [2, 3, 40, 16], [2, 3, 33, 40], True)
+    module = tensorforge.compile(model, target="cuda -arch=sm_80")
+    payload = json.loads(module.kernels[-1].payload)
+    assert "blockIdx.z" in payload["source"] and ".target sm_80" in payload["ptx"]
