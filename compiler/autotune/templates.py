@@ -491,3 +491,90 @@ register(Template(
     "gpu.row_reduce", "cuda|opencl", "s", _gpu_rows_space, _gpu_rows_build,
     lambda wl: 4 * int(wl["rows"]) * int(wl["n"]), _gpu_rows_lower, _gpu_rows_check,
 ))  # fmt: skip
+
+
+# ---- GPU convolutions: implicit GEMM and depthwise (CUDA and OpenCL) -----------------------------
+
+
+def _gpu_conv_space(wl: dict) -> Any:
+    from ..topi.gpu import conv2d as gc
+
+    geo, limit = gc.geometry_of(wl), int(wl["max_threads"])
+    if _is_depthwise(wl):
+        return gc.depthwise_config_space(geo.out, limit)
+    return gc.conv2d_config_space(wl["w"], geo, limit)
+
+
+def _is_depthwise(wl: dict) -> bool:
+    return int(wl["w"][1]) == 1 < int(wl["x"][1])
+
+
+def _gpu_conv_lower(wl: dict, values: dict, target: str) -> Any:
+    from ..tir import lower
+    from ..topi.gpu.conv2d import conv_program
+
+    args, s = conv_program(wl, values, _is_depthwise(wl))
+    return lower(s, args, name="tuned_gpu_conv")
+
+
+def _conv_reference(x: np.ndarray, w: np.ndarray, wl: dict) -> np.ndarray:
+    """numpy's NCHW convolution of a `gpu.conv2d` workload (grouped when depthwise)."""
+    (py, px), (sy, sx), (dy, dx), (oh, ow) = (wl[k] for k in ("pads", "strides", "dil", "out"))
+    r, s = w.shape[2:]
+    h = max(x.shape[2] + py, (oh - 1) * sy + (r - 1) * dy + 1)
+    wd = max(x.shape[3] + px, (ow - 1) * sx + (s - 1) * dx + 1)
+    padded = np.zeros((*x.shape[:2], h, wd), x.dtype)
+    padded[:, :, py : py + x.shape[2], px : px + x.shape[3]] = x
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow), x.dtype)
+    for ry in range(r):
+        for rx in range(s):
+            win = padded[:, :, ry * dy : ry * dy + (oh - 1) * sy + 1 : sy,
+                         rx * dx : rx * dx + (ow - 1) * sx + 1 : sx]  # fmt: skip
+            if w.shape[1] == 1 and x.shape[1] > 1:  # depthwise
+                out += win * w[:, 0, ry, rx][None, :, None, None]
+            else:
+                out += np.einsum("nchw,kc->nkhw", win, w[:, :, ry, rx])
+    return out
+
+
+def _gpu_conv_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
+    from ..target import Target
+
+    dtype, rng = str(wl["dtype"]), _rng(seed)
+    x, w = _random(rng, tuple(wl["x"]), dtype), _random(rng, tuple(wl["w"]), dtype)
+    expected = _conv_reference(x.astype(np.float64), w.astype(np.float64), wl).astype(dtype)
+    func = _gpu_conv_lower(wl, values, target)
+    expected = expected.reshape(tuple(int(d) for d in func.arg_shapes[-1]))  # GEMM: [n, k, p]
+    payload = encode_payload(gpu_payload(split_kernels(func), Target.parse(target)))
+    params = [(b.name, b.dtype, tuple(int(d) for d in shape))
+              for b, shape in zip(func.params, func.arg_shapes, strict=True)]  # fmt: skip
+    rtol, atol = _tolerance(dtype, int(np.prod(wl["w"][1:])))
+    return Artifact("gpu", payload, [x, w], expected, symbol=func.name, params=params, rtol=rtol,
+                    atol=atol)  # fmt: skip
+
+
+def _gpu_conv_check(template: str) -> Any:
+    def check(wl: dict) -> None:
+        check_fields(template, wl, {"x": "size4", "w": "size4", "out": "size2", "pads": "pad2",
+                                    "strides": "size2", "dil": "size2", "dtype": "dtype",
+                                    "max_threads": "size"})  # fmt: skip
+        x, w, out = wl["x"], wl["w"], wl["out"]
+        if template == "gpu.depthwise_conv2d" and (w[1] != 1 or w[0] != x[1]):
+            raise TaskError(f"{template} workload: weights {w} must be [channels, 1, r, s] for "
+                            f"an input of {x[1]} channels")  # fmt: skip
+        if template == "gpu.conv2d" and w[1] != x[1]:
+            raise TaskError(f"{template} workload: weights {w} must have {x[1]} input channels")
+        check_elements(template, {"input": tuple(x), "weight": tuple(w),
+                                  "output": (x[0], w[0], *out)})  # fmt: skip
+
+    return check
+
+
+def _gpu_conv_flops(wl: dict) -> int:
+    return 2 * int(np.prod(wl["out"])) * int(wl["x"][0]) * int(np.prod(wl["w"]))
+
+
+for _name in ("gpu.conv2d", "gpu.depthwise_conv2d"):
+    register(Template(_name, "cuda|opencl", "s", _gpu_conv_space, _gpu_conv_build,
+                      _gpu_conv_flops, _gpu_conv_lower, _gpu_conv_check(_name)))  # fmt: skip

@@ -49,9 +49,12 @@ def default_config(m: int, n: int, max_threads: int = 256) -> DenseGPUConfig:
     return DenseGPUConfig(ty, tx, vthread, 8)
 
 
-def config_space(m: int, n: int, k: int, max_threads: int = 256) -> ConfigSpace:
+def config_space(
+    m: int, n: int, k: int, max_threads: int = 256, name: str = "gpu.dense"
+) -> ConfigSpace:
     """The `gpu.dense` knobs for an `[m, k] x [k, n]` dense: the block's thread shape, virtual
-    threads and the reduction tile; blocks over `max_threads` threads are rejected."""
+    threads and the reduction tile; blocks over `max_threads` threads are rejected. `name`: the
+    template (`gpu.conv2d` is an implicit GEMM with the same knobs)."""
     d = default_config(m, n, max_threads)
     tys = sorted({t for t in (1, 2, 4, 8, 16) if t <= max(1, 2 * m)} | {d.ty})
     txs = sorted({t for t in (8, 16, 32, 64) if t <= max(8, 2 * n)} | {d.tx})
@@ -68,7 +71,7 @@ def config_space(m: int, n: int, k: int, max_threads: int = 256) -> ConfigSpace:
         return None
 
     default = {"ty": d.ty, "tx": d.tx, "vthread": d.vthread, "k_tile": d.k_tile}
-    return ConfigSpace("gpu.dense", knobs, default, constraint)
+    return ConfigSpace(name, knobs, default, constraint)
 
 
 def config_from(values: dict) -> DenseGPUConfig:

@@ -182,3 +182,63 @@ def test_batch_matmul_compiles_with_nvrtc() -> None:
     module = tensorforge.compile(model, target="cuda -arch=sm_80")
     payload = json.loads(module.kernels[-1].payload)
     assert "blockIdx.z" in payload["source"] and ".target sm_80" in payload["ptx"]
+
+
+def _conv_model(xs, ws, group=1, pads=(1, 1, 1, 1), strides=(1, 1), dil=(1, 1), fused=True):
+    """Conv (+ bias and Relu when `fused`) with constant weights."""
+    weights = RNG.standard_normal(ws).astype(np.float32)
+    inits = [helper.make_tensor("w", TensorProto.FLOAT, ws, weights.ravel().tolist())]
+    inputs = ["x", "w"]
+    if fused:
+        bias = RNG.standard_normal(ws[0]).astype(np.float32)
+        inits.append(helper.make_tensor("b", TensorProto.FLOAT, [ws[0]], bias.tolist()))
+        inputs.append("b")
+    attrs = {"group": group, "pads": list(pads), "strides": list(strides), "dilations": list(dil)}
+    conv = helper.make_node("Conv", inputs, ["c" if fused else "y"], **attrs)
+    nodes = [conv, helper.make_node("Relu", ["c"], ["y"])] if fused else [conv]
+    return _model(nodes, [("x", xs)], "y", None, inits)
+
+
+CONVS = {  # edge tiles: outputs of 11 x 13, 9 x 9, 8 x 8 against blocks of 8-16 threads
+    "3x3_pad": ([2, 5, 11, 13], [7, 5, 3, 3], {}),
+    "1x1": ([1, 4, 9, 9], [6, 4, 1, 1], {"pads": (0, 0, 0, 0), "fused": False}),
+    "3x3_stride2_asym": ([1, 3, 15, 15], [8, 3, 3, 3], {"strides": (2, 2), "pads": (0, 1, 1, 0)}),
+    "dilated": ([1, 2, 12, 12], [3, 2, 3, 3], {"dil": (2, 2), "pads": (2, 2, 2, 2)}),
+    "depthwise": ([2, 6, 10, 11], [6, 1, 3, 3], {"group": 6}),
+    "depthwise_stride2": ([1, 8, 9, 9], [8, 1, 3, 3], {"group": 8, "strides": (2, 2)}),
+    "depthwise_plain": ([1, 4, 7, 7], [4, 1, 5, 5], {"group": 4, "pads": (2, 2, 2, 2),
+                                                       "fused": False}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CONVS)
+def test_conv_templates_on_opencl_match_onnxruntime(name: str) -> None:
+    xs, ws, kw = CONVS[name]
+    module = _check(_conv_model(xs, ws, **kw), {"x": RNG.standard_normal(xs).astype(np.float32)})
+    assert len(module.kernels) == 1  # bias and activation fused
+    source = _sources(module)
+    assert "__local" in source and "barrier(CLK_LOCAL_MEM_FENCE)" in source
+    assert "get_group_id(2)" in source  # images (and channels) on the grid's z axis
+
+
+def test_grouped_conv_keeps_the_generic_schedule() -> None:
+    xs, ws = [1, 4, 8, 8], [4, 2, 3, 3]
+    module = _check(_conv_model(xs, ws, group=2), {"x": RNG.standard_normal(xs).astype("f4")})
+    assert "__local" not in _sources(module)
+
+
+def test_conv_templates_compile_with_nvrtc() -> None:
+    pytest.importorskip("nvidia.cuda_nvrtc")
+    for name in ("3x3_pad", "depthwise"):
+        xs, ws, kw = CONVS[name]
+        module = tensorforge.compile(_conv_model(xs, ws, **kw), target="cuda -arch=sm_80")
+        payload = json.loads(module.kernels[0].payload)
+        assert "__shared__" in payload["source"] and ".target sm_80" in payload["ptx"]
+
+
+def test_conv_tiles_over_the_shared_memory_limit_are_rejected() -> None:
+    """A depthwise tile whose input window does not fit the target's shared memory."""
+    xs, ws = [1, 2, 64, 64], [2, 1, 31, 31]
+    model = _conv_model(xs, ws, group=2, pads=(15, 15, 15, 15))
+    with pytest.raises(GPULimitError, match="shared"):
+        tensorforge.compile(model, target="opencl -max_shared=2048")
