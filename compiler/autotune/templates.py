@@ -496,25 +496,24 @@ register(Template(
 # ---- GPU convolutions: implicit GEMM and depthwise (CUDA and OpenCL) -----------------------------
 
 
-def _gpu_conv_space(wl: dict) -> Any:
-    from ..topi.gpu import conv2d as gc
+def _gpu_conv_space(template: str) -> Any:
+    def space(wl: dict) -> Any:
+        from ..topi.gpu.conv2d import config_space_of
 
-    geo, limit = gc.geometry_of(wl), int(wl["max_threads"])
-    if _is_depthwise(wl):
-        return gc.depthwise_config_space(geo.out, limit)
-    return gc.conv2d_config_space(wl["w"], geo, limit)
+        return config_space_of(template, wl)
 
-
-def _is_depthwise(wl: dict) -> bool:
-    return int(wl["w"][1]) == 1 < int(wl["x"][1])
+    return space
 
 
-def _gpu_conv_lower(wl: dict, values: dict, target: str) -> Any:
-    from ..tir import lower
-    from ..topi.gpu.conv2d import conv_program
+def _gpu_conv_lower(template: str) -> Any:
+    def lower_conv(wl: dict, values: dict, target: str) -> Any:
+        from ..tir import lower
+        from ..topi.gpu.conv2d import conv_program
 
-    args, s = conv_program(wl, values, _is_depthwise(wl))
-    return lower(s, args, name="tuned_gpu_conv")
+        args, s = conv_program(template, wl, values)
+        return lower(s, args, name="tuned_gpu_conv")
+
+    return lower_conv
 
 
 def _conv_reference(x: np.ndarray, w: np.ndarray, wl: dict) -> np.ndarray:
@@ -537,21 +536,24 @@ def _conv_reference(x: np.ndarray, w: np.ndarray, wl: dict) -> np.ndarray:
     return out
 
 
-def _gpu_conv_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
-    from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
-    from ..target import Target
+def _gpu_conv_build(template: str) -> Any:
+    def build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+        from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
+        from ..target import Target
 
-    dtype, rng = str(wl["dtype"]), _rng(seed)
-    x, w = _random(rng, tuple(wl["x"]), dtype), _random(rng, tuple(wl["w"]), dtype)
-    expected = _conv_reference(x.astype(np.float64), w.astype(np.float64), wl).astype(dtype)
-    func = _gpu_conv_lower(wl, values, target)
-    expected = expected.reshape(tuple(int(d) for d in func.arg_shapes[-1]))  # GEMM: [n, k, p]
-    payload = encode_payload(gpu_payload(split_kernels(func), Target.parse(target)))
-    params = [(b.name, b.dtype, tuple(int(d) for d in shape))
-              for b, shape in zip(func.params, func.arg_shapes, strict=True)]  # fmt: skip
-    rtol, atol = _tolerance(dtype, int(np.prod(wl["w"][1:])))
-    return Artifact("gpu", payload, [x, w], expected, symbol=func.name, params=params, rtol=rtol,
-                    atol=atol)  # fmt: skip
+        dtype, rng = str(wl["dtype"]), _rng(seed)
+        x, w = _random(rng, tuple(wl["x"]), dtype), _random(rng, tuple(wl["w"]), dtype)
+        expected = _conv_reference(x.astype(np.float64), w.astype(np.float64), wl).astype(dtype)
+        func = _gpu_conv_lower(template)(wl, values, target)
+        expected = expected.reshape(tuple(int(d) for d in func.arg_shapes[-1]))  # GEMM: 3-D
+        payload = encode_payload(gpu_payload(split_kernels(func), Target.parse(target)))
+        params = [(b.name, b.dtype, tuple(int(d) for d in shape))
+                  for b, shape in zip(func.params, func.arg_shapes, strict=True)]  # fmt: skip
+        rtol, atol = _tolerance(dtype, int(np.prod(wl["w"][1:])))
+        return Artifact("gpu", payload, [x, w], expected, symbol=func.name, params=params,
+                        rtol=rtol, atol=atol)  # fmt: skip
+
+    return build
 
 
 def _gpu_conv_check(template: str) -> Any:
@@ -563,7 +565,7 @@ def _gpu_conv_check(template: str) -> Any:
         if template == "gpu.depthwise_conv2d" and (w[1] != 1 or w[0] != x[1]):
             raise TaskError(f"{template} workload: weights {w} must be [channels, 1, r, s] for "
                             f"an input of {x[1]} channels")  # fmt: skip
-        if template == "gpu.conv2d" and w[1] != x[1]:
+        if template != "gpu.depthwise_conv2d" and w[1] != x[1]:
             raise TaskError(f"{template} workload: weights {w} must have {x[1]} input channels")
         check_elements(template, {"input": tuple(x), "weight": tuple(w),
                                   "output": (x[0], w[0], *out)})  # fmt: skip
@@ -575,6 +577,6 @@ def _gpu_conv_flops(wl: dict) -> int:
     return 2 * int(np.prod(wl["out"])) * int(wl["x"][0]) * int(np.prod(wl["w"]))
 
 
-for _name in ("gpu.conv2d", "gpu.depthwise_conv2d"):
-    register(Template(_name, "cuda|opencl", "s", _gpu_conv_space, _gpu_conv_build,
-                      _gpu_conv_flops, _gpu_conv_lower, _gpu_conv_check(_name)))  # fmt: skip
+for _name in ("gpu.conv2d", "gpu.conv2d_gemm", "gpu.depthwise_conv2d"):
+    register(Template(_name, "cuda|opencl", "s", _gpu_conv_space(_name), _gpu_conv_build(_name),
+                      _gpu_conv_flops, _gpu_conv_lower(_name), _gpu_conv_check(_name)))  # fmt: skip

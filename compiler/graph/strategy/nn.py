@@ -210,22 +210,22 @@ def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     weight = ctx.constant(node.inputs[1])
     if attrs["group"] == 1 and uniform and weight is not None and not ctx.gpu:
         return _conv_topi(ctx, node, tail, begin[0], strides[0], dil[0], np.asarray(weight))
-    depthwise = 1 < attrs["group"] == x_ty.shape[1] == w_ty.shape[0] and w_ty.shape[1] == 1
-    if ctx.gpu and (attrs["group"] == 1 or depthwise):
-        return _gpu_conv(ctx, node, tail, (begin, strides, dil), depthwise)
+    if ctx.gpu:
+        from ...topi.gpu.conv2d import template_for
+
+        out_hw = tuple(ctx.type_of(node.outputs[0]).shape[2:])
+        template = template_for(w_ty.shape, attrs["group"], out_hw)
+        if template is not None:
+            return _gpu_conv(ctx, node, tail, (begin, strides, dil), template)
     return _conv_generic(ctx, node, tail, begin, strides, dil)
 
 
-def _gpu_conv(
-    ctx: GroupContext, node: Node, tail: Tail, geometry: tuple, depthwise: bool
-) -> Result:
-    """A 2-D convolution on a GPU (`topi.gpu.conv2d`): depthwise with its input tile in shared
-    memory, else an implicit GEMM through the dense template; bias and tail fused. The knobs
-    are the `gpu.depthwise_conv2d` / `gpu.conv2d` templates' (tuned, or the default)."""
+def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail, geometry: tuple, template: str) -> Result:
+    """A 2-D convolution on a GPU by `template` (`topi.gpu.conv2d.template_for`): direct,
+    implicit GEMM or depthwise; bias and tail fused; the knobs tuned, or the default."""
     from ...codegen.gpu import Limits
     from ...target import Target
     from ...topi.gpu import conv2d as gpu_conv
-    from ...topi.gpu import dense as gpu
 
     begin, strides, dil = geometry
     x, w = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
@@ -237,23 +237,15 @@ def _gpu_conv(
         v = v + bias((i[1],)) if bias is not None else v
         return tail.epilogue(v, i)
 
-    epi = epilogue if bias is not None or tail.nodes else None
     limit = Limits.of(Target.parse(ctx.target)).max_threads
     wl = {"x": [int(d) for d in x.shape], "w": [int(d) for d in w.shape],
           "out": list(geo.out), "pads": list(geo.pads), "strides": list(geo.strides),
           "dil": list(geo.dil), "dtype": x.dtype, "max_threads": limit}  # fmt: skip
-    if depthwise:
-        tuned = autotune_query("gpu.depthwise_conv2d", wl)
-        config = (gpu_conv.depthwise_config_from(tuned) if tuned
-                  else gpu_conv.depthwise_default(geo.out, limit))  # fmt: skip
-        pad, red, out = gpu_conv.depthwise_conv2d(x, w, geo, epi)
-        s = gpu_conv.schedule_depthwise(te.create_schedule(out.op), pad, red, out, config)
-        return s, [out]
-    tuned = autotune_query("gpu.conv2d", wl)
-    m, n, _ = gpu_conv.gemm_shape(w.shape, geo)
-    config = gpu.config_from(tuned) if tuned else gpu.default_config(m, n, limit)
-    acc, out, inline = gpu_conv.conv2d_gemm(x, w, geo, epi)
-    s = gpu_conv.schedule_conv2d_gemm(te.create_schedule(out.op), acc, out, inline, config)
+    tuned = autotune_query(template, wl)
+    config = (gpu_conv.config_of(template, tuned) if tuned
+              else gpu_conv.default_of(template, w.shape, geo, limit))  # fmt: skip
+    epi = epilogue if bias is not None or tail.nodes else None
+    out, s = gpu_conv.conv2d(template, x, w, geo, config, epi)
     return s, [out]
 
 

@@ -1,7 +1,12 @@
-"""2-D convolutions on GPUs (NCHW): an implicit GEMM through the dense template, and depthwise
-convolution with the input tile in shared memory.
+"""2-D convolutions on GPUs (NCHW): three templates, picked by shape (`template_for`).
 
-Implicit GEMM (`conv2d_gemm`, tuning template `gpu.conv2d`): per image `n`,
+Direct (`conv2d_direct`, tuning template `gpu.conv2d`): each block computes `tk * vthread`
+output channels by a `ty x tx` pixel tile of one image; the input channels are walked `c_tile`
+at a time, the tile's input window (halo and padding included) and its weights copied into
+shared memory by the block's threads, then each thread accumulates its outputs (virtual
+threads along the channels) in registers.
+
+Implicit GEMM (`conv2d_gemm`, tuning template `gpu.conv2d_gemm`): per image `n`,
 `out[n, oc, p] = sum_k W[oc, k] * col[n, k, p]` with `k = (c, ry, rx)` and `p = (oy, ox)`:
 `col` is the im2col matrix, never stored: the dense template's cooperative copies into shared
 memory read it straight from the (zero-padded) input, so each block stages a `k_tile x cols`
@@ -102,9 +107,144 @@ def gemm_shape(w_shape: Sequence[int], geo: Geometry) -> tuple[int, int, int]:
 
 
 def conv2d_config_space(w_shape: Sequence[int], geo: Geometry, max_threads: int) -> ConfigSpace:
-    """The `gpu.conv2d` knobs: the dense template's for the implicit GEMM."""
+    """The `gpu.conv2d_gemm` knobs: the dense template's for the implicit GEMM."""
     m, n, k = gemm_shape(w_shape, geo)
-    return gpu_dense.config_space(m, n, k, max_threads, name="gpu.conv2d")
+    return gpu_dense.config_space(m, n, k, max_threads, name="gpu.conv2d_gemm")
+
+
+# ---- direct ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DirectConvConfig:
+    """A block's threads along output channels (`tk`), rows (`ty`) and columns (`tx`), virtual
+    threads along output channels, and the input channels staged per shared-memory tile."""
+
+    tk: int = 4
+    ty: int = 4
+    tx: int = 16
+    vthread: int = 2
+    c_tile: int = 4
+
+
+def direct_default(
+    w_shape: Sequence[int], out: tuple[int, int], max_threads: int = 256
+) -> DirectConvConfig:
+    """16 (8 for narrow outputs) columns by 4 rows of threads, the channel threads that fit."""
+    oc, c = int(w_shape[0]), int(w_shape[1])
+    tx = 16 if out[1] > 8 else 8
+    ty = min(4, out[0])
+    tk = 1
+    while tk < 8 and 2 * tk <= oc and 2 * tk * ty * tx <= max_threads:
+        tk *= 2
+    vthread = 2 if oc >= 4 * tk else 1
+    return DirectConvConfig(tk, ty, tx, vthread, min(4, c))
+
+
+def direct_config_space(
+    w_shape: Sequence[int], out: tuple[int, int], max_threads: int
+) -> ConfigSpace:
+    """The `gpu.conv2d` knobs; blocks over `max_threads` threads are rejected."""
+    d = direct_default(w_shape, out, max_threads)
+    knobs = [
+        Knob("tk", tuple(sorted({1, 2, 4, 8} | {d.tk}))),
+        Knob("ty", tuple(sorted({1, 2, 4, 8} | {d.ty}))),
+        Knob("tx", tuple(sorted({8, 16, 32} | {d.tx}))),
+        Knob("vthread", (1, 2)),
+        Knob("c_tile", tuple(sorted({1, 2, 4, 8} | {d.c_tile}))),
+    ]
+
+    def constraint(v: dict) -> str | None:
+        if v["tk"] * v["ty"] * v["tx"] > max_threads:
+            return f"a block of {v['tk']} x {v['ty']} x {v['tx']} threads > {max_threads}"
+        return None
+
+    default = {"tk": d.tk, "ty": d.ty, "tx": d.tx, "vthread": d.vthread, "c_tile": d.c_tile}
+    return ConfigSpace("gpu.conv2d", knobs, default, constraint)
+
+
+def direct_config_from(values: dict) -> DirectConvConfig:
+    return DirectConvConfig(*(int(values[k]) for k in ("tk", "ty", "tx", "vthread", "c_tile")))
+
+
+def padded(x: Tensor, geo: Geometry, kernel: tuple[int, int]) -> Tensor:
+    """The zero-padded input, as large as the windows reach (a compute to inline: its reads
+    clamped into the input)."""
+    nb, ch, h, wd = (int(d) for d in x.shape)
+    (py, px), (sy, sx), (dy, dx) = geo.pads, geo.strides, geo.dil
+    ph = max(h + py, (geo.out[0] - 1) * sy + (kernel[0] - 1) * dy + 1)
+    pw = max(wd + px, (geo.out[1] - 1) * sx + (kernel[1] - 1) * dx + 1)
+
+    def fpad(n: Any, c: Any, y: Any, xx: Any) -> Any:
+        iy, ix = y - py, xx - px
+        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < wd)
+        clamped = x[n, c, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), wd - 1)]
+        return te.select(inside, clamped, te.const(0, x.dtype))
+
+    return te.compute((nb, ch, ph, pw), fpad, name="pad")
+
+
+def conv2d_direct(
+    x: Tensor, w: Tensor, geo: Geometry, epilogue: Callable[..., Any] | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(pad, red, out): the padded input, the convolution `red[n, k, oy, ox]` and its output
+    after `epilogue(value, n, k, oy, ox)` (`out is red` without one)."""
+    c, r, s = (int(d) for d in w.shape[1:])
+    (sy, sx), (dy, dx) = geo.strides, geo.dil
+    pad = padded(x, geo, (r, s))
+    rc, ry, rx = (
+        te.reduce_axis((0, c), "rc"),
+        te.reduce_axis((0, r), "ry"),
+        te.reduce_axis((0, s), "rx"),
+    )
+    red = te.compute(
+        (int(x.shape[0]), int(w.shape[0]), *geo.out),
+        lambda n, k, y, xx: te.sum(
+            pad[n, rc, y * sy + ry * dy, xx * sx + rx * dx] * w[k, rc, ry, rx], axis=[rc, ry, rx]
+        ),
+        name="conv",
+    )
+    if epilogue is None:
+        return pad, red, red
+    return pad, red, te.compute(red.shape, lambda *i: epilogue(red[i], *i), name="out")
+
+
+def schedule_direct(
+    s: Schedule, pad: Tensor, red: Tensor, out: Tensor, config: DirectConvConfig
+) -> Schedule:
+    """Each block: `tk * vthread` output channels by `ty x tx` pixels of one image; per tile of
+    `c_tile` input channels, the input window and the weights are copied into shared memory by
+    the block's threads, then each thread accumulates its `vthread` outputs in registers."""
+    local = red if red is not out else s.cache_write(red, "local")
+    n, k, y, xx = s[out].op.axis
+    oc, (oh, ow) = int(out.shape[1]), (int(d) for d in out.shape[2:])
+    v = config.vthread
+    tk, ty, tx = min(config.tk, -(-oc // v)), min(config.ty, oh), min(config.tx, ow)
+    ko, kin = s[out].split(k, factor=tk * v)
+    vk, kt = s[out].split(kin, nparts=v)
+    yo, yi = s[out].split(y, factor=ty)
+    xo, xi = s[out].split(xx, factor=tx)
+    s[out].reorder(n, ko, yo, xo, vk, kt, yi, xi)
+    nk = s[out].fuse(n, ko)
+    pix = s[out].fuse(yi, xi)
+    s[out].bind(nk, te.thread_axis("blockIdx.z"))
+    s[out].bind(yo, te.thread_axis("blockIdx.y"))
+    s[out].bind(xo, te.thread_axis("blockIdx.x"))
+    if v > 1:
+        s[out].bind(vk, te.thread_axis("vthread"))
+    s[out].bind(kt, te.thread_axis("threadIdx.y"))
+    s[out].bind(pix, te.thread_axis("threadIdx.x"))
+    s[local].set_scope("local")
+    s[local].compute_at(s[out], pix)
+    rc, ry, rx = s[local].op.reduce_axis
+    rco, rci = s[local].split(rc, factor=config.c_tile)
+    s[local].reorder(rco, rci, ry, rx, *s[local].op.axis)
+    for t in (pad, red.op.input_tensors[1]):
+        shared = s.cache_read(t, "shared", [local])
+        s[shared].compute_at(s[local], rco)
+        gpu_dense.spread_copy(s, shared, tk, ty * tx)
+    s[pad].compute_inline()
+    return s
 
 
 # ---- depthwise ----------------------------------------------------------------------------------
@@ -149,20 +289,70 @@ def geometry_of(wl: dict) -> Geometry:
     return Geometry(*(tuple(int(v) for v in wl[k]) for k in ("pads", "strides", "dil", "out")))
 
 
-def conv_program(wl: dict, values: dict, depthwise: bool) -> tuple[list[Tensor], Schedule]:
+TEMPLATES = ("gpu.conv2d", "gpu.conv2d_gemm", "gpu.depthwise_conv2d")
+
+
+def template_for(w_shape: Sequence[int], group: int, out: tuple[int, int]) -> str | None:
+    """The template the GPU strategy uses for a 2-D convolution, by its shape: depthwise for one
+    filter per channel; the implicit GEMM for 1x1 kernels (a plain GEMM) and small outputs
+    (fewer than 64 pixels: a direct tile would idle most of its threads); the direct template
+    otherwise (its shared input window serves the overlapping windows of neighbouring outputs);
+    None (the generic schedule) for other groupings."""
+    oc, cg, r, s = (int(d) for d in w_shape)
+    if group > 1:
+        return "gpu.depthwise_conv2d" if cg == 1 and group == oc else None
+    if r * s == 1 or out[0] * out[1] < 64:
+        return "gpu.conv2d_gemm"
+    return "gpu.conv2d"
+
+
+def config_space_of(template: str, wl: dict) -> ConfigSpace:
+    """The knobs of a convolution template for workload `wl`."""
+    geo, limit = geometry_of(wl), int(wl["max_threads"])
+    if template == "gpu.depthwise_conv2d":
+        return depthwise_config_space(geo.out, limit)
+    if template == "gpu.conv2d_gemm":
+        return conv2d_config_space(wl["w"], geo, limit)
+    return direct_config_space(wl["w"], geo.out, limit)
+
+
+def default_of(template: str, w_shape: Sequence[int], geo: Geometry, limit: int) -> Any:
+    """The default config of a convolution template (`config_space_of`'s default)."""
+    if template == "gpu.depthwise_conv2d":
+        return depthwise_default(geo.out, limit)
+    if template == "gpu.conv2d_gemm":
+        m, n, _ = gemm_shape(w_shape, geo)
+        return gpu_dense.default_config(m, n, limit)
+    return direct_default(w_shape, geo.out, limit)
+
+
+def config_of(template: str, values: dict) -> Any:
+    return {"gpu.depthwise_conv2d": depthwise_config_from, "gpu.conv2d_gemm":
+            gpu_dense.config_from, "gpu.conv2d": direct_config_from}[template](values)  # fmt: skip
+
+
+def conv2d(
+    template: str, x: Tensor, w: Tensor, geo: Geometry, config: Any,
+    epilogue: Callable[..., Any] | None = None,
+) -> tuple[Tensor, Schedule]:  # fmt: skip
+    """The convolution `x * w` (and `epilogue(value, n, k, oy, ox)`) by `template` with its
+    `config`: the output tensor (`[n, k, oh * ow]` for the implicit GEMM, else NCHW) and its
+    schedule."""
+    if template == "gpu.conv2d_gemm":
+        acc, out, inline = conv2d_gemm(x, w, geo, epilogue)
+        return out, schedule_conv2d_gemm(te.create_schedule(out.op), acc, out, inline, config)
+    build, schedule = {"gpu.depthwise_conv2d": (depthwise_conv2d, schedule_depthwise),
+                       "gpu.conv2d": (conv2d_direct, schedule_direct)}[template]  # fmt: skip
+    pad, red, out = build(x, w, geo, epilogue)
+    return out, schedule(te.create_schedule(out.op), pad, red, out, config)
+
+
+def conv_program(template: str, wl: dict, values: dict) -> tuple[list[Tensor], Schedule]:
     """A tuning workload's convolution on its own (what the tuner measures): `[x, w, out]` and
     the template's schedule with the knob `values`."""
-    geo = geometry_of(wl)
     x = te.placeholder(tuple(wl["x"]), str(wl["dtype"]), name="x")
     w = te.placeholder(tuple(wl["w"]), str(wl["dtype"]), name="w")
-    if depthwise:
-        pad, red, out = depthwise_conv2d(x, w, geo)
-        s = schedule_depthwise(te.create_schedule(out.op), pad, red, out,
-                               depthwise_config_from(values))  # fmt: skip
-        return [x, w, out], s
-    acc, out, inline = conv2d_gemm(x, w, geo)
-    s = schedule_conv2d_gemm(te.create_schedule(out.op), acc, out, inline,
-                             gpu_dense.config_from(values))  # fmt: skip
+    out, s = conv2d(template, x, w, geometry_of(wl), config_of(template, values))
     return [x, w, out], s
 
 
@@ -172,19 +362,10 @@ def depthwise_conv2d(
     """(pad, red, out): the zero-padded input (to stage in shared memory), the depthwise
     convolution `red[n, c, oy, ox]` (weights `[c, 1, r, s]`) and its output after `epilogue(value,
     n, c, oy, ox)` (`out is red` without one)."""
-    nb, ch, h, wd = (int(d) for d in x.shape)
+    nb, ch = int(x.shape[0]), int(x.shape[1])
     r, s = int(w.shape[2]), int(w.shape[3])
-    (py, px), (sy, sx), (dy, dx) = geo.pads, geo.strides, geo.dil
-    ph = max(h + py, (geo.out[0] - 1) * sy + (r - 1) * dy + 1)
-    pw = max(wd + px, (geo.out[1] - 1) * sx + (s - 1) * dx + 1)
-
-    def fpad(n: Any, c: Any, y: Any, xx: Any) -> Any:
-        iy, ix = y - py, xx - px
-        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < wd)
-        clamped = x[n, c, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), wd - 1)]
-        return te.select(inside, clamped, te.const(0, x.dtype))
-
-    pad = te.compute((nb, ch, ph, pw), fpad, name="pad")
+    (sy, sx), (dy, dx) = geo.strides, geo.dil
+    pad = padded(x, geo, (r, s))
     ry, rx = te.reduce_axis((0, r), "ry"), te.reduce_axis((0, s), "rx")
     red = te.compute(
         (nb, ch, *geo.out),

@@ -107,9 +107,9 @@ def test_gpu_batch_matmul_is_tuned_through_the_dense_template(builder, tmp_path)
 
 
 def test_gpu_conv_templates_tuned_on_opencl_and_applied(builder, tmp_path) -> None:
-    """A conv (implicit GEMM, `gpu.conv2d`) then a depthwise conv (`gpu.depthwise_conv2d`):
-    each task measured against numpy's convolution, the log applied, the model against
-    onnxruntime."""
+    """A 3x3 conv (direct, `gpu.conv2d`), a depthwise conv (`gpu.depthwise_conv2d`) and a 1x1
+    conv (implicit GEMM, `gpu.conv2d_gemm`): each task measured against numpy's convolution,
+    the log applied, the model against onnxruntime."""
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(3)
@@ -120,24 +120,26 @@ def test_gpu_conv_templates_tuned_on_opencl_and_applied(builder, tmp_path) -> No
 
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
-         helper.make_node("Conv", ["c", "w2"], ["y"], group=6, pads=[1, 1, 1, 1],
-                          strides=[2, 2])],
+         helper.make_node("Conv", ["c", "w2"], ["d"], group=6, pads=[1, 1, 1, 1],
+                          strides=[2, 2]),
+         helper.make_node("Conv", ["d", "w3"], ["y"])],
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 10])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [weights("w1", [6, 3, 3, 3]), weights("w2", [6, 1, 3, 3])],
+        [weights("w1", [6, 3, 3, 3]), weights("w2", [6, 1, 3, 3]), weights("w3", [4, 6, 1, 1])],
     )  # fmt: skip
     path = tmp_path / "conv.onnx"
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
                      .SerializeToString())  # fmt: skip
     tasks = extract_tasks(str(path), "opencl")
-    assert sorted(t.template for t in tasks) == ["gpu.conv2d", "gpu.depthwise_conv2d"]
+    templates = ["gpu.conv2d", "gpu.conv2d_gemm", "gpu.depthwise_conv2d"]
+    assert sorted(t.template for t in tasks) == templates
     log = tmp_path / "conv.jsonl"
     with LocalRunner(repeat=1, min_repeat_ms=1) as runner:
         summaries = tune_tasks(tasks, 2, builder, runner, log=log, tuner="random",
                                progress=False)  # fmt: skip
     assert all(s.trials == 2 and s.failures == 0 for s in summaries)
     module = tensorforge.compile(str(path), target="opencl", tuning_log=log)
-    assert module.stats["tuning"]["applied"] == 2
+    assert module.stats["tuning"]["applied"] == 3
     x = rng.standard_normal((1, 3, 10, 10)).astype(np.float32)
     (want,) = ort.InferenceSession(str(path)).run(None, {"x": x})
     np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-5)

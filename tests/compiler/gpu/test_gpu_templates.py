@@ -18,6 +18,7 @@ from tensorforge.compiler.target import Target
 from tensorforge.compiler.tir import lower
 from tensorforge.compiler.tir.stmt import LoweringError
 from tensorforge.compiler.topi.gpu import reduce as gpu_reduce
+from tensorforge.compiler.topi.gpu.conv2d import template_for
 
 RNG = np.random.default_rng(0)
 
@@ -200,25 +201,40 @@ def _conv_model(xs, ws, group=1, pads=(1, 1, 1, 1), strides=(1, 1), dil=(1, 1), 
 
 
 CONVS = {  # edge tiles: outputs of 11 x 13, 9 x 9, 8 x 8 against blocks of 8-16 threads
-    "3x3_pad": ([2, 5, 11, 13], [7, 5, 3, 3], {}),
-    "1x1": ([1, 4, 9, 9], [6, 4, 1, 1], {"pads": (0, 0, 0, 0), "fused": False}),
-    "3x3_stride2_asym": ([1, 3, 15, 15], [8, 3, 3, 3], {"strides": (2, 2), "pads": (0, 1, 1, 0)}),
-    "dilated": ([1, 2, 12, 12], [3, 2, 3, 3], {"dil": (2, 2), "pads": (2, 2, 2, 2)}),
-    "depthwise": ([2, 6, 10, 11], [6, 1, 3, 3], {"group": 6}),
-    "depthwise_stride2": ([1, 8, 9, 9], [8, 1, 3, 3], {"group": 8, "strides": (2, 2)}),
+    "3x3_pad": ([2, 5, 11, 13], [7, 5, 3, 3], {}, "gpu.conv2d"),
+    "3x3_stride2_asym": ([1, 3, 17, 17], [8, 3, 3, 3], {"strides": (2, 2), "pads": (0, 1, 1, 0)},
+                         "gpu.conv2d"),
+    "dilated": ([1, 2, 12, 12], [3, 2, 3, 3], {"dil": (2, 2), "pads": (2, 2, 2, 2)},
+                "gpu.conv2d"),
+    "1x1": ([1, 4, 9, 9], [6, 4, 1, 1], {"pads": (0, 0, 0, 0), "fused": False},
+            "gpu.conv2d_gemm"),
+    "3x3_small_output": ([2, 5, 7, 6], [9, 5, 3, 3], {}, "gpu.conv2d_gemm"),
+    "depthwise": ([2, 6, 10, 11], [6, 1, 3, 3], {"group": 6}, "gpu.depthwise_conv2d"),
+    "depthwise_stride2": ([1, 8, 9, 9], [8, 1, 3, 3], {"group": 8, "strides": (2, 2)},
+                          "gpu.depthwise_conv2d"),
     "depthwise_plain": ([1, 4, 7, 7], [4, 1, 5, 5], {"group": 4, "pads": (2, 2, 2, 2),
-                                                       "fused": False}),
+                                                       "fused": False}, "gpu.depthwise_conv2d"),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", CONVS)
 def test_conv_templates_on_opencl_match_onnxruntime(name: str) -> None:
-    xs, ws, kw = CONVS[name]
-    module = _check(_conv_model(xs, ws, **kw), {"x": RNG.standard_normal(xs).astype(np.float32)})
+    xs, ws, kw, template = CONVS[name]
+    model = _conv_model(xs, ws, **kw)
+    out_hw = tuple(d.dim_value for d in _inferred_output(model)[2:])
+    assert template_for(ws, kw.get("group", 1), out_hw) == template
+    module = _check(model, {"x": RNG.standard_normal(xs).astype(np.float32)})
     assert len(module.kernels) == 1  # bias and activation fused
     source = _sources(module)
     assert "__local" in source and "barrier(CLK_LOCAL_MEM_FENCE)" in source
     assert "get_group_id(2)" in source  # images (and channels) on the grid's z axis
+
+
+def _inferred_output(model):
+    from onnx import shape_inference
+
+    inferred = shape_inference.infer_shapes(model)
+    return inferred.graph.output[0].type.tensor_type.shape.dim
 
 
 def test_grouped_conv_keeps_the_generic_schedule() -> None:
@@ -229,8 +245,8 @@ def test_grouped_conv_keeps_the_generic_schedule() -> None:
 
 def test_conv_templates_compile_with_nvrtc() -> None:
     pytest.importorskip("nvidia.cuda_nvrtc")
-    for name in ("3x3_pad", "depthwise"):
-        xs, ws, kw = CONVS[name]
+    for name in ("3x3_pad", "1x1", "depthwise"):
+        xs, ws, kw, _ = CONVS[name]
         module = tensorforge.compile(_conv_model(xs, ws, **kw), target="cuda -arch=sm_80")
         payload = json.loads(module.kernels[0].payload)
         assert "__shared__" in payload["source"] and ".target sm_80" in payload["ptx"]
