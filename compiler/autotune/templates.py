@@ -379,12 +379,13 @@ def _gpu_dense_space(wl: dict) -> Any:
 def _gpu_dense_lower(wl: dict, values: dict, target: str) -> Any:
     from .. import te
     from ..tir import lower
-    from ..topi.gpu.dense import config_from, dense, schedule_dense
+    from ..topi.gpu.dense import batch_dense, config_from, dense, schedule_dense
 
     m, n, k, dtype = int(wl["m"]), int(wl["n"]), int(wl["k"]), str(wl["dtype"])
-    data = te.placeholder((m, k), dtype, name="data")
-    weight = te.placeholder((k, n), dtype, name="weight")
-    acc, out = dense(data, weight)
+    batch = (int(wl["batch"]),) if "batch" in wl else ()  # a batched MatMul: [batch, m, k] @ ...
+    data = te.placeholder((*batch, m, k), dtype, name="data")
+    weight = te.placeholder((*batch, k, n), dtype, name="weight")
+    acc, out = batch_dense(data, weight) if batch else dense(data, weight)
     s = schedule_dense(te.create_schedule(out.op), out, None, config_from(values))
     return lower(s, [data, weight, out], name="tuned_gpu_dense")
 
@@ -394,8 +395,9 @@ def _gpu_dense_build(wl: dict, values: dict, target: str, seed: int) -> Artifact
     from ..target import Target
 
     m, n, k, dtype = int(wl["m"]), int(wl["n"]), int(wl["k"]), str(wl["dtype"])
+    batch = (int(wl["batch"]),) if "batch" in wl else ()
     rng = _rng(seed)
-    a, w = _random(rng, (m, k), dtype), _random(rng, (k, n), dtype)
+    a, w = _random(rng, (*batch, m, k), dtype), _random(rng, (*batch, k, n), dtype)
     wide = np.float64 if dtype.startswith("float") else np.int64
     expected = (a.astype(wide) @ w.astype(wide)).astype(_acc_dtype(dtype))
     func = _gpu_dense_lower(wl, values, target)
@@ -409,13 +411,172 @@ def _gpu_dense_build(wl: dict, values: dict, target: str, seed: int) -> Artifact
 
 def _gpu_dense_check(wl: dict) -> None:
     check_fields("gpu.dense", wl, {"m": "size", "n": "size", "k": "size", "dtype": "dtype",
-                                   "max_threads": "size"})  # fmt: skip
-    m, n, k = wl["m"], wl["n"], wl["k"]
-    check_elements("gpu.dense", {"data": (m, k), "weight": (k, n), "output": (m, n)})
+                                   "max_threads": "size", "batch": "size?"})  # fmt: skip
+    m, n, k, b = wl["m"], wl["n"], wl["k"], wl.get("batch", 1)
+    check_elements("gpu.dense", {"data": (b, m, k), "weight": (b, k, n), "output": (b, m, n)})
 
 
 register(Template(
     "gpu.dense", "cuda|opencl", "s", _gpu_dense_space, _gpu_dense_build,
-    lambda wl: 2 * int(wl["m"]) * int(wl["n"]) * int(wl["k"]), _gpu_dense_lower,
+    lambda wl: 2 * int(wl.get("batch", 1)) * int(wl["m"]) * int(wl["n"]) * int(wl["k"]),
+    _gpu_dense_lower,
     _gpu_dense_check,
 ))  # fmt: skip
+
+
+# ---- GPU row reductions: softmax, layer norm, long reductions (CUDA and OpenCL) -----------------
+
+
+def _gpu_rows_space(wl: dict) -> Any:
+    from ..topi.gpu.reduce import config_space
+
+    return config_space(int(wl["n"]), int(wl["max_threads"]))
+
+
+def _gpu_rows_lower(wl: dict, values: dict, target: str) -> Any:
+    from .. import te
+    from ..target import Target
+    from ..tir import lower
+    from ..topi.gpu.reduce import config_from, row_program, uses_warp
+
+    rows, n, dtype = int(wl["rows"]), int(wl["n"]), str(wl["dtype"])
+    x = te.placeholder((rows, n), dtype, name="x")
+    warp = uses_warp(Target.parse(target).kind, dtype)
+    out, s = row_program(x, str(wl["op"]), config_from(values), warp)
+    return lower(s, [x, out], name="tuned_gpu_rows")
+
+
+def _rows_reference(op: str, x: np.ndarray) -> np.ndarray:
+    """numpy's value of a `gpu.row_reduce` workload's op on rows `x` (float64)."""
+    if op in ("softmax", "log_softmax"):
+        shifted = x - x.max(axis=1, keepdims=True)
+        logsum = np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        return shifted - logsum if op == "log_softmax" else np.exp(shifted - logsum)
+    if op == "layer_norm":
+        centred = x - x.mean(axis=1, keepdims=True)
+        return centred / np.sqrt((centred * centred).mean(axis=1, keepdims=True) + 1e-5)
+    return {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op](x, axis=1)
+
+
+def _gpu_rows_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
+    from ..target import Target
+
+    rows, n, dtype, op = int(wl["rows"]), int(wl["n"]), str(wl["dtype"]), str(wl["op"])
+    x = _random(_rng(seed), (rows, n), dtype)
+    wide = np.float64 if dtype.startswith("float") else np.int64
+    expected = _rows_reference(op, x.astype(wide)).astype(dtype)
+    func = _gpu_rows_lower(wl, values, target)
+    payload = encode_payload(gpu_payload(split_kernels(func), Target.parse(target)))
+    params = [(b.name, b.dtype, tuple(int(d) for d in shape))
+              for b, shape in zip(func.params, func.arg_shapes, strict=True)]  # fmt: skip
+    rtol, atol = _tolerance(dtype, n)
+    return Artifact("gpu", payload, [x], expected, symbol=func.name, params=params, rtol=rtol,
+                    atol=atol)  # fmt: skip
+
+
+def _gpu_rows_check(wl: dict) -> None:
+    from ..topi.gpu.reduce import ROW_OPS
+
+    if wl.get("op") not in ROW_OPS:
+        raise TaskError(f"gpu.row_reduce workload field 'op' must be one of {ROW_OPS}, "
+                        f"not {wl.get('op')!r}")  # fmt: skip
+    rest = {k: v for k, v in wl.items() if k != "op"}
+    check_fields("gpu.row_reduce", rest, {"rows": "size", "n": "size", "dtype": "dtype",
+                                          "max_threads": "size"})  # fmt: skip
+    check_elements("gpu.row_reduce", {"input": (wl["rows"], wl["n"])})
+
+
+register(Template(
+    "gpu.row_reduce", "cuda|opencl", "s", _gpu_rows_space, _gpu_rows_build,
+    lambda wl: 4 * int(wl["rows"]) * int(wl["n"]), _gpu_rows_lower, _gpu_rows_check,
+))  # fmt: skip
+
+
+# ---- GPU convolutions: implicit GEMM and depthwise (CUDA and OpenCL) -----------------------------
+
+
+def _gpu_conv_space(template: str) -> Any:
+    def space(wl: dict) -> Any:
+        from ..topi.gpu.conv2d import config_space_of
+
+        return config_space_of(template, wl)
+
+    return space
+
+
+def _gpu_conv_lower(template: str) -> Any:
+    def lower_conv(wl: dict, values: dict, target: str) -> Any:
+        from ..tir import lower
+        from ..topi.gpu.conv2d import conv_program
+
+        args, s = conv_program(template, wl, values)
+        return lower(s, args, name="tuned_gpu_conv")
+
+    return lower_conv
+
+
+def _conv_reference(x: np.ndarray, w: np.ndarray, wl: dict) -> np.ndarray:
+    """numpy's NCHW convolution of a `gpu.conv2d` workload (grouped when depthwise)."""
+    (py, px), (sy, sx), (dy, dx), (oh, ow) = (wl[k] for k in ("pads", "strides", "dil", "out"))
+    r, s = w.shape[2:]
+    h = max(x.shape[2] + py, (oh - 1) * sy + (r - 1) * dy + 1)
+    wd = max(x.shape[3] + px, (ow - 1) * sx + (s - 1) * dx + 1)
+    padded = np.zeros((*x.shape[:2], h, wd), x.dtype)
+    padded[:, :, py : py + x.shape[2], px : px + x.shape[3]] = x
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow), x.dtype)
+    for ry in range(r):
+        for rx in range(s):
+            win = padded[:, :, ry * dy : ry * dy + (oh - 1) * sy + 1 : sy,
+                         rx * dx : rx * dx + (ow - 1) * sx + 1 : sx]  # fmt: skip
+            if w.shape[1] == 1 and x.shape[1] > 1:  # depthwise
+                out += win * w[:, 0, ry, rx][None, :, None, None]
+            else:
+                out += np.einsum("nchw,kc->nkhw", win, w[:, :, ry, rx])
+    return out
+
+
+def _gpu_conv_build(template: str) -> Any:
+    def build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+        from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
+        from ..target import Target
+
+        dtype, rng = str(wl["dtype"]), _rng(seed)
+        x, w = _random(rng, tuple(wl["x"]), dtype), _random(rng, tuple(wl["w"]), dtype)
+        expected = _conv_reference(x.astype(np.float64), w.astype(np.float64), wl).astype(dtype)
+        func = _gpu_conv_lower(template)(wl, values, target)
+        expected = expected.reshape(tuple(int(d) for d in func.arg_shapes[-1]))  # GEMM: 3-D
+        payload = encode_payload(gpu_payload(split_kernels(func), Target.parse(target)))
+        params = [(b.name, b.dtype, tuple(int(d) for d in shape))
+                  for b, shape in zip(func.params, func.arg_shapes, strict=True)]  # fmt: skip
+        rtol, atol = _tolerance(dtype, int(np.prod(wl["w"][1:])))
+        return Artifact("gpu", payload, [x, w], expected, symbol=func.name, params=params,
+                        rtol=rtol, atol=atol)  # fmt: skip
+
+    return build
+
+
+def _gpu_conv_check(template: str) -> Any:
+    def check(wl: dict) -> None:
+        check_fields(template, wl, {"x": "size4", "w": "size4", "out": "size2", "pads": "pad2",
+                                    "strides": "size2", "dil": "size2", "dtype": "dtype",
+                                    "max_threads": "size"})  # fmt: skip
+        x, w, out = wl["x"], wl["w"], wl["out"]
+        if template == "gpu.depthwise_conv2d" and (w[1] != 1 or w[0] != x[1]):
+            raise TaskError(f"{template} workload: weights {w} must be [channels, 1, r, s] for "
+                            f"an input of {x[1]} channels")  # fmt: skip
+        if template != "gpu.depthwise_conv2d" and w[1] != x[1]:
+            raise TaskError(f"{template} workload: weights {w} must have {x[1]} input channels")
+        check_elements(template, {"input": tuple(x), "weight": tuple(w),
+                                  "output": (x[0], w[0], *out)})  # fmt: skip
+
+    return check
+
+
+def _gpu_conv_flops(wl: dict) -> int:
+    return 2 * int(np.prod(wl["out"])) * int(wl["x"][0]) * int(np.prod(wl["w"]))
+
+
+for _name in ("gpu.conv2d", "gpu.conv2d_gemm", "gpu.depthwise_conv2d"):
+    register(Template(_name, "cuda|opencl", "s", _gpu_conv_space(_name), _gpu_conv_build(_name),
+                      _gpu_conv_flops, _gpu_conv_lower(_name), _gpu_conv_check(_name)))  # fmt: skip

@@ -377,6 +377,8 @@ class KernelPrinter:
             return f"({c} ? {t} : {f})"
         if e.kind is CallKind.EXTERN and e.name.startswith(_WMMA_PREFIX):
             return self.wmma_call(e)
+        if e.kind is CallKind.EXTERN and e.name.startswith(_WARP_PREFIX):
+            return self.warp_call(e)
         if e.kind is CallKind.EXTERN:
             raise LoweringError(
                 f"{self.d.name} codegen: extern call {e.name!r} has no GPU implementation"
@@ -437,6 +439,29 @@ class KernelPrinter:
         self.helpers.setdefault("tf_wmma", _WMMA_PRELUDE)
         self.helpers.setdefault(e.name, _wmma_helper(m["op"], e.name, shape, self.d))
         return f"{e.name}({', '.join(self.expr(a) for a in e.args)})"
+
+    def warp_call(self, e: Call) -> str:
+        """A warp-level reduction (`topi.gpu.reduce`): CUDA only, a `__shfl_xor_sync` butterfly
+        over the 32 lanes of a warp, the result in every lane."""
+        op = e.name[len(_WARP_PREFIX) :]
+        if self.d is not CUDA:
+            raise LoweringError(
+                f"{self.d.name} codegen: warp intrinsic {e.name!r} needs the cuda target "
+                "(__shfl_xor_sync); OpenCL reduces through shared memory"
+            )
+        combine = {"sum": "v + w", "prod": "v * w", "max": "w > v ? w : v", "min": "w < v ? w : v"}
+        if op not in combine or len(e.args) != 1 or e.dtype not in _WARP_DTYPES:
+            raise LoweringError(
+                f"cuda codegen: unknown warp intrinsic {e.name!r} of {e.dtype} (expected "
+                f"tf_warp_sum/prod/max/min of one {'/'.join(_WARP_DTYPES)} value)"
+            )
+        name, t = f"{e.name}_{e.dtype}", self.ctype(e.dtype)
+        body = (
+            "for (int o = 16; o > 0; o >>= 1) { "
+            f"{t} w = __shfl_xor_sync(0xffffffffu, v, o); v = {combine[op]}; }} return v;"
+        )
+        self.helpers.setdefault(name, f"{self.d.helper_prefix} {t} {name}({t} v) {{ {body} }}")
+        return f"{name}({self.expr(e.args[0])})"
 
     def expr_BufferPtr(self, e: BufferPtr) -> str:
         if self.d is CUDA:  # `offset` counts elements of the flattened buffer
@@ -554,6 +579,8 @@ class KernelPrinter:
 
 
 _WMMA_PREFIX = "tf_wmma_"
+_WARP_PREFIX = "tf_warp_"  # topi.gpu.reduce.warp_reduce
+_WARP_DTYPES = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 _WMMA_CALL = re.compile(r"tf_wmma_(?P<op>fill|mma)_(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)")
 
 # Emitted once before the helper device functions of the tensor-core intrinsics.

@@ -20,6 +20,7 @@ from ...autotune.space import ConfigSpace, Knob
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
+from ...topi.gpu import reduce as gpu_reduce
 from ...topi.x86 import (  # the x86 operator library
     Conv2dConfig,
     DenseConfig,
@@ -209,7 +210,43 @@ def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     weight = ctx.constant(node.inputs[1])
     if attrs["group"] == 1 and uniform and weight is not None and not ctx.gpu:
         return _conv_topi(ctx, node, tail, begin[0], strides[0], dil[0], np.asarray(weight))
+    if ctx.gpu:
+        from ...topi.gpu.conv2d import template_for
+
+        out_hw = tuple(ctx.type_of(node.outputs[0]).shape[2:])
+        template = template_for(w_ty.shape, attrs["group"], out_hw)
+        if template is not None:
+            return _gpu_conv(ctx, node, tail, (begin, strides, dil), template)
     return _conv_generic(ctx, node, tail, begin, strides, dil)
+
+
+def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail, geometry: tuple, template: str) -> Result:
+    """A 2-D convolution on a GPU by `template` (`topi.gpu.conv2d.template_for`): direct,
+    implicit GEMM or depthwise; bias and tail fused; the knobs tuned, or the default."""
+    from ...codegen.gpu import Limits
+    from ...target import Target
+    from ...topi.gpu import conv2d as gpu_conv
+
+    begin, strides, dil = geometry
+    x, w = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
+    out_shape = ctx.type_of(node.outputs[0]).shape
+    geo = gpu_conv.Geometry(tuple(begin), tuple(strides), tuple(dil), tuple(out_shape[2:]))
+    bias = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+
+    def epilogue(v: Any, *i: Any) -> Any:
+        v = v + bias((i[1],)) if bias is not None else v
+        return tail.epilogue(v, i)
+
+    limit = Limits.of(Target.parse(ctx.target)).max_threads
+    wl = {"x": [int(d) for d in x.shape], "w": [int(d) for d in w.shape],
+          "out": list(geo.out), "pads": list(geo.pads), "strides": list(geo.strides),
+          "dil": list(geo.dil), "dtype": x.dtype, "max_threads": limit}  # fmt: skip
+    tuned = autotune_query(template, wl)
+    config = (gpu_conv.config_of(template, tuned) if tuned
+              else gpu_conv.default_of(template, w.shape, geo, limit))  # fmt: skip
+    epi = epilogue if bias is not None or tail.nodes else None
+    out, s = gpu_conv.conv2d(template, x, w, geo, config, epi)
+    return s, [out]
 
 
 def conv_config(
@@ -454,6 +491,8 @@ def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     a, b = _as_matrix(a, row=True), _as_matrix(b, row=False)
     shape = ctx.type_of(node.outputs[0]).shape
     batch = len(shape) - has_m - has_n
+    if ctx.gpu and has_m and has_n and batch:
+        return _gpu_batch_matmul(ctx, a, b, shape, tail)
     rk = te.reduce_axis((0, a.shape[-1]), "k")
 
     def body(*i: Any) -> Any:
@@ -465,6 +504,38 @@ def _batch_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         return te.sum(lhs * rhs, axis=rk)
 
     return reduce_kernel(te.compute(shape or (1,), body, name="matmul"), tail)
+
+
+def _gpu_batch_matmul(ctx: GroupContext, a: Lazy, b: Lazy, shape: tuple, tail: Tail) -> Result:
+    """A batched MatMul on a GPU: both operands viewed as [batch, rows, cols] (broadcast batch
+    dims read in place, fused producers inlined) and `topi.gpu.dense`'s shared-memory tiles with
+    the batch bound to the grid's z axis; the knobs are `gpu.dense`'s for one matrix."""
+    from ...codegen.gpu import Limits
+    from ...target import Target
+    from ...topi.gpu import dense as gpu
+
+    lead, (m, n), k = tuple(shape[:-2]), shape[-2:], a.shape[-1]
+    nb = int(np.prod(lead))
+
+    def operand(x: Lazy, rows: int, cols: int, name: str) -> Tensor:
+        def read(q: Any, i: Any, j: Any) -> Any:
+            full = (*unravel(q, lead), i, j)
+            return x((*batch_index(x, full), i, j))
+
+        t = te.compute((nb, rows, cols), read, name=name)
+        ctx.inline.append(t)
+        return t
+
+    lhs, rhs = operand(a, m, k, "lhs"), operand(b, k, n, "rhs")
+    epi = _epilogue(tail, lambda q, i, j: (*unravel(q, lead), i, j))
+    limit = Limits.of(Target.parse(ctx.target)).max_threads
+    wl = {"m": m, "n": n, "k": k, "batch": nb, "dtype": lhs.dtype, "max_threads": limit}
+    tuned = autotune_query("gpu.dense", wl)
+    config = gpu.config_from(tuned) if tuned is not None else gpu.default_config(m, n, limit)
+    acc, out = gpu.batch_dense(lhs, rhs, epi)
+    sched = te.create_schedule(out.op)
+    gpu.schedule_dense(sched, out, None if acc is out else acc, config)
+    return sched, [out]
 
 
 # ---- pooling and reductions ---------------------------------------------------------------------
@@ -627,10 +698,46 @@ def _reduce(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         value = x(tuple(src))
         return _REDUCERS[node.op](value, axis=list(raxes.values())) if raxes else value
 
-    red = te.compute(shape, body, name="reduce")
     count = float(np.prod([x.shape[a] for a in axes])) if axes else 1.0
     post = (lambda v, i: v / count) if node.op == "ReduceMean" else None
+    lead = len(x.shape) - len(axes)
+    if ctx.gpu and set(axes) == set(range(lead, len(x.shape))) and count > gpu_reduce.MIN_ROW:
+        return _gpu_reduce(ctx, node, tail, x, lead, post)
+    red = te.compute(shape, body, name="reduce")
     return reduce_kernel(red, tail, post)
+
+
+def _gpu_reduce(ctx: GroupContext, node: Node, tail: Tail, x: Lazy, lead: int, post: Any) -> Result:
+    """A reduction over the trailing axes (more than `MIN_ROW` values per output) on a GPU: one
+    thread block per output (`topi.gpu.reduce`), the fused producers read in the row's loads,
+    the mean's division and the tail applied where the value is written."""
+    rows, n = _rows(x.shape, lead)
+    op = {"ReduceMean": "sum"}.get(node.op, node.op[len("Reduce") :].lower())
+    config, _ = _gpu_row_config(ctx, rows, n, op, x.dtype)
+
+    def f(r: Any, j: Any) -> Any:
+        return x((*unravel(r, x.shape[:lead]), *unravel(j, x.shape[lead:])))
+
+    total, stages = gpu_reduce.block_reduce(f, rows, n, op, config.threads, False, "red")
+    post = post or (lambda v, i: v)
+    shape = ctx.type_of(node.outputs[0]).shape or (1,)
+
+    def fout(*i: Any) -> Any:
+        r = _ravel(i[:lead], x.shape[:lead])
+        return tail.epilogue(post(total(r, 0), i), i)
+
+    out = te.compute(shape, fout, name="out")
+    s = te.create_schedule(out.op)
+    gpu_reduce.schedule_value_output(s, out, stages)
+    return s, [out]
+
+
+def _ravel(index: Sequence[Any], dims: Sequence[int]) -> Any:
+    """The flat row-major position of `index` in `dims` (0 for no dims)."""
+    flat: Any = 0
+    for i, d in zip(index, dims, strict=True):
+        flat = flat * d + i
+    return flat
 
 
 # ---- softmax and layer normalization ------------------------------------------------------------
@@ -645,10 +752,35 @@ def _softmax(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     axis = _attrs(node)["axis"] % len(shape)
     if tail.nodes:
         raise LoweringError(f"{node.op} must be alone in its group (node {node.name!r})")
+    if ctx.gpu and axis == len(shape) - 1 and shape[-1] > gpu_reduce.MIN_ROW:
+        return _gpu_softmax(ctx, node, _rows(shape, axis))
     if node.op == "Softmax" and axis == len(shape) - 1:
         _, out = softmax(ctx.as_tensor(node.inputs[0], _rows(shape, axis)))
         return schedule_softmax(out), [out]
     return _softmax_axis(ctx, node, shape, axis, log=node.op == "LogSoftmax")
+
+
+def _gpu_row_config(ctx: GroupContext, rows: int, n: int, op: str, dtype: str) -> Any:
+    """The `gpu.row_reduce` knobs (tuned, or the default) and whether warp shuffles combine the
+    last 32 partials (CUDA)."""
+    from ...codegen.gpu import Limits
+    from ...target import Target
+
+    target = Target.parse(ctx.target)
+    limit = Limits.of(target).max_threads
+    wl = {"rows": rows, "n": n, "op": op, "dtype": dtype, "max_threads": limit}
+    tuned = autotune_query("gpu.row_reduce", wl)
+    config = gpu_reduce.config_from(tuned) if tuned else gpu_reduce.default_config(n, limit)
+    return config, gpu_reduce.uses_warp(target.kind, dtype)
+
+
+def _gpu_softmax(ctx: GroupContext, node: Node, rows_n: tuple[int, int]) -> Result:
+    """(Log)softmax over a long last axis on a GPU: one thread block per row (`topi.gpu.reduce`)."""
+    x = ctx.as_tensor(node.inputs[0], rows_n)
+    op = "log_softmax" if node.op == "LogSoftmax" else "softmax"
+    config, warp = _gpu_row_config(ctx, *rows_n, op, x.dtype)
+    out, stages = gpu_reduce.softmax_rows(x, config, warp, log=node.op == "LogSoftmax")
+    return gpu_reduce.schedule_rows(out, stages, config), [out]
 
 
 def _softmax_axis(ctx: GroupContext, node: Node, shape: tuple, axis: int, log: bool) -> Result:
@@ -688,6 +820,11 @@ def _layer_norm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     rows, cols = _rows(shape, axis)
     x = ctx.as_tensor(node.inputs[0], (rows, cols))
     scale, bias = _ln_affine(ctx, node, cols)
+    if ctx.gpu and cols > gpu_reduce.MIN_ROW:  # one thread block per row
+        config, warp = _gpu_row_config(ctx, rows, cols, "layer_norm", x.dtype)
+        affine = [None if f is None else (lambda j, f=f: f((j,))) for f in (scale, bias)]
+        out, stages = gpu_reduce.layer_norm_rows(x, *affine, attrs["epsilon"], config, warp)
+        return gpu_reduce.schedule_rows(out, stages, config), [out]
     k1, k2 = te.reduce_axis((0, cols), "k1"), te.reduce_axis((0, cols), "k2")
     inv_n, eps = 1.0 / cols, attrs["epsilon"]
     total = te.compute((rows,), lambda i: te.sum(x[i, k1], axis=k1), name="total")

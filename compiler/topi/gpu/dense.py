@@ -49,9 +49,12 @@ def default_config(m: int, n: int, max_threads: int = 256) -> DenseGPUConfig:
     return DenseGPUConfig(ty, tx, vthread, 8)
 
 
-def config_space(m: int, n: int, k: int, max_threads: int = 256) -> ConfigSpace:
+def config_space(
+    m: int, n: int, k: int, max_threads: int = 256, name: str = "gpu.dense"
+) -> ConfigSpace:
     """The `gpu.dense` knobs for an `[m, k] x [k, n]` dense: the block's thread shape, virtual
-    threads and the reduction tile; blocks over `max_threads` threads are rejected."""
+    threads and the reduction tile; blocks over `max_threads` threads are rejected. `name`: the
+    template (`gpu.conv2d` is an implicit GEMM with the same knobs)."""
     d = default_config(m, n, max_threads)
     tys = sorted({t for t in (1, 2, 4, 8, 16) if t <= max(1, 2 * m)} | {d.ty})
     txs = sorted({t for t in (8, 16, 32, 64) if t <= max(8, 2 * n)} | {d.tx})
@@ -68,7 +71,7 @@ def config_space(m: int, n: int, k: int, max_threads: int = 256) -> ConfigSpace:
         return None
 
     default = {"ty": d.ty, "tx": d.tx, "vthread": d.vthread, "k_tile": d.k_tile}
-    return ConfigSpace("gpu.dense", knobs, default, constraint)
+    return ConfigSpace(name, knobs, default, constraint)
 
 
 def config_from(values: dict) -> DenseGPUConfig:
@@ -117,6 +120,27 @@ def dense(
     return acc, out
 
 
+def batch_dense(
+    a: Tensor, b: Tensor, epilogue: Callable[..., Any] | None = None
+) -> tuple[Tensor, Tensor]:
+    """(acc, out) of a batched product `a [B, m, k] @ b [B, k, n]`: `dense` with a leading batch
+    axis (the epilogue takes `(value, batch, i, j)`), which `schedule_dense` binds to
+    `blockIdx.z`."""
+    (nb, m, k), n = a.shape, b.shape[2]
+    narrow = dt.is_int(a.dtype) and dt.bits(a.dtype) < 32
+    acc_dtype = "int32" if narrow else a.dtype
+    rk = te.reduce_axis((0, k), "k")
+    acc = te.compute(
+        (nb, m, n),
+        lambda q, i, j: te.sum(a[q, i, rk].astype(acc_dtype) * b[q, rk, j].astype(acc_dtype), rk),
+        name="acc",
+    )
+    if epilogue is None:
+        return acc, acc
+    out = te.compute(acc.shape, lambda q, i, j: epilogue(acc[q, i, j], q, i, j), name="out")
+    return acc, out
+
+
 def spread_copy(s: Schedule, t: Tensor, ty: int, tx: int) -> None:
     """Spread a copy into shared memory over the block's ty x tx threads (cooperative fetch)."""
     stage = s[t]
@@ -149,14 +173,16 @@ def schedule_dense(
         s[acc].set_scope("local")
         local = acc
     v = cfg.vthread
-    i, j = s[out].op.axis
-    (m, n) = (int(d) for d in out.shape)
+    *batch, i, j = s[out].op.axis
+    (m, n) = (int(d) for d in out.shape[-2:])
     rows, cols = min(cfg.ty * v, m), min(cfg.tx * v, n)  # a tile no larger than the output
     ty_n, tx_n = -(-rows // v), -(-cols // v)  # the block's threads along each axis
     by, bx, iin, jin = s[out].tile(i, j, rows, cols)
     vy, ty = s[out].split(iin, nparts=v)
     vx, tx = s[out].split(jin, nparts=v)
-    s[out].reorder(by, bx, vy, vx, ty, tx)
+    s[out].reorder(*batch, by, bx, vy, vx, ty, tx)
+    if batch:  # a batched product: one grid layer per matrix
+        s[out].bind(batch[0], te.thread_axis("blockIdx.z"))
     s[out].bind(by, te.thread_axis("blockIdx.y"))
     s[out].bind(bx, te.thread_axis("blockIdx.x"))
     if v > 1:
@@ -165,9 +191,9 @@ def schedule_dense(
     s[out].bind(ty, te.thread_axis("threadIdx.y"))
     s[out].bind(tx, te.thread_axis("threadIdx.x"))
     s[local].compute_at(s[out], tx)
-    ic, jc, k = *s[local].op.axis, s[local].op.reduce_axis[0]
-    ko, ki = s[local].split(k, factor=cfg.k_tile)
-    s[local].reorder(ko, ki, ic, jc)
+    *lb, ic, jc = s[local].op.axis
+    ko, ki = s[local].split(s[local].op.reduce_axis[0], factor=cfg.k_tile)
+    s[local].reorder(ko, ki, *lb, ic, jc)
     for t in (aa, bb):
         s[t].compute_at(s[local], ko)
         if cooperative:

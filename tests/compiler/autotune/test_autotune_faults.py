@@ -299,7 +299,15 @@ def test_plot_refuses_a_folder_and_leaves_no_temporary_file(tmp_path):
 # ---- workloads -------------------------------------------------------------------------------
 
 
+GPU_CONV = {"x": [1, 4, 8, 8], "w": [6, 4, 3, 3], "out": [8, 8], "pads": [1, 1],
+            "strides": [1, 1], "dil": [1, 1], "dtype": "float32", "max_threads": 256}  # fmt: skip
+GPU_ROWS = {"rows": 4, "n": 100, "op": "softmax", "dtype": "float32", "max_threads": 256}
+
 _TEMPLATES = {
+    "gpu.conv2d": (GPU_CONV, "opencl"),
+    "gpu.conv2d_gemm": (GPU_CONV, "opencl"),
+    "gpu.depthwise_conv2d": ({**GPU_CONV, "w": [4, 1, 3, 3]}, "opencl"),
+    "gpu.row_reduce": (GPU_ROWS, "opencl"),
     "x86.dense": (DENSE, "llvm"),
     "x86.conv2d_nchwc": (CONV, "llvm"),
     "x86.depthwise_conv2d": (DEPTHWISE, "llvm"),
@@ -327,6 +335,12 @@ _BAD_WORKLOADS = [
     ("vta.conv2d", {"ic": 1 << 16, "oc": 1 << 16}, "the weight of shape (65536, 65536, 3, 3)"),
     ("vta.conv2d", {"residual": "yes"}, "field 'residual' must be true or false"),
     ("vta.conv2d", {"n": None}, "field 'n' must be an int"),
+    ("gpu.conv2d", {"w": [6, 3, 3, 3]}, "weights [6, 3, 3, 3] must have 4 input channels"),
+    ("gpu.conv2d_gemm", {"pads": [1, 1, 1, 1]}, "field 'pads' must be a list of 2 ints"),
+    ("gpu.depthwise_conv2d", {"w": [6, 1, 3, 3]}, "must be [channels, 1, r, s] for an input of 4"),
+    ("gpu.depthwise_conv2d", {"out": [0, 8]}, "field 'out' must be a list of 2 ints"),
+    ("gpu.row_reduce", {"op": "median"}, "field 'op' must be one of"),
+    ("gpu.row_reduce", {"n": 1 << 20, "rows": 1 << 20}, "the input of shape (1048576, 1048576)"),
 ]  # fmt: skip
 
 
