@@ -21,6 +21,7 @@ Needs the `zoo` extra (torch, torchvision, onnxscript, onnxruntime): `pip instal
 Usage:
     python benchmarks/zoo.py [--models resnet18,vit_b_16] [--repeat 10] [--json]
                              [--profile] [--skip-memory]
+    python benchmarks/zoo.py --load results.json [--markdown]   # a saved --json run again
 
 `--profile` adds, per model, TensorForge's time by op family (Module.profile, 1 thread) beside
 onnxruntime's (its node profiler), the families where the gap is largest first.
@@ -356,7 +357,10 @@ def _ort_family(event: dict[str, Any], families: dict[str, str]) -> str:
     op = event["args"]["op_name"]
     shapes = [next(iter(s.values())) for s in event["args"].get("input_type_shape", [])]
     if op in ("Conv", "FusedConv") and len(shapes) > 1 and len(shapes[0]) > 1:
-        return conv_family(shapes[0][1] // shapes[1][1], shapes[1])
+        family = conv_family(shapes[0][1] // shapes[1][1], shapes[1])
+        if family == "Conv depthwise" and all(k == 1 for k in shapes[1][2:]):
+            return "BatchNormalization"  # a lone batch norm: onnxruntime runs a 1x1 depthwise conv
+        return family
     return families.get(node, {"FusedMatMul": "MatMul"}.get(op, op))
 
 
@@ -481,6 +485,36 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table (README), failures and mismatches noted in the last column."""
+    lines = [
+        "| model | 1 thread: TF ms | ORT ms | TF/ORT | 2 threads: TF ms | ORT ms | TF/ORT "
+        "| peak MiB: TF | TF .tfm | ORT | TF/ORT | TF .tfm/ORT | rel. error |",
+        "|---|" + "---|" * 12,
+    ]
+    for r in rows:
+        if r.get("tf_ms_1") is None:
+            lines.append(f"| {r['model']} | fails: {r['error']} |" + " |" * 11)
+            continue
+        x = {k: _x(_ratio(r, *keys)) for k, keys in RATIOS.items()}
+        mib = [_fmt(r.get(k), ".0f") for k in ("tf_mib", "tf_load_mib", "ort_mib")]
+        note = f" ({r['error']})" if r["error"] else ""
+        lines.append(
+            f"| {r['model']} ({r['input']}) | {r['tf_ms_1']:.1f} | {r['ort_ms_1']:.1f} | "
+            f"{x['1 thread']} | {r['tf_ms_2']:.1f} | {r['ort_ms_2']:.1f} | {x['2 threads']} | "
+            f"{' | '.join(mib)} | {x['mem compile']} | {x['mem load']} | "
+            f"{r['rel_error']:.1e}{note} |"
+        )
+    ratios = {k: [v for r in rows if (v := _ratio(r, *keys))] for k, keys in RATIOS.items()}
+    for title, pick in (("geometric mean", _geomean), ("worst", max)):
+        v = {k: _x(pick(ratios[k])) if ratios[k] else "n/a" for k in RATIOS}
+        lines.append(
+            f"| **{title}** | | | **{v['1 thread']}** | | | **{v['2 threads']}** | | | | "
+            f"**{v['mem compile']}** | **{v['mem load']}** | |"
+        )
+    return "\n".join(lines)
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -495,10 +529,14 @@ def main() -> int:
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--memory", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--load", metavar="JSON", help="print the report of a --json output")
+    parser.add_argument("--markdown", action="store_true", help="with --load: a Markdown table")
     args = parser.parse_args()
     if args.load:
         saved = json.loads(Path(args.load).read_text())
-        report(saved["machine"], saved["rows"])
+        if args.markdown:
+            print(markdown(saved["rows"]))
+        else:
+            report(saved["machine"], saved["rows"])
         return 0
     if args.export:
         export(args.export, CACHE / f"{args.export}.onnx")
