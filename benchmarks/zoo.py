@@ -391,7 +391,7 @@ def profile_table(name: str, prof: dict[str, Any]) -> str:
     families = sorted(
         set(ours) | set(theirs), key=lambda f: -abs(ours.get(f, 0) - theirs.get(f, 0))
     )
-    lines = [f"{name}: ms per op family, 1 thread (a fused group counts as its first op's)"]
+    lines = [f"{name}: ms per op family, 1 thread (a fused group counts as its anchor node's)"]
     lines.append(f"  {'family':<24} {'tensorforge':>11} {'onnxruntime':>11}")
     for fam in families[:10]:
         lines.append(f"  {fam:<24} {ours.get(fam, 0.0):>11.2f} {theirs.get(fam, 0.0):>11.2f}")
