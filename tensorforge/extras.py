@@ -29,6 +29,7 @@ EXTRAS = {
     "onnxscript": "torch",
     "pyopencl": "gpu",
     "onnxruntime": "bench",
+    "torchvision": "zoo",
 }
 
 

@@ -2,8 +2,9 @@
 
 The x86 operator library (`compiler.topi.x86`) is used where it has the operator (conv2d with
 pre-packed weights, dense, pool2d, softmax), with the group's elementwise tail as its epilogue;
-the other cases (grouped/depthwise or asymmetric convolutions, batched MatMul, exclusive-pad
-average pooling, reductions, LayerNormalization) are computes written here.
+the other cases (grouped/depthwise convolutions and ones whose strides or dilations differ by
+axis, batched MatMul, exclusive-pad average pooling, reductions, LayerNormalization) are
+computes written here.
 """
 
 from __future__ import annotations
@@ -206,10 +207,11 @@ def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
     attrs = _attrs(node)
     begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
-    uniform = begin == end and len({*begin}) == 1 and len({*strides}) == 1 and len({*dil}) == 1
+    uniform = len({*strides}) == 1 and len({*dil}) == 1
     weight = ctx.constant(node.inputs[1])
     if attrs["group"] == 1 and uniform and weight is not None and not ctx.gpu:
-        return _conv_topi(ctx, node, tail, begin[0], strides[0], dil[0], np.asarray(weight))
+        pads = begin[0] if len({*begin, *end}) == 1 else (*begin, *end)  # an int when uniform
+        return _conv_topi(ctx, node, tail, pads, strides[0], dil[0], np.asarray(weight))
     if ctx.gpu:
         from ...topi.gpu.conv2d import template_for
 
@@ -254,14 +256,17 @@ def conv_config(
     w_shape: tuple[int, ...],
     out_shape: tuple[int, ...],
     stride: int,
-    pad: int,
+    pad: int | tuple[int, ...],
     dil: int,
 ) -> Conv2dConfig:
     """The knobs of topi's NCHWc conv2d for this layer: the tuned config when a tuning log is
-    applied and has this workload (`compiler.autotune`), else `topi.x86.conv2d.default_config`."""
-    values = autotune_query("x86.conv2d_nchwc", conv_workload(data, w_shape, stride, pad, dil))
-    if values is not None:
-        return conv_config_from(values)
+    applied and has this workload (`compiler.autotune`; the tuner's workloads pad every side
+    alike), else `topi.x86.conv2d.default_config`."""
+    if isinstance(pad, int):
+        wl = conv_workload(data, w_shape, stride, pad, dil)
+        values = autotune_query("x86.conv2d_nchwc", wl)
+        if values is not None:
+            return conv_config_from(values)
     return conv_default(w_shape[1], w_shape[0], tuple(out_shape[2:]))
 
 
@@ -285,7 +290,13 @@ def dense_config(data: Tensor, n: int, prepacked: bool) -> DenseConfig:
 
 
 def _conv_topi(
-    ctx: GroupContext, node: Node, tail: Tail, pad: int, stride: int, dil: int, w: np.ndarray
+    ctx: GroupContext,
+    node: Node,
+    tail: Tail,
+    pad: int | tuple[int, ...],
+    stride: int,
+    dil: int,
+    w: np.ndarray,
 ) -> Result:
     data = ctx.as_tensor(node.inputs[0])
     out_shape = ctx.type_of(node.outputs[0]).shape

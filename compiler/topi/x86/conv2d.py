@@ -9,7 +9,7 @@ the result is unpacked to NCHW with the element-wise epilogue (bias, activation)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +61,7 @@ class Conv2dOp:
     out: Tensor
     ic_bn: int
     oc_bn: int
-    padding: int
+    padding: tuple[int, int, int, int]  # top, left, bottom, right
 
 
 def _block(extent: int, wanted: int) -> int:
@@ -72,7 +72,7 @@ def conv2d_nchwc(
     data: Tensor,
     kernel: Tensor,
     stride: int = 1,
-    padding: int = 0,
+    padding: int | Sequence[int] = 0,
     dilation: int = 1,
     bias: Tensor | None = None,
     epilogue: Epilogue | None = None,
@@ -85,7 +85,8 @@ def conv2d_nchwc(
         data: `[N, C, H, W]`.
         kernel: `[K, C, R, S]`, or already packed by `pack_kernel` (weights are constants, so
             the graph layer packs them once, ahead of time).
-        stride, padding, dilation: the same in both spatial dimensions.
+        stride, dilation: the same in both spatial dimensions.
+        padding: the same on every side, or (top, left, bottom, right) as ONNX's `pads`.
         bias: optional `[K]`.
         epilogue: optional `f(value, n, k, y, x) -> expr` applied last.
         config: knobs (block sizes).
@@ -105,11 +106,12 @@ def conv2d_nchwc(
         ic_bn, oc_bn = _block(c, config.ic_bn), _block(k, config.oc_bn)
     if c != c2:
         raise ValueError(f"conv2d: kernel channels must equal data channels ({c}), not {c2}")
-    oh = (h + 2 * padding - dilation * (r - 1) - 1) // stride + 1
-    ow = (w + 2 * padding - dilation * (s - 1) - 1) // stride + 1
+    pads = _four_pads(padding)
+    oh = (h + pads[0] + pads[2] - dilation * (r - 1) - 1) // stride + 1
+    ow = (w + pads[1] + pads[3] - dilation * (s - 1) - 1) // stride + 1
     if oh < 1 or ow < 1:
         raise ValueError(f"conv2d: output size must be positive, not {oh}x{ow}")
-    data_vec = _pack_data(data, padding, ic_bn)
+    data_vec = _pack_data(data, pads, ic_bn)
     kernel_vec = kernel
     if len(kernel.shape) == 4:
         kernel_vec = te.compute(
@@ -143,7 +145,17 @@ def conv2d_nchwc(
 
     out = te.compute((n, k, oh, ow), funpack, name="out")
     args = [data, kernel] + ([bias] if bias is not None else []) + [out]
-    return Conv2dOp(args, data_vec, kernel_vec, conv, out, ic_bn, oc_bn, padding)
+    return Conv2dOp(args, data_vec, kernel_vec, conv, out, ic_bn, oc_bn, pads)
+
+
+def _four_pads(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) of an int (every side) or of four ints."""
+    if isinstance(padding, int):
+        return (padding,) * 4
+    pads = tuple(int(p) for p in padding)
+    if len(pads) != 4 or min(pads) < 0:
+        raise ValueError(f"conv2d: padding must be an int or 4 ints >= 0, not {padding!r}")
+    return pads
 
 
 def default_config(channels: int, filters: int, out_hw: tuple[int, ...]) -> Conv2dConfig:
@@ -220,20 +232,22 @@ def pack_kernel(weight: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
     return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 3, 1))
 
 
-def _pack_data(data: Tensor, pad: int, ic_bn: int) -> Tensor:
+def _pack_data(data: Tensor, pads: tuple[int, int, int, int], ic_bn: int) -> Tensor:
     n, c, h, w = data.shape
+    top, left, bottom, right = pads
 
     def fpack(nn: te.Expr, co: te.Expr, y: te.Expr, x: te.Expr, ci: te.Expr) -> te.Expr:
-        if pad == 0:
+        if not any(pads):
             return data[nn, co * ic_bn + ci, y, x]
         # A select over a clamped (always in-bounds) read keeps the loop vectorizable.
-        yy = te.min(te.max(y - pad, 0), h - 1)
-        xx = te.min(te.max(x - pad, 0), w - 1)
-        inside = te.all_of(y >= pad, y < h + pad, x >= pad, x < w + pad)
+        yy = te.min(te.max(y - top, 0), h - 1)
+        xx = te.min(te.max(x - left, 0), w - 1)
+        inside = te.all_of(y >= top, y < h + top, x >= left, x < w + left)
         clamped = data[nn, co * ic_bn + ci, yy, xx]
         return te.select(inside, clamped, te.const(0, data.dtype))
 
-    return te.compute((n, c // ic_bn, h + 2 * pad, w + 2 * pad, ic_bn), fpack, name="data_vec")
+    shape = (n, c // ic_bn, h + top + bottom, w + left + right, ic_bn)
+    return te.compute(shape, fpack, name="data_vec")
 
 
 def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> Schedule:
@@ -243,7 +257,7 @@ def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> S
     config.check()
     s = te.create_schedule(op.out.op)
     conv, out = op.conv, op.out
-    if not config.pack_data and op.padding == 0:  # read NCHW directly: no copy of the input
+    if not config.pack_data and not any(op.padding):  # read NCHW directly: no copy of the input
         s[op.data_vec].compute_inline()
     _schedule_packing(s, op, config)
     s[conv].set_scope("local")
