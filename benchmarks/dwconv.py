@@ -94,9 +94,7 @@ def bench_case(name: str, threads: int, repeat: int) -> dict[str, float]:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(
-        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     ours, want = list(module.run(feed).values())[0], sess.run(None, feed)[0]
     np.testing.assert_allclose(ours, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
     tf_times, ort_times = [], []
@@ -131,7 +129,8 @@ def print_table(results: dict[int, dict], cases: list[str]) -> None:
     threads = sorted(results)
     print(f"machine: {describe()}")
     print("batch 1, float32, ms (median of 3 interleaved rounds of medians; TF/ORT = time ratio)")
-    print(f"{'case':>14}" + "".join(f" | {t}T:  {'TF':>7} {'ORT':>7} {'TF/ORT':>6}" for t in threads))
+    head = "".join(f" | {t}T:  {'TF':>7} {'ORT':>7} {'TF/ORT':>6}" for t in threads)
+    print(f"{'case':>14}" + head)
     for name in cases:
         row = f"{name:>14}"
         for t in threads:
