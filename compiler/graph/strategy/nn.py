@@ -38,6 +38,14 @@ from ...topi.x86.conv2d import kernel_blocks, pack_kernel
 from ...topi.x86.dense import config_from as dense_config_from
 from ...topi.x86.dense import default_config as dense_default
 from ...topi.x86.dense import dense_prepacked, pack_panels
+from ...topi.x86.depthwise import (
+    DepthwiseConfig,
+    channel_block,
+    default_depthwise_config,
+    depthwise_conv2d_nchwc,
+    pack_depthwise_kernel,
+    schedule_depthwise_nchwc,
+)
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy, schedule_rows
 from ..ops.nn import window_geometry
@@ -61,13 +69,33 @@ class ReduceConfig:
 
 
 def depthwise_space(wl: dict[str, Any]) -> ConfigSpace:
-    """The config space of a depthwise conv2d (the `x86.depthwise_conv2d` template): the
-    `ReduceConfig` knobs; the default point is `ReduceConfig()`, today's schedule."""
-    knobs = [Knob("lanes", (4, 8, 16, 32)), Knob("parallel", (True, False)),
+    """The config space of a depthwise conv2d (the `x86.depthwise_conv2d` template): `layout`
+    "nchwc" (topi's blocked template, channels in vector lanes: knobs `cb`, `reg_n`) or "rows"
+    (the reduction along output rows: the `ReduceConfig` knobs `lanes`, `unroll_taps`), and
+    `parallel` for both. Default (benchmarks/dwconv.py): "nchwc" with `default_depthwise_config`
+    up to 28 output columns (rows of 7 or 14 fill no vector), "rows" with `ReduceConfig()`
+    beyond (the packing transposes then cost more than they save)."""
+    out_w = _out_width(wl)
+    regs = tuple(sorted({1, 2, 4, 7, 8, 14, 16} & set(range(1, out_w + 1))
+                        | {default_depthwise_config(wl["c"], out_w).reg_n}))  # fmt: skip
+    knobs = [Knob("layout", ("nchwc", "rows")), Knob("cb", (8, 16, 32)), Knob("reg_n", regs),
+             Knob("lanes", (4, 8, 16, 32)), Knob("parallel", (True, False)),
              Knob("unroll_taps", (False, True))]  # fmt: skip
-    d = ReduceConfig()
-    default = {"lanes": d.lanes, "parallel": d.parallel, "unroll_taps": d.unroll_taps}
+    d, b = ReduceConfig(), default_depthwise_config(wl["c"], out_w)
+    layout = "nchwc" if out_w <= 28 else "rows"
+    default = {"layout": layout, "cb": 8, "reg_n": b.reg_n, "lanes": d.lanes,
+               "parallel": d.parallel, "unroll_taps": d.unroll_taps}  # fmt: skip
     return ConfigSpace("x86.depthwise_conv2d", knobs, default)
+
+
+def _out_width(wl: dict[str, Any]) -> int:
+    span = (
+        int(wl["w"])
+        + int(wl["pads"][1])
+        + int(wl["pads"][3])
+        - int(wl["dil"][1]) * (int(wl["s"]) - 1)
+    )
+    return max(1, (span - 1) // int(wl["strides"][1]) + 1)
 
 
 def _attrs(node: Node) -> dict[str, Any]:
@@ -266,10 +294,43 @@ def _conv_topi(
 def _conv_generic(
     ctx: GroupContext, node: Node, tail: Tail, pads: list, strides: list, dil: list
 ) -> Result:
+    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
+    group = _attrs(node)["group"]
+    config = None
+    if w_ty.shape[1] == 1 and group == w_ty.shape[0] > 1:  # depthwise: a tunable template
+        wl = depthwise_workload(x_ty, w_ty, ctx.type_of(node.outputs[0]).shape, pads, strides, dil)
+        values = autotune_query("x86.depthwise_conv2d", wl)
+        values = dict(values if values is not None else depthwise_space(wl).default.values)
+        blocked = values.get("layout") == "nchwc" and x_ty.dtype in FLOATS and not ctx.gpu
+        if blocked and ctx.constant(node.inputs[1]) is not None:
+            return _depthwise_nchwc(ctx, node, tail, pads, strides, dil, values)
+        row_knobs = {k: values[k] for k in ("lanes", "parallel", "unroll_taps") if k in values}
+        config = ReduceConfig(**row_knobs)
+    red, post, extra = _conv_reduction(ctx, node, pads, strides, dil)
+    return reduce_kernel(red, tail, post, extra, config)
+
+
+def depthwise_workload(
+    x_ty: Any, w_ty: Any, out_shape: tuple, pads: list, strides: list, dil: list
+) -> dict[str, Any]:
+    """The tuning workload of a depthwise conv2d (`x86.depthwise_conv2d`)."""
+    n, c, h, wd = x_ty.shape
+    r, s = w_ty.shape[2:]
+    ends = pads_after(out_shape[2:], (r, s), pads, strides, dil, (h, wd))
+    return {"n": n, "c": c, "h": h, "w": wd, "r": r, "s": s,
+            "pads": [int(p) for p in [*pads, *ends]], "strides": [int(v) for v in strides],
+            "dil": [int(v) for v in dil], "dtype": x_ty.dtype}  # fmt: skip
+
+
+def _conv_reduction(
+    ctx: GroupContext, node: Node, pads: list, strides: list, dil: list
+) -> tuple[Tensor, Any, list[Tensor]]:
+    """A (grouped) convolution as one reduction over NCHW: (the reduction, its bias add or
+    None, the padding stages it reads)."""
     x, w = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
-    _, _, h, wd = x.shape
     k, cg, r, s = w.shape
-    per_group = k // _attrs(node)["group"]
+    group = _attrs(node)["group"]
+    per_group = k // group
     shape = ctx.type_of(node.outputs[0]).shape
     rc, ry, rx = (
         te.reduce_axis((0, cg), "rc"),
@@ -277,8 +338,6 @@ def _conv_generic(
         te.reduce_axis((0, s), "rx"),
     )
     read, extra = window_source(x, shape, (r, s), pads, strides, dil, te.const(0, x.dtype))
-
-    group = _attrs(node)["group"]
     ci = rc if cg > 1 else 0
 
     def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
@@ -297,15 +356,26 @@ def _conv_generic(
     red = te.compute(shape, body, name="conv")
     bias = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     post = (lambda v, i: v + bias((i[1],))) if bias is not None else None
-    config = None
-    if per_group == 1 and cg == 1 and group > 1:  # depthwise: a tunable template
-        ends = pads_after(shape[2:], (r, s), pads, strides, dil, (h, wd))
-        wl = {"n": x.shape[0], "c": x.shape[1], "h": h, "w": wd, "r": r, "s": s,
-              "pads": [int(p) for p in [*pads, *ends]], "strides": [int(v) for v in strides],
-              "dil": [int(v) for v in dil], "dtype": x.dtype}  # fmt: skip
-        values = autotune_query("x86.depthwise_conv2d", wl)
-        config = ReduceConfig(**values) if values is not None else None
-    return reduce_kernel(red, tail, post, extra, config)
+    return red, post, extra
+
+
+def _depthwise_nchwc(
+    ctx: GroupContext, node: Node, tail: Tail, pads: list, strides: list, dil: list, values: dict
+) -> Result:
+    """A depthwise Conv through topi's NCHWc template (channels in vector lanes), its constant
+    weights packed once here."""
+    data = ctx.as_tensor(node.inputs[0])
+    w = np.asarray(ctx.constant(node.inputs[1]))
+    cb = channel_block(w.shape[0], int(values["cb"]))
+    config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]))
+    packed = ctx.add_constant(
+        f"{node.inputs[1]}.dw{config.cb}", pack_depthwise_kernel(w, config.cb)
+    )
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    bias = ctx.as_tensor(node.inputs[2]) if has_bias else None
+    out_hw = ctx.type_of(node.outputs[0]).shape[2:]
+    op = depthwise_conv2d_nchwc(data, packed, out_hw, pads, strides, dil, bias, _epilogue(tail))
+    return schedule_depthwise_nchwc(op, config), [op.out]
 
 
 # ---- dense and matmul ---------------------------------------------------------------------------
