@@ -85,7 +85,13 @@ def depthwise_space(wl: dict[str, Any]) -> ConfigSpace:
     layout = "nchwc" if out_w <= 28 else "rows"
     default = {"layout": layout, "cb": 8, "reg_n": b.reg_n, "lanes": d.lanes,
                "parallel": d.parallel, "unroll_taps": d.unroll_taps}  # fmt: skip
-    return ConfigSpace("x86.depthwise_conv2d", knobs, default)
+
+    def constraint(v: dict) -> str | None:  # each layout's knobs vary, the other's stay put
+        fixed = ("lanes", "unroll_taps") if v["layout"] == "nchwc" else ("cb", "reg_n")
+        moved = [k for k in fixed if v[k] != default[k]]
+        return f"{', '.join(moved)} only apply to the other layout" if moved else None
+
+    return ConfigSpace("x86.depthwise_conv2d", knobs, default, constraint)
 
 
 def _out_width(wl: dict[str, Any]) -> int:
@@ -128,6 +134,8 @@ def reduce_kernel(
     threshold = 2048 if config.parallel else 1 << 62
     for stage in extra:
         schedule_rows(s, stage, config.lanes, threshold)
+        if stage.op.reduce_axis:
+            vectorize_reduction(s, stage, config)
     row = schedule_rows(s, out, config.lanes, threshold)
     if out is not red and row is not None:
         s[red].compute_at(s[out], row)
@@ -659,10 +667,23 @@ def _global_pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     raxes = [te.reduce_axis((0, d), f"r{k}") for k, d in enumerate(spatial)]
     shape = ctx.type_of(node.outputs[0]).shape
     reducer = te.max if node.op == "GlobalMaxPool" else te.sum
-    red = te.compute(shape, lambda n, c, *_: reducer(x((n, c, *raxes)), axis=raxes), name="gpool")
     count = float(np.prod(spatial))
     post = (lambda v, i: v / count) if node.op == "GlobalAveragePool" else None
-    return reduce_kernel(red, tail, post)
+    if len(spatial) < 2:
+        red = te.compute(
+            shape, lambda n, c, *_: reducer(x((n, c, *raxes)), axis=raxes), name="gpool"
+        )
+        return reduce_kernel(red, tail, post)
+    # the leading spatial axes first, the last one in vector lanes (the output alone has no
+    # axis to vectorize), then the short remaining row
+    cols = te.compute(
+        (*shape[:2], spatial[-1]),
+        lambda n, c, j: reducer(x((n, c, *raxes[:-1], j)), axis=raxes[:-1]),
+        name="gpool_cols",
+    )
+    last = te.reduce_axis((0, spatial[-1]), "rlast")
+    red = te.compute(shape, lambda n, c, *_: reducer(cols[n, c, last], axis=last), name="gpool")
+    return reduce_kernel(red, tail, post, [cols])
 
 
 _REDUCERS = {

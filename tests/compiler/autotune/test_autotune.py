@@ -188,7 +188,9 @@ def test_every_depthwise_config_computes_what_numpy_does(builder, local):
           "strides": [2, 2], "dil": [1, 1], "dtype": "float32"}  # fmt: skip
     task = Task("x86.depthwise_conv2d", wl, "llvm")
     results = measure(task, [c.values for c in task.space], builder, local)
-    assert len(results) == 16 and all(r.ok for r in results), [r.message for r in results]
+    # nchwc: cb 8/16/32 x reg_n 1/2/4/6 (6: the default, dividing the 6 output columns) x
+    # parallel; rows: lanes 4/8/16/32 x parallel x unroll_taps
+    assert len(results) == 24 + 16 and all(r.ok for r in results), [r.message for r in results]
     assert task.describe() == "x86.depthwise_conv2d 8x9x11 3x3 s2"
 
 

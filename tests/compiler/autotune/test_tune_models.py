@@ -74,7 +74,8 @@ def test_depthwise_convolutions_are_tasks_and_their_configs_apply(tmp_path):
     log = tmp_path / "dw.jsonl"
     with TuningLog(log) as out:
         for t in dw:
-            values = {"lanes": 4, "parallel": False, "unroll_taps": True}
+            values = dict(t.space.default.values, layout="rows", lanes=4, parallel=False,
+                          unroll_taps=True)  # fmt: skip
             out.write(t, MeasureResult(values, 1e-6, [1e-6]), 0)
     module = tensorforge.compile(model, tuning_log=log)
     assert module.stats["tuning"]["applied"] == 2

@@ -106,3 +106,29 @@ def test_default_layout_follows_the_output_width() -> None:
 
     assert strategy.depthwise_space(wl(14)).default.values["layout"] == "nchwc"
     assert strategy.depthwise_space(wl(112)).default.values["layout"] == "rows"
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(1, 24, 7, 7), (2, 5, 9, 33), (1, 3, 1, 17), (1, 4, 5, 1)])
+def test_global_pool_matches_onnxruntime(op: str, shape: tuple) -> None:
+    """Global pooling reduces the rows first with the last axis in vector lanes, then the row."""
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"])], "gp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    _check(onnx.shape_inference.infer_shapes(model, strict_mode=True))
+
+
+def test_squeeze_excitation_block_matches_onnxruntime() -> None:
+    """GlobalAveragePool -> 1x1 conv -> SiLU -> 1x1 conv -> Sigmoid -> Mul, from the benchmark."""
+    sys_path = __import__("sys").path
+    bench = str(__import__("pathlib").Path(__file__).parents[3] / "benchmarks")
+    sys_path.insert(0, bench)
+    try:
+        import dwconv
+    finally:
+        sys_path.remove(bench)
+    _check(dwconv.build("se_240x28"))
+    _check(dwconv.build("mbconv_40x28"))
