@@ -49,35 +49,21 @@ CASES: dict[str, tuple[str, int, int, int, int, int]] = {
 }
 
 
-def _silu(b: Any, x: str) -> str:
-    return b.op("Mul", [x, b.op("Sigmoid", [x])])
-
-
-def _se(b: Any, x: str, c: int, squeeze: int) -> str:
-    s = b.op("GlobalAveragePool", [x])
-    s = _silu(b, b.conv(s, c, squeeze, 1, bias=True))
-    s = b.op("Sigmoid", [b.conv(s, squeeze, c, 1, bias=True)])
-    return b.op("Mul", [x, s])
-
-
 def build(name: str) -> Any:
-    from tensorforge.compiler.frontend.onnx_builders import OnnxModelBuilder
+    """The ONNX model of case `name`."""
+    from tensorforge.compiler.frontend import onnx_builders as ob
 
     kind, c, size, k, stride, extra = CASES[name]
-    b = OnnxModelBuilder(name)
+    if kind == "mbconv":
+        return ob.mbconv_block(size, c, k, extra)
+    b = ob.OnnxModelBuilder(name)
     x = b.input("x", (1, c, size, size))
     if kind == "dw":
-        y = _silu(b, b.bn(b.conv(x, c, c, k, stride, group=c), c))
+        y = ob.silu(b, b.bn(b.conv(x, c, c, k, stride, group=c), c))
     elif kind == "group":
         y = b.op("Relu", [b.bn(b.conv(x, c, c, k, stride, group=c // extra), c)])
-    elif kind == "se":
-        y = _se(b, x, c, extra)
-    else:  # mbconv, expansion 6
-        hidden = 6 * c
-        y = _silu(b, b.bn(b.conv(x, c, hidden, 1), hidden))
-        y = _silu(b, b.bn(b.conv(y, hidden, hidden, k, stride, group=hidden), hidden))
-        y = _se(b, y, hidden, extra)
-        y = b.op("Add", [b.bn(b.conv(y, hidden, c, 1), c), x])
+    else:
+        y = ob.squeeze_excitation(b, x, c, extra)
     return b.model([y])
 
 

@@ -12,6 +12,11 @@ from onnx import TensorProto, helper
 
 import tensorforge
 from tensorforge.compiler.autotune.dispatch import ApplyBest, workload_key
+from tensorforge.compiler.frontend.onnx_builders import (
+    OnnxModelBuilder,
+    mbconv_block,
+    squeeze_excitation,
+)
 from tensorforge.compiler.graph.strategy import nn as strategy
 
 ort = pytest.importorskip("onnxruntime")
@@ -121,14 +126,10 @@ def test_global_pool_matches_onnxruntime(op: str, shape: tuple) -> None:
     _check(onnx.shape_inference.infer_shapes(model, strict_mode=True))
 
 
-def test_squeeze_excitation_block_matches_onnxruntime() -> None:
-    """GlobalAveragePool -> 1x1 conv -> SiLU -> 1x1 conv -> Sigmoid -> Mul, from the benchmark."""
-    sys_path = __import__("sys").path
-    bench = str(__import__("pathlib").Path(__file__).parents[3] / "benchmarks")
-    sys_path.insert(0, bench)
-    try:
-        import dwconv
-    finally:
-        sys_path.remove(bench)
-    _check(dwconv.build("se_240x28"))
-    _check(dwconv.build("mbconv_40x28"))
+def test_squeeze_excitation_and_mbconv_blocks_match_onnxruntime() -> None:
+    """GlobalAveragePool -> 1x1 conv -> SiLU -> 1x1 conv -> Sigmoid -> Mul, alone and inside a
+    whole MBConv block (5x5 depthwise, residual)."""
+    b = OnnxModelBuilder("se")
+    x = b.input("x", (1, 24, 9, 9))
+    _check(b.model([squeeze_excitation(b, x, 24, 6)]))
+    _check(mbconv_block(size=9, c=8, k=5, squeeze=4))
