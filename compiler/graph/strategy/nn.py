@@ -243,8 +243,12 @@ def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
     uniform = begin == end and len({*begin}) == 1 and len({*strides}) == 1 and len({*dil}) == 1
     weight = ctx.constant(node.inputs[1])
-    if attrs["group"] == 1 and uniform and weight is not None and not ctx.gpu:
-        return _conv_topi(ctx, node, tail, begin[0], strides[0], dil[0], np.asarray(weight))
+    group = attrs["group"]
+    depthwise = group > 1 and w_ty.shape[0] == group and w_ty.shape[1] == 1
+    blocked = uniform and weight is not None and not ctx.gpu and not depthwise
+    if blocked and (group == 1 or x_ty.dtype in FLOATS):
+        args = (begin[0], strides[0], dil[0], np.asarray(weight), group)
+        return _conv_topi(ctx, node, tail, *args)
     return _conv_generic(ctx, node, tail, begin, strides, dil)
 
 
@@ -255,23 +259,28 @@ def conv_config(
     stride: int,
     pad: int,
     dil: int,
+    groups: int = 1,
 ) -> Conv2dConfig:
     """The knobs of topi's NCHWc conv2d for this layer: the tuned config when a tuning log is
-    applied and has this workload (`compiler.autotune`), else `topi.x86.conv2d.default_config`."""
-    values = autotune_query("x86.conv2d_nchwc", conv_workload(data, w_shape, stride, pad, dil))
+    applied and has this workload (`compiler.autotune`), else `topi.x86.conv2d.default_config`
+    (of one group's channels, for a grouped convolution)."""
+    wl = conv_workload(data, w_shape, stride, pad, dil, groups)
+    values = autotune_query("x86.conv2d_nchwc", wl)
     if values is not None:
         return conv_config_from(values)
-    return conv_default(w_shape[1], w_shape[0], tuple(out_shape[2:]))
+    return conv_default(w_shape[1], w_shape[0] // groups, tuple(out_shape[2:]))
 
 
 def conv_workload(
-    data: Tensor, w_shape: tuple[int, ...], stride: int, pad: int, dil: int
+    data: Tensor, w_shape: tuple[int, ...], stride: int, pad: int, dil: int, groups: int = 1
 ) -> dict[str, Any]:
-    """The tuning workload of an NCHWc conv2d (`compiler.autotune.templates`)."""
+    """The tuning workload of an NCHWc conv2d (`compiler.autotune.templates`); `groups` only
+    when above 1 (the keys of ungrouped workloads stay as they were)."""
     n, c, h, w = (int(d) for d in data.shape)
     k, _, r, s_ = (int(d) for d in w_shape)
-    return {"n": n, "c": c, "h": h, "w": w, "k": k, "r": r, "s": s_, "stride": int(stride),
-            "pad": int(pad), "dil": int(dil), "dtype": data.dtype}  # fmt: skip
+    wl = {"n": n, "c": c, "h": h, "w": w, "k": k, "r": r, "s": s_, "stride": int(stride),
+          "pad": int(pad), "dil": int(dil), "dtype": data.dtype}  # fmt: skip
+    return {**wl, "groups": int(groups)} if groups > 1 else wl
 
 
 def dense_config(data: Tensor, n: int, prepacked: bool) -> DenseConfig:
@@ -284,18 +293,26 @@ def dense_config(data: Tensor, n: int, prepacked: bool) -> DenseConfig:
 
 
 def _conv_topi(
-    ctx: GroupContext, node: Node, tail: Tail, pad: int, stride: int, dil: int, w: np.ndarray
+    ctx: GroupContext,
+    node: Node,
+    tail: Tail,
+    pad: int,
+    stride: int,
+    dil: int,
+    w: np.ndarray,
+    groups: int = 1,
 ) -> Result:
     data = ctx.as_tensor(node.inputs[0])
     out_shape = ctx.type_of(node.outputs[0]).shape
-    config = conv_config(data, w.shape, out_shape, stride, pad, dil)
-    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
+    config = conv_config(data, w.shape, out_shape, stride, pad, dil, groups)
+    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0] // groups, config)
     packed = ctx.add_constant(
         f"{node.inputs[1]}.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn)
     )
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2]) if has_bias else None
-    op = conv2d_nchwc(data, packed, stride, pad, dil, bias, _epilogue(tail), config)
+    epilogue = _epilogue(tail)
+    op = conv2d_nchwc(data, packed, stride, pad, dil, bias, epilogue, config, None, groups)
     return schedule_conv2d_nchwc(op, config), [op.out]
 
 
