@@ -4,8 +4,10 @@ onnxruntime on the CPU.
 Each case is a small ONNX model (compiler/frontend/onnx_builders.py, fixed random weights)
 compiled whole by `tensorforge.compile` (untuned defaults) and run by an onnxruntime session,
 batch 1, float32, at each thread count in its own subprocess (both frameworks get that many
-threads). Prints the median time of each and their ratio (TF/ORT); every TensorForge output is
-checked against onnxruntime's first.
+threads). Prints the median time of each and their ratio (TF/ORT), and TensorForge's kernel
+time alone (`Module.profile`: without `Module.run`'s copies of the input into its arena and of
+the output out, which cost about 0.1 ms per MB); every TensorForge output is checked against
+onnxruntime's first.
 
 Cases: depthwise 3x3 and 5x5 convolutions at MobileNetV2/EfficientNet-B0 shapes (each with its
 batch norm and activation, as the models have them), grouped 3x3 convolutions at
@@ -83,13 +85,15 @@ def bench_case(name: str, threads: int, repeat: int) -> dict[str, float]:
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     ours, want = list(module.run(feed).values())[0], sess.run(None, feed)[0]
     np.testing.assert_allclose(ours, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
-    tf_times, ort_times = [], []
+    tf_times, ort_times, kernel_times = [], [], []
     for _ in range(3):  # interleaved rounds: a burst of load on the shared machine hits both
         time.sleep(0.02)
         tf_times.append(median_ms(lambda: module.run(feed), repeat))
+        kernel_times.append(module.profile(feed, repeat).total_ms)
         time.sleep(0.02)
         ort_times.append(median_ms(lambda: sess.run(None, feed), repeat))
-    return {"tensorforge": float(np.median(tf_times)), "onnxruntime": float(np.median(ort_times))}
+    return {"tensorforge": float(np.median(tf_times)), "onnxruntime": float(np.median(ort_times)),
+            "kernels": float(np.median(kernel_times))}  # fmt: skip
 
 
 def worker(threads: int, cases: list[str], repeat: int) -> dict[str, dict[str, float]]:
@@ -114,15 +118,17 @@ def run_worker(threads: int, cases: list[str], repeat: int) -> dict:
 def print_table(results: dict[int, dict], cases: list[str]) -> None:
     threads = sorted(results)
     print(f"machine: {describe()}")
-    print("batch 1, float32, ms (median of 3 interleaved rounds of medians; TF/ORT = time ratio)")
-    head = "".join(f" | {t}T:  {'TF':>7} {'ORT':>7} {'TF/ORT':>6}" for t in threads)
+    print("batch 1, float32, ms (median of 3 interleaved rounds of medians; TF/ORT = time ratio;")
+    print("kern = TensorForge's kernels alone, without Module.run's input and output copies)")
+    head = "".join(f" | {t}T:  {'TF':>7} {'kern':>7} {'ORT':>7} {'TF/ORT':>6}" for t in threads)
     print(f"{'case':>14}" + head)
     for name in cases:
         row = f"{name:>14}"
         for t in threads:
             r = results[t][name]
             ratio = r["tensorforge"] / r["onnxruntime"]
-            row += f" |      {r['tensorforge']:7.3f} {r['onnxruntime']:7.3f} {ratio:5.2f}x"
+            row += (f" |      {r['tensorforge']:7.3f} {r['kernels']:7.3f} {r['onnxruntime']:7.3f} "
+                    f"{ratio:5.2f}x")  # fmt: skip
         print(row)
     for t in threads:
         ratios = [results[t][n]["tensorforge"] / results[t][n]["onnxruntime"] for n in cases]

@@ -104,15 +104,6 @@ def test_grouped_conv_matches_onnxruntime(group: int, stride: int) -> None:
     _check(_model(24, 9, 3, stride, [1, 1, 1, 1], group, 1, True, "silu"))
 
 
-def test_default_layout_follows_the_output_width() -> None:
-    def wl(w: int) -> dict:
-        return {"n": 1, "c": 32, "h": w, "w": w, "r": 3, "s": 3, "pads": [1, 1, 1, 1],
-                "strides": [1, 1], "dil": [1, 1], "dtype": "float32"}  # fmt: skip
-
-    assert strategy.depthwise_space(wl(14)).default.values["layout"] == "nchwc"
-    assert strategy.depthwise_space(wl(112)).default.values["layout"] == "rows"
-
-
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
 @pytest.mark.parametrize("shape", [(1, 24, 7, 7), (2, 5, 9, 33), (1, 3, 1, 17), (1, 4, 5, 1)])
 def test_global_pool_matches_onnxruntime(op: str, shape: tuple) -> None:
