@@ -124,3 +124,55 @@ def test_squeeze_excitation_and_mbconv_blocks_match_onnxruntime() -> None:
     x = b.input("x", (1, 24, 9, 9))
     _check(b.model([squeeze_excitation(b, x, 24, 6)]))
     _check(mbconv_block(size=9, c=8, k=5, squeeze=4))
+
+
+def _conv_only(
+    x_shape: tuple,
+    w_shape: tuple,
+    group: int,
+    pads: list[int],
+    stride: int = 1,
+    dil: int = 1,
+    weight_input: bool = False,
+) -> tuple[onnx.ModelProto, dict]:
+    """A lone Conv; the weight a constant or (`weight_input`) a graph input fed at run time."""
+    rng = np.random.default_rng(len(w_shape) + group)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    k = w_shape[2]
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=group, kernel_shape=[k, k],
+                            strides=[stride] * 2, pads=pads, dilations=[dil] * 2)  # fmt: skip
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))]
+    inits, feed = [], {"x": rng.standard_normal(x_shape).astype(np.float32)}
+    if weight_input:
+        inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w_shape)))
+        feed["w"] = w
+    else:
+        inits.append(helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel()))
+    graph = helper.make_graph([node], "c", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=inits)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True), feed
+
+
+@pytest.mark.parametrize(
+    "x_shape,w_shape,group,pads,stride,dil,weight_input",
+    [
+        ((1, 8, 9, 9), (16, 1, 3, 3), 8, [1, 1, 1, 1], 1, 1, False),  # channel multiplier 2
+        ((1, 12, 8, 8), (12, 4, 3, 3), 3, [0, 1, 1, 0], 2, 1, False),  # grouped, asymmetric
+        ((2, 16, 10, 10), (16, 1, 3, 3), 16, [2, 2, 2, 2], 1, 2, False),  # batch 2, dilated
+        ((2, 16, 10, 10), (32, 4, 3, 3), 4, [2, 2, 2, 2], 2, 2, False),  # grouped, dilated
+        ((1, 16, 7, 7), (16, 1, 3, 3), 16, [1, 1, 1, 1], 1, 1, True),  # runtime weights
+        ((1, 16, 7, 7), (16, 8, 3, 3), 2, [1, 1, 1, 1], 1, 1, True),
+    ],
+    ids=["multiplier", "grouped-asym", "dw-batch-dil", "grouped-dil", "dw-runtime-w",
+         "grouped-runtime-w"],
+)  # fmt: skip
+def test_other_grouped_convs_match_onnxruntime(
+    x_shape: tuple, w_shape: tuple, group: int, pads: list, stride: int, dil: int,
+    weight_input: bool,
+) -> None:  # fmt: skip
+    model, feed = _conv_only(x_shape, w_shape, group, pads, stride, dil, weight_input)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = list(tensorforge.compile(model, progress=False).run(feed).values())[0]
+    np.testing.assert_allclose(got, sess.run(None, feed)[0], rtol=1e-4, atol=1e-4)
