@@ -176,3 +176,17 @@ def test_other_grouped_convs_match_onnxruntime(
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = list(tensorforge.compile(model, progress=False).run(feed).values())[0]
     np.testing.assert_allclose(got, sess.run(None, feed)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", ["none", "silu", "relu6", "residual"])
+@pytest.mark.parametrize("size,bias", [(7, True), (12, False), (1, True)])
+def test_pointwise_conv_as_a_gemm_matches_onnxruntime(act: str, size: int, bias: bool) -> None:
+    """1x1 convolutions (stride 1, batch 1) lower to topi's dense on NCHW as it lies."""
+    _check(_model(24, size, 1, 1, [0, 0, 0, 0], 1, 1, bias, act))
+
+
+def test_pointwise_conv_of_a_batch_matches_onnxruntime() -> None:
+    model, feed = _conv_only((2, 8, 5, 5), (12, 8, 1, 1), 1, [0, 0, 0, 0])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = list(tensorforge.compile(model, progress=False).run(feed).values())[0]
+    np.testing.assert_allclose(got, sess.run(None, feed)[0], rtol=1e-4, atol=1e-4)
