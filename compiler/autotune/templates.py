@@ -121,7 +121,12 @@ def _conv_out(wl: dict) -> tuple[int, int]:
 def _conv_space(wl: dict) -> Any:
     from ..topi.x86.conv2d import config_space
 
-    return config_space(int(wl["c"]), int(wl["k"]), _conv_out(wl), int(wl["pad"]))
+    g = _groups(wl)
+    return config_space(int(wl["c"]) // g, int(wl["k"]) // g, _conv_out(wl), int(wl["pad"]))
+
+
+def _groups(wl: dict) -> int:
+    return int(wl.get("groups", 1))
 
 
 def _conv_lower(wl: dict, values: dict, target: str) -> Any:
@@ -137,16 +142,24 @@ def _conv_lower(wl: dict, values: dict, target: str) -> Any:
     config = config_from(values)
     dtype = str(wl["dtype"])
     n, c, h, w, k, r, s_ = (int(wl[f]) for f in ("n", "c", "h", "w", "k", "r", "s"))
-    ic_bn, oc_bn = kernel_blocks(c, k, config)
+    g = _groups(wl)
+    ic_bn, oc_bn = kernel_blocks(c // g, k // g, config)
     data = te.placeholder((n, c, h, w), dtype, name="data")
-    kernel = te.placeholder((k // oc_bn, c // ic_bn, r, s_, ic_bn, oc_bn), dtype, name="kernel")
+    kernel = te.placeholder((k // oc_bn, c // g // ic_bn, r, s_, ic_bn, oc_bn), dtype,
+                            name="kernel")  # fmt: skip
     op = conv2d_nchwc(data, kernel, int(wl["stride"]), int(wl["pad"]), int(wl["dil"]), None,
-                      None, config, _acc_dtype(dtype))  # fmt: skip
+                      None, config, _acc_dtype(dtype), g)  # fmt: skip
     return lower(schedule_conv2d_nchwc(op, config), op.args, name="tuned_conv2d")
 
 
-def conv2d_numpy(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: int) -> np.ndarray:
+def conv2d_numpy(
+    x: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: int, groups: int = 1
+) -> np.ndarray:
     """The NCHW x OIHW convolution in numpy (float64 or int64 accumulation): the oracle."""
+    if groups > 1:  # each group on its own channels
+        xs, ws = np.split(x, groups, axis=1), np.split(w, groups, axis=0)
+        parts = [conv2d_numpy(a, b, stride, pad, dil) for a, b in zip(xs, ws, strict=True)]
+        return np.concatenate(parts, axis=1)
     wide = np.float64 if x.dtype.kind == "f" else np.int64
     x = np.pad(x.astype(wide), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     k, _, r, s = w.shape
@@ -166,26 +179,31 @@ def _conv_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
 
     dtype = str(wl["dtype"])
     n, c, h, w, k, r, s_ = (int(wl[f]) for f in ("n", "c", "h", "w", "k", "r", "s"))
+    g = _groups(wl)
     rng = _rng(seed)
-    x, weight = _random(rng, (n, c, h, w), dtype), _random(rng, (k, c, r, s_), dtype)
-    expected = conv2d_numpy(x, weight, int(wl["stride"]), int(wl["pad"]), int(wl["dil"]))
-    ic_bn, oc_bn = kernel_blocks(c, k, config_from(values))
+    x, weight = _random(rng, (n, c, h, w), dtype), _random(rng, (k, c // g, r, s_), dtype)
+    expected = conv2d_numpy(x, weight, int(wl["stride"]), int(wl["pad"]), int(wl["dil"]), g)
+    ic_bn, oc_bn = kernel_blocks(c // g, k // g, config_from(values))
     func = _conv_lower(wl, values, target)
     packed = pack_kernel(weight, ic_bn, oc_bn)
     return _llvm_artifact(func, target, [x, packed], expected.astype(_acc_dtype(dtype)), dtype,
-                          c * r * s_)  # fmt: skip
+                          c // g * r * s_)  # fmt: skip
 
 
 def _conv_flops(wl: dict) -> int:
     oh, ow = _conv_out(wl)
-    return 2 * wl["n"] * wl["k"] * oh * ow * wl["c"] * wl["r"] * wl["s"]
+    return 2 * wl["n"] * wl["k"] * oh * ow * wl["c"] // _groups(wl) * wl["r"] * wl["s"]
 
 
 def _conv_check(wl: dict) -> None:
     sizes = dict.fromkeys(("n", "c", "h", "w", "k", "r", "s", "stride", "dil"), "size")
-    check_fields("x86.conv2d_nchwc", wl, {**sizes, "pad": "pad", "dtype": "dtype"})
+    check_fields("x86.conv2d_nchwc", wl, {**sizes, "pad": "pad", "dtype": "dtype",
+                                          "groups": "size?"})  # fmt: skip
     n, c, h, w, k, r, s_ = (wl[f] for f in ("n", "c", "h", "w", "k", "r", "s"))
-    check_elements("x86.conv2d_nchwc", {"data": (n, c, h, w), "kernel": (k, c, r, s_),
+    g = _groups(wl)
+    if c % g or k % g:
+        raise TaskError(f"x86.conv2d_nchwc: groups must divide c and k, not {wl}")
+    check_elements("x86.conv2d_nchwc", {"data": (n, c, h, w), "kernel": (k, c // g, r, s_),
                                         "output": (n, k, *_conv_out(wl))})  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from ..te.expr import (
     Var,
 )
 from ..tir.stmt import Buffer, BufferLoad, LoweringError
+from .llvm_math import exp_f32
 
 I1, I8, I16 = ir.IntType(1), ir.IntType(8), ir.IntType(16)
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -295,6 +296,8 @@ class ExprEmitter:
             neg = bld.fsub(self.constant(dtype, 0.0, lanes_of(args[0])), args[0], flags=fm)
             denom = bld.fadd(one, self.math_call("exp", [neg], dtype), flags=fm)
             return bld.fdiv(one, denom, flags=fm)
+        if name == "exp" and dtype == "float32":  # stays vector code (no libm call per lane)
+            return exp_f32(bld, args[0])
         if name == "fmod":  # LLVM's frem is C's fmod
             return bld.frem(args[0], args[1])
         if name in _LIBM:

@@ -1,6 +1,6 @@
 """Small ONNX models with fixed random weights, written with onnx.helper: an MLP, a small CNN,
-ResNet-18, MobileNetV2 (and two of its blocks alone), a transformer encoder layer and a
-quantized CNN (tests and benchmarks).
+ResNet-18, MobileNetV2 (and two of its blocks alone), an EfficientNet MBConv block, a
+transformer encoder layer and a quantized CNN (tests and benchmarks).
 
 >>> model = mlp()
 >>> [i.name for i in model.graph.input]
@@ -193,6 +193,31 @@ def mobilenet_v2_block(size: int = 28) -> onnx.ModelProto:
     x = b.input("x", (1, 16, size, size))
     x = _inverted_residual(b, x, 16, 16, 1, 6)
     return b.model([_inverted_residual(b, x, 16, 24, 2, 6)])
+
+
+def silu(b: OnnxModelBuilder, x: str) -> str:
+    """x * Sigmoid(x) (SiLU/Swish, as exporters write it)."""
+    return b.op("Mul", [x, b.op("Sigmoid", [x])])
+
+
+def squeeze_excitation(b: OnnxModelBuilder, x: str, c: int, squeeze: int) -> str:
+    """EfficientNet's squeeze-excitation: GlobalAveragePool, 1x1 conv to `squeeze` channels +
+    SiLU, 1x1 conv back to `c` + Sigmoid, the result scaling x per channel."""
+    s = silu(b, b.conv(b.op("GlobalAveragePool", [x]), c, squeeze, 1, bias=True))
+    return b.op("Mul", [x, b.op("Sigmoid", [b.conv(s, squeeze, c, 1, bias=True)])])
+
+
+def mbconv_block(size: int = 14, c: int = 40, k: int = 3, squeeze: int = 10) -> onnx.ModelProto:
+    """One EfficientNet MBConv block, batch 1, `c` channels of size x size: expansion 1x1 to
+    6c + batch norm + SiLU, depthwise k x k + batch norm + SiLU, squeeze-excitation, projection
+    1x1 back to c + batch norm, the residual add."""
+    b = OnnxModelBuilder("mbconv")
+    x = b.input("x", (1, c, size, size))
+    hidden = 6 * c
+    y = silu(b, b.bn(b.conv(x, c, hidden, 1), hidden))
+    y = silu(b, b.bn(b.conv(y, hidden, hidden, k, group=hidden), hidden))
+    y = squeeze_excitation(b, y, hidden, squeeze)
+    return b.model([b.op("Add", [b.bn(b.conv(y, hidden, c, 1), c), x])])
 
 
 # MobileNetV2's bottlenecks (Sandler et al. 2018, Table 2): expansion t, channels c, repeats n,

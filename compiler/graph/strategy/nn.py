@@ -40,6 +40,14 @@ from ...topi.x86.conv2d import kernel_blocks, pack_kernel
 from ...topi.x86.dense import config_from as dense_config_from
 from ...topi.x86.dense import default_config as dense_default
 from ...topi.x86.dense import dense_prepacked, pack_panels
+from ...topi.x86.depthwise import (
+    DepthwiseConfig,
+    channel_block,
+    default_depthwise_config,
+    depthwise_conv2d_nchwc,
+    pack_depthwise_kernel,
+    schedule_depthwise_nchwc,
+)
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy, schedule_rows
 from ..ops.nn import window_geometry
@@ -63,13 +71,38 @@ class ReduceConfig:
 
 
 def depthwise_space(wl: dict[str, Any]) -> ConfigSpace:
-    """The config space of a depthwise conv2d (the `x86.depthwise_conv2d` template): the
-    `ReduceConfig` knobs; the default point is `ReduceConfig()`, today's schedule."""
-    knobs = [Knob("lanes", (4, 8, 16, 32)), Knob("parallel", (True, False)),
+    """The config space of a depthwise conv2d (the `x86.depthwise_conv2d` template): `layout`
+    "nchwc" (topi's blocked template, channels in vector lanes: knobs `cb`, `reg_n`) or "rows"
+    (the reduction along output rows: the `ReduceConfig` knobs `lanes`, `unroll_taps`), and
+    `parallel` for both. Default: "nchwc" with `default_depthwise_config` (benchmarks/dwconv.py:
+    2-2.5x faster than "rows" at 7x7 and 14x14, where a row fills no vector, 1.2x at stride 2
+    and 5x5, level at 3x3 on 56x56 and 112x112), `ReduceConfig()`'s knobs for "rows"."""
+    out_w = _out_width(wl)
+    regs = tuple(sorted({1, 2, 4, 7, 8, 14, 16} & set(range(1, out_w + 1))
+                        | {default_depthwise_config(wl["c"], out_w).reg_n}))  # fmt: skip
+    knobs = [Knob("layout", ("nchwc", "rows")), Knob("cb", (8, 16, 32)), Knob("reg_n", regs),
+             Knob("lanes", (4, 8, 16, 32)), Knob("parallel", (True, False)),
              Knob("unroll_taps", (False, True))]  # fmt: skip
-    d = ReduceConfig()
-    default = {"lanes": d.lanes, "parallel": d.parallel, "unroll_taps": d.unroll_taps}
-    return ConfigSpace("x86.depthwise_conv2d", knobs, default)
+    d, b = ReduceConfig(), default_depthwise_config(wl["c"], out_w)
+    default = {"layout": "nchwc", "cb": 8, "reg_n": b.reg_n, "lanes": d.lanes,
+               "parallel": d.parallel, "unroll_taps": d.unroll_taps}  # fmt: skip
+
+    def constraint(v: dict) -> str | None:  # each layout's knobs vary, the other's stay put
+        fixed = ("lanes", "unroll_taps") if v["layout"] == "nchwc" else ("cb", "reg_n")
+        moved = [k for k in fixed if v[k] != default[k]]
+        return f"{', '.join(moved)} only apply to the other layout" if moved else None
+
+    return ConfigSpace("x86.depthwise_conv2d", knobs, default, constraint)
+
+
+def _out_width(wl: dict[str, Any]) -> int:
+    span = (
+        int(wl["w"])
+        + int(wl["pads"][1])
+        + int(wl["pads"][3])
+        - int(wl["dil"][1]) * (int(wl["s"]) - 1)
+    )
+    return max(1, (span - 1) // int(wl["strides"][1]) + 1)
 
 
 def _attrs(node: Node) -> dict[str, Any]:
@@ -102,6 +135,8 @@ def reduce_kernel(
     threshold = 2048 if config.parallel else 1 << 62
     for stage in extra:
         schedule_rows(s, stage, config.lanes, threshold)
+        if stage.op.reduce_axis:
+            vectorize_reduction(s, stage, config)
     row = schedule_rows(s, out, config.lanes, threshold)
     if out is not red and row is not None:
         s[red].compute_at(s[out], row)
@@ -209,9 +244,15 @@ def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
     uniform = len({*strides}) == 1 and len({*dil}) == 1
     weight = ctx.constant(node.inputs[1])
-    if attrs["group"] == 1 and uniform and weight is not None and not ctx.gpu:
-        pads = begin[0] if len({*begin, *end}) == 1 else (*begin, *end)  # an int when uniform
-        return _conv_topi(ctx, node, tail, pads, strides[0], dil[0], np.asarray(weight))
+    group = attrs["group"]
+    depthwise = group > 1 and w_ty.shape[0] == group and w_ty.shape[1] == 1
+    blocked = uniform and weight is not None and not ctx.gpu and not depthwise
+    pads = begin[0] if len({*begin, *end}) == 1 else (*begin, *end)  # an int when uniform
+    if blocked and group == 1 and _pointwise(x_ty, w_ty, pads, strides[0]):
+        return _conv_pointwise(ctx, node, tail)
+    if blocked and (group == 1 or x_ty.dtype in FLOATS):
+        args = (pads, strides[0], dil[0], np.asarray(weight), group)
+        return _conv_topi(ctx, node, tail, *args)
     if ctx.gpu:
         from ...topi.gpu.conv2d import template_for
 
@@ -251,6 +292,46 @@ def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail, geometry: tuple, templa
     return s, [out]
 
 
+def _pointwise(x_ty: Any, w_ty: Any, pad: int | tuple[int, ...], stride: int) -> bool:
+    """A 1x1 convolution that is a GEMM on NCHW as it lies: batch 1, stride 1, no padding,
+    float."""
+    one = tuple(w_ty.shape[2:]) == (1, 1) and x_ty.shape[0] == 1
+    return one and pad == 0 and stride == 1 and x_ty.dtype in FLOATS
+
+
+def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """A pointwise conv as topi's dense, out[K, H*W] = W[K, C] x X[C, H*W]: the NCHW input and
+    output are that GEMM's operand and result as they lie in memory, so nothing is packed to
+    NCHWc and back (1.1-1.9x faster than `conv2d_nchwc` on MobileNetV2/EfficientNet 1x1 layers
+    of 14x14 and more); the image operand is packed into panels inside the kernel."""
+    _, c, h, w = ctx.type_of(node.inputs[0]).shape
+    k = ctx.type_of(node.inputs[1]).shape[0]
+    weight = ctx.as_tensor(node.inputs[1], (k, c))
+    ctx.as_tensor(node.inputs[0])  # the parameter keeps its NCHW shape (a residual reads it so)
+    image = ctx.as_tensor(node.inputs[0], (c, h * w))  # a reshaping view of it, inlined
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    bias = ctx.get(node.inputs[2]) if has_bias else None
+
+    def epilogue(v: Any, i: Any, j: Any) -> Any:
+        v = v + bias((i,)) if bias is not None else v
+        return tail.epilogue(v, (0, i, *unravel(j, (h, w)))) if tail.nodes else v
+
+    wl = {"m": k, "n": h * w, "k": c, "dtype": weight.dtype, "prepacked": False}
+    values = autotune_query("x86.dense", wl)
+    config = dense_config_from(values) if values is not None else _pointwise_default(k, h * w)
+    op = dense(weight, image, None, epilogue, None, config, "KN")
+    return schedule_dense(op, config), [op.out]
+
+
+def _pointwise_default(m: int, n: int) -> DenseConfig:
+    """`topi.x86.dense.default_config` with a panel width whose last panel is a power-of-two
+    number of lanes: a 7x7 image (49 columns) in 32-wide panels leaves a 17-lane tail, which
+    LLVM legalizes so badly that the layer ran 9x slower than with 16-wide panels."""
+    tail_ok = lambda bn: n % bn & (n % bn - 1) == 0  # noqa: E731  (0 or a power of two)
+    bn = next((bn for bn in (32, 16, 8) if tail_ok(bn)), 8)
+    return DenseConfig(mr=dense_default(m).mr, bn=bn)
+
+
 def conv_config(
     data: Tensor,
     w_shape: tuple[int, ...],
@@ -258,26 +339,30 @@ def conv_config(
     stride: int,
     pad: int | tuple[int, ...],
     dil: int,
+    groups: int = 1,
 ) -> Conv2dConfig:
     """The knobs of topi's NCHWc conv2d for this layer: the tuned config when a tuning log is
     applied and has this workload (`compiler.autotune`; the tuner's workloads pad every side
-    alike), else `topi.x86.conv2d.default_config`."""
+    alike), else `topi.x86.conv2d.default_config` (of one group's channels, for a grouped
+    convolution)."""
     if isinstance(pad, int):
-        wl = conv_workload(data, w_shape, stride, pad, dil)
+        wl = conv_workload(data, w_shape, stride, pad, dil, groups)
         values = autotune_query("x86.conv2d_nchwc", wl)
         if values is not None:
             return conv_config_from(values)
-    return conv_default(w_shape[1], w_shape[0], tuple(out_shape[2:]))
+    return conv_default(w_shape[1], w_shape[0] // groups, tuple(out_shape[2:]))
 
 
 def conv_workload(
-    data: Tensor, w_shape: tuple[int, ...], stride: int, pad: int, dil: int
+    data: Tensor, w_shape: tuple[int, ...], stride: int, pad: int, dil: int, groups: int = 1
 ) -> dict[str, Any]:
-    """The tuning workload of an NCHWc conv2d (`compiler.autotune.templates`)."""
+    """The tuning workload of an NCHWc conv2d (`compiler.autotune.templates`); `groups` only
+    when above 1 (the keys of ungrouped workloads stay as they were)."""
     n, c, h, w = (int(d) for d in data.shape)
     k, _, r, s_ = (int(d) for d in w_shape)
-    return {"n": n, "c": c, "h": h, "w": w, "k": k, "r": r, "s": s_, "stride": int(stride),
-            "pad": int(pad), "dil": int(dil), "dtype": data.dtype}  # fmt: skip
+    wl = {"n": n, "c": c, "h": h, "w": w, "k": k, "r": r, "s": s_, "stride": int(stride),
+          "pad": int(pad), "dil": int(dil), "dtype": data.dtype}  # fmt: skip
+    return {**wl, "groups": int(groups)} if groups > 1 else wl
 
 
 def dense_config(data: Tensor, n: int, prepacked: bool) -> DenseConfig:
@@ -297,27 +382,62 @@ def _conv_topi(
     stride: int,
     dil: int,
     w: np.ndarray,
+    groups: int = 1,
 ) -> Result:
     data = ctx.as_tensor(node.inputs[0])
     out_shape = ctx.type_of(node.outputs[0]).shape
-    config = conv_config(data, w.shape, out_shape, stride, pad, dil)
-    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
+    config = conv_config(data, w.shape, out_shape, stride, pad, dil, groups)
+    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0] // groups, config)
     packed = ctx.add_constant(
         f"{node.inputs[1]}.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn)
     )
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2]) if has_bias else None
-    op = conv2d_nchwc(data, packed, stride, pad, dil, bias, _epilogue(tail), config)
+    epilogue = _epilogue(tail)
+    op = conv2d_nchwc(data, packed, stride, pad, dil, bias, epilogue, config, None, groups)
     return schedule_conv2d_nchwc(op, config), [op.out]
 
 
 def _conv_generic(
     ctx: GroupContext, node: Node, tail: Tail, pads: list, strides: list, dil: list
 ) -> Result:
+    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
+    group = _attrs(node)["group"]
+    config = None
+    if w_ty.shape[1] == 1 and group == w_ty.shape[0] > 1:  # depthwise: a tunable template
+        wl = depthwise_workload(x_ty, w_ty, ctx.type_of(node.outputs[0]).shape, pads, strides, dil)
+        values = autotune_query("x86.depthwise_conv2d", wl)
+        values = dict(values if values is not None else depthwise_space(wl).default.values)
+        blocked = values.get("layout") == "nchwc" and x_ty.dtype in FLOATS and not ctx.gpu
+        if blocked and ctx.constant(node.inputs[1]) is not None:
+            return _depthwise_nchwc(ctx, node, tail, pads, strides, dil, values)
+        row_knobs = {k: values[k] for k in ("lanes", "parallel", "unroll_taps") if k in values}
+        config = ReduceConfig(**row_knobs)
+    red, post, extra = _conv_reduction(ctx, node, pads, strides, dil)
+    return reduce_kernel(red, tail, post, extra, config)
+
+
+def depthwise_workload(
+    x_ty: Any, w_ty: Any, out_shape: tuple, pads: list, strides: list, dil: list
+) -> dict[str, Any]:
+    """The tuning workload of a depthwise conv2d (`x86.depthwise_conv2d`)."""
+    n, c, h, wd = x_ty.shape
+    r, s = w_ty.shape[2:]
+    ends = pads_after(out_shape[2:], (r, s), pads, strides, dil, (h, wd))
+    return {"n": n, "c": c, "h": h, "w": wd, "r": r, "s": s,
+            "pads": [int(p) for p in [*pads, *ends]], "strides": [int(v) for v in strides],
+            "dil": [int(v) for v in dil], "dtype": x_ty.dtype}  # fmt: skip
+
+
+def _conv_reduction(
+    ctx: GroupContext, node: Node, pads: list, strides: list, dil: list
+) -> tuple[Tensor, Any, list[Tensor]]:
+    """A (grouped) convolution as one reduction over NCHW: (the reduction, its bias add or
+    None, the padding stages it reads)."""
     x, w = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
-    _, _, h, wd = x.shape
     k, cg, r, s = w.shape
-    per_group = k // _attrs(node)["group"]
+    group = _attrs(node)["group"]
+    per_group = k // group
     shape = ctx.type_of(node.outputs[0]).shape
     rc, ry, rx = (
         te.reduce_axis((0, cg), "rc"),
@@ -325,8 +445,6 @@ def _conv_generic(
         te.reduce_axis((0, s), "rx"),
     )
     read, extra = window_source(x, shape, (r, s), pads, strides, dil, te.const(0, x.dtype))
-
-    group = _attrs(node)["group"]
     ci = rc if cg > 1 else 0
 
     def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
@@ -345,15 +463,26 @@ def _conv_generic(
     red = te.compute(shape, body, name="conv")
     bias = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     post = (lambda v, i: v + bias((i[1],))) if bias is not None else None
-    config = None
-    if per_group == 1 and cg == 1 and group > 1:  # depthwise: a tunable template
-        ends = pads_after(shape[2:], (r, s), pads, strides, dil, (h, wd))
-        wl = {"n": x.shape[0], "c": x.shape[1], "h": h, "w": wd, "r": r, "s": s,
-              "pads": [int(p) for p in [*pads, *ends]], "strides": [int(v) for v in strides],
-              "dil": [int(v) for v in dil], "dtype": x.dtype}  # fmt: skip
-        values = autotune_query("x86.depthwise_conv2d", wl)
-        config = ReduceConfig(**values) if values is not None else None
-    return reduce_kernel(red, tail, post, extra, config)
+    return red, post, extra
+
+
+def _depthwise_nchwc(
+    ctx: GroupContext, node: Node, tail: Tail, pads: list, strides: list, dil: list, values: dict
+) -> Result:
+    """A depthwise Conv through topi's NCHWc template (channels in vector lanes), its constant
+    weights packed once here."""
+    data = ctx.as_tensor(node.inputs[0])
+    w = np.asarray(ctx.constant(node.inputs[1]))
+    cb = channel_block(w.shape[0], int(values["cb"]))
+    config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]))
+    packed = ctx.add_constant(
+        f"{node.inputs[1]}.dw{config.cb}", pack_depthwise_kernel(w, config.cb)
+    )
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    bias = ctx.as_tensor(node.inputs[2]) if has_bias else None
+    out_hw = ctx.type_of(node.outputs[0]).shape[2:]
+    op = depthwise_conv2d_nchwc(data, packed, out_hw, pads, strides, dil, bias, _epilogue(tail))
+    return schedule_depthwise_nchwc(op, config), [op.out]
 
 
 # ---- dense and matmul ---------------------------------------------------------------------------
@@ -671,10 +800,23 @@ def _global_pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     raxes = [te.reduce_axis((0, d), f"r{k}") for k, d in enumerate(spatial)]
     shape = ctx.type_of(node.outputs[0]).shape
     reducer = te.max if node.op == "GlobalMaxPool" else te.sum
-    red = te.compute(shape, lambda n, c, *_: reducer(x((n, c, *raxes)), axis=raxes), name="gpool")
     count = float(np.prod(spatial))
     post = (lambda v, i: v / count) if node.op == "GlobalAveragePool" else None
-    return reduce_kernel(red, tail, post)
+    if len(spatial) < 2:
+        red = te.compute(
+            shape, lambda n, c, *_: reducer(x((n, c, *raxes)), axis=raxes), name="gpool"
+        )
+        return reduce_kernel(red, tail, post)
+    # the leading spatial axes first, the last one in vector lanes (the output alone has no
+    # axis to vectorize), then the short remaining row
+    cols = te.compute(
+        (*shape[:2], spatial[-1]),
+        lambda n, c, j: reducer(x((n, c, *raxes[:-1], j)), axis=raxes[:-1]),
+        name="gpool_cols",
+    )
+    last = te.reduce_axis((0, spatial[-1]), "rlast")
+    red = te.compute(shape, lambda n, c, *_: reducer(cols[n, c, last], axis=last), name="gpool")
+    return reduce_kernel(red, tail, post, [cols])
 
 
 _REDUCERS = {

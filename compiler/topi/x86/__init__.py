@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from .conv2d import Conv2dConfig, Conv2dOp, conv2d_nchwc, schedule_conv2d_nchwc
 from .dense import DenseConfig, DenseOp, dense, schedule_dense
+from .depthwise import (
+    DepthwiseConfig,
+    DepthwiseOp,
+    depthwise_conv2d_nchwc,
+    pack_depthwise_kernel,
+    schedule_depthwise_nchwc,
+)
 from .nn import (
     RowConfig,
     broadcast_op,
@@ -23,16 +30,21 @@ __all__ = [
     "Conv2dOp",
     "DenseConfig",
     "DenseOp",
+    "DepthwiseConfig",
+    "DepthwiseOp",
     "RowConfig",
     "broadcast_op",
     "conv2d_nchwc",
     "dense",
     "depthwise_conv2d",
+    "depthwise_conv2d_nchwc",
     "layer_norm",
+    "pack_depthwise_kernel",
     "pool2d",
     "schedule_conv2d_nchwc",
     "schedule_dense",
     "schedule_depthwise_conv2d",
+    "schedule_depthwise_nchwc",
     "schedule_elementwise",
     "schedule_layer_norm",
     "schedule_pool2d",

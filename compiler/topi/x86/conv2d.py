@@ -78,6 +78,7 @@ def conv2d_nchwc(
     epilogue: Epilogue | None = None,
     config: Conv2dConfig | None = None,
     out_dtype: str | None = None,
+    groups: int = 1,
 ) -> Conv2dOp:
     """The compute of an NCHW conv2d through the blocked layout (output NCHW).
 
@@ -91,6 +92,9 @@ def conv2d_nchwc(
         epilogue: optional `f(value, n, k, y, x) -> expr` applied last.
         config: knobs (block sizes).
         out_dtype: accumulation dtype (default: the data dtype; int32 for int8/uint8 data).
+        groups: a grouped convolution (kernel `[K, C/groups, R, S]`): each output-channel block
+            reduces over its group's input-channel blocks only (the blocks divide the group
+            sizes).
 
     Raises:
         ValueError: when the channels disagree or the output would be empty.
@@ -100,12 +104,17 @@ def conv2d_nchwc(
     n, c, h, w = data.shape
     if len(kernel.shape) == 6:  # pre-packed [K/oc_bn, C/ic_bn, R, S, ic_bn, oc_bn]
         ko_, co_, r, s, ic_bn, oc_bn = kernel.shape
-        k, c2 = ko_ * oc_bn, co_ * ic_bn
+        k, cg = ko_ * oc_bn, co_ * ic_bn
     else:
-        k, c2, r, s = kernel.shape
-        ic_bn, oc_bn = _block(c, config.ic_bn), _block(k, config.oc_bn)
-    if c != c2:
-        raise ValueError(f"conv2d: kernel channels must equal data channels ({c}), not {c2}")
+        k, cg, r, s = kernel.shape
+        ic_bn, oc_bn = _block(cg, config.ic_bn), _block(k // groups, config.oc_bn)
+    if groups == 1 and c != cg:
+        raise ValueError(f"conv2d: kernel channels must equal data channels ({c}), not {cg}")
+    if c != cg * groups or k % (groups * oc_bn) or cg % ic_bn:
+        raise ValueError(
+            f"conv2d: kernel channels x groups must equal data channels ({c}), not {cg}x{groups}"
+            f", with blocks ({ic_bn}, {oc_bn}) dividing one group's channels"
+        )
     pads = _four_pads(padding)
     oh = (h + pads[0] + pads[2] - dilation * (r - 1) - 1) // stride + 1
     ow = (w + pads[1] + pads[3] - dilation * (s - 1) - 1) // stride + 1
@@ -115,21 +124,28 @@ def conv2d_nchwc(
     kernel_vec = kernel
     if len(kernel.shape) == 4:
         kernel_vec = te.compute(
-            (k // oc_bn, c // ic_bn, r, s, ic_bn, oc_bn),
+            (k // oc_bn, cg // ic_bn, r, s, ic_bn, oc_bn),
             lambda ko, co, y, x, ci, ki: kernel[ko * oc_bn + ki, co * ic_bn + ci, y, x],
             name="kernel_vec",
         )
     rc, ry, rx = (
-        te.reduce_axis((0, c), "rc"),
+        te.reduce_axis((0, cg), "rc"),
         te.reduce_axis((0, r), "ry"),
         te.reduce_axis((0, s), "rx"),
     )
     acc = out_dtype or ("int32" if data.dtype in ("int8", "uint8") else data.dtype)
+    blocks_per_group = (k // groups) // oc_bn
+
+    def in_block(ko: te.Expr) -> te.Expr:  # the group's first input-channel block, then rc's
+        if groups == 1:
+            return rc // ic_bn
+        return (ko // blocks_per_group) * (cg // ic_bn) + rc // ic_bn
+
     conv = te.compute(
         (n, k // oc_bn, oh, ow, oc_bn),
         lambda nn, ko, y, x, ki: te.sum(
             data_vec[
-                nn, rc // ic_bn, y * stride + ry * dilation, x * stride + rx * dilation, rc % ic_bn
+                nn, in_block(ko), y * stride + ry * dilation, x * stride + rx * dilation, rc % ic_bn
             ].astype(acc)
             * kernel_vec[ko, rc // ic_bn, ry, rx, rc % ic_bn, ki].astype(acc),
             axis=[rc, ry, rx],

@@ -188,8 +188,22 @@ def test_every_depthwise_config_computes_what_numpy_does(builder, local):
           "strides": [2, 2], "dil": [1, 1], "dtype": "float32"}  # fmt: skip
     task = Task("x86.depthwise_conv2d", wl, "llvm")
     results = measure(task, [c.values for c in task.space], builder, local)
-    assert len(results) == 16 and all(r.ok for r in results), [r.message for r in results]
+    # nchwc: cb 8/16/32 x reg_n 1/2/4/6 (6: the default, dividing the 6 output columns) x
+    # parallel; rows: lanes 4/8/16/32 x parallel x unroll_taps
+    assert len(results) == 24 + 16 and all(r.ok for r in results), [r.message for r in results]
     assert task.describe() == "x86.depthwise_conv2d 8x9x11 3x3 s2"
+
+
+def test_grouped_conv_configs_compute_what_numpy_does(builder, local):
+    """A grouped conv2d workload (`groups`): blocks of one group's channels, checked against
+    the grouped numpy oracle; the tasks a grouped model yields carry it."""
+    wl = {"n": 1, "c": 24, "h": 7, "w": 7, "k": 24, "r": 3, "s": 3, "stride": 1, "pad": 1,
+          "dil": 1, "dtype": "float32", "groups": 3}  # fmt: skip
+    task = Task("x86.conv2d_nchwc", wl, "llvm")
+    configs = [c.values for c in task.space][::7]
+    results = measure(task, configs, builder, local)
+    assert configs and all(r.ok for r in results), [r.message for r in results]
+    assert all(v["ic_bn"] <= 8 and v["oc_bn"] <= 8 for v in configs)  # divisors of 8 per group
 
 
 def test_cyclesim_costs_are_deterministic_and_the_output_is_checked(builder, cyclesim):

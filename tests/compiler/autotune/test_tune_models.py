@@ -16,7 +16,11 @@ from tensorforge.compiler.autotune.driver import extract_tasks, tune_tasks
 from tensorforge.compiler.autotune.log import TuningLog, read_log
 from tensorforge.compiler.autotune.measure import LocalRunner, MeasureResult, SimRunner
 from tensorforge.compiler.autotune.task import TaskError
-from tensorforge.compiler.frontend.onnx_builders import mobilenet_v2_block, small_cnn
+from tensorforge.compiler.frontend.onnx_builders import (
+    OnnxModelBuilder,
+    mobilenet_v2_block,
+    small_cnn,
+)
 from tensorforge.digits import load_digits_assets
 
 
@@ -74,7 +78,8 @@ def test_depthwise_convolutions_are_tasks_and_their_configs_apply(tmp_path):
     log = tmp_path / "dw.jsonl"
     with TuningLog(log) as out:
         for t in dw:
-            values = {"lanes": 4, "parallel": False, "unroll_taps": True}
+            values = dict(t.space.default.values, layout="rows", lanes=4, parallel=False,
+                          unroll_taps=True)  # fmt: skip
             out.write(t, MeasureResult(values, 1e-6, [1e-6]), 0)
     module = tensorforge.compile(model, tuning_log=log)
     assert module.stats["tuning"]["applied"] == 2
@@ -83,6 +88,26 @@ def test_depthwise_convolutions_are_tasks_and_their_configs_apply(tmp_path):
     (want,) = ort.InferenceSession(model).run(None, {name: x})
     np.testing.assert_allclose(module.run({name: x})[module.outputs[0]], want, rtol=1e-4,
                                atol=1e-4)  # fmt: skip
+
+
+def test_grouped_convolutions_are_conv2d_tasks_with_groups_and_their_configs_apply(tmp_path):
+    """A RegNet-style grouped 3x3 (group width 8) becomes an `x86.conv2d_nchwc` task whose
+    workload carries `groups`; a non-default config from a log applies, and the module still
+    matches onnxruntime."""
+    b = OnnxModelBuilder("grouped")
+    x = b.input("x", (1, 32, 14, 14))
+    model = _bytes(b.model([b.op("Relu", [b.conv(x, 32, 32, 3, group=4, bias=True)])]))
+    (task,) = [t for t in extract_tasks(model, "llvm") if t.template == "x86.conv2d_nchwc"]
+    assert task.workload["groups"] == 4
+    values = dict(task.space.default.values, oc_bn=4, reg_n=7)
+    log = tmp_path / "g.jsonl"
+    with TuningLog(log) as out:
+        out.write(task, MeasureResult(values, 1e-6, [1e-6]), 0)
+    module = tensorforge.compile(model, tuning_log=log)
+    assert module.stats["tuning"]["applied"] == 1
+    feed = {"x": np.random.default_rng(3).standard_normal((1, 32, 14, 14)).astype(np.float32)}
+    (want,) = ort.InferenceSession(model).run(None, feed)
+    np.testing.assert_allclose(module.run(feed)[module.outputs[0]], want, rtol=1e-4, atol=1e-4)
 
 
 def test_accelerator_model_tuned_on_the_cycle_model_is_bit_exact_and_not_slower(builder, tmp_path):

@@ -111,3 +111,9 @@ def test_channel_mismatch_and_bad_knobs_are_named() -> None:
         conv2d_nchwc(A, W)
     with pytest.raises(ScheduleError, match="knob reg_n must be a positive int, not 0"):
         Conv2dConfig(reg_n=0).check()
+
+
+def test_grouped_mismatch_is_named() -> None:
+    A, W = te.placeholder((1, 12, 5, 5), name="A"), te.placeholder((8, 3, 3, 3), name="W")
+    with pytest.raises(ValueError, match="kernel channels x groups must equal data channels"):
+        conv2d_nchwc(A, W, groups=3)  # 3 x 3 != 12
