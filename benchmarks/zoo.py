@@ -204,20 +204,23 @@ def compare(ours: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     return err, agree
 
 
-def interleaved_ms(ours: Any, theirs: Any, repeat: int) -> tuple[float, float]:
-    """Median ms of `ours()` and of `theirs()`, called in turn (after two warm-up calls each) so
-    that the other jobs on a shared machine slow both alike."""
-    times: list[tuple[float, float]] = []
-    for k in range(repeat + 2):
-        pair = []
-        for fn in (ours, theirs):
-            start = time.perf_counter()
-            fn()
-            pair.append(time.perf_counter() - start)
-        if k >= 2:
-            times.append((pair[0], pair[1]))
-    medians = np.median(np.array(times), axis=0) * 1e3
-    return float(medians[0]), float(medians[1])
+def interleaved_ms(ours: Any, theirs: Any, repeat: int, rounds: int = 4) -> tuple[float, float]:
+    """Median ms of `ours()` and of `theirs()`, timed in alternating blocks of calls (`rounds`
+    blocks each, the order swapped every round, one warm-up call per block) so that the other
+    jobs on a shared machine slow both alike. Blocks, not single calls in turn: a runtime's
+    worker threads spin for a while after each run (onnxruntime's do by default), and a call
+    right after the other runtime's would find its second core taken."""
+    per_block = max(1, -(-repeat // rounds))
+    times: dict[int, list[float]] = {0: [], 1: []}
+    for r in range(rounds):
+        for which in (0, 1) if r % 2 == 0 else (1, 0):
+            fn = (ours, theirs)[which]
+            fn()  # warm-up: the other runtime's threads stop spinning meanwhile
+            for _ in range(per_block):
+                start = time.perf_counter()
+                fn()
+                times[which].append(time.perf_counter() - start)
+    return float(np.median(times[0]) * 1e3), float(np.median(times[1]) * 1e3)
 
 
 def bench(name: str, repeat: int, with_profile: bool = False) -> dict[str, Any]:
