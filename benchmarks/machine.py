@@ -29,6 +29,17 @@ def describe() -> str:
     return f"{cpu_model()}, {os.cpu_count()} CPUs, load {load}, Python {platform.python_version()}"
 
 
+def random_inputs(model: Any) -> dict[str, np.ndarray]:
+    """Seeded standard-normal float32 arrays for every input of an ONNX model (static shapes)."""
+    rng = np.random.default_rng(0)
+    return {
+        v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim]).astype(
+            np.float32
+        )
+        for v in model.graph.input
+    }
+
+
 def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
     """The median wall time of `repeat` calls of `fn`, in ms, after `warmup` untimed calls."""
     for _ in range(warmup):

@@ -42,7 +42,7 @@ import time
 from typing import Any
 
 import numpy as np
-from machine import cpu_model, median_ms
+from machine import cpu_model, median_ms, random_inputs
 
 MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v2_blocks", "encoder")
 
@@ -59,16 +59,6 @@ def _build(name: str) -> Any:
     if name == "encoder":
         return ob.transformer_encoder(seq=128, dim=256, heads=4, ffn=1024)
     raise ValueError(f"model must be one of {', '.join(MODELS)}, not {name!r}")
-
-
-def _inputs(model: Any) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return {
-        v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim]).astype(
-            np.float32
-        )
-        for v in model.graph.input
-    }
 
 
 def _tensorforge(model: Any, inputs: dict, repeat: int) -> tuple[float, float, list]:
@@ -180,7 +170,7 @@ def machine() -> dict[str, Any]:
 def bench(name: str, repeat: int) -> dict[str, Any]:
     """TensorForge, onnxruntime and torch on one model (apache-tvm runs later, see `main`)."""
     model = _build(name)
-    inputs = _inputs(model)
+    inputs = random_inputs(model)
     tf_compile, tf_ms, ours = _tensorforge(model, inputs, repeat)
     ort_compile, ort_ms, want = _onnxruntime(model, inputs, repeat)
     err = max(
@@ -202,7 +192,7 @@ def bench(name: str, repeat: int) -> dict[str, Any]:
 
 def add_tvm(row: dict[str, Any], repeat: int) -> None:
     model = _build(row["model"])
-    result = _tvm(model, _inputs(model), repeat)
+    result = _tvm(model, random_inputs(model), repeat)
     if result is not None:
         row["tvm_compile_s"], row["tvm_ms"] = result
 

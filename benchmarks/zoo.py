@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from machine import cpu_model
+from machine import cpu_model, random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "zoo"
@@ -177,16 +177,6 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:160]
 
 
-def _inputs(model: Any) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return {
-        v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim]).astype(
-            np.float32
-        )
-        for v in model.graph.input
-    }
-
-
 def _ort_session(path: Path, threads: int, profile: bool = False) -> Any:
     import onnxruntime as ort
 
@@ -238,7 +228,7 @@ def bench(name: str, repeat: int, with_profile: bool = False) -> dict[str, Any]:
         row["error"] = f"export failed: {exc}"
         return row
     model = onnx.load(str(path))
-    inputs = _inputs(model)
+    inputs = random_inputs(model)
     row["nodes"] = len(model.graph.node)
     row["input_name"] = model.graph.input[0].name
     start = time.perf_counter()

@@ -16,6 +16,14 @@ class ScheduleError(Exception):
     """An illegal schedule primitive; the message starts with the primitive's name."""
 
 
+def check_positive_knobs(config: object, names: tuple[str, ...], op: str) -> None:
+    """A template's integer knobs `names` of `config` must be positive ints (ScheduleError)."""
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or value < 1:
+            raise ScheduleError(f"{op}: knob {name} must be a positive int, not {value!r}")
+
+
 def _record(cls: type) -> type:
     return dataclass(frozen=True, slots=True)(cls)
 

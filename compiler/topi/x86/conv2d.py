@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import te
 from ...autotune.space import ConfigSpace, Knob, divisors
-from ...schedule.primitives import ScheduleError
+from ...schedule.primitives import check_positive_knobs
 from ...schedule.schedule import Schedule
 from ...schedule.stage import AttachKind
 from ...te.tensor import Tensor
@@ -44,10 +44,7 @@ class Conv2dConfig:
     parallel: bool = True
 
     def check(self) -> None:
-        for name in ("ic_bn", "oc_bn", "reg_n"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ScheduleError(f"conv2d: knob {name} must be a positive int, not {value!r}")
+        check_positive_knobs(self, ("ic_bn", "oc_bn", "reg_n"), "conv2d")
 
 
 @dataclass

@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import te
 from ...autotune.space import ConfigSpace, Knob
-from ...schedule.primitives import ScheduleError
+from ...schedule.primitives import ScheduleError, check_positive_knobs
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 
@@ -44,10 +44,7 @@ class DenseConfig:
     parallel: bool = True
 
     def check(self) -> None:
-        for name in ("mr", "bn", "kunroll"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ScheduleError(f"dense: knob {name} must be a positive int, not {value!r}")
+        check_positive_knobs(self, ("mr", "bn", "kunroll"), "dense")
         if not isinstance(self.mc, int) or self.mc < 0 or self.mc % self.mr:
             raise ScheduleError(
                 f"dense: knob mc must be 0 or a positive multiple of mr={self.mr}, not {self.mc!r}"

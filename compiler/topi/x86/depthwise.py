@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import te
-from ...schedule.primitives import ScheduleError
+from ...schedule.primitives import check_positive_knobs
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 
@@ -33,10 +33,7 @@ class DepthwiseConfig:
     parallel: bool = True
 
     def check(self) -> None:
-        for name in ("cb", "reg_n"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ScheduleError(f"depthwise: knob {name} must be a positive int, not {value!r}")
+        check_positive_knobs(self, ("cb", "reg_n"), "depthwise")
 
 
 @dataclass

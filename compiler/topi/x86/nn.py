@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ... import te
-from ...schedule.primitives import ScheduleError
+from ...schedule.primitives import check_positive_knobs
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 
@@ -20,8 +20,7 @@ class RowConfig:
     parallel: bool = True
 
     def check(self, op: str) -> None:
-        if not isinstance(self.lanes, int) or self.lanes < 1:
-            raise ScheduleError(f"{op}: knob lanes must be a positive int, not {self.lanes!r}")
+        check_positive_knobs(self, ("lanes",), op)
 
 
 def _vectorize_last(s: Schedule, t: Tensor, config: RowConfig) -> None:
