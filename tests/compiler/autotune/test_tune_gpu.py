@@ -49,6 +49,28 @@ def test_tuned_opencl_log_is_not_applied_to_cuda(builder, tmp_path) -> None:
     assert module.stats["tuning"]["applied"] == 0
 
 
+def _tune_and_apply(graph, name, builder, tmp_path, trials, feeds, atol=1e-5) -> list:
+    """Saves `graph` as an opset-17 model, tunes each of its OpenCL tasks for `trials` random
+    trials (none may fail), compiles with the log (every task's config applied) and checks the
+    module against onnxruntime on `feeds`; the tasks, for the caller's checks."""
+    from onnx import helper
+
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                     .SerializeToString())  # fmt: skip
+    tasks = extract_tasks(str(path), "opencl")
+    log = tmp_path / f"{name}.jsonl"
+    with LocalRunner(repeat=1, min_repeat_ms=1) as runner:
+        summaries = tune_tasks(tasks, trials, builder, runner, log=log, tuner="random",
+                               progress=False)  # fmt: skip
+    assert all(s.trials == trials and s.failures == 0 for s in summaries)
+    module = tensorforge.compile(str(path), target="opencl", tuning_log=log)
+    assert module.stats["tuning"]["applied"] == len(tasks)
+    (want,) = ort.InferenceSession(str(path)).run(None, feeds)
+    np.testing.assert_allclose(module.run(feeds)["y"], want, rtol=1e-4, atol=atol)
+    return tasks
+
+
 def test_gpu_row_reduce_tasks_tuned_on_opencl_and_applied(builder, tmp_path) -> None:
     """The row-reduction template (softmax over rows of 100) has its own task, tuned on OpenCL
     against numpy; the tuned config then compiles a model that matches onnxruntime."""
@@ -60,21 +82,9 @@ def test_gpu_row_reduce_tasks_tuned_on_opencl_and_applied(builder, tmp_path) -> 
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
     )  # fmt: skip
-    path = tmp_path / "softmax.onnx"
-    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-                     .SerializeToString())  # fmt: skip
-    (task,) = extract_tasks(str(path), "opencl")
-    assert task.template == "gpu.row_reduce" and task.workload["op"] == "softmax"
-    log = tmp_path / "rows.jsonl"
-    with LocalRunner(repeat=1, min_repeat_ms=1) as runner:
-        (summary,) = tune_tasks([task], 3, builder, runner, log=log, tuner="random",
-                                progress=False)  # fmt: skip
-    assert summary.trials == 3 and summary.failures == 0
-    module = tensorforge.compile(str(path), target="opencl", tuning_log=log)
-    assert module.stats["tuning"]["applied"] == 1
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    (want,) = ort.InferenceSession(str(path)).run(None, {"x": x})
-    np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-6)
+    (task,) = _tune_and_apply(graph, "softmax", builder, tmp_path, 3, {"x": x}, atol=1e-6)
+    assert task.template == "gpu.row_reduce" and task.workload["op"] == "softmax"
 
 
 def test_gpu_batch_matmul_is_tuned_through_the_dense_template(builder, tmp_path) -> None:
@@ -87,23 +97,11 @@ def test_gpu_batch_matmul_is_tuned_through_the_dense_template(builder, tmp_path)
          helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 9, 20])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 17, 20])],
     )  # fmt: skip
-    path = tmp_path / "bmm.onnx"
-    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-                     .SerializeToString())  # fmt: skip
-    (task,) = extract_tasks(str(path), "opencl")
-    assert task.template == "gpu.dense" and task.workload["batch"] == 3
-    log = tmp_path / "bmm.jsonl"
-    with LocalRunner(repeat=1, min_repeat_ms=1) as runner:
-        (summary,) = tune_tasks([task], 2, builder, runner, log=log, tuner="random",
-                                progress=False)  # fmt: skip
-    assert summary.trials == 2 and summary.failures == 0
-    module = tensorforge.compile(str(path), target="opencl", tuning_log=log)
-    assert module.stats["tuning"]["applied"] == 1
     rng = np.random.default_rng(2)
     feeds = {"a": rng.standard_normal((3, 17, 9)).astype(np.float32),
              "b": rng.standard_normal((3, 9, 20)).astype(np.float32)}  # fmt: skip
-    (want,) = ort.InferenceSession(str(path)).run(None, feeds)
-    np.testing.assert_allclose(module.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
+    (task,) = _tune_and_apply(graph, "bmm", builder, tmp_path, 2, feeds)
+    assert task.template == "gpu.dense" and task.workload["batch"] == 3
 
 
 def test_gpu_conv_templates_tuned_on_opencl_and_applied(builder, tmp_path) -> None:
@@ -127,19 +125,7 @@ def test_gpu_conv_templates_tuned_on_opencl_and_applied(builder, tmp_path) -> No
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [weights("w1", [6, 3, 3, 3]), weights("w2", [6, 1, 3, 3]), weights("w3", [4, 6, 1, 1])],
     )  # fmt: skip
-    path = tmp_path / "conv.onnx"
-    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-                     .SerializeToString())  # fmt: skip
-    tasks = extract_tasks(str(path), "opencl")
-    templates = ["gpu.conv2d", "gpu.conv2d_gemm", "gpu.depthwise_conv2d"]
-    assert sorted(t.template for t in tasks) == templates
-    log = tmp_path / "conv.jsonl"
-    with LocalRunner(repeat=1, min_repeat_ms=1) as runner:
-        summaries = tune_tasks(tasks, 2, builder, runner, log=log, tuner="random",
-                               progress=False)  # fmt: skip
-    assert all(s.trials == 2 and s.failures == 0 for s in summaries)
-    module = tensorforge.compile(str(path), target="opencl", tuning_log=log)
-    assert module.stats["tuning"]["applied"] == 3
     x = rng.standard_normal((1, 3, 10, 10)).astype(np.float32)
-    (want,) = ort.InferenceSession(str(path)).run(None, {"x": x})
-    np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-5)
+    tasks = _tune_and_apply(graph, "conv", builder, tmp_path, 2, {"x": x})
+    assert sorted(t.template for t in tasks) == ["gpu.conv2d", "gpu.conv2d_gemm",
+                                                 "gpu.depthwise_conv2d"]  # fmt: skip
