@@ -26,20 +26,25 @@ from .ir import Graph, GraphError
 from .lower_te import Kernel, lower_group
 from .passes import FusedGroup, group_order, optimize
 
+# The helpers every back-end's graph compiler shares (compile_gpu.py, compile_vta.py).
 
-def _symbol(k: int, name: str) -> str:
+
+def kernel_symbol(k: int, name: str) -> str:
+    """The symbol of kernel number `k` of a fused group named `name` (C identifier characters)."""
     return f"tf_k{k}_" + re.sub(r"[^A-Za-z0-9_]", "_", name)[:48]
 
 
-def _is_optimized(graph: Graph) -> bool:
+def is_optimized(graph: Graph) -> bool:
+    """Whether `graph` has been through `optimize` (fused groups and a memory plan)."""
     return graph.groups is not None and graph.memory_plan is not None
 
 
-def _label(graph: Graph, kernel: Kernel) -> str:
-    return _label_nodes(graph, kernel.nodes) if kernel.nodes else kernel.name
+def call_label(graph: Graph, kernel: Kernel) -> str:
+    """A CPU kernel's call label (`label_nodes`, or the kernel's name when it has no nodes)."""
+    return label_nodes(graph, kernel.nodes) if kernel.nodes else kernel.name
 
 
-def _label_nodes(graph: Graph, nodes: tuple[str, ...]) -> str:
+def label_nodes(graph: Graph, nodes: tuple[str, ...]) -> str:
     """A call's label: its ops and its first node, e.g. `tf.qconv2d+tf.qmaxpool (conv2)`."""
     return f"{'+'.join(graph.node(n).op for n in nodes)} ({nodes[0]})"
 
@@ -71,7 +76,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
     if tgt.kind != "llvm" or not tgt.is_host:
         raise ValueError(f"compile_graph target must be an llvm target for this machine, not {tgt}")
     start = time.perf_counter()
-    optimized = graph if _is_optimized(graph) else optimize(graph)
+    optimized = graph if is_optimized(graph) else optimize(graph)
     t_opt = time.perf_counter() - start
     meta = cpu_meta(tgt)
     kernels, calls, constants = [], [], {}
@@ -82,7 +87,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
         image, call = build_cpu_group(optimized, group, k, tgt, meta, constants, times)
         kernels.append(image)
         calls.append(call)
-    return _assemble(optimized, str(tgt), kernels, calls, constants, start, t_opt, *times)
+    return assemble_module(optimized, str(tgt), kernels, calls, constants, start, t_opt, *times)
 
 
 def cpu_meta(target: Target) -> dict[str, Any]:
@@ -106,7 +111,7 @@ def build_cpu_group(
     LLVM to `times[0]` and `times[1]`."""
     t0 = time.perf_counter()
     kernel = lower_group(graph, group)
-    func = lower(kernel.schedule, kernel.args, name=_symbol(k, group.name))
+    func = lower(kernel.schedule, kernel.args, name=kernel_symbol(k, group.name))
     t1 = time.perf_counter()
     image = _build(func, func.name, target, meta)
     times[0] += t1 - t0
@@ -114,7 +119,7 @@ def build_cpu_group(
     for name in kernel.params:
         if name in kernel.constants or name in graph.constants:
             constants[name] = kernel.constants.get(name, graph.constants.get(name))
-    return image, Call(image.name, kernel.bindings, _label(graph, kernel))
+    return image, Call(image.name, kernel.bindings, call_label(graph, kernel))
 
 
 def _triple() -> str:
@@ -123,7 +128,7 @@ def _triple() -> str:
     return host_triple()
 
 
-def _assemble(
+def assemble_module(
     graph: Graph,
     target: str,
     kernels: list[KernelImage],
@@ -132,6 +137,9 @@ def _assemble(
     start: float,
     *times: float,
 ) -> Module:
+    """The `Module` of a compiled graph: its kernels and calls, the memory plan's slots, the
+    constants and tensor specs, and the compile statistics (`times`: optimize, lower, codegen
+    seconds; `start`: the compile's `perf_counter` start)."""
     plan = graph.memory_plan
     if plan is None:
         raise GraphError(f"graph {graph.name!r} must have a memory plan")

@@ -32,7 +32,7 @@ from ..schedule.stage import ForKind
 from ..target import Target
 from ..tir import lower
 from ..topi.gpu import GPUScheduleConfig, schedule_auto
-from .compile import _assemble, _is_optimized, _label, _symbol
+from .compile import assemble_module, call_label, is_optimized, kernel_symbol
 from .ir import Graph
 from .lower_te import lower_group
 from .passes import FusedGroup, group_order, optimize
@@ -52,7 +52,7 @@ def compile_graph_gpu(
     if tgt.kind not in ("cuda", "opencl"):
         raise ValueError(f"compile_graph_gpu target must be cuda or opencl, not {tgt}")
     start = time.perf_counter()
-    optimized = graph if _is_optimized(graph) else optimize(graph)
+    optimized = graph if is_optimized(graph) else optimize(graph)
     t_opt = time.perf_counter() - start
     kernels, calls, constants = [], [], {}
     times = [0.0, 0.0]
@@ -61,7 +61,7 @@ def compile_graph_gpu(
         image, call = build_gpu_group(optimized, group, k, tgt, constants, times)
         kernels.append(image)
         calls.append(call)
-    module = _assemble(optimized, str(tgt), kernels, calls, constants, start, t_opt, *times)
+    module = assemble_module(optimized, str(tgt), kernels, calls, constants, start, t_opt, *times)
     module.stats["device_kernels"] = sum(k.meta["launches"] for k in kernels)
     return module
 
@@ -82,7 +82,7 @@ def build_gpu_group(
     if not _gpu_scheduled(sched):  # the anchor has no GPU template: the generic schedule
         outputs = kernel.args[len(kernel.params) :]
         sched = schedule_auto(outputs, config or _threads(target))
-    func = lower(sched, kernel.args, name=_symbol(k, group.name))
+    func = lower(sched, kernel.args, name=kernel_symbol(k, group.name))
     t1 = time.perf_counter()
     payload = gpu_payload(split_kernels(func), target)
     times[0] += t1 - t0
@@ -96,7 +96,7 @@ def build_gpu_group(
     for name in kernel.params:
         if name in kernel.constants or name in graph.constants:
             constants[name] = kernel.constants.get(name, graph.constants.get(name))
-    return image, Call(image.name, kernel.bindings, _label(graph, kernel))
+    return image, Call(image.name, kernel.bindings, call_label(graph, kernel))
 
 
 def _gpu_scheduled(sched: Any) -> bool:

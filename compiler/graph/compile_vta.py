@@ -42,7 +42,7 @@ from ..quantize.graph import quantize_graph
 from ..quantize.requant import MODES, default_mode
 from ..target import Target
 from .accel_kernels import accelerator_kernel, has_accelerator_kernel, packed_tensors
-from .compile import _assemble, _label_nodes, _symbol, build_cpu_group, cpu_meta
+from .compile import assemble_module, build_cpu_group, cpu_meta, kernel_symbol, label_nodes
 from .ir import Graph, TensorType
 from .passes import FusedGroup, fuse_ops, group_order, optimize, partition_graph, plan_memory
 from .passes.fuse_accel import fuse_accelerator_ops
@@ -148,7 +148,7 @@ def compile_graph_vta(
             image, call = build_cpu_group(q, group, k, host, meta, constants, times)
         kernels.append(image)
         calls.append(call)
-    module = _assemble(stored, str(tgt), kernels, calls, constants, start, t_opt, *times)
+    module = assemble_module(stored, str(tgt), kernels, calls, constants, start, t_opt, *times)
     module.stats.update(_accelerator_stats(q, cfg, kernels))
     module.stats["requant_mode"] = "given" if is_quantized(graph) else mode
     module.stats["packed_tensors"] = list(packed)
@@ -182,10 +182,10 @@ def build_accelerator_group(
         ParamSpec(f"p{i}", graph.types[v].dtype, tuple(packed.get(v, graph.types[v].shape)))
         for i, v in enumerate(compiled.values)
     )
-    name = _symbol(k, group.name)
+    name = kernel_symbol(k, group.name)
     meta = kernel_meta(compiled.operands, device)
     image = KernelImage(name, KIND, params, compiled.kernel.image.to_bytes(), meta)
-    return image, Call(name, compiled.values, _label_nodes(graph, group.nodes))
+    return image, Call(name, compiled.values, label_nodes(graph, group.nodes))
 
 
 def _accelerator_stats(graph: Graph, cfg: HWConfig, kernels: list[KernelImage]) -> dict:

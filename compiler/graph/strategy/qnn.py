@@ -25,6 +25,7 @@ import numpy as np
 from ....hw.isa import AluOp
 from ... import te
 from ...quantize.requant import AluStep, RequantParams
+from ...quantize.scheme import qrange
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
@@ -38,7 +39,7 @@ from .nn import Result, conv_config, max_pool_separable, packed_dense, pad_image
 
 ACC = "int32"
 ACC_WIDTH = 32
-Q_MIN, Q_MAX = -127, 127  # scheme.quantize's narrow int8 range
+Q_MIN, Q_MAX = qrange(8)  # the narrow int8 range every quantized tensor uses
 
 
 def _attrs(node: Node) -> dict[str, Any]:
