@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -482,6 +483,37 @@ def _bind_args(
                 f"{arr.dtype}{list(arr.shape)}"
             )
     return arrays
+
+
+@lru_cache(maxsize=4096)
+def _compiled_expr(e: Expr) -> tuple[Fn, tuple[Any, ...]]:
+    compiler = _Compiler()
+    fn = compiler.expr(e)
+    return fn, tuple(compiler.keep)
+
+
+def evaluate(e: Expr, env: Mapping[Var, Any]) -> Any:
+    """The value of expression `e` with its variables bound by `env`, with the interpreter's
+    semantics (integers wrap at their width, comparisons give bools). The compiler evaluates
+    index expressions with it (the accelerator's lowering runs its outer loops at compile time).
+
+    Raises:
+        InterpretError: a variable (or buffer) of `e` that `env` does not bind, or a fault
+            evaluating it (division by zero).
+
+    Example:
+        >>> from tensorforge.compiler.te.expr import Var
+        >>> i = Var("i")
+        >>> evaluate((i + 3) // 2, {i: 4})
+        3
+    """
+    fn, names = _compiled_expr(e)
+    values = []
+    for node in names:
+        if not isinstance(node, Var) or node not in env:
+            raise InterpretError(f"`{node.name}` is not bound here")
+        values.append(env[node])
+    return fn(values)
 
 
 def compile_func(

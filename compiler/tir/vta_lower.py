@@ -66,8 +66,9 @@ from ..codegen import vta_tile as vt
 from ..codegen.vta_passes import thread_buffer
 from ..schedule.stage import ForKind
 from ..te import dtype as dt
-from ..te.expr import BinOp, Call, Cast, Expr, IntImm, Not, Op, Select, Var
+from ..te.expr import BinOp, Call, Cast, Expr, IntImm, Op, Var
 from ..te.visitor import expr_to_str, pre_order
+from .interp import InterpretError, evaluate
 from .passes import loop_partition, remove_no_op, simplify, storage_flatten
 from .stmt import (
     Allocate,
@@ -102,51 +103,10 @@ _COMMUTATIVE = (Op.ADD, Op.MUL, Op.MIN, Op.MAX)
 
 def _ev(e: Expr, env: Mapping[Var, int]) -> int:
     """The value of an integer/boolean index expression with every variable bound."""
-    if isinstance(e, IntImm):
-        return e.value
-    if isinstance(e, Var):
-        try:
-            return env[e]
-        except KeyError:
-            raise LoweringError(f"`{e.name}` is not bound here") from None
-    if isinstance(e, BinOp):
-        a = _ev(e.a, env)
-        if e.op is Op.AND:
-            return int(bool(a) and bool(_ev(e.b, env)))
-        if e.op is Op.OR:
-            return int(bool(a) or bool(_ev(e.b, env)))
-        b = _ev(e.b, env)
-        return _BINOPS[e.op](a, b)
-    if isinstance(e, Not):
-        return int(not _ev(e.a, env))
-    if isinstance(e, Cast):
-        return _ev(e.value, env)
-    if isinstance(e, Select):
-        return _ev(e.true_value if _ev(e.condition, env) else e.false_value, env)
-    raise LoweringError(f"`{expr_to_str(e)}` is not an index expression the compiler can evaluate")
-
-
-def _trunc_div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-_BINOPS = {
-    Op.ADD: lambda a, b: a + b,
-    Op.SUB: lambda a, b: a - b,
-    Op.MUL: lambda a, b: a * b,
-    Op.DIV: _trunc_div,
-    Op.FLOORDIV: lambda a, b: a // b,
-    Op.FLOORMOD: lambda a, b: a % b,
-    Op.MIN: min,
-    Op.MAX: max,
-    Op.EQ: lambda a, b: int(a == b),
-    Op.NE: lambda a, b: int(a != b),
-    Op.LT: lambda a, b: int(a < b),
-    Op.LE: lambda a, b: int(a <= b),
-    Op.GT: lambda a, b: int(a > b),
-    Op.GE: lambda a, b: int(a >= b),
-}
+    try:
+        return int(evaluate(e, env))
+    except InterpretError as err:
+        raise LoweringError(f"index `{expr_to_str(e)}`: {err}") from None
 
 
 def _mentions(e: Expr, variables: set[Var]) -> bool:
