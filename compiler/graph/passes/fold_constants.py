@@ -22,7 +22,19 @@ def _empty(graph: Graph, name: str) -> np.ndarray:
     return np.zeros(ty.shape, ty.dtype)
 
 
+#: A node whose outputs would hold more bytes than this is left to run time rather than folded
+#: into the module's constants (a model's ConstantOfShape/Expand of a huge shape would otherwise
+#: allocate it here, at compile time, and store it in the module).
+FOLD_LIMIT_BYTES = 64 << 20
+
+
+def _too_big(graph: Graph, node: Node) -> bool:
+    return sum(graph.types[o].nbytes for o in node.outputs if o) > FOLD_LIMIT_BYTES
+
+
 def _foldable(graph: Graph, node: Node, consts: dict[str, np.ndarray]) -> bool:
+    if _too_big(graph, node):
+        return False
     if node.op in SHAPE_ONLY_OPS:
         return True  # every shape is static
     present = [i for i in node.inputs if i]

@@ -1,6 +1,7 @@
-"""Native lowerings of Tile, Trilu and ScatterND (lazy: they inline into their readers) and
-CumSum (an anchor: a masked sum over the scanned axis). ConstantOfShape and Range have none:
-their inputs are constants, so they always fold before lowering."""
+"""Native lowerings of ConstantOfShape, Range, Tile, Trilu and ScatterND (lazy: they inline into
+their readers) and CumSum (an anchor: a masked sum over the scanned axis). ConstantOfShape and
+Range fold at compile time unless their output is too big to keep as a constant
+(``fold_constants.FOLD_LIMIT_BYTES``): then they fill it at run time."""
 
 from __future__ import annotations
 
@@ -15,6 +16,27 @@ from ..ops.indexing import cumsum_axis, scatter_positions, trilu_offset
 from ..registry import get_op
 from .elemwise import const_input
 from .nn import Result, reduce_kernel, unravel
+
+
+def _constant_of_shape(ctx: GroupContext, node: Node) -> list[Lazy]:
+    out = ctx.type_of(node.outputs[0])
+    value = get_op(node.op).full_attrs(node)["value"]
+    fill = te.const(np.asarray(value if value is not None else 0).reshape(-1)[0].item(), out.dtype)
+    return [Lazy(out.shape, out.dtype, lambda idx: fill)]
+
+
+def _range(ctx: GroupContext, node: Node) -> list[Lazy]:
+    out = ctx.type_of(node.outputs[0])
+    start, _, delta = (const_input(ctx, node, k).reshape(()).item() for k in range(3))
+    acc = "float64" if "float" in out.dtype else out.dtype  # as the reference computes it
+    first, step = te.const(start, acc), te.const(delta, acc)
+    return [
+        Lazy(
+            out.shape,
+            out.dtype,
+            lambda idx: te.cast(first + te.cast(idx[0], acc) * step, out.dtype),
+        )
+    ]
 
 
 def _tile(ctx: GroupContext, node: Node) -> list[Lazy]:
@@ -99,5 +121,11 @@ def _cumsum(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return reduce_kernel(te.compute(x.shape, body, name="cumsum"), tail)
 
 
-ELEMENTWISE: dict[str, Rule] = {"Tile": _tile, "Trilu": _trilu, "ScatterND": _scatter_nd}
+ELEMENTWISE: dict[str, Rule] = {
+    "ConstantOfShape": _constant_of_shape,
+    "Range": _range,
+    "Tile": _tile,
+    "Trilu": _trilu,
+    "ScatterND": _scatter_nd,
+}
 ANCHORS: dict[str, AnchorRule] = {"CumSum": _cumsum}

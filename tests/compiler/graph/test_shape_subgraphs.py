@@ -5,6 +5,8 @@ onnxruntime. Ops on runtime data lower natively or name the node they cannot low
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -211,3 +213,43 @@ def test_integer_mod_by_zero_gives_zero_not_a_trap(fmod, dtype) -> None:
         want = (np.fmod if fmod else np.mod)(a, b)
     got = tensorforge.compile(model).run({"a": a, "b": b})["out"]
     np.testing.assert_array_equal(got, want)
+
+
+def _generator_model(op: str, shape: tuple[int, ...] = (16, 8)) -> object:
+    """y = x + ConstantOfShape(shape, 2.5), or x + Range(1.5, 100, 0.75) (each over the 64
+    elements the importer folds right away)."""
+    if op == "ConstantOfShape":
+        inits = [numpy_helper.from_array(np.array(shape, np.int64), "shp")]
+        fill = numpy_helper.from_array(np.array([2.5], np.float32))
+        gen = helper.make_node("ConstantOfShape", ["shp"], ["g"], value=fill)
+    else:
+        inits = [
+            numpy_helper.from_array(np.float32(v), n)
+            for n, v in zip("abc", (1.5, 100, 0.75), strict=True)
+        ]
+        gen = helper.make_node("Range", ["a", "b", "c"], ["g"])
+    graph = helper.make_graph(
+        [gen, helper.make_node("Add", ["x", "g"], ["y"])], "gen",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Range"])
+def test_generators_too_big_to_fold_fill_at_run_time(op, monkeypatch):
+    fold = importlib.import_module("tensorforge.compiler.graph.passes.fold_constants")
+    monkeypatch.setattr(fold, "FOLD_LIMIT_BYTES", 0)  # every output is "too big"
+    model = _generator_model(op)
+    x = np.array(0.25, np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    module = tensorforge.compile(model, "llvm")
+    assert module.stats["constant_bytes"] < want.nbytes  # computed, not stored
+    np.testing.assert_array_equal(module.run({"x": x})[module.outputs[0]], want)
+
+
+def test_a_huge_constant_of_shape_is_not_built_at_compile_time():
+    # 100000 x 100000 float32 is 37 GiB: folding it used to allocate it (MemoryError).
+    module = tensorforge.compile(_generator_model("ConstantOfShape", (100000, 100000)), "llvm")
+    assert module.stats["constant_bytes"] < 1 << 20
+    assert module.arena_bytes >= 100000 * 100000 * 4
