@@ -5,8 +5,8 @@ Elementwise, broadcast and injective ops compose as lazies, so they are inlined 
 reads them. The group's anchor (Conv, Gemm, MatMul, pooling, a reduction, Softmax,
 LayerNormalization) becomes a real compute, from `compiler.topi.x86` where an operator exists
 (its fused elementwise tail becomes the topi epilogue, computed at the anchor's output tile) or
-from `compiler.graph.strategy.nn` otherwise. Ops without a lowering raise `LoweringError` naming
-the op and node.
+from `compiler.graph.strategy` (conv.py, matmul.py, reduce.py, norm.py) otherwise. Ops without
+a lowering raise `LoweringError` naming the op and node.
 
 Example:
     >>> from tensorforge.compiler.frontend import from_onnx

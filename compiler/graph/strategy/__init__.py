@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from . import conv_transpose, indexing, qlinear, qnn, resize
+from . import conv, conv_transpose, indexing, matmul, norm, qlinear, qnn, reduce, resize
 from .elemwise import ELEMENTWISE as _FLOAT_ELEMENTWISE
-from .nn import ANCHORS as _FLOAT_ANCHORS
 
 # the int8 graph ops of quantize_graph: strategy/qnn.py; ONNX's quantized ops: strategy/qlinear.py
 ELEMENTWISE = {
@@ -15,7 +14,10 @@ ELEMENTWISE = {
     **qlinear.ELEMENTWISE,
 }
 ANCHORS = {
-    **_FLOAT_ANCHORS,
+    **conv.ANCHORS,
+    **matmul.ANCHORS,
+    **reduce.ANCHORS,
+    **norm.ANCHORS,
     **conv_transpose.ANCHORS,
     **indexing.ANCHORS,
     **qnn.ANCHORS,

@@ -44,17 +44,9 @@ from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail, reshape_lazy
 from ..ops.quant import requant_multiplier
 from ..registry import get_op
-from .nn import (
-    Result,
-    batch_index,
-    conv2d_geometry,
-    conv_config,
-    packed_dense,
-    pad_image,
-    reduce_kernel,
-    unravel,
-    window_source,
-)
+from .conv import conv2d_geometry, conv_config
+from .matmul import batch_index, packed_dense
+from .nn import Result, pad_image, reduce_kernel, unravel, window_source
 
 F32 = "float32"
 ACC = "int32"

@@ -35,7 +35,10 @@ from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail
 from ..ops.nn import window_geometry
 from ..ops.qnn import add_from_attrs, requant_from_attrs
 from ..registry import get_op
-from .nn import Result, conv_config, max_pool_separable, packed_dense, pad_image, reduce_kernel
+from .conv import conv_config
+from .matmul import packed_dense
+from .nn import Result, pad_image, reduce_kernel
+from .reduce import max_pool_separable
 
 ACC = "int32"
 ACC_WIDTH = 32
