@@ -17,7 +17,6 @@ from ..hw.config import HWConfig
 from ..hw.isa import AluInsn, GemmInsn, Insn, MemInsn, Opcode, Stage, elem_bytes
 
 PAGE_BYTES = 4096  # an AXI burst never crosses a 4 KiB boundary
-TOKEN_QUEUES = ("l2g", "g2l", "g2s", "s2g")
 STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
 
 

@@ -7,7 +7,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
-from ..isa import AluOp, MemType, Opcode
+from ..isa import AluOp, MemType, Opcode, Stage
 from ..regmap import Status
 from .alu import AluCore
 from .axi import axi_read_signature
@@ -56,7 +56,7 @@ class ComputeStage(wiring.Component):
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
         self.cfg = check_config(cfg)
         self.burst_beats = burst_beats
-        members = stage_signature(cfg, ("pop_prev", "pop_next"), ("push_prev", "push_next"))
+        members = stage_signature(Stage.COMPUTE)
         members.update(
             {
                 "axi": Out(axi_read_signature(cfg.axi_data_width)),

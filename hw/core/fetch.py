@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
 from ..isa import (
+    DEP_FLAGS,
     INSN_BYTES,
     AluInsn,
     FinishInsn,
@@ -18,11 +19,11 @@ from ..isa import (
     Stage,
     stage_of,
 )
+from ..tokens import STAGE_FLAGS
 from .axi import BURST_INCR, axi_read_signature
 from .common import check_config
 from .decode import INSN_BITS, mem_layout
 from .dma import AXI_ADDR_WIDTH, BURST_BEATS, BurstPlanner
-from .stages import FLAGS, STAGE_FLAGS
 
 #: Bursts of instructions fetch buffers (sim/latency.py ``TimingParams.fetch_buffer_bursts``).
 FETCH_BUFFER_BURSTS = 2
@@ -60,9 +61,9 @@ class Fetch(wiring.Component):
     The cycle after ``start`` is the model's cycle 0. Byte addresses wrap at 32 bits.
 
     Fetch also checks the dependency flags (sim/functional.py ``check_dep_flags``): dispatching
-    an instruction that sets a flag its stage has no token queue for (``STAGE_FLAGS``) pulses
-    ``flag_error`` (STATUS BAD_FLAGS); the instruction is dispatched all the same, and its stage
-    ignores the flag.
+    an instruction that sets a flag its stage has no token queue for (hw/tokens.py
+    ``STAGE_FLAGS``) pulses ``flag_error`` (STATUS BAD_FLAGS); the instruction is dispatched all
+    the same, and its stage ignores the flag.
 
     Args:
         cfg: the HWConfig (``axi_data_width`` up to 128 bits: at most one instruction per beat).
@@ -214,7 +215,7 @@ class Fetch(wiring.Component):
         for s, out in outs.items():
             m.d.comb += [out.payload.eq(head), out.valid.eq(valid & (stage == s))]
             stray = 0  # flags set on the head that stage s has no token queue for
-            for f in FLAGS:
+            for f in DEP_FLAGS:
                 if f not in STAGE_FLAGS[s]:
                     stray = stray | head[lay[f].offset]
             with m.If(out.valid & out.ready):

@@ -12,8 +12,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
-from ..isa import MemType, Stage
+from ..isa import DEP_FLAGS, MemType, Stage
 from ..regmap import Status
+from ..tokens import POP_QUEUES, PUSH_QUEUES
 from .axi import axi_read_signature, axi_write_signature
 from .common import check_config, inp_bits, out_bits, wgt_bits, write_port
 from .common import read_port as sram_read_port
@@ -23,28 +24,15 @@ from .load import LoadDma
 from .regblock import STATUS_WIDTH
 from .store import StoreDma
 
-FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
-#: token queue -> (pushing stage and flag, popping stage and flag)
-TOKEN_QUEUES = {
-    "l2g": (("load", "push_next"), ("compute", "pop_prev")),
-    "g2l": (("compute", "push_prev"), ("load", "pop_next")),
-    "g2s": (("compute", "push_next"), ("store", "pop_prev")),
-    "s2g": (("store", "push_prev"), ("compute", "pop_next")),
-}
-#: The dependency flags a stage has a token queue for; any other flag set on one of its
-#: instructions is BAD_FLAGS (sim/functional.py ``check_dep_flags``).
-STAGE_FLAGS: dict[Stage, tuple[str, ...]] = {
-    s: tuple(f for f in FLAGS if any((s.name.lower(), f) in q for q in TOKEN_QUEUES.values()))
-    for s in Stage
-}
 #: A token queue's pop side as a stage sees it, and its push side.
 TOKEN_POP = wiring.Signature({"valid": In(1), "ready": Out(1)})
 TOKEN_PUSH = wiring.Signature({"valid": Out(1), "ready": In(1)})
 
 
-def stage_signature(cfg: HWConfig, pops: tuple[str, ...], pushes: tuple[str, ...]) -> dict:
-    """Ports every stage has: the command stream, its token queues, ``busy``, ``axi_error``
-    and ``error``/``error_status`` (an error the stage detected: a pulse and its STATUS)."""
+def stage_signature(stage: Stage) -> dict:
+    """Ports every stage has: the command stream, its token queues (hw/tokens.py), ``busy``,
+    ``axi_error`` and ``error``/``error_status`` (an error the stage detected: a pulse and its
+    STATUS)."""
     members = {
         "cmd": In(stream.Signature(INSN_BITS)),
         "busy": Out(1),
@@ -52,8 +40,8 @@ def stage_signature(cfg: HWConfig, pops: tuple[str, ...], pushes: tuple[str, ...
         "error": Out(1),
         "error_status": Out(STATUS_WIDTH),
     }
-    members.update({f: Out(TOKEN_POP) for f in pops})
-    members.update({f: Out(TOKEN_PUSH) for f in pushes})
+    members.update({f: Out(TOKEN_POP) for f in POP_QUEUES[stage]})
+    members.update({f: Out(TOKEN_PUSH) for f in PUSH_QUEUES[stage]})
     return members
 
 
@@ -69,12 +57,12 @@ class StageCtl:
         self.m = m
         cmd = component.cmd
         lay = mem_layout(component.cfg)
-        flag = {f: cmd.payload[lay[f].offset] for f in FLAGS}
+        flag = {f: cmd.payload[lay[f].offset] for f in DEP_FLAGS}
         self.inflight = Signal()
         self.unit_done = Signal()
         self.can_pop = Signal()
         self.pop = Signal()
-        ports = {f: getattr(component, f) for f in FLAGS if f in component.signature.members}
+        ports = {f: getattr(component, f) for f in DEP_FLAGS if f in component.signature.members}
         pend = {f: Signal(name=f"pend_{f}") for f in ports if f.startswith("push")}
         finishing = self.inflight & self.unit_done
         pushed_all = Signal()
@@ -138,7 +126,7 @@ class LoadStage(wiring.Component):
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
         self.cfg = check_config(cfg)
         self.burst_beats = burst_beats
-        members = stage_signature(cfg, ("pop_next",), ("push_next",))
+        members = stage_signature(Stage.LOAD)
         members.update(
             {
                 "axi": Out(axi_read_signature(cfg.axi_data_width)),
@@ -187,7 +175,7 @@ class StoreStage(wiring.Component):
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
         self.cfg = check_config(cfg)
         self.burst_beats = burst_beats
-        members = stage_signature(cfg, ("pop_prev",), ("push_prev",))
+        members = stage_signature(Stage.STORE)
         members.update(
             {
                 "axi": Out(axi_write_signature(cfg.axi_data_width)),
