@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import HWConfig
 from ..isa import AluOp, MemType, Opcode, Stage
 from ..regmap import Status
+from ..timing import BURST_BEATS
 from .alu import AluCore
 from .axi import axi_read_signature
 from .common import (
@@ -22,7 +23,6 @@ from .common import (
     write_port,
 )
 from .decode import INSN_BITS, alu_layout, gemm_layout, mem_layout
-from .dma import BURST_BEATS
 from .gemm import GemmCore
 from .load import LoadDma
 from .stages import StageCtl, connect_read_mux, stage_signature

@@ -15,11 +15,8 @@ from amaranth.hdl import Module, Mux, Signal
 
 from ..config import HWConfig
 from ..isa import MemType
+from ..timing import PAGE_BYTES
 
-#: Beats of the longest burst (AXI3's 16, what Zynq-7000's HP ports take); sim/latency.py's
-#: ``TimingParams.burst_beats`` default.
-BURST_BEATS = 16
-PAGE_BYTES = 4096
 AXI_ADDR_WIDTH = 32
 
 

@@ -19,14 +19,12 @@ from ..isa import (
     Stage,
     stage_of,
 )
+from ..timing import BURST_BEATS, FETCH_BUFFER_BURSTS
 from ..tokens import STAGE_FLAGS
 from .axi import BURST_INCR, axi_read_signature
 from .common import check_config
 from .decode import INSN_BITS, mem_layout
-from .dma import AXI_ADDR_WIDTH, BURST_BEATS, BurstPlanner
-
-#: Bursts of instructions fetch buffers (sim/latency.py ``TimingParams.fetch_buffer_bursts``).
-FETCH_BUFFER_BURSTS = 2
+from .dma import AXI_ADDR_WIDTH, BurstPlanner
 
 
 def routing_table() -> dict[tuple[int, int], Stage]:

@@ -8,10 +8,11 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
 from ..isa import MemType, elem_bytes
+from ..timing import BURST_BEATS
 from .axi import BURST_INCR, axi_read_signature
 from .common import UOP_BITS, acc_bits, check_config, inp_bits, wgt_bits, write_port
 from .decode import mem_layout
-from .dma import BURST_BEATS, BurstPlanner, sram_index_width
+from .dma import BurstPlanner, sram_index_width
 
 
 def sram_bits(cfg: HWConfig, memory_type: MemType) -> int:

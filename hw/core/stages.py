@@ -14,12 +14,12 @@ from amaranth.lib.wiring import In, Out
 from ..config import HWConfig
 from ..isa import DEP_FLAGS, MemType, Stage
 from ..regmap import Status
+from ..timing import BURST_BEATS
 from ..tokens import POP_QUEUES, PUSH_QUEUES
 from .axi import axi_read_signature, axi_write_signature
 from .common import check_config, inp_bits, out_bits, wgt_bits, write_port
 from .common import read_port as sram_read_port
 from .decode import INSN_BITS, mem_layout
-from .dma import BURST_BEATS
 from .load import LoadDma
 from .regblock import STATUS_WIDTH
 from .store import StoreDma

@@ -7,10 +7,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
+from ..timing import BURST_BEATS
 from .axi import BURST_INCR, axi_write_signature
 from .common import check_config, out_bits, read_port
 from .decode import mem_layout
-from .dma import BURST_BEATS, BurstPlanner
+from .dma import BurstPlanner
 
 
 class StoreDma(wiring.Component):

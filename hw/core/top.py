@@ -10,11 +10,11 @@ from amaranth.lib.wiring import In, Out
 from ..config import HWConfig
 from ..isa import Stage
 from ..regmap import Status
+from ..timing import BURST_BEATS
 from ..tokens import TOKEN_QUEUES
 from .axi import axi_lite_signature, axi_read_signature, axi_write_signature
 from .common import UOP_BITS, acc_bits, check_config, inp_bits, out_bits, wgt_bits
 from .compute import ComputeStage
-from .dma import BURST_BEATS
 from .fetch import Fetch
 from .queues import CommandQueue, TokenQueue
 from .regblock import ADDR_WIDTH, RegBlock
