@@ -25,7 +25,7 @@ from .common import (
 from .decode import INSN_BITS, alu_layout, gemm_layout, mem_layout
 from .gemm import GemmCore
 from .load import LoadDma
-from .stages import StageCtl, connect_read_mux, stage_signature
+from .stages import add_stage_ctl, connect_read_mux, stage_signature
 
 #: LOAD memory types the compute stage executes (hw.isa.stage_of), one DMA engine each.
 COMPUTE_LOADS = (MemType.UOP, MemType.ACC, MemType.ACC_8BIT)
@@ -75,7 +75,7 @@ class ComputeStage(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         cfg = self.cfg
-        ctl = StageCtl(m, self)
+        ctl = add_stage_ctl(m, self, Stage.COMPUTE)
         gemm, alu = m.submodules.gemm, m.submodules.alu = GemmCore(cfg), AluCore(cfg)
         dmas = {mt: LoadDma(cfg, mt, self.burst_beats) for mt in COMPUTE_LOADS}
         for mt, dma in dmas.items():

@@ -110,7 +110,7 @@ class Fetch(wiring.Component):
         cfg, axi = self.cfg, self.axi
         bus = cfg.axi_data_width // 8
         ratio = INSN_BYTES // bus  # beats per instruction
-        plan = BurstPlanner(m, INSN_BYTES, bus, self.burst_beats)
+        plan = m.submodules.plan = BurstPlanner(INSN_BYTES, bus, self.burst_beats)
 
         # The instruction buffer: a ring of FETCH_BUFFER_BURSTS bursts' worth of words.
         depth = FETCH_BUFFER_BURSTS * self.per_burst
@@ -171,7 +171,11 @@ class Fetch(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start):
                     addr = self.insn_addr[:AXI_ADDR_WIDTH]
-                    plan.start_span(addr, (self.insn_count * INSN_BYTES)[: AXI_ADDR_WIDTH + 1])
+                    m.d.comb += [
+                        plan.start_span.eq(1),
+                        plan.span_base.eq(addr),
+                        plan.span_bytes.eq((self.insn_count * INSN_BYTES)[: AXI_ADDR_WIDTH + 1]),
+                    ]
                     m.d.sync += [to_dispatch.eq(self.insn_count), beat_k.eq(0)]
                     with m.If(self.insn_count != 0):
                         m.next = "AR"
@@ -180,7 +184,7 @@ class Fetch(wiring.Component):
                 with m.If(axi.arvalid & axi.arready):
                     m.d.comb += claim.eq(1)
                     m.d.sync += units_left.eq(plan.units)
-                    plan.advance()
+                    m.d.comb += plan.advance.eq(1)
                     m.next = "DATA"
             with m.State("DATA"):
                 m.d.comb += [axi.rready.eq(1), take.eq(axi.rvalid)]
