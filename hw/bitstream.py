@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import HWConfig
-from .core.dma import BURST_BEATS
 from .core.regblock import ADDR_WIDTH
 from .export import export_verilog, module_name
 from .regmap import config_hash
+from .timing import BURST_BEATS
 
 MANIFEST = Path(__file__).resolve().parents[1] / "bitstreams" / "manifest.json"
 WRAPPER = "tf_accel"

@@ -433,7 +433,7 @@ def check_config_fits(cfg: HWConfig) -> None:
 _MEM_FIELDS = tuple(f.name for f in dataclasses.fields(MemInsn))
 _GEMM_FIELDS = tuple(f.name for f in dataclasses.fields(GemmInsn))
 _ALU_FIELDS = tuple(f.name for f in dataclasses.fields(AluInsn))
-_DEP_FIELDS = ("pop_prev", "pop_next", "push_prev", "push_next")
+DEP_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")  # hw/tokens.py: their queues
 
 
 def _where(index: int | None) -> str:
@@ -445,7 +445,7 @@ def encode_word(insn: Insn, cfg: HWConfig, index: int | None = None) -> int:
     if not isinstance(insn, (MemInsn, GemmInsn, AluInsn, FinishInsn)):
         raise IsaError(f"{_where(index)}must be an ISA instruction, not {insn!r}")
     what = f"{_where(index)}({describe(insn)})"
-    values = {f: int(getattr(insn, f)) for f in _DEP_FIELDS}
+    values = {f: int(getattr(insn, f)) for f in DEP_FLAGS}
     values["opcode"] = int(insn.opcode)
     if isinstance(insn, MemInsn):
         if insn.opcode not in (Opcode.LOAD, Opcode.STORE):
@@ -487,11 +487,11 @@ def decode_word(word: int, cfg: HWConfig, index: int | None = None) -> Insn:
         return AluInsn(**{f: _typed(f, v[f]) for f in _ALU_FIELDS})
     v = lay.gemm.unpack(word)
     if opcode == Opcode.FINISH:
-        return FinishInsn(**{f: bool(v[f]) for f in _DEP_FIELDS})
+        return FinishInsn(**{f: bool(v[f]) for f in DEP_FLAGS})
     return GemmInsn(**{f: _typed(f, v[f]) for f in _GEMM_FIELDS})
 
 
-_BOOL_FIELDS = frozenset(_DEP_FIELDS + ("reset_reg", "use_imm"))
+_BOOL_FIELDS = frozenset(DEP_FLAGS + ("reset_reg", "use_imm"))
 
 
 def _typed(name: str, value: object) -> object:

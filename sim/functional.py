@@ -25,6 +25,7 @@ import numpy as np
 
 from ..hw.config import HWConfig
 from ..hw.isa import (
+    DEP_FLAGS,
     INSN_BYTES,
     AluInsn,
     AluOp,
@@ -42,6 +43,7 @@ from ..hw.isa import (
     elem_bytes,
     stage_of,
 )
+from ..hw.tokens import STAGE_FLAGS, TOKEN_QUEUES, pop_queues, push_queues
 from .memory import DeviceMemory, DeviceMemoryError
 
 GEMM_CHUNK = 4096  # micro-op steps per vectorized GEMM batch (bounds temporary memory)
@@ -101,37 +103,11 @@ class SimStats:
         return asdict(self)
 
 
-# Token queues named by (producer, consumer): l2g = load -> compute ("g" is the gemm/compute
-# stage), g2l = compute -> load, g2s = compute -> store, s2g = store -> compute.
-POP_QUEUES = {
-    Stage.LOAD: {"pop_next": "g2l"},
-    Stage.COMPUTE: {"pop_prev": "l2g", "pop_next": "s2g"},
-    Stage.STORE: {"pop_prev": "g2s"},
-}
-PUSH_QUEUES = {
-    Stage.LOAD: {"push_next": "l2g"},
-    Stage.COMPUTE: {"push_prev": "g2l", "push_next": "g2s"},
-    Stage.STORE: {"push_prev": "s2g"},
-}
-PRODUCER = {"l2g": "load", "g2l": "compute", "g2s": "compute", "s2g": "store"}
-
-
-def pop_queues(insn: Insn) -> list[str]:
-    """The token queues an instruction pops before it runs."""
-    return [q for flag, q in POP_QUEUES[stage_of(insn)].items() if getattr(insn, flag)]
-
-
-def push_queues(insn: Insn) -> list[str]:
-    """The token queues an instruction pushes after it runs."""
-    return [q for flag, q in PUSH_QUEUES[stage_of(insn)].items() if getattr(insn, flag)]
-
-
 def check_dep_flags(insn: Insn, index: int) -> None:
     """Reject dependency flags that name a stage the instruction's stage does not have."""
     stage = stage_of(insn)
-    allowed = set(POP_QUEUES[stage]) | set(PUSH_QUEUES[stage])
-    for flag in ("pop_prev", "pop_next", "push_prev", "push_next"):
-        if getattr(insn, flag) and flag not in allowed:
+    for flag in DEP_FLAGS:
+        if getattr(insn, flag) and flag not in STAGE_FLAGS[stage]:
             side = "previous" if flag.endswith("prev") else "next"
             raise DepFlagError(
                 f"instruction {index} ({describe(insn)}) sets {flag}, but the "
@@ -172,7 +148,7 @@ def describe_wait(
     if head is None:
         return f"{name} is idle"
     index, insn = head
-    whom = " and ".join(f"{q} (from {PRODUCER[q]})" for q in empty)
+    whom = " and ".join(f"{q} (from {TOKEN_QUEUES[q].producer.name.lower()})" for q in empty)
     return f"{name} waits at instruction {index} ({describe(insn)}) to pop a token from {whom}"
 
 
@@ -493,19 +469,33 @@ class StageStepper:
         raise NotImplementedError
 
 
-class _Pipeline(StageStepper):
-    """Fetch, the three in-order stages and the four token queues of one program run."""
+class TokenStepper(StageStepper):
+    """The token protocol without data: fetch, three in-order stages, four bounded token queues.
 
-    def __init__(self, sim: FunctionalSim, insns: Sequence[Insn], stats: SimStats) -> None:
-        self.sim, self.insns, self.stats = sim, insns, stats
+    A stage pops an instruction together with its tokens, runs it (``_execute``: nothing here),
+    then pushes its tokens, waiting while a token queue is full: the RTL's order (pop in cycle S,
+    push at E), so popping frees room before pushing needs it. The compiler's ``verify_tokens``
+    runs this class; ``FunctionalSim`` runs it with data.
+
+    Raises (from ``run``):
+        DeadlockError: naming each stage's waiting instruction and queue.
+        SimError: FINISH could run before other instructions, or would leave tokens behind.
+    """
+
+    def __init__(self, insns: Sequence[Insn], insn_queue_depth: int, dep_queue_depth: int) -> None:
+        self.insns = insns
+        self.insn_queue_depth, self.dep_queue_depth = insn_queue_depth, dep_queue_depth
         self.queues: dict[Stage, deque[int]] = {s: deque() for s in Stage}
-        self.tokens = {"l2g": 0, "g2l": 0, "g2s": 0, "s2g": 0}
+        self.tokens = dict.fromkeys(TOKEN_QUEUES, 0)
         self.pending: dict[Stage, list[str]] = {s: [] for s in Stage}
-        self.fetched = 0
+        self.fetched = self.executed = 0
         self.done = False
 
+    def _execute(self, insn: Insn, index: int) -> None:
+        """Run a popped instruction (the data-less protocol has nothing to do)."""
+
     def _fetch(self) -> bool:
-        depth, moved = self.sim.cfg.insn_queue_depth, False
+        depth, moved = self.insn_queue_depth, False
         while self.fetched < len(self.insns):
             stage = stage_of(self.insns[self.fetched])
             if len(self.queues[stage]) >= depth:
@@ -517,10 +507,7 @@ class _Pipeline(StageStepper):
 
     def _push_pending(self, stage: Stage) -> bool:
         moved = False
-        while (
-            self.pending[stage]
-            and self.tokens[self.pending[stage][0]] < self.sim.cfg.dep_queue_depth
-        ):
+        while self.pending[stage] and self.tokens[self.pending[stage][0]] < self.dep_queue_depth:
             self.tokens[self.pending[stage].pop(0)] += 1
             moved = True
         return moved
@@ -541,9 +528,8 @@ class _Pipeline(StageStepper):
         for q in pops:
             self.tokens[q] -= 1
         queue.popleft()
-        self.sim.exec_insn(insn, index, self.stats)
-        counter = f"{stage.name.lower()}_insns"
-        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        self._execute(insn, index)
+        self.executed += 1
         self.pending[stage] = push_queues(insn)
         self._push_pending(stage)
         if isinstance(insn, FinishInsn):
@@ -564,10 +550,9 @@ class _Pipeline(StageStepper):
         parts = [self._waiting(s) for s in Stage]
         if self.fetched < len(self.insns):
             nxt = self.insns[self.fetched]
-            parts.append(describe_fetch_block(self.fetched, nxt, self.sim.cfg.insn_queue_depth))
-        return (
-            f"deadlock after {self.stats.insn_count} of {len(self.insns)} instructions: "
-            + "; ".join(parts)
+            parts.append(describe_fetch_block(self.fetched, nxt, self.insn_queue_depth))
+        return f"deadlock after {self.executed} of {len(self.insns)} instructions: " + "; ".join(
+            parts
         )
 
     def _check_drained(self, finish_pops: list[str]) -> None:
@@ -592,3 +577,16 @@ class _Pipeline(StageStepper):
                 f"FINISH would leave tokens in {leftover}; every pushed token must be popped, "
                 "or the next program starts out of step"
             )
+
+
+class _Pipeline(TokenStepper):
+    """The token protocol running each instruction on the simulator's SRAMs and DRAM."""
+
+    def __init__(self, sim: FunctionalSim, insns: Sequence[Insn], stats: SimStats) -> None:
+        super().__init__(insns, sim.cfg.insn_queue_depth, sim.cfg.dep_queue_depth)
+        self.sim, self.stats = sim, stats
+
+    def _execute(self, insn: Insn, index: int) -> None:
+        self.sim.exec_insn(insn, index, self.stats)
+        counter = f"{stage_of(insn).name.lower()}_insns"
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)

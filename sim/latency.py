@@ -1,8 +1,8 @@
 """Closed-form latencies of each instruction on the accelerator, and the timing parameters.
 
-Every constant is a named field of ``TimingParams``; the formulas are the RTL's per-block
-cycle counts (docs/hardware.md), which tests hold the Amaranth blocks to. ``sim/timing.py``
-composes them into whole-program schedules.
+Every constant is a named field of ``TimingParams``; the RTL's own constants and per-block
+formulas (GEMM, ALU) are hw/timing.py's, imported here, which tests hold the Amaranth blocks to.
+``sim/timing.py`` composes them into whole-program schedules.
 """
 
 from __future__ import annotations
@@ -15,9 +15,17 @@ import numpy as np
 
 from ..hw.config import HWConfig
 from ..hw.isa import AluInsn, GemmInsn, Insn, MemInsn, Opcode, Stage, elem_bytes
+from ..hw.timing import (
+    ALU_LATENCY,
+    BURST_BEATS,
+    FETCH_BUFFER_BURSTS,
+    GEMM_LATENCY,
+    PAGE_BYTES,
+    alu_cycles,
+    alu_ii,
+    gemm_cycles,
+)
 
-PAGE_BYTES = 4096  # an AXI burst never crosses a 4 KiB boundary
-TOKEN_QUEUES = ("l2g", "g2l", "g2s", "s2g")
 STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
 
 
@@ -47,9 +55,9 @@ class TimingParams:
         issue_cycles: cycles a stage spends popping and decoding an instruction before its
             unit (DMA engine, GEMM core, ALU) accepts it.
         pad_cycles: cycles to write one zero-padding element into SRAM.
-        gemm_latency: GEMM pipeline depth, UOP read to ACC write (hw/core/gemm.py
+        gemm_latency: GEMM pipeline depth, UOP read to ACC write (hw/timing.py
             ``GEMM_LATENCY``).
-        alu_latency: ALU pipeline depth (hw/core/alu.py ``ALU_LATENCY``).
+        alu_latency: ALU pipeline depth (hw/timing.py ``ALU_LATENCY``).
         finish_cycles: cycles from FINISH's issue to ``done``.
     """
 
@@ -59,14 +67,14 @@ class TimingParams:
     clock_mhz: float = 100.0
     dram_read_latency: int = 24
     dram_write_latency: int = 8
-    burst_beats: int = 16
-    fetch_buffer_bursts: int = 2
+    burst_beats: int = BURST_BEATS
+    fetch_buffer_bursts: int = FETCH_BUFFER_BURSTS
     cmd_queue_latency: int = 2
     token_latency: int = 1
     issue_cycles: int = 1
     pad_cycles: int = 1
-    gemm_latency: int = 4
-    alu_latency: int = 4
+    gemm_latency: int = GEMM_LATENCY
+    alu_latency: int = ALU_LATENCY
     finish_cycles: int = 1
 
     def __post_init__(self) -> None:
@@ -114,24 +122,6 @@ class TimingParams:
 
 
 # ---- closed-form latencies -----------------------------------------------------------------
-
-
-def gemm_cycles(n_steps: int, p: TimingParams) -> int:
-    """GEMM core, accept to next accept: one step per cycle, then the pipeline drains.
-
-    The formula of hw/core/gemm.py ``gemm_cycles`` (docs/hardware.md "GemmCore").
-    """
-    return n_steps + p.gemm_latency + 1 if n_steps > 0 else 1
-
-
-def alu_ii(use_imm: bool, reset_reg: bool = False) -> int:
-    """ALU initiation interval: 2 with an ACC operand (one read port), else 1 (hw/core/alu.py)."""
-    return 1 if use_imm or reset_reg else 2
-
-
-def alu_cycles(n_steps: int, ii: int, p: TimingParams) -> int:
-    """Tensor ALU, accept to next accept (hw/core/alu.py ``alu_cycles``)."""
-    return (n_steps - 1) * ii + p.alu_latency + 2 if n_steps > 0 else 1
 
 
 def loop_steps(insn: GemmInsn | AluInsn) -> int:
@@ -198,10 +188,10 @@ def insn_cycles(insn: Insn, cfg: HWConfig, p: TimingParams) -> int:
             return store_cycles(insn, cfg, p)
         return load_cycles(insn, cfg, p)
     if isinstance(insn, GemmInsn):
-        return p.issue_cycles + gemm_cycles(loop_steps(insn), p)
+        return p.issue_cycles + gemm_cycles(loop_steps(insn), p.gemm_latency)
     if isinstance(insn, AluInsn):
         ii = alu_ii(insn.use_imm, insn.reset_reg)
-        return p.issue_cycles + alu_cycles(loop_steps(insn), ii, p)
+        return p.issue_cycles + alu_cycles(loop_steps(insn), ii, p.alu_latency)
     return p.issue_cycles + p.finish_cycles
 
 

@@ -42,16 +42,12 @@ from ..hw.isa import (
     elem_bytes,
     stage_of,
 )
-
-# The token tables are the functional simulator's, so both models read the same protocol.
+from ..hw.tokens import POP_QUEUES, TOKEN_QUEUES, pop_queues, push_queues
 from .functional import (
-    POP_QUEUES,
     SimError,
     StageStepper,
     describe_fetch_block,
     describe_wait,
-    pop_queues,
-    push_queues,
     validate_program,
 )
 
@@ -59,7 +55,6 @@ from .functional import (
 from .latency import (
     PAGE_BYTES,
     STAGES,
-    TOKEN_QUEUES,
     TimingParams,
     alu_cycles,
     alu_ii,

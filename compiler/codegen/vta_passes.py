@@ -13,12 +13,13 @@ Pipeline order (``vta.generate_program`` runs them):
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ...hw.config import HWConfig
 from ...hw.isa import LOOP_ITER_WIDTH, FinishInsn, Insn, Stage, Uop, describe, stage_of
+from ...hw.tokens import LINKS
+from ...sim.functional import SimError, TokenStepper, validate_program
 from ..tir.stmt import LoweringError
 from .vta_tile import (
     SCOPES,
@@ -262,15 +263,6 @@ class Emitted:
     writes: tuple[str, ...] = ()
 
 
-# (producer, consumer) -> (producer's push flag, consumer's pop flag)
-_LINKS = {
-    (Stage.LOAD, Stage.COMPUTE): ("push_next", "pop_prev"),
-    (Stage.COMPUTE, Stage.LOAD): ("push_prev", "pop_next"),
-    (Stage.COMPUTE, Stage.STORE): ("push_next", "pop_prev"),
-    (Stage.STORE, Stage.COMPUTE): ("push_prev", "pop_next"),
-}
-
-
 def insert_dependency_tokens(stream: Sequence[Emitted]) -> list[Emitted]:
     """Set push/pop flags so every cross-stage hazard waits; append FINISH after everything.
 
@@ -344,7 +336,7 @@ def _hazards(
         for pos in readers.get(b, {}).values():
             need(pos)
     for s in needs:
-        if (s, stage) not in _LINKS:
+        if (s, stage) not in LINKS:
             raise LoweringError(
                 f"instruction {i} ({describe(e.insn)}) depends on the {s.name.lower()} stage, "
                 f"but the {stage.name.lower()} and {s.name.lower()} stages share no token "
@@ -355,7 +347,8 @@ def _hazards(
 
 def _link(out: list[Emitted], stages: list[Stage], i: int, producer: Stage, p: int) -> None:
     """Producer instruction ``p`` pushes a token that instruction ``i`` pops."""
-    push, pop = _LINKS[(producer, stages[i])]
+    link = LINKS[(producer, stages[i])]
+    push, pop = link.push, link.pop
     assert not getattr(out[p].insn, push), f"instruction {p} already pushes {push}"
     out[p] = dataclasses.replace(out[p], insn=replace(out[p].insn, **{push: True}))
     out[i] = dataclasses.replace(out[i], insn=replace(out[i].insn, **{pop: True}))
@@ -363,75 +356,19 @@ def _link(out: list[Emitted], stages: list[Stage], i: int, producer: Stage, p: i
 
 # ---- 6. token verification -----------------------------------------------------------------
 
-_POPS = {
-    Stage.LOAD: {"pop_next": "g2l"},
-    Stage.COMPUTE: {"pop_prev": "l2g", "pop_next": "s2g"},
-    Stage.STORE: {"pop_prev": "g2s"},
-}
-_PUSHES = {
-    Stage.LOAD: {"push_next": "l2g"},
-    Stage.COMPUTE: {"push_prev": "g2l", "push_next": "g2s"},
-    Stage.STORE: {"push_prev": "s2g"},
-}
-
 
 def verify_tokens(insns: Sequence[Insn], cfg: HWConfig, name: str = "program") -> None:
-    """Run the token protocol abstractly (no data): reject deadlocks and unbalanced tokens.
+    """Run the token protocol without data: reject deadlocks and unbalanced tokens.
 
-    Models fetch into bounded per-stage queues (``insn_queue_depth``) and bounded token queues
-    (``dep_queue_depth``), as the hardware has them.
+    The stepping is the simulators' own (sim/functional.py ``TokenStepper``: bounded command
+    queues of ``insn_queue_depth``, token queues of ``dep_queue_depth``, pop before push, as the
+    RTL does), so a stream is accepted exactly when the functional simulator runs it.
 
     Raises:
         LoweringError: naming the stuck instructions, or the tokens left over at FINISH.
     """
-    if not insns or not isinstance(insns[-1], FinishInsn):
-        raise LoweringError(f"{name}: the instruction stream must end with FINISH")
-    queues: dict[Stage, deque[int]] = {s: deque() for s in Stage}
-    tokens = {"l2g": 0, "g2l": 0, "g2s": 0, "s2g": 0}
-    fetched, done = 0, 0
-    while done < len(insns):
-        moved = False
-        while fetched < len(insns):
-            st = stage_of(insns[fetched])
-            if len(queues[st]) >= cfg.insn_queue_depth:
-                break
-            queues[st].append(fetched)
-            fetched, moved = fetched + 1, True
-        for st in (Stage.COMPUTE, Stage.LOAD, Stage.STORE):
-            while queues[st] and _ready(insns[queues[st][0]], st, tokens, cfg):
-                insn = insns[queues[st].popleft()]
-                for flag, q in _POPS[st].items():
-                    tokens[q] -= bool(getattr(insn, flag))
-                for flag, q in _PUSHES[st].items():
-                    tokens[q] += bool(getattr(insn, flag))
-                done, moved = done + 1, True
-                if isinstance(insn, FinishInsn):
-                    _check_finish(name, done, len(insns), tokens)
-                    return
-        if not moved:
-            heads = [
-                f"{st.name.lower()} stage at instruction {q[0]} ({describe(insns[q[0]])})"
-                for st, q in queues.items()
-                if q
-            ]
-            raise LoweringError(
-                f"{name}: the dependency tokens deadlock after {done} of {len(insns)} "
-                f"instructions; waiting: {'; '.join(heads)}"
-            )
-
-
-def _ready(insn: Insn, st: Stage, tokens: dict[str, int], cfg: HWConfig) -> bool:
-    pops_ok = all(tokens[q] > 0 for f, q in _POPS[st].items() if getattr(insn, f))
-    room = all(tokens[q] < cfg.dep_queue_depth for f, q in _PUSHES[st].items() if getattr(insn, f))
-    return pops_ok and room
-
-
-def _check_finish(name: str, done: int, total: int, tokens: dict[str, int]) -> None:
-    if done != total:
-        raise LoweringError(
-            f"{name}: FINISH can run after {done - 1} of {total - 1} instructions; it must "
-            "wait for the others with dependency tokens"
-        )
-    left = {q: n for q, n in tokens.items() if n}
-    if left:
-        raise LoweringError(f"{name}: FINISH must leave no tokens behind, not {left}")
+    try:
+        validate_program(insns)
+        TokenStepper(insns, cfg.insn_queue_depth, cfg.dep_queue_depth).run()
+    except SimError as e:
+        raise LoweringError(f"{name}: the dependency tokens are wrong: {e}") from None

@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
 from ..isa import AluOp
+from ..timing import ALU_LATENCY
 from .common import (
     UOP_BITS,
     AccForward,
@@ -21,27 +22,6 @@ from .common import (
 )
 from .decode import alu_layout, uop_layout
 from .loop import UopLoop
-
-#: Cycles from a step's issue (its UOP read) to its ACC/OUT write; see docs/hardware.md.
-ALU_LATENCY = 4
-
-
-def alu_ii(use_imm: bool, reset_reg: bool = False) -> int:
-    """Initiation interval: 2 when the operand is ACC[src] (one ACC read port), else 1."""
-    return 1 if use_imm or reset_reg else 2
-
-
-def alu_cycles(n_steps: int, ii: int) -> int:
-    """Cycles from accepting an ALU instruction to being ready for the next one.
-
-    Steps issue every ``ii`` cycles (``alu_ii``), then the pipeline drains; an empty
-    instruction takes one cycle.
-
-    Example:
-        >>> alu_cycles(6, alu_ii(use_imm=False)), alu_cycles(6, alu_ii(use_imm=True))
-        (16, 11)
-    """
-    return (n_steps - 1) * ii + ALU_LATENCY + 2 if n_steps > 0 else 1
 
 
 def alu_lane(m: Module, op: Value, a: Value, b: Value, cfg: HWConfig) -> Value:
@@ -129,7 +109,8 @@ class AluCore(wiring.Component):
         reset, use_src = Signal(), Signal()
         alu_op = Signal.like(self.insn.payload.alu_opcode)
         imm = Signal(signed(cfg.acc_width))
-        v1, v2, v3, v4 = (Signal(name=f"v{i}") for i in range(1, 5))
+        # One valid bit per stage after S0: the pipeline is ALU_LATENCY (hw/timing.py) deep.
+        v1, v2, v3, v4 = (Signal(name=f"v{i}") for i in range(1, ALU_LATENCY + 1))
         idle = ~(loop.valid | v1 | v2 | v3 | v4)
         start = self.insn.valid & idle
         insn = self.insn.payload

@@ -7,8 +7,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
-from ..isa import AluOp, MemType, Opcode
+from ..isa import AluOp, MemType, Opcode, Stage
 from ..regmap import Status
+from ..timing import BURST_BEATS
 from .alu import AluCore
 from .axi import axi_read_signature
 from .common import (
@@ -22,10 +23,9 @@ from .common import (
     write_port,
 )
 from .decode import INSN_BITS, alu_layout, gemm_layout, mem_layout
-from .dma import BURST_BEATS
 from .gemm import GemmCore
 from .load import LoadDma
-from .stages import StageCtl, connect_read_mux, stage_signature
+from .stages import add_stage_ctl, connect_read_mux, stage_signature
 
 #: LOAD memory types the compute stage executes (hw.isa.stage_of), one DMA engine each.
 COMPUTE_LOADS = (MemType.UOP, MemType.ACC, MemType.ACC_8BIT)
@@ -56,7 +56,7 @@ class ComputeStage(wiring.Component):
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
         self.cfg = check_config(cfg)
         self.burst_beats = burst_beats
-        members = stage_signature(cfg, ("pop_prev", "pop_next"), ("push_prev", "push_next"))
+        members = stage_signature(Stage.COMPUTE)
         members.update(
             {
                 "axi": Out(axi_read_signature(cfg.axi_data_width)),
@@ -75,7 +75,7 @@ class ComputeStage(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         cfg = self.cfg
-        ctl = StageCtl(m, self)
+        ctl = add_stage_ctl(m, self, Stage.COMPUTE)
         gemm, alu = m.submodules.gemm, m.submodules.alu = GemmCore(cfg), AluCore(cfg)
         dmas = {mt: LoadDma(cfg, mt, self.burst_beats) for mt in COMPUTE_LOADS}
         for mt, dma in dmas.items():

@@ -12,15 +12,15 @@ element when elements are narrower than the bus (several per beat), else a beat.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
-from ..isa import MemType
+from ..isa import MEM_DRAM_WIDTH, MEM_SIZE_WIDTH, MemType
+from ..timing import PAGE_BYTES
 
-#: Beats of the longest burst (AXI3's 16, what Zynq-7000's HP ports take); sim/latency.py's
-#: ``TimingParams.burst_beats`` default.
-BURST_BEATS = 16
-PAGE_BYTES = 4096
 AXI_ADDR_WIDTH = 32
+TRANSFER_FIELDS = ("dram_base", "y_size", "x_size", "x_stride")
 
 
 def log2_exact(value: int, what: str) -> int:
@@ -29,85 +29,99 @@ def log2_exact(value: int, what: str) -> int:
     return value.bit_length() - 1
 
 
-class BurstPlanner:
-    """Walks the spans of one transfer and hands out bursts (logic built into ``m``).
+class BurstPlanner(wiring.Component):
+    """Walks the spans of one transfer and hands out bursts.
 
-    ``start(insn)`` (comb condition) loads a MemInsn view; ``addr``/``beats``/``units`` describe
-    the current burst; ``advance`` (comb condition) moves to the next; ``more`` says whether a
-    burst is left. Byte addresses wrap at ``AXI_ADDR_WIDTH`` bits.
+    ``start`` (a pulse) loads the transfer described by ``dram_base``, ``y_size``, ``x_size``
+    and ``x_stride`` (a MemInsn's fields, in elements); ``start_span`` loads one contiguous span
+    of ``span_bytes`` bytes at byte address ``span_base``. ``addr``/``beats``/``units``/``nbytes``
+    describe the current burst, ``cursor`` is its first byte; ``advance`` (a pulse) moves to the
+    next; ``more`` says whether a burst is left. Byte addresses wrap at ``AXI_ADDR_WIDTH`` bits.
     """
 
-    def __init__(self, m: Module, eb: int, bus_bytes: int, burst_beats: int) -> None:
-        self.m = m
+    def __init__(self, eb: int, bus_bytes: int, burst_beats: int) -> None:
         self.log_eb = log2_exact(eb, "elem_bytes")
         self.log_bus = log2_exact(bus_bytes, "bus_bytes")
         self.log_unit = min(self.log_eb, self.log_bus)
         log2_exact(burst_beats, "burst_beats")
         self.chunk = min(PAGE_BYTES, burst_beats * bus_bytes)
         w = AXI_ADDR_WIDTH
-        self.s = Signal(w)  # next byte of the current span
-        self.span_left = Signal(w + 1)  # bytes left in it
-        self.row_start = Signal(w)
-        self.rows_left = Signal(16)  # further spans after this one
-        self.row_bytes = Signal(w + 1)
-        self.stride_bytes = Signal(w)
+        super().__init__(
+            {
+                "start": In(1),
+                "dram_base": In(MEM_DRAM_WIDTH),
+                "y_size": In(MEM_SIZE_WIDTH),
+                "x_size": In(MEM_SIZE_WIDTH),
+                "x_stride": In(MEM_SIZE_WIDTH),
+                "start_span": In(1),
+                "span_base": In(w),
+                "span_bytes": In(w + 1),
+                "advance": In(1),
+                "cursor": Out(w),
+                "addr": Out(w),
+                "beats": Out(9),
+                "units": Out(w + 1),
+                "nbytes": Out(w + 1),
+                "more": Out(1),
+            }
+        )
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        w, lb, le = AXI_ADDR_WIDTH, self.log_bus, self.log_eb
+        s = self.cursor  # next byte of the current span
+        span_left = Signal(w + 1)  # bytes left in it
+        row_start = Signal(w)
+        rows_left = Signal(16)  # further spans after this one
+        row_bytes = Signal(w + 1)
+        stride_bytes = Signal(w)
         end = Signal(w + 1)
-        chunk_end = (self.s | (self.chunk - 1)) + 1
-        m.d.comb += end.eq(Mux(self.span_left < chunk_end - self.s, self.s + self.span_left,
-                               chunk_end))  # fmt: skip
-        self.nbytes = Signal(w + 1)
-        m.d.comb += self.nbytes.eq(end - self.s)
-        self.addr = Signal(w)
-        self.beats = Signal(9)
-        self.units = Signal(w + 1)
-        lb = self.log_bus
+        chunk_end = (s | (self.chunk - 1)) + 1
         m.d.comb += [
-            self.addr.eq(self.s & ~((1 << lb) - 1)),
-            self.beats.eq(((end - 1) >> lb) - (self.s >> lb) + 1),
+            end.eq(Mux(span_left < chunk_end - s, s + span_left, chunk_end)),
+            self.nbytes.eq(end - s),
+            self.addr.eq(s & ~((1 << lb) - 1)),
+            self.beats.eq(((end - 1) >> lb) - (s >> lb) + 1),
             self.units.eq(self.nbytes >> self.log_unit),
+            self.more.eq((span_left != 0) | (rows_left != 0)),
         ]
-        self.more = Signal()
-        m.d.comb += self.more.eq((self.span_left != 0) | (self.rows_left != 0))
-
-    def start(self, insn) -> None:
-        """Load the transfer of ``insn`` (a MemInsn view); call under the accepting condition."""
-        le = self.log_eb
-        base = (insn.dram_base << le)[:AXI_ADDR_WIDTH]
-        row = (insn.x_size << le)[: AXI_ADDR_WIDTH + 1]
-        contiguous = (insn.y_size == 1) | (insn.x_stride == insn.x_size)
-        total = ((insn.x_size * insn.y_size) << le)[: AXI_ADDR_WIDTH + 1]
-        self.m.d.sync += [
-            self.s.eq(base),
-            self.row_start.eq(base),
-            self.row_bytes.eq(row),
-            self.stride_bytes.eq(insn.x_stride << le),
-            self.span_left.eq(Mux(contiguous, total, row)),
-            self.rows_left.eq(Mux(contiguous | (insn.y_size == 0), 0, insn.y_size - 1)),
-        ]
-
-    def start_span(self, base, nbytes) -> None:
-        """Load one contiguous span of ``nbytes`` bytes at byte address ``base``."""
-        self.m.d.sync += [
-            self.s.eq(base),
-            self.row_start.eq(base),
-            self.span_left.eq(nbytes),
-            self.rows_left.eq(0),
-        ]
-
-    def advance(self) -> None:
-        """Step past the current burst; call under the condition that consumes it."""
-        m = self.m
-        left = self.span_left - self.nbytes
-        with m.If((left == 0) & (self.rows_left != 0)):
-            nxt = self.row_start + self.stride_bytes
+        with m.If(self.start):
+            base = (self.dram_base << le)[:w]
+            contiguous = (self.y_size == 1) | (self.x_stride == self.x_size)
+            total = ((self.x_size * self.y_size) << le)[: w + 1]
             m.d.sync += [
-                self.row_start.eq(nxt),
-                self.s.eq(nxt),
-                self.span_left.eq(self.row_bytes),
-                self.rows_left.eq(self.rows_left - 1),
+                s.eq(base),
+                row_start.eq(base),
+                row_bytes.eq((self.x_size << le)[: w + 1]),
+                stride_bytes.eq(self.x_stride << le),
+                span_left.eq(Mux(contiguous, total, (self.x_size << le)[: w + 1])),
+                rows_left.eq(Mux(contiguous | (self.y_size == 0), 0, self.y_size - 1)),
             ]
-        with m.Else():
-            m.d.sync += [self.s.eq(self.s + self.nbytes), self.span_left.eq(left)]
+        with m.If(self.start_span):
+            m.d.sync += [
+                s.eq(self.span_base),
+                row_start.eq(self.span_base),
+                span_left.eq(self.span_bytes),
+                rows_left.eq(0),
+            ]
+        with m.If(self.advance):
+            left = span_left - self.nbytes
+            with m.If((left == 0) & (rows_left != 0)):
+                nxt = row_start + stride_bytes
+                m.d.sync += [
+                    row_start.eq(nxt),
+                    s.eq(nxt),
+                    span_left.eq(row_bytes),
+                    rows_left.eq(rows_left - 1),
+                ]
+            with m.Else():
+                m.d.sync += [s.eq(s + self.nbytes), span_left.eq(left)]
+        return m
+
+
+def plan_transfer(m: Module, plan: BurstPlanner, insn) -> None:
+    """Feed a MemInsn view's transfer fields to ``plan`` (it loads them on ``start``)."""
+    m.d.comb += [getattr(plan, f).eq(getattr(insn, f)) for f in TRANSFER_FIELDS]
 
 
 def sram_index_width(cfg: HWConfig, memory_type: MemType) -> int:

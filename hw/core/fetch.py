@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
 from ..isa import (
+    DEP_FLAGS,
     INSN_BYTES,
     AluInsn,
     FinishInsn,
@@ -18,14 +19,12 @@ from ..isa import (
     Stage,
     stage_of,
 )
+from ..timing import BURST_BEATS, FETCH_BUFFER_BURSTS
+from ..tokens import STAGE_FLAGS
 from .axi import BURST_INCR, axi_read_signature
 from .common import check_config
 from .decode import INSN_BITS, mem_layout
-from .dma import AXI_ADDR_WIDTH, BURST_BEATS, BurstPlanner
-from .stages import FLAGS, STAGE_FLAGS
-
-#: Bursts of instructions fetch buffers (sim/latency.py ``TimingParams.fetch_buffer_bursts``).
-FETCH_BUFFER_BURSTS = 2
+from .dma import AXI_ADDR_WIDTH, BurstPlanner
 
 
 def routing_table() -> dict[tuple[int, int], Stage]:
@@ -60,9 +59,9 @@ class Fetch(wiring.Component):
     The cycle after ``start`` is the model's cycle 0. Byte addresses wrap at 32 bits.
 
     Fetch also checks the dependency flags (sim/functional.py ``check_dep_flags``): dispatching
-    an instruction that sets a flag its stage has no token queue for (``STAGE_FLAGS``) pulses
-    ``flag_error`` (STATUS BAD_FLAGS); the instruction is dispatched all the same, and its stage
-    ignores the flag.
+    an instruction that sets a flag its stage has no token queue for (hw/tokens.py
+    ``STAGE_FLAGS``) pulses ``flag_error`` (STATUS BAD_FLAGS); the instruction is dispatched all
+    the same, and its stage ignores the flag.
 
     Args:
         cfg: the HWConfig (``axi_data_width`` up to 128 bits: at most one instruction per beat).
@@ -111,7 +110,7 @@ class Fetch(wiring.Component):
         cfg, axi = self.cfg, self.axi
         bus = cfg.axi_data_width // 8
         ratio = INSN_BYTES // bus  # beats per instruction
-        plan = BurstPlanner(m, INSN_BYTES, bus, self.burst_beats)
+        plan = m.submodules.plan = BurstPlanner(INSN_BYTES, bus, self.burst_beats)
 
         # The instruction buffer: a ring of FETCH_BUFFER_BURSTS bursts' worth of words.
         depth = FETCH_BUFFER_BURSTS * self.per_burst
@@ -172,7 +171,11 @@ class Fetch(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start):
                     addr = self.insn_addr[:AXI_ADDR_WIDTH]
-                    plan.start_span(addr, (self.insn_count * INSN_BYTES)[: AXI_ADDR_WIDTH + 1])
+                    m.d.comb += [
+                        plan.start_span.eq(1),
+                        plan.span_base.eq(addr),
+                        plan.span_bytes.eq((self.insn_count * INSN_BYTES)[: AXI_ADDR_WIDTH + 1]),
+                    ]
                     m.d.sync += [to_dispatch.eq(self.insn_count), beat_k.eq(0)]
                     with m.If(self.insn_count != 0):
                         m.next = "AR"
@@ -181,7 +184,7 @@ class Fetch(wiring.Component):
                 with m.If(axi.arvalid & axi.arready):
                     m.d.comb += claim.eq(1)
                     m.d.sync += units_left.eq(plan.units)
-                    plan.advance()
+                    m.d.comb += plan.advance.eq(1)
                     m.next = "DATA"
             with m.State("DATA"):
                 m.d.comb += [axi.rready.eq(1), take.eq(axi.rvalid)]
@@ -214,7 +217,7 @@ class Fetch(wiring.Component):
         for s, out in outs.items():
             m.d.comb += [out.payload.eq(head), out.valid.eq(valid & (stage == s))]
             stray = 0  # flags set on the head that stage s has no token queue for
-            for f in FLAGS:
+            for f in DEP_FLAGS:
                 if f not in STAGE_FLAGS[s]:
                     stray = stray | head[lay[f].offset]
             with m.If(out.valid & out.ready):

@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
+from ..timing import GEMM_LATENCY
 from .common import (
     UOP_BITS,
     AccForward,
@@ -23,23 +24,6 @@ from .common import (
 )
 from .decode import gemm_layout, uop_layout
 from .loop import UopLoop
-
-#: Cycles from a step's issue (its UOP read) to its ACC/OUT write; see docs/hardware.md.
-GEMM_LATENCY = 4
-
-
-def gemm_cycles(n_steps: int) -> int:
-    """Cycles from accepting a GEMM instruction to being ready for the next one.
-
-    ``n_steps = iter_out * iter_in * max(0, uop_end - uop_bgn)``; one step per cycle (II = 1),
-    then the pipeline drains. An empty instruction takes one cycle.
-
-    Example:
-        >>> gemm_cycles(24), gemm_cycles(0)
-        (29, 1)
-    """
-    return n_steps + GEMM_LATENCY + 1 if n_steps > 0 else 1
-
 
 #: boards whose FPGA has DSP48E1 slices (25 x 18 multipliers) and too few of them for one per MAC
 PACKING_BOARDS = ("pynq",)
@@ -156,7 +140,8 @@ class GemmCore(wiring.Component):
 
         # Accept an instruction only when the whole pipeline is empty.
         reset = Signal()
-        v1, v2, v3, v4 = (Signal(name=f"v{i}") for i in range(1, 5))
+        # One valid bit per stage after S0: the pipeline is GEMM_LATENCY (hw/timing.py) deep.
+        v1, v2, v3, v4 = (Signal(name=f"v{i}") for i in range(1, GEMM_LATENCY + 1))
         idle = ~(loop.valid | v1 | v2 | v3 | v4)
         start = self.insn.valid & idle
         m.d.comb += [

@@ -8,10 +8,11 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
 from ..isa import MemType, elem_bytes
+from ..timing import BURST_BEATS
 from .axi import BURST_INCR, axi_read_signature
 from .common import UOP_BITS, acc_bits, check_config, inp_bits, wgt_bits, write_port
 from .decode import mem_layout
-from .dma import BURST_BEATS, BurstPlanner, sram_index_width
+from .dma import BurstPlanner, plan_transfer, sram_index_width
 
 
 def sram_bits(cfg: HWConfig, memory_type: MemType) -> int:
@@ -83,7 +84,8 @@ class LoadDma(wiring.Component):
         m = Module()
         cfg, insn, axi, wr = self.cfg, self.cmd.payload, self.axi, self.sram_wr
         eb, bus = elem_bytes(cfg, self.memory_type), cfg.axi_data_width // 8
-        plan = BurstPlanner(m, eb, bus, self.burst_beats)
+        plan = m.submodules.plan = BurstPlanner(eb, bus, self.burst_beats)
+        plan_transfer(m, plan, insn)
         walk = _ElementWalk(m, len(wr.addr))
         pads = _PadWalk(m, len(wr.addr))
         units_left = Signal.like(plan.units)
@@ -105,7 +107,7 @@ class LoadDma(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    plan.start(insn)
+                    m.d.comb += plan.start.eq(1)
                     walk.start(insn)
                     pads.start(insn)
                     has_pad = (insn.y_pad_0 | insn.y_pad_1 | insn.x_pad_0 | insn.x_pad_1) != 0
@@ -128,8 +130,8 @@ class LoadDma(wiring.Component):
                 with m.If(axi.arready):
                     m.d.sync += units_left.eq(plan.units)
                     if eb < bus:
-                        m.d.sync += lane.eq(plan.s >> plan.log_eb)  # wraps to the beat
-                    plan.advance()
+                        m.d.sync += lane.eq(plan.cursor >> plan.log_eb)  # wraps to the beat
+                    m.d.comb += plan.advance.eq(1)
                     m.next = "DATA"
             with m.State("DATA"):
                 m.d.comb += take.eq(axi.rvalid)

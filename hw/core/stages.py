@@ -12,71 +12,71 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
-from ..isa import MemType, Stage
+from ..isa import DEP_FLAGS, MemType, Stage
 from ..regmap import Status
+from ..timing import BURST_BEATS
+from ..tokens import POP_QUEUES, PUSH_QUEUES
 from .axi import axi_read_signature, axi_write_signature
 from .common import check_config, inp_bits, out_bits, wgt_bits, write_port
 from .common import read_port as sram_read_port
 from .decode import INSN_BITS, mem_layout
-from .dma import BURST_BEATS
 from .load import LoadDma
 from .regblock import STATUS_WIDTH
 from .store import StoreDma
 
-FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
-#: token queue -> (pushing stage and flag, popping stage and flag)
-TOKEN_QUEUES = {
-    "l2g": (("load", "push_next"), ("compute", "pop_prev")),
-    "g2l": (("compute", "push_prev"), ("load", "pop_next")),
-    "g2s": (("compute", "push_next"), ("store", "pop_prev")),
-    "s2g": (("store", "push_prev"), ("compute", "pop_next")),
-}
-#: The dependency flags a stage has a token queue for; any other flag set on one of its
-#: instructions is BAD_FLAGS (sim/functional.py ``check_dep_flags``).
-STAGE_FLAGS: dict[Stage, tuple[str, ...]] = {
-    s: tuple(f for f in FLAGS if any((s.name.lower(), f) in q for q in TOKEN_QUEUES.values()))
-    for s in Stage
-}
 #: A token queue's pop side as a stage sees it, and its push side.
 TOKEN_POP = wiring.Signature({"valid": In(1), "ready": Out(1)})
 TOKEN_PUSH = wiring.Signature({"valid": Out(1), "ready": In(1)})
 
 
-def stage_signature(cfg: HWConfig, pops: tuple[str, ...], pushes: tuple[str, ...]) -> dict:
-    """Ports every stage has: the command stream, its token queues, ``busy``, ``axi_error``
-    and ``error``/``error_status`` (an error the stage detected: a pulse and its STATUS)."""
-    members = {
+def token_ports(stage: Stage) -> dict:
+    """A stage's token-queue ports (hw/tokens.py): one per pop flag and one per push flag."""
+    pops = {f: Out(TOKEN_POP) for f in POP_QUEUES[stage]}
+    return pops | {f: Out(TOKEN_PUSH) for f in PUSH_QUEUES[stage]}
+
+
+def stage_signature(stage: Stage) -> dict:
+    """Ports every stage has: the command stream, its token queues, ``busy``, ``axi_error`` and
+    ``error``/``error_status`` (an error the stage detected: a pulse and its STATUS)."""
+    return {
         "cmd": In(stream.Signature(INSN_BITS)),
         "busy": Out(1),
         "axi_error": Out(1),
         "error": Out(1),
         "error_status": Out(STATUS_WIDTH),
+        **token_ports(stage),
     }
-    members.update({f: Out(TOKEN_POP) for f in pops})
-    members.update({f: Out(TOKEN_PUSH) for f in pushes})
-    return members
 
 
-class StageCtl:
-    """Pops instructions with their tokens and pushes tokens after them (logic built into ``m``).
+class StageCtl(wiring.Component):
+    """Pops instructions with their tokens and pushes tokens after them, for one stage.
 
-    The stage sets ``unit_done`` (comb) while the in-flight instruction's unit is finished and
-    ``accept`` (comb) when its unit takes the head instruction; ``can_pop`` says that the head
-    may be popped this cycle, ``pop`` that it is.
+    ``add_stage_ctl`` adds it to a stage and connects its ``cmd``, token ports and ``busy``.
+    The stage drives ``unit_done`` (comb) while the in-flight instruction's unit is finished;
+    ``pop`` says that the head instruction and its tokens are taken this cycle (the stage's unit
+    accepts it then).
     """
 
-    def __init__(self, m: Module, component: wiring.Component) -> None:
-        self.m = m
-        cmd = component.cmd
-        lay = mem_layout(component.cfg)
-        flag = {f: cmd.payload[lay[f].offset] for f in FLAGS}
-        self.inflight = Signal()
-        self.unit_done = Signal()
-        self.can_pop = Signal()
-        self.pop = Signal()
-        ports = {f: getattr(component, f) for f in FLAGS if f in component.signature.members}
+    def __init__(self, cfg: HWConfig, stage: Stage) -> None:
+        self.cfg = cfg
+        super().__init__(
+            {
+                "cmd": In(stream.Signature(INSN_BITS)),
+                "busy": Out(1),
+                "unit_done": In(1),
+                "pop": Out(1),
+                **token_ports(stage),
+            }
+        )
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        cmd, inflight = self.cmd, self.busy
+        lay = mem_layout(self.cfg)
+        flag = {f: cmd.payload[lay[f].offset] for f in DEP_FLAGS}
+        ports = {f: getattr(self, f) for f in DEP_FLAGS if f in self.signature.members}
         pend = {f: Signal(name=f"pend_{f}") for f in ports if f.startswith("push")}
-        finishing = self.inflight & self.unit_done
+        finishing = inflight & self.unit_done
         pushed_all = Signal()
         m.d.comb += pushed_all.eq(1)
         for f, pending in pend.items():
@@ -86,7 +86,7 @@ class StageCtl:
                 m.d.comb += pushed_all.eq(0)
             with m.If(port.valid & port.ready):
                 m.d.sync += pending.eq(0)
-        free = ~self.inflight | (finishing & pushed_all)
+        free = ~inflight | (finishing & pushed_all)
         tokens_ok = Signal()
         m.d.comb += tokens_ok.eq(1)
         for f, port in ports.items():
@@ -94,17 +94,22 @@ class StageCtl:
                 with m.If(flag[f] & ~port.valid):
                     m.d.comb += tokens_ok.eq(0)
                 m.d.comb += port.ready.eq(self.pop & flag[f])
-        m.d.comb += [
-            self.can_pop.eq(free & cmd.valid & tokens_ok),
-            self.pop.eq(self.can_pop),
-            cmd.ready.eq(self.pop),
-            component.busy.eq(self.inflight),
-        ]
+        m.d.comb += [self.pop.eq(free & cmd.valid & tokens_ok), cmd.ready.eq(self.pop)]
         with m.If(self.pop):
-            m.d.sync += self.inflight.eq(1)
+            m.d.sync += inflight.eq(1)
             m.d.sync += [pending.eq(flag[f]) for f, pending in pend.items()]
         with m.Elif(free):
-            m.d.sync += self.inflight.eq(0)
+            m.d.sync += inflight.eq(0)
+        return m
+
+
+def add_stage_ctl(m: Module, stage: wiring.Component, which: Stage) -> StageCtl:
+    """Add a ``StageCtl`` to stage component ``stage``'s module ``m``, wired to its ports."""
+    ctl = m.submodules.ctl = StageCtl(stage.cfg, which)
+    for name in ("cmd", *token_ports(which)):
+        wiring.connect(m, wiring.flipped(getattr(stage, name)), getattr(ctl, name))
+    m.d.comb += stage.busy.eq(ctl.busy)
+    return ctl
 
 
 def connect_read_mux(m: Module, port, masters: list, sel: Signal) -> None:
@@ -138,7 +143,7 @@ class LoadStage(wiring.Component):
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
         self.cfg = check_config(cfg)
         self.burst_beats = burst_beats
-        members = stage_signature(cfg, ("pop_next",), ("push_next",))
+        members = stage_signature(Stage.LOAD)
         members.update(
             {
                 "axi": Out(axi_read_signature(cfg.axi_data_width)),
@@ -150,7 +155,7 @@ class LoadStage(wiring.Component):
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        ctl = StageCtl(m, self)
+        ctl = add_stage_ctl(m, self, Stage.LOAD)
         dmas = {
             MemType.INP: LoadDma(self.cfg, MemType.INP, self.burst_beats),
             MemType.WGT: LoadDma(self.cfg, MemType.WGT, self.burst_beats),
@@ -187,7 +192,7 @@ class StoreStage(wiring.Component):
     def __init__(self, cfg: HWConfig, burst_beats: int = BURST_BEATS) -> None:
         self.cfg = check_config(cfg)
         self.burst_beats = burst_beats
-        members = stage_signature(cfg, ("pop_prev",), ("push_prev",))
+        members = stage_signature(Stage.STORE)
         members.update(
             {
                 "axi": Out(axi_write_signature(cfg.axi_data_width)),
@@ -198,7 +203,7 @@ class StoreStage(wiring.Component):
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        ctl = StageCtl(m, self)
+        ctl = add_stage_ctl(m, self, Stage.STORE)
         dma = m.submodules.dma = StoreDma(self.cfg, self.burst_beats)
         m.d.comb += [
             dma.cmd.payload.eq(self.cmd.payload),

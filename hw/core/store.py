@@ -7,10 +7,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
+from ..timing import BURST_BEATS
 from .axi import BURST_INCR, axi_write_signature
 from .common import check_config, out_bits, read_port
 from .decode import mem_layout
-from .dma import BURST_BEATS, BurstPlanner
+from .dma import BurstPlanner, plan_transfer
 
 
 class StoreDma(wiring.Component):
@@ -58,7 +59,8 @@ class StoreDma(wiring.Component):
         m = Module()
         cfg, insn, axi, rd = self.cfg, self.cmd.payload, self.axi, self.sram_rd
         eb, bus = cfg.out_elem_bytes, cfg.axi_data_width // 8
-        plan = BurstPlanner(m, eb, bus, self.burst_beats)
+        plan = m.submodules.plan = BurstPlanner(eb, bus, self.burst_beats)
+        plan_transfer(m, plan, insn)
         ptr = Signal(len(rd.addr))  # OUT index of the element at rd.data
         fresh = Signal()  # first cycle of a burst: its parameters come from the planner
         units_left, u_eff = Signal.like(plan.units), Signal.like(plan.units)
@@ -87,7 +89,7 @@ class StoreDma(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += [self.cmd.ready.eq(1), rd.addr.eq(insn.sram_base)]
                 with m.If(self.cmd.valid):
-                    plan.start(insn)
+                    m.d.comb += plan.start.eq(1)
                     m.d.sync += ptr.eq(insn.sram_base)
                     moves = (insn.x_size != 0) & (insn.y_size != 0)  # else a token-only NOP
                     with m.If(moves & outside):
@@ -96,8 +98,7 @@ class StoreDma(wiring.Component):
                         m.d.sync += fresh.eq(1)
                         m.next = "DATA"
             with m.State("DATA"):
-                with m.If(fresh):
-                    plan.advance()
+                m.d.comb += plan.advance.eq(fresh)
                 self._send(m, plan, fresh, u_eff, consume, elem_next)
                 with m.If(elem_next):
                     m.d.sync += ptr.eq(ptr + 1)
@@ -139,7 +140,7 @@ class StoreDma(wiring.Component):
         data = Signal(bus * 8)
         strb = Signal(bus)
         m.d.comb += [
-            lane_eff.eq(Mux(fresh, plan.s >> plan.log_eb, lane)),
+            lane_eff.eq(Mux(fresh, plan.cursor >> plan.log_eb, lane)),
             data.eq(held),
             data.word_select(lane_eff, eb * 8).eq(rd.data),
             strb.eq(held_strb | (((1 << eb) - 1) << (lane_eff * eb))),

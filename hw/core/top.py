@@ -10,14 +10,15 @@ from amaranth.lib.wiring import In, Out
 from ..config import HWConfig
 from ..isa import Stage
 from ..regmap import Status
+from ..timing import BURST_BEATS
+from ..tokens import TOKEN_QUEUES
 from .axi import axi_lite_signature, axi_read_signature, axi_write_signature
 from .common import UOP_BITS, acc_bits, check_config, inp_bits, out_bits, wgt_bits
 from .compute import ComputeStage
-from .dma import BURST_BEATS
 from .fetch import Fetch
 from .queues import CommandQueue, TokenQueue
 from .regblock import ADDR_WIDTH, RegBlock
-from .stages import TOKEN_QUEUES, LoadStage, StoreStage
+from .stages import LoadStage, StoreStage
 
 
 class Top(wiring.Component):
@@ -66,9 +67,10 @@ class Top(wiring.Component):
             wiring.connect(m, stage.axi, wiring.flipped(getattr(self, f"m_axi_{name}")))
         wiring.connect(m, wiring.flipped(self.s_axil), regs.s_axil)
         wiring.connect(m, fetch.axi, wiring.flipped(self.m_axi_fetch))
-        for name, ((src, push), (dst, pop)) in TOKEN_QUEUES.items():
+        for name, link in TOKEN_QUEUES.items():
             q = m.submodules[name] = TokenQueue(cfg)
-            pusher, popper = getattr(stages[src], push), getattr(stages[dst], pop)
+            pusher = getattr(stages[link.producer.name.lower()], link.push)
+            popper = getattr(stages[link.consumer.name.lower()], link.pop)
             m.d.comb += [
                 q.push_valid.eq(pusher.valid),
                 pusher.ready.eq(q.push_ready),

@@ -8,8 +8,9 @@ from amaranth_harness import SramHarness, read_back, run_insn, simulate
 from core_models import Srams, alu_model, random_alu, special_acc
 
 from tensorforge.hw.config import HWConfig
-from tensorforge.hw.core.alu import AluCore, alu_cycles, alu_ii
+from tensorforge.hw.core.alu import AluCore
 from tensorforge.hw.isa import AluInsn, AluOp, Uop, wrap
+from tensorforge.hw.timing import alu_cycles, alu_ii
 
 TINY = HWConfig.preset("tiny")
 

@@ -12,11 +12,10 @@ import pytest
 from core_models import Srams, alu_model, gemm_model, pack, random_alu, random_gemm
 
 from tensorforge.hw.config import HWConfig
-from tensorforge.hw.core.alu import alu_cycles, alu_ii
 from tensorforge.hw.core.common import acc_bits, inp_bits, out_bits, wgt_bits
-from tensorforge.hw.core.gemm import gemm_cycles
 from tensorforge.hw.export import TOPS, export_verilog, module_name
 from tensorforge.hw.isa import AluOp, encode_word
+from tensorforge.hw.timing import alu_cycles, alu_ii, gemm_cycles
 
 HERE = Path(__file__).parent
 

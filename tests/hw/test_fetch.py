@@ -15,7 +15,6 @@ from axi_models import AxiMemory
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.core.fetch import Fetch, routing_table
 from tensorforge.hw.core.queues import CommandQueue
-from tensorforge.hw.core.stages import STAGE_FLAGS, TOKEN_QUEUES
 from tensorforge.hw.isa import (
     INSN_BYTES,
     AluInsn,
@@ -29,7 +28,6 @@ from tensorforge.hw.isa import (
     encode_word,
     stage_of,
 )
-from tensorforge.sim.functional import POP_QUEUES, PUSH_QUEUES
 from tensorforge.sim.latency import TimingParams
 from tensorforge.sim.timing import simulate_timing
 
@@ -158,12 +156,3 @@ def test_fetch_refuses_buses_wider_than_an_instruction():
     cfg = HWConfig.preset("tiny").replace(axi_data_width=256)
     with pytest.raises(ValueError, match=r"axi_data_width must be at most 128 .* not 256"):
         Fetch(cfg)
-
-
-def test_stage_flags_and_token_queues_are_the_models():
-    """Fetch's BAD_FLAGS rule and the top's token wiring read the tables of sim/functional.py."""
-    for stage in STAGES:
-        assert set(STAGE_FLAGS[stage]) == set(POP_QUEUES[stage]) | set(PUSH_QUEUES[stage])
-    for queue, ((pusher, push), (popper, pop)) in TOKEN_QUEUES.items():
-        assert PUSH_QUEUES[Stage[pusher.upper()]][push] == queue
-        assert POP_QUEUES[Stage[popper.upper()]][pop] == queue

@@ -8,8 +8,9 @@ from amaranth_harness import SramHarness, read_back, run_insn, simulate
 from core_models import Srams, gemm_model, random_gemm
 
 from tensorforge.hw.config import HWConfig
-from tensorforge.hw.core.gemm import GEMM_LATENCY, GemmCore, gemm_cycles
+from tensorforge.hw.core.gemm import GemmCore
 from tensorforge.hw.isa import GemmInsn, Uop
+from tensorforge.hw.timing import GEMM_LATENCY, gemm_cycles
 
 
 def run_program(

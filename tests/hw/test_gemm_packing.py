@@ -5,10 +5,11 @@ the packing arithmetic checked exhaustively, and the pynq core's DSP count under
 
 from __future__ import annotations
 
-import functools
+import re
 
 import pytest
 import test_gemm_core as unpacked  # the existing tests, re-run below with packing on
+from amaranth.back import rtlil
 from amaranth.hdl import Module, Signal, signed
 from amaranth.sim import Simulator
 
@@ -25,39 +26,71 @@ TINY = HWConfig.preset("tiny")
 PYNQ = HWConfig.preset("pynq")
 
 
-@pytest.fixture(autouse=True)
-def packed_cores(monkeypatch):
-    monkeypatch.setattr(unpacked, "GemmCore", functools.partial(GemmCore, dsp_packing=True))
+def multipliers(core: GemmCore) -> tuple[int, int]:
+    """(packed, single) multipliers of the elaborated core: its product registers in RTLIL."""
+    text = rtlil.convert(core)
+    return tuple(len(set(re.findall(rf"wire .*\\{p}\d+_\d+_\d+\b", text))) for p in ("pp", "p"))
+
+
+@pytest.fixture
+def packed(monkeypatch):
+    """Run a test of test_gemm_core.py with every GemmCore it builds packed; then check that it
+    built one and that each elaborates to batch x block_in multipliers per output-lane pair
+    (one more per lane for an odd last lane), so the test fails if packing silently turns off."""
+
+    def run(test, *args) -> None:
+        built: list[GemmCore] = []
+
+        def packed_core(cfg: HWConfig) -> GemmCore:
+            built.append(GemmCore(cfg, dsp_packing=True))
+            return built[-1]
+
+        monkeypatch.setattr(unpacked, "GemmCore", packed_core)
+        test(*args)
+        assert built, f"{test.__name__} built no GemmCore"
+        for core in built:
+            c = core.cfg
+            want = (
+                c.batch * c.block_in * (c.block_out // 2),
+                c.batch * c.block_in * (c.block_out % 2),
+            )
+            assert multipliers(core) == want, f"{c.name}: (packed, single) multipliers"
+
+    return run
 
 
 @pytest.mark.parametrize("cfg", [TINY, unpacked.TINY_B2], ids=lambda c: c.name)
-def test_packed_random_program_matches_numpy(cfg):
-    unpacked.test_gemm_random_program_matches_numpy(cfg)
+def test_packed_random_program_matches_numpy(packed, cfg):
+    packed(unpacked.test_gemm_random_program_matches_numpy, cfg)
 
 
-def test_packed_back_to_back_steps_on_one_acc_entry():
-    unpacked.test_gemm_back_to_back_steps_on_one_acc_entry()
+def test_packed_back_to_back_steps_on_one_acc_entry(packed):
+    packed(unpacked.test_gemm_back_to_back_steps_on_one_acc_entry)
 
 
-def test_packed_reset_zeroes_acc_and_out():
-    unpacked.test_gemm_reset_zeroes_acc_and_out()
+def test_packed_reset_zeroes_acc_and_out(packed):
+    packed(unpacked.test_gemm_reset_zeroes_acc_and_out)
 
 
-def test_packed_small_case_matches_numpy_pynq():
-    unpacked.test_gemm_small_case_matches_numpy_pynq()
+def test_packed_small_case_matches_numpy_pynq(packed):
+    packed(unpacked.test_gemm_small_case_matches_numpy_pynq)
 
 
-def test_packed_write_first_srams():
-    unpacked.test_gemm_is_exact_with_write_first_srams()
+def test_packed_write_first_srams(packed):
+    packed(unpacked.test_gemm_is_exact_with_write_first_srams)
 
 
-def test_packed_one_entry_buffers():
-    unpacked.test_gemm_with_one_entry_buffers_wraps_every_index()
+def test_packed_one_entry_buffers(packed):
+    packed(unpacked.test_gemm_with_one_entry_buffers_wraps_every_index)
 
 
-def test_odd_block_out_leaves_the_last_lane_unpacked():
+def test_odd_block_out_leaves_the_last_lane_unpacked(packed):
     cfg = TINY.replace(name="tiny_o1", log_block_out=0)  # BLOCK_OUT 1: nothing to pair
-    unpacked.test_gemm_random_program_matches_numpy(cfg)
+    packed(unpacked.test_gemm_random_program_matches_numpy, cfg)
+
+
+def test_unpacked_core_has_one_multiplier_per_mac():
+    assert multipliers(GemmCore(TINY)) == (0, TINY.macs_per_cycle)
 
 
 def test_packed_core_is_the_default_on_pynq_only():

@@ -317,3 +317,30 @@ def test_full_token_queues_stall_pushes_as_in_the_model():
     assert counters["load_stall_push"] > 0, "the program must make pushes wait"
     x = np.random.default_rng(1).integers(-128, 128, (3, cfg.batch, cfg.block_in), np.int8)
     check_image(image, {"X": x}, p)
+
+
+def test_a_stage_pops_before_it_pushes_as_in_the_model():
+    """dep_queue_depth = 1 and both l2g and g2l full while GEMM 2 and LOAD 3 wait to pop one
+    and push the other: it runs because a stage pops first (the stream of
+    tests/compiler/vta/test_vta_passes.py's pop-before-push test, which verify_tokens accepts)."""
+    cfg = HWConfig.preset("tiny").replace(dep_queue_depth=1)
+    b = ProgramBuilder(cfg, name="pop_first")
+    b.slot("X", "input", (3, cfg.batch, cfg.block_in))
+
+    def ld(i: int, **flags: bool) -> None:
+        b.emit(MemInsn(Opcode.LOAD, MemType.INP, i, i, 1, 1, 1, **flags), reloc="X")
+
+    def gemm(**flags: bool) -> None:
+        b.emit(GemmInsn(uop_bgn=0, uop_end=0, **flags))
+
+    ld(0, push_next=True)
+    gemm(push_prev=True)
+    gemm(pop_prev=True, push_prev=True)
+    ld(1, pop_next=True, push_next=True)
+    gemm(pop_prev=True)
+    ld(2, pop_next=True, push_next=True)
+    gemm()
+    b.emit(FinishInsn(pop_prev=True))
+    image = b.build()
+    x = np.random.default_rng(2).integers(-128, 128, (3, cfg.batch, cfg.block_in), np.int8)
+    check_image(image, {"X": x}, TimingParams.for_config(cfg, dram_read_latency=5))

@@ -33,6 +33,7 @@ from tensorforge.hw.isa import FinishInsn, GemmInsn, MemInsn, MemType, Opcode
 from tensorforge.runtime.device.vta import LoadedProgram, open_device
 from tensorforge.sim.functional import DeadlockError, FunctionalSim
 from tensorforge.sim.memory import DeviceMemory
+from tensorforge.sim.timing import simulate_timing
 
 TINY = HWConfig.preset("tiny")
 
@@ -198,23 +199,63 @@ def test_insert_dependency_tokens_rejects_a_load_store_hazard() -> None:
         insert_dependency_tokens([_st("a"), _ld("a")])
 
 
-def test_verify_tokens_rejects_a_deadlock_that_the_simulator_also_finds() -> None:
+def test_verify_tokens_rejects_a_deadlock_that_both_simulators_also_find() -> None:
     insns = [
         MemInsn(Opcode.LOAD, MemType.INP, 0, 0, 1, 1, 1, pop_next=True, push_next=True),
         GemmInsn(uop_bgn=0, uop_end=0, pop_prev=True),
         FinishInsn(),
     ]
-    with pytest.raises(LoweringError, match=r"deadlock after 0 of 3 .*load stage at instruction 0"):
+    stuck = r"deadlock .*after 0 of 3 .*load stage waits at instruction 0 \(LOAD INP\)"
+    with pytest.raises(LoweringError, match=r"bad: the dependency tokens are wrong: " + stuck):
         verify_tokens(insns, TINY, "bad")
-    with pytest.raises(DeadlockError):
+    with pytest.raises(DeadlockError, match=stuck):
         FunctionalSim(TINY, DeviceMemory(1 << 12)).execute(insns)
+    with pytest.raises(DeadlockError, match=stuck):
+        simulate_timing(insns, TINY)
+
+
+def test_verify_tokens_pops_before_it_pushes_as_both_simulators_do() -> None:
+    """With one-token queues, instructions 2 and 3 each pop the queue the other pushes into
+    while both queues are full: it runs only because a stage pops before it pushes (the RTL's
+    order), which the compiler's check once did the other way round and called a deadlock."""
+    cfg = TINY.replace(name="tiny_d1", dep_queue_depth=1)
+    memory = DeviceMemory(1 << 12, base=0)
+
+    def ld(**flags: bool) -> MemInsn:
+        return MemInsn(Opcode.LOAD, MemType.INP, 0, 0, 1, 4, 4, **flags)
+
+    def gemm(**flags: bool) -> GemmInsn:
+        return GemmInsn(uop_bgn=0, uop_end=0, **flags)
+
+    insns = [
+        ld(push_next=True),
+        gemm(push_prev=True),
+        gemm(pop_prev=True, push_prev=True),
+        ld(pop_next=True, push_next=True),
+        gemm(pop_prev=True),
+        ld(pop_next=True, push_next=True),
+        gemm(),
+        FinishInsn(pop_prev=True),
+    ]
+    verify_tokens(insns, cfg)
+    stats = FunctionalSim(cfg, memory).execute(insns)
+    timing = simulate_timing(insns, cfg)
+    assert (stats.insn_count, stats.load_insns, stats.compute_insns) == (8, 3, 5)
+    assert min(timing.start) >= 0 and timing.free[-1] == timing.cycles
+    for q, pushes in timing.pushes.items():
+        pops = timing.pops[q]
+        assert len(pops) == len(pushes)
+        assert all(pop > push for push, pop in zip(pushes, pops, strict=True)), q
+        assert all(push > pop for push, pop in zip(pushes[1:], pops, strict=False)), q
 
 
 def test_verify_tokens_rejects_leftover_tokens_and_early_finish() -> None:
     push = MemInsn(Opcode.LOAD, MemType.INP, 0, 0, 1, 1, 1, push_next=True)
-    with pytest.raises(LoweringError, match=r"must leave no tokens behind, not \{'l2g': 1\}"):
+    with pytest.raises(LoweringError, match=r"FINISH would leave tokens in \{'l2g': 1\}"):
         verify_tokens([push, push, FinishInsn(pop_prev=True)], TINY)
-    with pytest.raises(LoweringError, match="FINISH can run after 0 of 1 instructions"):
+    with pytest.raises(
+        LoweringError, match=r"FINISH can run with 1 instruction\(s\) not yet executed"
+    ):
         verify_tokens([push, FinishInsn()], TINY)
 
 

@@ -1,5 +1,5 @@
 """The operators' int8 oracle (compiler.quantize's, through the shorthand) against naive loops
-and the ISA's ALU semantics."""
+and numpy formulas."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from tensorforge.compiler.topi.vta import (
     unpack_nchw,
 )
 from tensorforge.hw.config import HWConfig
-from tensorforge.hw.isa import AluOp, alu_apply
 
 
 def _naive_conv(x, w, b, stride, pad):  # type: ignore[no-untyped-def]
@@ -50,14 +49,14 @@ def test_conv2d_reference_matches_naive_loops(stride: int, pad: int) -> None:
     assert np.array_equal(got, want)
 
 
-def test_requantize_shift_and_relu_follow_the_alu() -> None:
-    acc = np.array([-(2**31), -1000, -1, 0, 1, 999, 2**31 - 1], np.int64)
+def test_requantize_floors_the_quotient_then_clips() -> None:
+    # The rounding is floor (an arithmetic shift), the range symmetric [-127, 127], or [0, 127]
+    # with ReLU: computed here by floor division, not with the ALU's operations.
+    acc = np.array([-(2**31), -1000, -999, -1, 0, 1, 999, 2**31 - 1], np.int64)
     for shift in (0, 1, 5, 30, 31):
         for relu in (False, True):
-            v = alu_apply(AluOp.SHR, acc, shift, 32)
-            v = alu_apply(AluOp.MAX, v, 0 if relu else -127, 32)
-            v = alu_apply(AluOp.MIN, v, 127, 32)
-            assert np.array_equal(requantize(acc, shift, relu), v.astype(np.int8))
+            want = np.clip(acc // 2**shift, 0 if relu else -127, 127).astype(np.int8)
+            assert np.array_equal(requantize(acc, shift, relu), want), (shift, relu)
 
 
 def test_dense_reference_wraps_the_accumulator_to_32_bits() -> None:
