@@ -157,9 +157,11 @@ class AluCore(wiring.Component):
         m.d.sync += [v4.eq(v3), dst4.eq(dst3), a4.eq(self.acc_rd.data)]
 
         # S4: operate on forwarded operands, write ACC and OUT.
-        fwd = AccForward(m, aw, acc_bits(cfg))
+        fwd = m.submodules.fwd = AccForward(aw, acc_bits(cfg))
+        wiring.connect(m, self.acc_wr, fwd.acc_wr)
+        m.d.comb += [fwd.addr.eq(dst4), fwd.sram.eq(a4)]
         shape = (cfg.batch, cfg.block_out, cfg.acc_width)
-        a = lanes(fwd.forward(dst4, a4), *shape)
+        a = lanes(fwd.data, *shape)
         # ACC[src] is read one cycle before use, and with II = 2 no step wrote in that cycle:
         # it needs no forwarding.
         b = lanes(self.acc_rd.data, *shape)
@@ -179,5 +181,4 @@ class AluCore(wiring.Component):
             self.out_wr.en.eq(v4),
             self.out_wr.addr.eq(dst4),
         ]
-        fwd.record(v4, dst4, result)
         return m

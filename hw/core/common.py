@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, Value, signed
-from amaranth.lib import data
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import ReadPort, WritePort
+from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
 from ..isa import UOP_BYTES
@@ -56,35 +57,42 @@ def tree_sum(values: list[Value]) -> Value:
     return values[0]
 
 
-class AccForward:
+class AccForward(wiring.Component):
     """Bypass for ACC read-after-write hazards in a pipeline with one ACC write per cycle.
 
     A value read from ACC at cycle ``r`` (registered port, old data on a same-cycle write) and
-    used at cycle ``r + 2`` misses the writes made at cycles ``r`` and ``r + 1``. ``record``
-    remembers the last two writes; ``forward`` returns the newest of them to the same address,
-    or the SRAM value. Forwarding the write at ``r`` is harmless with a write-first SRAM, so the
-    core is correct with either kind of port.
+    used at cycle ``r + 2`` misses the writes made at cycles ``r`` and ``r + 1``. The block
+    remembers the last two writes seen on ``acc_wr`` (connect it to the core's ACC write port);
+    ``data`` is the newest of them to ``addr``, or else ``sram``, the value read for ``addr``.
+    Forwarding the write at ``r`` is harmless with a write-first SRAM, so the core is correct
+    with either kind of port.
     """
 
-    def __init__(self, m: Module, addr_width: int, bits: int) -> None:
-        self._hist = [
-            (Signal(name=f"fwd{i}_en"), Signal(addr_width, name=f"fwd{i}_addr"),
-             Signal(bits, name=f"fwd{i}_data"))
-            for i in (1, 2)
-        ]  # fmt: skip
-        self._m = m
+    def __init__(self, addr_width: int, bits: int) -> None:
+        super().__init__(
+            {
+                "acc_wr": Out(write_port(addr_width, bits)),
+                "addr": In(addr_width),
+                "sram": In(bits),
+                "data": Out(bits),
+            }
+        )
 
-    def record(self, en: Value, addr: Value, value: Value) -> None:
-        (en1, addr1, data1), (en2, addr2, data2) = self._hist
-        self._m.d.sync += [
-            en1.eq(en), addr1.eq(addr), data1.eq(value),
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        wr = self.acc_wr
+        (en1, addr1, data1), (en2, addr2, data2) = (
+            (Signal(name=f"en{i}"), Signal.like(wr.addr, name=f"addr{i}"),
+             Signal.like(wr.data, name=f"data{i}"))
+            for i in (1, 2)
+        )  # fmt: skip
+        m.d.sync += [
+            en1.eq(wr.en), addr1.eq(wr.addr), data1.eq(wr.data),
             en2.eq(en1), addr2.eq(addr1), data2.eq(data1),
         ]  # fmt: skip
-
-    def forward(self, addr: Value, sram: Value) -> Value:
-        (en1, addr1, data1), (en2, addr2, data2) = self._hist
-        older = Mux(en2 & (addr2 == addr), data2, sram)
-        return Mux(en1 & (addr1 == addr), data1, older)
+        older = Mux(en2 & (addr2 == self.addr), data2, self.sram)
+        m.d.comb += self.data.eq(Mux(en1 & (addr1 == self.addr), data1, older))
+        return m
 
 
 def drop_after_range_error(m: Module, start: Value, hit: Value, error: Value, abort: Value):

@@ -189,8 +189,10 @@ class GemmCore(wiring.Component):
         m.d.sync += [v4.eq(v3), dst4.eq(dst3), acc4.eq(self.acc_rd.data)]
 
         # S4: sum, accumulate (with forwarding), write ACC and OUT.
-        fwd = AccForward(m, cfg.log_acc_depth, acc_bits(cfg))
-        acc_old = lanes(fwd.forward(dst4, acc4), cfg.batch, cfg.block_out, cfg.acc_width)
+        fwd = m.submodules.fwd = AccForward(cfg.log_acc_depth, acc_bits(cfg))
+        wiring.connect(m, self.acc_wr, fwd.acc_wr)
+        m.d.comb += [fwd.addr.eq(dst4), fwd.sram.eq(acc4)]
+        acc_old = lanes(fwd.data, cfg.batch, cfg.block_out, cfg.acc_width)
         acc_new = Signal(acc_bits(cfg))
         new = lanes(acc_new, cfg.batch, cfg.block_out, cfg.acc_width)
         out = lanes(self.out_wr.data, cfg.batch, cfg.block_out, cfg.out_width)
@@ -207,7 +209,6 @@ class GemmCore(wiring.Component):
             self.out_wr.en.eq(v4),
             self.out_wr.addr.eq(dst4),
         ]
-        fwd.record(v4, dst4, acc_new)
         return m
 
     def _products(self, m: Module, inp: data.View, wgt: data.View) -> list[list[list[Value]]]:

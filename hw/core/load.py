@@ -86,8 +86,9 @@ class LoadDma(wiring.Component):
         eb, bus = elem_bytes(cfg, self.memory_type), cfg.axi_data_width // 8
         plan = m.submodules.plan = BurstPlanner(eb, bus, self.burst_beats)
         plan_transfer(m, plan, insn)
-        walk = _ElementWalk(m, len(wr.addr))
-        pads = _PadWalk(m, len(wr.addr))
+        walk = m.submodules.walk = _ElementWalk(insn.shape(), len(wr.addr))
+        pads = m.submodules.pads = _PadWalk(insn.shape(), len(wr.addr))
+        m.d.comb += [walk.insn.eq(insn), pads.insn.eq(insn)]
         units_left = Signal.like(plan.units)
         take, elem_done = Signal(), Signal()
         lane = Signal(range(max(2, bus // eb)))  # the element's place in its beat (eb < bus)
@@ -107,9 +108,7 @@ class LoadDma(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.comb += plan.start.eq(1)
-                    walk.start(insn)
-                    pads.start(insn)
+                    m.d.comb += [plan.start.eq(1), walk.start.eq(1), pads.start.eq(1)]
                     has_pad = (insn.y_pad_0 | insn.y_pad_1 | insn.x_pad_0 | insn.x_pad_1) != 0
                     with m.If((insn.x_size == 0) | (insn.y_size == 0)):
                         m.next = "IDLE"  # a token-only NOP
@@ -121,8 +120,7 @@ class LoadDma(wiring.Component):
                     with m.Else():
                         m.next = "AR"
             with m.State("PAD"):
-                m.d.comb += wr.en.eq(1)  # data stays 0: take is low
-                pads.step()
+                m.d.comb += [wr.en.eq(1), pads.step.eq(1)]  # data stays 0: take is low
                 with m.If(pads.last):
                     m.next = "AR"
             with m.State("AR"):
@@ -136,9 +134,11 @@ class LoadDma(wiring.Component):
             with m.State("DATA"):
                 m.d.comb += take.eq(axi.rvalid)
                 data = self._receive(m, lane, units_left, take, elem_done)
-                m.d.comb += [wr.en.eq(elem_done), wr.data.eq(Mux(take, data, 0))]
-                with m.If(elem_done):
-                    walk.step()
+                m.d.comb += [
+                    wr.en.eq(elem_done),
+                    wr.data.eq(Mux(take, data, 0)),
+                    walk.step.eq(elem_done),
+                ]
                 with m.If(take):
                     m.d.sync += units_left.eq(units_left - 1)
                     with m.If(units_left == 1):
@@ -207,49 +207,52 @@ def _sext(byte, width: int):
     return Cat(byte, byte[7].replicate(width - 8))
 
 
-class _ElementWalk:
-    """SRAM index of each transferred element: the middle of the padded tile, row by row."""
+class _ElementWalk(wiring.Component):
+    """SRAM index ``addr`` of each transferred element: the middle of the padded tile, row by
+    row. ``start`` (a pulse) loads the LOAD instruction ``insn``; ``step`` moves to the next."""
 
-    def __init__(self, m: Module, width: int) -> None:
-        self.m = m
-        self.addr = Signal(width)
-        self.x = Signal(16)
-        self.x_size = Signal(16)
-        self.row_gap = Signal(5)  # x_pad_1 + x_pad_0: SRAM entries skipped between rows
+    def __init__(self, layout, width: int) -> None:
+        super().__init__({"insn": In(layout), "start": In(1), "step": In(1), "addr": Out(width)})
 
-    def start(self, insn) -> None:
-        nx = insn.x_pad_0 + insn.x_size + insn.x_pad_1
-        self.m.d.sync += [
-            self.addr.eq(insn.sram_base + insn.y_pad_0 * nx + insn.x_pad_0),
-            self.x.eq(0),
-            self.x_size.eq(insn.x_size),
-            self.row_gap.eq(insn.x_pad_0 + insn.x_pad_1),
-        ]
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        insn, addr = self.insn, self.addr
+        x = Signal(16)
+        x_size = Signal(16)
+        row_gap = Signal(5)  # x_pad_1 + x_pad_0: SRAM entries skipped between rows
+        with m.If(self.start):
+            nx = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+            m.d.sync += [
+                addr.eq(insn.sram_base + insn.y_pad_0 * nx + insn.x_pad_0),
+                x.eq(0),
+                x_size.eq(insn.x_size),
+                row_gap.eq(insn.x_pad_0 + insn.x_pad_1),
+            ]
+        with m.Elif(self.step):
+            with m.If(x == x_size - 1):
+                m.d.sync += [x.eq(0), addr.eq(addr + row_gap + 1)]
+            with m.Else():
+                m.d.sync += [x.eq(x + 1), addr.eq(addr + 1)]
+        return m
 
-    def step(self) -> None:
-        with self.m.If(self.x == self.x_size - 1):
-            self.m.d.sync += [self.x.eq(0), self.addr.eq(self.addr + self.row_gap + 1)]
-        with self.m.Else():
-            self.m.d.sync += [self.x.eq(self.x + 1), self.addr.eq(self.addr + 1)]
 
-
-class _PadWalk:
-    """SRAM index of each zero element, in order, one per ``step``; ``last`` marks the final one.
+class _PadWalk(wiring.Component):
+    """SRAM index ``addr`` of each zero element, in order: ``start`` (a pulse) loads the LOAD
+    instruction ``insn``, ``step`` moves to the next; ``last``: ``addr`` is the final one.
 
     The walk visits tile positions (y, x) in row-major order and jumps over the data block's
     row segments; when the pads have no columns (x_pad_0 = x_pad_1 = 0) it jumps over the whole
     block at once, so every step writes a pad.
     """
 
-    def __init__(self, m: Module, width: int) -> None:
-        self.m = m
-        self.y, self.x, self.addr = Signal(17), Signal(17), Signal(width)
-        self.f = {name: Signal(17, name=f"pad_{name}") for name in
-                  ("y0", "y1", "x0", "x1", "nx", "ny", "x_size", "n")}  # fmt: skip
-        self.f["n"] = Signal(32, name="pad_n")
-        self.last = Signal()
+    def __init__(self, layout, width: int) -> None:
+        super().__init__(
+            {"insn": In(layout), "start": In(1), "step": In(1), "addr": Out(width),
+             "last": Out(1)}
+        )  # fmt: skip
 
-    def _skip(self, f, y, x, a):
+    @staticmethod
+    def _skip(f, y, x, a):
         """(y, x, a) moved past the data segment that starts there, if one does."""
         hit = (y >= f["y0"]) & (y < f["y1"]) & (x == f["x0"])
         no_cols = f["x1"] == f["nx"]  # x_pad_1 == 0: the segment ends its row
@@ -259,22 +262,25 @@ class _PadWalk:
         a2 = Mux(hit, a + Mux(whole, f["n"], f["x_size"]), a)
         return y2, x2, a2
 
-    def start(self, insn) -> None:
-        nx = insn.x_pad_0 + insn.x_size + insn.x_pad_1
-        f = {
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        insn, addr = self.insn, self.addr
+        y = Signal(17)
+        x = Signal(17)
+        given = {
             "y0": insn.y_pad_0, "y1": insn.y_pad_0 + insn.y_size, "x0": insn.x_pad_0,
-            "x1": insn.x_pad_0 + insn.x_size, "nx": nx,
+            "x1": insn.x_pad_0 + insn.x_size, "nx": insn.x_pad_0 + insn.x_size + insn.x_pad_1,
             "ny": insn.y_pad_0 + insn.y_size + insn.y_pad_1, "x_size": insn.x_size,
             "n": insn.x_size * insn.y_size,
         }  # fmt: skip
-        y, x, a = self._skip(f, 0, 0, insn.sram_base)
-        self.m.d.sync += [self.f[k].eq(v) for k, v in f.items()]
-        self.m.d.sync += [self.y.eq(y), self.x.eq(x), self.addr.eq(a)]
-
-    def step(self) -> None:
-        f = self.f
-        wrap = self.x + 1 == f["nx"]
-        y, x, a = self._skip(f, Mux(wrap, self.y + 1, self.y), Mux(wrap, 0, self.x + 1),
-                             self.addr + 1)  # fmt: skip
-        self.m.d.comb += self.last.eq(y == f["ny"])
-        self.m.d.sync += [self.y.eq(y), self.x.eq(x), self.addr.eq(a)]
+        f = {k: Signal(32 if k == "n" else 17, name=k) for k in given}  # as loaded by start
+        wrap = x + 1 == f["nx"]
+        y_next, x_next, a_next = self._skip(f, Mux(wrap, y + 1, y), Mux(wrap, 0, x + 1), addr + 1)
+        m.d.comb += self.last.eq(y_next == f["ny"])
+        with m.If(self.start):
+            y0, x0, a0 = self._skip(given, 0, 0, insn.sram_base)
+            m.d.sync += [f[k].eq(v) for k, v in given.items()]
+            m.d.sync += [y.eq(y0), x.eq(x0), addr.eq(a0)]
+        with m.Elif(self.step):
+            m.d.sync += [y.eq(y_next), x.eq(x_next), addr.eq(a_next)]
+        return m
