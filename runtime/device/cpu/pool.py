@@ -14,9 +14,16 @@ tasks serially.
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import functools
+import hashlib
 import os
 import platform
+from collections.abc import Callable
+from pathlib import Path
+
+from . import elf
 
 LAUNCH_SYMBOL = "tf_parallel_launch"
 MAX_THREADS = 256
@@ -243,8 +250,7 @@ done:
 """
 
 
-def _pause() -> tuple[str, str]:
-    machine = platform.machine().lower()
+def _pause(machine: str) -> tuple[str, str]:
     if machine in ("x86_64", "amd64"):
         return "declare void @llvm.x86.sse2.pause()", "call void @llvm.x86.sse2.pause()"
     if machine in ("aarch64", "arm64"):
@@ -252,34 +258,85 @@ def _pause() -> tuple[str, str]:
     return "", ""
 
 
+def pool_ir(machine: str | None = None) -> str:
+    """The pool's LLVM IR for `machine` (a platform.machine() name; default: this host)."""
+    decl, call = _pause((machine or platform.machine()).lower())
+    return (
+        _POOL_IR.replace("PAUSE_DECL", decl)
+        .replace("PAUSE_CALL", call)
+        .replace("MAXT", str(MAX_THREADS + 1))
+        .replace("SPINS", str(SPIN))
+    )
+
+
+def ir_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: The pool built for any x86-64 (baseline features) and the sha256 of the IR it was built from,
+#: shipped so that x86-64 Linux loads it without LLVM (`python -m ...cpu.pool --emit` rebuilds)
+SHIPPED_OBJECT = Path(__file__).with_name("pool_x86_64.o")
+SHIPPED_DIGEST = Path(__file__).with_name("pool_x86_64.sha256")
+
+
+def emit_object() -> bytes:
+    """The pool as an ELF object for generic x86-64 Linux (needs llvmlite)."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    mod = llvm.parse_assembly(pool_ir("x86_64"))
+    mod.verify()
+    target = llvm.Target.from_triple("x86_64-unknown-linux-gnu")
+    tm = target.create_target_machine(
+        cpu="x86-64", features="", opt=2, reloc="pic", codemodel="small"
+    )
+    mod.triple = tm.triple
+    return tm.emit_object(mod)
+
+
+def _shipped_object() -> bytes | None:
+    """The shipped object, when this host loads it (x86-64 Linux) and the IR is unchanged."""
+    if not elf.NATIVE:
+        return None
+    try:
+        digest = SHIPPED_DIGEST.read_text().split()[0]
+        data = SHIPPED_OBJECT.read_bytes()
+    except (OSError, IndexError):
+        return None
+    return data if digest == ir_digest(pool_ir("x86_64")) else None
+
+
 class _NativePool:
-    """The JIT-compiled pool (one per process) and the Python handles to its entry points."""
+    """The pool (one per process) and the Python handles to its entry points: the shipped
+    object loaded by the ELF loader (`kind` "elf"), else the IR JIT-compiled for the host."""
 
     def __init__(self) -> None:
-        import ctypes
+        shipped = _shipped_object()
+        self.kind = "elf"
+        try:
+            if shipped is None:
+                raise elf.ElfLinkError("no shipped pool object for this host and IR")
+            self.image = elf.Image([(SHIPPED_OBJECT.name, shipped)], {})
+            address = self.image.address
+        except elf.ElfLinkError:
+            self.kind, address = "mcjit", self._jit()
+        self.launch = address(LAUNCH_SYMBOL)
+        self._start = ctypes.CFUNCTYPE(None, ctypes.c_int32)(address("tf_pool_start"))
+        self._stop = ctypes.CFUNCTYPE(None)(address("tf_pool_stop"))
+        self.num_threads = 1
 
+    def _jit(self) -> Callable[[str], int]:
         import llvmlite.binding as llvm  # here, so a board-side server imports without LLVM
 
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        decl, call = _pause()
-        text = (
-            _POOL_IR.replace("PAUSE_DECL", decl)
-            .replace("PAUSE_CALL", call)
-            .replace("MAXT", str(MAX_THREADS + 1))
-            .replace("SPINS", str(SPIN))
-        )
-        mod = llvm.parse_assembly(text)
+        mod = llvm.parse_assembly(pool_ir())
         mod.verify()
         tm = llvm.Target.from_default_triple().create_target_machine(opt=2, reloc="pic")
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         self.engine.finalize_object()
-        self.launch = self.engine.get_function_address(LAUNCH_SYMBOL)
-        self._start = ctypes.CFUNCTYPE(None, ctypes.c_int32)(
-            self.engine.get_function_address("tf_pool_start")
-        )
-        self._stop = ctypes.CFUNCTYPE(None)(self.engine.get_function_address("tf_pool_stop"))
-        self.num_threads = 1
+        return self.engine.get_function_address
 
     def resize(self, num_threads: int) -> None:
         self._stop()
@@ -322,3 +379,19 @@ def num_threads() -> int:
 def launch_address() -> int:
     """The address of `tf_parallel_launch(task, closure)`, for JIT-compiled kernels."""
     return _pool().launch
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--emit", action="store_true", help=f"rebuild {SHIPPED_OBJECT.name}")
+    if parser.parse_args(argv).emit:
+        SHIPPED_OBJECT.write_bytes(emit_object())
+        digest = ir_digest(pool_ir("x86_64"))
+        SHIPPED_DIGEST.write_text(
+            f"{digest}  sha256 of the pool IR {SHIPPED_OBJECT.name} was built from\n"
+        )
+        print(f"wrote {SHIPPED_OBJECT} and {SHIPPED_DIGEST.name}")
+
+
+if __name__ == "__main__":
+    main()
