@@ -328,7 +328,9 @@ class Image:
         stubs: dict[tuple, int] = {}  # external target -> stub offset (rx region)
         for i, o in enumerate(objs):
             for sec, offset, rtype, sym, addend in o.relocations():
-                name = o.symbols[sym][0] if sym < len(o.symbols) else ""
+                name, _, shndx, _ = o.symbols[sym] if sym < len(o.symbols) else ("", 0, 0, 0)
+                if not name and 0 < shndx < len(o.sections):  # a section symbol
+                    name = o.section_names[shndx]
                 if rtype not in (R_X86_64_64, R_X86_64_PC32, R_X86_64_PLT32, R_X86_64_PC64,
                                  *_GOT_RELOCS):  # fmt: skip
                     kind = _X86_64_RELOC_NAMES.get(rtype, f"type {rtype}")
