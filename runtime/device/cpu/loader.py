@@ -179,6 +179,12 @@ class ObjectLoader:
             self._engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(obj)))
         self._engine.finalize_object()
 
+    def close(self) -> None:
+        """Unmap the code now ("elf"; MCJIT's lives as long as its engine): no function of it
+        may run afterwards. Otherwise it is unmapped when the loader is collected."""
+        if self._image is not None:
+            self._image.close()
+
     def symbols(self) -> list[str]:
         return list(self._names)
 
