@@ -1,7 +1,9 @@
 """The CPU thread pool for parallel loops: native worker threads, created once and reused.
 
 Compiled kernels outline each parallel loop into a task `void task(ptr closure, i32 task_id,
-i32 num_tasks)` and call `tf_parallel_launch(task, closure)`. The pool is itself LLVM IR (below),
+i32 num_tasks)` and call `tf_parallel_launch(task, closure)`. The pool is itself LLVM IR (below):
+on x86-64 Linux loaded from the object shipped beside this file (built for any x86-64 by
+`python -m tensorforge.runtime.device.cpu.pool --emit`) by the ELF loader, elsewhere
 JIT-compiled once for the host, so a launch never touches Python or the GIL: the caller
 publishes the task and starts a new generation; then the caller and the workers claim task ids
 0..n-1 from one atomic ticket until none is left, and the caller waits only for tasks a worker
@@ -14,7 +16,6 @@ tasks serially.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import functools
 import hashlib
@@ -313,14 +314,12 @@ class _NativePool:
 
     def __init__(self) -> None:
         shipped = _shipped_object()
-        self.kind = "elf"
         try:
-            if shipped is None:
-                raise elf.ElfLinkError("no shipped pool object for this host and IR")
-            self.image = elf.Image([(SHIPPED_OBJECT.name, shipped)], {})
-            address = self.image.address
+            self.image = elf.Image([(SHIPPED_OBJECT.name, shipped)], {}) if shipped else None
         except elf.ElfLinkError:
-            self.kind, address = "mcjit", self._jit()
+            self.image = None
+        self.kind = "elf" if self.image else "mcjit"
+        address = self.image.address if self.image else self._jit()
         self.launch = address(LAUNCH_SYMBOL)
         self._start = ctypes.CFUNCTYPE(None, ctypes.c_int32)(address("tf_pool_start"))
         self._stop = ctypes.CFUNCTYPE(None)(address("tf_pool_stop"))
@@ -382,6 +381,8 @@ def launch_address() -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import argparse
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--emit", action="store_true", help=f"rebuild {SHIPPED_OBJECT.name}")
     if parser.parse_args(argv).emit:
