@@ -59,6 +59,7 @@ _RELA = struct.Struct("<QQq")  # offset info addend
 R_X86_64_64, R_X86_64_PC32, R_X86_64_PLT32, R_X86_64_GOTPCREL, R_X86_64_PC64 = 1, 2, 4, 9, 24
 R_X86_64_GOTPCRELX, R_X86_64_REX_GOTPCRELX = 41, 42
 _GOT_RELOCS = (R_X86_64_GOTPCREL, R_X86_64_GOTPCRELX, R_X86_64_REX_GOTPCRELX)
+_RELOCS = (R_X86_64_64, R_X86_64_PC32, R_X86_64_PLT32, R_X86_64_PC64, *_GOT_RELOCS)
 #: bytes an x86-64 relocation patches, by type (R_X86_64_64, PC32, PLT32, 32, 32S, GOTPCREL...)
 _X86_64_RELOC_BYTES = {1: 8, 2: 4, 4: 4, 9: 4, 10: 4, 11: 4, 24: 8, 26: 4, 41: 4, 42: 4}
 _X86_64_RELOC_NAMES = {
@@ -291,113 +292,74 @@ class Image:
 
     def __init__(self, objects: Sequence[tuple[str, bytes]], externals: Mapping[str, int]) -> None:
         objs = [_Object(name, bytes(data)) for name, data in objects]
-        self._globals: dict[str, tuple[int, int, int]] = {}  # name -> (object, section, value)
-        weak: set[str] = set()  # names of _globals defined weak (a strong one replaces them)
-        for i, o in enumerate(objs):
-            for name, bind, shndx, value in o.symbols:
-                if bind == STB_LOCAL or shndx == SHN_UNDEF or not name:
-                    continue
-                if shndx == SHN_COMMON or shndx >= SHN_LORESERVE and shndx != SHN_ABS:
+        self._globals = _definitions(objs)
+        self._place, sizes = _layout(objs)
+        relocs, got, stubs = self._plan(objs, externals)
+        # the mapping: sections, GOT slots and stubs (read+execute), then writable sections
+        got_start = -(-sizes[False] // 8) * 8
+        stub_start = got_start + 8 * len(got)
+        self._rw = -(-(stub_start + 8 * len(stubs)) // mmap.PAGESIZE) * mmap.PAGESIZE
+        self._pages = Pages(self._rw + sizes[True])
+        base, write = self._pages.address, self._pages.write
+        slot = {t: base + got_start + 8 * n for n, t in enumerate(got)}
+        stub = {t: base + stub_start + 8 * n for n, t in enumerate(stubs)}
+        try:
+            for i, k in self._place:
+                s = objs[i].sections[k]
+                if s.type != SHT_NOBITS:
+                    write(self._start(i, k), objs[i].data[s.offset : s.offset + s.size])
+            for target, at in slot.items():
+                write(at - base, struct.pack("<Q", self._address(target)))
+            for target, at in stub.items():  # jmp *slot(%rip), int3 padding
+                write(
+                    at - base, b"\xff\x25" + struct.pack("<i", slot[target] - at - 6) + b"\xcc\xcc"
+                )
+            for i, sec, offset, rtype, target, addend, name in relocs:
+                place = base + self._start(i, sec) + offset
+                if rtype in _GOT_RELOCS:
+                    value = slot[target] + addend - place
+                elif rtype == R_X86_64_PLT32 and target in stub:
+                    value = stub[target] + addend - place
+                else:
+                    value = self._address(target) + addend - (rtype != R_X86_64_64) * place
+                if rtype in (R_X86_64_64, R_X86_64_PC64):
+                    write(place - base, struct.pack("<Q", value % (1 << 64)))
+                elif -(1 << 31) <= value < 1 << 31:
+                    write(place - base, struct.pack("<i", value))
+                else:
                     raise ElfLinkError(
-                        f"{o.name}: symbol {name!r} is in special section {shndx:#x}"
+                        f"{objs[i].where(sec, name)}: {_X86_64_RELOC_NAMES[rtype]} displacement "
+                        f"{value:#x} does not fit 32 bits"
                     )
-                if name in self._globals and bind != STB_WEAK and name not in weak:
-                    other = objs[self._globals[name][0]].name
-                    raise ElfLinkError(f"{o.name}: symbol {name!r} is also defined in {other}")
-                if name not in self._globals or name in weak and bind != STB_WEAK:
-                    self._globals[name] = (i, shndx, value)
-                    (weak.add if bind == STB_WEAK else weak.discard)(name)
-        # lay out: code and read-only data, GOT slots and stubs (rx), then writable data (rw)
-        self._place: dict[tuple[int, int], tuple[bool, int]] = {}  # -> (writable, offset)
-        sizes = {False: 0, True: 0}  # writable? -> bytes so far
-        for i, o in enumerate(objs):
-            for k, s in enumerate(o.sections):
-                if not s.flags & SHF_ALLOC:
-                    continue
-                writable = bool(s.flags & SHF_WRITE)
-                if s.flags & SHF_TLS or writable and s.flags & SHF_EXECINSTR:
-                    raise ElfLinkError(f"{o.where(k)}: a TLS or writable code section")
-                if s.align > mmap.PAGESIZE:
-                    raise ElfLinkError(f"{o.where(k)}: alignment {s.align} exceeds a page")
-                start = -(-sizes[writable] // max(s.align, 1)) * max(s.align, 1)
-                self._place[i, k] = (writable, start)
-                sizes[writable] = start + s.size
+            self._pages.protect(0, self._rw, mmap.PROT_READ | mmap.PROT_EXEC)
+        except BaseException:
+            self._pages.close()
+            raise
+        self._addresses = {name: self._address(t) for name, t in self._globals.items()}
+
+    def _plan(self, objs: list[_Object], externals: Mapping[str, int]) -> tuple[list, dict, dict]:
+        """Each relocation with its resolved target, and the targets that need a GOT slot
+        (GOT relocations, stubs) or a jump stub (PLT32 to a symbol outside the mapping)."""
         targets: dict[tuple[int, int], tuple] = {}  # (object, symbol) -> what it resolves to
-        relocs = []
-        got: dict[tuple, int] = {}  # resolved target -> slot offset (rx region)
-        stubs: dict[tuple, int] = {}  # external target -> stub offset (rx region)
+        relocs, got, stubs = [], {}, {}  # got, stubs: ordered sets (dicts of None)
         for i, o in enumerate(objs):
             for sec, offset, rtype, sym, addend in o.relocations():
                 name, _, shndx, _ = o.symbols[sym] if sym < len(o.symbols) else ("", 0, 0, 0)
                 if not name and 0 < shndx < len(o.sections):  # a section symbol
                     name = o.section_names[shndx]
-                if rtype not in (R_X86_64_64, R_X86_64_PC32, R_X86_64_PLT32, R_X86_64_PC64,
-                                 *_GOT_RELOCS):  # fmt: skip
+                where = o.where(sec, name)
+                if rtype not in _RELOCS:
                     kind = _X86_64_RELOC_NAMES.get(rtype, f"type {rtype}")
-                    raise ElfLinkError(f"{o.where(sec, name)}: relocation {kind} is not supported")
+                    raise ElfLinkError(f"{where}: relocation {kind} is not supported")
                 if (i, sym) not in targets:
-                    targets[i, sym] = self._resolve(objs, i, sym, externals, o.where(sec, name))
+                    targets[i, sym] = self._resolve(objs, i, sym, externals, where)
                 target = targets[i, sym]
-                if rtype in _GOT_RELOCS:
-                    got.setdefault(target, len(got) * 8)
-                elif rtype == R_X86_64_PLT32 and target[0] == "ext":
-                    got.setdefault(target, len(got) * 8)
-                    stubs.setdefault(target, len(stubs) * 8)
+                if rtype in _GOT_RELOCS or rtype == R_X86_64_PLT32 and target[0] == "ext":
+                    got[target] = None
+                if rtype == R_X86_64_PLT32 and target[0] == "ext":
+                    stubs[target] = None
                 relocs.append((i, sec, offset, rtype, target, addend, name))
-        got_start = -(-sizes[False] // 8) * 8
-        stub_start = got_start + 8 * len(got)
-        rx_size = -(-(stub_start + 8 * len(stubs)) // mmap.PAGESIZE) * mmap.PAGESIZE
-        self._pages = Pages(rx_size + sizes[True])
-        self._rw = rx_size
-        base = self._pages.address
-        try:
-            for i, k in self._place:
-                s = objs[i].sections[k]
-                if s.type != SHT_NOBITS:
-                    self._pages.write(self._start(i, k), objs[i].data[s.offset : s.offset + s.size])
-            got_at = {t: base + got_start + off for t, off in got.items()}
-            for target, slot in got_at.items():
-                self._pages.write(slot - base, struct.pack("<Q", self._address(objs, target)))
-            stub_at = {}
-            for target, off in stubs.items():  # jmp *slot(%rip), then int3 padding
-                stub_at[target] = base + stub_start + off
-                rel = got_at[target] - (stub_at[target] + 6)
-                self._pages.write(
-                    stub_start + off, b"\xff\x25" + struct.pack("<i", rel) + b"\xcc\xcc"
-                )
-            for i, sec, offset, rtype, target, addend, name in relocs:
-                place = base + self._start(i, sec) + offset
-                if rtype in _GOT_RELOCS:
-                    value = got_at[target] + addend - place
-                elif rtype == R_X86_64_PLT32 and target in stub_at:
-                    value = stub_at[target] + addend - place
-                else:
-                    value = self._address(objs, target) + addend
-                    value -= 0 if rtype == R_X86_64_64 else place
-                if rtype in (R_X86_64_64, R_X86_64_PC64):
-                    self._pages.write(place - base, struct.pack("<Q", value % (1 << 64)))
-                elif -(1 << 31) <= value < 1 << 31:
-                    self._pages.write(place - base, struct.pack("<i", value))
-                else:
-                    kind = _X86_64_RELOC_NAMES[rtype]
-                    raise ElfLinkError(
-                        f"{objs[i].where(sec, name)}: {kind} displacement {value:#x} does not "
-                        "fit 32 bits"
-                    )
-            self._pages.protect(0, rx_size, mmap.PROT_READ | mmap.PROT_EXEC)
-        except BaseException:
-            self._pages.close()
-            raise
-        self._addresses = {
-            n: self._address(objs, ("sec", *v))
-            for n, v in self._globals.items()
-            if v[1] == SHN_ABS or v[:2] in self._place
-        }
-
-    def _start(self, i: int, k: int) -> int:
-        """Offset of section `k` of object `i` in the mapping."""
-        writable, start = self._place[i, k]
-        return start + (self._rw if writable else 0)
+        return relocs, got, stubs
 
     def _resolve(self, objs: list[_Object], i: int, sym: int, externals: Mapping[str, int],
                  where: str) -> tuple:  # fmt: skip
@@ -406,15 +368,14 @@ class Image:
         if sym == 0:
             return ("abs", 0)
         name, bind, shndx, value = objs[i].symbols[sym]
+        if shndx == SHN_UNDEF and name in self._globals:
+            return self._globals[name]
         if shndx == SHN_ABS:
             return ("abs", value)
-        target = ("sec", i, shndx, value) if shndx != SHN_UNDEF else None
-        if target is None and name in self._globals:
-            target = ("sec", *self._globals[name])
-        if target is not None:
-            if target[2] != SHN_ABS and target[1:3] not in self._place:
+        if shndx != SHN_UNDEF:
+            if (i, shndx) not in self._place:
                 raise ElfLinkError(f"{where}: the symbol lies in a section that is not loaded")
-            return target
+            return ("sec", i, shndx, value)
         address = externals[name] if name in externals else process_symbol(name)
         if address is None:
             if bind == STB_WEAK:
@@ -422,11 +383,14 @@ class Image:
             raise ElfLinkError(f"{where}: undefined symbol, not found in the objects or process")
         return ("ext", name, address)
 
-    def _address(self, objs: list[_Object], target: tuple) -> int:
+    def _start(self, i: int, k: int) -> int:
+        """Offset of section `k` of object `i` in the mapping."""
+        writable, start = self._place[i, k]
+        return start + (self._rw if writable else 0)
+
+    def _address(self, target: tuple) -> int:
         if target[0] == "sec":
             _, i, k, value = target
-            if k == SHN_ABS:
-                return value
             return self._pages.address + self._start(i, k) + value
         return target[-1]
 
@@ -438,3 +402,43 @@ class Image:
     def close(self) -> None:
         """Unmap the code now (no function of it may run afterwards)."""
         self._pages.close()
+
+
+def _definitions(objs: list[_Object]) -> dict[str, tuple]:
+    """The objects' global definitions: name -> ("sec", object, section, value) or ("abs", v).
+    A name defined twice is an error unless one of them is weak (the strong one wins)."""
+    found: dict[str, tuple] = {}
+    weak: dict[str, bool] = {}
+    owner: dict[str, str] = {}
+    for i, o in enumerate(objs):
+        for name, bind, shndx, value in o.symbols:
+            if bind == STB_LOCAL or shndx == SHN_UNDEF or not name:
+                continue
+            if shndx >= SHN_LORESERVE and shndx != SHN_ABS:
+                raise ElfLinkError(f"{o.name}: symbol {name!r} is in special section {shndx:#x}")
+            if name in found and not weak[name] and bind != STB_WEAK:
+                raise ElfLinkError(f"{o.name}: symbol {name!r} is also defined in {owner[name]}")
+            if name not in found or weak[name] and bind != STB_WEAK:
+                found[name] = ("abs", value) if shndx == SHN_ABS else ("sec", i, shndx, value)
+                weak[name], owner[name] = bind == STB_WEAK, o.name
+    return found
+
+
+def _layout(objs: list[_Object]) -> tuple[dict[tuple[int, int], tuple[bool, int]], dict]:
+    """Where each allocated section goes: (object, section) -> (writable, offset in its part),
+    and the size of each part ({False: read+execute, True: read+write})."""
+    place: dict[tuple[int, int], tuple[bool, int]] = {}
+    sizes = {False: 0, True: 0}
+    for i, o in enumerate(objs):
+        for k, s in enumerate(o.sections):
+            if not s.flags & SHF_ALLOC:
+                continue
+            writable = bool(s.flags & SHF_WRITE)
+            if s.flags & SHF_TLS or writable and s.flags & SHF_EXECINSTR:
+                raise ElfLinkError(f"{o.where(k)}: a TLS or writable code section")
+            if s.align > mmap.PAGESIZE:
+                raise ElfLinkError(f"{o.where(k)}: alignment {s.align} exceeds a page")
+            align = max(s.align, 1)
+            place[i, k] = (writable, -(-sizes[writable] // align) * align)
+            sizes[writable] = place[i, k][1] + s.size
+    return place, sizes
