@@ -5,6 +5,7 @@ naming the object, section and symbol, and the shipped thread-pool object matche
 from __future__ import annotations
 
 import ctypes
+import gc
 import math
 import struct
 import subprocess
@@ -141,12 +142,17 @@ def _maps(lo: int, hi: int) -> list[str]:
     return out
 
 
-def test_code_pages_end_read_execute_data_pages_read_write_and_close_unmaps():
+def test_code_pages_end_read_execute_data_pages_read_write_and_unmap_on_close_or_collection():
     image = elf.Image([("ir.o", emit(IR))], {"ext_value": 0})
     lo, hi = image._pages.address, image._pages.address + image._pages.size
     perms = _maps(lo, hi)
     assert perms and all(p in ("r-xp", "rw-p") for p in perms) and "r-xp" in perms
     image.close()
+    assert _maps(lo, hi) == []
+    image = elf.Image([("ir.o", emit(IR))], {"ext_value": 0})
+    lo, hi = image._pages.address, image._pages.address + image._pages.size
+    del image  # collected: unmapped too
+    gc.collect()
     assert _maps(lo, hi) == []
 
 
