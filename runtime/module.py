@@ -20,9 +20,7 @@ Example:
 from __future__ import annotations
 
 import math
-import platform
 import struct
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import container
+from .device.cpu.elf import HOST_IS_ELF, elf_problem
 from .device.cpu.function import ParamSpec
 from .executor import Executor, Launch, Profile
 
@@ -119,93 +118,6 @@ def _check_gpu_kernel(k: KernelImage) -> None:
                 f"{where}: parameter {spec.name} is {spec.describe()}, but the GPU program was "
                 f"compiled for {b['size']} elements of {b['dtype']}"
             )
-
-
-#: ELF e_machine of the hosts the llvm kernels run on (platform.machine() names)
-_ELF_MACHINES = {
-    "x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "riscv64": 243, "ppc64le": 21,
-    "ppc64": 21, "s390x": 22,
-}  # fmt: skip
-#: bytes an x86-64 relocation patches, by type (R_X86_64_64, PC32, PLT32, 32, 32S, GOTPCREL...)
-_X86_64_RELOC_BYTES = {1: 8, 2: 4, 4: 4, 9: 4, 10: 4, 11: 4, 24: 8, 26: 4, 41: 4, 42: 4}
-_SHT_NOBITS, _SHT_SYMTAB, _SHT_STRTAB, _SHT_RELA, _SHT_REL = 8, 2, 3, 4, 9
-
-
-#: whether this host's object code is ELF (Linux, the BSDs); elsewhere it is not checked here
-HOST_IS_ELF = sys.platform.startswith(("linux", "freebsd", "netbsd", "openbsd"))
-
-
-def host_elf_machine() -> int | None:
-    """The ELF e_machine number of this host (None for an architecture not in the table)."""
-    return _ELF_MACHINES.get(platform.machine().lower())
-
-
-def elf_problem(data: bytes, machine: int | None = None) -> str | None:
-    """What is wrong with a relocatable ELF object (64-bit, little-endian) for `machine`
-    (default: this host's), or None when it is well formed: the header, the section table, every
-    section's bytes inside the file, every symbol's name and section, every relocation's symbol
-    and place inside its section. Reads the bytes only; never loads them."""
-    machine = host_elf_machine() if machine is None else machine
-    size = len(data)
-    if size < 64 or data[:4] != b"\x7fELF":
-        return "not an ELF object (bad magic)"
-    if data[4] != 2 or data[5] != 1 or data[6] != 1:
-        return "not a 64-bit little-endian ELF object of version 1"
-    e_type, e_machine, e_version = struct.unpack_from("<HHI", data, 16)
-    e_shoff, _, e_ehsize, _, _, e_shentsize, e_shnum, e_shstrndx = struct.unpack_from(
-        "<QIHHHHHH", data, 40
-    )
-    if e_type != 1:
-        return f"ELF type {e_type} is not a relocatable object (1)"
-    if machine is not None and e_machine != machine:
-        return f"ELF machine {e_machine} is not this host's ({machine}, {platform.machine()})"
-    if e_version != 1 or e_ehsize != 64 or e_shentsize != 64:
-        return "ELF header sizes are not those of ELF64"
-    if not 0 < e_shnum < 0xFF00 or e_shoff + 64 * e_shnum > size or not e_shstrndx < e_shnum:
-        return f"section table (offset {e_shoff}, {e_shnum} entries) does not fit the file"
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + 64 * i) for i in range(e_shnum)]
-    for i, (_, sh_type, _, _, off, sz, link, _, align, _) in enumerate(sections):
-        if sh_type not in (0, _SHT_NOBITS) and off + sz > size:
-            return f"section {i} (bytes [{off}, {off + sz})) runs past the object's {size} B"
-        if link >= e_shnum or (align & (align - 1)) or align > 1 << 16:
-            return f"section {i} has a bad link ({link}) or alignment ({align})"
-    names = sections[e_shstrndx]
-    if names[1] != _SHT_STRTAB:
-        return "the section-name table is not a string table"
-    for i, sec in enumerate(sections):
-        if sec[0] >= max(names[5], 1):
-            return f"section {i}'s name lies outside the section-name table"
-    for i, (_, sh_type, _, _, off, sz, link, _, _, entsize) in enumerate(sections):
-        if sh_type == _SHT_SYMTAB:
-            if entsize != 24 or sz % 24 or sections[link][1] != _SHT_STRTAB:
-                return f"symbol table {i} has bad entries or string table"
-            symbols = sz // 24
-            strsize = sections[link][5]
-            for j in range(symbols):
-                st_name, _, _, shndx, value, _ = struct.unpack_from("<IBBHQQ", data, off + 24 * j)
-                if st_name >= max(strsize, 1):
-                    return f"symbol {j}'s name lies outside its string table"
-                if 0 < shndx < 0xFF00 and shndx >= e_shnum:
-                    return f"symbol {j} names section {shndx} of {e_shnum}"
-                if 0 < shndx < 0xFF00 and value > sections[shndx][5]:
-                    return f"symbol {j} lies past the end of section {shndx}"
-    for i, (_, sh_type, _, _, off, sz, link, info, _, entsize) in enumerate(sections):
-        if sh_type in (_SHT_RELA, _SHT_REL):
-            width = 24 if sh_type == _SHT_RELA else 16
-            if entsize != width or sz % width or sections[link][1] != _SHT_SYMTAB:
-                return f"relocation section {i} has bad entries or symbol table"
-            if not 0 < info < e_shnum:
-                return f"relocation section {i} applies to section {info} of {e_shnum}"
-            target = sections[info][5]
-            nsyms = sections[link][5] // 24
-            widths = _X86_64_RELOC_BYTES if e_machine == 62 else {}
-            for j in range(sz // width):
-                r_offset, r_info = struct.unpack_from("<QQ", data, off + width * j)
-                if r_offset + widths.get(r_info & 0xFFFFFFFF, 1) > target:
-                    return f"relocation {j} of section {i} patches past its target section"
-                if r_info >> 32 >= nsyms:
-                    return f"relocation {j} of section {i} names symbol {r_info >> 32} of {nsyms}"
-    return None
 
 
 KernelLoader = Callable[[Sequence[KernelImage], Mapping[str, Any]], dict[str, Launch]]

@@ -34,6 +34,7 @@ from tensorforge.hw.config import HWConfig
 from tensorforge.runtime import container
 from tensorforge.runtime import module as module_mod
 from tensorforge.runtime import program as program_mod
+from tensorforge.runtime.device.cpu import elf
 from tensorforge.runtime.module import Module, ModuleFormatError
 from tensorforge.runtime.program import ProgramBuilder, ProgramImage, ProgramImageError
 
@@ -468,7 +469,7 @@ def test_inspect_reports_damage_in_one_line(module, tmp_path, capsys):
 
 @ELF_HOST
 def test_inspect_refuses_object_code_for_another_machine(module, tmp_path, capsys):
-    if module_mod.host_elf_machine() == 183:
+    if elf.host_elf_machine() == 183:
         pytest.skip("the host is AArch64")
     kernels = [
         module_mod.KernelImage(

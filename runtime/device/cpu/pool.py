@@ -1,7 +1,9 @@
 """The CPU thread pool for parallel loops: native worker threads, created once and reused.
 
 Compiled kernels outline each parallel loop into a task `void task(ptr closure, i32 task_id,
-i32 num_tasks)` and call `tf_parallel_launch(task, closure)`. The pool is itself LLVM IR (below),
+i32 num_tasks)` and call `tf_parallel_launch(task, closure)`. The pool is itself LLVM IR (below):
+on x86-64 Linux loaded from the object shipped beside this file (built for any x86-64 by
+`python -m tensorforge.runtime.device.cpu.pool --emit`) by the ELF loader, elsewhere
 JIT-compiled once for the host, so a launch never touches Python or the GIL: the caller
 publishes the task and starts a new generation; then the caller and the workers claim task ids
 0..n-1 from one atomic ticket until none is left, and the caller waits only for tasks a worker
@@ -14,9 +16,15 @@ tasks serially.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import hashlib
 import os
 import platform
+from collections.abc import Callable
+from pathlib import Path
+
+from . import elf
 
 LAUNCH_SYMBOL = "tf_parallel_launch"
 MAX_THREADS = 256
@@ -243,8 +251,7 @@ done:
 """
 
 
-def _pause() -> tuple[str, str]:
-    machine = platform.machine().lower()
+def _pause(machine: str) -> tuple[str, str]:
     if machine in ("x86_64", "amd64"):
         return "declare void @llvm.x86.sse2.pause()", "call void @llvm.x86.sse2.pause()"
     if machine in ("aarch64", "arm64"):
@@ -252,34 +259,83 @@ def _pause() -> tuple[str, str]:
     return "", ""
 
 
+def pool_ir(machine: str | None = None) -> str:
+    """The pool's LLVM IR for `machine` (a platform.machine() name; default: this host)."""
+    decl, call = _pause((machine or platform.machine()).lower())
+    return (
+        _POOL_IR.replace("PAUSE_DECL", decl)
+        .replace("PAUSE_CALL", call)
+        .replace("MAXT", str(MAX_THREADS + 1))
+        .replace("SPINS", str(SPIN))
+    )
+
+
+def ir_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: The pool built for any x86-64 (baseline features) and the sha256 of the IR it was built from,
+#: shipped so that x86-64 Linux loads it without LLVM (`python -m ...cpu.pool --emit` rebuilds)
+SHIPPED_OBJECT = Path(__file__).with_name("pool_x86_64.o")
+SHIPPED_DIGEST = Path(__file__).with_name("pool_x86_64.sha256")
+
+
+def emit_object() -> bytes:
+    """The pool as an ELF object for generic x86-64 Linux (needs llvmlite)."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    mod = llvm.parse_assembly(pool_ir("x86_64"))
+    mod.verify()
+    target = llvm.Target.from_triple("x86_64-unknown-linux-gnu")
+    tm = target.create_target_machine(
+        cpu="x86-64", features="", opt=2, reloc="pic", codemodel="small"
+    )
+    mod.triple = tm.triple
+    return tm.emit_object(mod)
+
+
+def _shipped_object() -> bytes | None:
+    """The shipped object, when this host loads it (x86-64 Linux) and the IR is unchanged."""
+    if not elf.NATIVE:
+        return None
+    try:
+        digest = SHIPPED_DIGEST.read_text().split()[0]
+        data = SHIPPED_OBJECT.read_bytes()
+    except (OSError, IndexError):
+        return None
+    return data if digest == ir_digest(pool_ir("x86_64")) else None
+
+
 class _NativePool:
-    """The JIT-compiled pool (one per process) and the Python handles to its entry points."""
+    """The pool (one per process) and the Python handles to its entry points: the shipped
+    object loaded by the ELF loader (`kind` "elf"), else the IR JIT-compiled for the host."""
 
     def __init__(self) -> None:
-        import ctypes
+        shipped = _shipped_object()
+        try:
+            self.image = elf.Image([(SHIPPED_OBJECT.name, shipped)], {}) if shipped else None
+        except elf.ElfLinkError:
+            self.image = None
+        self.kind = "elf" if self.image else "mcjit"
+        address = self.image.address if self.image else self._jit()
+        self.launch = address(LAUNCH_SYMBOL)
+        self._start = ctypes.CFUNCTYPE(None, ctypes.c_int32)(address("tf_pool_start"))
+        self._stop = ctypes.CFUNCTYPE(None)(address("tf_pool_stop"))
+        self.num_threads = 1
 
+    def _jit(self) -> Callable[[str], int]:
         import llvmlite.binding as llvm  # here, so a board-side server imports without LLVM
 
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        decl, call = _pause()
-        text = (
-            _POOL_IR.replace("PAUSE_DECL", decl)
-            .replace("PAUSE_CALL", call)
-            .replace("MAXT", str(MAX_THREADS + 1))
-            .replace("SPINS", str(SPIN))
-        )
-        mod = llvm.parse_assembly(text)
+        mod = llvm.parse_assembly(pool_ir())
         mod.verify()
         tm = llvm.Target.from_default_triple().create_target_machine(opt=2, reloc="pic")
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         self.engine.finalize_object()
-        self.launch = self.engine.get_function_address(LAUNCH_SYMBOL)
-        self._start = ctypes.CFUNCTYPE(None, ctypes.c_int32)(
-            self.engine.get_function_address("tf_pool_start")
-        )
-        self._stop = ctypes.CFUNCTYPE(None)(self.engine.get_function_address("tf_pool_stop"))
-        self.num_threads = 1
+        return self.engine.get_function_address
 
     def resize(self, num_threads: int) -> None:
         self._stop()
@@ -322,3 +378,21 @@ def num_threads() -> int:
 def launch_address() -> int:
     """The address of `tf_parallel_launch(task, closure)`, for JIT-compiled kernels."""
     return _pool().launch
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--emit", action="store_true", help=f"rebuild {SHIPPED_OBJECT.name}")
+    if parser.parse_args(argv).emit:
+        SHIPPED_OBJECT.write_bytes(emit_object())
+        digest = ir_digest(pool_ir("x86_64"))
+        SHIPPED_DIGEST.write_text(
+            f"{digest}  sha256 of the pool IR {SHIPPED_OBJECT.name} was built from\n"
+        )
+        print(f"wrote {SHIPPED_OBJECT} and {SHIPPED_DIGEST.name}")
+
+
+if __name__ == "__main__":
+    main()
