@@ -17,17 +17,19 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ....hw.config import HWConfig
+from ....hw.isa import MEM_PAD_WIDTH, MEM_SIZE_WIDTH
 from ...autotune.space import ConfigSpace, Knob
 from ...codegen.vta_passes import MAX_ITER
 from ...codegen.vta_tile import memory_scopes
 from ...schedule.primitives import ScheduleError
 from .layout import blocks
 
-MAX_PAD = 15  # the LOAD pad fields are 4 bits
-MAX_XFER = (1 << 16) - 1  # y_size / x_size / x_stride are 16 bits
+MAX_PAD = (1 << MEM_PAD_WIDTH) - 1  # the LOAD pad fields
+MAX_XFER = (1 << MEM_SIZE_WIDTH) - 1  # y_size / x_size / x_stride
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,13 @@ class Conv2dSchedule:
                 f"tile_h must be a multiple of the fused pooling window's {wl.pool_h} rows "
                 f"(or all {wl.oh} output rows), not {self.tile_h}"
             )
+        counts = self.tile_counts(cfg, wl)
+        several = [c for c in counts.values() if c > 1]
+        if self.vthreads > 1 and several and all(c % self.vthreads for c in several):
+            raise ScheduleError(
+                f"{self.vthreads} virtual threads need a tile count along output channels, rows "
+                f"or batch that they divide (the threads split one of them), not {counts}"
+            )
         for h0 in range(0, wl.oh, self.tile_h):
             rows = input_rows(wl, h0, min(self.tile_h, wl.oh - h0))
             if rows[1] <= rows[0]:
@@ -183,10 +192,20 @@ class Conv2dSchedule:
             wgt, kernels = vt * kernel, vt * ragged
         return {"inp": inp, "wgt": wgt, "acc": acc, "uop": kernels * kernel + 8 * vt * ragged}
 
-    def tiles(self, cfg: HWConfig, wl: Conv2dWorkload) -> int:
-        """The number of output tiles (ragged edge tiles included)."""
+    def tile_counts(self, cfg: HWConfig, wl: Conv2dWorkload) -> dict[str, int]:
+        """Tiles along output channels, rows and batch (ragged edge tiles included; with a
+        fused pooling, rows past the last whole window are not computed)."""
         nb, _, ocb = wl.blocked(cfg)
-        return blocks(nb, self.tile_n) * blocks(ocb, self.tile_oc) * blocks(wl.oh, self.tile_h)
+        rows = blocks(wl.ph, self.tile_h // wl.pool_h)
+        return {
+            "tile_oc": blocks(ocb, self.tile_oc),
+            "tile_h": rows,
+            "tile_n": blocks(nb, self.tile_n),
+        }
+
+    def tiles(self, cfg: HWConfig, wl: Conv2dWorkload) -> int:
+        """The number of output tiles."""
+        return math.prod(self.tile_counts(cfg, wl).values())
 
     def fits(self, cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False) -> bool:
         """Whether the buffers (modelled by ``footprint``) fit every SRAM of ``cfg``."""
@@ -234,28 +253,12 @@ def _cost(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> float:
     return inp * cfg.inp_elem_bytes + wgt * cfg.wgt_elem_bytes + 256 * insns
 
 
-def divides(s: Conv2dSchedule, cfg: HWConfig, wl: Conv2dWorkload) -> bool:
-    """Whether every knob divides its dimension and, with virtual threads, some tile count is a
-    multiple of them: what the TE lowering (``te_ops.conv2d_te``) takes."""
-    nb, icb, ocb = wl.blocked(cfg)
-    dims = ((s.tile_n, nb), (s.tile_h, wl.oh), (s.tile_oc, ocb), (s.tile_ic, icb))
-    if any(d % t for t, d in dims):
-        return False
-    counts = (nb // s.tile_n, wl.oh // s.tile_h, ocb // s.tile_oc)
-    return s.vthreads == 1 or any(c % s.vthreads == 0 for c in counts)
-
-
 def candidate_schedules(
-    cfg: HWConfig,
-    wl: Conv2dWorkload,
-    vthreads: int,
-    residual: bool = False,
-    divisible: bool = False,
+    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int, residual: bool = False
 ) -> list[Conv2dSchedule]:
     """Every schedule with ``vthreads`` threads that passes ``check`` and fits the SRAMs.
 
-    Tile sizes are ``tile_sizes`` of each dimension (divisors and even ragged splits; only
-    schedules that ``divides`` with ``divisible``).
+    Tile sizes are ``tile_sizes`` of each dimension (divisors and even ragged splits).
     """
     nb, icb, ocb = wl.blocked(cfg)
     out = []
@@ -269,20 +272,15 @@ def candidate_schedules(
                             s.check(cfg, wl)
                         except ScheduleError:
                             continue
-                        if s.fits(cfg, wl, residual) and (not divisible or divides(s, cfg, wl)):
+                        if s.fits(cfg, wl, residual):
                             out.append(s)
     return out
 
 
 def default_schedule(
-    cfg: HWConfig,
-    wl: Conv2dWorkload,
-    vthreads: int = 1,
-    residual: bool = False,
-    divisible: bool = False,
+    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1, residual: bool = False
 ) -> Conv2dSchedule:
-    """The fitting schedule with the least modelled cost (``residual``: a fused residual add;
-    ``divisible``: only schedules whose knobs divide their dimensions, see ``divides``).
+    """The fitting schedule with the least modelled cost (``residual``: a fused residual add).
 
     With 2 virtual threads, at least two tiles are required (or the second thread idles).
 
@@ -291,42 +289,22 @@ def default_schedule(
     """
     if vthreads not in (1, 2):
         raise ScheduleError(f"vthreads must be 1 or 2, not {vthreads!r}")
-    cands = candidate_schedules(cfg, wl, vthreads, residual, divisible)
+    cands = candidate_schedules(cfg, wl, vthreads, residual)
     if vthreads > 1:
         cands = [s for s in cands if s.tiles(cfg, wl) > 1] or cands
     if not cands:
         raise ScheduleError(
-            f"no {'dividing ' if divisible else ''}tiling of {wl} fits the SRAMs of HWConfig "
+            f"no tiling of {wl} fits the SRAMs of HWConfig "
             f"{cfg.name!r} with {vthreads} virtual thread(s)"
         )
     return min(cands, key=lambda s: (_cost(cfg, wl, s), -s.tile_h, -s.tile_oc))
 
 
-def default_choice(
-    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1, residual: bool = False
-) -> tuple[Conv2dSchedule, str]:
-    """The default schedule and lowering path (``"te"`` or ``"tile"``) of a workload: the
-    cheapest dividing schedule through TE when one fits (and no pooling is fused), else the
-    cheapest schedule through the tile program.
-
-    Raises:
-        ScheduleError: no schedule fits the SRAMs of ``cfg``.
-    """
-    if not wl.pooled:
-        try:
-            return default_schedule(cfg, wl, vthreads, residual, divisible=True), "te"
-        except ScheduleError:
-            pass
-    sched = default_schedule(cfg, wl, vthreads, residual)
-    return sched, "te" if divides(sched, cfg, wl) and not wl.pooled else "tile"
-
-
 def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
                  vthreads: int = 2) -> ConfigSpace:  # fmt: skip
     """The knobs a tuner searches for one accelerator conv2d/dense: the four tile sizes, virtual
-    threads, resident weights and the lowering path (TE takes only dividing schedules without a
-    fused pooling). Points that fail ``Conv2dSchedule.check`` or overflow an SRAM are invalid.
-    The default point is ``default_choice(cfg, wl, vthreads, residual)``.
+    threads and resident weights. Points that fail ``Conv2dSchedule.check`` or overflow an SRAM
+    are invalid. The default point is ``default_schedule(cfg, wl, vthreads, residual)``.
     """
     nb, icb, ocb = wl.blocked(cfg)
     knobs = [
@@ -336,7 +314,6 @@ def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
         Knob("tile_ic", tuple(tile_sizes(icb))),
         Knob("vthreads", (1, 2)),
         Knob("resident_weights", (False, True)),
-        Knob("lowering", ("te", "tile")),
     ]
 
     def constraint(v: dict) -> str | None:
@@ -347,23 +324,23 @@ def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
             return str(exc)
         if not sched.fits(cfg, wl, residual):
             return "the buffers overflow an SRAM"
-        if v["lowering"] == "te" and (wl.pooled or not divides(sched, cfg, wl)):
-            return "the TE lowering takes only dividing schedules without fused pooling"
         return None
 
-    sched, lowering = default_choice(cfg, wl, vthreads, residual)
-    return ConfigSpace("vta.conv2d", knobs, config_values(sched, lowering), constraint)
+    default = config_values(default_schedule(cfg, wl, vthreads, residual))
+    # "lowering" chose between TE and a hand-written tile program until there was one lowering.
+    return ConfigSpace("vta.conv2d", knobs, default, constraint, retired=("lowering",))
 
 
 def schedule_from(values: dict) -> Conv2dSchedule:
-    """The schedule of a point of ``config_space`` (its ``lowering`` knob aside)."""
+    """The schedule of a point of ``config_space`` (other keys, such as the ``lowering`` of
+    tuning logs written when there were two lowerings, are ignored)."""
     return Conv2dSchedule(int(values["tile_n"]), int(values["tile_h"]), int(values["tile_oc"]),
                           int(values["tile_ic"]), int(values["vthreads"]),
                           bool(values["resident_weights"]))  # fmt: skip
 
 
-def config_values(sched: Conv2dSchedule, lowering: str) -> dict:
-    """The point of ``config_space`` for a schedule and lowering path."""
+def config_values(sched: Conv2dSchedule) -> dict:
+    """The point of ``config_space`` for a schedule."""
     return {"tile_n": sched.tile_n, "tile_h": sched.tile_h, "tile_oc": sched.tile_oc,
             "tile_ic": sched.tile_ic, "vthreads": sched.vthreads,
-            "resident_weights": sched.resident_weights, "lowering": lowering}  # fmt: skip
+            "resident_weights": sched.resident_weights}  # fmt: skip
