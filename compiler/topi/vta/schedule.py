@@ -240,17 +240,69 @@ def tile_sizes(n: int) -> list[int]:
     return sorted({blocks(n, k) for k in range(1, n + 1)})
 
 
-def _cost(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> float:
-    """Modelled DRAM bytes plus a per-instruction overhead (in byte equivalents)."""
+# Cycles the two threads lose per instruction handing buffers over with tokens (fitted to
+# cyclesim on ResNet-18's layers: each extra LOAD/GEMM of a chunk costs about this much).
+SYNC_CYCLES = 32
+
+
+def _split(dim: int, tile: int) -> list[tuple[int, int]]:
+    """(count, extent) of the full tiles and the ragged edge tile of a dimension."""
+    full, edge = divmod(dim, tile)
+    return [(c, e) for c, e in ((full, tile), (1 if edge else 0, edge)) if c]
+
+
+def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> float:
+    """A closed-form estimate of the program's cycles, for ranking schedules.
+
+    Per tile: a GEMM reset, then per input-channel chunk its LOADs (per (n, ic) the input rows,
+    unless resident the chunk's weights: latency per AXI burst plus one beat per bus word) and
+    its GEMM (a step per micro-op and pixel), then three ALU passes and the STOREs. With one
+    thread these run one after another (a tile's epilogue overlaps the next tile's first
+    loads); with two, one thread's loads overlap the other's GEMM chunk by chunk, and each
+    instruction of a chunk costs ``SYNC_CYCLES`` of hand-over.
+    """
+    from ....sim.latency import TimingParams
+
+    p = TimingParams.for_config(cfg)
+    chunk = p.burst_bytes
     nb, icb, ocb = wl.blocked(cfg)
     kk = wl.kh * wl.kw
-    n_tiles = s.tiles(cfg, wl)
-    chunks = blocks(icb, s.tile_ic)
-    oc_tiles, h_tiles = blocks(ocb, s.tile_oc), blocks(wl.oh, s.tile_h)
-    inp = oc_tiles * h_tiles * nb * icb * wl.rows_in(s.tile_h) * wl.w
-    wgt = ocb * icb * kk if s.resident_weights else n_tiles // oc_tiles * ocb * icb * kk
-    insns = n_tiles * (chunks * (s.tile_n * s.tile_ic + 2) + 6)
-    return inp * cfg.inp_elem_bytes + wgt * cfg.wgt_elem_bytes + 256 * insns
+    ib, wb, ob = cfg.inp_elem_bytes, cfg.wgt_elem_bytes, cfg.out_elem_bytes
+    cols = min(wl.w, (wl.ow - 1) * wl.stride_w + wl.kw - wl.pad_w)  # the columns a tile reads
+
+    def dma(rows: int, x: int, eb: int, contiguous: bool, latency: int) -> float:
+        bursts = -(-rows * x * eb // chunk) if contiguous else rows * -(-x * eb // chunk)
+        return p.issue_cycles + bursts * latency + rows * x * max(1, eb // p.bus_bytes)
+
+    serial = pipelined = first_load = last_store = 0.0
+    for cn, tn in _split(nb, s.tile_n):
+        for co, toc in _split(ocb, s.tile_oc):
+            for ch, th in _split(wl.oh, s.tile_h):
+                n = cn * co * ch
+                pixels = tn * th * wl.ow
+                rows = min(wl.rows_in(th), wl.h)
+                loads = gemms = overlapped = 0.0
+                for cc, tic in _split(icb, s.tile_ic):
+                    load = tn * tic * dma(rows, cols, ib, cols == wl.w, p.dram_read_latency)
+                    per_row = tic < s.tile_ic  # a ragged chunk: a weight LOAD per output block
+                    if not s.resident_weights:
+                        wgt = dma(1 if per_row else toc, tic * kk, wb, False, p.dram_read_latency)
+                        load += wgt * (toc if per_row else 1)
+                    gemm = pixels * toc * tic * kk + p.gemm_latency + 1
+                    loads, gemms = loads + cc * load, gemms + cc * gemm
+                    insns = tn * tic + 2 + (toc - 1 if not s.resident_weights and per_row else 0)
+                    overlapped += cc * (max(load, gemm) + SYNC_CYCLES * insns)
+                    first_load = first_load or load
+                alu = 4 * (toc * pixels + p.alu_latency + 2)  # a reset and three ALU passes
+                last_store = tn * dma(toc, th * wl.ow, ob, th == wl.oh, p.dram_write_latency)
+                serial += n * (loads + gemms + alu + last_store - min(alu + last_store, load))
+                pipelined += n * (overlapped + alu)
+    prologue = 0.0
+    if s.resident_weights:
+        prologue = dma(ocb, icb * kk, wb, True, p.dram_read_latency)
+    if s.vthreads == 1:
+        return prologue + serial
+    return prologue + pipelined + first_load + last_store
 
 
 def candidate_schedules(
@@ -297,7 +349,7 @@ def default_schedule(
             f"no tiling of {wl} fits the SRAMs of HWConfig "
             f"{cfg.name!r} with {vthreads} virtual thread(s)"
         )
-    return min(cands, key=lambda s: (_cost(cfg, wl, s), -s.tile_h, -s.tile_oc))
+    return min(cands, key=lambda s: (estimated_cycles(cfg, wl, s), -s.tile_h, -s.tile_oc))
 
 
 def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
