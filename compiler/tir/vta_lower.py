@@ -9,7 +9,9 @@ intrinsic (``vta_intrin.gemm_intrin``); each element-wise stage in the accumulat
 that into the tile program of ``codegen.vta_tile``:
 
 - loops outside the accelerator's operations are **run at compile time** (a program image is a
-  static instruction stream; VTA's runtime ran them on the host at every call instead);
+  static instruction stream; VTA's runtime ran them on the host at every call instead); a
+  guard inside an operation's loop nest (the edge tile of a non-dividing split) is evaluated
+  there and cuts the loops it tests to the edge tile's extents;
 - a ``dma_copy`` loop nest becomes LOAD/STORE statements: the innermost loops covering one
   SRAM element (a ``BATCH x BLOCK`` vector) are its lanes, the next two loops the DMA's x and y
   (a zero-padding guard ``if_then_else(in_bounds, X[...], 0)`` becomes the pad fields), and any

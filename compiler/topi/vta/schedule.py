@@ -4,8 +4,8 @@ A workload is a quantized conv2d in blocked units (dense is the 1x1 conv of an N
 input). A schedule tiles its output: ``tile_n`` batch blocks x ``tile_oc`` output-channel blocks
 x ``tile_h`` output rows (all columns) per tile, the reduction in chunks of ``tile_ic``
 input-channel blocks, over ``vthreads`` virtual threads; weights are either resident (loaded once)
-or loaded per chunk. ``default_schedule`` picks the fitting schedule with the least modelled DRAM
-traffic and instruction overhead.
+or loaded per chunk. ``default_schedule`` picks the fitting schedule with the fewest
+``estimated_cycles``.
 
 Example:
     >>> from tensorforge.hw.config import HWConfig
@@ -274,7 +274,7 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
         bursts = -(-rows * x * eb // chunk) if contiguous else rows * -(-x * eb // chunk)
         return p.issue_cycles + bursts * latency + rows * x * max(1, eb // p.bus_bytes)
 
-    serial = pipelined = first_load = last_store = 0.0
+    serial = pipelined = fill = last_store = 0.0
     for cn, tn in _split(nb, s.tile_n):
         for co, toc in _split(ocb, s.tile_oc):
             for ch, th in _split(wl.oh, s.tile_h):
@@ -292,7 +292,7 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
                     loads, gemms = loads + cc * load, gemms + cc * gemm
                     insns = tn * tic + 2 + (toc - 1 if not s.resident_weights and per_row else 0)
                     overlapped += cc * (max(load, gemm) + SYNC_CYCLES * insns)
-                    first_load = first_load or load
+                    fill = fill or min(load, gemm)  # the pipeline fills with one of them
                 alu = 4 * (toc * pixels + p.alu_latency + 2)  # a reset and three ALU passes
                 last_store = tn * dma(toc, th * wl.ow, ob, th == wl.oh, p.dram_write_latency)
                 serial += n * (loads + gemms + alu + last_store - min(alu + last_store, load))
@@ -302,7 +302,7 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
         prologue = dma(ocb, icb * kk, wb, True, p.dram_read_latency)
     if s.vthreads == 1:
         return prologue + serial
-    return prologue + pipelined + first_load + last_store
+    return prologue + pipelined + fill + last_store
 
 
 def candidate_schedules(

@@ -2,11 +2,15 @@
 
 ``conv2d_te(cfg, workload, schedule, ...)`` declares the blocked computation (data
 ``NCHW{BATCH}n{BLOCK_IN}c``, weights ``OIHW{BLOCK_OUT}o{BLOCK_IN}i``, int32 accumulation, then
-the bias and the requantization's ALU steps and an int8 cast) and schedules it:
+the bias, the requantization's ALU steps, a residual add, a max pooling and an int8 cast) and
+schedules it:
 
 1. split the output into tiles of ``tile_n`` batch blocks x ``tile_oc`` channel blocks x
-   ``tile_h`` rows (all columns); with two virtual threads, the tiles along the first axis with
-   an even tile count are split between ``te.thread_axis("vthread")`` copies;
+   ``tile_h`` rows (``tile_h // pool_h`` pooled rows; all columns); a knob that does not divide
+   its dimension leaves a smaller edge tile, guarded by bound inference, whose guards
+   ``tir.vta_lower`` turns into smaller instruction extents; with two virtual threads, the
+   tiles along the first axis with an even tile count are split between
+   ``te.thread_axis("vthread")`` copies;
 2. compute the accumulator stages at the tile (scope ``local.acc_buffer``);
 3. per chunk of ``tile_ic`` input-channel blocks, copy the zero-padded input rows
    (``cache_read`` into ``local.inp_buffer``, the padding inlined) and the weights (into
@@ -14,12 +18,14 @@ the bias and the requantization's ALU steps and an int8 cast) and schedules it:
 4. tensorize the GEMM with the config's intrinsic (``tir.vta_intrin.gemm_intrin``), the loops
    around it ordered (rows, columns, out-channel, in-channel, kernel window) so that rows and
    columns become the instruction's two hardware loops;
-5. ``pragma alu`` on each element-wise stage, ``pragma dma_copy`` on the int8 output.
+5. ``pragma alu`` on each element-wise stage (a fused max pooling: a zero stage, lowered to a
+   GEMM reset, an ADD of each window's first element and a MAX per other element),
+   ``pragma dma_copy`` on the int8 output.
 
 ``TeOperator.lower()`` gives its loop IR (``tir.lower`` with ``VTA_PIPELINE``),
 ``tile_program()`` the tile program (``tir.vta_lower``) that ``codegen.vta.generate_program``
-turns into a program image; the slots and layouts are those of ``conv2d_tile_program``
-(``X``, ``Y``, ``R``; constants ``W``, ``bias``), so ``VtaKernel`` runs either.
+turns into a program image; the slots are ``layout.py``'s (``X``, ``Y``, ``R``; constants
+``W``, ``bias``), which ``VtaKernel`` fills and reads.
 
 Example:
     >>> import numpy as np
