@@ -240,9 +240,10 @@ def tile_sizes(n: int) -> list[int]:
     return sorted({blocks(n, k) for k in range(1, n + 1)})
 
 
-# Cycles the two threads lose per instruction handing buffers over with tokens (fitted to
-# cyclesim on ResNet-18's layers: each extra LOAD/GEMM of a chunk costs about this much).
+# Cycles two threads lose handing buffers over with tokens, per instruction of a chunk and per
+# chunk (fitted to cyclesim on ResNet-18's C2-C12 and the digits CNN's layers).
 SYNC_CYCLES = 32
+CHUNK_CYCLES = 96
 
 
 def _split(dim: int, tile: int) -> list[tuple[int, int]]:
@@ -259,7 +260,7 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
     its GEMM (a step per micro-op and pixel), then three ALU passes and the STOREs. With one
     thread these run one after another (a tile's epilogue overlaps the next tile's first
     loads); with two, one thread's loads overlap the other's GEMM chunk by chunk, and each
-    instruction of a chunk costs ``SYNC_CYCLES`` of hand-over.
+    chunk costs ``CHUNK_CYCLES`` and each of its instructions ``SYNC_CYCLES`` of hand-over.
     """
     from ....sim.latency import TimingParams
 
@@ -291,7 +292,7 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
                     gemm = pixels * toc * tic * kk + p.gemm_latency + 1
                     loads, gemms = loads + cc * load, gemms + cc * gemm
                     insns = tn * tic + 2 + (toc - 1 if not s.resident_weights and per_row else 0)
-                    overlapped += cc * (max(load, gemm) + SYNC_CYCLES * insns)
+                    overlapped += cc * (max(load, gemm) + SYNC_CYCLES * insns + CHUNK_CYCLES)
                     fill = fill or min(load, gemm)  # the pipeline fills with one of them
                 alu = 4 * (toc * pixels + p.alu_latency + 2)  # a reset and three ALU passes
                 last_store = tn * dma(toc, th * wl.ow, ob, th == wl.oh, p.dram_write_latency)

@@ -155,6 +155,23 @@ def test_default_schedule_fits_where_the_largest_tiles_do_not() -> None:
     _check(conv2d(cfg, x.shape, w, b, padding=1, shift=10, schedule=s), x)
 
 
+@pytest.mark.parametrize("vthreads", [1])  # 2 threads: see docs/vta_compiler.md, Limitations
+def test_default_schedule_is_near_the_fastest_on_cyclesim(vthreads: int) -> None:
+    """`estimated_cycles` ranks schedules: the default is within 5% of the fastest of every
+    fitting schedule on the cycle model (a 1x1 stride-2 layer, where row tiles matter)."""
+    from tensorforge.runtime.device.vta import run_image
+
+    cfg = HWConfig.preset("tiny")
+    wl = Conv2dWorkload(1, 16, 12, 12, 16, 1, 1, stride_h=2, stride_w=2)
+    w = np.ones((16, 16, 1, 1), np.int8)
+    cycles = {}
+    for s in candidate_schedules(cfg, wl, vthreads):
+        kern = conv2d(cfg, (1, 16, 12, 12), w, stride=2, shift=4, schedule=s)
+        cycles[s] = run_image(kern.image, backend="cyclesim")[1].cycles
+    best = default_schedule(cfg, wl, vthreads)
+    assert len(cycles) > 20 and cycles[best] <= 1.05 * min(cycles.values()), (best, cycles[best])
+
+
 def test_conv2d_rejects_knobs_out_of_range() -> None:
     cfg = HWConfig.preset("tiny")
     x, w, b = _operands(1, (1, 4, 6, 6), (4, 4, 3, 3))
