@@ -97,6 +97,8 @@ class ConfigSpace:
         default: the values of the default config (what the hand-written chooser picks).
         constraint: `values -> None` when valid, else a reason string; invalid points are never
             sampled nor measured.
+        retired: knobs an earlier version had: `from_values` drops them, so tuning logs written
+            then still load.
     """
 
     def __init__(
@@ -105,6 +107,7 @@ class ConfigSpace:
         knobs: Sequence[Knob],
         default: Mapping[str, Scalar],
         constraint: Callable[[dict[str, Scalar]], str | None] | None = None,
+        retired: Sequence[str] = (),
     ) -> None:
         names = [k.name for k in knobs]
         if len(set(names)) != len(names):
@@ -114,6 +117,7 @@ class ConfigSpace:
         self._by_name = {k.name: k for k in self.knobs}
         self._radix = [len(k.values) for k in self.knobs]
         self._constraint = constraint
+        self._retired = tuple(retired)
         self._valid: np.ndarray | None = None
         self.default = self.from_values(default)
         reason = self.why_invalid(self.default.values)
@@ -161,7 +165,7 @@ class ConfigSpace:
         return Config(self, int(index), values)
 
     def from_values(self, values: Mapping[str, Any]) -> Config:
-        """The config with these knob values (every knob named, no others).
+        """The config with these knob values (every knob named, no others but retired ones).
 
         Raises:
             SpaceError: naming an unknown or missing knob, or a value not among the choices.
@@ -169,7 +173,7 @@ class ConfigSpace:
         if not isinstance(values, Mapping):
             raise SpaceError(f"space {self.name!r}: a config must be a mapping of knob values, "
                              f"not {type(values).__name__}")  # fmt: skip
-        unknown = sorted(set(values) - set(self._by_name))
+        unknown = sorted(set(values) - set(self._by_name) - set(self._retired))
         missing = [k.name for k in self.knobs if k.name not in values]
         if unknown or missing:
             raise SpaceError(

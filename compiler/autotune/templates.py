@@ -335,8 +335,8 @@ def _vta_space(wl: dict) -> Any:
 
 def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
     from ..quantize.residual import add_params
-    from ..topi.vta.conv2d import INPUT, OUTPUT, RESIDUAL
     from ..topi.vta.kernel import conv2d
+    from ..topi.vta.layout import INPUT, OUTPUT, RESIDUAL, pack_nchw
     from ..topi.vta.schedule import schedule_from
 
     cfg, cw = _vta_workload(wl)
@@ -349,13 +349,10 @@ def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
     pool = (cw.pool_h, cw.pool_w) if cw.pooled else None
     kern = conv2d(cfg, (cw.n, cw.ic, cw.h, cw.w), weight, bias, stride=(cw.stride_h, cw.stride_w),
                   padding=(cw.pad_h, cw.pad_w), shift=shift, relu=residual is None,
-                  schedule=schedule_from(values), residual=residual, max_pool=pool,
-                  lowering=str(values["lowering"]))  # fmt: skip
+                  schedule=schedule_from(values), residual=residual, max_pool=pool)  # fmt: skip
     inputs = {INPUT: kern.pack(x)}
     r = None
     if residual is not None:
-        from ..topi.vta.layout import pack_nchw
-
         r = rng.integers(-128, 128, (cw.n, cw.oc, cw.oh, cw.ow), dtype=np.int8)
         inputs[RESIDUAL] = pack_nchw(cfg, r, cfg.block_out)
     expected = kern.reference(x, r)

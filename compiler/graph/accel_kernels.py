@@ -193,7 +193,7 @@ def accelerator_kernel(
 def _anchored(cfg: HWConfig, graph: Graph, nodes: list[Node], vthreads: int) -> tuple[Any, list]:
     """The conv/dense kernel of a group and its slots: input, [residual,] output."""
     from ..topi import vta  # the accelerator code generator (loads the simulators)
-    from ..topi.vta.conv2d import INPUT, OUTPUT, RESIDUAL
+    from ..topi.vta.layout import INPUT, OUTPUT, RESIDUAL
 
     anchor, rest = nodes[0], nodes[1:]
     add = next((n for n in rest if n.op == "tf.qadd"), None)

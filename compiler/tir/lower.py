@@ -144,7 +144,9 @@ def _stage_stmt(ctx: _Context, info: StageBounds) -> Stmt:
     for p in range(len(leaves) - 1, -1, -1):
         intrin = stage.annotation(leaves[p]).tensorize
         if intrin is not None:
-            stmt = _tensorize(ctx, info, p, intrin, index)
+            # The guards of a non-dividing split outside the intrinsic's loops (tensorize
+            # rejects ones inside) keep the ragged edge tiles in the domain.
+            stmt = _guarded(_tensorize(ctx, info, p, intrin, index), all_guards)
         else:
             stmt = _with_children(ctx, stage, leaves[p], stmt)
             stmt = _make_for(info, leaves[p], stmt)

@@ -9,7 +9,9 @@ intrinsic (``vta_intrin.gemm_intrin``); each element-wise stage in the accumulat
 that into the tile program of ``codegen.vta_tile``:
 
 - loops outside the accelerator's operations are **run at compile time** (a program image is a
-  static instruction stream; VTA's runtime ran them on the host at every call instead);
+  static instruction stream; VTA's runtime ran them on the host at every call instead); a
+  guard inside an operation's loop nest (the edge tile of a non-dividing split) is evaluated
+  there and cuts the loops it tests to the edge tile's extents;
 - a ``dma_copy`` loop nest becomes LOAD/STORE statements: the innermost loops covering one
   SRAM element (a ``BATCH x BLOCK`` vector) are its lanes, the next two loops the DMA's x and y
   (a zero-padding guard ``if_then_else(in_bounds, X[...], 0)`` becomes the pad fields), and any
@@ -69,7 +71,7 @@ from ..te import dtype as dt
 from ..te.expr import BinOp, Call, Cast, Expr, IntImm, Op, Var
 from ..te.visitor import expr_to_str, pre_order
 from .interp import InterpretError, evaluate
-from .passes import loop_partition, remove_no_op, simplify, storage_flatten
+from .passes import remove_no_op, simplify, storage_flatten
 from .stmt import (
     Allocate,
     AttrStmt,
@@ -91,8 +93,9 @@ ALU = "pragma_alu"
 SCOPES = {"local.inp_buffer": "inp", "local.wgt_buffer": "wgt", "local.acc_buffer": "acc"}
 
 # The pipeline of ``tir.lower`` for accelerator schedules: the default one without the GPU
-# passes and without virtual-thread injection, which ``lower_to_tile_program`` performs itself.
-VTA_PIPELINE = (simplify, loop_partition, simplify, storage_flatten, simplify, remove_no_op)
+# passes, without virtual-thread injection, which ``lower_to_tile_program`` performs itself, and
+# without loop partitioning: it evaluates a ragged edge's guards per tile itself (``_nest``).
+VTA_PIPELINE = (simplify, storage_flatten, simplify, remove_no_op)
 
 _ALU_BINOPS = {Op.ADD: AluOp.ADD, Op.MUL: AluOp.MUL, Op.MIN: AluOp.MIN, Op.MAX: AluOp.MAX}
 _COMMUTATIVE = (Op.ADD, Op.MUL, Op.MIN, Op.MAX)
@@ -267,8 +270,10 @@ class _Lowering:
     # -- DMA --
 
     def dma(self, body: Stmt, t: _Thread) -> None:
-        loops, leaf = _nest(body)
+        loops, leaf = _nest(body, t.env)
         what = f"dma_copy `{str(leaf).strip()}`"
+        if loops is None:
+            return  # a ragged edge's guard keeps none of it
         if not isinstance(leaf, BufferStore):
             raise self.fail(what, "a copy must be a loop nest around one store")
         value, cond = leaf.value, None
@@ -413,8 +418,10 @@ class _Lowering:
     # -- GEMM and ALU --
 
     def compute(self, s: Stmt, t: _Thread, alu: bool) -> None:
-        loops, leaf = _nest(s)
+        loops, leaf = _nest(s, t.env)
         what = f"`{str(leaf).strip()}`"
+        if loops is None:
+            return
         if alu:
             if not isinstance(leaf, BufferStore):
                 raise self.fail(f"alu {what}", "an ALU stage must be a loop nest around one store")
@@ -567,16 +574,54 @@ def _conjuncts(cond: Expr) -> list[Expr]:
     return [cond]
 
 
-def _nest(s: Stmt) -> tuple[list[_Loop], Stmt]:
-    """The perfect loop nest at `s` (constant extents from 0) and the statement inside it."""
+def _nest(s: Stmt, env: Mapping[Var, int] | None = None) -> tuple[list[_Loop] | None, Stmt]:
+    """The perfect loop nest at `s` (constant extents from 0) and the statement inside it.
+
+    With ``env`` (the values of the loops outside), a guard in the nest (an ``if`` without
+    else: the edge of a non-dividing split) is evaluated there and cuts each loop it tests to
+    the prefix it keeps: a ragged edge tile's smaller extents. None: the guard keeps nothing.
+    """
     loops: list[_Loop] = []
-    while isinstance(s, For):
+    guards: list[Expr] = []
+    while isinstance(s, For) or (env is not None and _is_guard(s)):
+        if isinstance(s, IfThenElse):
+            guards += _conjuncts(s.condition)
+            s = s.then_case
+            continue
         if not (isinstance(s.min, IntImm) and s.min.value == 0 and isinstance(s.extent, IntImm)):
             raise LoweringError(f"loop {s.var.name!r} of an accelerator operation must run from "
                                 "0 to a constant")  # fmt: skip
         loops.append(_Loop(s.var, s.extent.value))
         s = s.body
-    return loops, s
+    return (_clip(loops, guards, env) if guards else loops), s
+
+
+def _is_guard(s: Stmt) -> bool:
+    return isinstance(s, IfThenElse) and s.else_case is None
+
+
+def _clip(loops: list[_Loop], guards: list[Expr], env: Mapping[Var, int]) -> list[_Loop] | None:
+    """``loops`` cut to the prefixes that ``guards`` (each testing at most one of them) keep."""
+    extents = {lp.var: lp.extent for lp in loops}
+    for g in guards:
+        tested = [lp for lp in loops if _mentions(g, {lp.var})]
+        if len(tested) > 1:
+            raise LoweringError(f"guard `{expr_to_str(g)}` of an accelerator operation must test "
+                                f"one loop, not {[lp.var.name for lp in tested]}")  # fmt: skip
+        if not tested:
+            if not _ev(g, env):
+                return None
+            continue
+        lp = tested[0]
+        keep = [bool(_ev(g, {**env, lp.var: i})) for i in range(lp.extent)]
+        n = keep.index(False) if False in keep else lp.extent
+        if any(keep[n:]):
+            raise LoweringError(f"guard `{expr_to_str(g)}` must keep a prefix of loop "
+                                f"{lp.var.name!r}")  # fmt: skip
+        extents[lp.var] = min(extents[lp.var], n)
+    if not all(extents.values()):
+        return None
+    return [_Loop(lp.var, extents[lp.var]) for lp in loops]
 
 
 def _is_reset(s: Stmt) -> bool:
@@ -590,8 +635,8 @@ def _is_reset(s: Stmt) -> bool:
 
 def _compute_leaf(s: Stmt) -> Stmt | None:
     """The GEMM attribute or accumulator reset a loop nest wraps, if it wraps only that."""
-    while isinstance(s, For) and s.kind is not ForKind.THREAD_BINDING:
-        s = s.body
+    while (isinstance(s, For) and s.kind is not ForKind.THREAD_BINDING) or _is_guard(s):
+        s = s.then_case if isinstance(s, IfThenElse) else s.body
     if isinstance(s, AttrStmt) and s.key == GEMM_ATTR:
         return s
     return s if _is_reset(s) else None

@@ -6,7 +6,6 @@ a device backend, and ``reference`` wraps the int8 oracle of ``compiler.quantize
 
 from __future__ import annotations
 
-from .conv2d import conv2d_tile_program
 from .kernel import VtaKernel, conv2d, dense, run_image
 from .layout import pack_bias, pack_nchw, pack_oihw, unpack_nchw
 from .pool import PoolKernel, PoolSchedule, PoolWorkload, default_pool_schedule, max_pool2d
@@ -35,7 +34,6 @@ __all__ = [
     "candidate_schedules",
     "conv2d",
     "conv2d_reference",
-    "conv2d_tile_program",
     "default_pool_schedule",
     "default_schedule",
     "dense",

@@ -33,21 +33,12 @@ from ...codegen.vta import generate_program
 from ...codegen.vta_tile import TileProgram
 from ...quantize.requant import AluStep, RequantParams
 from ...quantize.residual import AddParams, add_int8
-from .conv2d import INPUT, OUTPUT, RESIDUAL, conv2d_tile_program
-from .layout import pack_bias, pack_nchw, pack_oihw, unpack_nchw
+from .layout import INPUT, OUTPUT, RESIDUAL, pack_bias, pack_nchw, pack_oihw, unpack_nchw
 from .reference import conv2d_reference, dense_reference, max_pool2d_reference, shift_requant
-from .schedule import (
-    Conv2dSchedule,
-    Conv2dWorkload,
-    default_choice,
-    default_schedule,
-    divides,
-    schedule_from,
-)
+from .schedule import Conv2dSchedule, Conv2dWorkload, default_schedule, schedule_from
+from .te_ops import conv2d_te
 
-__all__ = ["LOWERINGS", "VtaKernel", "conv2d", "dense"]
-
-LOWERINGS = ("auto", "te", "tile")
+__all__ = ["VtaKernel", "conv2d", "dense"]
 
 
 @dataclass
@@ -67,7 +58,6 @@ class VtaKernel:
     # The ALU steps after the bias (set by conv2d/dense; the bounds are requant.lo/hi).
     requant: RequantParams | None = None
     residual: AddParams | None = None  # a fused residual add (input slot ``R``)
-    lowering: str = "tile"  # "te" (TE + tensorize + tir.vta_lower) or "tile" (tile program)
 
     def pack(self, x: np.ndarray) -> np.ndarray:
         """Data in the user's layout (NCHW, or (M, K) for dense) -> the packed input slot."""
@@ -209,7 +199,6 @@ def conv2d(
     requant: RequantParams | None = None,
     residual: AddParams | None = None,
     max_pool: int | tuple[int, int] | None = None,
-    lowering: str = "auto",
 ) -> VtaKernel:
     """Compile ``requant(conv2d(x, weight) + bias)`` to int8 for the accelerator.
 
@@ -229,12 +218,9 @@ def conv2d(
             requantization; ``run(x, residual=r)`` then takes the int8 operand r.
         max_pool: fuse a non-overlapping max pooling (window = stride, no padding) after
             everything else; the output is then (N, O, OH // ph, OW // pw).
-        lowering: how the program is generated: ``"te"``, the TE operator
-            (``te_ops.conv2d_te``: tensorize, DMA and ALU pragmas, lowered by
-            ``tir.vta_lower``), which takes schedules whose knobs divide their dimensions and
-            no fused pooling; ``"tile"``, the hand-written tile program
-            (``conv2d_tile_program``), which takes every schedule; ``"auto"`` (default): TE
-            when the (default or given) schedule allows it, else the tile program.
+
+    The program is the TE operator ``te_ops.conv2d_te`` (tensorize, DMA and ALU pragmas,
+    virtual threads) lowered by ``tir.vta_lower`` and encoded by ``codegen.vta``.
 
     Raises:
         ValueError: bad shapes or arguments, a MUL step on a config without ``alu_mul``.
@@ -251,7 +237,7 @@ def conv2d(
     pool = (1, 1) if max_pool is None else _pair(max_pool, "max_pool")
     wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw, *pool)
     return _compile(cfg, "conv2d", wl, weight, bias, (shift, relu, requant, residual), schedule,
-                    vthreads, lowering)  # fmt: skip
+                    vthreads)  # fmt: skip
 
 
 def dense(
@@ -266,7 +252,6 @@ def dense(
     vthreads: int = 1,
     requant: RequantParams | None = None,
     residual: AddParams | None = None,
-    lowering: str = "auto",
 ) -> VtaKernel:
     """Compile ``requant(A @ weight.T + bias)`` for A (m, K) int8, weight (N, K) int8.
 
@@ -280,7 +265,7 @@ def dense(
     wl = Conv2dWorkload(m, k, 1, 1, nout, 1, 1)
     w4 = weight.reshape(nout, k, 1, 1)
     kern = _compile(cfg, "dense", wl, w4, bias, (shift, relu, requant, residual), schedule,
-                    vthreads, lowering)  # fmt: skip
+                    vthreads)  # fmt: skip
     kern.weight = weight
     return kern
 
@@ -306,7 +291,6 @@ def _compile(
     epilogue: tuple[int, bool, RequantParams, AddParams | None],
     schedule: Conv2dSchedule | None,
     vthreads: int,
-    lowering: str = "auto",
 ) -> VtaKernel:
     shift, relu, requant, residual = epilogue
     if bias is not None:
@@ -315,32 +299,17 @@ def _compile(
             raise ValueError(f"{op} bias must be int32 of shape ({wl.oc},), not {bias.dtype} "
                              f"{bias.shape}")  # fmt: skip
     has_res = residual is not None
-    if lowering not in LOWERINGS:
-        raise ValueError(f"{op} lowering must be one of {LOWERINGS}, not {lowering!r}")
     sched = schedule
     if sched is None:
         tuned = autotune_query("vta.conv2d", tuning_workload(cfg, wl, has_res))
-        if tuned is not None:
-            sched = schedule_from(tuned)
-            lowering = tuned["lowering"] if lowering == "auto" else lowering
-    if sched is None and lowering == "auto":
-        sched, lowering = default_choice(cfg, wl, vthreads, has_res)
-    elif sched is None:
-        sched = default_schedule(cfg, wl, vthreads, has_res, divisible=lowering == "te")
+        sched = schedule_from(tuned) if tuned is not None else None
+    sched = sched or default_schedule(cfg, wl, vthreads, has_res)
     sched.check(cfg, wl)
-    if lowering == "auto":
-        lowering = "te" if divides(sched, cfg, wl) and not wl.pooled else "tile"
     w_packed = pack_oihw(cfg, weight)
     b_packed = pack_bias(cfg, bias, wl.oc) if bias is not None else None
     name = f"{op}_{wl.n}x{wl.ic}x{wl.h}x{wl.w}_{wl.oc}k{wl.kh}x{wl.kw}_vt{sched.vthreads}"
-    if lowering == "te":
-        from .te_ops import conv2d_te
-
-        prog = conv2d_te(cfg, wl, sched, w_packed, b_packed, requant=requant, residual=residual,
-                         name=name).tile_program()  # fmt: skip
-    else:
-        prog = conv2d_tile_program(cfg, wl, sched, w_packed, b_packed, name=name,
-                                   requant=requant, residual=residual)  # fmt: skip
+    prog = conv2d_te(cfg, wl, sched, w_packed, b_packed, requant=requant, residual=residual,
+                     name=name).tile_program()  # fmt: skip
     image = generate_program(prog, cfg)
     return VtaKernel(cfg, op, wl, sched, prog, image, weight, bias, shift, relu, requant,
-                     residual, lowering)  # fmt: skip
+                     residual)  # fmt: skip

@@ -1,4 +1,4 @@
-"""Blocked layouts of the accelerator for the compiler: weights and bias packing.
+"""Blocked layouts of the accelerator for the compiler: slot names, weights and bias packing.
 
 Weights OIHW become ``OIHW{block_out}o{block_in}i``: (O/BLOCK_OUT, I/BLOCK_IN, KH, KW,
 BLOCK_OUT, BLOCK_IN), one WGT element per trailing block, zero-padded. Data use
@@ -22,6 +22,10 @@ from ....hw.config import HWConfig
 from ....runtime.device.vta.layout import blocks, pack_nchw, pad_to, unpack_nchw
 
 __all__ = ["blocks", "pack_bias", "pack_nchw", "pack_oihw", "unpack_nchw"]
+
+# The slots of a conv2d/dense program image: data ``NCHW{batch}n{block_in}c``, the output and
+# a fused residual's operand ``NCHW{batch}n{block_out}c``; constants: packed weights, bias.
+INPUT, OUTPUT, WEIGHTS, BIAS, RESIDUAL = "X", "Y", "W", "bias", "R"
 
 
 def pack_oihw(cfg: HWConfig, w: np.ndarray) -> np.ndarray:

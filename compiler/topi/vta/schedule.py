@@ -4,8 +4,8 @@ A workload is a quantized conv2d in blocked units (dense is the 1x1 conv of an N
 input). A schedule tiles its output: ``tile_n`` batch blocks x ``tile_oc`` output-channel blocks
 x ``tile_h`` output rows (all columns) per tile, the reduction in chunks of ``tile_ic``
 input-channel blocks, over ``vthreads`` virtual threads; weights are either resident (loaded once)
-or loaded per chunk. ``default_schedule`` picks the fitting schedule with the least modelled DRAM
-traffic and instruction overhead.
+or loaded per chunk. ``default_schedule`` picks the fitting schedule with the fewest
+``estimated_cycles``.
 
 Example:
     >>> from tensorforge.hw.config import HWConfig
@@ -17,17 +17,19 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ....hw.config import HWConfig
+from ....hw.isa import MEM_PAD_WIDTH, MEM_SIZE_WIDTH
 from ...autotune.space import ConfigSpace, Knob
 from ...codegen.vta_passes import MAX_ITER
 from ...codegen.vta_tile import memory_scopes
 from ...schedule.primitives import ScheduleError
 from .layout import blocks
 
-MAX_PAD = 15  # the LOAD pad fields are 4 bits
-MAX_XFER = (1 << 16) - 1  # y_size / x_size / x_stride are 16 bits
+MAX_PAD = (1 << MEM_PAD_WIDTH) - 1  # the LOAD pad fields
+MAX_XFER = (1 << MEM_SIZE_WIDTH) - 1  # y_size / x_size / x_stride
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,13 @@ class Conv2dSchedule:
                 f"tile_h must be a multiple of the fused pooling window's {wl.pool_h} rows "
                 f"(or all {wl.oh} output rows), not {self.tile_h}"
             )
+        counts = self.tile_counts(cfg, wl)
+        several = [c for c in counts.values() if c > 1]
+        if self.vthreads > 1 and several and all(c % self.vthreads for c in several):
+            raise ScheduleError(
+                f"{self.vthreads} virtual threads need a tile count along output channels, rows "
+                f"or batch that they divide (the threads split one of them), not {counts}"
+            )
         for h0 in range(0, wl.oh, self.tile_h):
             rows = input_rows(wl, h0, min(self.tile_h, wl.oh - h0))
             if rows[1] <= rows[0]:
@@ -183,10 +192,20 @@ class Conv2dSchedule:
             wgt, kernels = vt * kernel, vt * ragged
         return {"inp": inp, "wgt": wgt, "acc": acc, "uop": kernels * kernel + 8 * vt * ragged}
 
-    def tiles(self, cfg: HWConfig, wl: Conv2dWorkload) -> int:
-        """The number of output tiles (ragged edge tiles included)."""
+    def tile_counts(self, cfg: HWConfig, wl: Conv2dWorkload) -> dict[str, int]:
+        """Tiles along output channels, rows and batch (ragged edge tiles included; with a
+        fused pooling, rows past the last whole window are not computed)."""
         nb, _, ocb = wl.blocked(cfg)
-        return blocks(nb, self.tile_n) * blocks(ocb, self.tile_oc) * blocks(wl.oh, self.tile_h)
+        rows = blocks(wl.ph, self.tile_h // wl.pool_h)
+        return {
+            "tile_oc": blocks(ocb, self.tile_oc),
+            "tile_h": rows,
+            "tile_n": blocks(nb, self.tile_n),
+        }
+
+    def tiles(self, cfg: HWConfig, wl: Conv2dWorkload) -> int:
+        """The number of output tiles."""
+        return math.prod(self.tile_counts(cfg, wl).values())
 
     def fits(self, cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False) -> bool:
         """Whether the buffers (modelled by ``footprint``) fit every SRAM of ``cfg``."""
@@ -221,41 +240,78 @@ def tile_sizes(n: int) -> list[int]:
     return sorted({blocks(n, k) for k in range(1, n + 1)})
 
 
-def _cost(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> float:
-    """Modelled DRAM bytes plus a per-instruction overhead (in byte equivalents)."""
+# Cycles two threads lose handing buffers over with tokens, per instruction of a chunk and per
+# chunk (fitted to cyclesim on ResNet-18's C2-C12 and the digits CNN's layers).
+SYNC_CYCLES = 32
+CHUNK_CYCLES = 96
+
+
+def _split(dim: int, tile: int) -> list[tuple[int, int]]:
+    """(count, extent) of the full tiles and the ragged edge tile of a dimension."""
+    full, edge = divmod(dim, tile)
+    return [(c, e) for c, e in ((full, tile), (1 if edge else 0, edge)) if c]
+
+
+def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> float:
+    """A closed-form estimate of the program's cycles, for ranking schedules.
+
+    Per tile: a GEMM reset, then per input-channel chunk its LOADs (per (n, ic) the input rows,
+    unless resident the chunk's weights: latency per AXI burst plus one beat per bus word) and
+    its GEMM (a step per micro-op and pixel), then three ALU passes and the STOREs. With one
+    thread these run one after another (a tile's epilogue overlaps the next tile's first
+    loads); with two, one thread's loads overlap the other's GEMM chunk by chunk, and each
+    chunk costs ``CHUNK_CYCLES`` and each of its instructions ``SYNC_CYCLES`` of hand-over.
+    """
+    from ....sim.latency import TimingParams
+
+    p = TimingParams.for_config(cfg)
+    chunk = p.burst_bytes
     nb, icb, ocb = wl.blocked(cfg)
     kk = wl.kh * wl.kw
-    n_tiles = s.tiles(cfg, wl)
-    chunks = blocks(icb, s.tile_ic)
-    oc_tiles, h_tiles = blocks(ocb, s.tile_oc), blocks(wl.oh, s.tile_h)
-    inp = oc_tiles * h_tiles * nb * icb * wl.rows_in(s.tile_h) * wl.w
-    wgt = ocb * icb * kk if s.resident_weights else n_tiles // oc_tiles * ocb * icb * kk
-    insns = n_tiles * (chunks * (s.tile_n * s.tile_ic + 2) + 6)
-    return inp * cfg.inp_elem_bytes + wgt * cfg.wgt_elem_bytes + 256 * insns
+    ib, wb, ob = cfg.inp_elem_bytes, cfg.wgt_elem_bytes, cfg.out_elem_bytes
+    cols = min(wl.w, (wl.ow - 1) * wl.stride_w + wl.kw - wl.pad_w)  # the columns a tile reads
 
+    def dma(rows: int, x: int, eb: int, contiguous: bool, latency: int) -> float:
+        bursts = -(-rows * x * eb // chunk) if contiguous else rows * -(-x * eb // chunk)
+        return p.issue_cycles + bursts * latency + rows * x * max(1, eb // p.bus_bytes)
 
-def divides(s: Conv2dSchedule, cfg: HWConfig, wl: Conv2dWorkload) -> bool:
-    """Whether every knob divides its dimension and, with virtual threads, some tile count is a
-    multiple of them: what the TE lowering (``te_ops.conv2d_te``) takes."""
-    nb, icb, ocb = wl.blocked(cfg)
-    dims = ((s.tile_n, nb), (s.tile_h, wl.oh), (s.tile_oc, ocb), (s.tile_ic, icb))
-    if any(d % t for t, d in dims):
-        return False
-    counts = (nb // s.tile_n, wl.oh // s.tile_h, ocb // s.tile_oc)
-    return s.vthreads == 1 or any(c % s.vthreads == 0 for c in counts)
+    serial = pipelined = fill = last_store = 0.0
+    for cn, tn in _split(nb, s.tile_n):
+        for co, toc in _split(ocb, s.tile_oc):
+            for ch, th in _split(wl.oh, s.tile_h):
+                n = cn * co * ch
+                pixels = tn * th * wl.ow
+                rows = min(wl.rows_in(th), wl.h)
+                loads = gemms = overlapped = 0.0
+                for cc, tic in _split(icb, s.tile_ic):
+                    load = tn * tic * dma(rows, cols, ib, cols == wl.w, p.dram_read_latency)
+                    per_row = tic < s.tile_ic  # a ragged chunk: a weight LOAD per output block
+                    if not s.resident_weights:
+                        wgt = dma(1 if per_row else toc, tic * kk, wb, False, p.dram_read_latency)
+                        load += wgt * (toc if per_row else 1)
+                    gemm = pixels * toc * tic * kk + p.gemm_latency + 1
+                    loads, gemms = loads + cc * load, gemms + cc * gemm
+                    insns = tn * tic + 2 + (toc - 1 if not s.resident_weights and per_row else 0)
+                    overlapped += cc * (max(load, gemm) + SYNC_CYCLES * insns + CHUNK_CYCLES)
+                    fill = fill or min(load, gemm)  # the pipeline fills with one of them
+                alu = 4 * (toc * pixels + p.alu_latency + 2)  # a reset and three ALU passes
+                last_store = tn * dma(toc, th * wl.ow, ob, th == wl.oh, p.dram_write_latency)
+                serial += n * (loads + gemms + alu + last_store - min(alu + last_store, load))
+                pipelined += n * (overlapped + alu)
+    prologue = 0.0
+    if s.resident_weights:
+        prologue = dma(ocb, icb * kk, wb, True, p.dram_read_latency)
+    if s.vthreads == 1:
+        return prologue + serial
+    return prologue + pipelined + fill + last_store
 
 
 def candidate_schedules(
-    cfg: HWConfig,
-    wl: Conv2dWorkload,
-    vthreads: int,
-    residual: bool = False,
-    divisible: bool = False,
+    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int, residual: bool = False
 ) -> list[Conv2dSchedule]:
     """Every schedule with ``vthreads`` threads that passes ``check`` and fits the SRAMs.
 
-    Tile sizes are ``tile_sizes`` of each dimension (divisors and even ragged splits; only
-    schedules that ``divides`` with ``divisible``).
+    Tile sizes are ``tile_sizes`` of each dimension (divisors and even ragged splits).
     """
     nb, icb, ocb = wl.blocked(cfg)
     out = []
@@ -269,20 +325,15 @@ def candidate_schedules(
                             s.check(cfg, wl)
                         except ScheduleError:
                             continue
-                        if s.fits(cfg, wl, residual) and (not divisible or divides(s, cfg, wl)):
+                        if s.fits(cfg, wl, residual):
                             out.append(s)
     return out
 
 
 def default_schedule(
-    cfg: HWConfig,
-    wl: Conv2dWorkload,
-    vthreads: int = 1,
-    residual: bool = False,
-    divisible: bool = False,
+    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1, residual: bool = False
 ) -> Conv2dSchedule:
-    """The fitting schedule with the least modelled cost (``residual``: a fused residual add;
-    ``divisible``: only schedules whose knobs divide their dimensions, see ``divides``).
+    """The fitting schedule with the least modelled cost (``residual``: a fused residual add).
 
     With 2 virtual threads, at least two tiles are required (or the second thread idles).
 
@@ -291,42 +342,22 @@ def default_schedule(
     """
     if vthreads not in (1, 2):
         raise ScheduleError(f"vthreads must be 1 or 2, not {vthreads!r}")
-    cands = candidate_schedules(cfg, wl, vthreads, residual, divisible)
+    cands = candidate_schedules(cfg, wl, vthreads, residual)
     if vthreads > 1:
         cands = [s for s in cands if s.tiles(cfg, wl) > 1] or cands
     if not cands:
         raise ScheduleError(
-            f"no {'dividing ' if divisible else ''}tiling of {wl} fits the SRAMs of HWConfig "
+            f"no tiling of {wl} fits the SRAMs of HWConfig "
             f"{cfg.name!r} with {vthreads} virtual thread(s)"
         )
-    return min(cands, key=lambda s: (_cost(cfg, wl, s), -s.tile_h, -s.tile_oc))
-
-
-def default_choice(
-    cfg: HWConfig, wl: Conv2dWorkload, vthreads: int = 1, residual: bool = False
-) -> tuple[Conv2dSchedule, str]:
-    """The default schedule and lowering path (``"te"`` or ``"tile"``) of a workload: the
-    cheapest dividing schedule through TE when one fits (and no pooling is fused), else the
-    cheapest schedule through the tile program.
-
-    Raises:
-        ScheduleError: no schedule fits the SRAMs of ``cfg``.
-    """
-    if not wl.pooled:
-        try:
-            return default_schedule(cfg, wl, vthreads, residual, divisible=True), "te"
-        except ScheduleError:
-            pass
-    sched = default_schedule(cfg, wl, vthreads, residual)
-    return sched, "te" if divides(sched, cfg, wl) and not wl.pooled else "tile"
+    return min(cands, key=lambda s: (estimated_cycles(cfg, wl, s), -s.tile_h, -s.tile_oc))
 
 
 def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
                  vthreads: int = 2) -> ConfigSpace:  # fmt: skip
     """The knobs a tuner searches for one accelerator conv2d/dense: the four tile sizes, virtual
-    threads, resident weights and the lowering path (TE takes only dividing schedules without a
-    fused pooling). Points that fail ``Conv2dSchedule.check`` or overflow an SRAM are invalid.
-    The default point is ``default_choice(cfg, wl, vthreads, residual)``.
+    threads and resident weights. Points that fail ``Conv2dSchedule.check`` or overflow an SRAM
+    are invalid. The default point is ``default_schedule(cfg, wl, vthreads, residual)``.
     """
     nb, icb, ocb = wl.blocked(cfg)
     knobs = [
@@ -336,7 +367,6 @@ def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
         Knob("tile_ic", tuple(tile_sizes(icb))),
         Knob("vthreads", (1, 2)),
         Knob("resident_weights", (False, True)),
-        Knob("lowering", ("te", "tile")),
     ]
 
     def constraint(v: dict) -> str | None:
@@ -347,23 +377,23 @@ def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
             return str(exc)
         if not sched.fits(cfg, wl, residual):
             return "the buffers overflow an SRAM"
-        if v["lowering"] == "te" and (wl.pooled or not divides(sched, cfg, wl)):
-            return "the TE lowering takes only dividing schedules without fused pooling"
         return None
 
-    sched, lowering = default_choice(cfg, wl, vthreads, residual)
-    return ConfigSpace("vta.conv2d", knobs, config_values(sched, lowering), constraint)
+    default = config_values(default_schedule(cfg, wl, vthreads, residual))
+    # "lowering" chose between TE and a hand-written tile program until there was one lowering.
+    return ConfigSpace("vta.conv2d", knobs, default, constraint, retired=("lowering",))
 
 
 def schedule_from(values: dict) -> Conv2dSchedule:
-    """The schedule of a point of ``config_space`` (its ``lowering`` knob aside)."""
+    """The schedule of a point of ``config_space`` (other keys, such as the ``lowering`` of
+    tuning logs written when there were two lowerings, are ignored)."""
     return Conv2dSchedule(int(values["tile_n"]), int(values["tile_h"]), int(values["tile_oc"]),
                           int(values["tile_ic"]), int(values["vthreads"]),
                           bool(values["resident_weights"]))  # fmt: skip
 
 
-def config_values(sched: Conv2dSchedule, lowering: str) -> dict:
-    """The point of ``config_space`` for a schedule and lowering path."""
+def config_values(sched: Conv2dSchedule) -> dict:
+    """The point of ``config_space`` for a schedule."""
     return {"tile_n": sched.tile_n, "tile_h": sched.tile_h, "tile_oc": sched.tile_oc,
             "tile_ic": sched.tile_ic, "vthreads": sched.vthreads,
-            "resident_weights": sched.resident_weights, "lowering": lowering}  # fmt: skip
+            "resident_weights": sched.resident_weights}  # fmt: skip

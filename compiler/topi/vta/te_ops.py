@@ -2,11 +2,15 @@
 
 ``conv2d_te(cfg, workload, schedule, ...)`` declares the blocked computation (data
 ``NCHW{BATCH}n{BLOCK_IN}c``, weights ``OIHW{BLOCK_OUT}o{BLOCK_IN}i``, int32 accumulation, then
-the bias and the requantization's ALU steps and an int8 cast) and schedules it:
+the bias, the requantization's ALU steps, a residual add, a max pooling and an int8 cast) and
+schedules it:
 
 1. split the output into tiles of ``tile_n`` batch blocks x ``tile_oc`` channel blocks x
-   ``tile_h`` rows (all columns); with two virtual threads, the tiles along the first axis with
-   an even tile count are split between ``te.thread_axis("vthread")`` copies;
+   ``tile_h`` rows (``tile_h // pool_h`` pooled rows; all columns); a knob that does not divide
+   its dimension leaves a smaller edge tile, guarded by bound inference, whose guards
+   ``tir.vta_lower`` turns into smaller instruction extents; with two virtual threads, the
+   tiles along the first axis with an even tile count are split between
+   ``te.thread_axis("vthread")`` copies;
 2. compute the accumulator stages at the tile (scope ``local.acc_buffer``);
 3. per chunk of ``tile_ic`` input-channel blocks, copy the zero-padded input rows
    (``cache_read`` into ``local.inp_buffer``, the padding inlined) and the weights (into
@@ -14,12 +18,14 @@ the bias and the requantization's ALU steps and an int8 cast) and schedules it:
 4. tensorize the GEMM with the config's intrinsic (``tir.vta_intrin.gemm_intrin``), the loops
    around it ordered (rows, columns, out-channel, in-channel, kernel window) so that rows and
    columns become the instruction's two hardware loops;
-5. ``pragma alu`` on each element-wise stage, ``pragma dma_copy`` on the int8 output.
+5. ``pragma alu`` on each element-wise stage (a fused max pooling: a zero stage, lowered to a
+   GEMM reset, an ADD of each window's first element and a MAX per other element),
+   ``pragma dma_copy`` on the int8 output.
 
 ``TeOperator.lower()`` gives its loop IR (``tir.lower`` with ``VTA_PIPELINE``),
 ``tile_program()`` the tile program (``tir.vta_lower``) that ``codegen.vta.generate_program``
-turns into a program image; the slots and layouts are those of ``conv2d_tile_program``
-(``X``, ``Y``, ``R``; constants ``W``, ``bias``), so ``VtaKernel`` runs either.
+turns into a program image; the slots are ``layout.py``'s (``X``, ``Y``, ``R``; constants
+``W``, ``bias``), which ``VtaKernel`` fills and reads.
 
 Example:
     >>> import numpy as np
@@ -55,10 +61,9 @@ from ...codegen.vta import generate_program
 from ...codegen.vta_tile import TileProgram
 from ...quantize.requant import AluStep, RequantParams
 from ...quantize.residual import AddParams
-from ...schedule.primitives import ScheduleError
 from ...tir.vta_intrin import gemm_intrin
 from ...tir.vta_lower import VTA_PIPELINE, lower_to_tile_program
-from .conv2d import BIAS, INPUT, OUTPUT, RESIDUAL, WEIGHTS
+from .layout import BIAS, INPUT, OUTPUT, RESIDUAL, WEIGHTS
 from .reference import shift_requant
 from .schedule import Conv2dSchedule, Conv2dWorkload
 
@@ -115,22 +120,14 @@ def conv2d_te(
     residual: AddParams | None = None,
     name: str = "conv2d",
 ) -> TeOperator:
-    """The TE operator of ``requant(conv2d(x, w) + bias)`` (and a residual add) on ``cfg``.
+    """The TE operator of ``requant(conv2d(x, w) + bias)`` (and a residual add, and a max
+    pooling when ``wl.pooled``) on ``cfg``.
 
     Raises:
-        ScheduleError: a knob out of range, or what this lowering does not cover yet (a fused
-            max pooling; a tile size that does not divide its dimension).
+        ScheduleError: a knob out of range (``Conv2dSchedule.check``).
     """
     sched.check(cfg, wl)
-    if wl.pooled:
-        raise ScheduleError("conv2d_te: a fused max pooling is not lowered through TE yet")
     nb, icb, ocb = wl.blocked(cfg)
-    knobs = (("tile_n", sched.tile_n, nb), ("tile_h", sched.tile_h, wl.oh),
-             ("tile_oc", sched.tile_oc, ocb), ("tile_ic", sched.tile_ic, icb))  # fmt: skip
-    for knob, size, dim in knobs:
-        if dim % size:
-            raise ScheduleError(f"conv2d_te: {knob}={size} must divide {dim} (ragged edge tiles "
-                                "are lowered by the tile-program path only)")  # fmt: skip
     b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
     ph, pw, sh, sw = wl.pad_h, wl.pad_w, wl.stride_h, wl.stride_w
     X = te.placeholder((nb, icb, wl.h, wl.w, b, bi), "int8", name=INPUT)
@@ -190,33 +187,61 @@ def conv2d_te(
         for s, step in enumerate(residual.requant.steps):
             last = _step(last, step, f"arq{s}")
             stages.append(last)
+    zeroed = []
+    if wl.pooled:
+        zero, pooling = _max_pool(last, wl)
+        zeroed.append(zero)
+        stages += pooling
+        last = pooling[-1]
     final = last
-    Y = te.compute(C.shape, lambda *i: te.cast(final[i], "int8"), name=OUTPUT)
+    Y = te.compute(final.shape, lambda *i: te.cast(final[i], "int8"), name=OUTPUT)
     args.append(Y)
     s = te.create_schedule(Y.op)
-    return _schedule(cfg, wl, sched, s, (X, W, pad, C, Y), stages, res_reader, args, constants,
-                     name)  # fmt: skip
+    return _schedule(cfg, wl, sched, s, (X, W, pad, C, Y), (zeroed, stages), res_reader, args,
+                     constants, name)  # fmt: skip
 
 
-def _schedule(cfg, wl, sched, s, tensors, stages, res_reader, args, constants, name):  # type: ignore[no-untyped-def]
+def _max_pool(x: te.Tensor, wl: Conv2dWorkload) -> tuple[te.Tensor, list[te.Tensor]]:
+    """(zeroed buffer, ALU stages) of a non-overlapping max pooling (window = stride, no padding)
+    of ``x``: the zeroed buffer (a GEMM reset), plus each window's first element (ALU ADD),
+    then one ALU MAX per other element. Rows and columns past the last whole window are not
+    read (the floor of ``max_pool2d_reference``)."""
+    n, o, _, _, b, bo = x.shape
+    shape = (n, o, wl.ph, wl.pw, b, bo)
+    zero = te.compute(shape, lambda *i: te.const(0, "int32"), name="pool")
+    stages = [zero]
+    for k in range(wl.pool_h * wl.pool_w):
+        stages.append(te.compute(shape, _window_step(stages[-1], x, wl, k), name=f"pool{k}"))
+    return zero, stages[1:]
+
+
+def _window_step(prev: te.Tensor, x: te.Tensor, wl: Conv2dWorkload, k: int) -> Any:
+    """``prev + x[window element 0]`` (k = 0), else ``max(prev, x[window element k])``."""
+    dy, dx = divmod(k, wl.pool_w)
+
+    def f(n: Any, o: Any, y: Any, c: Any, i: Any, j: Any) -> Any:
+        v = x[n, o, y * wl.pool_h + dy, c * wl.pool_w + dx, i, j]
+        return prev[n, o, y, c, i, j] + v if k == 0 else te.max(prev[n, o, y, c, i, j], v)
+
+    return f
+
+
+def _schedule(cfg, wl, sched, s, tensors, acc_stages, res_reader, args, constants, name):  # type: ignore[no-untyped-def]
     X, W, pad, C, Y = tensors
-    nb, icb, ocb = wl.blocked(cfg)
-    # 1. tiles of the output, virtual threads over the first axis with an even tile count
+    zeroed, stages = acc_stages
+    # 1. tiles of the output (with a fused pooling, tile_h // pool_h pooled rows), virtual
+    # threads over an axis with several tiles
+    rows = sched.tile_h // wl.pool_h
     n, o, y, x, i, j = s[Y].op.axis
     no, ni = s[Y].split(n, factor=sched.tile_n)
     oo, oi = s[Y].split(o, factor=sched.tile_oc)
-    yo, yi = s[Y].split(y, factor=sched.tile_h)
+    yo, yi = s[Y].split(y, factor=rows)
     s[Y].reorder(no, oo, yo, ni, oi, yi, x, i, j)
     tile_axis = yo
-    if sched.vthreads > 1:
-        counts = ((oo, ocb // sched.tile_oc), (yo, wl.oh // sched.tile_h),
-                  (no, nb // sched.tile_n))  # fmt: skip
-        axis = next((ax for ax, c in counts if c % sched.vthreads == 0), None)
-        if axis is None:
-            raise ScheduleError(
-                f"conv2d_te: {sched.vthreads} virtual threads need a tile count divisible by "
-                f"{sched.vthreads} along out-channels, rows or batch"
-            )
+    if sched.vthreads > 1:  # over the first axis whose tile count the threads divide
+        counts = sched.tile_counts(cfg, wl)
+        axes = {"tile_oc": oo, "tile_h": yo, "tile_n": no}
+        axis = next((axes[k] for k, c in counts.items() if c % sched.vthreads == 0), oo)
         vt, inner = s[Y].split(axis, nparts=sched.vthreads)
         s[Y].bind(vt, te.thread_axis("vthread"))
         if axis is tile_axis:
@@ -224,7 +249,7 @@ def _schedule(cfg, wl, sched, s, tensors, stages, res_reader, args, constants, n
     s[Y].pragma(ni, "dma_copy")
     # 2. the accumulator stages at the tile
     s[pad].compute_inline()
-    for t in (C, *stages):
+    for t in (C, *zeroed, *stages):
         s[t].set_scope(ACC)
         s[t].compute_at(s[Y], tile_axis)
     for t in stages:

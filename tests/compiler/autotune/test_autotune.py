@@ -219,6 +219,27 @@ def test_cyclesim_costs_are_deterministic_and_the_output_is_checked(builder, cyc
 # ---- logs ----------------------------------------------------------------------------------------
 
 
+def test_a_vta_log_written_with_the_retired_lowering_knob_still_loads(tmp_path):
+    """Logs from when a point also chose the lowering ("te" or "tile") apply their schedule."""
+    from tensorforge.compiler.topi.vta import conv2d
+    from tensorforge.compiler.topi.vta.kernel import tuning_workload
+
+    task = Task("vta.conv2d", TINY_CONV, "vta -config=tiny")
+    values = next(c.values for c in task.space if c.values != task.space.default.values
+                  and task.space.why_invalid(c.values) is None)  # fmt: skip
+    path = tmp_path / "old.jsonl"
+    with TuningLog(path) as log:
+        log.write(task, MeasureResult({**values, "lowering": "tile"}, 100.0, [100.0]), 0)
+    best = load_best(path, "vta")
+    assert best == {task.key: {**values, "lowering": "tile"}}
+    cfg = HWConfig.preset("tiny")
+    w = np.ones((8, 8, 3, 3), np.int8)
+    with ApplyBest(best):
+        kern = conv2d(cfg, (1, 8, 6, 6), w, padding=1)
+    assert tuning_workload(cfg, kern.workload, False) == TINY_CONV
+    assert {k: getattr(kern.schedule, k) for k in values} == values
+
+
 def test_log_round_trip_skips_bad_lines_and_picks_the_best(tmp_path):
     task = Task("x86.dense", {"m": 2, "n": 8, "k": 8, "dtype": "float32", "prepacked": True},
                 "llvm")  # fmt: skip

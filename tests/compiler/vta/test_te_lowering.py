@@ -49,9 +49,8 @@ def _conv(config: str, layer: tuple[int, ...], vthreads: int, seed: int) -> None
     w = rng.integers(-128, 128, (o, c, k, k), dtype=np.int8)
     b = rng.integers(-3000, 3000, o, dtype=np.int32)
     rq = requant_params(2.0**-10, cfg, mode="shift", relu=True)
-    kern = conv2d(cfg, x.shape, w, b, stride=s, padding=p, requant=rq, vthreads=vthreads,
-                  lowering="te")  # fmt: skip
-    assert kern.lowering == "te" and kern.schedule.vthreads == vthreads
+    kern = conv2d(cfg, x.shape, w, b, stride=s, padding=p, requant=rq, vthreads=vthreads)
+    assert kern.schedule.vthreads == vthreads
     out, _ = kern.run(x, backend="sim")
     want = conv2d_int8(x, w, b, stride=s, padding=p, requant=rq)
     assert np.array_equal(out, want), np.count_nonzero(out != want)
@@ -80,7 +79,7 @@ def test_matmul_from_te_equals_the_oracle(config: str, vthreads: int) -> None:
     w = rng.integers(-128, 128, (n, k), dtype=np.int8)
     b = rng.integers(-5000, 5000, n, dtype=np.int32)
     rq = requant_params(2.0**-11, cfg, mode="shift")
-    fc = dense(cfg, m, w, b, requant=rq, vthreads=vthreads, lowering="te")
+    fc = dense(cfg, m, w, b, requant=rq, vthreads=vthreads)
     out, _ = fc.run(a)
     want = dense_int8(a, w, b, requant=rq)
     assert np.array_equal(out, want) and np.unique(want).size > 10
@@ -95,8 +94,7 @@ def test_residual_add_and_mul_requant_from_te_equal_the_oracle(vthreads: int) ->
     b = rng.integers(-2000, 2000, 8, dtype=np.int32)
     rq = requant_params(3e-4, cfg, mode="mul", acc_bound=127 * 128 * 72 + 2000)
     add = add_params(0.5, 1.3, cfg, mode="mul", relu=True)
-    kern = conv2d(cfg, x.shape, w, b, padding=1, requant=rq, residual=add, vthreads=vthreads,
-                  lowering="te")  # fmt: skip
+    kern = conv2d(cfg, x.shape, w, b, padding=1, requant=rq, residual=add, vthreads=vthreads)
     r = rng.integers(-127, 128, kern.output_shape, dtype=np.int8)
     out, _ = kern.run(x, residual=r)
     want = add_int8(conv2d_int8(x, w, b, padding=1, requant=rq), r, add)
@@ -105,40 +103,30 @@ def test_residual_add_and_mul_requant_from_te_equal_the_oracle(vthreads: int) ->
     assert loads and all(s.tensor == "R" for s in loads)  # the residual, as ACC_8BIT loads
 
 
-def test_te_and_tile_programs_move_the_same_data() -> None:
-    """Both lowerings of one schedule: the same DMA traffic and the same GEMM work."""
-    cfg = HWConfig.preset("pynq")
-    sched = Conv2dSchedule(tile_h=7, tile_oc=2, tile_ic=2, vthreads=2)
-    w = np.random.default_rng(0).integers(-128, 128, (64, 64, 3, 3), dtype=np.int8)
-    x = np.random.default_rng(1).integers(-128, 128, (1, 64, 14, 14), dtype=np.int8)
-    kerns = {
-        low: conv2d(cfg, x.shape, w, padding=1, schedule=sched, lowering=low)
-        for low in ("te", "tile")
-    }
-
-    def traffic(prog):  # type: ignore[no-untyped-def]
-        stmts = prog.statements()
-        moved = sorted((type(s).__name__, s.tensor, s.y_size * s.x_size) for s in stmts
-                       if isinstance(s, Load | Store))  # fmt: skip
-        return moved, sum(isinstance(s, Gemm) and not s.reset for s in stmts)
-
-    assert traffic(kerns["te"].tile_program) == traffic(kerns["tile"].tile_program)
-    outs = [k.run(x)[0] for k in kerns.values()]
-    assert np.array_equal(*outs)
-
-
-def test_auto_lowering_picks_te_and_falls_back_to_the_tile_program() -> None:
+@pytest.mark.parametrize(
+    "sched",
+    [
+        Conv2dSchedule(tile_h=3, tile_oc=2, tile_ic=2),  # 7 rows, 3 oc blocks, 3 ic blocks
+        Conv2dSchedule(tile_h=5, tile_oc=2, tile_ic=2, vthreads=2, resident_weights=True),
+        Conv2dSchedule(tile_h=4, tile_oc=3, tile_ic=1, vthreads=2),
+    ],
+)
+def test_ragged_edge_tiles_do_only_the_work_of_the_conv(sched: Conv2dSchedule) -> None:
+    """A non-dividing split's guards cut the edge tiles' instructions to their own extents: the
+    GEMMs do exactly the conv's multiply-adds, the STOREs write each output element once."""
     cfg = HWConfig.preset("tiny")
-    w = np.ones((8, 8, 3, 3), np.int8)
-    assert conv2d(cfg, (1, 8, 6, 6), w, padding=1).lowering == "te"
-    pooled = conv2d(cfg, (1, 8, 6, 6), w, padding=1, max_pool=2)
-    assert pooled.lowering == "tile"  # fused pooling: not lowered through TE yet
-    ragged = Conv2dSchedule(tile_h=4)
-    assert conv2d(cfg, (1, 8, 6, 6), w, padding=1, schedule=ragged).lowering == "tile"
-    with pytest.raises(Exception, match="tile_h=4 must divide 6"):
-        conv2d(cfg, (1, 8, 6, 6), w, padding=1, schedule=ragged, lowering="te")
-    with pytest.raises(ValueError, match="lowering must be one of"):
-        conv2d(cfg, (1, 8, 6, 6), w, lowering="llvm")
+    n, c, h, o = 2, 11, 7, 10
+    w = np.random.default_rng(0).integers(-128, 128, (o, c, 3, 3), dtype=np.int8)
+    x = np.random.default_rng(1).integers(-128, 128, (n, c, h, 6), dtype=np.int8)
+    kern = conv2d(cfg, x.shape, w, padding=1, shift=8, schedule=sched)
+    stmts = kern.tile_program.statements()
+    steps = sum(len(s.uops) * np.prod([lp.extent for lp in s.loops]) for s in stmts
+                if isinstance(s, Gemm) and not s.reset)  # fmt: skip
+    nb, icb, ocb = kern.workload.blocked(cfg)
+    assert steps == nb * ocb * icb * 9 * h * 6  # (batch, oc, ic) blocks x window x pixels
+    stored = sum(s.y_size * s.x_size for s in stmts if isinstance(s, Store))
+    assert stored == nb * ocb * h * 6
+    assert np.array_equal(kern.run(x)[0], conv2d_int8(x, w, padding=1, requant=kern.requant))
 
 
 # ---- what the lowering rejects, by name ------------------------------------------------------
