@@ -567,7 +567,7 @@ class _Lowering:
             elif buf.name in self.read:
                 inputs.append(spec)
         allocs = tuple(a for n, a in self.allocs.items() if n in self.used)
-        tile = (tuple(self.stmts),)
+        tile = (tuple(_merge_min_max(self.stmts)),)
         return vt.TileProgram(name, allocs, (), (tile,), tuple(inputs), tuple(outputs),
                               tuple(blobs))  # fmt: skip
 
@@ -592,6 +592,27 @@ def _phases(stmts: list[vt.Stmt]) -> list[list[vt.Stmt]]:
         if gemm or stored:
             phases.append([])
     return [p for p in phases if p]
+
+
+def _merge_min_max(stmts: list[vt.Stmt]) -> list[vt.Stmt]:
+    """Adjacent ALU MIN (or MAX) statements that differ only in their micro-ops become one with
+    all of them: min and max combine in any order, and the operand buffer is not the one they
+    write, so interleaving their micro-ops changes no result (a max pooling's window: one MAX
+    with a micro-op per window element, not one instruction per element)."""
+    out: list[vt.Stmt] = []
+    for st in stmts:
+        prev = out[-1] if out else None
+        if (
+            isinstance(st, vt.Alu)
+            and isinstance(prev, vt.Alu)
+            and st.op in (AluOp.MIN, AluOp.MAX)
+            and st.src not in (None, st.dst)
+            and (prev.op, prev.dst, prev.src, prev.loops) == (st.op, st.dst, st.src, st.loops)
+        ):
+            out[-1] = vt.Alu(st.op, st.dst, prev.uops + st.uops, st.loops, st.src)
+        else:
+            out.append(st)
+    return out
 
 
 def _points(loops: list[_Loop]) -> list[dict[Var, int]]:
