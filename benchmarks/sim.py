@@ -62,6 +62,7 @@ def _sched(th: int, toc: int, tic: int, resident: bool = False) -> Conv2dSchedul
 SCHEDULES = {
     ("C8", 1): _sched(1, 16, 8, True),
     ("C11", 1): _sched(1, 32, 16, True),
+    ("C4", 2): _sched(2, 8, 2, True),
     ("C6", 2): _sched(7, 2, 1),
     ("C10", 2): _sched(7, 16, 1),
     ("C11", 2): _sched(1, 16, 4, True),

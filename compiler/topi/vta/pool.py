@@ -1,21 +1,15 @@
 """Max pooling on the accelerator's tensor ALU, written in TE and lowered by ``tir.vta_lower``.
 
-``pool_te(cfg, workload, schedule)`` declares the blocked computation and schedules it with the
-accelerator's recipe (as ``te_ops.conv2d_te`` does for conv2d):
-
-1. a zero stage (a GEMM reset), then one stage per window element ``(i, j)``: the first
-   ``acc + x[.., y*sh + i, x*sw + j]``, the others ``max(acc, x[..])`` (ALU ADD and MAX with the
-   window as their ACC operand; ``tir.vta_lower`` writes each in place and merges the MAX
-   stages into one instruction with a micro-op per window element);
-2. tiles of one batch block x ``tile_c`` channel blocks x ``tile_h`` output rows (all columns;
-   the last tile along a dimension may be smaller), the stages computed at the tile in
-   ``local.acc_buffer`` with ``pragma alu``;
-3. the input rows a tile reads copied into the accumulators (``cache_read``, ``pragma
-   dma_copy``: a LOAD ``ACC_8BIT`` sign-extends the int8 values), read through the input's
-   flat view (rows x columns in one index) so that they are one contiguous copy per channel
-   block; the int8 output stored with ``pragma dma_copy``;
-4. with two virtual threads, the tiles along a dimension with an even number of whole tiles
-   are split between ``te.thread_axis("vthread")`` copies.
+``pool_te(cfg, workload, schedule)`` declares it in TE and schedules it with the accelerator's
+recipe (as ``te_ops.conv2d_te`` does conv2d): a zero stage (GEMM reset), then a stage per
+window element, ``acc + x[...]`` for the first and ``max(acc, x[...])`` for the others (ALU
+ADD and MAX, in place; ``tir.vta_lower`` merges the MAX stages into one instruction with a
+micro-op per element), computed in ``local.acc_buffer`` with ``pragma alu`` at tiles of one
+batch block x ``tile_c`` channel blocks x ``tile_h`` output rows (all columns; the last tile
+along a dimension may be smaller). A tile's input rows are copied into the accumulators by a
+LOAD ``ACC_8BIT`` (``cache_read`` + ``pragma dma_copy``) through the input's flat rows x
+columns view: one copy per tile. Two virtual threads split a dimension with an even number of
+whole tiles.
 
 Max pooling commutes with every monotonic requantization, so it runs on int8 values and equals
 ``compiler.quantize.max_pool2d_int8`` (no padding) bit for bit. Data use the blocked layout of
