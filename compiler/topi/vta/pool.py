@@ -234,21 +234,6 @@ def _window_step(wl: PoolWorkload, x: te.Tensor, acc: te.Tensor, i: int, j: int)
     return f
 
 
-def pool_tile_program(
-    cfg: HWConfig, wl: PoolWorkload, sched: PoolSchedule, name: str = "max_pool2d"
-) -> TileProgram:
-    """The tile program of a scheduled max pooling: ``pool_te`` lowered by ``tir.vta_lower``.
-
-    Raises:
-        ScheduleError: a knob out of range.
-    """
-    s, args = pool_te(cfg, wl, sched)
-    prog = lower_to_tile_program(tir.lower(s, args, name=name, passes=VTA_PIPELINE), cfg, {}, name)
-    # The input slot keeps its blocked NCHW shape (the flat view has the same bytes).
-    return replace(prog, inputs=((INPUT, (*wl.blocked(cfg), wl.h, wl.w, cfg.batch,
-                                          cfg.block_out), "int8"),))  # fmt: skip
-
-
 @dataclass
 class PoolKernel:
     """A compiled max pooling: its program image and what it needs to run and check."""
@@ -311,5 +296,9 @@ def max_pool2d(
     wl = PoolWorkload(*(int(d) for d in data_shape), kh, kw, sh, sw)
     sched = schedule if schedule is not None else default_pool_schedule(cfg, wl, vthreads)
     name = f"max_pool2d_{wl.n}x{wl.c}x{wl.h}x{wl.w}_k{kh}x{kw}s{sh}x{sw}_vt{sched.vthreads}"
-    prog = pool_tile_program(cfg, wl, sched, name)
+    s, args = pool_te(cfg, wl, sched)
+    prog = lower_to_tile_program(tir.lower(s, args, name=name, passes=VTA_PIPELINE), cfg, {}, name)
+    # The input slot keeps its blocked NCHW shape (the flat view has the same bytes).
+    prog = replace(prog, inputs=((INPUT, (*wl.blocked(cfg), wl.h, wl.w, cfg.batch,
+                                          cfg.block_out), "int8"),))  # fmt: skip
     return PoolKernel(cfg, wl, sched, prog, generate_program(prog, cfg))
