@@ -23,10 +23,10 @@ that into the tile program of ``codegen.vta_tile``:
   the old one's storage (in place), as long as nothing reads the old values afterwards;
 - a ``vthread`` loop lowers each virtual thread's iterations into a stream of its own, in which
   buffers allocated inside the loop get a copy per thread (``pad.inp@0``, ``pad.inp@1``); the
-  streams are cut into phases (loads with the GEMM that uses them, an epilogue with its stores)
-  and interleaved phase by phase, so the load of one thread overlaps the GEMM of the other once
-  dependency tokens are inserted (what ``tir.inject_virtual_threads`` achieves on loop IR, with
-  each phase an indivisible unit).
+  streams are cut into phases (loads with the GEMM that uses them, a tile's epilogue with its
+  last GEMM) and interleaved phase by phase, so the load of one thread overlaps the GEMM of the
+  other once dependency tokens are inserted (what ``tir.inject_virtual_threads`` achieves on
+  loop IR, with each phase an indivisible unit).
 
 What cannot run on the accelerator is a ``LoweringError`` naming the statement and the reason.
 
@@ -582,7 +582,9 @@ def _short_name(buf: Buffer) -> str:
 
 def _phases(stmts: list[vt.Stmt]) -> list[list[vt.Stmt]]:
     """One virtual thread's stream cut after each GEMM update and after each run of STOREs: the
-    units in which the threads' streams interleave (loads with the GEMM that uses them)."""
+    units in which the threads' streams interleave (loads with the GEMM that uses them). A
+    tile's epilogue (ALU stages and stores: no load, no GEMM) stays with its last GEMM, so that
+    one thread's epilogue runs while the other thread's loads finish instead of after them."""
     phases: list[list[vt.Stmt]] = [[]]
     for i, st in enumerate(stmts):
         phases[-1].append(st)
@@ -591,7 +593,14 @@ def _phases(stmts: list[vt.Stmt]) -> list[list[vt.Stmt]]:
         stored = isinstance(st, vt.Store) and not isinstance(nxt, vt.Store)
         if gemm or stored:
             phases.append([])
-    return [p for p in phases if p]
+    out: list[list[vt.Stmt]] = []
+    for p in filter(None, phases):
+        feeds = any(isinstance(s, vt.Load) or (isinstance(s, vt.Gemm) and not s.reset) for s in p)
+        if out and not feeds:
+            out[-1] += p
+        else:
+            out.append(p)
+    return out
 
 
 def _merge_min_max(stmts: list[vt.Stmt]) -> list[vt.Stmt]:
