@@ -25,10 +25,10 @@ that into the tile program of ``codegen.vta_tile``:
   the old one's storage (in place), as long as nothing reads the old values afterwards;
 - a ``vthread`` loop lowers each virtual thread's iterations into a stream of its own, in which
   buffers allocated inside the loop get a copy per thread (``pad.inp@0``, ``pad.inp@1``); the
-  streams are cut into phases (loads with the GEMM that uses them, an epilogue with its stores)
-  and interleaved phase by phase, so the load of one thread overlaps the GEMM of the other once
-  dependency tokens are inserted (what ``tir.inject_virtual_threads`` achieves on loop IR, with
-  each phase an indivisible unit).
+  streams are cut into phases (loads with the GEMM that uses them, a tile's epilogue with its
+  last GEMM) and interleaved phase by phase, so the load of one thread overlaps the GEMM of the
+  other once dependency tokens are inserted (what ``tir.inject_virtual_threads`` achieves on
+  loop IR, with each phase an indivisible unit).
 
 What cannot run on the accelerator is a ``LoweringError`` naming the statement and the reason.
 
@@ -534,7 +534,7 @@ class _Lowering:
             elif buf.name in self.read:
                 inputs.append(spec)
         allocs = tuple(a for n, a in self.allocs.items() if n in self.used)
-        tile = (tuple(self.stmts),)
+        tile = (tuple(_merge_min_max(self.stmts)),)
         return vt.TileProgram(name, allocs, (), (tile,), tuple(inputs), tuple(outputs),
                               tuple(blobs))  # fmt: skip
 
@@ -549,7 +549,9 @@ def _short_name(buf: Buffer) -> str:
 
 def _phases(stmts: list[vt.Stmt]) -> list[list[vt.Stmt]]:
     """One virtual thread's stream cut after each GEMM update and after each run of STOREs: the
-    units in which the threads' streams interleave (loads with the GEMM that uses them)."""
+    units in which the threads' streams interleave (loads with the GEMM that uses them). A
+    tile's epilogue (ALU stages and stores: no load, no GEMM) stays with its last GEMM, so that
+    one thread's epilogue runs while the other thread's loads finish instead of after them."""
     phases: list[list[vt.Stmt]] = [[]]
     for i, st in enumerate(stmts):
         phases[-1].append(st)
@@ -558,7 +560,35 @@ def _phases(stmts: list[vt.Stmt]) -> list[list[vt.Stmt]]:
         stored = isinstance(st, vt.Store) and not isinstance(nxt, vt.Store)
         if gemm or stored:
             phases.append([])
-    return [p for p in phases if p]
+    out: list[list[vt.Stmt]] = []
+    for p in filter(None, phases):
+        feeds = any(isinstance(s, vt.Load) or (isinstance(s, vt.Gemm) and not s.reset) for s in p)
+        if out and not feeds:
+            out[-1] += p
+        else:
+            out.append(p)
+    return out
+
+
+def _merge_min_max(stmts: list[vt.Stmt]) -> list[vt.Stmt]:
+    """Adjacent ALU MIN (or MAX) statements that differ only in their micro-ops become one with
+    all of them: min and max combine in any order, and the operand buffer is not the one they
+    write, so interleaving their micro-ops changes no result (a max pooling's window: one MAX
+    with a micro-op per window element, not one instruction per element)."""
+    out: list[vt.Stmt] = []
+    for st in stmts:
+        prev = out[-1] if out else None
+        if (
+            isinstance(st, vt.Alu)
+            and isinstance(prev, vt.Alu)
+            and st.op in (AluOp.MIN, AluOp.MAX)
+            and st.src not in (None, st.dst)
+            and (prev.op, prev.dst, prev.src, prev.loops) == (st.op, st.dst, st.src, st.loops)
+        ):
+            out[-1] = vt.Alu(st.op, st.dst, prev.uops + st.uops, st.loops, st.src)
+        else:
+            out.append(st)
+    return out
 
 
 def _points(loops: list[_Loop]) -> list[dict[Var, int]]:

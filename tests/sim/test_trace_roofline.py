@@ -98,3 +98,19 @@ def test_run_image_fills_inputs_and_writes_the_trace(tmp_path):
     outputs, result = run_image(k.image, backend="cyclesim", trace=tmp_path / "t.json")
     assert set(outputs) == {"C"} and result.cycles == result.timing.cycles
     assert json.loads((tmp_path / "t.json").read_text())["otherData"]["cycles"] == result.cycles
+
+
+def test_benchmark_schedules_beat_the_default_on_their_layers():
+    """The schedules the benchmark gives instead of the default are no slower on cyclesim."""
+    from tensorforge.sim.timing import simulate_timing
+
+    bench = _bench()
+    cfg = HWConfig.preset("pynq")
+    for name, vt in bench.SCHEDULES:
+        sh = bench.ConvShape(*bench.LAYERS[name])
+        given = bench.build_conv(cfg, sh, vt, name=name)
+        default = bench.build_conv(cfg, sh, vt)
+        assert given.tuned and not default.tuned and given.kernel.schedule.vthreads == vt
+        cycles = [simulate_timing(k.kernel.image.instructions(), cfg).cycles
+                  for k in (given, default)]  # fmt: skip
+        assert cycles[0] <= cycles[1], (name, vt, cycles)

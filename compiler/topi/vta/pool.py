@@ -1,13 +1,15 @@
-"""Max pooling on the accelerator's tensor ALU: int8 windows loaded into ACC, MAX over them.
+"""Max pooling on the accelerator's tensor ALU, written in TE and lowered by ``tir.vta_lower``.
 
-Each tile covers one batch block, up to ``tile_c`` channel blocks and up to ``tile_h`` output
-rows (all columns; the last tile along a dimension may be smaller):
-1. one LOAD ``ACC_8BIT`` brings the input rows the tile reads (int8, sign-extended) into the
-   ACC buffer ``win`` laid out [c][row][col];
-2. a GEMM reset zeroes the output buffer ``out`` ([c][row][col]); an ALU ADD copies each
-   window's first element into it and one ALU MAX, with a micro-op per other window element,
-   takes the maximum (loops walk channels, rows and columns with the strides);
-3. a STORE writes the int8 OUT view.
+``pool_te(cfg, workload, schedule)`` declares it in TE and schedules it with the accelerator's
+recipe (as ``te_ops.conv2d_te`` does conv2d): a zero stage (GEMM reset), then a stage per
+window element, ``acc + x[...]`` for the first and ``max(acc, x[...])`` for the others (ALU
+ADD and MAX, in place; ``tir.vta_lower`` merges the MAX stages into one instruction with a
+micro-op per element), computed in ``local.acc_buffer`` with ``pragma alu`` at tiles of one
+batch block x ``tile_c`` channel blocks x ``tile_h`` output rows (all columns; the last tile
+along a dimension may be smaller). A tile's input rows are copied into the accumulators by a
+LOAD ``ACC_8BIT`` (``cache_read`` + ``pragma dma_copy``) through the input's flat rows x
+columns view: one copy per tile. Two virtual threads split a dimension with an even number of
+whole tiles.
 
 Max pooling commutes with every monotonic requantization, so it runs on int8 values and equals
 ``compiler.quantize.max_pool2d_int8`` (no padding) bit for bit. Data use the blocked layout of
@@ -25,17 +27,20 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from ....hw.config import HWConfig
 from ....runtime.device.vta import RunResult, run_image
 from ....runtime.program import ProgramImage
+from ... import te, tir
 from ...codegen.vta import generate_program
 from ...codegen.vta_passes import MAX_ITER
-from ...codegen.vta_tile import Alloc, Alu, AluOp, Gemm, Load, Loop, Store, TileProgram, Uop
+from ...codegen.vta_tile import TileProgram
 from ...schedule.primitives import ScheduleError
+from ...tir.vta_lower import VTA_PIPELINE, lower_to_tile_program
 from .layout import blocks, pack_nchw, unpack_nchw
 from .reference import max_pool2d_reference
 from .schedule import MAX_XFER, tile_sizes
@@ -43,6 +48,7 @@ from .schedule import MAX_XFER, tile_sizes
 __all__ = ["PoolKernel", "PoolSchedule", "PoolWorkload", "default_pool_schedule", "max_pool2d"]
 
 INPUT, OUTPUT = "X", "Y"
+ACC = "local.acc_buffer"
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,11 @@ class PoolWorkload:
         """Input rows that ``tile_h`` output rows read."""
         return (tile_h - 1) * self.stride_h + self.kh
 
+    def span(self, tile_h: int) -> int:
+        """Input elements per channel block that ``tile_h`` output rows read, in the flat
+        (rows x columns) view: from a first row's first column to a last row's last column."""
+        return (self.rows_in(tile_h) - 1) * self.w + (self.ow - 1) * self.stride_w + self.kw
+
     def blocked(self, cfg: HWConfig) -> tuple[int, int]:
         """(batch blocks, channel blocks) for ``cfg`` (channels in BLOCK_OUT blocks)."""
         return blocks(self.n, cfg.batch), blocks(self.c, cfg.block_out)
@@ -106,18 +117,31 @@ class PoolSchedule:
                 )
         if self.vthreads not in (1, 2):
             raise ScheduleError(f"vthreads must be 1 or 2, not {self.vthreads!r}")
+        if self.vthreads > 1 and self.thread_axis(cfg, wl) is None:
+            raise ScheduleError(
+                f"max_pool2d: {self.vthreads} virtual threads need a dimension with an even "
+                f"number of whole tiles (tile_c={self.tile_c} of {cb} channel blocks, tile_h="
+                f"{self.tile_h} of {wl.oh} rows, {wl.blocked(cfg)[0]} batch blocks)"
+            )
+
+    def thread_axis(self, cfg: HWConfig, wl: PoolWorkload) -> int | None:
+        """The tile dimension (0 batch, 1 channels, 2 rows) split between the virtual threads:
+        the innermost whose tiles are whole and of a count that ``vthreads`` divides."""
+        nb, cb = wl.blocked(cfg)
+        sizes = ((1, nb), (self.tile_c, cb), (self.tile_h, wl.oh))
+        ok = [d for d, (t, n) in enumerate(sizes) if n % t == 0 and (n // t) % self.vthreads == 0]
+        return ok[-1] if ok else None
 
     def acc_elements(self, wl: PoolWorkload) -> int:
         """ACC elements of the input and output buffers, all virtual threads included."""
-        per_c = wl.rows_in(self.tile_h) * wl.w + self.tile_h * wl.ow
+        per_c = wl.span(self.tile_h) + self.tile_h * wl.ow
         return self.vthreads * self.tile_c * per_c
 
     def fits(self, cfg: HWConfig, wl: PoolWorkload) -> bool:
         """Whether the buffers fit ACC and every copy and loop fits its instruction fields."""
-        rows = wl.rows_in(self.tile_h) * wl.w
         return (
             self.acc_elements(wl) <= cfg.acc_depth
-            and max(rows, wl.h * wl.w, wl.oh * wl.ow) <= MAX_XFER
+            and max(wl.h * wl.w, wl.oh * wl.ow) <= MAX_XFER
             and max(self.tile_h, wl.ow) <= MAX_ITER
         )
 
@@ -127,7 +151,8 @@ class PoolSchedule:
 
 
 def default_pool_schedule(cfg: HWConfig, wl: PoolWorkload, vthreads: int = 1) -> PoolSchedule:
-    """The fitting schedule with the fewest tiles (at least two with 2 virtual threads).
+    """The fitting schedule with the fewest tiles (with 2 virtual threads, at least two, and a
+    dimension of an even number of whole tiles; with none, one thread).
 
     Raises:
         ScheduleError: not even one output row of one channel block fits the ACC buffer.
@@ -142,7 +167,9 @@ def default_pool_schedule(cfg: HWConfig, wl: PoolWorkload, vthreads: int = 1) ->
         if (s := PoolSchedule(tc, th, vthreads)).fits(cfg, wl)
     ]
     if vthreads > 1:
-        cands = [s for s in cands if s.tiles(cfg, wl) > 1] or cands
+        cands = [s for s in cands if s.tiles(cfg, wl) > 1 and s.thread_axis(cfg, wl) is not None]
+        if not cands:
+            return default_pool_schedule(cfg, wl, 1)
     if not cands:
         need = PoolSchedule(1, 1, vthreads).acc_elements(wl)
         raise ScheduleError(
@@ -152,54 +179,59 @@ def default_pool_schedule(cfg: HWConfig, wl: PoolWorkload, vthreads: int = 1) ->
     return min(cands, key=lambda s: (s.tiles(cfg, wl), -s.tile_h))
 
 
-def pool_tile_program(
-    cfg: HWConfig, wl: PoolWorkload, sched: PoolSchedule, name: str = "max_pool2d"
-) -> TileProgram:
-    """The tile program of a scheduled max pooling (see the module docstring).
+def pool_te(cfg: HWConfig, wl: PoolWorkload, sched: PoolSchedule) -> tuple[Any, list[te.Tensor]]:
+    """The TE schedule and parameters of a scheduled max pooling (see the module docstring).
 
     Raises:
         ScheduleError: a knob out of range.
     """
     sched.check(cfg, wl)
     nb, cb = wl.blocked(cfg)
-    win = sched.tile_c * wl.rows_in(sched.tile_h) * wl.w
-    allocs = (Alloc("win", "acc", win), Alloc("out", "acc", sched.tile_c * sched.tile_h * wl.ow))
-    tiles = tuple(
-        _tile(wl, cb, n, c0, min(sched.tile_c, cb - c0), h0, min(sched.tile_h, wl.oh - h0))
-        for n in range(nb)
-        for c0 in range(0, cb, sched.tile_c)
-        for h0 in range(0, wl.oh, sched.tile_h)
-    )
-    elem = (cfg.batch, cfg.block_out)
-    return TileProgram(
-        name,
-        allocs,
-        (),
-        tiles,
-        inputs=((INPUT, (nb, cb, wl.h, wl.w, *elem), "int8"),),
-        outputs=((OUTPUT, (nb, cb, wl.oh, wl.ow, *elem), "int8"),),
-        vthreads=sched.vthreads,
-    )
+    shape = (nb, cb, wl.oh, wl.ow, cfg.batch, cfg.block_out)
+    x = te.placeholder((nb, cb, wl.h * wl.w, cfg.batch, cfg.block_out), "int8", name=INPUT)
+    acc = zero = te.compute(shape, lambda *i: te.const(0, "int32"), name="pool")
+    stages = []
+    for i in range(wl.kh):
+        for j in range(wl.kw):
+            acc = te.compute(shape, _window_step(wl, x, acc, i, j), name=f"max{i}_{j}")
+            stages.append(acc)
+    y = te.compute(shape, lambda *i: te.cast(stages[-1][i], "int8"), name=OUTPUT)
+    s = te.create_schedule(y.op)
+    n, c, h, *_ = s[y].op.axis
+    co, ci = s[y].split(c, factor=sched.tile_c)
+    ho, hi = s[y].split(h, factor=sched.tile_h)
+    s[y].reorder(n, co, ho, ci, hi)
+    tile = ho
+    if sched.vthreads > 1:
+        axis = (n, co, ho)[sched.thread_axis(cfg, wl)]
+        thread, inner = s[y].split(axis, nparts=sched.vthreads)
+        s[y].bind(thread, te.thread_axis("vthread"))
+        tile = inner if axis is ho else tile
+    s[y].pragma(ci, "dma_copy")
+    for t in (zero, *stages):
+        s[t].set_scope(ACC)
+        s[t].compute_at(s[y], tile)
+    for t in stages:
+        s[t].pragma(s[t].op.axis[0], "alu")
+    win = s.cache_read(x, ACC, stages)
+    s[win].compute_at(s[y], tile)
+    s[win].pragma(s[win].op.axis[0], "dma_copy")
+    # The copy before the reset (stages attached at one loop come in stage order): the ACC_8BIT
+    # LOAD, which runs on the compute module, then overlaps the previous tile's STORE.
+    s.stages.remove(s[win])
+    s.stages.insert(s.stages.index(s[zero]), s[win])
+    return s, [x, y]
 
 
-def _tile(wl: PoolWorkload, cb: int, n: int, c0: int, tc: int, h0: int, th: int) -> tuple:
-    """Phases: load and reset, the window reduction, the store."""
-    rows_in, chan = wl.rows_in(th), th * wl.ow
-    dram = ((n * cb + c0) * wl.h + h0 * wl.stride_h) * wl.w
-    load = Load(INPUT, "win", 0, dram, tc, rows_in * wl.w, wl.h * wl.w, acc_8bit=True)
-    reset = Gemm("out", "win", "win", (Uop(),), (Loop(tc * chan, 1, 0),), reset=True)
-    loops = (
-        Loop(tc, chan, rows_in * wl.w),
-        Loop(th, wl.ow, wl.stride_h * wl.w),
-        Loop(wl.ow, 1, wl.stride_w),
-    )
-    window = [Uop(0, i * wl.w + j, 0) for i in range(wl.kh) for j in range(wl.kw)]
-    reduce = [Alu(AluOp.ADD, "out", (window[0],), loops, src="win")]
-    if len(window) > 1:
-        reduce.append(Alu(AluOp.MAX, "out", tuple(window[1:]), loops, src="win"))
-    out_dram = ((n * cb + c0) * wl.oh + h0) * wl.ow
-    store = Store(OUTPUT, "out", 0, out_dram, tc, chan, wl.oh * wl.ow)
-    return ((load, reset), tuple(reduce), (store,))
+def _window_step(wl: PoolWorkload, x: te.Tensor, acc: te.Tensor, i: int, j: int) -> Any:
+    """The stage of window element (i, j): ``acc + x`` for the first one, else ``max(acc, x)``."""
+
+    def f(n: Any, c: Any, oy: Any, ox: Any, b: Any, k: Any) -> Any:
+        flat = (oy * wl.stride_h + i) * wl.w + ox * wl.stride_w + j
+        v = te.cast(x[n, c, flat, b, k], "int32")
+        return acc[n, c, oy, ox, b, k] + v if i == j == 0 else te.max(acc[n, c, oy, ox, b, k], v)
+
+    return f
 
 
 @dataclass
@@ -264,5 +296,9 @@ def max_pool2d(
     wl = PoolWorkload(*(int(d) for d in data_shape), kh, kw, sh, sw)
     sched = schedule if schedule is not None else default_pool_schedule(cfg, wl, vthreads)
     name = f"max_pool2d_{wl.n}x{wl.c}x{wl.h}x{wl.w}_k{kh}x{kw}s{sh}x{sw}_vt{sched.vthreads}"
-    prog = pool_tile_program(cfg, wl, sched, name)
+    s, args = pool_te(cfg, wl, sched)
+    prog = lower_to_tile_program(tir.lower(s, args, name=name, passes=VTA_PIPELINE), cfg, {}, name)
+    # The input slot keeps its blocked NCHW shape (the flat view has the same bytes).
+    prog = replace(prog, inputs=((INPUT, (*wl.blocked(cfg), wl.h, wl.w, cfg.batch,
+                                          cfg.block_out), "int8"),))  # fmt: skip
     return PoolKernel(cfg, wl, sched, prog, generate_program(prog, cfg))

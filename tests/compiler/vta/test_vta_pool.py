@@ -11,6 +11,7 @@ from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.tir.stmt import LoweringError
 from tensorforge.compiler.topi.vta import PoolSchedule, max_pool2d
 from tensorforge.hw.config import HWConfig
+from tensorforge.hw.isa import AluOp
 
 
 def _data(seed: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -31,6 +32,10 @@ def test_max_pool2d_matches_the_oracle(config, vthreads, shape, kernel, stride) 
     want = max_pool2d_int8(x, kernel, stride)
     assert out.shape == want.shape and np.array_equal(out, want)
     assert result.stats["alu_counter"] > 0 and result.stats["gemm_counter"] == 0  # ALU only
+    # The window's MAX stages merged into one instruction per tile, a micro-op per element.
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    maxes = [s for s in kern.tile_program.statements() if getattr(s, "op", None) is AluOp.MAX]
+    assert maxes and all(len(s.uops) == kh * kw - 1 for s in maxes)
 
 
 def test_every_pool_schedule_including_ragged_ones_is_bit_exact() -> None:
@@ -49,6 +54,10 @@ def test_every_pool_schedule_including_ragged_ones_is_bit_exact() -> None:
                 out, _ = max_pool2d(cfg, x.shape, 3, 2, schedule=sched).run(x)
                 assert np.array_equal(out, want), sched
     assert fitting >= 10
+    # Threads over the two row tiles, with a ragged channel tile (3 blocks in tiles of 2).
+    x = _data(7, (1, 12, 9, 9))
+    out, _ = max_pool2d(cfg, x.shape, 2, schedule=PoolSchedule(2, 2, 2)).run(x)
+    assert np.array_equal(out, max_pool2d_int8(x, 2))
 
 
 def test_max_pool2d_on_a_batched_config() -> None:
@@ -68,8 +77,13 @@ def test_pool_window_that_does_not_fit_is_rejected() -> None:
     with pytest.raises(ScheduleError) as e:
         max_pool2d(cfg, (1, 4, 200, 200), 2)
     assert "one output row needs 500 ACC elements, the ACC buffer holds 256" in str(e.value)
-    with pytest.raises(LoweringError, match=r"ACC buffer .* at most 256 .*not 320 \(win@0: 128, "):
-        max_pool2d(cfg, (1, 8, 8, 8), 2, schedule=PoolSchedule(tile_c=2, tile_h=4, vthreads=2))
+    msg = r"ACC .* at most 256 .*not 320 \(X.acc@0: 128, pool@0: 32"
+    with pytest.raises(LoweringError, match=msg):
+        max_pool2d(cfg, (2, 8, 8, 8), 2, schedule=PoolSchedule(tile_c=2, tile_h=4, vthreads=2))
+    # Two virtual threads split a dimension with an even number of whole tiles (3 and 4/3 here).
+    msg = r"2 virtual threads need a dimension with an even number of whole tiles \(tile_c=2 of 3"
+    with pytest.raises(ScheduleError, match=msg):
+        max_pool2d(cfg, (1, 12, 8, 8), 2, schedule=PoolSchedule(tile_c=2, tile_h=3, vthreads=2))
 
 
 @pytest.mark.parametrize("config", ["pynq", "tiny"])
