@@ -60,13 +60,8 @@ def _sched(th: int, toc: int, tic: int, resident: bool = False) -> Conv2dSchedul
 
 # (layer, virtual threads) -> the schedule to use instead of the default one on ``pynq``.
 SCHEDULES = {
-    ("C8", 1): _sched(1, 16, 8, True),
-    ("C11", 1): _sched(1, 32, 16, True),
-    ("C4", 2): _sched(2, 8, 2, True),
     ("C6", 2): _sched(7, 2, 1),
-    ("C10", 2): _sched(7, 16, 1),
     ("C11", 2): _sched(1, 16, 4, True),
-    ("C12", 2): _sched(7, 16, 1),
 }
 
 

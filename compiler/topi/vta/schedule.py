@@ -292,7 +292,9 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
                     gemm = pixels * toc * tic * kk + p.gemm_latency + 1
                     loads, gemms = loads + cc * load, gemms + cc * gemm
                     insns = tn * tic + 2 + (toc - 1 if not s.resident_weights and per_row else 0)
-                    overlapped += cc * (max(load, gemm) + SYNC_CYCLES * insns + CHUNK_CYCLES)
+                    # the hand-over costs at most what overlapping saves (a serial chunk)
+                    sync = min(SYNC_CYCLES * insns + CHUNK_CYCLES, min(load, gemm))
+                    overlapped += cc * (max(load, gemm) + sync)
                     fill = fill or min(load, gemm)  # the pipeline fills with one of them
                 alu = 4 * (toc * pixels + p.alu_latency + 2)  # a reset and three ALU passes
                 last_store = tn * dma(toc, th * wl.ow, ob, th == wl.oh, p.dram_write_latency)
