@@ -29,5 +29,5 @@ wl = Conv2dWorkload(1, 64, 14, 14, 64, 3, 3, pad_h=1, pad_w=1)
 op = conv2d_te(cfg, wl, Conv2dSchedule(tile_h=7, tile_oc=2, tile_ic=2, vthreads=2),
                pack_oihw(cfg, w))  # fmt: skip
 print("\n".join(str(op.lower()).splitlines()[:12]), "\n  ...")
-for stmt in op.tile_program().statements()[:6]:
+for stmt in op.tile_program().stmts[:6]:
     print(format_stmt(stmt))

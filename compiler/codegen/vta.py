@@ -11,8 +11,8 @@ Example:
     >>> from tensorforge.compiler.codegen.vta_tile import TileProgram, Uop
     >>> cfg = HWConfig.preset("tiny")
     >>> relu = Alu(AluOp.MAX, "a", (Uop(),), (Loop(4, 1, 0),), imm=0)
-    >>> tile = ((Load("X", "a", 0, 0, 1, 4, 4), relu, Store("Y", "a", 0, 0, 1, 4, 4)),)
-    >>> prog = TileProgram("relu", (Alloc("a", "acc", 4),), (), (tile,),
+    >>> stmts = (Load("X", "a", 0, 0, 1, 4, 4), relu, Store("Y", "a", 0, 0, 1, 4, 4))
+    >>> prog = TileProgram("relu", (Alloc("a", "acc", 4),), stmts,
     ...                    inputs=(("X", (4, 1, 4), "int32"),), outputs=(("Y", (4, 1, 4), "int8"),))
     >>> generate_program(prog, cfg).insn_count
     5
@@ -29,7 +29,6 @@ from .vta_passes import (
     check_sram_capacity,
     dedupe_uop_kernels,
     fold_uop_loops,
-    inject_virtual_threads,
     insert_dependency_tokens,
     verify_tokens,
 )
@@ -42,10 +41,9 @@ def lower_tile_program(
     prog: TileProgram, cfg: HWConfig
 ) -> tuple[TileProgram, list[Emitted], list[Uop]]:
     """The pipeline up to the token-flagged stream: (final tile program, stream, micro-op blob)."""
-    prog = inject_virtual_threads(prog)  # per-thread buffers, interleaved tiles
     prog = fold_uop_loops(prog)  # at most two loop levels per GEMM/ALU
     bases = check_sram_capacity(prog, cfg)  # buffer placement; fails before any encoding
-    stmts = prog.statements()
+    stmts = prog.stmts
     kernels = [_absolute_uops(s, bases) for s in stmts if isinstance(s, (Gemm, Alu))]
     blob, offsets = dedupe_uop_kernels(kernels, cfg)  # each distinct kernel stored once
     stream: list[Emitted] = []

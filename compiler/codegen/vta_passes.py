@@ -1,13 +1,12 @@
 """Passes over the accelerator's tile program and instruction stream (pure functions).
 
 Pipeline order (``vta.generate_program`` runs them):
-1. ``inject_virtual_threads``: replicate per-thread buffers and interleave the threads' tiles.
-2. ``fold_uop_loops``: drop unit loops, fuse contiguous ones, keep at most two (the GEMM/ALU
+1. ``fold_uop_loops``: drop unit loops, fuse contiguous ones, keep at most two (the GEMM/ALU
    ``iter_out``/``iter_in`` fields) and unroll the rest into micro-ops.
-3. ``check_sram_capacity``: every buffer fits its SRAM, every access stays inside its buffer.
-4. ``dedupe_uop_kernels``: one copy of each distinct micro-op kernel in the micro-op blob.
-5. ``insert_dependency_tokens``: push/pop flags for every cross-stage hazard.
-6. ``verify_tokens``: the stream runs to FINISH with balanced tokens (no deadlock).
+2. ``check_sram_capacity``: every buffer fits its SRAM, every access stays inside its buffer.
+3. ``dedupe_uop_kernels``: one copy of each distinct micro-op kernel in the micro-op blob.
+4. ``insert_dependency_tokens``: push/pop flags for every cross-stage hazard.
+5. ``verify_tokens``: the stream runs to FINISH with balanced tokens (no deadlock).
 """
 
 from __future__ import annotations
@@ -23,14 +22,12 @@ from ...sim.functional import SimError, TokenStepper, validate_program
 from ..tir.stmt import LoweringError
 from .vta_tile import (
     SCOPES,
-    Alloc,
     Alu,
     Gemm,
     Load,
     Loop,
     Stmt,
     Store,
-    Tile,
     TileProgram,
     memory_scopes,
 )
@@ -39,61 +36,7 @@ MAX_LOOPS = 2  # the GEMM/ALU instruction has two loop levels around its micro-o
 MAX_ITER = (1 << LOOP_ITER_WIDTH) - 1
 
 
-# ---- 1. virtual threads --------------------------------------------------------------------
-
-
-def thread_buffer(name: str, thread: int) -> str:
-    """The name of thread ``thread``'s copy of buffer ``name``."""
-    return f"{name}@{thread}"
-
-
-def inject_virtual_threads(prog: TileProgram) -> TileProgram:
-    """Give each virtual thread its own copy of every non-shared buffer; interleave the threads.
-
-    Tile ``i`` belongs to thread ``i % n``. The threads' streams are merged phase by phase
-    (phase 0 of each thread's tile, then phase 1 of each, ...), so the load stage fills one
-    thread's buffers for the next reduction chunk while the compute stage works on the other's.
-
-    Before (n=2): ``alloc inp; tile 0: [LOAD -> inp; GEMM]; tile 1: [LOAD -> inp; GEMM]``.
-    After: ``alloc inp@0, inp@1; tile 0: [LOAD -> inp@0; GEMM] [LOAD -> inp@1; GEMM]``.
-    """
-    n = prog.vthreads
-    if n < 1:
-        raise LoweringError(f"vthreads must be >= 1, not {n!r} (tile program {prog.name!r})")
-    if n == 1:
-        return replace(prog, tiles=tuple(_interleave([tile]) for tile in prog.tiles))
-    private = {a.name for a in prog.allocs if not a.shared}
-    allocs: list[Alloc] = []
-    for a in prog.allocs:
-        copies = range(n) if a.name in private else (None,)
-        for t in copies:
-            allocs.append(a if t is None else replace(a, name=thread_buffer(a.name, t)))
-    renamed = [_rename(tile, private, i % n) for i, tile in enumerate(prog.tiles)]
-    groups = [renamed[i : i + n] for i in range(0, len(renamed), n)]
-    tiles = tuple(_interleave(group) for group in groups)
-    return replace(prog, allocs=tuple(allocs), tiles=tiles, vthreads=1)
-
-
-def _interleave(group: list[Tile]) -> Tile:
-    depth = max(len(tile) for tile in group)
-    return tuple(tile[p] for p in range(depth) for tile in group if p < len(tile))
-
-
-def _rename(tile: Tile, private: set[str], thread: int) -> Tile:
-    def new(name: str | None) -> str | None:
-        return thread_buffer(name, thread) if name in private else name
-
-    def one(s: Stmt) -> Stmt:
-        if isinstance(s, (Load, Store)):
-            return replace(s, buf=new(s.buf))
-        if isinstance(s, Gemm):
-            return replace(s, dst=new(s.dst), src=new(s.src), wgt=new(s.wgt))
-        return replace(s, dst=new(s.dst), src=new(s.src))
-
-    return tuple(tuple(one(s) for s in phase) for phase in tile)
-
-
-# ---- 2. micro-op loops ---------------------------------------------------------------------
+# ---- 1. micro-op loops ---------------------------------------------------------------------
 
 
 def fold_loops(
@@ -144,14 +87,10 @@ def fold_uop_loops(prog: TileProgram) -> TileProgram:
             return replace(s, uops=uops, loops=loops)
         return s
 
-    return replace(
-        prog,
-        prologue=tuple(fold(s) for s in prog.prologue),
-        tiles=tuple(tuple(tuple(fold(s) for s in ph) for ph in tile) for tile in prog.tiles),
-    )
+    return replace(prog, stmts=tuple(fold(s) for s in prog.stmts))
 
 
-# ---- 3. capacities -------------------------------------------------------------------------
+# ---- 2. capacities -------------------------------------------------------------------------
 
 
 def check_sram_capacity(prog: TileProgram, cfg: HWConfig) -> dict[str, int]:
@@ -177,7 +116,7 @@ def check_sram_capacity(prog: TileProgram, cfg: HWConfig) -> dict[str, int]:
         for a in mine:
             bases[a.name] = base
             base += a.size
-    for s in prog.statements():
+    for s in prog.stmts:
         _check_bounds(prog, s)
     return bases
 
@@ -220,7 +159,7 @@ def _fmt(s: Stmt) -> str:
     return format_stmt(s)
 
 
-# ---- 4. micro-op kernels -------------------------------------------------------------------
+# ---- 3. micro-op kernels -------------------------------------------------------------------
 
 
 def dedupe_uop_kernels(
@@ -250,7 +189,7 @@ def dedupe_uop_kernels(
     return blob, offsets
 
 
-# ---- 5. dependency tokens ------------------------------------------------------------------
+# ---- 4. dependency tokens ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -354,7 +293,7 @@ def _link(out: list[Emitted], stages: list[Stage], i: int, producer: Stage, p: i
     out[i] = dataclasses.replace(out[i], insn=replace(out[i].insn, **{pop: True}))
 
 
-# ---- 6. token verification -----------------------------------------------------------------
+# ---- 5. token verification -----------------------------------------------------------------
 
 
 def verify_tokens(insns: Sequence[Insn], cfg: HWConfig, name: str = "program") -> None:

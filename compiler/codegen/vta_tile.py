@@ -1,12 +1,10 @@
-"""The tile program: the accelerator kernel as DMA copies and micro-op nests over named buffers.
+"""The tile program: an accelerator kernel as DMA copies and micro-op nests over named buffers.
 
-An operator (compiler/topi/vta) describes its kernel as a ``TileProgram``: SRAM allocations
-(``Alloc``, sizes in elements of their scope), a prologue run once (resident weights, bias) and a
-list of tiles, each a few phases of statements (``Load``, ``Gemm``, ``Alu``, ``Store``) whose
-SRAM indices are relative to the allocations they name. Phases are where the instruction
-streams of virtual threads interleave (a reset, each reduction chunk, the epilogue). The passes
-in ``vta_passes`` replicate allocations per virtual thread, fold loops into micro-op loop fields
-and check capacities, and ``vta.generate_program`` lowers the result to a ProgramImage with
+The accelerator's lowering (``tir.vta_lower``) turns a scheduled operator's loop IR into a
+``TileProgram``: SRAM allocations (``Alloc``, sizes in elements of their scope) and the statements
+(``Load``, ``Gemm``, ``Alu``, ``Store``) in program order, whose SRAM indices are relative to the
+allocations they name. The passes of ``vta_passes`` fold loops into micro-op loop fields and
+check capacities, and ``vta.generate_program`` lowers the result to a ProgramImage with
 dependency tokens.
 
 Example:
@@ -65,11 +63,9 @@ __all__ = [
     "Load",
     "Loop",
     "MemoryScope",
-    "Phase",
     "SCOPES",
     "Stmt",
     "Store",
-    "Tile",
     "TileProgram",
     "Uop",
     "format_program",
@@ -80,16 +76,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Alloc:
-    """An on-chip buffer of ``size`` elements in memory scope ``scope`` (inp, wgt or acc).
-
-    A ``shared`` buffer (resident weights, bias) has one copy however many virtual threads run;
-    the others get one copy per thread.
-    """
+    """An on-chip buffer of ``size`` elements in memory scope ``scope`` (inp, wgt or acc)."""
 
     name: str
     scope: str
     size: int
-    shared: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,37 +168,28 @@ class Alu:
 
 
 Stmt = Union[Load, Store, Gemm, Alu]  # noqa: UP007 (a runtime alias)
-Phase = tuple[Stmt, ...]  # statements the virtual-thread interleaving keeps together
-Tile = tuple[Phase, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class TileProgram:
-    """A kernel before lowering: buffers, a prologue, tiles, and the virtual threads wanted.
+    """A kernel before encoding: its buffers and statements, and its DRAM tensors.
 
     ``inputs``/``outputs`` map DRAM tensor names to (shape, dtype) of their packed layout;
-    ``constants`` map blob names to their bytes. ``vthreads`` is the number of virtual threads
-    the tiles are spread over by ``inject_virtual_threads`` (1 once injected).
+    ``constants`` map blob names to their bytes.
     """
 
     name: str
     allocs: tuple[Alloc, ...]
-    prologue: tuple[Stmt, ...]
-    tiles: tuple[Tile, ...]
+    stmts: tuple[Stmt, ...]
     inputs: tuple[tuple[str, tuple[int, ...], str], ...] = ()
     outputs: tuple[tuple[str, tuple[int, ...], str], ...] = ()
     constants: tuple[tuple[str, bytes], ...] = ()
-    vthreads: int = 1
 
     def alloc(self, name: str) -> Alloc:
         for a in self.allocs:
             if a.name == name:
                 return a
         raise KeyError(f"tile program {self.name!r} has no buffer {name!r}")
-
-    def statements(self) -> list[Stmt]:
-        """Every statement in program order: the prologue, then each tile's phases."""
-        return [*self.prologue, *(s for tile in self.tiles for phase in tile for s in phase)]
 
 
 def _loops(loops: tuple[Loop, ...]) -> str:
@@ -241,13 +223,7 @@ def format_stmt(stmt: Stmt) -> str:
 
 
 def format_program(prog: TileProgram) -> str:
-    """The whole tile program as text: buffers, prologue, then each tile."""
-    lines = [f"tile program {prog.name} (vthreads={prog.vthreads})"]
-    for a in prog.allocs:
-        lines.append(f"  alloc {a.name}: {a.scope}[{a.size}]" + (" shared" if a.shared else ""))
-    lines += ["  prologue:"] + [f"    {format_stmt(s)}" for s in prog.prologue]
-    for i, tile in enumerate(prog.tiles):
-        lines.append(f"  tile {i}:")
-        for j, phase in enumerate(tile):
-            lines += [f"    phase {j}:"] + [f"      {format_stmt(s)}" for s in phase]
-    return "\n".join(lines)
+    """The whole tile program as text: buffers, then statements."""
+    lines = [f"tile program {prog.name}"]
+    lines += [f"  alloc {a.name}: {a.scope}[{a.size}]" for a in prog.allocs]
+    return "\n".join(lines + [f"  {format_stmt(s)}" for s in prog.stmts])

@@ -42,7 +42,7 @@ Example:
     >>> wl = Conv2dWorkload(1, 4, 4, 4, 4, 3, 3, pad_h=1, pad_w=1)   # one block in and out
     >>> op = conv2d_te(cfg, wl, Conv2dSchedule(tile_h=4), np.zeros((1, 1, 3, 3, 4, 4), np.int8))
     >>> prog = lower_to_tile_program(op.lower(), cfg, op.constants)
-    >>> for s in prog.statements():
+    >>> for s in prog.stmts:
     ...     print(format_stmt(s))
     GEMM.reset C uops=1 loops=[4:d4,s0 4:d1,s0]
     LOAD X[0] -> pad.inp[0] 4x4/4 pad=(1, 1, 1, 1)
@@ -65,7 +65,6 @@ import numpy as np
 from ...hw.config import HWConfig
 from ...hw.isa import AluOp
 from ..codegen import vta_tile as vt
-from ..codegen.vta_passes import thread_buffer
 from ..schedule.stage import ForKind
 from ..te import dtype as dt
 from ..te.expr import BinOp, Call, Cast, Expr, IntImm, Op, Var
@@ -232,8 +231,8 @@ class _Lowering:
             raise self.fail(f"buffer {buf.name!r}", f"{buf.size} elements are not whole "
                             f"{unit}-element entries of {SCOPES[buf.scope]}")  # fmt: skip
         short = _short_name(buf)
-        name = short if t.thread is None else thread_buffer(short, t.thread)
-        alloc = vt.Alloc(name, SCOPES[buf.scope], buf.size // unit, shared=t.thread is None)
+        name = short if t.thread is None else f"{short}@{t.thread}"  # a thread's copy
+        alloc = vt.Alloc(name, SCOPES[buf.scope], buf.size // unit)
         if self.allocs.setdefault(name, alloc).size < alloc.size:
             self.allocs[name] = alloc
         t.names[buf] = (name, 0)
@@ -534,9 +533,8 @@ class _Lowering:
             elif buf.name in self.read:
                 inputs.append(spec)
         allocs = tuple(a for n, a in self.allocs.items() if n in self.used)
-        tile = (tuple(_merge_min_max(self.stmts)),)
-        return vt.TileProgram(name, allocs, (), (tile,), tuple(inputs), tuple(outputs),
-                              tuple(blobs))  # fmt: skip
+        stmts = tuple(_merge_min_max(self.stmts))
+        return vt.TileProgram(name, allocs, stmts, tuple(inputs), tuple(outputs), tuple(blobs))
 
 
 def _short_name(buf: Buffer) -> str:

@@ -99,7 +99,7 @@ def test_residual_add_and_mul_requant_from_te_equal_the_oracle(vthreads: int) ->
     out, _ = kern.run(x, residual=r)
     want = add_int8(conv2d_int8(x, w, b, padding=1, requant=rq), r, add)
     assert np.array_equal(out, want) and np.unique(want).size > 10
-    loads = [s for s in kern.tile_program.statements() if isinstance(s, Load) and s.acc_8bit]
+    loads = [s for s in kern.tile_program.stmts if isinstance(s, Load) and s.acc_8bit]
     assert loads and all(s.tensor == "R" for s in loads)  # the residual, as ACC_8BIT loads
 
 
@@ -119,7 +119,7 @@ def test_ragged_edge_tiles_do_only_the_work_of_the_conv(sched: Conv2dSchedule) -
     w = np.random.default_rng(0).integers(-128, 128, (o, c, 3, 3), dtype=np.int8)
     x = np.random.default_rng(1).integers(-128, 128, (n, c, h, 6), dtype=np.int8)
     kern = conv2d(cfg, x.shape, w, padding=1, shift=8, schedule=sched)
-    stmts = kern.tile_program.statements()
+    stmts = kern.tile_program.stmts
     steps = sum(len(s.uops) * np.prod([lp.extent for lp in s.loops]) for s in stmts
                 if isinstance(s, Gemm) and not s.reset)  # fmt: skip
     nb, icb, ocb = kern.workload.blocked(cfg)
@@ -218,7 +218,7 @@ def test_a_hand_written_vta_schedule_runs_and_its_errors_name_the_statement(conf
     a = rng.integers(-128, 128, (2, 3, cfg.batch, cfg.block_in), dtype=np.int8)
     w = rng.integers(-128, 128, (4, 3, cfg.block_out, cfg.block_in), dtype=np.int8)
     prog = lower_to_tile_program(_matmul(cfg, shifted=False), cfg, {"W": w})
-    gemms = [st for st in prog.statements() if isinstance(st, Gemm) and not st.reset]
+    gemms = [st for st in prog.stmts if isinstance(st, Gemm) and not st.reset]
     assert len(gemms) == 2 * 3  # one GEMM per (row block, reduction block): n folded in loops
     outs, _ = run_image(generate_program(prog, cfg), {"A": a})
     want = np.einsum("mkbi,nkoi->mnbo", a.astype(np.int32), w.astype(np.int32)).astype(np.int8)

@@ -35,7 +35,7 @@ def _bound(w: np.ndarray, b: np.ndarray) -> int:
 
 def _epilogue_ops(kern) -> list[tuple[AluOp, int | None]]:  # type: ignore[no-untyped-def]
     """The ALU instructions of the first tile's epilogue: those before the first STORE."""
-    stmts = kern.tile_program.statements()
+    stmts = kern.tile_program.stmts
     first_store = next(i for i, s in enumerate(stmts) if isinstance(s, Store))
     return [(s.op, s.imm) for s in stmts[:first_store] if isinstance(s, Alu)]
 
@@ -174,7 +174,7 @@ def test_residual_is_an_acc_8bit_load_and_only_into_acc() -> None:
     types = {i.memory_type for i in kern.image.instructions() if hasattr(i, "memory_type")}
     assert MemType.ACC_8BIT in types
     bad = Load("X", "i", 0, 0, 1, 4, 4, acc_8bit=True)
-    prog = TileProgram("bad", (Alloc("i", "inp", 4),), (bad,), (), inputs=(("X", (4,), "int8"),))
+    prog = TileProgram("bad", (Alloc("i", "inp", 4),), (bad,), inputs=(("X", (4,), "int8"),))
     with pytest.raises(LoweringError, match="must load into an acc buffer with acc_8bit, not the "
                                             "inp buffer 'i'"):  # fmt: skip
         generate_program(prog, cfg)

@@ -34,7 +34,7 @@ def test_max_pool2d_matches_the_oracle(config, vthreads, shape, kernel, stride) 
     assert result.stats["alu_counter"] > 0 and result.stats["gemm_counter"] == 0  # ALU only
     # The window's MAX stages merged into one instruction per tile, a micro-op per element.
     kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
-    maxes = [s for s in kern.tile_program.statements() if getattr(s, "op", None) is AluOp.MAX]
+    maxes = [s for s in kern.tile_program.stmts if getattr(s, "op", None) is AluOp.MAX]
     assert maxes and all(len(s.uops) == kh * kw - 1 for s in maxes)
 
 
