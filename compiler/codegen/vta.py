@@ -23,25 +23,33 @@ from __future__ import annotations
 from ...hw.config import HWConfig
 from ...hw.isa import AluInsn, GemmInsn, MemInsn, MemType, Opcode
 from ...runtime.program import UOP_BLOB, ProgramBuilder, ProgramImage
-from ..tir.stmt import LoweringError
 from .vta_passes import (
     Emitted,
     check_sram_capacity,
     dedupe_uop_kernels,
     fold_uop_loops,
     insert_dependency_tokens,
+    verify_tile_program,
     verify_tokens,
 )
-from .vta_tile import Alu, Gemm, Load, Loop, Stmt, Store, TileProgram, Uop, format_stmt
+from .vta_tile import Alu, Gemm, Load, Loop, Stmt, Store, TileProgram, Uop
 
 _MEM_TYPES = {"inp": MemType.INP, "wgt": MemType.WGT, "acc": MemType.ACC}
 
 
 def lower_tile_program(
-    prog: TileProgram, cfg: HWConfig
+    prog: TileProgram, cfg: HWConfig, verify: bool = True
 ) -> tuple[TileProgram, list[Emitted], list[Uop]]:
-    """The pipeline up to the token-flagged stream: (final tile program, stream, micro-op blob)."""
+    """The pipeline up to the token-flagged stream: (final tile program, stream, micro-op blob).
+
+    With ``verify`` the tile program is checked as it comes and after folding
+    (``verify_tile_program``), as ``tir.run_pipeline`` checks the loop IR after each pass.
+    """
+    if verify:
+        verify_tile_program(prog, False, "lowering")
     prog = fold_uop_loops(prog)  # at most two loop levels per GEMM/ALU
+    if verify:
+        verify_tile_program(prog, True, "fold_uop_loops")
     bases = check_sram_capacity(prog, cfg)  # buffer placement; fails before any encoding
     stmts = prog.stmts
     kernels = [_absolute_uops(s, bases) for s in stmts if isinstance(s, (Gemm, Alu))]
@@ -133,13 +141,7 @@ def _lower_compute(s: Gemm | Alu, offset: int, n: int) -> Emitted:
 def _lower_copy(s: Stmt, prog: TileProgram, bases: dict[str, int]) -> Emitted:
     base = bases[s.buf] + s.sram_offset  # type: ignore[union-attr]
     if isinstance(s, Load):
-        scope = prog.alloc(s.buf).scope
-        if s.acc_8bit and scope != "acc":
-            raise LoweringError(
-                f"statement `{format_stmt(s)}` must load into an acc buffer with acc_8bit, not "
-                f"the {scope} buffer {s.buf!r} (tile program {prog.name!r})"
-            )
-        mt = MemType.ACC_8BIT if s.acc_8bit else _MEM_TYPES[scope]
+        mt = MemType.ACC_8BIT if s.acc_8bit else _MEM_TYPES[prog.alloc(s.buf).scope]
         insn = MemInsn(
             Opcode.LOAD, mt, base, s.dram_offset, s.y_size, s.x_size, s.x_stride,
             s.y_pad_0, s.y_pad_1, s.x_pad_0, s.x_pad_1,

@@ -90,6 +90,44 @@ def fold_uop_loops(prog: TileProgram) -> TileProgram:
     return replace(prog, stmts=tuple(fold(s) for s in prog.stmts))
 
 
+# ---- verification --------------------------------------------------------------------------
+
+
+def verify_tile_program(prog: TileProgram, folded: bool, after: str) -> None:
+    """Check what every pass keeps true: each statement names allocated buffers of the scopes
+    its instruction addresses (a GEMM accumulates inp x wgt into acc, the ALU and STOREs work on
+    acc, ``acc_8bit`` loads go to acc), has micro-ops and positive loop extents, and once
+    ``folded`` at most the instruction's two loop levels.
+
+    Raises:
+        LoweringError: naming the statement, what is wrong, and the pass that produced it.
+    """
+    scopes = {a.name: a.scope for a in prog.allocs}
+
+    def fail(s: Stmt, why: str) -> LoweringError:
+        return LoweringError(f"tile program {prog.name!r} after {after}: `{_fmt(s)}` {why}")
+
+    for s in prog.stmts:
+        if isinstance(s, (Load, Store)):
+            want = "acc" if isinstance(s, Store) or s.acc_8bit else "inp|wgt|acc"
+            uses = [(s.buf, want)]
+        elif isinstance(s, Gemm):
+            uses = [(s.dst, "acc")] + ([] if s.reset else [(s.src, "inp"), (s.wgt, "wgt")])
+        else:
+            uses = [(s.dst, "acc")] + ([(s.src, "acc")] if s.src is not None else [])
+            if (s.src is None) == (s.imm is None):
+                raise fail(s, "must have either an immediate or a source buffer")
+        for name, want in uses:
+            if scopes.get(name) not in want.split("|"):
+                raise fail(s, f"must use a buffer in {want}, not {name!r} "
+                           f"({scopes.get(name, 'not allocated')})")  # fmt: skip
+        if isinstance(s, (Gemm, Alu)):
+            if not s.uops or any(lp.extent < 1 for lp in s.loops):
+                raise fail(s, "must have micro-ops and loop extents of at least 1")
+            if folded and len(s.loops) > MAX_LOOPS:
+                raise fail(s, f"must have at most {MAX_LOOPS} loop levels")
+
+
 # ---- 2. capacities -------------------------------------------------------------------------
 
 

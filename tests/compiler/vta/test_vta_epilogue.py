@@ -175,8 +175,9 @@ def test_residual_is_an_acc_8bit_load_and_only_into_acc() -> None:
     assert MemType.ACC_8BIT in types
     bad = Load("X", "i", 0, 0, 1, 4, 4, acc_8bit=True)
     prog = TileProgram("bad", (Alloc("i", "inp", 4),), (bad,), inputs=(("X", (4,), "int8"),))
-    with pytest.raises(LoweringError, match="must load into an acc buffer with acc_8bit, not the "
-                                            "inp buffer 'i'"):  # fmt: skip
+    with pytest.raises(
+        LoweringError, match=r"LOAD\.acc8 .* must use a buffer in acc, not 'i' \(inp\)"
+    ):
         generate_program(prog, cfg)
 
 

@@ -276,3 +276,21 @@ def test_generate_program_rejects_a_gemm_reading_outside_its_buffer() -> None:
         LoweringError, match=r"GEMM a \+= i.w .*buffer 'i' within \[0, 4\), not \[3, 5\)"
     ):
         generate_program(prog, TINY)
+
+
+@pytest.mark.parametrize(
+    ("stmt", "message"),
+    [
+        (
+            Gemm("a", "w", "i", (Uop(),), (Loop(2, 1, 1),)),
+            r"must use a buffer in inp, not 'w' \(wgt\)",
+        ),
+        (Alu(AluOp.ADD, "a", (Uop(),), (Loop(2, 1, 0),)), "must have either an immediate"),
+        (Alu(AluOp.MAX, "a", (), (Loop(2, 1, 0),), imm=0), "must have micro-ops"),
+        (Store("Y", "nope", 0, 0, 1, 2, 2), r"not 'nope' \(not allocated\)"),
+    ],
+)
+def test_the_tile_program_verifier_names_the_statement_and_the_pass(stmt, message) -> None:
+    allocs = (Alloc("a", "acc", 2), Alloc("i", "inp", 4), Alloc("w", "wgt", 1))
+    with pytest.raises(LoweringError, match=r"tile program 'v' after lowering: `.*` .*" + message):
+        generate_program(TileProgram("v", allocs, (stmt,)), TINY)
