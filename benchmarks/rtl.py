@@ -2,7 +2,7 @@
 cycle-accurate model (sim/timing.py) and the functional simulator, on the same programs.
 
 Programs (on the `tiny` config by default): the demo int8 matmul and a conv2d compiled by
-compiler.topi.vta. Every backend's output is checked bit-exact against the functional simulator
+compiler.vta. Every backend's output is checked bit-exact against the functional simulator
 and the RTL's CYCLES against the cycle-accurate model's (with the RAM model's latencies).
 
 Columns: cycles (of the program, from the cycle-accurate model; equal to the RTL's CYCLES),
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from machine import describe
 
-from tensorforge.compiler.topi.vta import conv2d
+from tensorforge.compiler.vta import conv2d
 from tensorforge.demo import build_matmul
 from tensorforge.hw.config import HWConfig
 from tensorforge.runtime.device.vta import RunResult

@@ -1,7 +1,7 @@
 """Cycle-accurate simulator benchmark: ResNet-18 conv layers C2-C12 on the timing model.
 
 Each layer (vta_facts.md §6.1) is compiled with 1 and 2 virtual threads by the compiler
-(``compiler.topi.vta.conv2d``: TE + tensorize + ``tir.vta_lower``, random int8 data and
+(``compiler.vta.conv2d``: TE + tensorize + ``vta.lower``, random int8 data and
 weights, requantization ``>> 10`` then ReLU) and run on ``cyclesim``. The table prints, per
 layer: the schedule, instructions, cycles, GEMM MAC utilization, achieved GOPS at the config's
 clock, operational intensity (GEMM ops per DRAM byte) and the simulator's own speed (simulated
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorforge.compiler.topi.vta import Conv2dSchedule, VtaKernel, conv2d
+from tensorforge.compiler.vta import Conv2dSchedule, VtaKernel, conv2d
 from tensorforge.hw.config import HWConfig
 from tensorforge.sim.roofline import plot_roofline, roofline_point
 from tensorforge.sim.timing import TimingParams, simulate_timing

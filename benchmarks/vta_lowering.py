@@ -1,8 +1,8 @@
 """The accelerator's one lowering on ResNet-18's layers, against the two it replaced.
 
 For each of ResNet-18's conv layers C2-C12 (batch 1, 224x224 model; `benchmarks/sim.py`) and 1 and 2
-virtual threads, `compiler.topi.vta.conv2d` compiles the TE operator (tensorize, DMA/ALU pragmas,
-`tir.vta_lower`) with its default schedule; the image runs on the `cyclesim` device and is checked
+virtual threads, `compiler.vta.conv2d` compiles the TE operator (tensorize, DMA/ALU pragmas,
+`vta.lower`) with its default schedule; the image runs on the `cyclesim` device and is checked
 bit for bit against the int8 numpy oracle. Printed: the schedule (tile_h, tile_oc, tile_ic,
 resident weights), instructions, cycles, compile time (median of 3), and `before`: the fewer
 cycles of the two lowerings there were until issue 14 (the hand-written tile program with its
@@ -24,7 +24,7 @@ import numpy as np
 from machine import describe
 
 from sim import LAYERS  # ResNet-18's C2-C12 (ReQuEST'18 Table 1)
-from tensorforge.compiler.topi.vta import conv2d
+from tensorforge.compiler.vta import conv2d
 from tensorforge.hw.config import HWConfig
 
 # (layer, vthreads) -> min(tile program, TE) cycles on pynq before issue 14.

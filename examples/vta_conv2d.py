@@ -1,14 +1,14 @@
 """Compile one int8 conv2d for the accelerator and run it on both simulators: bit-exact against
 the numpy reference, and 2 virtual threads against 1 on the cycle-accurate model. The kernel is
 written in TE and lowered through tensorize and the loop IR; the end shows that loop IR and the
-tile program ``tir.vta_lower`` makes of it."""
+tile program ``vta.lower`` makes of it."""
 
 import numpy as np
 
-from tensorforge.compiler.codegen.vta_tile import format_stmt
-from tensorforge.compiler.topi.vta import Conv2dSchedule, Conv2dWorkload, conv2d
-from tensorforge.compiler.topi.vta.layout import pack_oihw
-from tensorforge.compiler.topi.vta.te_ops import conv2d_te
+from tensorforge.compiler.vta import Conv2dSchedule, Conv2dWorkload, conv2d
+from tensorforge.compiler.vta.layout import pack_oihw
+from tensorforge.compiler.vta.operators import conv2d_te
+from tensorforge.compiler.vta.tile import format_stmt
 from tensorforge.hw.config import HWConfig
 
 cfg = HWConfig.preset("pynq")

@@ -44,6 +44,8 @@ MEM_SRAM_WIDTH = 16
 MEM_DRAM_WIDTH = 32
 MEM_SIZE_WIDTH = 16  # y_size, x_size, x_stride
 MEM_PAD_WIDTH = 4
+MAX_PAD = (1 << MEM_PAD_WIDTH) - 1  # the largest LOAD pad field
+MAX_XFER = (1 << MEM_SIZE_WIDTH) - 1  # the largest y_size / x_size / x_stride
 ALU_IMM_WIDTH = 16
 
 

@@ -6,7 +6,7 @@ push flag, to a consumer stage, which pops one before an instruction that sets t
 ("g" for the gemm/compute stage). The Amaranth top wires one ``TokenQueue`` per entry, fetch
 flags any other dependency flag as BAD_FLAGS, both simulators step them
 (sim/functional.py ``TokenStepper``) and the compiler places and verifies them
-(compiler/codegen/vta_passes.py).
+(compiler/vta/passes.py).
 
 Example:
     >>> from tensorforge.hw.isa import GemmInsn

@@ -1,7 +1,7 @@
 """The built-in tunable templates: x86 dense and NCHWc conv2d, the accelerator's conv2d/dense.
 
 Each template's space is declared next to its schedule (`topi.x86.dense.config_space`,
-`topi.x86.conv2d.config_space`, `topi.vta.schedule.config_space`); this module says how one
+`topi.x86.conv2d.config_space`, `vta.schedule.config_space`); this module says how one
 config of a workload is compiled and checked. The kernels are the ones the graph strategies
 build (`compiler.graph.strategy`), without the fused element-wise tail, which does not change
 which schedule is best.
@@ -316,18 +316,18 @@ register(Template("x86.depthwise_conv2d", "llvm", "s", _dw_space, _dw_build, _dw
 
 # ---- the accelerator's conv2d and dense ----------------------------------------------------------
 
-from ..topi.vta.kernel import SHAPE_FIELDS as _VTA_SHAPE  # noqa: E402  (one list of fields)
+from ..vta.kernel import SHAPE_FIELDS as _VTA_SHAPE  # noqa: E402  (one list of fields)
 
 
 def _vta_workload(wl: dict) -> tuple[Any, Any]:
     from ...hw.config import HWConfig
-    from ..topi.vta.schedule import Conv2dWorkload
+    from ..vta.schedule import Conv2dWorkload
 
     return HWConfig.from_dict(dict(wl["hw"])), Conv2dWorkload(*(int(wl[f]) for f in _VTA_SHAPE))
 
 
 def _vta_space(wl: dict) -> Any:
-    from ..topi.vta.schedule import config_space
+    from ..vta.schedule import config_space
 
     cfg, cw = _vta_workload(wl)
     return config_space(cfg, cw, bool(wl.get("residual", False)))
@@ -335,9 +335,9 @@ def _vta_space(wl: dict) -> Any:
 
 def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
     from ..quantize.residual import add_params
-    from ..topi.vta.kernel import conv2d
-    from ..topi.vta.layout import INPUT, OUTPUT, RESIDUAL, pack_nchw
-    from ..topi.vta.schedule import schedule_from
+    from ..vta.kernel import conv2d
+    from ..vta.layout import INPUT, OUTPUT, RESIDUAL, pack_nchw
+    from ..vta.schedule import schedule_from
 
     cfg, cw = _vta_workload(wl)
     rng = _rng(seed)

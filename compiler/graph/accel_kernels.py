@@ -2,7 +2,7 @@
 
 ``accelerator_kernel(cfg, graph, nodes)`` compiles one group that ``fuse_accelerator_ops`` left
 (``[conv]``, ``[conv, add]``, ``[conv, pool]``, ``[conv, add, pool]``, ``[dense]``,
-``[dense, add]`` or a lone ``[pool]``) with ``compiler.topi.vta`` into a kernel whose integer
+``[dense, add]`` or a lone ``[pool]``) with ``compiler.vta`` into a kernel whose integer
 semantics are the graph nodes' own (the requantization and add steps stored in their
 attributes), and says which graph value binds each slot of its program image, in which NCHW
 shape and blocked layout (``runtime.device.vta.launch.Operand``).
@@ -45,7 +45,7 @@ class AcceleratorKernel:
     """A compiled group: the topi kernel (``image``, ``run``), the graph values it reads and
     writes in parameter order, and each parameter's binding to a slot of the image."""
 
-    kernel: Any  # compiler.topi.vta.VtaKernel or PoolKernel
+    kernel: Any  # compiler.vta.VtaKernel or PoolKernel
     values: tuple[str, ...]
     operands: tuple[Operand, ...]
     outputs: tuple[str, ...]
@@ -192,8 +192,8 @@ def accelerator_kernel(
 
 def _anchored(cfg: HWConfig, graph: Graph, nodes: list[Node], vthreads: int) -> tuple[Any, list]:
     """The conv/dense kernel of a group and its slots: input, [residual,] output."""
-    from ..topi import vta  # the accelerator code generator (loads the simulators)
-    from ..topi.vta.layout import INPUT, OUTPUT, RESIDUAL
+    from .. import vta  # the accelerator code generator (loads the simulators)
+    from ..vta.layout import INPUT, OUTPUT, RESIDUAL
 
     anchor, rest = nodes[0], nodes[1:]
     add = next((n for n in rest if n.op == "tf.qadd"), None)
@@ -220,8 +220,8 @@ def _anchored(cfg: HWConfig, graph: Graph, nodes: list[Node], vthreads: int) -> 
 
 
 def _pool(cfg: HWConfig, graph: Graph, node: Node, vthreads: int) -> tuple[Any, list]:
-    from ..topi import vta
-    from ..topi.vta.pool import INPUT, OUTPUT
+    from .. import vta
+    from ..vta.pool import INPUT, OUTPUT
 
     kernel = vta.max_pool2d(cfg, tuple(graph.types[node.inputs[0]].shape),
                             tuple(node.attr("kernel_shape")), tuple(node.attr("strides")),

@@ -1,1 +1,1 @@
-"""Operator library: compute definitions plus per-target schedules (x86, vta)."""
+"""Operator library: compute definitions plus per-target schedules (x86, gpu)."""

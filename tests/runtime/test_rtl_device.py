@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorforge.compiler.topi.vta import conv2d
+from tensorforge.compiler.vta import conv2d
 from tensorforge.demo import build_matmul
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.isa import (

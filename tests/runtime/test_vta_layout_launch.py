@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorforge.compiler.topi.vta import max_pool2d
+from tensorforge.compiler.vta import max_pool2d
 from tensorforge.hw.config import HWConfig
 from tensorforge.runtime.device.cpu import ParamSpec
 from tensorforge.runtime.device.vta import open_device

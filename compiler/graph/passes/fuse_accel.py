@@ -8,7 +8,7 @@ the accelerator and is
 - a ``tf.qadd`` whose other operand comes from elsewhere (the residual, loaded by the kernel
   with ``LOAD ACC_8BIT``), and then
 - a ``tf.qmaxpool`` of a conv (not a dense) without padding whose window equals its stride (the
-  non-overlapping pooling ``compiler.topi.vta.conv2d(..., max_pool=...)`` fuses).
+  non-overlapping pooling ``compiler.vta.conv2d(..., max_pool=...)`` fuses).
 
 A value read by two nodes, or an output of the graph, stays in memory: the group ends before
 its reader.

@@ -26,11 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ....hw.config import HWConfig
-from ....hw.isa import MEM_PAD_WIDTH
+from ....hw.isa import MAX_PAD
 from ..ir import Graph, Node
 
 ACCEL, CPU = "vta", "cpu"
-MAX_PAD = (1 << MEM_PAD_WIDTH) - 1
 
 
 @dataclass(frozen=True)

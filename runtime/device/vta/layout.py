@@ -7,7 +7,7 @@ zero-padded (zero channels add nothing to a convolution) and cropped again by ``
 The runtime packs and unpacks at a kernel's boundary with the CPU; a tensor that flows only
 between accelerator kernels stays in this layout, in ``blocked_shape`` (the compiler's
 ``packed_tensors``). The compiler packs weights with the same helpers
-(``compiler.topi.vta.layout``).
+(``compiler.vta.layout``).
 
 Example:
     >>> import numpy as np

@@ -221,8 +221,8 @@ def test_cyclesim_costs_are_deterministic_and_the_output_is_checked(builder, cyc
 
 def test_a_vta_log_written_with_the_retired_lowering_knob_still_loads(tmp_path):
     """Logs from when a point also chose the lowering ("te" or "tile") apply their schedule."""
-    from tensorforge.compiler.topi.vta import conv2d
-    from tensorforge.compiler.topi.vta.kernel import tuning_workload
+    from tensorforge.compiler.vta import conv2d
+    from tensorforge.compiler.vta.kernel import tuning_workload
 
     task = Task("vta.conv2d", TINY_CONV, "vta -config=tiny")
     values = next(c.values for c in task.space if c.values != task.space.default.values

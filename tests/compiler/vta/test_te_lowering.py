@@ -1,5 +1,5 @@
 """Accelerator kernels from TE: tensorize, dma_copy/alu pragmas and vthreads lowered by
-tir.vta_lower, run on the functional simulator against the int8 numpy oracle."""
+vta.lower, run on the functional simulator against the int8 numpy oracle."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler import te, tir
-from tensorforge.compiler.codegen.vta import generate_program
-from tensorforge.compiler.codegen.vta_tile import Gemm, Load, Store
 from tensorforge.compiler.quantize import conv2d_int8, dense_int8, requant_params
 from tensorforge.compiler.quantize.residual import add_int8, add_params
 from tensorforge.compiler.tir.stmt import LoweringError
-from tensorforge.compiler.tir.vta_intrin import gemm_intrin
-from tensorforge.compiler.tir.vta_lower import VTA_PIPELINE, lower_to_tile_program
-from tensorforge.compiler.topi.vta import Conv2dSchedule, conv2d, dense
+from tensorforge.compiler.vta import Conv2dSchedule, conv2d, dense
+from tensorforge.compiler.vta.codegen import generate_program
+from tensorforge.compiler.vta.intrin import gemm_intrin
+from tensorforge.compiler.vta.lower import VTA_PIPELINE, lower_to_tile_program
+from tensorforge.compiler.vta.tile import Gemm, Load, Store
 from tensorforge.hw.config import HWConfig
 from tensorforge.runtime.device.vta import run_image
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.tir.stmt import LoweringError
-from tensorforge.compiler.topi.vta import (
+from tensorforge.compiler.vta import (
     Conv2dSchedule,
     Conv2dWorkload,
     candidate_schedules,

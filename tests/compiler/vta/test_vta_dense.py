@@ -7,12 +7,7 @@ import pytest
 
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.tir.stmt import LoweringError
-from tensorforge.compiler.topi.vta import (
-    Conv2dSchedule,
-    Conv2dWorkload,
-    candidate_schedules,
-    dense,
-)
+from tensorforge.compiler.vta import Conv2dSchedule, Conv2dWorkload, candidate_schedules, dense
 from tensorforge.hw.config import HWConfig
 
 

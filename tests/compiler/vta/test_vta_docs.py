@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 MODULES = [
-    "tensorforge.compiler.codegen.vta",
-    "tensorforge.compiler.codegen.vta_tile",
-    "tensorforge.compiler.tir.vta_intrin",
-    "tensorforge.compiler.topi.vta.kernel",
-    "tensorforge.compiler.topi.vta.layout",
-    "tensorforge.compiler.topi.vta.pool",
-    "tensorforge.compiler.topi.vta.reference",
-    "tensorforge.compiler.topi.vta.schedule",
+    "tensorforge.compiler.vta.codegen",
+    "tensorforge.compiler.vta.tile",
+    "tensorforge.compiler.vta.intrin",
+    "tensorforge.compiler.vta.kernel",
+    "tensorforge.compiler.vta.layout",
+    "tensorforge.compiler.vta.pool",
+    "tensorforge.compiler.vta.reference",
+    "tensorforge.compiler.vta.schedule",
 ]
 
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorforge.compiler.codegen.vta_tile import Alu, Store
 from tensorforge.compiler.quantize import conv2d_int8, dense_int8, requant_params
 from tensorforge.compiler.quantize.residual import add_int8, add_params
-from tensorforge.compiler.topi.vta import Conv2dWorkload, candidate_schedules, conv2d, dense
+from tensorforge.compiler.vta import Conv2dWorkload, candidate_schedules, conv2d, dense
+from tensorforge.compiler.vta.tile import Alu, Store
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.isa import AluOp
 
@@ -107,7 +107,7 @@ def test_fused_residual_add_on_dense_and_ragged_tiles() -> None:
     w = rng.integers(-128, 128, (13, 10), dtype=np.int8)
     r = rng.integers(-127, 128, (5, 13), dtype=np.int8)
     add = add_params(1.0, 0.25, cfg)
-    from tensorforge.compiler.topi.vta import Conv2dSchedule
+    from tensorforge.compiler.vta import Conv2dSchedule
 
     ragged = Conv2dSchedule(tile_n=2, tile_oc=3, tile_ic=2)  # 5 rows, 4 oc and 3 ic blocks
     for sched in (None, ragged):
@@ -160,9 +160,9 @@ def test_bad_epilogue_arguments_are_rejected() -> None:
 
 
 def test_residual_is_an_acc_8bit_load_and_only_into_acc() -> None:
-    from tensorforge.compiler.codegen.vta import generate_program
-    from tensorforge.compiler.codegen.vta_tile import Alloc, Load, TileProgram, format_program
     from tensorforge.compiler.tir.stmt import LoweringError
+    from tensorforge.compiler.vta.codegen import generate_program
+    from tensorforge.compiler.vta.tile import Alloc, Load, TileProgram, format_program
     from tensorforge.hw.isa import MemType
 
     cfg = HWConfig.preset("tiny")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler import te, tir
-from tensorforge.compiler.tir.vta_intrin import GEMM_ATTR, gemm_intrin
-from tensorforge.compiler.topi.vta import pack_nchw, pack_oihw
+from tensorforge.compiler.vta import pack_nchw, pack_oihw
+from tensorforge.compiler.vta.intrin import GEMM_ATTR, gemm_intrin
 from tensorforge.hw.config import HWConfig
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorforge.compiler.codegen.vta import generate_program
-from tensorforge.compiler.codegen.vta_passes import (
+from tensorforge.compiler.tir.stmt import LoweringError
+from tensorforge.compiler.vta import Conv2dSchedule, conv2d
+from tensorforge.compiler.vta.codegen import generate_program
+from tensorforge.compiler.vta.passes import (
     Emitted,
     check_sram_capacity,
     dedupe_uop_kernels,
@@ -14,7 +16,7 @@ from tensorforge.compiler.codegen.vta_passes import (
     insert_dependency_tokens,
     verify_tokens,
 )
-from tensorforge.compiler.codegen.vta_tile import (
+from tensorforge.compiler.vta.tile import (
     Alloc,
     Alu,
     AluOp,
@@ -26,8 +28,6 @@ from tensorforge.compiler.codegen.vta_tile import (
     Uop,
     format_program,
 )
-from tensorforge.compiler.tir.stmt import LoweringError
-from tensorforge.compiler.topi.vta import Conv2dSchedule, conv2d
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.isa import FinishInsn, GemmInsn, MemInsn, MemType, Opcode
 from tensorforge.runtime.device.vta import LoadedProgram, open_device

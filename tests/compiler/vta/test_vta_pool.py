@@ -9,7 +9,7 @@ import pytest
 from tensorforge.compiler.quantize import max_pool2d_int8
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.tir.stmt import LoweringError
-from tensorforge.compiler.topi.vta import PoolSchedule, max_pool2d
+from tensorforge.compiler.vta import PoolSchedule, max_pool2d
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.isa import AluOp
 
@@ -92,7 +92,7 @@ def test_pool_window_that_does_not_fit_is_rejected() -> None:
 def test_max_pool_fused_after_conv2d_matches_the_oracle(config, vthreads, window) -> None:  # type: ignore[no-untyped-def]
     from tensorforge.compiler.quantize import conv2d_int8
     from tensorforge.compiler.quantize.residual import add_int8, add_params
-    from tensorforge.compiler.topi.vta import conv2d
+    from tensorforge.compiler.vta import conv2d
 
     cfg = HWConfig.preset(config)
     rng = np.random.default_rng(vthreads)
@@ -112,7 +112,7 @@ def test_max_pool_fused_after_conv2d_matches_the_oracle(config, vthreads, window
 
 def test_fused_max_pool_on_ragged_row_tiles_and_its_errors() -> None:
     from tensorforge.compiler.quantize import conv2d_int8
-    from tensorforge.compiler.topi.vta import Conv2dSchedule, conv2d
+    from tensorforge.compiler.vta import Conv2dSchedule, conv2d
 
     cfg = HWConfig.preset("tiny")
     x = _data(5, (1, 4, 9, 8))

@@ -1,5 +1,5 @@
 """Ragged edge tiles: schedule knobs that do not divide their dimensions compile (through TE: the
-split's guards cut the edge tile's loops in tir.vta_lower) to bit-exact programs, so default
+split's guards cut the edge tile's loops in vta.lower) to bit-exact programs, so default
 schedules exist for awkward shapes (the digits CNN's layers among them)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from tensorforge.compiler.quantize import conv2d_int8, dense_int8, max_pool2d_int8
 from tensorforge.compiler.schedule.primitives import ScheduleError
-from tensorforge.compiler.topi.vta import (
+from tensorforge.compiler.vta import (
     Conv2dSchedule,
     Conv2dWorkload,
     candidate_schedules,

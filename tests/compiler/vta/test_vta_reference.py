@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorforge.compiler.topi.vta import (
+from tensorforge.compiler.vta import (
     conv2d_reference,
     dense_reference,
     pack_nchw,

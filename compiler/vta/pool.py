@@ -1,9 +1,9 @@
-"""Max pooling on the accelerator's tensor ALU, written in TE and lowered by ``tir.vta_lower``.
+"""Max pooling on the accelerator's tensor ALU, written in TE and lowered by ``vta.lower``.
 
 ``pool_te(cfg, workload, schedule)`` declares it in TE and schedules it with the accelerator's
-recipe (as ``te_ops.conv2d_te`` does conv2d): a zero stage (GEMM reset), then a stage per
+recipe (as ``operators.conv2d_te`` does conv2d): a zero stage (GEMM reset), then a stage per
 window element, ``acc + x[...]`` for the first and ``max(acc, x[...])`` for the others (ALU
-ADD and MAX, in place; ``tir.vta_lower`` merges the MAX stages into one instruction with a
+ADD and MAX, in place; ``vta.lower`` merges the MAX stages into one instruction with a
 micro-op per element), computed in ``local.acc_buffer`` with ``pragma alu`` at tiles of one
 batch block x ``tile_c`` channel blocks x ``tile_h`` output rows (all columns; the last tile
 along a dimension may be smaller). A tile's input rows are copied into the accumulators by a
@@ -32,18 +32,19 @@ from typing import Any
 
 import numpy as np
 
-from ....hw.config import HWConfig
-from ....runtime.device.vta import RunResult, run_image
-from ....runtime.program import ProgramImage
-from ... import te, tir
-from ...codegen.vta import generate_program
-from ...codegen.vta_passes import MAX_ITER
-from ...codegen.vta_tile import TileProgram
-from ...schedule.primitives import ScheduleError
-from ...tir.vta_lower import VTA_PIPELINE, lower_to_tile_program
+from ...hw.config import HWConfig
+from ...hw.isa import MAX_XFER
+from ...runtime.device.vta import RunResult, run_image
+from ...runtime.program import ProgramImage
+from .. import te, tir
+from ..schedule.primitives import ScheduleError
+from .codegen import generate_program
 from .layout import blocks, pack_nchw, unpack_nchw
+from .lower import VTA_PIPELINE, lower_to_tile_program
+from .passes import MAX_ITER
 from .reference import max_pool2d_reference
-from .schedule import MAX_XFER, tile_sizes
+from .schedule import tile_sizes
+from .tile import TileProgram
 
 __all__ = ["PoolKernel", "PoolSchedule", "PoolWorkload", "default_pool_schedule", "max_pool2d"]
 

@@ -1,14 +1,14 @@
 """Accelerator code generator: a tile program to a ProgramImage (DESIGN.md contract 3).
 
-``generate_program`` runs the passes of ``vta_passes`` in order, lowers each statement to one
+``generate_program`` runs the passes of ``vta.passes`` in order, lowers each statement to one
 ISA instruction (LOAD/STORE with relocations against the program's slots and blobs, GEMM/ALU
 against de-duplicated micro-op kernels), inserts dependency tokens, verifies them, and builds
 the image with ``runtime.program.ProgramBuilder``.
 
 Example:
     >>> from tensorforge.hw.config import HWConfig
-    >>> from tensorforge.compiler.codegen.vta_tile import Alloc, Alu, AluOp, Load, Loop, Store
-    >>> from tensorforge.compiler.codegen.vta_tile import TileProgram, Uop
+    >>> from tensorforge.compiler.vta.tile import Alloc, Alu, AluOp, Load, Loop, Store
+    >>> from tensorforge.compiler.vta.tile import TileProgram, Uop
     >>> cfg = HWConfig.preset("tiny")
     >>> relu = Alu(AluOp.MAX, "a", (Uop(),), (Loop(4, 1, 0),), imm=0)
     >>> stmts = (Load("X", "a", 0, 0, 1, 4, 4), relu, Store("Y", "a", 0, 0, 1, 4, 4))
@@ -23,7 +23,7 @@ from __future__ import annotations
 from ...hw.config import HWConfig
 from ...hw.isa import AluInsn, GemmInsn, MemInsn, MemType, Opcode
 from ...runtime.program import UOP_BLOB, ProgramBuilder, ProgramImage
-from .vta_passes import (
+from .passes import (
     Emitted,
     check_sram_capacity,
     dedupe_uop_kernels,
@@ -32,7 +32,7 @@ from .vta_passes import (
     verify_tile_program,
     verify_tokens,
 )
-from .vta_tile import Alu, Gemm, Load, Loop, Stmt, Store, TileProgram, Uop
+from .tile import Alu, Gemm, Load, Loop, Stmt, Store, TileProgram, Uop
 
 _MEM_TYPES = {"inp": MemType.INP, "wgt": MemType.WGT, "acc": MemType.ACC}
 

@@ -24,19 +24,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....hw.config import HWConfig
-from ....hw.isa import AluOp
-from ....runtime.device.vta import RunResult, run_image
-from ....runtime.program import ProgramImage
-from ...autotune.dispatch import query as autotune_query
-from ...codegen.vta import generate_program
-from ...codegen.vta_tile import TileProgram
-from ...quantize.requant import AluStep, RequantParams
-from ...quantize.residual import AddParams, add_int8
+from ...hw.config import HWConfig
+from ...hw.isa import AluOp
+from ...runtime.device.vta import RunResult, run_image
+from ...runtime.program import ProgramImage
+from ..autotune.dispatch import query as autotune_query
+from ..quantize.requant import AluStep, RequantParams
+from ..quantize.residual import AddParams, add_int8
+from .codegen import generate_program
 from .layout import INPUT, OUTPUT, RESIDUAL, pack_bias, pack_nchw, pack_oihw, unpack_nchw
+from .operators import conv2d_te
 from .reference import conv2d_reference, dense_reference, max_pool2d_reference, shift_requant
 from .schedule import Conv2dSchedule, Conv2dWorkload, default_schedule, schedule_from
-from .te_ops import conv2d_te
+from .tile import TileProgram
 
 __all__ = ["VtaKernel", "conv2d", "dense"]
 
@@ -219,8 +219,8 @@ def conv2d(
         max_pool: fuse a non-overlapping max pooling (window = stride, no padding) after
             everything else; the output is then (N, O, OH // ph, OW // pw).
 
-    The program is the TE operator ``te_ops.conv2d_te`` (tensorize, DMA and ALU pragmas,
-    virtual threads) lowered by ``tir.vta_lower`` and encoded by ``codegen.vta``.
+    The program is the TE operator ``operators.conv2d_te`` (tensorize, DMA and ALU pragmas,
+    virtual threads) lowered by ``vta.lower`` and encoded by ``vta.codegen``.
 
     Raises:
         ValueError: bad shapes or arguments, a MUL step on a config without ``alu_mul``.

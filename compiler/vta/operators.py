@@ -8,14 +8,14 @@ schedules it:
 1. split the output into tiles of ``tile_n`` batch blocks x ``tile_oc`` channel blocks x
    ``tile_h`` rows (``tile_h // pool_h`` pooled rows; all columns); a knob that does not divide
    its dimension leaves a smaller edge tile, guarded by bound inference, whose guards
-   ``tir.vta_lower`` turns into smaller instruction extents; with two virtual threads, the
+   ``vta.lower`` turns into smaller instruction extents; with two virtual threads, the
    tiles along the first axis with an even tile count are split between
    ``te.thread_axis("vthread")`` copies;
 2. compute the accumulator stages at the tile (scope ``local.acc_buffer``);
 3. per chunk of ``tile_ic`` input-channel blocks, copy the zero-padded input rows
    (``cache_read`` into ``local.inp_buffer``, the padding inlined) and the weights (into
    ``local.wgt_buffer``; all at once with ``resident_weights``) with ``pragma dma_copy``;
-4. tensorize the GEMM with the config's intrinsic (``tir.vta_intrin.gemm_intrin``), the loops
+4. tensorize the GEMM with the config's intrinsic (``vta.intrin.gemm_intrin``), the loops
    around it ordered (rows, columns, out-channel, in-channel, kernel window) so that rows and
    columns become the instruction's two hardware loops;
 5. ``pragma alu`` on each element-wise stage (a fused max pooling: a zero stage, lowered to a
@@ -23,14 +23,14 @@ schedules it:
    ``pragma dma_copy`` on the int8 output.
 
 ``TeOperator.lower()`` gives its loop IR (``tir.lower`` with ``VTA_PIPELINE``),
-``tile_program()`` the tile program (``tir.vta_lower``) that ``codegen.vta.generate_program``
+``tile_program()`` the tile program (``vta.lower``) that ``vta.codegen.generate_program``
 turns into a program image; the slots are ``layout.py``'s (``X``, ``Y``, ``R``; constants
 ``W``, ``bias``), which ``VtaKernel`` fills and reads.
 
 Example:
     >>> import numpy as np
     >>> from tensorforge.hw.config import HWConfig
-    >>> from tensorforge.compiler.topi.vta import Conv2dSchedule, Conv2dWorkload
+    >>> from tensorforge.compiler.vta import Conv2dSchedule, Conv2dWorkload
     >>> cfg = HWConfig.preset("tiny")
     >>> wl = Conv2dWorkload(1, 8, 6, 6, 8, 3, 3, pad_h=1, pad_w=1)
     >>> w = np.ones((2, 2, 3, 3, 4, 4), np.int8)
@@ -41,7 +41,7 @@ Example:
     ...attr pragma_dma_copy = None {
     ...attr vta_gemm = 2 {
     ...
-    >>> image = op.build()      # through tir.vta_lower and codegen.vta
+    >>> image = op.build()      # through vta.lower and vta.codegen
     >>> image.insn_count
     34
 """
@@ -53,19 +53,19 @@ from typing import Any
 
 import numpy as np
 
-from ....hw.config import HWConfig
-from ....hw.isa import AluOp
-from ....runtime.program import ProgramImage
-from ... import te, tir
-from ...codegen.vta import generate_program
-from ...codegen.vta_tile import TileProgram
-from ...quantize.requant import AluStep, RequantParams
-from ...quantize.residual import AddParams
-from ...tir.vta_intrin import gemm_intrin
-from ...tir.vta_lower import VTA_PIPELINE, lower_to_tile_program
+from ...hw.config import HWConfig
+from ...hw.isa import AluOp
+from ...runtime.program import ProgramImage
+from .. import te, tir
+from ..quantize.requant import AluStep, RequantParams
+from ..quantize.residual import AddParams
+from .codegen import generate_program
+from .intrin import gemm_intrin
 from .layout import BIAS, INPUT, OUTPUT, RESIDUAL, WEIGHTS
+from .lower import VTA_PIPELINE, lower_to_tile_program
 from .reference import shift_requant
 from .schedule import Conv2dSchedule, Conv2dWorkload
+from .tile import TileProgram
 
 INP, WGT, ACC = "local.inp_buffer", "local.wgt_buffer", "local.acc_buffer"
 

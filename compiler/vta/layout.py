@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....hw.config import HWConfig
-from ....runtime.device.vta.layout import blocks, pack_nchw, pad_to, unpack_nchw
+from ...hw.config import HWConfig
+from ...runtime.device.vta.layout import blocks, pack_nchw, pad_to, unpack_nchw
 
 __all__ = ["blocks", "pack_bias", "pack_nchw", "pack_oihw", "unpack_nchw"]
 

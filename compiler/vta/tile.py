@@ -1,9 +1,9 @@
 """The tile program: an accelerator kernel as DMA copies and micro-op nests over named buffers.
 
-The accelerator's lowering (``tir.vta_lower``) turns a scheduled operator's loop IR into a
+The accelerator's lowering (``vta.lower``) turns a scheduled operator's loop IR into a
 ``TileProgram``: SRAM allocations (``Alloc``, sizes in elements of their scope) and the statements
 (``Load``, ``Gemm``, ``Alu``, ``Store``) in program order, whose SRAM indices are relative to the
-allocations they name. The passes of ``vta_passes`` fold loops into micro-op loop fields and
+allocations they name. The passes of ``vta.passes`` fold loops into micro-op loop fields and
 check capacities, and ``vta.generate_program`` lowers the result to a ProgramImage with
 dependency tokens.
 

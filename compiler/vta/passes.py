@@ -20,17 +20,7 @@ from ...hw.isa import LOOP_ITER_WIDTH, FinishInsn, Insn, Stage, Uop, describe, s
 from ...hw.tokens import LINKS
 from ...sim.functional import SimError, TokenStepper, validate_program
 from ..tir.stmt import LoweringError
-from .vta_tile import (
-    SCOPES,
-    Alu,
-    Gemm,
-    Load,
-    Loop,
-    Stmt,
-    Store,
-    TileProgram,
-    memory_scopes,
-)
+from .tile import SCOPES, Alu, Gemm, Load, Loop, Stmt, Store, TileProgram, memory_scopes
 
 MAX_LOOPS = 2  # the GEMM/ALU instruction has two loop levels around its micro-ops
 MAX_ITER = (1 << LOOP_ITER_WIDTH) - 1
@@ -192,7 +182,7 @@ def _check_bounds(prog: TileProgram, s: Stmt) -> None:
 
 
 def _fmt(s: Stmt) -> str:
-    from .vta_tile import format_stmt
+    from .tile import format_stmt
 
     return format_stmt(s)
 

@@ -20,16 +20,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ....hw.config import HWConfig
-from ....hw.isa import MEM_PAD_WIDTH, MEM_SIZE_WIDTH
-from ...autotune.space import ConfigSpace, Knob
-from ...codegen.vta_passes import MAX_ITER
-from ...codegen.vta_tile import memory_scopes
-from ...schedule.primitives import ScheduleError
+from ...hw.config import HWConfig
+from ...hw.isa import MAX_PAD, MAX_XFER
+from ..autotune.space import ConfigSpace, Knob
+from ..schedule.primitives import ScheduleError
 from .layout import blocks
-
-MAX_PAD = (1 << MEM_PAD_WIDTH) - 1  # the LOAD pad fields
-MAX_XFER = (1 << MEM_SIZE_WIDTH) - 1  # y_size / x_size / x_stride
+from .passes import MAX_ITER
+from .tile import memory_scopes
 
 
 @dataclass(frozen=True)
@@ -262,7 +259,7 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
     loads); with two, one thread's loads overlap the other's GEMM chunk by chunk, and each
     chunk costs ``CHUNK_CYCLES`` and each of its instructions ``SYNC_CYCLES`` of hand-over.
     """
-    from ....sim.latency import TimingParams
+    from ...sim.latency import TimingParams
 
     p = TimingParams.for_config(cfg)
     chunk = p.burst_bytes

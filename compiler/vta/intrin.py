@@ -4,7 +4,7 @@
 BLOCK_IN]^T`` with int8 inputs and int32 accumulation. Its lowering is the loop IR of that
 computation (so the loop-IR interpreter runs tensorized schedules) wrapped in an
 ``AttrStmt("vta_gemm", ...)`` marking the region a GEMM micro-op covers. The program-image path
-of this increment (compiler/codegen/vta.py) does not go through it yet; see docs/vta_compiler.md.
+of this increment (compiler/vta/codegen.py) does not go through it yet; see docs/vta_compiler.md.
 
 Example:
     >>> from tensorforge.hw.config import HWConfig
@@ -19,7 +19,7 @@ from typing import Any
 
 from ...hw.config import HWConfig
 from .. import te
-from . import stmt as tir
+from ..tir import stmt as tir
 
 GEMM_ATTR = "vta_gemm"
 

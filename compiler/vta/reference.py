@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....hw.config import HWConfig
-from ...quantize.reference import conv2d_int8, dense_int8, max_pool2d_int8
-from ...quantize.requant import RequantParams, apply_requant, requant_params
-from ...quantize.residual import AddParams, add_int8
+from ...hw.config import HWConfig
+from ..quantize.reference import conv2d_int8, dense_int8, max_pool2d_int8
+from ..quantize.requant import RequantParams, apply_requant, requant_params
+from ..quantize.residual import AddParams, add_int8
 
 __all__ = [
     "conv2d_reference",
