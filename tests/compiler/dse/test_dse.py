@@ -26,10 +26,11 @@ from tensorforge.compiler.frontend.onnx_builders import mlp, small_cnn
 from tensorforge.hw.config import HWConfig
 from tensorforge.hw.synth import PARTS, SynthError, gemm_dsps, sram_bram36
 
-#: four candidates: block_out 4 or 8, ACC of 2048 or 4096 bytes; the model's 2x2 pooling does
-#: not fit the 8-wide config's 64 ACC rows, so that candidate ends in a compile error
+#: four candidates: block_out 4 or 8, ACC of 1024 or 4096 bytes; one output row of the model's
+#: 2x2 pooling does not fit the 8-wide config's 32 ACC rows, so that candidate ends in a compile
+#: error
 SPACE = {"base": "tiny", "part": "xc7z020",
-         "knobs": {"log_block_out": [2, 3], "log_acc_buff_size": [11, 12]},
+         "knobs": {"log_block_out": [2, 3], "log_acc_buff_size": [10, 12]},
          "presets": ["tiny"]}  # fmt: skip
 
 
@@ -133,7 +134,7 @@ def test_sweep_evaluates_every_candidate_once(swept):
     assert not swept.interrupted
     for r in swept.records:
         assert r["fits"] is True and r["area"]["source"] == "screen"
-        small_acc = r["config"]["log_block_out"] == 3 and r["config"]["log_acc_buff_size"] == 11
+        small_acc = r["config"]["log_block_out"] == 3 and r["config"]["log_acc_buff_size"] == 10
         if small_acc:  # the compiler's own reason, and no latency
             assert r["error"] == "latency_error" and "ACC" in r["message"]
             assert r.get("latency_ms") is None
