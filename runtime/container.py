@@ -99,11 +99,14 @@ def unpack(
     kind: str,
     error: Callable[[str], Exception],
     legacy: Collection[int] = (),
-) -> tuple[dict[str, Any], dict[str, bytes]]:
+    copy: bool = True,
+) -> tuple[dict[str, Any], dict[str, bytes | memoryview]]:
     """Parse a file written by ``pack``; errors are ``error("<source>: offset N: <why>")``.
 
     Args:
         data: the file's bytes.
+        copy: return each section as its own ``bytes``; ``False``: as a read-only view of
+            ``data`` (no second copy of a large file in memory; the views keep it alive).
         magic, version: what the caller's format expects.
         source: the file name for messages.
         kind: what the file should be, for the bad-magic message ("program image").
@@ -142,7 +145,7 @@ def unpack(
         raise fail(fixed, f"malformed header: {type(e).__name__}: {e}") from None
     base = fixed + header_len
     payload = memoryview(data)[base:]
-    sections: dict[str, bytes] = {}
+    sections: dict[str, bytes | memoryview] = {}
     end, last = 0, None
     for name, off, size in table:
         if name in sections:
@@ -158,7 +161,8 @@ def unpack(
             raise fail(
                 base + end, f"{off - end} bytes before section {name!r} belong to no section"
             )
-        sections[name] = bytes(payload[off : off + size])
+        view = payload[off : off + size]
+        sections[name] = bytes(view) if copy else view
         end, last = off + size, name
     if end < len(payload):
         raise fail(base + end, f"{len(payload) - end} trailing bytes after the last section")

@@ -519,8 +519,10 @@ class Module:
 
     @staticmethod
     def from_bytes(data: bytes, source: str = "<bytes>") -> Module:
+        # Sections stay views of `data`: the constants are arrays over the file's bytes, so a
+        # module's weights are in memory once while it loads, not twice.
         header, sections = container.unpack(
-            data, MAGIC, VERSION, source, "module", ModuleFormatError, LEGACY_VERSIONS
+            data, MAGIC, VERSION, source, "module", ModuleFormatError, LEGACY_VERSIONS, copy=False
         )
         try:
             return _from_header(header, sections, data, source)
@@ -559,7 +561,7 @@ def _shape(value: Any, where: str) -> tuple[int, ...]:
 def _from_header(
     header: Mapping[str, Any], sections: Mapping[str, bytes], data: bytes, source: str
 ) -> Module:
-    def section(name: str) -> bytes:
+    def section(name: str) -> bytes | memoryview:
         if name not in sections:
             raise ModuleFormatError(
                 f"{source}: offset {len(MAGIC) + 8}: section {name!r} must be present"
@@ -579,7 +581,8 @@ def _from_header(
         if not isinstance(meta, dict):
             raise TypeError(f"kernel {name!r} meta must be an object, not {meta!r}")
         kind = _str(k["kind"], f"kernel {name!r} kind")
-        kernels.append(KernelImage(name, kind, tuple(params), section(f"kernel:{name}"), meta))
+        payload = bytes(section(f"kernel:{name}"))
+        kernels.append(KernelImage(name, kind, tuple(params), payload, meta))
     constants = {}
     for c in _list(header["constants"], "constants"):
         name = _str(c["name"], "constant name")
