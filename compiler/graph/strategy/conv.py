@@ -38,6 +38,7 @@ from .nn import (
     ReduceConfig,
     Result,
     depthwise_space,
+    direct_conv_taps,
     full_attrs,
     pads_after,
     reduce_kernel,
@@ -249,30 +250,13 @@ def _conv_reduction(
     """A (grouped) convolution as one reduction over NCHW: (the reduction, its bias add or
     None, the padding stages it reads)."""
     x, w = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
-    k, cg, r, s = w.shape
-    group = full_attrs(node)["group"]
-    per_group = k // group
     shape = ctx.type_of(node.outputs[0]).shape
-    rc, ry, rx = (
-        te.reduce_axis((0, cg), "rc"),
-        te.reduce_axis((0, r), "ry"),
-        te.reduce_axis((0, s), "rx"),
-    )
-    read, extra = window_source(x, shape, (r, s), pads, strides, dil, te.const(0, x.dtype))
-    ci = rc if cg > 1 else 0
+    read, extra = window_source(x, shape, w.shape[2:], pads, strides, dil, te.const(0, x.dtype))
+    axes, taps = direct_conv_taps(w.shape, full_attrs(node)["group"], pads, strides, dil)
 
     def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
-        if group == 1:
-            c = ci
-        elif per_group == 1 and cg == 1:
-            c = kk  # depthwise
-        else:
-            c = (kk // per_group) * cg + ci
-        iy = y * strides[0] + ry * dil[0] - pads[0]
-        ix = xx * strides[1] + rx * dil[1] - pads[1]
-        return te.sum(
-            read(n, c, iy, ix) * w((kk, ci, ry, rx)), axis=[rc, ry, rx] if cg > 1 else [ry, rx]
-        )
+        c, iy, ix, ci, ry, rx = taps(kk, y, xx)
+        return te.sum(read(n, c, iy, ix) * w((kk, ci, ry, rx)), axis=axes)
 
     red = te.compute(shape, body, name="conv")
     bias = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None

@@ -224,3 +224,32 @@ def gpu_row_config(ctx: GroupContext, rows: int, n: int, op: str, dtype: str) ->
     tuned = autotune_query("gpu.row_reduce", wl)
     config = gpu_reduce.config_from(tuned) if tuned else gpu_reduce.default_config(n, limit)
     return config, gpu_reduce.uses_warp(target.kind, dtype)
+
+
+def direct_conv_taps(
+    w_shape: Sequence[int],
+    group: int,
+    pads: Sequence[Any],
+    strides: Sequence[int],
+    dil: Sequence[int],
+) -> tuple[list[Any], Callable[[Any, Any, Any], tuple[Any, Any, Any, Any, Any, Any]]]:
+    """The reduction axes of a direct (grouped) 2-D convolution with weights ``w_shape`` = [k,
+    cg, r, s], and ``taps(kk, y, x) -> (c, iy, ix, ci, ry, rx)``: the input channel and position
+    output channel ``kk`` reads at (y, x), and the weight's indices ``(kk, ci, ry, rx)``."""
+    k, cg, r, s = w_shape
+    per_group = k // group
+    rc, ry, rx = (te.reduce_axis((0, n), name) for n, name in ((cg, "rc"), (r, "ry"), (s, "rx")))
+    ci = rc if cg > 1 else 0
+
+    def taps(kk: Any, y: Any, x: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
+        if group == 1:
+            c = ci
+        elif per_group == 1 and cg == 1:
+            c = kk  # depthwise
+        else:
+            c = (kk // per_group) * cg + ci
+        iy = y * strides[0] + ry * dil[0] - pads[0]
+        ix = x * strides[1] + rx * dil[1] - pads[1]
+        return c, iy, ix, ci, ry, rx
+
+    return ([rc, ry, rx] if cg > 1 else [ry, rx]), taps

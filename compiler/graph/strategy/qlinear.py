@@ -46,7 +46,7 @@ from ..ops.quant import requant_multiplier
 from ..registry import get_op
 from .conv import conv2d_geometry, conv_config
 from .matmul import batch_index, packed_dense
-from .nn import Result, pad_image, reduce_kernel, unravel, window_source
+from .nn import Result, direct_conv_taps, pad_image, reduce_kernel, unravel, window_source
 
 F32 = "float32"
 ACC = "int32"
@@ -305,24 +305,15 @@ def _conv_direct(
     ctx: GroupContext, node: Node, x: Lazy, read_w: Any, finish: Any, tail: Tail, geometry
 ) -> Result:
     pads, strides, dil = geometry
-    k, cg, r, s = ctx.type_of(node.inputs[3]).shape
+    w_shape = ctx.type_of(node.inputs[3]).shape
     shape = ctx.type_of(node.outputs[0]).shape
-    per_group = k // _attrs(node)["group"]
-    read, extra = window_source(x, shape, (r, s), pads, strides, dil, te.const(0, CENTERED))
-    rc, ry, rx = (te.reduce_axis((0, n), name) for n, name in ((cg, "rc"), (r, "ry"), (s, "rx")))
-    ci = rc if cg > 1 else 0
+    read, extra = window_source(x, shape, w_shape[2:], pads, strides, dil, te.const(0, CENTERED))
+    axes, taps = direct_conv_taps(w_shape, _attrs(node)["group"], pads, strides, dil)
 
     def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
-        if per_group == k:
-            c = ci
-        elif per_group == 1 and cg == 1:
-            c = kk  # depthwise
-        else:
-            c = (kk // per_group) * cg + ci
-        iy = y * strides[0] + ry * dil[0] - pads[0]
-        ix = xx * strides[1] + rx * dil[1] - pads[1]
+        c, iy, ix, ci, ry, rx = taps(kk, y, xx)
         product = read(n, c, iy, ix).astype(ACC) * read_w(kk, ci, ry, rx).astype(ACC)
-        return te.sum(product, axis=[rc, ry, rx] if cg > 1 else [ry, rx])
+        return te.sum(product, axis=axes)
 
     red = te.compute(shape, body, name="qlinearconv")
     return reduce_kernel(red, tail, finish, extra)

@@ -115,15 +115,16 @@ def _has_feature(name: str) -> bool | None:
     return None
 
 
-def missing_features(features: str) -> list[str]:
+@functools.cache  # every kernel of a module carries the same string
+def missing_features(features: str) -> tuple[str, ...]:
     """The '+' features of an LLVM feature string that this host lacks."""
     need = sorted({f[1:] for f in features.split(",") if f.startswith("+")})
     if elf.NATIVE:
         known = {f: _has_feature(f) for f in need}
         if None not in known.values():
-            return [f for f in need if not known[f]]
+            return tuple(f for f in need if not known[f])
     have = {f[1:] for f in host_cpu()[1].split(",") if f.startswith("+")}
-    return [f for f in need if f not in have]
+    return tuple(f for f in need if f not in have)
 
 
 def check_host(triple: str, features: str, where: str) -> None:
