@@ -6,18 +6,21 @@ For each model, the same calibration inputs and the same test inputs (batch 1 ea
 - ORT int8: ``onnxruntime.quantization.quantize_static`` (QDQ format, per-tensor, MinMax
   calibration, its default int8 activations and weights) on the calibration inputs, run by
   onnxruntime; ORT sym: the same with ``ActivationSymmetric`` (zero point 0, as TensorForge);
-- TF shift / TF mul: ``tensorforge.compile(model, target="vta -config=pynq -mode=...")``
-  calibrated on the same inputs (abs-max observer, symmetric per-tensor scales; shift: power-of-two
-  scales, mul: any scales, the default on configs with the ALU MUL), run with the accelerator
-  layers on the ``sim`` device (bit-exact with the cycle model and the RTL).
+- TF shift / TF mul/tensor / TF mul/channel: ``tensorforge.compile(model, target="vta
+  -config=pynq -mode=... -weights=...")`` calibrated on the same inputs (abs-max observer,
+  symmetric per-tensor activation scales; shift: power-of-two scales; mul: any scales, with one
+  weight scale per layer or per output channel, the default on configs with the ALU MUL), run
+  with the accelerator layers on the ``sim`` device (bit-exact with the cycle model and the
+  RTL).
 
 Printed per model: the share of conv/dense/matmul MACs on the accelerator, each int8 version's
 relative error against float over all test outputs (``||y - y_float|| / ||y_float||``), the
-ratio of TF mul's error to onnxruntime's, and (for classifiers) the share of test inputs whose
-top-1 class equals float's. What differs by design: onnxruntime quantizes every op (depthwise
-convs, Clip, pooling, adds) with asymmetric activations, TensorForge only what the accelerator
-runs (conv/dense with their ReLU, residual adds, max pooling) with symmetric ones, so e.g.
-depthwise convs and ReLU6 stay float and ReLU outputs use half the int8 range.
+ratio of the default's (TF mul/channel) error to onnxruntime's, and (for classifiers) the share
+of test inputs whose top-1 class equals float's. What differs by design: onnxruntime quantizes
+every op (depthwise convs, Clip, pooling, adds) with asymmetric activations, TensorForge only
+what the accelerator runs (conv/dense with their ReLU, residual adds, max pooling) with
+symmetric ones, so e.g. depthwise convs and ReLU6 stay float and ReLU outputs use half the int8
+range.
 
 Models: the shipped digits CNN (trained, its own test images) and, from
 compiler/frontend/onnx_builders.py with fixed random weights and standard-normal inputs,
@@ -41,7 +44,13 @@ import numpy as np
 from machine import describe
 
 MODELS = ("digits", "resnet18", "mobilenet_v2", "mbv2_block")
-MODES = ("shift", "mul")
+# column -> the target's options: power-of-two scales; multiply+shift with one weight scale per
+# layer; multiply+shift with per-channel weight scales (the default on configs with the ALU MUL)
+MODES = {
+    "shift": "-mode=shift",
+    "mul_tensor": "-mode=mul -weights=per-tensor",
+    "mul": "-mode=mul -weights=per-channel",
+}
 
 
 def _model(name: str, size: int) -> tuple[Any, tuple[int, ...]]:
@@ -127,8 +136,8 @@ def run_model(name: str, size: int, n_calib: int, n_test: int) -> dict[str, Any]
             session = _ort_int8(model, key, calib, Path(folder), symmetric)
             out = np.concatenate([session.run(None, {key: x})[0] for x in test])
         row[column] = _scores(out, ref)
-    for mode in MODES:
-        module = tensorforge.compile(model, f"vta -config=pynq -mode={mode}", progress=False,
+    for mode, options in MODES.items():
+        module = tensorforge.compile(model, f"vta -config=pynq {options}", progress=False,
                                      calibration=[{key: x} for x in calib])  # fmt: skip
         out = np.concatenate([module.run({key: x})[module.outputs[0]] for x in test])
         row[mode] = _scores(out, ref)
@@ -157,10 +166,11 @@ def main() -> None:
     print(f"{args.calib} calibration and {args.test} test inputs per model, config pynq")
     print("relative error against float (top-1 equal to float's)")
     print(f"{'model':<14}{'MACs on':>8}{'ORT int8':>16}{'ORT sym':>16}{'TF shift':>16}"
-          f"{'TF mul':>16}{'mul/ORT':>9}{'s':>6}")  # fmt: skip
+          f"{'TF mul/tensor':>16}{'TF mul/channel':>16}{'mul/ORT':>9}{'s':>6}")  # fmt: skip
     for r in rows:
         cells = "".join(
-            f"{r[k]['error']:>9.4f} ({_top1(r[k]):>4})" for k in ("ort", "ort_sym", "shift", "mul")
+            f"{r[k]['error']:>9.4f} ({_top1(r[k]):>4})"
+            for k in ("ort", "ort_sym", "shift", "mul_tensor", "mul")
         )
         ratio = r["mul"]["error"] / r["ort"]["error"]
         print(f"{r['model']:<14}{r['offloaded_macs']:>8.1%}{cells}{ratio:>9.2f}"

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 # Known target kinds and the options each accepts; any other option is an error. Who reads
 # them: llvm -> codegen/llvm_jit.py and graph/compile.py (mtriple, mcpu, mattr); cuda and
 # opencl -> codegen/gpu.py (Limits.of: max_threads, max_shared; gpu_payload: arch);
-# vta -> graph/compile_vta.py (vta_options: config, device, mode, vthreads).
+# vta -> graph/compile_vta.py (vta_options: config, device, mode, vthreads; weight_scales:
+# weights).
 OPTIONS: dict[str, tuple[str, ...]] = {
     "llvm": ("mattr", "mcpu", "mtriple"),
     "cuda": ("arch", "max_shared", "max_threads"),
     "opencl": ("max_shared", "max_threads"),
-    "vta": ("config", "device", "mode", "vthreads"),
+    "vta": ("config", "device", "mode", "vthreads", "weights"),
 }
 KINDS = tuple(OPTIONS)
 EXAMPLE = "'llvm', 'llvm -mcpu=native', 'cuda -arch=sm_80' or 'vta -config=pynq'"

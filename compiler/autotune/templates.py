@@ -323,7 +323,9 @@ def _vta_workload(wl: dict) -> tuple[Any, Any]:
     from ...hw.config import HWConfig
     from ..vta.schedule import Conv2dWorkload
 
-    return HWConfig.from_dict(dict(wl["hw"])), Conv2dWorkload(*(int(wl[f]) for f in _VTA_SHAPE))
+    shape = (int(wl[f]) for f in _VTA_SHAPE)
+    channel_scales = bool(wl.get("channel_scales", False))
+    return HWConfig.from_dict(dict(wl["hw"])), Conv2dWorkload(*shape, channel_scales=channel_scales)
 
 
 def _vta_space(wl: dict) -> Any:
@@ -334,6 +336,7 @@ def _vta_space(wl: dict) -> Any:
 
 
 def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..quantize.requant import requant_params_per_channel
     from ..quantize.residual import add_params
     from ..vta.kernel import conv2d
     from ..vta.layout import INPUT, OUTPUT, RESIDUAL, pack_nchw
@@ -347,9 +350,15 @@ def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
     shift = max(1, int(math.log2(128 * 128 * cw.ic * cw.kh * cw.kw) / 2))
     residual = add_params(0.5, 1.0, cfg, relu=True) if wl.get("residual") else None
     pool = (cw.pool_h, cw.pool_w) if cw.pooled else None
+    requant = {"shift": shift, "relu": residual is None}
+    if cw.channel_scales:  # per-channel multipliers around the same overall ratio
+        bounds = 127 * np.abs(weight.astype(np.int64)).reshape(cw.oc, -1).sum(1) + np.abs(bias)
+        ratios = 2.0**-shift * rng.uniform(0.5, 2.0, cw.oc)
+        relu = residual is None
+        requant = {"requant": requant_params_per_channel(ratios, cfg, acc_bounds=bounds, relu=relu)}
     kern = conv2d(cfg, (cw.n, cw.ic, cw.h, cw.w), weight, bias, stride=(cw.stride_h, cw.stride_w),
-                  padding=(cw.pad_h, cw.pad_w), shift=shift, relu=residual is None,
-                  schedule=schedule_from(values), residual=residual, max_pool=pool)  # fmt: skip
+                  padding=(cw.pad_h, cw.pad_w), schedule=schedule_from(values), residual=residual,
+                  max_pool=pool, **requant)  # fmt: skip
     inputs = {INPUT: kern.pack(x)}
     r = None
     if residual is not None:
@@ -367,7 +376,7 @@ def _vta_flops(wl: dict) -> int:
 
 def _vta_check(wl: dict) -> None:
     fields = dict.fromkeys(_VTA_SHAPE, "size")
-    fields.update(hw="dict", pad_h="pad", pad_w="pad", residual="flag?")
+    fields.update(hw="dict", pad_h="pad", pad_w="pad", residual="flag?", channel_scales="flag?")
     check_fields("vta.conv2d", wl, fields)
     try:
         _, cw = _vta_workload(wl)

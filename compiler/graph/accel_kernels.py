@@ -137,9 +137,10 @@ def fold_rounding(requant: RequantParams, bias: np.ndarray) -> tuple[RequantPara
 
     Exact: the accumulator and the ALU both wrap modulo ``2**acc_width``, so adding the
     constant before or after the accumulation gives the same value, as long as the folded bias
-    still fits int32 (otherwise nothing is folded).
+    still fits int32 (otherwise nothing is folded). Not with per-channel multipliers: they
+    multiply between the bias and the steps.
     """
-    if not requant.steps or requant.steps[0].op != AluOp.ADD:
+    if requant.channel_multipliers or not requant.steps or requant.steps[0].op != AluOp.ADD:
         return requant, bias
     folded = bias.astype(np.int64) + requant.steps[0].imm
     if np.abs(folded).max(initial=0) >= 2**31:

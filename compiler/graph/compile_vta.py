@@ -39,7 +39,7 @@ from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.vta.launch import KIND, kernel_meta
 from ...runtime.module import Call, KernelImage, Module
 from ..quantize.graph import quantize_graph
-from ..quantize.requant import MODES, default_mode
+from ..quantize.requant import MODES, WEIGHT_SCALES, default_mode
 from ..target import Target
 from .accel_kernels import accelerator_kernel, has_accelerator_kernel, packed_tensors
 from .compile import assemble_module, build_cpu_group, cpu_meta, kernel_symbol, label_nodes
@@ -80,20 +80,40 @@ def vta_options(target: Target, config: HWConfig | None = None) -> tuple[HWConfi
     return cfg, device, mode, int(vthreads)
 
 
+def weight_scales(target: Target, mode: str) -> str:
+    """The ``-weights=`` option of a vta target: ``per-channel`` (one weight scale per output
+    channel; mode mul only) or ``per-tensor``; default per-channel in mode mul, else
+    per-tensor.
+
+    Raises:
+        ValueError: for another value, or per-channel with mode shift.
+    """
+    weights = target.get("weights") or ("per-channel" if mode == "mul" else "per-tensor")
+    if weights not in WEIGHT_SCALES:
+        raise ValueError(f"target option -weights must be one of {', '.join(WEIGHT_SCALES)}, "
+                         f"not {weights!r} (in {str(target)!r})")  # fmt: skip
+    if weights == "per-channel" and mode != "mul":
+        raise ValueError(f"target option -weights=per-channel needs -mode=mul (one multiplier "
+                         f"per channel), not -mode={mode} (in {str(target)!r})")  # fmt: skip
+    return weights
+
+
 def quantize_for(
     graph: Graph,
     cfg: HWConfig,
     calibration: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None,
     mode: str,
+    weights: str | None = None,
 ) -> Graph:
-    """The partitioned int8 graph of `graph` for `cfg` (quantized first unless it is int8)."""
+    """The partitioned int8 graph of `graph` for `cfg` (quantized first unless it is int8;
+    `weights`: ``quantize_graph``'s weight scales, default per its mode)."""
     if not is_quantized(graph):
         if calibration is None:
             raise ValueError(
                 "compiling a float model for the accelerator needs calibration inputs: "
                 "tensorforge.compile(model, target='vta ...', calibration={input name: array})"
             )
-        graph = quantize_graph(optimize(graph), calibration, cfg, mode=mode)
+        graph = quantize_graph(optimize(graph), calibration, cfg, mode=mode, weights=weights)
     return partition_graph(graph, cfg)
 
 
@@ -127,8 +147,9 @@ def compile_graph_vta(
     if tgt.kind != "vta":
         raise ValueError(f"compile_graph_vta target must be a vta target, not {str(tgt)!r}")
     cfg, device, mode, vthreads = vta_options(tgt, config)
+    weights = weight_scales(tgt, mode)
     start = time.perf_counter()
-    q = fuse_accelerator_ops(fuse_ops(quantize_for(graph, cfg, calibration, mode)))
+    q = fuse_accelerator_ops(fuse_ops(quantize_for(graph, cfg, calibration, mode, weights)))
     packed = packed_tensors(q, cfg)
     stored = plan_memory(storage_graph(q, packed))  # the arena holds packed tensors blocked
     t_opt = time.perf_counter() - start
@@ -151,6 +172,7 @@ def compile_graph_vta(
     module = assemble_module(stored, str(tgt), kernels, calls, constants, start, t_opt, *times)
     module.stats.update(_accelerator_stats(q, cfg, kernels))
     module.stats["requant_mode"] = "given" if is_quantized(graph) else mode
+    module.stats["weight_scales"] = "given" if is_quantized(graph) else weights
     module.stats["packed_tensors"] = list(packed)
     return module
 

@@ -26,9 +26,15 @@ from ..graph.ops.nn import window_geometry
 from ..graph.ops.qnn import add_attrs, requant_attrs
 from ..graph.reference import run_node
 from .calibrate import AbsMaxObserver
-from .requant import MODES, default_mode, requant_params
+from .requant import MODES, WEIGHT_SCALES, default_mode, requant_params, requant_params_per_channel
 from .residual import add_params
-from .scheme import choose_scale, qrange, quantize_bias, quantize_weight
+from .scheme import (
+    choose_scale,
+    qrange,
+    quantize_bias,
+    quantize_weight,
+    quantize_weight_per_channel,
+)
 
 __all__ = ["Observer", "quantize_graph", "rebatch"]
 
@@ -288,8 +294,11 @@ class _Emitter:
     """Builds the quantized graph; int8 values are named `<float name>_q`, and a float value
     that is needed but only exists as int8 is dequantized under its original name."""
 
-    def __init__(self, graph: Graph, scales: dict[str, float], cfg: HWConfig, mode: str):
+    def __init__(
+        self, graph: Graph, scales: dict[str, float], cfg: HWConfig, mode: str, per_channel: bool
+    ):
         self.src, self.scales, self.cfg, self.mode = graph, scales, cfg, mode
+        self.per_channel = per_channel
         self.b = GraphBuilder(graph.name)
         self.taken = set(graph.types) | {n.name for n in graph.nodes}
         self.q: dict[str, str] = {}  # float value -> its int8 value
@@ -376,29 +385,47 @@ class _Emitter:
         s_in, s_out = self.scales[x], self.scales[unit.out]
         pow2 = self.mode == "shift"
         try:
-            qw = quantize_weight(unit.weight, power_of_two=pow2)
+            if self.per_channel:
+                qw = quantize_weight_per_channel(unit.weight)
+            else:
+                qw = quantize_weight(unit.weight, power_of_two=pow2)
             qb = None
             if unit.bias is not None:
                 qb = quantize_bias(unit.bias, s_in * qw.scale, self.cfg.acc_width).values
-            params = requant_params(
-                s_in * qw.scale / s_out, self.cfg, mode=self.mode, relu=unit.relu,
-                acc_bound=_acc_bound(qw.values, qb, self.cfg),
-            )  # fmt: skip
+            if self.per_channel:
+                bounds = _acc_bounds(qw.values, qb, self.cfg)
+                params = requant_params_per_channel(
+                    s_in * qw.scale / s_out, self.cfg, relu=unit.relu, acc_bounds=bounds
+                )
+            else:
+                params = requant_params(
+                    s_in * qw.scale / s_out, self.cfg, mode=self.mode, relu=unit.relu,
+                    acc_bound=_acc_bound(qw.values, qb, self.cfg),
+                )  # fmt: skip
         except ValueError as exc:
             raise ValueError(f"quantize_graph: node {name!r} ({unit.node.op}): {exc}") from exc
         inputs = [self.qvalue(x), self.b.add_constant(self.fresh(f"{name}.qweight"), qw.values)]
         if qb is not None:
             inputs.append(self.b.add_constant(self.fresh(f"{name}.qbias"), qb))
         attrs = {**geometry, **requant_attrs(params), "in_scale": s_in, "out_scale": s_out}
-        self._add(op, unit, inputs, {**attrs, "weight_scale": qw.scale})
+        w_scale = tuple(float(v) for v in qw.scale) if self.per_channel else qw.scale
+        self._add(op, unit, inputs, {**attrs, "weight_scale": w_scale})
 
 
 def _acc_bound(w: np.ndarray, bias: np.ndarray | None, cfg: HWConfig) -> int:
-    """The largest |accumulator| for int8 inputs in the narrow range: 127 * max_o sum|w_o|."""
-    x_max = qrange(cfg.inp_width)[1]
+    """One bound for every channel: ``127 * max_o sum|w_o| + max_o |bias_o|``."""
     rows = np.abs(w.astype(np.int64)).reshape(w.shape[0], -1).sum(axis=1)
     b = int(np.abs(bias.astype(np.int64)).max(initial=0)) if bias is not None else 0
-    return max(1, x_max * int(rows.max(initial=0)) + b)
+    return max(1, qrange(cfg.inp_width)[1] * int(rows.max(initial=0)) + b)
+
+
+def _acc_bounds(w: np.ndarray, bias: np.ndarray | None, cfg: HWConfig) -> np.ndarray:
+    """Per output channel, the largest |accumulator| for int8 inputs in the narrow range:
+    ``127 * sum|w_o| + |bias_o|`` (at least 1)."""
+    x_max = qrange(cfg.inp_width)[1]
+    rows = np.abs(w.astype(np.int64)).reshape(w.shape[0], -1).sum(axis=1)
+    b = np.abs(bias.astype(np.int64)) if bias is not None else 0
+    return np.maximum(1, x_max * rows + b)
 
 
 def _scales(units: list[_Unit], thresholds: dict[str, float], pow2: bool) -> dict[str, float]:
@@ -415,6 +442,7 @@ def quantize_graph(
     cfg: HWConfig,
     mode: str | None = None,
     observer: Callable[[], Observer] = AbsMaxObserver,
+    weights: str | None = None,
 ) -> Graph:
     """Post-training int8 quantization of a float graph for the accelerator described by cfg.
 
@@ -429,6 +457,10 @@ def quantize_graph(
             ``alu_mul`` (power-of-two scales cost up to twice the error), else ``"shift"``.
         observer: a factory of observers (``AbsMaxObserver``, ``PercentileObserver``,
             ``lambda: PercentileObserver(99.9)``, ...), one per calibrated tensor.
+        weights: ``"per-channel"``: one weight scale per output channel, requantized by one
+            multiplier per channel (a tensor-tensor ALU MUL; mode ``"mul"`` only);
+            ``"per-tensor"``: one weight scale per layer; None (default): per-channel in
+            mode ``"mul"``, per-tensor in mode ``"shift"``.
 
     Returns:
         A new graph with the same float inputs and outputs in which conv/dense layers (with
@@ -452,8 +484,9 @@ def quantize_graph(
         >>> q = quantize_graph(b.build([y]), {"x": xs}, HWConfig.preset("pynq"))
         >>> [n.op for n in q.nodes]
         ['tf.quantize', 'tf.qdense', 'tf.dequantize']
-        >>> q.nodes[1].attr_dict["multiplier"] > 1  # pynq has the ALU MUL: mode "mul"
-        True
+        >>> len(q.nodes[1].attr_dict["channel_multipliers"])  # pynq has the ALU MUL: mode
+        4
+        >>> # "mul" with per-channel weight scales, one multiplier per output channel
         >>> step = 2.0 / 127  # the scales: the calibrated max |x| over the int8 range
         >>> bool(np.abs(run_graph(q, {"x": xs})[y] - np.maximum(xs, 0)).max() <= step / 2)
         True
@@ -463,10 +496,17 @@ def quantize_graph(
     mode = default_mode(cfg) if mode is None else mode
     if mode not in MODES:
         raise ValueError(f"quantize_graph mode must be one of {MODES}, not {mode!r}")
+    weights = ("per-channel" if mode == "mul" else "per-tensor") if weights is None else weights
+    if weights not in WEIGHT_SCALES:
+        raise ValueError(f"quantize_graph weights must be one of {WEIGHT_SCALES}, not {weights!r}")
+    if weights == "per-channel" and mode != "mul":
+        raise ValueError("quantize_graph weights 'per-channel' needs mode 'mul' (a multiplier per "
+                         "channel; power-of-two shifts are one per layer)")  # fmt: skip
     batches = _batches(graph, calibration_inputs)
     units = _Matcher(graph).plan()
     thresholds = _observe(graph, batches, _calibrated_values(units), observer)
-    emitter = _Emitter(graph, _scales(units, thresholds, mode == "shift"), cfg, mode)
+    emitter = _Emitter(graph, _scales(units, thresholds, mode == "shift"), cfg, mode,
+                       weights == "per-channel")  # fmt: skip
     for unit in units:
         emitter.emit(unit)
     outputs = [emitter.value(o) for o in graph.outputs]

@@ -108,7 +108,7 @@ def _finish(
     acc = wrap(acc, acc_width)
     if requant is None:
         return acc.astype(np.int32 if acc_width <= 32 else np.int64)
-    return wrap(apply_requant(acc, requant), 8).astype(np.int8)
+    return wrap(apply_requant(acc, requant, channel_axis), 8).astype(np.int8)
 
 
 def conv2d_int8(

@@ -12,6 +12,12 @@ rounding instruction. So the ratio is realized as ``multiplier / 2**shift`` and 
     MAX lo                   (lo = 0 with ReLU, else the output minimum)
     MIN hi
 
+With per-channel weight scales (``requant_params_per_channel``) each output channel has its own
+ratio. The ALU's immediate is one value per instruction, so the multipliers become a tensor: an
+int32 vector (one per output channel) loaded into the accumulator buffer beside the bias and
+multiplied in by one tensor-tensor ``MUL``; the shift, rounding and clipping that follow are
+shared immediates (one shift for every channel, chosen so that the largest product still fits).
+
 Splitting the shift is exact: ``floor((floor(x / 2**a) + 2**(b-1)) / 2**b)`` equals
 ``floor((x + 2**(a+b-1)) / 2**(a+b))``, so the result is always
 ``clip(floor(acc * multiplier / 2**shift + 1/2))`` (or without the ``+ 1/2`` when rounding is
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
 IMM_MAX = (1 << (ALU_IMM_WIDTH - 1)) - 1
 IMM_MIN = -(1 << (ALU_IMM_WIDTH - 1))
 MODES = ("shift", "mul")
+WEIGHT_SCALES = ("per-channel", "per-tensor")
 MODE_NAMES = {"shift": "shift (power-of-two scales)", "mul": "mul (multiply+shift)"}
 
 
@@ -76,6 +83,8 @@ class RequantParams:
         rounding: whether a rounding constant is added (round half up) before the shift.
         lo, hi: the saturation bounds (``lo`` is 0 when ReLU is fused).
         acc_width: the accumulator width the steps wrap to.
+        channel_multipliers: per output channel, the integer multipliers applied (wrapping) before
+            ``steps`` (which then hold no MUL, and ``multiplier`` is 1); empty: per tensor.
     """
 
     steps: tuple[AluStep, ...]
@@ -85,11 +94,18 @@ class RequantParams:
     lo: int
     hi: int
     acc_width: int
+    channel_multipliers: tuple[int, ...] = ()
 
     @property
     def ratio(self) -> Fraction:
-        """The ratio these steps realize exactly."""
+        """The ratio these steps realize exactly (per tensor only: see ``channel_ratios``)."""
+        if self.channel_multipliers:
+            raise ValueError("a per-channel requantization has one ratio per channel")
         return Fraction(self.multiplier) / Fraction(2) ** self.shift
+
+    def channel_ratios(self) -> list[Fraction]:
+        """The ratio of each output channel (per-channel params only)."""
+        return [Fraction(m) / Fraction(2) ** self.shift for m in self.channel_multipliers]
 
 
 def requant_params(
@@ -145,6 +161,62 @@ def requant_params(
     lo = 0 if relu else lo
     steps = _steps(multiplier, shift, rounding, lo, hi, cfg.acc_width)
     return RequantParams(steps, multiplier, shift, rounding, lo, hi, cfg.acc_width)
+
+
+def requant_params_per_channel(
+    ratios: np.ndarray,
+    cfg: HWConfig,
+    *,
+    acc_bounds: np.ndarray,
+    rounding: bool = True,
+    relu: bool = False,
+) -> RequantParams:
+    """The requantization of per-channel ratios: ``clip(round(acc_c * m_c / 2**shift))``.
+
+    One tensor-tensor MUL by the int32 multipliers ``m_c`` (loaded like the bias), then the
+    shared shift, rounding and clipping steps. The common shift is the largest for which every
+    ``|acc_c| * m_c`` (``|acc_c| <= acc_bounds[c]``) still fits the accumulator with room for the
+    rounding constant, so each channel keeps as many bits of its ratio as its bound allows.
+
+    Raises:
+        ValueError: for a ratio that is not positive and finite, mismatched lengths, a config
+            without the ALU MUL, or a bound too large for any multiplier.
+    """
+    r = np.asarray(ratios, dtype=np.float64).reshape(-1)
+    bounds = np.asarray(acc_bounds, dtype=np.int64).reshape(-1)
+    if r.size == 0 or r.shape != bounds.shape:
+        raise ValueError(f"ratios and acc_bounds must be non-empty and of one length, not "
+                         f"{r.size} and {bounds.size}")  # fmt: skip
+    if not (np.all(np.isfinite(r)) and np.all(r > 0)):
+        raise ValueError(f"requant ratios must be positive finite numbers, not {r.min()!r}")
+    if np.any(bounds < 1):
+        raise ValueError(f"acc_bounds must be >= 1, not {int(bounds.min())}")
+    if not cfg.alu_mul:
+        raise ValueError(f"per-channel requantization needs the ALU MUL extension, but HWConfig "
+                         f"{cfg.name!r} has alu_mul=False")  # fmt: skip
+    limits = (1 << (cfg.acc_width - 2)) // bounds
+    if np.any(limits < 1):
+        raise ValueError(f"acc_bounds must be <= 2**{cfg.acc_width - 2} for a per-channel "
+                         f"requantization, not {int(bounds.max())}")  # fmt: skip
+    exact = [Fraction(float(x)) for x in r]
+
+    def multipliers(shift: int) -> list[int]:
+        return [math.floor(e * Fraction(2) ** shift + Fraction(1, 2)) for e in exact]
+
+    shift = min(math.floor(math.log2(int(lim) / x)) for lim, x in zip(limits, r, strict=True))
+    ms = multipliers(shift)
+    while any(m > lim for m, lim in zip(ms, limits, strict=True)):  # float log2 overshoot
+        shift -= 1
+        ms = multipliers(shift)
+    while all(m % 2 == 0 for m in ms) and any(ms):  # canonical: not all even
+        ms = [m // 2 for m in ms]
+        shift -= 1
+    for m, bound in zip(ms, bounds, strict=True):
+        _check_no_overflow(m, shift, rounding, cfg.acc_width, int(bound))
+    lo, hi = qrange(cfg.out_width)
+    lo = 0 if relu else lo
+    steps = _steps(1, shift, rounding, lo, hi, cfg.acc_width)
+    return RequantParams(steps, 1, shift, rounding, lo, hi, cfg.acc_width, tuple(ms))
 
 
 def _power_of_two(ratio: float) -> tuple[int, int]:
@@ -222,12 +294,13 @@ def _steps(
     return tuple(steps)
 
 
-def apply_requant(acc: np.ndarray, params: RequantParams) -> np.ndarray:
+def apply_requant(acc: np.ndarray, params: RequantParams, channel_axis: int = 1) -> np.ndarray:
     """Run the requantization steps on accumulator values with the hardware's ALU semantics.
 
     Args:
         acc: integer accumulator values (any shape), within the signed ``acc_width`` range.
-        params: from ``requant_params``.
+        params: from ``requant_params`` or ``requant_params_per_channel``.
+        channel_axis: the output-channel axis of ``acc`` (per-channel params only).
 
     Returns:
         int64 values in ``[params.lo, params.hi]``.
@@ -242,6 +315,14 @@ def apply_requant(acc: np.ndarray, params: RequantParams) -> np.ndarray:
             f"accumulator values must fit {params.acc_width} bits [{lo}, {hi}], "
             f"not [{x.min()}, {x.max()}]"
         )
+    if params.channel_multipliers:
+        m = np.asarray(params.channel_multipliers, dtype=np.int64)
+        if x.ndim <= channel_axis or x.shape[channel_axis] != m.size:
+            raise ValueError(f"per-channel requantization of {m.size} channels needs axis "
+                             f"{channel_axis} of that length, not shape {x.shape}")  # fmt: skip
+        shape = [1] * x.ndim
+        shape[channel_axis] = -1
+        x = alu_apply(AluOp.MUL, x, m.reshape(shape), params.acc_width)
     for step in params.steps:
         x = alu_apply(step.op, x, step.imm, params.acc_width)
     return x

@@ -85,14 +85,18 @@ def dequantize(q: np.ndarray, scale: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class QTensor:
-    """An integer tensor and the scale that maps it to real values (``real = scale * values``)."""
+    """An integer tensor and the scale that maps it to real values (``real = scale * values``);
+    per-channel weights and their biases carry one scale per output channel (axis 0)."""
 
     values: np.ndarray
-    scale: float
+    scale: float | np.ndarray
 
     def dequantize(self) -> np.ndarray:
         """The real values this tensor stands for, as float32."""
-        return dequantize(self.values, self.scale)
+        if np.ndim(self.scale) == 0:
+            return dequantize(self.values, float(self.scale))
+        per_row = np.asarray(self.scale).reshape((-1,) + (1,) * (self.values.ndim - 1))
+        return (np.asarray(self.values, dtype=np.float64) * per_row).astype(np.float32)
 
 
 def quantize_weight(w: np.ndarray, bits: int = 8, power_of_two: bool = False) -> QTensor:
@@ -110,21 +114,54 @@ def quantize_weight(w: np.ndarray, bits: int = 8, power_of_two: bool = False) ->
     return QTensor(quantize(w, scale, bits), scale)
 
 
-def quantize_bias(b: np.ndarray, acc_scale: float, acc_width: int = 32) -> QTensor:
-    """A bias at the accumulator scale (``input_scale * weight_scale``), as int32.
+# A channel's weight scale is never finer than this fraction of the layer's largest channel's:
+# a near-dead channel (weights 1e-20 in trained models) would otherwise get a scale so fine
+# that its bias overflows the accumulator. Per-tensor scales round such a channel to zeros.
+MIN_CHANNEL_RANGE = 2.0**-12
+
+
+def quantize_weight_per_channel(w: np.ndarray, bits: int = 8) -> QTensor:
+    """Symmetric quantization with one scale per output channel (axis 0) from each channel's
+    absolute maximum, floored at ``MIN_CHANNEL_RANGE`` of the largest; ``scale`` is then a
+    float64 array of shape ``(O,)`` (an all-zero layer gets scale 1).
+
+    Example:
+        >>> import numpy as np
+        >>> qw = quantize_weight_per_channel(np.array([[0.5, -0.25], [2.0, 1.0]]))
+        >>> qw.values.tolist()
+        [[127, -64], [127, 64]]
+    """
+    w = np.asarray(w, dtype=np.float64)
+    if w.ndim < 1 or w.shape[0] == 0:
+        raise ValueError(f"per-channel weights need an output-channel axis, not shape {w.shape}")
+    peaks = np.abs(w.reshape(w.shape[0], -1)).max(axis=1, initial=0.0)
+    peaks = np.maximum(peaks, peaks.max(initial=0.0) * MIN_CHANNEL_RANGE)
+    scales = np.array([choose_scale(float(t), bits) for t in peaks])
+    lo, hi = qrange(bits)
+    per_row = scales.reshape((-1,) + (1,) * (w.ndim - 1))
+    q = np.clip(np.rint(w / per_row), lo, hi).astype(np.int8 if bits <= 8 else np.int32)
+    return QTensor(q, scales)
+
+
+def quantize_bias(b: np.ndarray, acc_scale: float | np.ndarray, acc_width: int = 32) -> QTensor:
+    """A bias at the accumulator scale (``input_scale * weight_scale``), as int32; with
+    per-channel weight scales ``acc_scale`` is one scale per channel.
 
     Raises:
         ValueError: if a rounded bias does not fit a signed ``acc_width``-bit integer (the
             accumulator scale is too fine for this bias).
     """
-    if not (math.isfinite(acc_scale) and acc_scale > 0):
+    scales = np.asarray(acc_scale, dtype=np.float64)
+    if not (np.all(np.isfinite(scales)) and np.all(scales > 0)):
         raise ValueError(f"acc_scale must be a positive finite number, not {acc_scale!r}")
-    q = np.rint(np.asarray(b, dtype=np.float64) / acc_scale)
+    q = np.rint(np.asarray(b, dtype=np.float64) / scales)
     lo, hi = qrange(acc_width, narrow=False)
     if q.size and (q.min() < lo or q.max() > hi):
-        worst = float(q[np.argmax(np.abs(q))])
+        at = int(np.argmax(np.abs(q)))
+        scale = float(np.broadcast_to(scales, q.shape)[at])
         raise ValueError(
-            f"quantized bias must fit {acc_width}-bit accumulators [{lo}, {hi}], not {worst:.0f} "
-            f"(bias / acc_scale {acc_scale!r})"
+            f"quantized bias must fit {acc_width}-bit accumulators [{lo}, {hi}], not "
+            f"{float(q[at]):.0f} (bias {float(np.asarray(b).reshape(-1)[at])!r} / acc_scale "
+            f"{scale!r}" + (f", channel {at})" if scales.ndim else ")")
         )
     return QTensor(q.astype(np.int64 if acc_width > 32 else np.int32), acc_scale)

@@ -168,6 +168,13 @@ def _requant(
             f"(shift={shift!r}, relu={relu!r})"
         )
     steps: list[tuple[str, AluStep | None]] = [("requant", s) for s in requant.steps]
+    if requant.channel_multipliers:
+        if len(requant.channel_multipliers) != weight.shape[0]:
+            raise ValueError(f"{op}: {len(requant.channel_multipliers)} per-channel multipliers "
+                             f"for {weight.shape[0]} output channels")  # fmt: skip
+        if not cfg.alu_mul:
+            raise ValueError(f"{op} per-channel requant multipliers need the ALU MUL extension, "
+                             f"but HWConfig {cfg.name!r} has alu_mul=False")  # fmt: skip
     if requant.acc_width != cfg.acc_width:
         raise ValueError(f"{op} requant acc_width must be {cfg.acc_width} (HWConfig "
                          f"{cfg.name!r}), not {requant.acc_width}")  # fmt: skip
@@ -235,7 +242,8 @@ def conv2d(
     (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
     o, _, kh, kw = weight.shape
     pool = (1, 1) if max_pool is None else _pair(max_pool, "max_pool")
-    wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw, *pool)
+    wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw, *pool,
+                        channel_scales=bool(requant.channel_multipliers))  # fmt: skip
     return _compile(cfg, "conv2d", wl, weight, bias, (shift, relu, requant, residual), schedule,
                     vthreads)  # fmt: skip
 
@@ -262,7 +270,7 @@ def dense(
     if weight.ndim != 2:
         raise ValueError(f"dense weights must be 2-D (N, K), not shape {weight.shape}")
     nout, k = weight.shape
-    wl = Conv2dWorkload(m, k, 1, 1, nout, 1, 1)
+    wl = Conv2dWorkload(m, k, 1, 1, nout, 1, 1, channel_scales=bool(requant.channel_multipliers))
     w4 = weight.reshape(nout, k, 1, 1)
     kern = _compile(cfg, "dense", wl, w4, bias, (shift, relu, requant, residual), schedule,
                     vthreads)  # fmt: skip
@@ -277,9 +285,11 @@ SHAPE_FIELDS = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "
 
 def tuning_workload(cfg: HWConfig, wl: Conv2dWorkload, residual: bool) -> dict:
     """The tuning workload of an accelerator conv2d/dense (``compiler.autotune.templates``):
-    the hardware config, the conv2d's shape and whether a residual add is fused."""
+    the hardware config, the conv2d's shape, whether a residual add is fused and (only when
+    set, so earlier logs keep their keys) whether the requantization is per channel."""
     shape = {f: getattr(wl, f) for f in SHAPE_FIELDS}
-    return {"hw": cfg.to_dict(), **shape, "residual": residual}
+    extra = {"channel_scales": True} if wl.channel_scales else {}
+    return {"hw": cfg.to_dict(), **shape, "residual": residual, **extra}
 
 
 def _compile(

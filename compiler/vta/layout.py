@@ -24,8 +24,10 @@ from ...runtime.device.vta.layout import blocks, pack_nchw, pad_to, unpack_nchw
 __all__ = ["blocks", "pack_bias", "pack_nchw", "pack_oihw", "unpack_nchw"]
 
 # The slots of a conv2d/dense program image: data ``NCHW{batch}n{block_in}c``, the output and
-# a fused residual's operand ``NCHW{batch}n{block_out}c``; constants: packed weights, bias.
+# a fused residual's operand ``NCHW{batch}n{block_out}c``; constants: packed weights, bias and
+# (per-channel requantization) the multipliers, packed like the bias.
 INPUT, OUTPUT, WEIGHTS, BIAS, RESIDUAL = "X", "Y", "W", "bias", "R"
+MULTIPLIERS = "mult"
 
 
 def pack_oihw(cfg: HWConfig, w: np.ndarray) -> np.ndarray:
@@ -39,7 +41,8 @@ def pack_oihw(cfg: HWConfig, w: np.ndarray) -> np.ndarray:
 
 
 def pack_bias(cfg: HWConfig, bias: np.ndarray | None, channels: int) -> np.ndarray:
-    """(O,) int32 -> ACC elements (O/BLOCK_OUT, BATCH, BLOCK_OUT): each row of a block the same."""
+    """(O,) int32 -> ACC elements (O/BLOCK_OUT, BATCH, BLOCK_OUT): each row of a block the same
+    (padded channels 0). Also packs the per-channel requantization multipliers."""
     ob = blocks(channels, cfg.block_out)
     b = np.zeros(ob * cfg.block_out, np.int32)
     if bias is not None:

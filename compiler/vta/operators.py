@@ -2,8 +2,9 @@
 
 ``conv2d_te(cfg, workload, schedule, ...)`` declares the blocked computation (data
 ``NCHW{BATCH}n{BLOCK_IN}c``, weights ``OIHW{BLOCK_OUT}o{BLOCK_IN}i``, int32 accumulation, then
-the bias, the requantization's ALU steps, a residual add, a max pooling and an int8 cast) and
-schedules it:
+the bias, the requantization's ALU steps (after a tensor-tensor MUL by the per-channel
+multipliers when the weights have per-channel scales), a residual add, a max pooling and an
+int8 cast) and schedules it:
 
 1. split the output into tiles of ``tile_n`` batch blocks x ``tile_oc`` channel blocks x
    ``tile_h`` rows (``tile_h // pool_h`` pooled rows; all columns); a knob that does not divide
@@ -25,7 +26,7 @@ schedules it:
 ``TeOperator.lower()`` gives its loop IR (``tir.lower`` with ``VTA_PIPELINE``),
 ``tile_program()`` the tile program (``vta.lower``) that ``vta.codegen.generate_program``
 turns into a program image; the slots are ``layout.py``'s (``X``, ``Y``, ``R``; constants
-``W``, ``bias``), which ``VtaKernel`` fills and reads.
+``W``, ``bias``, ``mult``), which ``VtaKernel`` fills and reads.
 
 Example:
     >>> import numpy as np
@@ -61,7 +62,7 @@ from ..quantize.requant import AluStep, RequantParams
 from ..quantize.residual import AddParams
 from .codegen import generate_program
 from .intrin import gemm_intrin
-from .layout import BIAS, INPUT, OUTPUT, RESIDUAL, WEIGHTS
+from .layout import BIAS, INPUT, MULTIPLIERS, OUTPUT, RESIDUAL, WEIGHTS, pack_bias
 from .lower import VTA_PIPELINE, lower_to_tile_program
 from .reference import shift_requant
 from .schedule import Conv2dSchedule, Conv2dWorkload
@@ -164,6 +165,17 @@ def conv2d_te(
         args.append(B)
         constants[BIAS] = np.asarray(bias_packed)
     req = requant or shift_requant(0, False, cfg)
+    if bool(req.channel_multipliers) != wl.channel_scales:
+        raise ValueError(f"conv2d workload channel_scales={wl.channel_scales} but the requant "
+                         f"has {len(req.channel_multipliers)} per-channel multipliers")  # fmt: skip
+    if req.channel_multipliers:  # one tensor-tensor MUL by the per-channel multipliers
+        M = te.placeholder((ocb, b, bo), "int32", name=MULTIPLIERS)
+        scaled = last
+        last = te.compute(C.shape, lambda n, o, y, x, i, j: scaled[n, o, y, x, i, j] * M[o, i, j],
+                          name="scaled")  # fmt: skip
+        stages.append(last)
+        args.append(M)
+        constants[MULTIPLIERS] = pack_bias(cfg, np.asarray(req.channel_multipliers), wl.oc)
     for s, step in enumerate(req.steps):
         last = _step(last, step, f"rq{s}")
         stages.append(last)
@@ -268,9 +280,10 @@ def _schedule(cfg, wl, sched, s, tensors, acc_stages, res_reader, args, constant
         s[wb].compute_at(s[C], ico)
     for t in (xb, wb):
         s[t].pragma(s[t].op.axis[0], "dma_copy")
-    for p in args:
-        if p.name == BIAS:
-            bb = s.cache_read(p, ACC, [st for st in stages if st.name == "biased"])
+    for p in args:  # the per-channel vectors, loaded once
+        reader = {BIAS: "biased", MULTIPLIERS: "scaled"}.get(p.name)
+        if reader is not None:
+            bb = s.cache_read(p, ACC, [st for st in stages if st.name == reader])
             s[bb].compute_root()
             s[bb].pragma(s[bb].op.axis[0], "dma_copy")
     if res_reader is not None:  # the int8 residual, loaded into the accumulators (ACC_8BIT)

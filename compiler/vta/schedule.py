@@ -34,7 +34,9 @@ class Conv2dWorkload:
     """A conv2d's shape: data (n, ic, h, w), weights (oc, ic, kh, kw), stride and zero padding.
 
     ``pool_h``/``pool_w`` > 1: a non-overlapping max pooling (window = stride) fused after the
-    epilogue; the output is then (ph, pw) = (oh // pool_h, ow // pool_w).
+    epilogue; the output is then (ph, pw) = (oh // pool_h, ow // pool_w). ``channel_scales``:
+    the requantization multiplies by one integer per output channel (per-channel weight scales),
+    a second per-channel vector in the accumulator buffer beside the bias.
     """
 
     n: int
@@ -50,6 +52,7 @@ class Conv2dWorkload:
     pad_w: int = 0
     pool_h: int = 1
     pool_w: int = 1
+    channel_scales: bool = False
 
     def __post_init__(self) -> None:
         names = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pool_h", "pool_w")
@@ -178,7 +181,7 @@ class Conv2dSchedule:
         acc_tile = self.tile_n * self.tile_oc * self.tile_h * wl.ow
         pool_tile = self.tile_n * self.tile_oc * (self.tile_h // wl.pool_h) * wl.pw
         acc = vt * (acc_tile * (2 if residual else 1) + (pool_tile if wl.pooled else 0))
-        acc += ocb if bias else 0
+        acc += (ocb if bias else 0) + (ocb if wl.channel_scales else 0)
         kernel = self.tile_oc * self.tile_ic * kk
         # A ragged edge along oc or ic adds micro-op kernels of its own shape.
         ragged = (1 + bool(ocb % self.tile_oc)) * (1 + bool(icb % self.tile_ic))

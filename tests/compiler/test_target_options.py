@@ -8,7 +8,7 @@ import pytest
 import tensorforge
 from tensorforge.compiler.codegen.gpu import Limits
 from tensorforge.compiler.frontend.onnx_builders import mlp
-from tensorforge.compiler.graph.compile_vta import vta_options
+from tensorforge.compiler.graph.compile_vta import vta_options, weight_scales
 from tensorforge.compiler.target import KINDS, OPTIONS, Target, host
 
 VALID = [
@@ -40,7 +40,7 @@ def test_valid_targets_parse_and_round_trip(text: str) -> None:
 def test_every_kind_declares_its_options() -> None:
     assert set(KINDS) == set(OPTIONS) == {"llvm", "cuda", "opencl", "vta"}
     assert OPTIONS["llvm"] == ("mattr", "mcpu", "mtriple")
-    assert OPTIONS["vta"] == ("config", "device", "mode", "vthreads")
+    assert OPTIONS["vta"] == ("config", "device", "mode", "vthreads", "weights")
     assert set(OPTIONS["opencl"]) == {"max_threads", "max_shared"}
     assert set(OPTIONS["cuda"]) == {"arch", "max_threads", "max_shared"}
     assert str(host()) == "llvm -mcpu=native"
@@ -52,7 +52,7 @@ def test_every_kind_declares_its_options() -> None:
         (
             "vta -confg=tiny",
             "-confg=tiny: unknown option 'confg' for vta targets; options are config, device, "
-            "mode, vthreads (in 'vta -confg=tiny')",
+            "mode, vthreads, weights (in 'vta -confg=tiny')",
         ),
         (
             "vta -frobnicate=1",
@@ -117,6 +117,13 @@ def test_readers_see_the_validated_options() -> None:
     _, device, mode, vthreads = vta_options(Target.parse("vta -device=cyclesim -vthreads=1"))
     assert (device, mode, vthreads) == ("cyclesim", "mul", 1)  # pynq has the ALU's MUL
     assert vta_options(Target.parse("vta -mode=shift"))[2] == "shift"
+    assert weight_scales(Target.parse("vta"), "mul") == "per-channel"
+    assert weight_scales(Target.parse("vta"), "shift") == "per-tensor"
+    assert weight_scales(Target.parse("vta -weights=per-tensor"), "mul") == "per-tensor"
+    with pytest.raises(ValueError, match="-weights=per-channel needs -mode=mul"):
+        weight_scales(Target.parse("vta -weights=per-channel -mode=shift"), "shift")
+    with pytest.raises(ValueError, match="-weights must be one of per-channel, per-tensor"):
+        weight_scales(Target.parse("vta -weights=per-row"), "mul")
 
 
 @pytest.mark.parametrize("target", ["vta -confg=tiny", "llvm -frobnicate=1", "", " "])

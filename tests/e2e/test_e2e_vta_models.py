@@ -63,8 +63,8 @@ def test_digits_on_the_accelerator_equals_the_int8_graph(cfg, images, vthreads, 
         "tf.qconv2d+tf.qmaxpool (conv2)", "tf.qconv2d (conv3)", "tf.qdense (dense)",
     ]  # fmt: skip
     logits = _check_bit_exact(module, q, inputs)
-    if mode == "mul":  # multiply+shift requantization really reaches the ALU
-        assert any(n.attr_dict.get("multiplier", 1) != 1 for n in q.nodes if n.op == "tf.qconv2d")
+    if mode == "mul":  # per-channel multipliers (mode mul's default) really reach the ALU
+        assert all(n.attr_dict["channel_multipliers"] for n in q.nodes if n.op == "tf.qconv2d")
     if images == 450:
         float_acc = np.mean(run_graph(graph, inputs)[graph.outputs[0]].argmax(1) == labels)
         assert np.mean(logits.argmax(1) == labels) >= float_acc - 0.02

@@ -36,3 +36,26 @@ def test_every_instruction_type_on_rtl_equals_sim_and_cyclesim(rtl_simulator):
     assert np.array_equal(got["O"], want["O"])
     assert np.any(want["O"]), "the program must store something"
     assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+
+
+@pytest.mark.rtl
+def test_a_per_channel_requantized_conv_on_rtl_equals_sim_and_cyclesim(rtl_simulator):
+    # the compiler's tensor-tensor ALU MUL by per-channel multipliers (loaded like the bias)
+    from tensorforge.compiler.quantize.requant import requant_params_per_channel
+    from tensorforge.compiler.vta import conv2d
+
+    cfg = TINY.replace(alu_mul=True)
+    rng = np.random.default_rng(9)
+    x = rng.integers(-127, 128, (1, 9, 5, 5), dtype=np.int8)
+    w = rng.integers(-127, 128, (9, 9, 3, 3), dtype=np.int8)
+    b = rng.integers(-3000, 3000, 9, dtype=np.int32)
+    bounds = 127 * np.abs(w.astype(np.int64)).reshape(9, -1).sum(1) + np.abs(b)
+    p = requant_params_per_channel(rng.uniform(0.5, 2, 9) * 2**-11, cfg, acc_bounds=bounds)
+    kern = conv2d(cfg, x.shape, w, b, padding=1, requant=p, vthreads=2)
+    inputs = {"X": kern.pack(x)}
+    want, _ = run(kern.image, inputs, "sim")
+    _, timed = run(kern.image, inputs, "cyclesim", timing=matched_timing(cfg))
+    got, result = run(kern.image, inputs, "rtl", simulator=rtl_simulator)
+    assert np.array_equal(kern.unpack(got["Y"]), kern.reference(x))
+    assert np.array_equal(got["Y"], want["Y"])
+    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"

@@ -4,7 +4,9 @@ tf.qmaxpool.
 Their integer semantics are compiler.quantize's, called directly (one definition): int8 x int8
 products accumulate in wrapping ``acc_width``-bit integers, an int32 bias (at the accumulator
 scale) is added, and the requantization is the list of ALU steps stored in the node's
-attributes (``requant_ops``/``requant_imms``, from ``requant_params``), so what a node computes
+attributes (``requant_ops``/``requant_imms``, from ``requant_params``), after a multiply by one
+integer per output channel where the weights have per-channel scales (``channel_multipliers``,
+from ``requant_params_per_channel``; ``weight_scale`` is then a tuple), so what a node computes
 is exactly what the accelerator's ALU would. ``quantize_graph`` (compiler/quantize/graph.py)
 writes these nodes; the partition pass sets their ``target`` ("cpu" or "vta").
 """
@@ -36,6 +38,7 @@ _REQUANT_ATTRS = {
     "out_lo": REQUIRED,
     "out_hi": REQUIRED,
     "acc_width": 32,
+    "channel_multipliers": (),
     "out_scale": REQUIRED,
     "target": "cpu",
 }
@@ -52,6 +55,7 @@ def requant_attrs(params: RequantParams) -> dict[str, AttrValue]:
         "out_lo": params.lo,
         "out_hi": params.hi,
         "acc_width": params.acc_width,
+        "channel_multipliers": tuple(int(m) for m in params.channel_multipliers),
     }
 
 
@@ -69,6 +73,7 @@ def requant_from_attrs(attrs: dict[str, Any]) -> RequantParams:
         attrs["out_lo"],
         attrs["out_hi"],
         attrs["acc_width"],
+        tuple(int(m) for m in attrs.get("channel_multipliers", ())),
     )
 
 

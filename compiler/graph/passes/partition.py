@@ -53,7 +53,7 @@ class Region:
 def _requant_problem(node: Node, cfg: HWConfig) -> str | None:
     a = node.attr_dict
     ops = [*a["requant_ops"], a.get("lhs_op", ""), a.get("rhs_op", "")]
-    if "MUL" in ops and not cfg.alu_mul:
+    if ("MUL" in ops or a.get("channel_multipliers")) and not cfg.alu_mul:
         return f"requantization uses MUL but HWConfig {cfg.name!r} has alu_mul=False"
     if a["acc_width"] != cfg.acc_width:
         return f"acc_width {a['acc_width']} must be the config's {cfg.acc_width}"

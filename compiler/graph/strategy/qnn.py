@@ -81,7 +81,10 @@ def alu_step(x: Any, step: AluStep) -> Any:
 
 
 def requantize(acc: Any, params: RequantParams) -> Any:
-    """The requantization steps on an int32 accumulator, then its low 8 bits as int8."""
+    """The requantization steps on an int32 accumulator, then its low 8 bits as int8 (a
+    per-channel requantization's multipliers are the caller's: it knows the channel)."""
+    if params.channel_multipliers:
+        raise LoweringError("requantize: apply the per-channel multipliers first")
     for step in params.steps:
         acc = alu_step(acc, step)
     return acc.astype("int8")
@@ -140,12 +143,21 @@ def _bias(ctx: GroupContext, node: Node) -> Lazy | None:
     return ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
 
 
-def _finish(bias: Lazy | None, requant: RequantParams, tail: Tail) -> Any:
-    """``(acc, *index) -> output``: bias (wrapping), requantization, then the group's tail."""
+def _finish(ctx: GroupContext, node: Node, tail: Tail) -> Any:
+    """``(acc, *index) -> output``: bias (wrapping), the per-channel multiplier (wrapping) where
+    the weights have per-channel scales, requantization, then the group's tail."""
+    bias, requant = _bias(ctx, node), _requant(node, _attrs(node))
+    table = None
+    if requant.channel_multipliers:
+        multipliers = np.asarray(requant.channel_multipliers, dtype=np.int32)
+        table = ctx.add_constant(f"{node.name}.multipliers", multipliers)
+        requant = replace(requant, channel_multipliers=())
 
     def fn(acc: Any, *idx: Any) -> Any:
         if bias is not None:
             acc = acc + bias((idx[1],)).astype(ACC)
+        if table is not None:
+            acc = acc * table[idx[1]]
         return tail.epilogue(requantize(acc, requant), tuple(idx))
 
     return fn
@@ -158,7 +170,7 @@ def _qconv2d(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
     begin, end, strides, _, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
     weight = ctx.constant(node.inputs[1])
-    finish = _finish(_bias(ctx, node), _requant(node, attrs), tail)
+    finish = _finish(ctx, node, tail)
     if weight is None or strides[0] != strides[1]:
         return _qconv2d_direct(ctx, node, finish, begin, end, strides)
     w = np.asarray(weight)
@@ -205,7 +217,7 @@ def _qconv2d_direct(
 
 def _qdense(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """topi's dense with the int8 weights packed into panels once, int32 accumulation."""
-    finish = _finish(_bias(ctx, node), _requant(node, _attrs(node)), tail)
+    finish = _finish(ctx, node, tail)
     data = ctx.as_tensor(node.inputs[0])
     return packed_dense(ctx, data, node.inputs[1], "NK", finish)
 

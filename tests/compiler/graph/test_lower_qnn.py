@@ -20,7 +20,11 @@ from tensorforge.compiler.graph.ops.qnn import add_attrs, requant_attrs
 from tensorforge.compiler.graph.passes import optimize, partition_graph
 from tensorforge.compiler.quantize import requant_params
 from tensorforge.compiler.quantize.graph import quantize_graph
-from tensorforge.compiler.quantize.requant import AluStep, RequantParams
+from tensorforge.compiler.quantize.requant import (
+    AluStep,
+    RequantParams,
+    requant_params_per_channel,
+)
 from tensorforge.compiler.quantize.residual import AddParams, add_params
 from tensorforge.compiler.tir.stmt import LoweringError
 from tensorforge.digits import load_digits_assets
@@ -162,6 +166,15 @@ def _conv_requant(kind: str, w: np.ndarray, bias: np.ndarray | None) -> RequantP
     bound += 0 if bias is None else int(np.abs(bias.astype(np.int64)).max())
     if kind in WRAPPING:
         return WRAPPING[kind]
+    if kind == "channel_relu":  # per-channel multipliers (per-channel weight scales)
+        rows = np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(axis=1) * 127
+        bounds = rows + (0 if bias is None else np.abs(bias.astype(np.int64)))
+        ratios = np.linspace(0.3, 2.5, len(w)) * 0.00137
+        return requant_params_per_channel(ratios, MUL, acc_bounds=bounds, relu=True)
+    if kind == "channel_wraps":  # multipliers whose products wrap int32, then the low bits
+        m = tuple(30011 + 7919 * c for c in range(len(w)))
+        steps = tuple(AluStep(AluOp[op], imm) for op, imm in (("SHR", 9), ("ADD", -3)))
+        return RequantParams(steps, 1, 0, False, -127, 127, 32, m)
     mode, relu = kind.split("_")
     if mode == "shift":
         return requant_params(2.0**-9, SHIFT, relu=relu == "relu", acc_bound=bound)
@@ -184,6 +197,8 @@ CONVS = {
     "low_bits": ((1, 3, 6, 6), (5, 3, 3), (1, 1), (1, 0, 1, 0), "low_bits", False),
     "shr_past_31": ((1, 3, 5, 5), (2, 3, 3), (1, 1), (1, 1, 1, 1), "shr_past_31", True),
     "shl_31": ((1, 16, 5, 5), (16, 3, 3), (1, 1), (1, 1, 1, 1), "shl_31", True),
+    "per_channel": ((1, 6, 7, 7), (11, 3, 3), (1, 1), (1, 1, 1, 1), "channel_relu", True),
+    "per_channel_wraps": ((1, 5, 6, 5), (7, 3, 3), (2, 1), (1, 0, 1, 0), "channel_wraps", False),
 }
 
 
@@ -230,6 +245,8 @@ def _qdense_graph(n: int, w: np.ndarray, bias: np.ndarray | None, p: RequantPara
         (2, 10, 64, "left_plain", True),
         (5, 17, 29, "mul_wraps", True),
         (4, 9, 11, "low_bits", False),
+        (3, 21, 40, "channel_relu", True),
+        (2, 6, 33, "channel_wraps", True),
     ],
 )
 def test_qdense_equals_the_int8_reference(n: int, m: int, k: int, kind: str, has_bias) -> None:

@@ -66,25 +66,34 @@ def _accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(np.argmax(logits, axis=1) == labels))
 
 
+def _multiplies(q) -> bool:
+    """Whether some requantization of `q` multiplies (a MUL step or per-channel multipliers)."""
+    steps = [op for n in q.nodes for op in n.attr_dict.get("requant_ops", ())]
+    return "MUL" in steps or any(n.attr_dict.get("channel_multipliers") for n in q.nodes)
+
+
 @pytest.mark.parametrize(
-    ("mode", "alu_mul", "observer"),
+    ("mode", "alu_mul", "observer", "weights"),
     [
-        ("shift", False, AbsMaxObserver),
-        ("shift", False, PercentileObserver),
-        ("mul", True, AbsMaxObserver),
+        ("shift", False, AbsMaxObserver, None),
+        ("shift", False, PercentileObserver, None),
+        ("mul", True, AbsMaxObserver, "per-tensor"),
+        ("mul", True, AbsMaxObserver, None),
     ],
 )
 def test_digits_int8_accuracy_is_within_two_points_of_float(
-    float_graph, split, mode: str, alu_mul: bool, observer
+    float_graph, split, mode: str, alu_mul: bool, observer, weights
 ) -> None:
-    q = quantize_graph(float_graph, {"input": split["calib_images"]}, _cfg(alu_mul), mode, observer)
+    calib = {"input": split["calib_images"]}
+    q = quantize_graph(float_graph, calib, _cfg(alu_mul), mode, observer, weights=weights)
     verify_graph(q)
     assert q.inputs == float_graph.inputs and q.outputs == float_graph.outputs
     ops = [n.op for n in q.nodes]
     assert ops == ["tf.quantize", "tf.qconv2d", "tf.qconv2d", "tf.qmaxpool", "tf.qconv2d",
                    "Flatten", "tf.qdense", "tf.dequantize"]  # fmt: skip
-    steps = [op for n in q.nodes for op in n.attr_dict.get("requant_ops", ())]
-    assert ("MUL" in steps) == (mode == "mul")
+    assert _multiplies(q) == (mode == "mul")
+    per_channel = [bool(n.attr_dict.get("channel_multipliers")) for n in q.nodes]
+    assert any(per_channel) == (mode == "mul" and weights is None)  # the default in mode mul
     float_acc = _accuracy(
         run_graph(float_graph, {"input": split["images"]})["logits"], split["labels"]
     )
@@ -139,7 +148,9 @@ def test_digits_int8_logits_equal_an_independent_layer_by_layer_computation(
     float_graph, split, mode: str, alu_mul: bool
 ) -> None:
     cfg = _cfg(alu_mul)
-    q = quantize_graph(float_graph, {"input": split["calib_images"]}, cfg, mode)
+    q = quantize_graph(
+        float_graph, {"input": split["calib_images"]}, cfg, mode, weights="per-tensor"
+    )
     logits_q = _values(q, {"input": split["images"]})["logits_q"]
     want = _independent_int8_logits(split, mode, cfg)
     assert logits_q.dtype == np.int8 and np.array_equal(logits_q, want)
@@ -148,7 +159,9 @@ def test_digits_int8_logits_equal_an_independent_layer_by_layer_computation(
 def test_each_int8_node_equals_the_reference_called_on_its_inputs(float_graph, split) -> None:
     # per node: requant_params rebuilt from the node's scales, not from its stored steps
     cfg = _cfg(True)
-    q = quantize_graph(float_graph, {"input": split["calib_images"]}, cfg, "mul")
+    q = quantize_graph(
+        float_graph, {"input": split["calib_images"]}, cfg, "mul", weights="per-tensor"
+    )
     env = _values(q, {"input": split["images"]})
     checked = 0
     for node in q.nodes:
@@ -165,6 +178,40 @@ def test_each_int8_node_equals_the_reference_called_on_its_inputs(float_graph, s
         else:
             want = dense_int8(x, w, b, requant=p)
         assert np.array_equal(env[node.outputs[0]], want), node.name
+        checked += 1
+    assert checked == 4
+
+
+def test_per_channel_nodes_requantize_each_channel_by_its_own_ratio(float_graph, split) -> None:
+    # oracle: exact integer arithmetic in Python ints, acc_c * m_c / 2**shift rounded half up,
+    # each m_c the nearest integer to in_scale * weight_scale[c] / out_scale * 2**shift
+    q = quantize_graph(float_graph, {"input": split["calib_images"]}, _cfg(True))
+    env = _values(q, {"input": split["images"]})
+    checked = 0
+    for node in q.nodes:
+        if node.op not in ("tf.qconv2d", "tf.qdense"):
+            continue
+        a = node.attr_dict
+        x, w, b = (env[i] for i in node.inputs)
+        m, shift = a["channel_multipliers"], a["shift"]
+        assert len(m) == len(w) == len(a["weight_scale"])
+        ratios = [a["in_scale"] * s / a["out_scale"] for s in a["weight_scale"]]
+        for c, ratio in enumerate(ratios):  # the nearest multiplier at the common shift
+            assert abs(m[c] - ratio * 2**shift) <= 0.5 + 1e-9, (node.name, c)
+        # the common shift is as large as the accumulator allows: no product may wrap, and
+        # one more bit of shift would make the largest product overflow 2**30
+        bounds = 127 * np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(axis=1) + np.abs(b)
+        products = [int(mc) * int(bc) for mc, bc in zip(m, bounds, strict=True)]
+        assert 2**28 < max(products) <= 2**30, node.name
+        if node.op == "tf.qconv2d":
+            acc = conv2d_int8(x, w, b, stride=1, padding=1)
+        else:
+            acc = dense_int8(x, w, b)
+        scaled = acc.astype(object) * np.array(m, dtype=object).reshape(
+            (1, -1) + (1,) * (acc.ndim - 2)
+        )
+        want = np.clip((scaled + (1 << (shift - 1))) // (1 << shift), a["out_lo"], a["out_hi"])
+        assert np.array_equal(env[node.outputs[0]], want.astype(np.int8)), node.name
         checked += 1
     assert checked == 4
 
@@ -197,7 +244,13 @@ def test_bad_inputs_raise_clear_errors(float_graph, split) -> None:
     with pytest.raises(
         ValueError, match=r"node 'conv1' \(Conv\): requant mode 'mul' needs the ALU MUL.*'pynq'"
     ):
+        quantize_graph(float_graph, calib, _cfg(False), mode="mul", weights="per-tensor")
+    with pytest.raises(ValueError, match=r"node 'conv1' \(Conv\): per-channel .* ALU MUL.*'pynq'"):
         quantize_graph(float_graph, calib, _cfg(False), mode="mul")
+    with pytest.raises(ValueError, match="weights 'per-channel' needs mode 'mul'"):
+        quantize_graph(float_graph, calib, _cfg(True), mode="shift", weights="per-channel")
+    with pytest.raises(ValueError, match="weights must be one of"):
+        quantize_graph(float_graph, calib, _cfg(True), weights="per-row")
 
 
 def test_rebatching_a_graph_with_a_baked_batch_size_names_the_node() -> None:
@@ -241,8 +294,7 @@ def test_default_mode_is_the_most_accurate_the_config_runs(
     default = quantize_graph(float_graph, calib, _cfg(alu_mul))
     explicit = quantize_graph(float_graph, calib, _cfg(alu_mul), mode)
     assert [n.attrs for n in default.nodes] == [n.attrs for n in explicit.nodes]
-    steps = {op for n in default.nodes for op in n.attr_dict.get("requant_ops", ())}
-    assert ("MUL" in steps) == alu_mul
+    assert _multiplies(default) == alu_mul
     target = Target.parse("vta -config=pynq")
     assert vta_options(target, _cfg(alu_mul))[2] == mode
     assert vta_options(Target.parse("vta -mode=shift"), _cfg(alu_mul))[2] == "shift"

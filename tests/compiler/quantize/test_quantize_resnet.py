@@ -22,6 +22,7 @@ from tensorforge.compiler.graph.reference import run_node
 from tensorforge.compiler.graph.verify import verify_graph
 from tensorforge.compiler.quantize import conv2d_int8, dense_int8, requant_params
 from tensorforge.compiler.quantize.graph import quantize_graph
+from tensorforge.compiler.quantize.requant import requant_params_per_channel
 from tensorforge.compiler.quantize.residual import add_int8, add_params
 from tensorforge.hw.config import HWConfig
 
@@ -72,10 +73,15 @@ def _reference(node, env, cfg: HWConfig, mode: str) -> np.ndarray:
         attrs = {**a, "ceil_mode": 0, "auto_pad": "NOTSET"}
         return max_pool(attrs, ins[0].astype(np.float64)).astype(np.int8)
     x, w, b = ins
-    k = int(np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(axis=1).max())
-    ratio = a["in_scale"] * a["weight_scale"] / a["out_scale"]
-    p = requant_params(ratio, cfg, mode=mode, relu=a["out_lo"] == 0,
-                       acc_bound=127 * k + int(np.abs(b).max()))  # fmt: skip
+    rows = np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(axis=1)
+    if isinstance(a["weight_scale"], tuple):  # per-channel weight scales (mode mul's default)
+        ratios = a["in_scale"] * np.array(a["weight_scale"]) / a["out_scale"]
+        p = requant_params_per_channel(ratios, cfg, relu=a["out_lo"] == 0,
+                                       acc_bounds=127 * rows + np.abs(b))  # fmt: skip
+    else:
+        ratio = a["in_scale"] * a["weight_scale"] / a["out_scale"]
+        p = requant_params(ratio, cfg, mode=mode, relu=a["out_lo"] == 0,
+                           acc_bound=127 * int(rows.max()) + int(np.abs(b).max()))  # fmt: skip
     if node.op == "tf.qdense":
         return dense_int8(x, w, b, requant=p)
     top, left, bottom, right = a["pads"]

@@ -1,5 +1,6 @@
 """The fused ALU epilogue on the functional simulator equals compiler.quantize's int8 oracle:
-RequantParams emitted step by step (shift, rounding, MUL), the residual add, and their errors."""
+RequantParams emitted step by step (shift, rounding, MUL, per-channel multipliers), the residual
+add, and their errors."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorforge.compiler.quantize import conv2d_int8, dense_int8, requant_params
+from tensorforge.compiler.quantize.requant import requant_params_per_channel
 from tensorforge.compiler.quantize.residual import add_int8, add_params
 from tensorforge.compiler.vta import Conv2dWorkload, candidate_schedules, conv2d, dense
 from tensorforge.compiler.vta.tile import Alu, Store
@@ -80,6 +82,73 @@ def test_mul_requant_dense_matches_the_oracle() -> None:
     for vthreads in (1, 2):
         out, _ = dense(cfg, 6, w, b, requant=p, vthreads=vthreads).run(a)
         assert np.array_equal(out, dense_int8(a, w, b, requant=p))
+
+
+def _per_channel_oracle(acc: np.ndarray, m: tuple[int, ...], shift: int, lo: int) -> np.ndarray:
+    """clip(floor(acc_c * m_c / 2**shift + 1/2)) in Python integers (no ALU model)."""
+    scaled = acc.astype(object) * np.array(m, dtype=object).reshape((1, -1) + (1,) * (acc.ndim - 2))
+    return np.clip((scaled + (1 << (shift - 1))) // (1 << shift), lo, 127).astype(np.int8)
+
+
+def _per_channel(cfg: HWConfig, w: np.ndarray, b: np.ndarray, seed: int, relu: bool):  # type: ignore[no-untyped-def]
+    bounds = 127 * np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(1) + np.abs(b)
+    ratios = np.random.default_rng(seed).uniform(0.2, 3.0, len(w)) * 3e-4
+    return requant_params_per_channel(ratios, cfg, acc_bounds=bounds, relu=relu)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_per_channel_requant_matches_an_integer_oracle(config: str, vthreads: int) -> None:
+    cfg = HWConfig.preset(config).replace(alu_mul=True)
+    x, w, b = _conv_operands(21 + vthreads, cfg)
+    p = _per_channel(cfg, w, b, vthreads, relu=vthreads == 2)
+    kern = conv2d(cfg, x.shape, w, b, stride=2, padding=1, requant=p, vthreads=vthreads)
+    ops = _epilogue_ops(kern)
+    assert ops[1] == (AluOp.MUL, None)  # after the bias ADD: one tensor-tensor MUL
+    assert [op for op, _ in ops[2:]] == [s.op for s in p.steps]
+    out, _ = kern.run(x)
+    acc = conv2d_int8(x, w, b, stride=2, padding=1)  # the int32 accumulators, no requant
+    want = _per_channel_oracle(acc, p.channel_multipliers, p.shift, p.lo)
+    assert np.array_equal(out, want), np.count_nonzero(out != want)
+    assert np.unique(want).size > 20
+    # a channel's output follows its own ratio: the ratio spread is 15x, so the channels'
+    # output magnitudes must differ as their multipliers do
+    spread = np.abs(want.astype(float)).mean(axis=(0, 2, 3))
+    assert np.corrcoef(spread, p.channel_multipliers)[0, 1] > 0.5
+
+
+def test_per_channel_requant_dense_and_a_fused_residual_match_the_oracle() -> None:
+    cfg = HWConfig.preset("tiny")
+    rng = np.random.default_rng(4)
+    a = rng.integers(-128, 128, (6, 11), dtype=np.int8)
+    w = rng.integers(-128, 128, (9, 11), dtype=np.int8)
+    b = rng.integers(-900, 900, 9, dtype=np.int32)
+    p = _per_channel(cfg, w, b, 5, relu=False)
+    out, _ = dense(cfg, 6, w, b, requant=p).run(a)
+    want = _per_channel_oracle(dense_int8(a, w, b), p.channel_multipliers, p.shift, p.lo)
+    assert np.array_equal(out, want)
+    x, w, b = _conv_operands(31, cfg)
+    p = _per_channel(cfg, w, b, 6, relu=False)
+    add = add_params(0.61, 1.37, cfg, mode="mul", relu=True)
+    kern = conv2d(cfg, x.shape, w, b, padding=1, requant=p, residual=add, vthreads=2)
+    r = rng.integers(-127, 128, kern.output_shape, dtype=np.int8)
+    out, _ = kern.run(x, residual=r)
+    conv = _per_channel_oracle(
+        conv2d_int8(x, w, b, padding=1), p.channel_multipliers, p.shift, p.lo
+    )
+    assert np.array_equal(out, add_int8(conv, r, add))
+
+
+def test_per_channel_requant_needs_the_alu_mul_and_one_multiplier_per_channel() -> None:
+    cfg = HWConfig.preset("pynq")
+    x, w, b = _conv_operands(2, cfg)
+    p = _per_channel(cfg, w, b, 1, relu=True)
+    with pytest.raises(ValueError, match="per-channel requant multipliers need the ALU MUL"):
+        conv2d(cfg.replace(name="nomul", alu_mul=False), x.shape, w, b, padding=1, requant=p)
+    with pytest.raises(ValueError, match=r"\d+ per-channel multipliers for \d+ output channels"):
+        conv2d(cfg, x.shape, w[:-1], b[:-1], padding=1, requant=p)
+    with pytest.raises(ValueError, match="per-channel requantization needs the ALU MUL"):
+        _per_channel(cfg.replace(name="nomul", alu_mul=False), w, b, 1, relu=True)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
