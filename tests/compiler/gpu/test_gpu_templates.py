@@ -185,8 +185,11 @@ def test_batch_matmul_compiles_with_nvrtc() -> None:
     assert "blockIdx.z" in payload["source"] and ".target sm_80" in payload["ptx"]
 
 
-def _conv_model(xs, ws, group=1, pads=(1, 1, 1, 1), strides=(1, 1), dil=(1, 1), fused=True):
-    """Conv (+ bias and Relu when `fused`) with constant weights."""
+def _conv_model(xs, ws, group=1, pads=None, strides=None, dil=None, fused=True):
+    """Conv (+ bias and Relu when `fused`) with constant weights; 1-D, 2-D or 3-D by the rank
+    of `xs` (padding 1 on every side, stride and dilation 1 unless given)."""
+    rank = len(xs) - 2
+    pads, strides, dil = pads or (1,) * 2 * rank, strides or (1,) * rank, dil or (1,) * rank
     weights = RNG.standard_normal(ws).astype(np.float32)
     inits = [helper.make_tensor("w", TensorProto.FLOAT, ws, weights.ravel().tolist())]
     inputs = ["x", "w"]
@@ -237,16 +240,79 @@ def _inferred_output(model):
     return inferred.graph.output[0].type.tensor_type.shape.dim
 
 
-def test_grouped_conv_keeps_the_generic_schedule() -> None:
-    xs, ws = [1, 4, 8, 8], [4, 2, 3, 3]
-    module = _check(_conv_model(xs, ws, group=2), {"x": RNG.standard_normal(xs).astype("f4")})
-    assert "__local" not in _sources(module)
+GROUPED_1D_3D = {  # (input, weights, attributes, template, its shared-memory stages)
+    "grouped_g2": ([2, 8, 11, 13], [12, 4, 3, 3], {"group": 2}, "gpu.conv2d"),
+    "grouped_g4_stride2_asym": ([1, 16, 17, 17], [8, 4, 3, 3], {"group": 4, "strides": (2, 2),
+                                "pads": (0, 1, 1, 0)}, "gpu.conv2d"),
+    "grouped_g8_dilated": ([1, 16, 12, 12], [16, 2, 3, 3], {"group": 8, "dil": (2, 2),
+                           "pads": (2, 2, 2, 2), "fused": False}, "gpu.conv2d"),
+    "grouped_multiplier": ([1, 4, 10, 10], [8, 1, 3, 3], {"group": 4}, "gpu.conv2d"),
+    "grouped_1x1": ([1, 8, 9, 9], [12, 2, 1, 1], {"group": 4, "pads": (0, 0, 0, 0)},
+                    "gpu.conv2d_gemm"),
+    "grouped_small_output": ([2, 6, 7, 6], [9, 2, 3, 3], {"group": 3}, "gpu.conv2d_gemm"),
+    "1d": ([2, 5, 70], [7, 5, 3], {}, "gpu.conv2d"),
+    "1d_grouped_strided": ([1, 8, 150], [6, 4, 5], {"group": 2, "strides": (2,), "dil": (2,),
+                           "pads": (2, 3)}, "gpu.conv2d"),
+    "1d_short": ([2, 4, 20], [6, 4, 3], {"pads": (0, 2), "fused": False}, "gpu.conv2d_gemm"),
+    "1d_depthwise": ([1, 6, 80], [6, 1, 3], {"group": 6}, "gpu.depthwise_conv2d"),
+    "3d": ([1, 3, 6, 9, 10], [5, 3, 3, 3, 3], {}, "gpu.conv2d"),
+    "3d_dilated_odd": ([1, 2, 7, 11, 11], [4, 2, 2, 3, 3], {"dil": (2, 1, 2),
+                       "pads": (0, 1, 2, 1, 0, 2)}, "gpu.conv2d"),
+    "3d_grouped_strided": ([2, 4, 5, 9, 10], [6, 2, 3, 3, 3], {"group": 2, "strides": (1, 2, 1),
+                           "pads": (1, 0, 1, 1, 2, 0)}, "gpu.conv2d_gemm"),
+    "3d_1x1x1": ([1, 4, 3, 5, 5], [6, 4, 1, 1, 1], {"pads": (0,) * 6, "fused": False},
+                 "gpu.conv2d_gemm"),
+}  # fmt: skip
+SHARED = {  # each template's shared-memory tiles
+    "gpu.conv2d": ["pad", "weights"],
+    "gpu.conv2d_gemm": ["lhs", "col"],
+    "gpu.depthwise_conv2d": ["pad"],
+}
+
+
+def _as_2d(shape):
+    """A 1-D convolution's shape as the 2-D one of height 1 the strategy runs."""
+    return [*shape[:2], 1, *shape[2:]] if len(shape) == 3 else list(shape)
+
+
+@pytest.mark.parametrize("name", GROUPED_1D_3D)
+def test_grouped_1d_and_3d_conv_templates_on_opencl_match_onnxruntime(name: str) -> None:
+    """Grouped (not depthwise), 1-D and 3-D convolutions get the direct or implicit-GEMM
+    template (1-D ones as 2-D of height 1), bias and Relu fused, against onnxruntime."""
+    import re
+
+    xs, ws, kw, template = GROUPED_1D_3D[name]
+    model = _conv_model(xs, ws, **kw)
+    out = _as_2d([d.dim_value for d in _inferred_output(model)])[2:]
+    assert template_for(_as_2d(ws), kw.get("group", 1), out) == template
+    module = _check(model, {"x": RNG.standard_normal(xs).astype(np.float32)})
+    assert len(module.kernels) == 1
+    source = _sources(module)
+    tiles = re.findall(r"__local float (\w+)_shared\[", source)
+    assert [t if t in ("pad", "lhs", "col") else "weights" for t in tiles] == SHARED[template]
+    assert "get_group_id(2)" in source
+
+
+def test_1d_and_grouped_conv_tails_read_the_output_index() -> None:
+    """A residual Add after a 1-D and after a grouped conv (the tail indexed by NCW/NCHW
+    positions of the template's output) matches onnxruntime."""
+    for xs, ws, group in (([1, 6, 90], [6, 3, 3], 2), ([1, 8, 9, 10], [8, 2, 3, 3], 4)):
+        rank = len(xs) - 2
+        weights = RNG.standard_normal(ws).astype(np.float32)
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=group, pads=[1] * 2 * rank),
+                 helper.make_node("Add", ["c", "x"], ["y"])]  # fmt: skip
+        inits = [helper.make_tensor("w", TensorProto.FLOAT, ws, weights.ravel().tolist())]
+        model = _model(nodes, [("x", xs)], "y", xs, inits)
+        module = _check(model, {"x": RNG.standard_normal(xs).astype(np.float32)})
+        assert len(module.kernels) == 1
 
 
 def test_conv_templates_compile_with_nvrtc() -> None:
     pytest.importorskip("nvidia.cuda_nvrtc")
-    for name in ("3x3_pad", "1x1", "depthwise"):
-        xs, ws, kw, _ = CONVS[name]
+    cases = {**CONVS, **GROUPED_1D_3D}
+    for name in ("3x3_pad", "1x1", "depthwise", "grouped_g2", "grouped_1x1", "1d", "3d",
+                 "3d_grouped_strided"):  # fmt: skip
+        xs, ws, kw, _ = cases[name]
         module = tensorforge.compile(_conv_model(xs, ws, **kw), target="cuda -arch=sm_80")
         payload = json.loads(module.kernels[0].payload)
         assert "__shared__" in payload["source"] and ".target sm_80" in payload["ptx"]
