@@ -307,6 +307,16 @@ def test_1d_and_grouped_conv_tails_read_the_output_index() -> None:
         assert len(module.kernels) == 1
 
 
+def test_conv_of_more_than_three_spatial_dims_is_refused_by_name() -> None:
+    weights = helper.make_tensor("w", TensorProto.FLOAT, [2, 2, 1, 1, 1, 1], [1.0] * 4)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv4d")]
+    model = _model(nodes, [("x", [1, 2, 3, 3, 3, 3])], "y", None, [weights])
+    with pytest.raises(
+        LoweringError, match="Conv must be 1-D, 2-D or 3-D on a GPU, not 4-D .node 'conv4d'"
+    ):
+        tensorforge.compile(model, target="opencl")
+
+
 def test_conv_templates_compile_with_nvrtc() -> None:
     pytest.importorskip("nvidia.cuda_nvrtc")
     cases = {**CONVS, **GROUPED_1D_3D}
