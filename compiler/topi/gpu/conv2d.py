@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ... import te
@@ -160,26 +160,51 @@ class DirectConvConfig:
     c_tile: int = 4
 
 
+# What a default direct tile may stage in shared memory (float32): half of OpenCL's default
+# limit, so that a large kernel (a 3-D stem's 7x7x7 window) still fits every target's default.
+DIRECT_SHARED_BUDGET = 16 * 1024
+
+
 def direct_default(
-    w_shape: Sequence[int], out: Sequence[int], max_threads: int = 256, groups: int = 1
+    w_shape: Sequence[int], geo: Geometry, max_threads: int = 256
 ) -> DirectConvConfig:
     """16 (8 for narrow outputs) columns by 4 rows of threads, the channel threads that fit
-    (and that one group's output channels fill)."""
-    oc, c = int(w_shape[0]) // groups, int(w_shape[1])
+    (and that one group's output channels fill); fewer staged input channels, then rows, while
+    the tile's shared memory exceeds `DIRECT_SHARED_BUDGET`."""
+    oc, c = int(w_shape[0]) // geo.groups, int(w_shape[1])
+    out = geo.out
     tx = 16 if out[-1] > 8 else 8
     ty = min(4, out[-2])
     tk = 1
     while tk < 8 and 2 * tk <= oc and 2 * tk * ty * tx <= max_threads:
         tk *= 2
     vthread = 2 if oc >= 4 * tk else 1
-    return DirectConvConfig(tk, ty, tx, vthread, min(4, c))
+    config = DirectConvConfig(tk, ty, tx, vthread, min(4, c))
+    while direct_shared_bytes(w_shape, geo, config) > DIRECT_SHARED_BUDGET:
+        if config.c_tile > 1:
+            config = replace(config, c_tile=config.c_tile // 2)
+        elif config.ty > 1:
+            config = replace(config, ty=config.ty // 2)
+        else:
+            break  # one row of one channel: the target's limit decides (GPULimitError)
+    return config
 
 
-def direct_config_space(
-    w_shape: Sequence[int], out: Sequence[int], max_threads: int, groups: int = 1
-) -> ConfigSpace:
+def direct_shared_bytes(w_shape: Sequence[int], geo: Geometry, config: DirectConvConfig) -> int:
+    """The float32 bytes a direct tile stages in shared memory: the input window of `c_tile`
+    channels (every tap of the leading axes, `ty` rows and `tx` columns of outputs) and the
+    weights of `tk * vthread` output channels."""
+    kernel = [int(d) for d in w_shape[2:]]
+    tiles = [1] * (len(kernel) - 2) + [config.ty, config.tx]
+    spans = zip(tiles, geo.strides, kernel, geo.dil, strict=True)
+    window = math.prod((t - 1) * s + (k - 1) * d + 1 for t, s, k, d in spans)
+    weights = config.tk * config.vthread * math.prod(kernel)
+    return 4 * config.c_tile * (window + weights)
+
+
+def direct_config_space(w_shape: Sequence[int], geo: Geometry, max_threads: int) -> ConfigSpace:
     """The `gpu.conv2d` knobs; blocks over `max_threads` threads are rejected."""
-    d = direct_default(w_shape, out, max_threads, groups)
+    d = direct_default(w_shape, geo, max_threads)
     knobs = [
         Knob("tk", tuple(sorted({1, 2, 4, 8} | {d.tk}))),
         Knob("ty", tuple(sorted({1, 2, 4, 8} | {d.ty}))),
@@ -349,7 +374,7 @@ def config_space_of(template: str, wl: dict) -> ConfigSpace:
         return depthwise_config_space(geo.out, limit)
     if template == "gpu.conv2d_gemm":
         return conv2d_config_space(wl["w"], geo, limit)
-    return direct_config_space(wl["w"], geo.out, limit, geo.groups)
+    return direct_config_space(wl["w"], geo, limit)
 
 
 def default_of(template: str, w_shape: Sequence[int], geo: Geometry, limit: int) -> Any:
@@ -359,7 +384,7 @@ def default_of(template: str, w_shape: Sequence[int], geo: Geometry, limit: int)
     if template == "gpu.conv2d_gemm":
         m, n, _ = gemm_shape(w_shape, geo)
         return gpu_dense.default_config(m, n, limit)
-    return direct_default(w_shape, geo.out, limit, geo.groups)
+    return direct_default(w_shape, geo, limit)
 
 
 def config_of(template: str, values: dict) -> Any:

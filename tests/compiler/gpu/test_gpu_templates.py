@@ -260,6 +260,8 @@ GROUPED_1D_3D = {  # (input, weights, attributes, template, its shared-memory st
                        "pads": (0, 1, 2, 1, 0, 2)}, "gpu.conv2d"),
     "3d_grouped_strided": ([2, 4, 5, 9, 10], [6, 2, 3, 3, 3], {"group": 2, "strides": (1, 2, 1),
                            "pads": (1, 0, 1, 1, 2, 0)}, "gpu.conv2d_gemm"),
+    "3d_stem_7x7x7": ([1, 3, 6, 20, 20], [4, 3, 7, 7, 7], {"strides": (2, 2, 2), "pads": (3,) * 6},
+                      "gpu.conv2d"),  # the default tile shrinks to fit shared memory
     "3d_1x1x1": ([1, 4, 3, 5, 5], [6, 4, 1, 1, 1], {"pads": (0,) * 6, "fused": False},
                  "gpu.conv2d_gemm"),
 }  # fmt: skip
