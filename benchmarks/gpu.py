@@ -46,6 +46,13 @@ of a Xeon with AVX-512, shared with other jobs, PoCL 3.1, no GPU) has no CUDA de
     tensorforge dense 16x16 vt2 k8   opencl  18.086     14.8    0.04x  8.9e-07
     numpy @ (scipy-openblas 0.3.31)  cpu      0.793    338.3    1.00x  0.0e+00
     ResNet-18 1x3x64x64: tf device 78.00 ms, tf wall 78.36 ms, onnxruntime (CPU) 1.77 ms
+
+`--parts grouped --repeat 40` there, 2026-11-25, three runs under a load of about 3 (PoCL on
+the CPU, not GPU figures; generic / template ms, device-side):
+
+    104x28x28 g13 s1   5.2-9.5 / 4.4-7.8   1.02-1.37x   (onnxruntime on the CPU 0.37 ms)
+    208x14x14 g26 s1   3.2-3.7 / 2.3-2.6   1.39-1.43x   (0.12-0.24 ms)
+    208x28x28 g26 s2   2.6-3.0 / 2.5-3.0   0.98-1.02x   (0.16-0.38 ms)
 """
 
 from __future__ import annotations
@@ -592,7 +599,8 @@ def _generic_grouped_conv(x: Any, w: Any, groups: int, stride: int) -> Any:
 
 def bench_grouped(dev: Any, target: str, repeat: int) -> list[dict]:
     """Each RegNetY layer by the generic schedule and by the GPU conv template (its default
-    config), device-side medians, against onnxruntime on the CPU (time and values)."""
+    config), device-side medians of runs alternated between the two, against onnxruntime on
+    the CPU (time and values)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
@@ -625,12 +633,18 @@ def bench_grouped(dev: Any, target: str, repeat: int) -> list[dict]:
         config = gpu_conv.default_of(template, wv.shape, geo, limit)
         builds = {"generic": _generic_grouped_conv(x, w, groups, stride),
                   template: gpu_conv.conv2d(template, x, w, geo, config)}  # fmt: skip
+        runs = {}
         for name, (out, s) in builds.items():
             f = build_gpu(s, [x, w, out], target, name="grouped_conv")
-            run = DeviceRun(f, [xv, wv, np.zeros(want.shape, np.float32)])
-            run.run()  # first launch: the OpenCL/PTX JIT, outside the timing
-            got = run.read(2, np.empty(want.shape, np.float32))
-            row[name] = {"ms": median_ms(run.run, repeat), "err": rel_err(got, want)}
+            runs[name] = DeviceRun(f, [xv, wv, np.zeros(want.shape, np.float32)])
+            runs[name].run()  # first launch: the OpenCL/PTX JIT, outside the timing
+            got = runs[name].read(2, np.empty(want.shape, np.float32))
+            row[name] = {"err": rel_err(got, want), "times": []}
+        for _ in range(repeat):  # alternated: a shared machine's load drifts alike for both
+            for name, run in runs.items():
+                row[name]["times"].append(median_ms(run.run, 1, warmup=1))
+        for name in runs:
+            row[name]["ms"] = float(np.median(row[name].pop("times")))
         row["template"], row["config"] = template, config
         rows.append(row)
     return rows
