@@ -256,6 +256,7 @@ GROUPED_1D_3D = {  # (input, weights, attributes, template, its shared-memory st
     "1d_short": ([2, 4, 20], [6, 4, 3], {"pads": (0, 2), "fused": False}, "gpu.conv2d_gemm"),
     "1d_depthwise": ([1, 6, 80], [6, 1, 3], {"group": 6}, "gpu.depthwise_conv2d"),
     "3d": ([1, 3, 6, 9, 10], [5, 3, 3, 3, 3], {}, "gpu.conv2d"),
+    "3d_grouped_batch2": ([2, 4, 3, 9, 10], [6, 2, 3, 3, 3], {"group": 2}, "gpu.conv2d"),
     "3d_dilated_odd": ([1, 2, 7, 11, 11], [4, 2, 2, 3, 3], {"dil": (2, 1, 2),
                        "pads": (0, 1, 2, 1, 0, 2)}, "gpu.conv2d"),
     "3d_grouped_strided": ([2, 4, 5, 9, 10], [6, 2, 3, 3, 3], {"group": 2, "strides": (1, 2, 1),
