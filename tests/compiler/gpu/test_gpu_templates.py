@@ -9,6 +9,8 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import tensorforge
@@ -337,3 +339,50 @@ def test_conv_tiles_over_the_shared_memory_limit_are_rejected() -> None:
     model = _conv_model(xs, ws, group=2, pads=(15, 15, 15, 15))
     with pytest.raises(GPULimitError, match="shared"):
         tensorforge.compile(model, target="opencl -max_shared=2048")
+
+
+@st.composite
+def _conv_cases(draw):
+    """A random small 2-D or 3-D (grouped) convolution: input and weight shapes, pads before
+    and after, strides, dilations, output size."""
+    rank, groups = draw(st.sampled_from((2, 3))), draw(st.integers(1, 3))
+    cg, per = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    sizes = [draw(st.integers(1, 4 if i < rank - 2 else 9)) for i in range(rank)]
+    kernel = [draw(st.integers(1, 3)) for _ in range(rank)]
+    strides, dil = ([draw(st.integers(1, 2)) for _ in range(rank)] for _ in range(2))
+    before, after = ([draw(st.integers(0, 2)) for _ in range(rank)] for _ in range(2))
+    spans = zip(sizes, before, after, kernel, dil, strides, strict=True)
+    out = [(n + b + a - d * (k - 1) - 1) // s + 1 for n, b, a, k, d, s in spans]
+    assume(min(out) >= 1)
+    x, w = [draw(st.integers(1, 2)), groups * cg, *sizes], [groups * per, cg, *kernel]
+    return x, w, before, after, strides, dil, out, groups
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=_conv_cases(), template=st.sampled_from(("gpu.conv2d", "gpu.conv2d_gemm")),
+       seed=st.integers(0, 2**16))  # fmt: skip
+def test_any_config_of_the_grouped_and_3d_conv_templates_matches_onnxruntime(
+    case, template, seed
+) -> None:
+    """Every valid point of the direct and implicit-GEMM spaces, for grouped 2-D and 3-D
+    convolutions of odd sizes, strides, dilations and asymmetric padding, on OpenCL against
+    onnxruntime."""
+    from tensorforge.compiler.build import build_gpu
+    from tensorforge.compiler.topi.gpu.conv2d import config_space_of, conv_program
+
+    xs, ws, before, after, strides, dil, out, groups = case
+    wl = {"x": xs, "w": ws, "out": out, "pads": before, "strides": strides, "dil": dil,
+          "dtype": "float32", "max_threads": 256}  # fmt: skip
+    if groups > 1:
+        wl["groups"] = groups
+    space = config_space_of(template, wl)
+    (index,) = space.sample(np.random.default_rng(seed))
+    args, s = conv_program(template, wl, space.get(index).values)
+    xv, wv = RNG.standard_normal(xs).astype("f4"), RNG.standard_normal(ws).astype("f4")
+    got = np.zeros([int(d) for d in args[2].shape], np.float32)
+    build_gpu(s, args, "opencl", name="conv")(xv, wv, got)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=groups, pads=[*before, *after],
+                            strides=strides, dilations=dil)  # fmt: skip
+    model = _model([node], [("x", xs), ("w", ws)], "y", None)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": xv, "w": wv})
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
