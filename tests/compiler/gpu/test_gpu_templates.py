@@ -1,6 +1,7 @@
 """The GPU operator templates beyond dense (`compiler.topi.gpu`): row reductions with one thread
-block per row. Run on OpenCL (PoCL on this CPU) against onnxruntime; their CUDA source compiled
-by NVRTC (skipped without the wheel)."""
+block per row, batched MatMul, and convolutions (direct, implicit GEMM, depthwise; grouped, 1-D
+and 3-D ones too). Run on OpenCL (PoCL on this CPU) against onnxruntime; their CUDA source
+compiled by NVRTC (skipped without the wheel)."""
 
 from __future__ import annotations
 
