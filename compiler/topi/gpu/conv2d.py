@@ -51,16 +51,6 @@ class Geometry:
     groups: int = 1
 
 
-def _unravel(flat: Any, sizes: Sequence[int]) -> list[Any]:
-    """The row-major index of position `flat` in an array of `sizes`."""
-    idx = []
-    for i, d in enumerate(sizes):
-        inner = math.prod(sizes[i + 1 :])
-        q = flat // inner if inner > 1 else flat
-        idx.append(q % d if i > 0 else q)
-    return idx
-
-
 def _window_read(
     x: Tensor, geo: Geometry, kernel: Sequence[int]
 ) -> Callable[[Any, Any, Sequence[Any], Sequence[Any]], Any]:
@@ -104,11 +94,11 @@ def conv2d_gemm(
         return i if g == 1 else (q % g) * size + i
 
     def flhs(q: Any, i: Any, k: Any) -> Any:
-        return w[(channel(q, i, per), *_unravel(k, taps))]
+        return w[(channel(q, i, per), *te.unravel(k, taps))]
 
     def fcol(q: Any, k: Any, p: Any) -> Any:
-        c, *tap = _unravel(k, taps)
-        return read(image(q), channel(q, c, cg), _unravel(p, geo.out), tap)
+        c, *tap = te.unravel(k, taps)
+        return read(image(q), channel(q, c, cg), te.unravel(p, geo.out), tap)
 
     lhs = te.compute((nb * g, per, math.prod(taps)), flhs, name="lhs")
     col = te.compute((nb * g, math.prod(taps), math.prod(geo.out)), fcol, name="col")
@@ -116,7 +106,7 @@ def conv2d_gemm(
     if epilogue is not None:
 
         def epi(v: Any, q: Any, i: Any, p: Any) -> Any:
-            return epilogue(v, image(q), channel(q, i, per), *_unravel(p, geo.out))
+            return epilogue(v, image(q), channel(q, i, per), *te.unravel(p, geo.out))
 
     acc, out = gpu_dense.batch_dense(lhs, col, epi)
     return acc, out, [lhs, col]
