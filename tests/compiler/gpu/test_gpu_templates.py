@@ -326,8 +326,8 @@ def test_conv_of_more_than_three_spatial_dims_is_refused_by_name() -> None:
 def test_conv_templates_compile_with_nvrtc() -> None:
     pytest.importorskip("nvidia.cuda_nvrtc")
     cases = {**CONVS, **GROUPED_1D_3D}
-    for name in ("3x3_pad", "1x1", "depthwise", "grouped_g2", "grouped_1x1", "1d", "3d",
-                 "3d_grouped_strided"):  # fmt: skip
+    for name in ("3x3_pad", "1x1", "depthwise", "grouped_g2", "grouped_1x1", "1d", "1d_short",
+                 "1d_depthwise", "3d", "3d_grouped_batch2", "3d_grouped_strided"):  # fmt: skip
         xs, ws, kw, _ = cases[name]
         module = tensorforge.compile(_conv_model(xs, ws, **kw), target="cuda -arch=sm_80")
         payload = json.loads(module.kernels[0].payload)
