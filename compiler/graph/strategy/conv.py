@@ -91,21 +91,8 @@ def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     from ...target import Target
     from ...topi.gpu import conv2d as gpu_conv
 
-    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
-    out_shape = ctx.type_of(node.outputs[0]).shape
-    attrs = full_attrs(node)
-    if len(x_ty.shape) not in (3, 4, 5):
-        raise LoweringError(f"{node.op} must be 1-D, 2-D or 3-D on a GPU, not "
-                            f"{len(x_ty.shape) - 2}-D (node {node.name!r})")  # fmt: skip
-    begin, _, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
-    spans = [list(begin), list(strides), list(dil), list(out_shape[2:])]
-    one_d = len(x_ty.shape) == 3
-    if one_d:  # a row of height 1: padding 0, stride and dilation 1 along it
-        spans = [[first, *span] for first, span in zip((0, 1, 1, 1), spans, strict=True)]
-    x_shape, w_shape = (_as_2d(s) if one_d else tuple(int(d) for d in s)
-                        for s in (x_ty.shape, w_ty.shape))  # fmt: skip
-    geo = gpu_conv.Geometry(*(tuple(int(v) for v in span) for span in spans),
-                            groups=int(attrs["group"]))  # fmt: skip
+    geo, x_shape, w_shape = _gpu_geometry(ctx, node)
+    one_d = len(ctx.type_of(node.inputs[0]).shape) == 3
     if one_d:  # the parameters keep their own shape (a residual reads it so); views inlined
         ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
     x, w = ctx.as_tensor(node.inputs[0], x_shape), ctx.as_tensor(node.inputs[1], w_shape)
@@ -117,12 +104,8 @@ def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
 
     template = gpu_conv.template_for(w_shape, geo.groups, geo.out)
     limit = Limits.of(Target.parse(ctx.target)).max_threads
-    wl = {"x": list(x_shape), "w": list(w_shape), "out": list(geo.out), "pads": list(geo.pads),
-          "strides": list(geo.strides), "dil": list(geo.dil), "dtype": x.dtype,
-          "max_threads": limit}  # fmt: skip
-    if geo.groups > 1 and template != "gpu.depthwise_conv2d":  # depthwise: implied
-        wl["groups"] = geo.groups
-    tuned = autotune_query(template, wl)
+    tuned = autotune_query(template, gpu_conv.workload_of(template, x_shape, w_shape, geo,
+                                                          x.dtype, limit))  # fmt: skip
     config = (gpu_conv.config_of(template, tuned) if tuned
               else gpu_conv.default_of(template, w_shape, geo, limit))  # fmt: skip
     epi = epilogue if bias is not None or tail.nodes else None
@@ -130,9 +113,24 @@ def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return s, [out]
 
 
-def _as_2d(shape: Any) -> tuple[int, ...]:
-    """A 1-D convolution's `[n, c, w]` (or weights' `[k, c, s]`) as `[n, c, 1, w]`."""
-    return (int(shape[0]), int(shape[1]), 1, int(shape[2]))
+def _gpu_geometry(ctx: GroupContext, node: Node) -> tuple[Any, tuple, tuple]:
+    """(geometry, input shape, weight shape) of a GPU convolution, a 1-D one's as 2-D of height
+    1 (padding 0, stride and dilation 1 along it); LoweringError past 3 spatial dims."""
+    from ...topi.gpu.conv2d import Geometry
+
+    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
+    attrs = full_attrs(node)
+    if len(x_ty.shape) not in (3, 4, 5):
+        raise LoweringError(f"{node.op} must be 1-D, 2-D or 3-D on a GPU, not "
+                            f"{len(x_ty.shape) - 2}-D (node {node.name!r})")  # fmt: skip
+    begin, _, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
+    spans = [begin, strides, dil, ctx.type_of(node.outputs[0]).shape[2:]]
+    shapes = [tuple(int(d) for d in t.shape) for t in (x_ty, w_ty)]
+    if len(x_ty.shape) == 3:
+        spans = [[first, *span] for first, span in zip((0, 1, 1, 1), spans, strict=True)]
+        shapes = [(*shape[:2], 1, shape[2]) for shape in shapes]
+    geo = Geometry(*(tuple(int(v) for v in span) for span in spans), groups=int(attrs["group"]))
+    return geo, shapes[0], shapes[1]
 
 
 def _pointwise(x_ty: Any, w_ty: Any, pad: int | tuple[int, ...], stride: int) -> bool:

@@ -340,6 +340,20 @@ def geometry_of(wl: dict) -> Geometry:
     return Geometry(*spans, groups=int(wl.get("groups", 1)))
 
 
+def workload_of(
+    template: str, x_shape: Sequence[int], w_shape: Sequence[int], geo: Geometry, dtype: str,
+    max_threads: int,
+) -> dict:  # fmt: skip
+    """The tuning workload of a convolution by `template` (`geometry_of` reads it back):
+    `groups` only when above 1 and not depthwise (where it is implied)."""
+    wl = {"x": [int(d) for d in x_shape], "w": [int(d) for d in w_shape], "out": list(geo.out),
+          "pads": list(geo.pads), "strides": list(geo.strides), "dil": list(geo.dil),
+          "dtype": dtype, "max_threads": int(max_threads)}  # fmt: skip
+    if geo.groups > 1 and template != "gpu.depthwise_conv2d":
+        wl["groups"] = geo.groups
+    return wl
+
+
 TEMPLATES = ("gpu.conv2d", "gpu.conv2d_gemm", "gpu.depthwise_conv2d")
 
 
