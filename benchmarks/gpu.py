@@ -18,6 +18,11 @@ One run, peers side by side, medians of repeated runs, the machine and the devic
   the wall time of `module.run` (input and output copies included); onnxruntime on the CPU;
   torch (on the GPU when it has CUDA, else the CPU) with the model converted from the same
   ONNX by onnx2torch when that is installed (else skipped, said in a note).
+* Grouped convolution (`--parts grouped`): RegNetY-400MF's 3x3 grouped layers (group width 8,
+  batch 1, at a 224x224 input) by the generic schedule (`schedule_auto` of the one-reduction
+  compute, what grouped convolutions got before their template) and by the GPU conv template
+  the strategy picks (its default config), timed device-side like the GEMM; onnxruntime on the
+  CPU as a reference row and the oracle of both.
 
 Each table is followed by its goal from the GPU back-end issue (fp32 SIMT GEMM >= 0.7x cuBLAS,
 fp16 WMMA GEMM >= 0.5x cuBLAS, tuned ResNet-18 <= 1.25x torch), with "pending a GPU" where the
@@ -27,7 +32,8 @@ OpenCL kernels: a correctness and plumbing check, not a GPU figure; the script s
 Usage:
     python benchmarks/gpu.py [--device auto|cuda|opencl] [--quick] [--gemm-size N]
                              [--gemm-configs default,16x16x4x8] [--resnet-size S] [--batch 1,32]
-                             [--repeat 20] [--parts gemm,fp16,resnet] [--tuning-log LOG] [--json]
+                             [--repeat 20] [--parts gemm,fp16,resnet,grouped] [--tuning-log LOG]
+                             [--json]
 
 `--quick`: GEMM 256^3 (1024^3 on CUDA), ResNet-18 at 32x32 (112x112 on CUDA), 5 repeats.
 `--gemm-configs default,16x16x4x8` times more dense configs side by side (a config the target
@@ -40,12 +46,20 @@ of a Xeon with AVX-512, shared with other jobs, PoCL 3.1, no GPU) has no CUDA de
     tensorforge dense 16x16 vt2 k8   opencl  18.086     14.8    0.04x  8.9e-07
     numpy @ (scipy-openblas 0.3.31)  cpu      0.793    338.3    1.00x  0.0e+00
     ResNet-18 1x3x64x64: tf device 78.00 ms, tf wall 78.36 ms, onnxruntime (CPU) 1.77 ms
+
+`--parts grouped --repeat 40` there, 2026-11-25, three runs under a load of about 3 (PoCL on
+the CPU, not GPU figures; generic / template ms, device-side):
+
+    104x28x28 g13 s1   5.2-9.5 / 4.4-7.8   1.02-1.37x   (onnxruntime on the CPU 0.37 ms)
+    208x14x14 g26 s1   3.2-3.7 / 2.3-2.6   1.39-1.43x   (0.12-0.24 ms)
+    208x28x28 g26 s2   2.6-3.0 / 2.5-3.0   0.98-1.02x   (0.16-0.38 ms)
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import importlib
 import json
 import os
@@ -62,7 +76,7 @@ GOALS = {  # the GPU back-end issue's acceptance figures
     "gemm_fp16": ("fp16 WMMA GEMM vs cuBLAS", ">=", 0.5),
     "resnet18": ("tuned ResNet-18 time vs torch", "<=", 1.25),
 }
-PARTS = ("gemm", "fp16", "resnet")
+PARTS = ("gemm", "fp16", "resnet", "grouped")
 
 
 # ---- device and versions ---------------------------------------------------------------------
@@ -553,6 +567,103 @@ def print_resnet(rows: list[dict], dev: Any, repeat: int) -> None:
     print(goal_line("resnet18", ratio, dev, note))
 
 
+# ---- grouped convolution ---------------------------------------------------------------------
+
+# RegNetY-400MF's 3x3 grouped convolutions (group width 8) at a 224x224 input: (channels, H=W,
+# stride); batch 1, padding 1
+REGNET_LAYERS = ((104, 28, 1), (208, 14, 1), (208, 28, 2))
+
+
+def _generic_grouped_conv(x: Any, w: Any, groups: int, stride: int) -> Any:
+    """The convolution as one reduction over NCHW, the compute the graph strategy lowered a
+    grouped conv to before its GPU template (`strategy.nn.direct_conv_taps`), padding read as a
+    guarded, clamped load; `schedule_auto`'s schedule (what such a group got)."""
+    from tensorforge.compiler import te
+    from tensorforge.compiler.graph.strategy.nn import direct_conv_taps
+    from tensorforge.compiler.topi.gpu import GPUScheduleConfig, schedule_auto
+
+    (nb, _, h, wd), (k, _, r, _) = x.shape, w.shape
+    axes, taps = direct_conv_taps(w.shape, groups, (1, 1), (stride, stride), (1, 1))
+    oh = (int(h) + 2 - int(r)) // stride + 1
+    ow = (int(wd) + 2 - int(r)) // stride + 1
+
+    def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
+        c, iy, ix, ci, ry, rx = taps(kk, y, xx)
+        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < wd)
+        clamped = x[n, c, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), wd - 1)]
+        return te.sum(te.select(inside, clamped, te.const(0, x.dtype)) * w[kk, ci, ry, rx], axes)
+
+    out = te.compute((nb, k, oh, ow), body, name="conv")
+    return out, schedule_auto([out], GPUScheduleConfig(threads=256))
+
+
+def bench_grouped(dev: Any, target: str, repeat: int) -> list[dict]:
+    """Each RegNetY layer by the generic schedule and by the GPU conv template (its default
+    config), device-side medians of runs alternated between the two, against onnxruntime on
+    the CPU (time and values)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from tensorforge.compiler import te
+    from tensorforge.compiler.build import build_gpu
+    from tensorforge.compiler.codegen.gpu import Limits
+    from tensorforge.compiler.target import Target
+    from tensorforge.compiler.topi.gpu import conv2d as gpu_conv
+
+    rng, rows = np.random.default_rng(0), []
+    limit = Limits.of(Target.parse(target)).max_threads
+    for ch, size, stride in REGNET_LAYERS:
+        groups, out_hw = ch // 8, (size - 1) // stride + 1
+        xv = rng.standard_normal((1, ch, size, size), dtype=np.float32)
+        wv = rng.standard_normal((ch, 8, 3, 3), dtype=np.float32)
+        node = helper.make_node("Conv", ["x", "w"], ["y"], group=groups, pads=[1] * 4,
+                                strides=[stride] * 2)  # fmt: skip
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+            n, TensorProto.FLOAT, v.shape) for n, v in (("x", xv), ("w", wv))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        ort_run = functools.partial(sess.run, None, {"x": xv, "w": wv})
+        (want,) = ort_run()
+        row = {"layer": f"{ch}x{size}x{size} g{groups} s{stride}", "groups": groups,
+               "ort_ms": median_ms(ort_run, repeat)}  # fmt: skip
+        x, w = te.placeholder(xv.shape, name="x"), te.placeholder(wv.shape, name="w")
+        geo = gpu_conv.Geometry((1, 1), (stride, stride), (1, 1), (out_hw, out_hw), groups)
+        template = gpu_conv.template_for(wv.shape, groups, geo.out)
+        config = gpu_conv.default_of(template, wv.shape, geo, limit)
+        builds = {"generic": _generic_grouped_conv(x, w, groups, stride),
+                  template: gpu_conv.conv2d(template, x, w, geo, config)}  # fmt: skip
+        runs = {}
+        for name, (out, s) in builds.items():
+            f = build_gpu(s, [x, w, out], target, name="grouped_conv")
+            runs[name] = DeviceRun(f, [xv, wv, np.zeros(want.shape, np.float32)])
+            runs[name].run()  # first launch: the OpenCL/PTX JIT, outside the timing
+            got = runs[name].read(2, np.empty(want.shape, np.float32))
+            row[name] = {"err": rel_err(got, want), "times": []}
+        for _ in range(repeat):  # alternated: a shared machine's load drifts alike for both
+            for name, run in runs.items():
+                row[name]["times"].append(median_ms(run.run, 1, warmup=1))
+        for name in runs:
+            row[name]["ms"] = float(np.median(row[name].pop("times")))
+        row["template"], row["config"] = template, config
+        rows.append(row)
+    return rows
+
+
+def print_grouped(rows: list[dict], dev: Any, repeat: int) -> None:
+    print(f"\nGrouped conv 3x3 float32 (RegNetY-400MF layers, group width 8, batch 1), median ms "
+          f"of {repeat} device-side runs on {dev.kind}; 'generic' = schedule_auto (the path "
+          "before the template)")  # fmt: skip
+    head = (f"{'layer':>20} | {'generic':>9} {'template':>9} {'speedup':>8} | {'ORT cpu':>8} | "
+            f"{'rel err':>8} | template (default config)")  # fmt: skip
+    print(head + "\n" + "-" * len(head))
+    for r in rows:
+        g, t = r["generic"], r[r["template"]]
+        err = max(g["err"], t["err"])
+        print(f"{r['layer']:>20} | {g['ms']:>9.3f} {t['ms']:>9.3f} {g['ms'] / t['ms']:>7.2f}x | "
+              f"{r['ort_ms']:>8.3f} | {err:>8.1e} | {r['template']} {r['config']}")  # fmt: skip
+
+
 # ---- driver ----------------------------------------------------------------------------------
 
 
@@ -569,7 +680,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resnet-size", type=int, help="input H=W (224 CUDA, 64 OpenCL)")
     parser.add_argument("--batch", default="1", help="ResNet-18 batch sizes, e.g. 1,32")
     parser.add_argument("--repeat", type=int, help="timed runs per figure (20; 5 with --quick)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="which of gemm,fp16,resnet")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help="which of gemm,fp16,resnet,grouped"
+    )
     parser.add_argument("--tuning-log", help="a `tensorforge tune` log for the ResNet-18 compile")
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = parser.parse_args(argv)
@@ -605,6 +718,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
         results["resnet18"] = rows
         print_resnet(rows, dev, repeat)
+    if "grouped" in parts:
+        results["grouped_conv"] = bench_grouped(dev, target, repeat)
+        print_grouped(results["grouped_conv"], dev, repeat)
     if env["cpu_opencl"]:
         print("\n(OpenCL ran on PoCL, i.e. on this CPU: no figure above is a GPU figure)")
     print(f"\n(total {time.time() - start:.0f} s)")
@@ -612,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("gemm_fp32", "gemm_fp16"):  # every figure carries the machine it ran on
             for row in results.get(key, {}).get("rows", []):
                 row["machine"] = env
-        for row in results.get("resnet18", []):
+        for row in (*results.get("resnet18", []), *results.get("grouped_conv", [])):
             row["machine"] = env
         print(json.dumps(results, indent=1, default=str))
     return 0

@@ -282,4 +282,9 @@ class Task:
                     f" s{w['stride_h']}{' +res' if w.get('residual') else ''}")  # fmt: skip
         if "m" in w:
             return f"{self.template} {w['m']}x{w['k']} n{w['n']}"
+        if "x" in w and "w" in w:  # the GPU convolutions, e.g. gpu.conv2d 8x14x14 k16 3x3 s1x1 g2
+            dims = lambda v: "x".join(str(d) for d in v)  # noqa: E731
+            groups = f" g{w['groups']}" if "groups" in w else ""
+            return (f"{self.template} {dims(w['x'][1:])} k{w['w'][0]} {dims(w['w'][2:])} "
+                    f"s{dims(w['strides'])}{groups}")  # fmt: skip
         return self.key

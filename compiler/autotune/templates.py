@@ -517,7 +517,7 @@ register(Template(
 ))  # fmt: skip
 
 
-# ---- GPU convolutions: implicit GEMM and depthwise (CUDA and OpenCL) -----------------------------
+# ---- GPU convolutions: direct, implicit GEMM, depthwise; grouped, 2-D and 3-D (CUDA, OpenCL) ----
 
 
 def _gpu_conv_space(template: str) -> Any:
@@ -541,23 +541,23 @@ def _gpu_conv_lower(template: str) -> Any:
 
 
 def _conv_reference(x: np.ndarray, w: np.ndarray, wl: dict) -> np.ndarray:
-    """numpy's NCHW convolution of a `gpu.conv2d` workload (grouped when depthwise)."""
-    (py, px), (sy, sx), (dy, dx), (oh, ow) = (wl[k] for k in ("pads", "strides", "dil", "out"))
-    r, s = w.shape[2:]
-    h = max(x.shape[2] + py, (oh - 1) * sy + (r - 1) * dy + 1)
-    wd = max(x.shape[3] + px, (ow - 1) * sx + (s - 1) * dx + 1)
-    padded = np.zeros((*x.shape[:2], h, wd), x.dtype)
-    padded[:, :, py : py + x.shape[2], px : px + x.shape[3]] = x
-    out = np.zeros((x.shape[0], w.shape[0], oh, ow), x.dtype)
-    for ry in range(r):
-        for rx in range(s):
-            win = padded[:, :, ry * dy : ry * dy + (oh - 1) * sy + 1 : sy,
-                         rx * dx : rx * dx + (ow - 1) * sx + 1 : sx]  # fmt: skip
-            if w.shape[1] == 1 and x.shape[1] > 1:  # depthwise
-                out += win * w[:, 0, ry, rx][None, :, None, None]
-            else:
-                out += np.einsum("nchw,kc->nkhw", win, w[:, :, ry, rx])
-    return out
+    """numpy's N-D convolution of a `gpu.conv2d` workload (grouped by the channel ratio:
+    depthwise has one input channel per filter)."""
+    pads, strides, dil, out = (wl[k] for k in ("pads", "strides", "dil", "out"))
+    kernel, groups, inner = w.shape[2:], x.shape[1] // w.shape[1], x.shape[2:]
+    spans = list(zip(inner, pads, strides, dil, out, kernel, strict=True))
+    padded = np.zeros((*x.shape[:2], *(max(n + p, (o - 1) * s + (k - 1) * d + 1)
+                                       for n, p, s, d, o, k in spans)), x.dtype)  # fmt: skip
+    padded[(..., *(slice(p, p + n) for n, p, *_ in spans))] = x
+    wg = w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
+    res = np.zeros((x.shape[0], groups, w.shape[0] // groups, *out), x.dtype)
+    for tap in np.ndindex(*kernel):
+        where = zip(tap, spans, strict=True)
+        win = padded[(..., *(slice(t * d, t * d + (o - 1) * s + 1, s)
+                             for t, (_, _, s, d, o, _) in where))]  # fmt: skip
+        win = win.reshape(x.shape[0], groups, w.shape[1], -1)
+        res += np.einsum("ngcp,gkc->ngkp", win, wg[(..., *tap)]).reshape(res.shape)
+    return res.reshape(x.shape[0], w.shape[0], *out)
 
 
 def _gpu_conv_build(template: str) -> Any:
@@ -582,15 +582,28 @@ def _gpu_conv_build(template: str) -> Any:
 
 def _gpu_conv_check(template: str) -> Any:
     def check(wl: dict) -> None:
-        check_fields(template, wl, {"x": "size4", "w": "size4", "out": "size2", "pads": "pad2",
-                                    "strides": "size2", "dil": "size2", "dtype": "dtype",
-                                    "max_threads": "size"})  # fmt: skip
-        x, w, out = wl["x"], wl["w"], wl["out"]
+        x = wl.get("x")
+        dims = len(x) - 2 if isinstance(x, list) and len(x) in (4, 5) else 2
+        if template == "gpu.depthwise_conv2d":
+            dims = 2
+        n = str(dims)
+        fields = {"x": "size" + str(dims + 2), "w": "size" + str(dims + 2), "out": "size" + n,
+                  "pads": "pad" + n, "strides": "size" + n, "dil": "size" + n, "dtype": "dtype",
+                  "max_threads": "size"}  # fmt: skip
+        if template != "gpu.depthwise_conv2d":
+            fields["groups"] = "size?"
+        check_fields(template, wl, fields)
+        x, w, out, groups = wl["x"], wl["w"], wl["out"], wl.get("groups", 1)
         if template == "gpu.depthwise_conv2d" and (w[1] != 1 or w[0] != x[1]):
             raise TaskError(f"{template} workload: weights {w} must be [channels, 1, r, s] for "
                             f"an input of {x[1]} channels")  # fmt: skip
-        if template != "gpu.depthwise_conv2d" and w[1] != x[1]:
-            raise TaskError(f"{template} workload: weights {w} must have {x[1]} input channels")
+        if template != "gpu.depthwise_conv2d" and w[1] * groups != x[1]:
+            over = f" over {groups} groups" if groups > 1 else ""
+            raise TaskError(f"{template} workload: weights {w} must have {x[1]} input "
+                            f"channels{over}")  # fmt: skip
+        if w[0] % groups:
+            raise TaskError(f"{template} workload: weights {w} must have a multiple of "
+                            f"{groups} groups as output channels")  # fmt: skip
         check_elements(template, {"input": tuple(x), "weight": tuple(w),
                                   "output": (x[0], w[0], *out)})  # fmt: skip
 

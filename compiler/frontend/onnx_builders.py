@@ -220,6 +220,27 @@ def mbconv_block(size: int = 14, c: int = 40, k: int = 3, squeeze: int = 10) -> 
     return b.model([b.op("Add", [b.bn(b.conv(y, hidden, c, 1), c), x])])
 
 
+def regnet_y_block(
+    size: int = 14, cin: int = 24, cout: int = 48, stride: int = 2, group_width: int = 8
+) -> onnx.ModelProto:
+    """Two RegNetY blocks (Radosavovic et al. 2020), batch 1, `cin` channels of size x size:
+    1x1 conv + batch norm + ReLU, a 3x3 grouped conv of `group_width` channels per group +
+    batch norm + ReLU, squeeze-excitation (ReLU, Sigmoid; a quarter of the block's input
+    channels), 1x1 conv + batch norm, the residual add (a 1x1 projection in the first block,
+    which has the stride) and ReLU."""
+    b = OnnxModelBuilder("regnet_y_block")
+    x = b.input("x", (1, cin, size, size))
+    for c_in, s in ((cin, stride), (cout, 1)):
+        y = b.conv_bn(x, c_in, cout, 1)
+        y = b.conv_bn(y, cout, cout, 3, s, group=cout // group_width)
+        se = b.op("Relu", [b.conv(b.op("GlobalAveragePool", [y]), cout, c_in // 4, 1, bias=True)])
+        y = b.op("Mul", [y, b.op("Sigmoid", [b.conv(se, c_in // 4, cout, 1, bias=True)])])
+        y = b.conv_bn(y, cout, cout, 1, act=None)
+        skip = b.conv_bn(x, c_in, cout, 1, s, act=None) if s != 1 or c_in != cout else x
+        x = b.op("Relu", [b.op("Add", [y, skip])])
+    return b.model([x])
+
+
 # MobileNetV2's bottlenecks (Sandler et al. 2018, Table 2): expansion t, channels c, repeats n,
 # stride s of the first repeat.
 MOBILENET_V2_BLOCKS = (

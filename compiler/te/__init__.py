@@ -40,6 +40,7 @@ from .expr import (
     const,
     if_then_else,
     select,
+    unravel,
 )
 from .intrin import TensorIntrin, decl_tensor_intrin
 from .math import (
@@ -131,6 +132,7 @@ __all__ = [
     "Var",
     "abs",
     "all_of",
+    "unravel",
     "any_of",
     "as_expr",
     "call_extern",

@@ -382,6 +382,23 @@ def all_of(*conds: Any) -> Expr:
     return result
 
 
+def unravel(flat: Any, shape: tuple[int, ...] | list[int]) -> tuple[Any, ...]:
+    """The row-major index of flat position `flat` (an expression or int) in an array of
+    `shape`: 0 along axes of size 1, no modulo on the outermost axis that has one."""
+    out: list[Any] = []
+    stride, total = 1, 1
+    for d in shape:
+        total *= int(d)
+    for d in reversed(shape):
+        if d == 1:
+            out.append(0)
+        else:
+            q = flat // stride if stride > 1 else flat
+            out.append(q % d if stride * d < total else q)
+        stride *= int(d)
+    return tuple(reversed(out))
+
+
 def any_of(*conds: Any) -> Expr:
     """Disjunction of bool expressions (False when empty)."""
     result: Expr = const(False)

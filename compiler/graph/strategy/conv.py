@@ -64,56 +64,73 @@ def conv2d_geometry(
 
 def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
+    if ctx.gpu:
+        return _gpu_conv(ctx, node, tail)
     attrs = full_attrs(node)
     begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
     uniform = len({*strides}) == 1 and len({*dil}) == 1
     weight = ctx.constant(node.inputs[1])
     group = attrs["group"]
     depthwise = group > 1 and w_ty.shape[0] == group and w_ty.shape[1] == 1
-    blocked = uniform and weight is not None and not ctx.gpu and not depthwise
+    blocked = uniform and weight is not None and not depthwise
     pads = begin[0] if len({*begin, *end}) == 1 else (*begin, *end)  # an int when uniform
     if blocked and group == 1 and _pointwise(x_ty, w_ty, pads, strides[0]):
         return _conv_pointwise(ctx, node, tail)
     if blocked and (group == 1 or x_ty.dtype in FLOATS):
         args = (pads, strides[0], dil[0], np.asarray(weight), group)
         return _conv_topi(ctx, node, tail, *args)
-    if ctx.gpu:
-        from ...topi.gpu.conv2d import template_for
-
-        out_hw = tuple(ctx.type_of(node.outputs[0]).shape[2:])
-        template = template_for(w_ty.shape, attrs["group"], out_hw)
-        if template is not None:
-            return _gpu_conv(ctx, node, tail, (begin, strides, dil), template)
     return _conv_generic(ctx, node, tail, begin, strides, dil)
 
 
-def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail, geometry: tuple, template: str) -> Result:
-    """A 2-D convolution on a GPU by `template` (`topi.gpu.conv2d.template_for`): direct,
-    implicit GEMM or depthwise; bias and tail fused; the knobs tuned, or the default."""
+def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """A 1-D, 2-D or 3-D (grouped) convolution on a GPU by the template
+    `topi.gpu.conv2d.template_for` picks: direct, implicit GEMM or depthwise; a 1-D one as a
+    2-D one of height 1 (its tensors viewed so); bias and tail fused; the knobs tuned, or the
+    default."""
     from ...codegen.gpu import Limits
     from ...target import Target
     from ...topi.gpu import conv2d as gpu_conv
 
-    begin, strides, dil = geometry
-    x, w = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
-    out_shape = ctx.type_of(node.outputs[0]).shape
-    geo = gpu_conv.Geometry(tuple(begin), tuple(strides), tuple(dil), tuple(out_shape[2:]))
+    geo, x_shape, w_shape = _gpu_geometry(ctx, node)
+    one_d = len(ctx.type_of(node.inputs[0]).shape) == 3
+    if one_d:  # the parameters keep their own shape (a residual reads it so); views inlined
+        ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
+    x, w = ctx.as_tensor(node.inputs[0], x_shape), ctx.as_tensor(node.inputs[1], w_shape)
     bias = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
 
     def epilogue(v: Any, *i: Any) -> Any:
         v = v + bias((i[1],)) if bias is not None else v
-        return tail.epilogue(v, i)
+        return tail.epilogue(v, (*i[:2], i[3]) if one_d else i)
 
+    template = gpu_conv.template_for(w_shape, geo.groups, geo.out)
     limit = Limits.of(Target.parse(ctx.target)).max_threads
-    wl = {"x": [int(d) for d in x.shape], "w": [int(d) for d in w.shape],
-          "out": list(geo.out), "pads": list(geo.pads), "strides": list(geo.strides),
-          "dil": list(geo.dil), "dtype": x.dtype, "max_threads": limit}  # fmt: skip
-    tuned = autotune_query(template, wl)
+    tuned = autotune_query(template, gpu_conv.workload_of(template, x_shape, w_shape, geo,
+                                                          x.dtype, limit))  # fmt: skip
     config = (gpu_conv.config_of(template, tuned) if tuned
-              else gpu_conv.default_of(template, w.shape, geo, limit))  # fmt: skip
+              else gpu_conv.default_of(template, w_shape, geo, limit))  # fmt: skip
     epi = epilogue if bias is not None or tail.nodes else None
     out, s = gpu_conv.conv2d(template, x, w, geo, config, epi)
     return s, [out]
+
+
+def _gpu_geometry(ctx: GroupContext, node: Node) -> tuple[Any, tuple, tuple]:
+    """(geometry, input shape, weight shape) of a GPU convolution, a 1-D one's as 2-D of height
+    1 (padding 0, stride and dilation 1 along it); LoweringError past 3 spatial dims."""
+    from ...topi.gpu.conv2d import Geometry
+
+    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
+    attrs = full_attrs(node)
+    if len(x_ty.shape) not in (3, 4, 5):
+        raise LoweringError(f"{node.op} must be 1-D, 2-D or 3-D on a GPU, not "
+                            f"{len(x_ty.shape) - 2}-D (node {node.name!r})")  # fmt: skip
+    begin, _, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
+    spans = [begin, strides, dil, ctx.type_of(node.outputs[0]).shape[2:]]
+    shapes = [tuple(int(d) for d in t.shape) for t in (x_ty, w_ty)]
+    if len(x_ty.shape) == 3:
+        spans = [[first, *span] for first, span in zip((0, 1, 1, 1), spans, strict=True)]
+        shapes = [(*shape[:2], 1, shape[2]) for shape in shapes]
+    geo = Geometry(*(tuple(int(v) for v in span) for span in spans), groups=int(attrs["group"]))
+    return geo, shapes[0], shapes[1]
 
 
 def _pointwise(x_ty: Any, w_ty: Any, pad: int | tuple[int, ...], stride: int) -> bool:

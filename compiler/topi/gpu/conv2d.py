@@ -1,30 +1,35 @@
-"""2-D convolutions on GPUs (NCHW): three templates, picked by shape (`template_for`).
+"""Convolutions on GPUs (NCHW, NCDHW; grouped): three templates, picked by shape
+(`template_for`). A 1-D convolution is run as a 2-D one of height 1 (the graph strategy views
+its tensors so); a 3-D one has its depth as a leading spatial axis; a grouped one (`groups` in
+the `Geometry`) computes each group's output channels from that group's input channels.
 
 Direct (`conv2d_direct`, tuning template `gpu.conv2d`): each block computes `tk * vthread`
-output channels by a `ty x tx` pixel tile of one image; the input channels are walked `c_tile`
-at a time, the tile's input window (halo and padding included) and its weights copied into
-shared memory by the block's threads, then each thread accumulates its outputs (virtual
-threads along the channels) in registers.
+output channels of one group by a `ty x tx` tile of one output plane (rows and columns; a 3-D
+convolution's depth, like the images and groups, on the grid's z axis); the group's input
+channels are walked `c_tile` at a time, the tile's input window (halo and padding included,
+every depth tap of a 3-D one) and its weights copied into shared memory by the block's threads,
+then each thread accumulates its outputs (virtual threads along the channels) in registers.
 
-Implicit GEMM (`conv2d_gemm`, tuning template `gpu.conv2d_gemm`): per image `n`,
-`out[n, oc, p] = sum_k W[oc, k] * col[n, k, p]` with `k = (c, ry, rx)` and `p = (oy, ox)`:
-`col` is the im2col matrix, never stored: the dense template's cooperative copies into shared
-memory read it straight from the (zero-padded) input, so each block stages a `k_tile x cols`
-tile of input windows and a `rows x k_tile` tile of weights, and each thread accumulates
-`vthread^2` outputs in registers. The batch is the grid's z axis (`dense.batch_dense`); the
-output `[n, oc, oh * ow]` is NCHW as it is. The knobs are the dense template's, for the
-`[oc, c*r*s] x [c*r*s, oh*ow]` product.
+Implicit GEMM (`conv2d_gemm`, tuning template `gpu.conv2d_gemm`): per image `n` and group `g`,
+`out[n, g, oc, p] = sum_k W[g, oc, k] * col[n, g, k, p]` with `k = (c, *taps)` and `p` the
+output position: `col` is the im2col matrix, never stored: the dense template's cooperative
+copies into shared memory read it straight from the (zero-padded) input, so each block stages a
+`k_tile x cols` tile of input windows and a `rows x k_tile` tile of weights, and each thread
+accumulates `vthread^2` outputs in registers. Images x groups are the grid's z axis
+(`dense.batch_dense`); the output `[n * groups, oc / groups, pixels]` is NCHW as it is. The
+knobs are the dense template's, for one group's `[oc/g, c/g*taps] x [c/g*taps, pixels]` product.
 
-Depthwise (`depthwise_conv2d`, tuning template `gpu.depthwise_conv2d`): each block computes a
-`ty x tx` tile of one channel's output, its input window (the tile's receptive field, halo
-included) copied into shared memory by the block's threads first; each thread then reads its
-`r x s` taps from shared memory (neighbouring threads share most of them).
+Depthwise (`depthwise_conv2d`, tuning template `gpu.depthwise_conv2d`; 2-D): each block
+computes a `ty x tx` tile of one channel's output, its input window (the tile's receptive
+field, halo included) copied into shared memory by the block's threads first; each thread then
+reads its `r x s` taps from shared memory (neighbouring threads share most of them).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ... import te
@@ -36,56 +41,73 @@ from . import dense as gpu_dense
 
 @dataclass(frozen=True)
 class Geometry:
-    """Padding before (top, left), strides and dilations (y, x), and the output's height and
-    width."""
+    """Padding before, strides and dilations per spatial axis (a 3-D convolution's depth, then
+    rows and columns), the output's spatial sizes, and the channel groups."""
 
-    pads: tuple[int, int]
-    strides: tuple[int, int]
-    dil: tuple[int, int]
-    out: tuple[int, int]
+    pads: tuple[int, ...]
+    strides: tuple[int, ...]
+    dil: tuple[int, ...]
+    out: tuple[int, ...]
+    groups: int = 1
 
 
 def _window_read(
-    x: Tensor, geo: Geometry, kernel: tuple[int, int]
-) -> Callable[[Any, Any, Any, Any, Any, Any], Any]:
-    """`read(n, c, oy, ox, ry, rx)`: the input under tap (ry, rx) of output (oy, ox), zero in
+    x: Tensor, geo: Geometry, kernel: Sequence[int]
+) -> Callable[[Any, Any, Sequence[Any], Sequence[Any]], Any]:
+    """`read(n, c, pos, taps)`: the input under tap `taps` of output position `pos`, zero in
     the padding (the address clamped so that no read leaves the tensor)."""
-    h, w = int(x.shape[2]), int(x.shape[3])
-    (py, px), (sy, sx), (dy, dx) = geo.pads, geo.strides, geo.dil
-    last_y = (geo.out[0] - 1) * sy + (kernel[0] - 1) * dy - py
-    last_x = (geo.out[1] - 1) * sx + (kernel[1] - 1) * dx - px
-    guarded = py > 0 or px > 0 or last_y >= h or last_x >= w
+    sizes = [int(d) for d in x.shape[2:]]
+    spans = zip(sizes, geo.pads, geo.strides, geo.dil, geo.out, kernel, strict=True)
+    guarded = any(p > 0 or (o - 1) * s + (k - 1) * d - p >= n for n, p, s, d, o, k in spans)
 
-    def read(n: Any, c: Any, oy: Any, ox: Any, ry: Any, rx: Any) -> Any:
-        iy, ix = oy * sy + ry * dy - py, ox * sx + rx * dx - px
-        if not guarded:
-            return x[n, c, iy, ix]
-        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < w)
-        clamped = x[n, c, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), w - 1)]
-        return te.select(inside, clamped, te.const(0, x.dtype))
+    def read(n: Any, c: Any, pos: Sequence[Any], taps: Sequence[Any]) -> Any:
+        where = zip(pos, taps, geo.strides, geo.dil, geo.pads, strict=True)
+        idx = [o * s + t * d - p for o, t, s, d, p in where]
+        return _zero_outside(x, n, c, idx) if guarded else x[(n, c, *idx)]
 
     return read
+
+
+def _zero_outside(x: Tensor, n: Any, c: Any, idx: Sequence[Any]) -> Any:
+    """`x[n, c, *idx]`, zero where `idx` falls outside the input (the address clamped so that
+    no read leaves the tensor)."""
+    sizes = [int(d) for d in x.shape[2:]]
+    inside = te.all_of(*(i >= 0 for i in idx), *(i < d for i, d in zip(idx, sizes, strict=True)))
+    clamped = [te.min(te.max(i, 0), d - 1) for i, d in zip(idx, sizes, strict=True)]
+    return te.select(inside, x[(n, c, *clamped)], te.const(0, x.dtype))
 
 
 def conv2d_gemm(
     x: Tensor, w: Tensor, geo: Geometry, epilogue: Callable[..., Any] | None = None
 ) -> tuple[Tensor, Tensor, list[Tensor]]:
-    """(acc, out, inline) of the implicit GEMM: `acc` `[n, oc, oh * ow]`, `out` after the
-    `epilogue(value, n, oc, oy, ox)`, and the operand views (`lhs`, `col`) to inline."""
-    nb, (oc, c, r, s) = int(x.shape[0]), (int(d) for d in w.shape)
-    oh, ow = geo.out
-    read = _window_read(x, geo, (r, s))
-    lhs = te.compute(
-        (nb, oc, c * r * s), lambda q, i, k: w[i, k // (r * s), (k // s) % r, k % s], name="lhs"
-    )
+    """(acc, out, inline) of the implicit GEMM: `acc` `[n * groups, oc / groups, pixels]`, `out`
+    after the `epilogue(value, n, oc, *pos)`, and the operand views (`lhs`, `col`) to inline."""
+    nb, (oc, cg, *kernel) = int(x.shape[0]), (int(d) for d in w.shape)
+    g, taps = geo.groups, (cg, *kernel)
+    per = oc // g
+    read = _window_read(x, geo, kernel)
+
+    def image(q: Any) -> Any:
+        return q if g == 1 else q // g
+
+    def channel(q: Any, i: Any, size: int) -> Any:  # of group q % g, its i-th
+        return i if g == 1 else (q % g) * size + i
+
+    def flhs(q: Any, i: Any, k: Any) -> Any:
+        return w[(channel(q, i, per), *te.unravel(k, taps))]
 
     def fcol(q: Any, k: Any, p: Any) -> Any:
-        return read(q, k // (r * s), p // ow, p % ow, (k // s) % r, k % s)
+        c, *tap = te.unravel(k, taps)
+        return read(image(q), channel(q, c, cg), te.unravel(p, geo.out), tap)
 
-    col = te.compute((nb, c * r * s, oh * ow), fcol, name="col")
+    lhs = te.compute((nb * g, per, math.prod(taps)), flhs, name="lhs")
+    col = te.compute((nb * g, math.prod(taps), math.prod(geo.out)), fcol, name="col")
     epi = None
     if epilogue is not None:
-        epi = lambda v, q, i, p: epilogue(v, q, i, p // ow, p % ow)  # noqa: E731
+
+        def epi(v: Any, q: Any, i: Any, p: Any) -> Any:
+            return epilogue(v, image(q), channel(q, i, per), *te.unravel(p, geo.out))
+
     acc, out = gpu_dense.batch_dense(lhs, col, epi)
     return acc, out, [lhs, col]
 
@@ -101,9 +123,10 @@ def schedule_conv2d_gemm(
 
 
 def gemm_shape(w_shape: Sequence[int], geo: Geometry) -> tuple[int, int, int]:
-    """(m, n, k) of the implicit GEMM: output channels, output pixels, taps per output."""
-    oc, c, r, s = (int(d) for d in w_shape)
-    return oc, geo.out[0] * geo.out[1], c * r * s
+    """(m, n, k) of one group's implicit GEMM: output channels, output positions, taps per
+    output."""
+    oc, *taps = (int(d) for d in w_shape)
+    return oc // geo.groups, math.prod(geo.out), math.prod(taps)
 
 
 def conv2d_config_space(w_shape: Sequence[int], geo: Geometry, max_threads: int) -> ConfigSpace:
@@ -127,25 +150,51 @@ class DirectConvConfig:
     c_tile: int = 4
 
 
+# What a default direct tile may stage in shared memory (float32): half of OpenCL's default
+# limit, so that a large kernel (a 3-D stem's 7x7x7 window) still fits every target's default.
+DIRECT_SHARED_BUDGET = 16 * 1024
+
+
 def direct_default(
-    w_shape: Sequence[int], out: tuple[int, int], max_threads: int = 256
+    w_shape: Sequence[int], geo: Geometry, max_threads: int = 256
 ) -> DirectConvConfig:
-    """16 (8 for narrow outputs) columns by 4 rows of threads, the channel threads that fit."""
-    oc, c = int(w_shape[0]), int(w_shape[1])
-    tx = 16 if out[1] > 8 else 8
-    ty = min(4, out[0])
+    """16 (8 for narrow outputs) columns by 4 rows of threads, the channel threads that fit
+    (and that one group's output channels fill); fewer staged input channels, then rows, while
+    the tile's shared memory exceeds `DIRECT_SHARED_BUDGET`."""
+    oc, c = int(w_shape[0]) // geo.groups, int(w_shape[1])
+    out = geo.out
+    tx = 16 if out[-1] > 8 else 8
+    ty = min(4, out[-2])
     tk = 1
     while tk < 8 and 2 * tk <= oc and 2 * tk * ty * tx <= max_threads:
         tk *= 2
     vthread = 2 if oc >= 4 * tk else 1
-    return DirectConvConfig(tk, ty, tx, vthread, min(4, c))
+    config = DirectConvConfig(tk, ty, tx, vthread, min(4, c))
+    while direct_shared_bytes(w_shape, geo, config) > DIRECT_SHARED_BUDGET:
+        if config.c_tile > 1:
+            config = replace(config, c_tile=config.c_tile // 2)
+        elif config.ty > 1:
+            config = replace(config, ty=config.ty // 2)
+        else:
+            break  # one row of one channel: the target's limit decides (GPULimitError)
+    return config
 
 
-def direct_config_space(
-    w_shape: Sequence[int], out: tuple[int, int], max_threads: int
-) -> ConfigSpace:
+def direct_shared_bytes(w_shape: Sequence[int], geo: Geometry, config: DirectConvConfig) -> int:
+    """The float32 bytes a direct tile stages in shared memory: the input window of `c_tile`
+    channels (every tap of the leading axes, `ty` rows and `tx` columns of outputs) and the
+    weights of `tk * vthread` output channels."""
+    kernel = [int(d) for d in w_shape[2:]]
+    tiles = [1] * (len(kernel) - 2) + [config.ty, config.tx]
+    spans = zip(tiles, geo.strides, kernel, geo.dil, strict=True)
+    window = math.prod((t - 1) * s + (k - 1) * d + 1 for t, s, k, d in spans)
+    weights = config.tk * config.vthread * math.prod(kernel)
+    return 4 * config.c_tile * (window + weights)
+
+
+def direct_config_space(w_shape: Sequence[int], geo: Geometry, max_threads: int) -> ConfigSpace:
     """The `gpu.conv2d` knobs; blocks over `max_threads` threads are rejected."""
-    d = direct_default(w_shape, out, max_threads)
+    d = direct_default(w_shape, geo, max_threads)
     knobs = [
         Knob("tk", tuple(sorted({1, 2, 4, 8} | {d.tk}))),
         Knob("ty", tuple(sorted({1, 2, 4, 8} | {d.ty}))),
@@ -167,65 +216,66 @@ def direct_config_from(values: dict) -> DirectConvConfig:
     return DirectConvConfig(*(int(values[k]) for k in ("tk", "ty", "tx", "vthread", "c_tile")))
 
 
-def padded(x: Tensor, geo: Geometry, kernel: tuple[int, int]) -> Tensor:
+def padded(x: Tensor, geo: Geometry, kernel: Sequence[int]) -> Tensor:
     """The zero-padded input, as large as the windows reach (a compute to inline: its reads
     clamped into the input)."""
-    nb, ch, h, wd = (int(d) for d in x.shape)
-    (py, px), (sy, sx), (dy, dx) = geo.pads, geo.strides, geo.dil
-    ph = max(h + py, (geo.out[0] - 1) * sy + (kernel[0] - 1) * dy + 1)
-    pw = max(wd + px, (geo.out[1] - 1) * sx + (kernel[1] - 1) * dx + 1)
+    sizes = [int(d) for d in x.shape[2:]]
+    spans = zip(sizes, geo.pads, geo.strides, geo.dil, geo.out, kernel, strict=True)
+    shape = [max(n + p, (o - 1) * s + (k - 1) * d + 1) for n, p, s, d, o, k in spans]
 
-    def fpad(n: Any, c: Any, y: Any, xx: Any) -> Any:
-        iy, ix = y - py, xx - px
-        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < wd)
-        clamped = x[n, c, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), wd - 1)]
-        return te.select(inside, clamped, te.const(0, x.dtype))
+    def fpad(n: Any, c: Any, *pos: Any) -> Any:
+        return _zero_outside(x, n, c, [i - p for i, p in zip(pos, geo.pads, strict=True)])
 
-    return te.compute((nb, ch, ph, pw), fpad, name="pad")
+    return te.compute((*(int(d) for d in x.shape[:2]), *shape), fpad, name="pad")
 
 
 def conv2d_direct(
     x: Tensor, w: Tensor, geo: Geometry, epilogue: Callable[..., Any] | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(pad, red, out): the padded input, the convolution `red[n, k, oy, ox]` and its output
-    after `epilogue(value, n, k, oy, ox)` (`out is red` without one)."""
-    c, r, s = (int(d) for d in w.shape[1:])
-    (sy, sx), (dy, dx) = geo.strides, geo.dil
-    pad = padded(x, geo, (r, s))
-    rc, ry, rx = (
-        te.reduce_axis((0, c), "rc"),
-        te.reduce_axis((0, r), "ry"),
-        te.reduce_axis((0, s), "rx"),
-    )
-    red = te.compute(
-        (int(x.shape[0]), int(w.shape[0]), *geo.out),
-        lambda n, k, y, xx: te.sum(
-            pad[n, rc, y * sy + ry * dy, xx * sx + rx * dx] * w[k, rc, ry, rx], axis=[rc, ry, rx]
-        ),
-        name="conv",
-    )
+    """(pad, red, out): the padded input, the convolution `red[n, g, k, *pos]` (output channel
+    `g * oc / groups + k`; NCHW's bytes) and its output after `epilogue(value, n, oc, *pos)`
+    (`out is red` without one)."""
+    oc, cg, *kernel = (int(d) for d in w.shape)
+    g = geo.groups
+    per = oc // g
+    pad = padded(x, geo, kernel)
+    rc = te.reduce_axis((0, cg), "rc")
+    taps = [te.reduce_axis((0, k), f"r{i}") for i, k in enumerate(kernel)]
+
+    def body(n: Any, gi: Any, k: Any, *pos: Any) -> Any:
+        where = zip(pos, taps, geo.strides, geo.dil, strict=True)
+        at = [o * s + t * d for o, t, s, d in where]
+        return te.sum(pad[(n, gi * cg + rc, *at)] * w[(gi * per + k, rc, *taps)], axis=[rc, *taps])
+
+    red = te.compute((int(x.shape[0]), g, per, *geo.out), body, name="conv")
     if epilogue is None:
         return pad, red, red
-    return pad, red, te.compute(red.shape, lambda *i: epilogue(red[i], *i), name="out")
+
+    def fout(n: Any, gi: Any, k: Any, *pos: Any) -> Any:
+        return epilogue(red[(n, gi, k, *pos)], n, gi * per + k, *pos)
+
+    return pad, red, te.compute(red.shape, fout, name="out")
 
 
 def schedule_direct(
     s: Schedule, pad: Tensor, red: Tensor, out: Tensor, config: DirectConvConfig
 ) -> Schedule:
-    """Each block: `tk * vthread` output channels by `ty x tx` pixels of one image; per tile of
-    `c_tile` input channels, the input window and the weights are copied into shared memory by
-    the block's threads, then each thread accumulates its `vthread` outputs in registers."""
+    """Each block: `tk * vthread` output channels of one group by `ty x tx` pixels of one
+    output plane (image, group, channel block and leading spatial axes on `blockIdx.z`); per
+    tile of `c_tile` input channels, the input window and the weights are copied into shared
+    memory by the block's threads, then each thread accumulates its `vthread` outputs in
+    registers."""
     local = red if red is not out else s.cache_write(red, "local")
-    n, k, y, xx = s[out].op.axis
-    oc, (oh, ow) = int(out.shape[1]), (int(d) for d in out.shape[2:])
+    n, gi, k, *lead, y, xx = s[out].op.axis
+    per, (oh, ow) = int(out.shape[2]), (int(d) for d in out.shape[-2:])
     v = config.vthread
-    tk, ty, tx = min(config.tk, -(-oc // v)), min(config.ty, oh), min(config.tx, ow)
+    tk, ty, tx = min(config.tk, -(-per // v)), min(config.ty, oh), min(config.tx, ow)
     ko, kin = s[out].split(k, factor=tk * v)
     vk, kt = s[out].split(kin, nparts=v)
     yo, yi = s[out].split(y, factor=ty)
     xo, xi = s[out].split(xx, factor=tx)
-    s[out].reorder(n, ko, yo, xo, vk, kt, yi, xi)
-    nk = s[out].fuse(n, ko)
+    s[out].reorder(n, gi, ko, *lead, yo, xo, vk, kt, yi, xi)
+    nk = s[out].fuse(n, gi, ko, *lead)
     pix = s[out].fuse(yi, xi)
     s[out].bind(nk, te.thread_axis("blockIdx.z"))
     s[out].bind(yo, te.thread_axis("blockIdx.y"))
@@ -236,9 +286,9 @@ def schedule_direct(
     s[out].bind(pix, te.thread_axis("threadIdx.x"))
     s[local].set_scope("local")
     s[local].compute_at(s[out], pix)
-    rc, ry, rx = s[local].op.reduce_axis
+    rc, *taps = s[local].op.reduce_axis
     rco, rci = s[local].split(rc, factor=config.c_tile)
-    s[local].reorder(rco, rci, ry, rx, *s[local].op.axis)
+    s[local].reorder(rco, rci, *taps, *s[local].op.axis)
     for t in (pad, red.op.input_tensors[1]):
         shared = s.cache_read(t, "shared", [local])
         s[shared].compute_at(s[local], rco)
@@ -285,23 +335,38 @@ def depthwise_config_from(values: dict) -> DepthwiseConfig:
 
 
 def geometry_of(wl: dict) -> Geometry:
-    """The geometry of a `gpu.conv2d` / `gpu.depthwise_conv2d` workload."""
-    return Geometry(*(tuple(int(v) for v in wl[k]) for k in ("pads", "strides", "dil", "out")))
+    """The geometry of a `gpu.conv2d` / `gpu.conv2d_gemm` / `gpu.depthwise_conv2d` workload."""
+    spans = (tuple(int(v) for v in wl[k]) for k in ("pads", "strides", "dil", "out"))
+    return Geometry(*spans, groups=int(wl.get("groups", 1)))
+
+
+def workload_of(
+    template: str, x_shape: Sequence[int], w_shape: Sequence[int], geo: Geometry, dtype: str,
+    max_threads: int,
+) -> dict:  # fmt: skip
+    """The tuning workload of a convolution by `template` (`geometry_of` reads it back):
+    `groups` only when above 1 and not depthwise (where it is implied)."""
+    wl = {"x": [int(d) for d in x_shape], "w": [int(d) for d in w_shape], "out": list(geo.out),
+          "pads": list(geo.pads), "strides": list(geo.strides), "dil": list(geo.dil),
+          "dtype": dtype, "max_threads": int(max_threads)}  # fmt: skip
+    if geo.groups > 1 and template != "gpu.depthwise_conv2d":
+        wl["groups"] = geo.groups
+    return wl
 
 
 TEMPLATES = ("gpu.conv2d", "gpu.conv2d_gemm", "gpu.depthwise_conv2d")
 
 
-def template_for(w_shape: Sequence[int], group: int, out: tuple[int, int]) -> str | None:
-    """The template the GPU strategy uses for a 2-D convolution, by its shape: depthwise for one
-    filter per channel; the implicit GEMM for 1x1 kernels (a plain GEMM) and small outputs
-    (fewer than 64 pixels: a direct tile would idle most of its threads); the direct template
-    otherwise (its shared input window serves the overlapping windows of neighbouring outputs);
-    None (the generic schedule) for other groupings."""
-    oc, cg, r, s = (int(d) for d in w_shape)
-    if group > 1:
-        return "gpu.depthwise_conv2d" if cg == 1 and group == oc else None
-    if r * s == 1 or out[0] * out[1] < 64:
+def template_for(w_shape: Sequence[int], group: int, out: Sequence[int]) -> str:
+    """The template the GPU strategy uses for a 2-D or 3-D convolution (a 1-D one viewed as 2-D
+    of height 1), by its shape: depthwise for one filter per channel of a 2-D one; the implicit
+    GEMM for 1x1 kernels (a plain GEMM) and small output planes (rows x columns under 64: a
+    direct tile would idle most of its threads); the direct template otherwise (its shared
+    input window serves the overlapping windows of neighbouring outputs), grouped or not."""
+    oc, cg, *kernel = (int(d) for d in w_shape)
+    if len(kernel) == 2 and group > 1 and cg == 1 and group == oc:
+        return "gpu.depthwise_conv2d"
+    if math.prod(kernel) == 1 or out[-2] * out[-1] < 64:
         return "gpu.conv2d_gemm"
     return "gpu.conv2d"
 
@@ -313,7 +378,7 @@ def config_space_of(template: str, wl: dict) -> ConfigSpace:
         return depthwise_config_space(geo.out, limit)
     if template == "gpu.conv2d_gemm":
         return conv2d_config_space(wl["w"], geo, limit)
-    return direct_config_space(wl["w"], geo.out, limit)
+    return direct_config_space(wl["w"], geo, limit)
 
 
 def default_of(template: str, w_shape: Sequence[int], geo: Geometry, limit: int) -> Any:
@@ -323,7 +388,7 @@ def default_of(template: str, w_shape: Sequence[int], geo: Geometry, limit: int)
     if template == "gpu.conv2d_gemm":
         m, n, _ = gemm_shape(w_shape, geo)
         return gpu_dense.default_config(m, n, limit)
-    return direct_default(w_shape, geo.out, limit)
+    return direct_default(w_shape, geo, limit)
 
 
 def config_of(template: str, values: dict) -> Any:
@@ -335,9 +400,10 @@ def conv2d(
     template: str, x: Tensor, w: Tensor, geo: Geometry, config: Any,
     epilogue: Callable[..., Any] | None = None,
 ) -> tuple[Tensor, Schedule]:  # fmt: skip
-    """The convolution `x * w` (and `epilogue(value, n, k, oy, ox)`) by `template` with its
-    `config`: the output tensor (`[n, k, oh * ow]` for the implicit GEMM, else NCHW) and its
-    schedule."""
+    """The convolution `x * w` (and `epilogue(value, n, k, *pos)`) by `template` with its
+    `config`: the output tensor (NCHW's bytes: `[n * groups, k / groups, pixels]` for the
+    implicit GEMM, `[n, groups, k / groups, *out]` for the direct template, NCHW for depthwise)
+    and its schedule."""
     if template == "gpu.conv2d_gemm":
         acc, out, inline = conv2d_gemm(x, w, geo, epilogue)
         return out, schedule_conv2d_gemm(te.create_schedule(out.op), acc, out, inline, config)

@@ -339,6 +339,12 @@ _BAD_WORKLOADS = [
     ("gpu.conv2d_gemm", {"pads": [1, 1, 1, 1]}, "field 'pads' must be a list of 2 ints"),
     ("gpu.depthwise_conv2d", {"w": [6, 1, 3, 3]}, "must be [channels, 1, r, s] for an input of 4"),
     ("gpu.depthwise_conv2d", {"out": [0, 8]}, "field 'out' must be a list of 2 ints"),
+    ("gpu.depthwise_conv2d", {"groups": 4}, "has unknown fields ['groups']"),
+    ("gpu.conv2d", {"groups": 2}, "weights [6, 4, 3, 3] must have 4 input channels over 2 groups"),
+    ("gpu.conv2d_gemm", {"w": [5, 2, 3, 3], "groups": 2}, "a multiple of 2 groups as output"),
+    ("gpu.conv2d", {"x": [1, 4, 5, 8, 8]}, "field 'w' must be a list of 5 ints"),
+    ("gpu.conv2d_gemm", {"x": [1, 4, 5, 8, 8], "w": [6, 4, 3, 3, 3]},
+     "field 'out' must be a list of 3 ints"),
     ("gpu.row_reduce", {"op": "median"}, "field 'op' must be one of"),
     ("gpu.row_reduce", {"n": 1 << 20, "rows": 1 << 20}, "the input of shape (1048576, 1048576)"),
 ]  # fmt: skip

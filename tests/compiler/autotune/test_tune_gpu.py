@@ -129,3 +129,53 @@ def test_gpu_conv_templates_tuned_on_opencl_and_applied(builder, tmp_path) -> No
     tasks = _tune_and_apply(graph, "conv", builder, tmp_path, 2, {"x": x})
     assert sorted(t.template for t in tasks) == ["gpu.conv2d", "gpu.conv2d_gemm",
                                                  "gpu.depthwise_conv2d"]  # fmt: skip
+
+
+def _conv_graph(xs, convs, rng):
+    """A chain of Convs (weights shape, attributes) from input `x` of shape `xs` to `y`."""
+    from onnx import TensorProto, helper
+
+    nodes, inits, src = [], [], "x"
+    for i, (ws, attrs) in enumerate(convs):
+        values = rng.standard_normal(ws).astype(np.float32).ravel().tolist()
+        inits.append(helper.make_tensor(f"w{i}", TensorProto.FLOAT, ws, values))
+        dst = "y" if i == len(convs) - 1 else f"c{i}"
+        nodes.append(helper.make_node("Conv", [src, f"w{i}"], [dst], **attrs))
+        src = dst
+    return helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+
+
+def test_gpu_grouped_1d_and_3d_conv_tasks_tuned_on_opencl_and_applied(
+    builder, tmp_path, capsys
+) -> None:
+    """Grouped (direct and implicit-GEMM), 1-D (as 2-D of height 1) and 3-D convolutions are
+    tasks of the GPU conv templates (`tensorforge tune --target opencl --list` shows them):
+    each measured against numpy's convolution for 2 trials, the log applied, the model against
+    onnxruntime."""
+    from tensorforge.cli import main
+
+    rng = np.random.default_rng(4)
+    grouped = _conv_graph([1, 8, 12, 12], [([8, 4, 3, 3], {"group": 2, "pads": [1] * 4}),
+                                           ([12, 2, 1, 1], {"group": 4})], rng)  # fmt: skip
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    tasks = _tune_and_apply(grouped, "grouped", builder, tmp_path, 2, {"x": x})
+    assert sorted((t.template, t.workload["groups"]) for t in tasks) == [
+        ("gpu.conv2d", 2), ("gpu.conv2d_gemm", 4)]  # fmt: skip
+    assert {t.describe() for t in tasks} == {
+        "gpu.conv2d 8x12x12 k8 3x3 s1x1 g2",
+        "gpu.conv2d_gemm 8x12x12 k12 1x1 s1x1 g4",
+    }
+    capsys.readouterr()
+    assert main(["tune", str(tmp_path / "grouped.onnx"), "--target", "opencl", "--list"]) == 0
+    assert "gpu.conv2d 8x12x12 k8 3x3 s1x1 g2" in capsys.readouterr().out
+    one_d = _conv_graph([2, 4, 80], [([6, 4, 5], {"pads": [2, 2], "dilations": [1]})], rng)
+    x = rng.standard_normal((2, 4, 80)).astype(np.float32)
+    (task,) = _tune_and_apply(one_d, "conv1d", builder, tmp_path, 2, {"x": x})
+    assert task.template == "gpu.conv2d" and task.workload["x"] == [2, 4, 1, 80]
+    three_d = _conv_graph([1, 3, 4, 9, 9], [([4, 3, 3, 3, 3], {"pads": [1] * 6})], rng)
+    x = rng.standard_normal((1, 3, 4, 9, 9)).astype(np.float32)
+    (task,) = _tune_and_apply(three_d, "conv3d", builder, tmp_path, 2, {"x": x})
+    assert task.template == "gpu.conv2d" and task.workload["out"] == [4, 9, 9]

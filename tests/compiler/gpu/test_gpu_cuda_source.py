@@ -26,6 +26,7 @@ MODELS = {
     "transformer_encoder": B.transformer_encoder,
     "resnet18_32px": lambda: B.resnet18(size=32, classes=10),
     "quantized_cnn": B.quantized_cnn,
+    "regnet_y_block": lambda: B.regnet_y_block(size=28),  # grouped convs, direct and GEMM
 }
 
 

@@ -14,6 +14,7 @@ MODELS = {
     "mlp": B.mlp,
     "small_cnn": B.small_cnn,
     "mobilenet_v2_block": B.mobilenet_v2_block,
+    "regnet_y_block": lambda: B.regnet_y_block(size=28),  # grouped 3x3 (direct, implicit GEMM)
     "transformer_encoder": B.transformer_encoder,
     "resnet18_32px": lambda: B.resnet18(size=32, classes=10),
 }

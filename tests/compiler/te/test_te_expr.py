@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tensorforge.compiler import te, tir
 from tensorforge.compiler.build import build
@@ -137,3 +139,10 @@ def test_structural_equality_distinguishes_variables() -> None:
     assert te.structural_equal(i * 2 + 1, i * 2 + 1)
     assert not te.structural_equal(i * 2 + 1, j * 2 + 1)
     assert bool(i == i) and not bool(i == j)  # identity, as in TVM
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data())
+def test_unravel_is_numpys_row_major_index(shape, data) -> None:
+    flat = data.draw(st.integers(0, int(np.prod(shape)) - 1))
+    assert te.unravel(flat, shape) == tuple(int(i) for i in np.unravel_index(flat, shape))
