@@ -114,7 +114,7 @@ def pack(
     """
     if not 1 <= align <= MAX_ALIGN or align & (align - 1):
         raise ValueError(f"align must be a power of two from 1 to {MAX_ALIGN}, not {align!r}")
-    views = [(name, memoryview(data).cast("B")) for name, data in sections]
+    views = [(name, _byte_view(data)) for name, data in sections]
     table, end = [], 0
     for name, view in views:
         start = _round_up(end, align)
@@ -137,6 +137,12 @@ def pack(
     raw = json.dumps(full, sort_keys=True).encode()
     raw += b" " * (-(len(magic) + _FIXED + len(raw)) % align)  # the payload starts aligned
     return b"".join([magic, struct.pack("<II", version, len(raw)), raw, *pieces])
+
+
+def _byte_view(data: Buffer) -> memoryview:
+    """`data`'s bytes as a flat view (no copy); an empty buffer of any shape is b""."""
+    view = memoryview(data)
+    return view.cast("B") if view.nbytes else memoryview(b"")
 
 
 def read_aligned(path: str | Path, alignment: int = nd.ALIGNMENT) -> memoryview:

@@ -129,3 +129,10 @@ def test_older_versions_are_read_with_their_digest():
         container.unpack(data[:-1] + b"X", MAGIC, 3, "f.bin", "test file", ValueError, older=(2,))
     with pytest.raises(ValueError, match=r"format version 2 is not a version .* reads \(3\)"):
         container.unpack(data, MAGIC, 3, "f.bin", "test file", ValueError)
+
+
+def test_arrays_of_any_shape_are_packed_in_place_as_their_bytes():
+    arrays = [np.zeros((2, 0, 3), np.float32), np.float32(1.5).reshape(()), np.eye(3)[:, :2].copy()]
+    data = container.pack(MAGIC, 3, {}, [(str(k), a) for k, a in enumerate(arrays)], align=64)
+    _, sections = container.unpack(data, MAGIC, 3, "f.bin", "test file", ValueError)
+    assert [sections[str(k)] for k in range(3)] == [a.tobytes() for a in arrays]

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import tensorforge
-from tensorforge.compiler.frontend.onnx_builders import mlp
+from tensorforge.compiler.frontend import from_onnx
+from tensorforge.compiler.frontend.onnx_builders import mlp, small_cnn
+from tensorforge.compiler.graph.compile import compile_graph
 from tensorforge.runtime import container, executor
 from tensorforge.runtime import module as module_mod
 from tensorforge.runtime.device.cpu.loader import LoaderError
@@ -264,6 +266,28 @@ def test_a_loaded_module_holds_each_constant_once(
 def test_a_compiled_module_binds_its_constants_in_place(module: Module) -> None:
     module.run({"x": X})
     _bound_in_place(module)
+
+
+def test_compiling_copies_no_constant_into_the_module() -> None:
+    """The graph's constants and the kernels' pre-packed weights are made aligned, so the
+    module holds those very arrays: a constant the kernels read as is stays the graph's."""
+    graph = from_onnx(small_cnn())
+    compiled = compile_graph(graph, progress=False)
+    kept = [n for n in compiled.constants if n in graph.constants]
+    assert kept  # (the bias of the final dense layer: the oracle of this test)
+    for name in kept:
+        assert compiled.constants[name].ctypes.data == graph.constants[name].ctypes.data, name
+    for value in graph.constants.values():
+        assert value.ctypes.data % 64 == 0 and not value.flags.writeable
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(
+        small_cnn().SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    np.testing.assert_allclose(
+        next(iter(compiled.run({"x": x}).values())), session.run(None, {"x": x})[0],
+        rtol=1e-4, atol=1e-5,
+    )  # fmt: skip
 
 
 def test_version_2_files_load_and_their_constants_are_copied_aligned_once(
