@@ -206,11 +206,13 @@ class Module:
         self.kernels = list(kernels)
         self.calls = list(calls)
         self.slots, self.arena_bytes = dict(slots), _count(arena_bytes, "arena_bytes")
-        self.constants = {k: _read_only(nd.aligned(np.asarray(v))) for k, v in constants.items()}
+        self.constants = {k: np.asarray(v) for k, v in constants.items()}
         self.stats = dict(stats or {})
         self._check_tensors()
         self._check_calls()
         self._check_plan()
+        # Checked first (an object array cannot be viewed as bytes); the executor binds these.
+        self.constants = {k: _read_only(nd.aligned(v)) for k, v in self.constants.items()}
         self._executor: Executor | None = None
         self._launches: dict[str, Launch] | None = None
         self._device_options: dict[str, Any] = {}
