@@ -1,7 +1,8 @@
 """The graph executor: runs a module's kernel calls over one aligned arena (its memory plan).
 
 Every tensor that crosses a kernel boundary is a view into the arena at its planned offset;
-constants live in their own aligned arrays. A call passes raw data pointers, computed once, so
+constants are the module's own arrays, used in place (a copy only for one that is not
+C-contiguous and 64-byte aligned). A call passes raw data pointers, computed once, so
 running a model costs one native call per kernel and no allocation.
 """
 
@@ -67,20 +68,15 @@ class Profile:
         return Profile(rows, total, times.shape[0])
 
 
-def aligned_copy(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of `array` starting on a 64-byte boundary."""
-    out = nd.empty(array.shape, str(array.dtype)).numpy()
-    out[...] = array
-    return out
-
-
 class Executor:
     """Binds kernel calls to an arena and constants, then runs them in order.
 
     Args:
         arena_bytes: size of the arena (the memory plan's peak).
         slots: value -> (offset, shape, dtype) inside the arena.
-        constants: value -> array (copied to aligned memory once).
+        constants: value -> array, used in place when it is C-contiguous and 64-byte aligned
+            (read-only is fine: kernels never write a constant), else copied to aligned memory
+            once (`ndarray.aligned`).
         calls: (label, kernel name, launch, argument value names) in execution order.
     """
 
@@ -97,7 +93,7 @@ class Executor:
             nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
             self.views[name] = self.arena[offset : offset + nbytes].view(dtype).reshape(shape)
         for name, value in constants.items():
-            self.views[name] = aligned_copy(np.asarray(value))
+            self.views[name] = nd.aligned(np.asarray(value))
         self.steps = [
             Step(label, kernel, launch, tuple(self.views[a].ctypes.data for a in args))
             for label, kernel, launch, args in calls

@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 
 from . import container
+from . import ndarray as nd
 from .device.cpu.elf import HOST_IS_ELF, elf_problem
 from .device.cpu.function import ParamSpec
 from .executor import Executor, Launch, Profile
 
 MAGIC = b"TFMOD\x00\x00\x01"
-VERSION = 2  # 2: the container carries an integrity digest
+VERSION = 3  # 2: the container carries an integrity digest; 3: sections 64-byte aligned
+OLDER_VERSIONS = (2,)  # read with their digest (their constants are copied to aligned memory)
 LEGACY_VERSIONS = (1,)  # read without a digest (written before it existed): docs/security.md
 
 DTYPES = container.DTYPES  # what tensors, parameters and constants may have
@@ -86,6 +88,15 @@ def check_spec(shape: Any, dtype: Any, where: str) -> None:
     """Raise ValueError unless `shape` is a tuple of ints >= 0 of at most MAX_ELEMENTS elements
     (zero dims counted as ones) and `dtype` one of DTYPES."""
     container.check_array_spec(shape, dtype, where)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """`array`, or a read-only view of it when it is writeable (the caller's flag is kept)."""
+    if not array.flags.writeable:
+        return array
+    view = array.view()
+    view.setflags(write=False)
+    return view
 
 
 def _count(value: Any, where: str) -> int:
@@ -168,7 +179,10 @@ class Module:
         inputs, outputs: value names with `tensors[name]` giving shape and dtype.
         kernels: the compiled kernels; calls: the launches in execution order.
         slots: value -> arena offset (the static memory plan); arena_bytes: its size.
-        constants: value -> array (weights, pre-packed where the kernels want it).
+        constants: value -> array (weights, pre-packed where the kernels want it), read-only,
+            C-contiguous and 64-byte aligned, held once: the executor binds these arrays
+            themselves. An array given that way is kept as is (a loaded module's constants
+            are views of the file's bytes); any other is copied once (`ndarray.aligned`).
         stats: compile-time statistics (seconds per phase, kernel count, bytes).
     """
 
@@ -197,6 +211,8 @@ class Module:
         self._check_tensors()
         self._check_calls()
         self._check_plan()
+        # Checked first (an object array cannot be viewed as bytes); the executor binds these.
+        self.constants = {k: _read_only(nd.aligned(v)) for k, v in self.constants.items()}
         self._executor: Executor | None = None
         self._launches: dict[str, Launch] | None = None
         self._device_options: dict[str, Any] = {}
@@ -216,6 +232,9 @@ class Module:
                     raise ValueError(f"{what} {name!r} must be one of the module's tensors")
             if len(set(names)) != len(names):
                 raise ValueError(f"{what}s must be distinct, not {list(names)}")
+        for name in self.inputs:
+            if name in self.constants:
+                raise ValueError(f"input {name!r} must not be a constant")
         for name in self.outputs:
             if name not in self.slots and name not in self.constants:
                 raise ValueError(f"output {name!r} must be in the arena or a constant")
@@ -473,7 +492,7 @@ class Module:
 
     def to_bytes(self) -> bytes:
         """The module file's bytes (see `save`)."""
-        sections: list[tuple[str, bytes]] = []
+        sections: list[tuple[str, Any]] = []
         kernels = []
         for k in self.kernels:
             sections.append((f"kernel:{k.name}", bytes(k.payload)))
@@ -481,7 +500,7 @@ class Module:
             kernels.append({"name": k.name, "kind": k.kind, "params": params, "meta": k.meta})
         consts = []
         for name, value in self.constants.items():
-            sections.append((f"const:{name}", np.ascontiguousarray(value).tobytes()))
+            sections.append((f"const:{name}", np.ascontiguousarray(value)))  # no copy but pack's
             consts.append({"name": name, "dtype": str(value.dtype), "shape": list(value.shape)})
         header = {
             "target": self.target,
@@ -495,11 +514,12 @@ class Module:
             "constants": consts,
             "stats": self.stats,
         }
-        return container.pack(MAGIC, VERSION, header, sections)
+        return container.pack(MAGIC, VERSION, header, sections, align=nd.ALIGNMENT)
 
     def save(self, path: str | Path) -> None:
         """Write the module to one file: magic TFMOD, JSON header (with a SHA-256 digest), kernel
-        and constant sections. The write is atomic: readers see the old file or the new one."""
+        and constant sections, each at a 64-byte multiple in the file (so that `load` uses the
+        constants in place). The write is atomic: readers see the old file or the new one."""
         container.write_atomic(path, self.to_bytes())
 
     @staticmethod
@@ -510,20 +530,29 @@ class Module:
         Before anything is used, its digest is checked (damage is refused) and every size in
         its header is cross-checked against the kernels' parameters and the arena.
 
+        The file is read once into a 64-byte aligned buffer (`container.read_aligned`) and the
+        constants are read-only arrays over it: the weights are in memory once, and the
+        executor binds them in place. (A file written before format 3 has unaligned sections:
+        its constants are copied once, and the file's buffer is then freed.)
+
         Raises:
             ModuleFormatError: for a file that is not a module or is damaged, naming the file
                 and the byte offset of the problem.
             OSError: when the file cannot be read.
         """
-        return Module.from_bytes(Path(path).read_bytes(), str(path))
+        return Module.from_bytes(container.read_aligned(path), str(path))
 
     @staticmethod
-    def from_bytes(data: bytes, source: str = "<bytes>") -> Module:
+    def from_bytes(data: bytes | memoryview, source: str = "<bytes>") -> Module:
+        """A module from a file's bytes (see `load`): ``bytes``, or a read-only memoryview whose
+        bytes nobody changes (any other buffer is copied first)."""
         # Sections stay views of `data`: the constants are arrays over the file's bytes, so a
-        # module's weights are in memory once while it loads, not twice.
+        # module's weights are in memory once, not twice (when `data` is 64-byte aligned, as
+        # `load` reads it; else Module copies them to aligned memory and `data` can be freed).
         header, sections = container.unpack(
-            data, MAGIC, VERSION, source, "module", ModuleFormatError, LEGACY_VERSIONS, copy=False
-        )
+            data, MAGIC, VERSION, source, "module", ModuleFormatError, LEGACY_VERSIONS,
+            copy=False, older=OLDER_VERSIONS,
+        )  # fmt: skip
         try:
             return _from_header(header, sections, data, source)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:

@@ -107,6 +107,24 @@ def array(source: Any, dtype: str | None = None) -> NDArray:
     return out
 
 
+def aligned(source: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:
+    """`source` itself when it is C-contiguous and starts on an `alignment`-byte boundary
+    (read-only arrays included: nothing is copied), else an aligned C-contiguous copy of it.
+
+    Example:
+        >>> import numpy as np
+        >>> a = empty((4,), "float32").numpy()
+        >>> b = a[1:]  # starts 4 bytes past the boundary
+        >>> aligned(a) is a, aligned(b) is b, aligned(b).ctypes.data % ALIGNMENT
+        (True, False, 0)
+    """
+    if source.flags.c_contiguous and source.ctypes.data % alignment == 0:
+        return source
+    out = empty(source.shape, str(source.dtype), alignment).numpy()
+    out[...] = source
+    return out
+
+
 def from_numpy(source: np.ndarray) -> NDArray:
     """Wrap a C-contiguous numpy array without copying."""
     return NDArray.from_numpy(source)

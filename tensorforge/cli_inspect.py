@@ -63,11 +63,11 @@ def inspect_file(path: str | Path, kernels: bool = False) -> list[str]:
     raise ValueError(f"{path}: offset 0: not a TensorForge module or program image (bad magic)")
 
 
-def _digest_line(data: bytes, magic: bytes, version: int, header: dict[str, Any]) -> str:
+def _digest_line(data: bytes, magic: bytes, legacy: tuple[int, ...], header: dict[str, Any]) -> str:
     from .runtime import container
 
     found = container.format_version(data, magic)
-    if found != version:
+    if found in legacy:
         return (
             f"none (format version {found}, written before digests: damage cannot be detected; "
             "load and save it again to add one)"
@@ -77,10 +77,17 @@ def _digest_line(data: bytes, magic: bytes, version: int, header: dict[str, Any]
 
 def _inspect_module(path: str, data: bytes, list_kernels: bool) -> list[str]:
     from .runtime import container
-    from .runtime.module import LEGACY_VERSIONS, MAGIC, VERSION, Module, ModuleFormatError
+    from .runtime.module import (
+        LEGACY_VERSIONS,
+        MAGIC,
+        OLDER_VERSIONS,
+        VERSION,
+        Module,
+        ModuleFormatError,
+    )
 
     header, _ = container.unpack(data, MAGIC, VERSION, path, "module", ModuleFormatError,
-                                 LEGACY_VERSIONS)  # fmt: skip
+                                 LEGACY_VERSIONS, older=OLDER_VERSIONS)  # fmt: skip
     module = Module.from_bytes(data, path)  # the header's cross-checks (sizes, plan, calls)
     notes = []
     for k in module.kernels:
@@ -93,7 +100,7 @@ def _inspect_module(path: str, data: bytes, list_kernels: bool) -> list[str]:
     lines = [
         f"{path}: TensorForge module (format {container.format_version(data, MAGIC)}), "
         f"target {module.target}",
-        f"  digest     {_digest_line(data, MAGIC, VERSION, header)}",
+        f"  digest     {_digest_line(data, MAGIC, LEGACY_VERSIONS, header)}",
         f"  inputs     {', '.join(f'{n}: {tensor[n]}' for n in module.inputs)}",
         f"  outputs    {', '.join(f'{n}: {tensor[n]}' for n in module.outputs)}",
         f"  kernels    {len(module.kernels)} "
@@ -166,7 +173,7 @@ def _inspect_program(path: str, data: bytes) -> list[str]:
     return [
         f"{path}: TensorForge program image (format {container.format_version(data, MAGIC)}) "
         f"{image.name!r}",
-        f"  digest       {_digest_line(data, MAGIC, FORMAT_VERSION, header)}",
+        f"  digest       {_digest_line(data, MAGIC, LEGACY_VERSIONS, header)}",
         f"  config       {image.config.name}",
         f"  instructions {image.insn_count}",
         f"  slots        {slots or '(none)'}",

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ...runtime import ndarray as nd
 from .. import te
 from ..schedule.schedule import Schedule
 from ..te.tensor import Tensor
@@ -134,8 +135,9 @@ class GroupContext:
         )
 
     def add_constant(self, name: str, array: np.ndarray) -> Tensor:
-        """A new constant (e.g. pre-packed weights) passed as a kernel parameter."""
-        self.constants[name] = array
+        """A new constant (e.g. pre-packed weights) passed as a kernel parameter; kept
+        64-byte aligned (`ndarray.aligned`), as the module's executor binds it in place."""
+        self.constants[name] = array = nd.aligned(np.asarray(array))
         t = te.placeholder(array.shape, str(array.dtype), name=f"p{len(self.params)}")
         self.params[name] = t
         return t

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import tensorforge
-from tensorforge.compiler.frontend.onnx_builders import mlp
+from tensorforge.compiler.frontend import from_onnx
+from tensorforge.compiler.frontend.onnx_builders import mlp, small_cnn
+from tensorforge.compiler.graph.compile import compile_graph
 from tensorforge.runtime import container, executor
 from tensorforge.runtime import module as module_mod
 from tensorforge.runtime.device.cpu.loader import LoaderError
@@ -214,3 +216,108 @@ def test_loading_and_running_a_module_never_imports_the_compiler(
     )
     assert result.stdout.strip() == "[]"
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), module.run({"x": X})["softmax_12"])
+
+
+def _onnxruntime_output(x: np.ndarray) -> np.ndarray:
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(mlp().SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def _bound_in_place(module: Module) -> None:
+    """Every constant is read-only, aligned, and the executor's binding is that very memory."""
+    views = module._load().views
+    for name, value in module.constants.items():
+        assert not value.flags.writeable and value.ctypes.data % 64 == 0, name
+        assert np.shares_memory(views[name], value), name
+        assert views[name].ctypes.data == value.ctypes.data, name
+
+
+def test_a_loaded_module_holds_each_constant_once(
+    module: Module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "m.tfm"
+    module.save(path)
+    data = path.read_bytes()
+    header, _, base = _split(data)
+    assert header["align"] == 64 and base % 64 == 0
+    assert all(s["offset"] % 64 == 0 for s in header["sections"])
+    read: list[memoryview] = []  # the buffer `load` reads the file into
+
+    def read_aligned(p: Path) -> memoryview:
+        read.append(real(p))
+        return read[-1]
+
+    real = container.read_aligned
+    monkeypatch.setattr(container, "read_aligned", read_aligned)
+    loaded = Module.load(path)
+    out = loaded.run({"x": X})["softmax_12"]
+    _bound_in_place(loaded)
+    (buffer,) = read
+    file_bytes = np.frombuffer(buffer, np.uint8)
+    for name, value in loaded.constants.items():  # views of the file's bytes, not copies
+        entry = next(s for s in header["sections"] if s["name"] == f"const:{name}")
+        assert value.ctypes.data == file_bytes.ctypes.data + base + entry["offset"], name
+        np.testing.assert_array_equal(value, module.constants[name])
+    np.testing.assert_array_equal(out, module.run({"x": X})["softmax_12"])
+    np.testing.assert_allclose(out, _onnxruntime_output(X), rtol=1e-5, atol=1e-6)
+
+
+def test_a_compiled_module_binds_its_constants_in_place(module: Module) -> None:
+    module.run({"x": X})
+    _bound_in_place(module)
+
+
+def test_compiling_copies_no_constant_into_the_module() -> None:
+    """The graph's constants and the kernels' pre-packed weights are made aligned, so the
+    module holds those very arrays: a constant the kernels read as is stays the graph's."""
+    graph = from_onnx(small_cnn())
+    compiled = compile_graph(graph, progress=False)
+    kept = [n for n in compiled.constants if n in graph.constants]
+    assert kept  # (the bias of the final dense layer: the oracle of this test)
+    for name in kept:
+        assert compiled.constants[name].ctypes.data == graph.constants[name].ctypes.data, name
+    for value in graph.constants.values():
+        assert value.ctypes.data % 64 == 0 and not value.flags.writeable
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(
+        small_cnn().SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    np.testing.assert_allclose(
+        next(iter(compiled.run({"x": x}).values())), session.run(None, {"x": x})[0],
+        rtol=1e-4, atol=1e-5,
+    )  # fmt: skip
+
+
+def test_version_2_files_load_and_their_constants_are_copied_aligned_once(
+    module: Module,
+) -> None:
+    """A file written before format 3: sections packed back to back after an unpadded header;
+    read in place of alignment, it still loads (digest checked) and runs alike."""
+    header, _, _ = _split(module.to_bytes())
+    old = container.pack(MAGIC, 2, {k: v for k, v in header.items() if k != "align"}, [
+        (s["name"], _section_bytes(module, s["name"])) for s in header["sections"]
+    ])  # fmt: skip
+    assert "align" not in _split(old)[0]
+    loaded = Module.from_bytes(old, "old.tfm")
+    out = loaded.run({"x": X})["softmax_12"]
+    _bound_in_place(loaded)
+    np.testing.assert_array_equal(out, module.run({"x": X})["softmax_12"])
+    with pytest.raises(ModuleFormatError, match="old.tfm: offset 16: checksum mismatch"):
+        Module.from_bytes(old[:-1] + bytes([old[-1] ^ 1]), "old.tfm")
+
+
+def _section_bytes(module: Module, name: str) -> bytes:
+    kind, _, key = name.partition(":")
+    if kind == "kernel":
+        return next(bytes(k.payload) for k in module.kernels if k.name == key)
+    return module.constants[key].tobytes()
+
+
+def test_an_input_that_is_also_a_constant_is_refused(module: Module) -> None:
+    header, payload, _ = _split(module.to_bytes())
+    const = header["constants"][0]["name"]
+    header["inputs"] = [*header["inputs"], const]
+    with pytest.raises(ModuleFormatError, match=f"input {const!r} must not be a constant"):
+        Module.from_bytes(_repack(header, payload), "i.tfm")

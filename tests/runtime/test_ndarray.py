@@ -65,3 +65,15 @@ def test_copyfrom_checks_the_shape() -> None:
     assert (a.numpy() == 1).all()
     with pytest.raises(ValueError, match=r"copyfrom: source shape must be \(2, 3\), not \(3, 2\)"):
         a.copyfrom(np.ones((3, 2)))
+
+
+def test_aligned_keeps_an_aligned_array_and_copies_any_other() -> None:
+    a = nd.empty((4, 3), "float32").numpy()
+    a[...] = np.arange(12).reshape(4, 3)
+    a.setflags(write=False)  # read-only arrays are kept as they are, not copied
+    assert nd.aligned(a) is a
+    for other in (a.reshape(-1)[1:], a.T):  # 4 bytes past the boundary; not C-contiguous
+        copy = nd.aligned(other)
+        assert not np.shares_memory(copy, a)
+        assert copy.flags.c_contiguous and copy.ctypes.data % nd.ALIGNMENT == 0
+        np.testing.assert_array_equal(copy, other)

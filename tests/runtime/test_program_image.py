@@ -66,7 +66,7 @@ def test_a_loaded_program_runs_twice_with_new_inputs(kernel):
     [
         (lambda d: b"NOTAPROG" + d[8:], "offset 0: not a TensorForge program image"),
         (lambda d: d[:10], "offset 8: truncated header"),
-        (lambda d: d[:8] + struct.pack("<I", 99) + d[12:], "format version 99 is not the version"),
+        (lambda d: d[:8] + struct.pack("<I", 99) + d[12:], "format version 99 is not a version"),
         (lambda d: d[:12] + struct.pack("<I", 1 << 30) + d[16:], "offset 12: header length"),
         (lambda d: d[:16] + b"]" + d[17:], "offset 16: malformed header: JSONDecodeError"),
         (lambda d: d[:-5], "section 'blob:uops' runs past the file end"),
