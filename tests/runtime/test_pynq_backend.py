@@ -1,7 +1,8 @@
 """The ``pynq`` backend: the board driver code, run against the exported Verilog through the
 board model (the `pynq` API over cocotb), and its errors.
 
-Oracles: numpy (the demo kernel's reference), the functional simulator (outputs bit for bit),
+Oracles: numpy (the demo kernel's and the compiled conv's reference), the functional simulator
+(outputs bit for bit),
 and the cycle model with the RAM model's latencies (`rtl.matched_timing`) and the board's buffer
 placement (page-aligned, as XRT allocates: `PAGE_PLACEMENT`) for the CYCLES register.
 """
@@ -144,3 +145,37 @@ def test_remote_run_on_the_board_model(tmp_path, cnn):
     np.testing.assert_array_equal(unpack_out(TINY, prog_out["C"]), k.reference())
     _, timed = k.run_on("cyclesim", timing=matched_timing(TINY), **PAGE_PLACEMENT)
     assert prog_meta["cycles"] == timed.cycles
+
+
+@pytest.mark.rtl
+def test_compiled_conv_over_rpc_on_the_board_model():
+    """A `compiler.vta.conv2d` program image (3x3, per-channel requantization as the compiler
+    quantizes by default, 2 virtual threads) uploaded over RPC to a ``pynq-model`` server: the
+    small-shape twin of `benchmarks/rpc.py`'s ResNet-18 layer."""
+    _needs_icarus()
+    from tensorforge.compiler.quantize.requant import requant_params_per_channel
+    from tensorforge.compiler.vta import conv2d
+    from tensorforge.compiler.vta.layout import INPUT, OUTPUT
+    from tensorforge.runtime.rpc import connect
+    from tensorforge.runtime.rpc.server import RPCServer
+
+    rng = np.random.default_rng(7)
+    w = rng.integers(-128, 128, (8, 8, 3, 3), dtype=np.int8)
+    b = rng.integers(-3000, 3000, 8, dtype=np.int32)
+    bounds = 127 * np.abs(w.astype(np.int64)).reshape(8, -1).sum(1) + np.abs(b)
+    requant = requant_params_per_channel(rng.uniform(0.5, 3.0, 8) * 1e-3, TINY,
+                                         acc_bounds=bounds, relu=True)  # fmt: skip
+    k = conv2d(TINY, (1, 8, 6, 6), w, b, padding=1, requant=requant, vthreads=2)
+    x = rng.integers(0, 128, (1, 8, 6, 6), dtype=np.int8)
+    with RPCServer("pynq-model", port=0, token="board-model-token", run_timeout=300,
+                   device_options={"timeout_s": 240}) as server:  # fmt: skip
+        remote = connect(*server.address, token="board-model-token", timeout=600)
+        out, meta = remote.run_program(k.image, {INPUT: k.pack(x)})
+    got = k.unpack(out[OUTPUT])
+    want = k.reference(x)
+    assert len(np.unique(want)) > 8  # the requantization keeps a range, not all 0 or 127
+    np.testing.assert_array_equal(got, want)
+    sim, _ = k.run(x, "sim")
+    np.testing.assert_array_equal(got, sim)
+    _, timed = k.run(x, "cyclesim", timing=matched_timing(TINY), **PAGE_PLACEMENT)
+    assert meta["device"] == "pynq-model" and meta["cycles"] == timed.cycles
