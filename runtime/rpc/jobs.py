@@ -81,7 +81,9 @@ def run_program(path: str, inputs: dict[str, np.ndarray], device: str,
 
 def _on_board_model(path: str, kind: str, inputs: dict[str, np.ndarray],
                     device_options: dict[str, Any], what: Any) -> dict[str, Any]:  # fmt: skip
-    """The ``pynq-model`` device: the ``pynq`` backend's code on the board model (the RTL)."""
+    """The ``pynq-model`` device: the ``pynq`` backend's code on the board model (the RTL).
+    Its options: ``simulator`` ("icarus" or "verilator"), ``timeout_s`` (one simulation's
+    wall-clock limit, default 600)."""
     from ...runtime.device.vta.pynq_model import run_on_board_model
     from ...runtime.program import ProgramImage
 
@@ -94,8 +96,10 @@ def _on_board_model(path: str, kind: str, inputs: dict[str, np.ndarray],
     with open(path, "rb") as f:
         payload = f.read()
     simulator = str(device_options.get("simulator", "icarus"))
+    # a ResNet-18 layer simulates for minutes: the server's run_timeout bounds it from outside
+    timeout_s = float(device_options.get("timeout_s", 600.0))
     t0 = time.perf_counter()
-    outputs, report = run_on_board_model(cfg, kind, payload, inputs, simulator)
+    outputs, report = run_on_board_model(cfg, kind, payload, inputs, simulator, timeout_s)
     out: dict[str, Any] = {"outputs": outputs, "wall_s": [time.perf_counter() - t0]}
     if kind == "module":
         out["calls"] = report["calls"]

@@ -83,7 +83,8 @@ class RPCServer:
         max_request_bytes: the largest request body (uploads, inputs, artifacts).
         max_connections: connections served at once; more are answered 503 at once.
         max_files: uploads kept (the least recently used are removed beyond it).
-        device_options: options of the device backend (e.g. ``{"simulator": "verilator"}``).
+        device_options: options of the device backend (e.g. ``{"simulator": "verilator"}``;
+            "pynq-model" also takes ``timeout_s``, one simulation's limit, default 600 s).
     """
 
     def __init__(

@@ -179,3 +179,22 @@ def test_compiled_conv_over_rpc_on_the_board_model():
     np.testing.assert_array_equal(got, sim)
     _, timed = k.run(x, "cyclesim", timing=matched_timing(TINY), **PAGE_PLACEMENT)
     assert meta["device"] == "pynq-model" and meta["cycles"] == timed.cycles
+
+
+@pytest.mark.rtl
+def test_board_model_time_out_is_the_servers_option(tmp_path):
+    """``device_options={"timeout_s": ...}`` bounds each board-model simulation: a launch that
+    cannot finish within it is reported as a failed run naming the limit, and the server goes
+    on serving."""
+    _needs_icarus()
+    from tensorforge.runtime.rpc import RPCError, connect
+    from tensorforge.runtime.rpc.server import RPCServer
+
+    k = build_matmul(TINY, 16, 8, 8, seed=8)
+    with RPCServer("pynq-model", port=0, token="board-model-token", work_dir=tmp_path,
+                   run_timeout=300, device_options={"timeout_s": 0.001}) as server:  # fmt: skip
+        remote = connect(*server.address, token="board-model-token", timeout=600)
+        with pytest.raises(RPCError, match="did not finish within 0.001 s") as err:
+            remote.run_program(k.image, {"A": pack_inp(TINY, k.a)})
+        assert err.value.kind == "run_error"
+        assert remote.info()["device"] == "pynq-model"
