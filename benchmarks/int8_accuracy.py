@@ -28,7 +28,11 @@ ResNet-18, MobileNetV2 (width 0.5) and two MobileNetV2 inverted-residual blocks.
 
 Usage:
     python benchmarks/int8_accuracy.py [--models digits,resnet18,mobilenet_v2,mbv2_block]
-                                       [--size 64] [--calib 16] [--test 16] [--json]
+                                       [--size 64] [--calib 16] [--test N] [--json]
+
+``--test`` defaults to the whole test split (450 images) for digits and 32 inputs for the
+others: on 16 digits images onnxruntime's int8 error was 0.0075, on all 450 it is 0.017, so a
+small test set decides the ratio more than the quantization does.
 """
 
 from __future__ import annotations
@@ -155,15 +159,18 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--size", type=int, default=64, help="input size of the generated models")
     ap.add_argument("--calib", type=int, default=16, help="calibration inputs")
-    ap.add_argument("--test", type=int, default=16, help="test inputs")
+    what = "test inputs (default: digits' whole test split, 32 for the others)"
+    ap.add_argument("--test", type=int, default=None, help=what)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rows = [run_model(m, args.size, args.calib, args.test) for m in args.models.split(",")]
+    tests = {m: args.test or (450 if m == "digits" else 32) for m in args.models.split(",")}
+    rows = [run_model(m, args.size, args.calib, n) for m, n in tests.items()]
     if args.json:
         print(json.dumps(rows, indent=1))
         return
     print(f"machine: {describe()}")
-    print(f"{args.calib} calibration and {args.test} test inputs per model, config pynq")
+    counts = ", ".join(f"{m} {n}" for m, n in tests.items())
+    print(f"{args.calib} calibration inputs per model; test inputs: {counts}; config pynq")
     print("relative error against float (top-1 equal to float's)")
     print(f"{'model':<14}{'MACs on':>8}{'ORT int8':>16}{'ORT sym':>16}{'TF shift':>16}"
           f"{'TF mul/tensor':>16}{'TF mul/channel':>16}{'mul/ORT':>9}{'s':>6}")  # fmt: skip

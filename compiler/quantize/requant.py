@@ -85,6 +85,8 @@ class RequantParams:
         acc_width: the accumulator width the steps wrap to.
         channel_multipliers: per output channel, the integer multipliers applied (wrapping) before
             ``steps`` (which then hold no MUL, and ``multiplier`` is 1); empty: per tensor.
+        pre_shift: with channel multipliers, an arithmetic right shift of the accumulator before
+            them (``SHR pre_shift``), so the multipliers can be that many bits more precise.
     """
 
     steps: tuple[AluStep, ...]
@@ -95,6 +97,7 @@ class RequantParams:
     hi: int
     acc_width: int
     channel_multipliers: tuple[int, ...] = ()
+    pre_shift: int = 0
 
     @property
     def ratio(self) -> Fraction:
@@ -105,7 +108,8 @@ class RequantParams:
 
     def channel_ratios(self) -> list[Fraction]:
         """The ratio of each output channel (per-channel params only)."""
-        return [Fraction(m) / Fraction(2) ** self.shift for m in self.channel_multipliers]
+        total = Fraction(2) ** (self.shift + self.pre_shift)
+        return [Fraction(m) / total for m in self.channel_multipliers]
 
 
 def requant_params(
@@ -170,13 +174,17 @@ def requant_params_per_channel(
     acc_bounds: np.ndarray,
     rounding: bool = True,
     relu: bool = False,
+    pre_shift: int = 0,
 ) -> RequantParams:
-    """The requantization of per-channel ratios: ``clip(round(acc_c * m_c / 2**shift))``.
+    """The requantization of per-channel ratios: ``clip(round((acc_c >> pre) * m_c / 2**shift))``.
 
     One tensor-tensor MUL by the int32 multipliers ``m_c`` (loaded like the bias), then the
     shared shift, rounding and clipping steps. The common shift is the largest for which every
     ``|acc_c| * m_c`` (``|acc_c| <= acc_bounds[c]``) still fits the accumulator with room for the
     rounding constant, so each channel keeps as many bits of its ratio as its bound allows.
+    ``pre_shift``: shift the accumulator right (floor) by that much first, which divides the
+    bounds and so buys the multipliers as many bits (the floor costs up to ``2**pre * ratio``
+    of an output step).
 
     Raises:
         ValueError: for a ratio that is not positive and finite, mismatched lengths, a config
@@ -194,6 +202,9 @@ def requant_params_per_channel(
     if not cfg.alu_mul:
         raise ValueError(f"per-channel requantization needs the ALU MUL extension, but HWConfig "
                          f"{cfg.name!r} has alu_mul=False")  # fmt: skip
+    if not 0 <= pre_shift < cfg.acc_width - 1:
+        raise ValueError(f"pre_shift must be in [0, {cfg.acc_width - 2}], not {pre_shift!r}")
+    r, bounds = r * 2.0**pre_shift, -(-bounds // (1 << pre_shift))
     limits = (1 << (cfg.acc_width - 2)) // bounds
     if np.any(limits < 1):
         raise ValueError(f"acc_bounds must be <= 2**{cfg.acc_width - 2} for a per-channel "
@@ -216,7 +227,7 @@ def requant_params_per_channel(
     lo, hi = qrange(cfg.out_width)
     lo = 0 if relu else lo
     steps = _steps(1, shift, rounding, lo, hi, cfg.acc_width)
-    return RequantParams(steps, 1, shift, rounding, lo, hi, cfg.acc_width, tuple(ms))
+    return RequantParams(steps, 1, shift, rounding, lo, hi, cfg.acc_width, tuple(ms), pre_shift)
 
 
 def _power_of_two(ratio: float) -> tuple[int, int]:
@@ -322,6 +333,8 @@ def apply_requant(acc: np.ndarray, params: RequantParams, channel_axis: int = 1)
                              f"{channel_axis} of that length, not shape {x.shape}")  # fmt: skip
         shape = [1] * x.ndim
         shape[channel_axis] = -1
+        if params.pre_shift:
+            x = alu_apply(AluOp.SHR, x, params.pre_shift, params.acc_width)
         x = alu_apply(AluOp.MUL, x, m.reshape(shape), params.acc_width)
     for step in params.steps:
         x = alu_apply(step.op, x, step.imm, params.acc_width)

@@ -168,7 +168,10 @@ def conv2d_te(
     if bool(req.channel_multipliers) != wl.channel_scales:
         raise ValueError(f"conv2d workload channel_scales={wl.channel_scales} but the requant "
                          f"has {len(req.channel_multipliers)} per-channel multipliers")  # fmt: skip
-    if req.channel_multipliers:  # one tensor-tensor MUL by the per-channel multipliers
+    if req.channel_multipliers:  # [SHR pre_shift,] one tensor-tensor MUL by the multipliers
+        if req.pre_shift:
+            last = _step(last, AluStep(AluOp.SHR, req.pre_shift), "pre")
+            stages.append(last)
         M = te.placeholder((ocb, b, bo), "int32", name=MULTIPLIERS)
         scaled = last
         last = te.compute(C.shape, lambda n, o, y, x, i, j: scaled[n, o, y, x, i, j] * M[o, i, j],

@@ -50,7 +50,9 @@ def test_a_per_channel_requantized_conv_on_rtl_equals_sim_and_cyclesim(rtl_simul
     w = rng.integers(-127, 128, (9, 9, 3, 3), dtype=np.int8)
     b = rng.integers(-3000, 3000, 9, dtype=np.int32)
     bounds = 127 * np.abs(w.astype(np.int64)).reshape(9, -1).sum(1) + np.abs(b)
-    p = requant_params_per_channel(rng.uniform(0.5, 2, 9) * 2**-11, cfg, acc_bounds=bounds)
+    p = requant_params_per_channel(
+        rng.uniform(0.5, 2, 9) * 2**-11, cfg, acc_bounds=bounds, pre_shift=2
+    )
     kern = conv2d(cfg, x.shape, w, b, padding=1, requant=p, vthreads=2)
     inputs = {"X": kern.pack(x)}
     want, _ = run(kern.image, inputs, "sim")

@@ -6,7 +6,8 @@ products accumulate in wrapping ``acc_width``-bit integers, an int32 bias (at th
 scale) is added, and the requantization is the list of ALU steps stored in the node's
 attributes (``requant_ops``/``requant_imms``, from ``requant_params``), after a multiply by one
 integer per output channel where the weights have per-channel scales (``channel_multipliers``,
-from ``requant_params_per_channel``; ``weight_scale`` is then a tuple), so what a node computes
+from ``requant_params_per_channel``, after a right shift by ``pre_shift``; ``weight_scale`` is
+then a tuple), so what a node computes
 is exactly what the accelerator's ALU would. ``quantize_graph`` (compiler/quantize/graph.py)
 writes these nodes; the partition pass sets their ``target`` ("cpu" or "vta").
 """
@@ -39,6 +40,7 @@ _REQUANT_ATTRS = {
     "out_hi": REQUIRED,
     "acc_width": 32,
     "channel_multipliers": (),
+    "pre_shift": 0,
     "out_scale": REQUIRED,
     "target": "cpu",
 }
@@ -56,6 +58,7 @@ def requant_attrs(params: RequantParams) -> dict[str, AttrValue]:
         "out_hi": params.hi,
         "acc_width": params.acc_width,
         "channel_multipliers": tuple(int(m) for m in params.channel_multipliers),
+        "pre_shift": params.pre_shift,
     }
 
 
@@ -74,6 +77,7 @@ def requant_from_attrs(attrs: dict[str, Any]) -> RequantParams:
         attrs["out_hi"],
         attrs["acc_width"],
         tuple(int(m) for m in attrs.get("channel_multipliers", ())),
+        int(attrs.get("pre_shift", 0)),
     )
 
 

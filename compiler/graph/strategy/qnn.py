@@ -144,19 +144,22 @@ def _bias(ctx: GroupContext, node: Node) -> Lazy | None:
 
 
 def _finish(ctx: GroupContext, node: Node, tail: Tail) -> Any:
-    """``(acc, *index) -> output``: bias (wrapping), the per-channel multiplier (wrapping) where
-    the weights have per-channel scales, requantization, then the group's tail."""
+    """``(acc, *index) -> output``: bias (wrapping), the pre-shift and per-channel multiplier
+    (wrapping) where the weights have per-channel scales, requantization, then the group's
+    tail."""
     bias, requant = _bias(ctx, node), _requant(node, _attrs(node))
     table = None
     if requant.channel_multipliers:
         multipliers = np.asarray(requant.channel_multipliers, dtype=np.int32)
         table = ctx.add_constant(f"{node.name}.multipliers", multipliers)
-        requant = replace(requant, channel_multipliers=())
+    pre = requant.pre_shift
+    requant = replace(requant, channel_multipliers=(), pre_shift=0)
 
     def fn(acc: Any, *idx: Any) -> Any:
         if bias is not None:
             acc = acc + bias((idx[1],)).astype(ACC)
         if table is not None:
+            acc = alu_step(acc, AluStep(AluOp.SHR, pre)) if pre else acc
             acc = acc * table[idx[1]]
         return tail.epilogue(requantize(acc, requant), tuple(idx))
 

@@ -170,7 +170,7 @@ def _conv_requant(kind: str, w: np.ndarray, bias: np.ndarray | None) -> RequantP
         rows = np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(axis=1) * 127
         bounds = rows + (0 if bias is None else np.abs(bias.astype(np.int64)))
         ratios = np.linspace(0.3, 2.5, len(w)) * 0.00137
-        return requant_params_per_channel(ratios, MUL, acc_bounds=bounds, relu=True)
+        return requant_params_per_channel(ratios, MUL, acc_bounds=bounds, relu=True, pre_shift=2)
     if kind == "channel_wraps":  # multipliers whose products wrap int32, then the low bits
         m = tuple(30011 + 7919 * c for c in range(len(w)))
         steps = tuple(AluStep(AluOp[op], imm) for op, imm in (("SHR", 9), ("ADD", -3)))

@@ -183,34 +183,42 @@ def test_each_int8_node_equals_the_reference_called_on_its_inputs(float_graph, s
 
 
 def test_per_channel_nodes_requantize_each_channel_by_its_own_ratio(float_graph, split) -> None:
-    # oracle: exact integer arithmetic in Python ints, acc_c * m_c / 2**shift rounded half up,
-    # each m_c the nearest integer to in_scale * weight_scale[c] / out_scale * 2**shift
+    # oracle: exact integer arithmetic in Python ints, floor(floor((acc_c + bias_c) / 2**p) * m_c
+    # / 2**shift), each m_c the nearest integer to in_scale * weight_scale[c] / out_scale *
+    # 2**(shift + p), the stored bias = the float bias at the accumulator scale + the rounding
+    # term h_c = 2**(shift + p - 1) / m_c + (2**p - 1) / 2 (round half up, to a fraction of an
+    # LSB), and the pre-shift p's floor costing at most 1/16 of an output step
     q = quantize_graph(float_graph, {"input": split["calib_images"]}, _cfg(True))
     env = _values(q, {"input": split["images"]})
+    float_nodes = {n.name: n for n in float_graph.nodes}
     checked = 0
     for node in q.nodes:
         if node.op not in ("tf.qconv2d", "tf.qdense"):
             continue
         a = node.attr_dict
         x, w, b = (env[i] for i in node.inputs)
-        m, shift = a["channel_multipliers"], a["shift"]
-        assert len(m) == len(w) == len(a["weight_scale"])
+        m, shift, pre = a["channel_multipliers"], a["shift"], a["pre_shift"]
+        assert len(m) == len(w) == len(a["weight_scale"]) and a["rounding"] == 0
         ratios = [a["in_scale"] * s / a["out_scale"] for s in a["weight_scale"]]
+        assert 2**pre * max(ratios) <= 1 / 16
+        float_bias = float_graph.constants[float_nodes[node.name].inputs[2]]
         for c, ratio in enumerate(ratios):  # the nearest multiplier at the common shift
-            assert abs(m[c] - ratio * 2**shift) <= 0.5 + 1e-9, (node.name, c)
-        # the common shift is as large as the accumulator allows: no product may wrap, and
-        # one more bit of shift would make the largest product overflow 2**30
+            assert abs(m[c] - ratio * 2 ** (shift + pre)) <= 0.5 + 1e-9, (node.name, c)
+            if m[c] == 0:  # a near-dead channel: its outputs are all 0
+                continue
+            h = int(b[c]) - round(float(float_bias[c]) / (a["in_scale"] * a["weight_scale"][c]))
+            assert abs(h - 2 ** (shift + pre - 1) / m[c] - (2**pre - 1) / 2) <= 0.5 + 1e-9
+        # the common shift is as large as the accumulator allows: no product may wrap
         bounds = 127 * np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(axis=1) + np.abs(b)
-        products = [int(mc) * int(bc) for mc, bc in zip(m, bounds, strict=True)]
+        products = [int(mc) * -(-int(bc) // 2**pre) for mc, bc in zip(m, bounds, strict=True)]
         assert 2**28 < max(products) <= 2**30, node.name
         if node.op == "tf.qconv2d":
             acc = conv2d_int8(x, w, b, stride=1, padding=1)
         else:
             acc = dense_int8(x, w, b)
-        scaled = acc.astype(object) * np.array(m, dtype=object).reshape(
-            (1, -1) + (1,) * (acc.ndim - 2)
-        )
-        want = np.clip((scaled + (1 << (shift - 1))) // (1 << shift), a["out_lo"], a["out_hi"])
+        shape = (1, -1) + (1,) * (acc.ndim - 2)
+        scaled = (acc.astype(object) // 2**pre) * np.array(m, dtype=object).reshape(shape)
+        want = np.clip(scaled // (1 << shift), a["out_lo"], a["out_hi"])
         assert np.array_equal(env[node.outputs[0]], want.astype(np.int8)), node.name
         checked += 1
     assert checked == 4

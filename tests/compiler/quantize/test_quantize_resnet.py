@@ -22,7 +22,6 @@ from tensorforge.compiler.graph.reference import run_node
 from tensorforge.compiler.graph.verify import verify_graph
 from tensorforge.compiler.quantize import conv2d_int8, dense_int8, requant_params
 from tensorforge.compiler.quantize.graph import quantize_graph
-from tensorforge.compiler.quantize.requant import requant_params_per_channel
 from tensorforge.compiler.quantize.residual import add_int8, add_params
 from tensorforge.hw.config import HWConfig
 
@@ -74,18 +73,26 @@ def _reference(node, env, cfg: HWConfig, mode: str) -> np.ndarray:
         return max_pool(attrs, ins[0].astype(np.float64)).astype(np.int8)
     x, w, b = ins
     rows = np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(axis=1)
+    top, left, bottom, right = a.get("pads", (0, 0, 0, 0))
+    assert (top, left) == (bottom, right)
     if isinstance(a["weight_scale"], tuple):  # per-channel weight scales (mode mul's default)
+        # the stored multipliers are the nearest to each channel's ratio; the output is the
+        # integer formula floor(floor(acc / 2**pre) * m_c / 2**shift) in Python ints
         ratios = a["in_scale"] * np.array(a["weight_scale"]) / a["out_scale"]
-        p = requant_params_per_channel(ratios, cfg, relu=a["out_lo"] == 0,
-                                       acc_bounds=127 * rows + np.abs(b))  # fmt: skip
-    else:
-        ratio = a["in_scale"] * a["weight_scale"] / a["out_scale"]
-        p = requant_params(ratio, cfg, mode=mode, relu=a["out_lo"] == 0,
-                           acc_bound=127 * int(rows.max()) + int(np.abs(b).max()))  # fmt: skip
+        m, shift, pre = a["channel_multipliers"], a["shift"], a["pre_shift"]
+        assert np.all(np.abs(np.array(m) - ratios * 2.0 ** (shift + pre)) <= 0.5 + 1e-9)
+        if node.op == "tf.qdense":
+            acc = dense_int8(x, w, b)
+        else:
+            acc = conv2d_int8(x, w, b, stride=tuple(a["strides"]), padding=(top, left))
+        shape = (1, -1) + (1,) * (acc.ndim - 2)
+        scaled = (acc.astype(object) // 2**pre) * np.array(m, dtype=object).reshape(shape)
+        return np.clip(scaled // 2**shift, a["out_lo"], a["out_hi"]).astype(np.int8)
+    ratio = a["in_scale"] * a["weight_scale"] / a["out_scale"]
+    p = requant_params(ratio, cfg, mode=mode, relu=a["out_lo"] == 0,
+                       acc_bound=127 * int(rows.max()) + int(np.abs(b).max()))  # fmt: skip
     if node.op == "tf.qdense":
         return dense_int8(x, w, b, requant=p)
-    top, left, bottom, right = a["pads"]
-    assert (top, left) == (bottom, right)
     return conv2d_int8(x, w, b, stride=tuple(a["strides"]), padding=(top, left), requant=p)
 
 

@@ -84,16 +84,18 @@ def test_mul_requant_dense_matches_the_oracle() -> None:
         assert np.array_equal(out, dense_int8(a, w, b, requant=p))
 
 
-def _per_channel_oracle(acc: np.ndarray, m: tuple[int, ...], shift: int, lo: int) -> np.ndarray:
-    """clip(floor(acc_c * m_c / 2**shift + 1/2)) in Python integers (no ALU model)."""
-    scaled = acc.astype(object) * np.array(m, dtype=object).reshape((1, -1) + (1,) * (acc.ndim - 2))
-    return np.clip((scaled + (1 << (shift - 1))) // (1 << shift), lo, 127).astype(np.int8)
+def _per_channel_oracle(acc: np.ndarray, p) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """clip(floor(floor(acc_c / 2**pre) * m_c / 2**shift + 1/2)) in Python integers (no ALU
+    model)."""
+    m = np.array(p.channel_multipliers, dtype=object).reshape((1, -1) + (1,) * (acc.ndim - 2))
+    scaled = (acc.astype(object) // 2**p.pre_shift) * m
+    return np.clip((scaled + (1 << (p.shift - 1))) // (1 << p.shift), p.lo, 127).astype(np.int8)
 
 
-def _per_channel(cfg: HWConfig, w: np.ndarray, b: np.ndarray, seed: int, relu: bool):  # type: ignore[no-untyped-def]
+def _per_channel(cfg: HWConfig, w: np.ndarray, b: np.ndarray, seed: int, relu: bool, pre=0):  # type: ignore[no-untyped-def]
     bounds = 127 * np.abs(w.astype(np.int64)).reshape(len(w), -1).sum(1) + np.abs(b)
     ratios = np.random.default_rng(seed).uniform(0.2, 3.0, len(w)) * 3e-4
-    return requant_params_per_channel(ratios, cfg, acc_bounds=bounds, relu=relu)
+    return requant_params_per_channel(ratios, cfg, acc_bounds=bounds, relu=relu, pre_shift=pre)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -101,14 +103,16 @@ def _per_channel(cfg: HWConfig, w: np.ndarray, b: np.ndarray, seed: int, relu: b
 def test_per_channel_requant_matches_an_integer_oracle(config: str, vthreads: int) -> None:
     cfg = HWConfig.preset(config).replace(alu_mul=True)
     x, w, b = _conv_operands(21 + vthreads, cfg)
-    p = _per_channel(cfg, w, b, vthreads, relu=vthreads == 2)
+    pre = 3 * (vthreads - 1)  # with 2 threads also a pre-shift before the multipliers
+    p = _per_channel(cfg, w, b, vthreads, relu=vthreads == 2, pre=pre)
     kern = conv2d(cfg, x.shape, w, b, stride=2, padding=1, requant=p, vthreads=vthreads)
     ops = _epilogue_ops(kern)
-    assert ops[1] == (AluOp.MUL, None)  # after the bias ADD: one tensor-tensor MUL
-    assert [op for op, _ in ops[2:]] == [s.op for s in p.steps]
+    head = [(AluOp.SHR, pre)] if pre else []
+    assert ops[1 : 2 + len(head)] == [*head, (AluOp.MUL, None)]  # after the bias: tensor MUL
+    assert [op for op, _ in ops[2 + len(head) :]] == [s.op for s in p.steps]
     out, _ = kern.run(x)
     acc = conv2d_int8(x, w, b, stride=2, padding=1)  # the int32 accumulators, no requant
-    want = _per_channel_oracle(acc, p.channel_multipliers, p.shift, p.lo)
+    want = _per_channel_oracle(acc, p)
     assert np.array_equal(out, want), np.count_nonzero(out != want)
     assert np.unique(want).size > 20
     # a channel's output follows its own ratio: the ratio spread is 15x, so the channels'
@@ -125,17 +129,15 @@ def test_per_channel_requant_dense_and_a_fused_residual_match_the_oracle() -> No
     b = rng.integers(-900, 900, 9, dtype=np.int32)
     p = _per_channel(cfg, w, b, 5, relu=False)
     out, _ = dense(cfg, 6, w, b, requant=p).run(a)
-    want = _per_channel_oracle(dense_int8(a, w, b), p.channel_multipliers, p.shift, p.lo)
+    want = _per_channel_oracle(dense_int8(a, w, b), p)
     assert np.array_equal(out, want)
     x, w, b = _conv_operands(31, cfg)
-    p = _per_channel(cfg, w, b, 6, relu=False)
+    p = _per_channel(cfg, w, b, 6, relu=False, pre=2)
     add = add_params(0.61, 1.37, cfg, mode="mul", relu=True)
     kern = conv2d(cfg, x.shape, w, b, padding=1, requant=p, residual=add, vthreads=2)
     r = rng.integers(-127, 128, kern.output_shape, dtype=np.int8)
     out, _ = kern.run(x, residual=r)
-    conv = _per_channel_oracle(
-        conv2d_int8(x, w, b, padding=1), p.channel_multipliers, p.shift, p.lo
-    )
+    conv = _per_channel_oracle(conv2d_int8(x, w, b, padding=1), p)
     assert np.array_equal(out, add_int8(conv, r, add))
 
 
