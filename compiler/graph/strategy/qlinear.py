@@ -311,8 +311,8 @@ def _conv_direct(
     axes, taps = direct_conv_taps(w_shape, _attrs(node)["group"], pads, strides, dil)
 
     def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
-        c, iy, ix, ci, ry, rx = taps(kk, y, xx)
-        product = read(n, c, iy, ix).astype(ACC) * read_w(kk, ci, ry, rx).astype(ACC)
+        c, at, ci, tap = taps(kk, y, xx)
+        product = read(n, c, *at).astype(ACC) * read_w(kk, ci, *tap).astype(ACC)
         return te.sum(product, axis=axes)
 
     red = te.compute(shape, body, name="qlinearconv")
