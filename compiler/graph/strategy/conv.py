@@ -138,14 +138,13 @@ def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     view = conv_view(ctx, node)
     dtype = ctx.type_of(node.inputs[0]).dtype
     weight = ctx.constant(node.inputs[1])
-    uniform = len({*view.strides}) == 1 and len({*view.dil}) == 1
     k, cg = view.w_shape[:2]
     depthwise = view.group > 1 and k == view.group and cg == 1
-    blocked = uniform and weight is not None and not depthwise
+    blocked = weight is not None and not depthwise
     pads = view.begin[0] if len({*view.begin, *view.end}) == 1 else (*view.begin, *view.end)
     if blocked and view.group == 1 and _pointwise(view, dtype, pads):
         return _conv_pointwise(ctx, node, tail)
-    if blocked and len(view.x_shape) == 4 and (view.group == 1 or dtype in FLOATS):
+    if blocked and (view.group == 1 or dtype in FLOATS):
         return _conv_topi(ctx, node, tail, view, pads, np.asarray(weight).reshape(view.w_shape))
     return _conv_generic(ctx, node, tail, view)
 
@@ -191,7 +190,7 @@ def _pointwise(view: ConvView, dtype: str, pad: int | tuple[int, ...]) -> bool:
     """A 1x1 (1x1x1, 1) convolution that is a GEMM on NCHW as it lies: batch 1, stride 1, no
     padding, float."""
     one = set(view.w_shape[2:]) == {1} and view.x_shape[0] == 1
-    return one and pad == 0 and view.strides[0] == 1 and dtype in FLOATS
+    return one and pad == 0 and set(view.strides) == {1} and dtype in FLOATS
 
 
 def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
@@ -232,16 +231,17 @@ def conv_config(
     data: Tensor,
     w_shape: tuple[int, ...],
     out_shape: tuple[int, ...],
-    stride: int,
+    stride: int | tuple[int, ...],
     pad: int | tuple[int, ...],
-    dil: int,
+    dil: int | tuple[int, ...],
     groups: int = 1,
 ) -> Conv2dConfig:
     """The knobs of topi's NCHWc conv2d for this layer: the tuned config when a tuning log is
-    applied and has this workload (`compiler.autotune`; the tuner's workloads pad every side
-    alike), else `topi.x86.conv2d.default_config` (of one group's channels, for a grouped
-    convolution)."""
-    if isinstance(pad, int):
+    applied and has this workload (`compiler.autotune`; the tuner's workloads are 2-D and pad
+    every side alike, with one stride and dilation), else `topi.x86.conv2d.default_config` (of
+    one group's channels, for a grouped convolution)."""
+    ints = isinstance(stride, int) and isinstance(pad, int) and isinstance(dil, int)
+    if ints and len(data.shape) == 4:
         wl = conv_workload(data, w_shape, stride, pad, dil, groups)
         values = autotune_query("x86.conv2d_nchwc", wl)
         if values is not None:
@@ -269,9 +269,10 @@ def _conv_topi(
     pad: int | tuple[int, ...],
     w: np.ndarray,
 ) -> Result:
-    """A 2-D (or lifted 1-D) convolution through topi's NCHWc conv2d, `w` its view's constant
-    weights, packed once here."""
-    stride, dil, groups = view.strides[0], view.dil[0], view.group
+    """A 2-D (or lifted 1-D) or 3-D convolution through topi's NCHWc conv2d, `w` its view's
+    constant weights, packed once here."""
+    one = lambda v: v[0] if len({*v}) == 1 else v  # noqa: E731  (an int when uniform)
+    stride, dil, groups = one(view.strides), one(view.dil), view.group
     data = view.tensor(ctx, node.inputs[0], view.x_shape)
     config = conv_config(data, w.shape, view.out_shape, stride, pad, dil, groups)
     ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0] // groups, config)

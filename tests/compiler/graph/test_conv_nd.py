@@ -1,6 +1,7 @@
 """1-D and 3-D convolutions compiled to native code, against onnxruntime: groups, depthwise,
-strides, dilations, asymmetric pads, bias, batch 2, a fused Relu/Add tail; a 1-D one takes the
-2-D kernels (as 2-D of height 1)."""
+strides, dilations, asymmetric pads, bias, batch 2, a fused Relu/Add tail, weights given at run
+time; a 1-D one takes the 2-D kernels (as 2-D of height 1), a 3-D one the blocked conv with a
+depth axis."""
 
 from __future__ import annotations
 
@@ -108,10 +109,15 @@ def _stages(model) -> set[str]:
         (CASES_1D[1], "data_vec"),
         (CASES_1D[4], "act"),
         (CASES_1D[6], "packed"),
+        (CASES_3D[1], "data_vec"),
+        (CASES_3D[3], "data_vec"),
+        (CASES_3D[5], "packed"),
     ],  # fmt: skip
 )
-def test_1d_conv_takes_the_2d_kernels(case, stage) -> None:
-    """Blocked NCHWc conv2d, the depthwise NCHWc template, the pointwise GEMM (dense)."""
+def test_conv_takes_the_blocked_kernels(case, stage) -> None:
+    """A 1-D one as 2-D: the blocked NCHWc conv2d (`data_vec`), the depthwise NCHWc template
+    (`act`), the pointwise GEMM (dense, `packed`); a 3-D one the NCHWc conv2d with a depth axis
+    (strides and dilations per axis, groups) or the pointwise GEMM."""
     x_shape, w_shape, attrs = case
     w = np.ones(w_shape, np.float32)
     stages = _stages(_model(x_shape, w, attrs))
