@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 import tensorforge
 from tensorforge.compiler.frontend import from_onnx
+from tensorforge.compiler.frontend.onnx_builders import audio_cnn_1d, r3d_block
 from tensorforge.compiler.graph.lower_te import lower_group
 from tensorforge.compiler.graph.passes import optimize
 from tensorforge.compiler.tir.stmt import LoweringError
@@ -130,3 +131,19 @@ def test_conv_past_3d_is_refused_naming_the_node() -> None:
     with pytest.raises(LoweringError, match="Conv must be 1-D, 2-D or 3-D on the CPU back-end, "
                                             "not 4-D .node 'conv'"):  # fmt: skip
         tensorforge.compile(model, target="llvm")
+
+
+@pytest.mark.parametrize(
+    "build",
+    [lambda: audio_cnn_1d(length=800, width=8), lambda: r3d_block(frames=4, size=6, c=8)],
+    ids=["audio_cnn_1d", "r3d_block"],
+)
+def test_small_1d_and_3d_models_match_onnxruntime(build) -> None:
+    model = build()
+    (x,) = model.graph.input
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    feed = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    module = tensorforge.compile(model, target="llvm")
+    (got,) = module.run(feed).values()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
