@@ -1,6 +1,7 @@
-"""Convolution anchors: NCHWc conv2d from the x86 library (pre-packed weights, the group's
-elementwise tail as its epilogue), 1x1 convs as dense, depthwise NCHWc, the generic grouped
-reduction, and the GPU conv templates."""
+"""Convolution anchors: NCHWc conv2d (2-D and 3-D) from the x86 library (pre-packed weights,
+the group's elementwise tail as its epilogue), 1x1 convs as dense, depthwise NCHWc, the direct
+(grouped) reduction over any number of spatial axes, and the GPU conv templates. A 1-D
+convolution is lowered as a 2-D one of height 1 (`ConvView`), on the CPU and GPUs alike."""
 
 from dataclasses import dataclass
 from typing import Any

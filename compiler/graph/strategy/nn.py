@@ -6,9 +6,8 @@ The anchors: conv.py (convolution), matmul.py (Gemm, MatMul), reduce.py (pooling
 reductions), norm.py (Softmax, LogSoftmax, LayerNormalization). They use the x86 operator
 library (`compiler.topi.x86`) where it has the operator (conv2d with pre-packed weights, dense,
 pool2d, softmax), with the group's elementwise tail as its epilogue; the other cases
-(grouped/depthwise convolutions and ones whose strides or dilations differ by axis, batched
-MatMul, exclusive-pad average pooling, reductions, LayerNormalization) are computes written
-here.
+(convolutions with runtime weights, 3-D depthwise ones, batched MatMul, exclusive-pad average
+pooling, reductions, LayerNormalization) are computes written here.
 """
 
 from collections.abc import Callable, Sequence
