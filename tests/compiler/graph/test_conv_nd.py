@@ -11,11 +11,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 import tensorforge
+from tensorforge.compiler import te
 from tensorforge.compiler.frontend import from_onnx
 from tensorforge.compiler.frontend.onnx_builders import audio_cnn_1d, r3d_block
 from tensorforge.compiler.graph.lower_te import lower_group
 from tensorforge.compiler.graph.passes import optimize
 from tensorforge.compiler.tir.stmt import LoweringError
+from tensorforge.compiler.topi.x86.conv2d import conv2d_nchwc
 
 # (input shape, weight shape, attributes); each also runs with bias + Relu and with an Add tail
 CASES_1D = [
@@ -37,6 +39,11 @@ CASES_3D = [
     ((1, 8, 5, 6, 6), (8, 1, 3, 3, 3), {"group": 8, "pads": [1, 0, 1, 1, 2, 1]}),  # depthwise
     ((1, 16, 4, 5, 6), (8, 16, 1, 1, 1), {}),  # pointwise: a GEMM
     ((2, 8, 5, 6, 6), (16, 8, 1, 1, 1), {"strides": [2, 2, 2]}),
+]
+
+# 2-D with a stride and dilation per axis: the blocked conv takes them too
+CASES_2D = [
+    ((1, 8, 9, 10), (16, 8, 3, 3), {"strides": [1, 2], "dilations": [2, 1], "pads": [2, 1, 2, 0]})
 ]
 
 
@@ -79,7 +86,7 @@ def _check(model, rng) -> None:
 
 
 @pytest.mark.parametrize("tail", ["relu", "add"])
-@pytest.mark.parametrize(("x_shape", "w_shape", "attrs"), CASES_1D + CASES_3D)
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs"), CASES_1D + CASES_2D + CASES_3D)
 def test_conv_nd_matches_onnxruntime(x_shape, w_shape, attrs, tail) -> None:
     rng = np.random.default_rng(len(x_shape) * 100 + w_shape[0])
     w = rng.standard_normal(w_shape).astype(np.float32)
@@ -147,3 +154,14 @@ def test_small_1d_and_3d_models_match_onnxruntime(build) -> None:
     module = tensorforge.compile(model, target="llvm")
     (got,) = module.run(feed).values()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_blocked_conv_refuses_bad_geometry() -> None:
+    data = te.placeholder((1, 16, 4, 8, 8), name="x")
+    kernel = te.placeholder((16, 16, 3, 3, 3), name="w")
+    with pytest.raises(ValueError, match=r"stride must be an int or 3 ints >= 1, not \(1, 2\)"):
+        conv2d_nchwc(data, kernel, (1, 2))
+    with pytest.raises(ValueError, match="padding must be an int or 6 ints >= 0"):
+        conv2d_nchwc(data, kernel, 1, (1, 1, 1, 1))
+    with pytest.raises(ValueError, match="data must be NCHW or NCDHW, not 3-D"):
+        conv2d_nchwc(te.placeholder((1, 16, 8), name="x"), kernel)
