@@ -8,8 +8,9 @@ alone (`Module.profile`, without `Module.run`'s input and output copies); every 
 output is checked against onnxruntime's first.
 
 Cases: a whole keyword-spotting 1-D CNN on one second of 16 kHz audio (`audio_cnn_1d`), a
-wav2vec2 feature-encoder layer (512 channels, 3 taps, stride 2), a dilated TCN layer, an
-r3d_18 layer-1 3x3x3 conv-bn-relu at 8x28x28 (a 16-frame 112x112 clip halved), r2plus1d_18's
+wav2vec2 feature-encoder layer (512 channels, 3 taps, stride 2), a dilated TCN layer, r3d_18's
+stem (3x7x7, stride (1, 2, 2)) on an 8-frame 112x112 clip and a layer-1 3x3x3 conv-bn-relu at
+8x28x28 (that clip's layer-1 size halved), r2plus1d_18's
 (1,3,3) spatial and (3,1,1) temporal convs at that size, and two whole r3d_18 blocks
 (`r3d_block`: a basic block, then a downsampling one).
 
@@ -34,6 +35,7 @@ from machine import describe, median_ms
 LAYERS: dict[str, tuple[int, int, int, tuple, tuple, tuple, int]] = {
     "w2v_512x799s2": (1, 512, 512, (799,), (3,), (2,), 1),
     "tcn_128x2000d4": (1, 128, 128, (2000,), (3,), (1,), 4),
+    "r3d_stem_3x8x112": (3, 3, 64, (8, 112, 112), (3, 7, 7), (1, 2, 2), 1),
     "r3d_64x8x28": (3, 64, 64, (8, 28, 28), (3, 3, 3), (1, 1, 1), 1),
     "r2p1d_s_64x8x28": (3, 64, 144, (8, 28, 28), (1, 3, 3), (1, 1, 1), 1),
     "r2p1d_t_144x8x28": (3, 144, 64, (8, 28, 28), (3, 1, 1), (1, 1, 1), 1),
