@@ -67,8 +67,8 @@ def conv2d_geometry(
 @dataclass(frozen=True)
 class ConvView:
     """A Conv node as its lowerings see it: a 1-D one as a 2-D one of height 1 (no padding along
-    the new axis), so that it takes the 2-D kernels; 2-D and 3-D ones as they are. Shapes and
-    per-axis geometry are the view's."""
+    the new axis, the real axis's stride and dilation), so that it takes the 2-D kernels; 2-D
+    and 3-D ones as they are. Shapes and per-axis geometry are the view's."""
 
     x_shape: tuple[int, ...]
     w_shape: tuple[int, ...]
@@ -126,7 +126,8 @@ def conv_view(ctx: GroupContext, node: Node) -> ConvView:
     lifted = len(x_ty.shape) == 3
     if lifted:
         # the new axis: no padding, and the real axis's stride and dilation, which change
-        # nothing over one row and one tap but keep them uniform (the blocked kernels need so)
+        # nothing over one row and one tap but keep them uniform (as the tuner's conv2d
+        # workloads have them: a 1-D conv is tuned as the 2-D one it runs as)
         spans = [[first, *span] for first, span in zip((0, 0, *strides, *dil), spans, strict=True)]
         shapes = [(*shape[:2], 1, shape[2]) for shape in shapes]
     return ConvView(*shapes, *(tuple(int(v) for v in span) for span in spans),

@@ -276,9 +276,8 @@ def _pack_data(data: Tensor, pads: tuple[int, ...], ic_bn: int) -> Tensor:
             return data[(nn, co * ic_bn + ci, *pos)]
         # A select over a clamped (always in-bounds) read keeps the loop vectorizable.
         src = [p - b for p, b in zip(pos, before, strict=True)]
-        inside = te.all_of(
-            *(i >= 0 for i in src), *(i < h for i, h in zip(src, sizes, strict=True))
-        )
+        bounds = zip(src, sizes, strict=True)
+        inside = te.all_of(*(cond for i, h in bounds for cond in (i >= 0, i < h)))
         clamped = [te.min(te.max(i, 0), h - 1) for i, h in zip(src, sizes, strict=True)]
         value = data[(nn, co * ic_bn + ci, *clamped)]
         return te.select(inside, value, te.const(0, data.dtype))
