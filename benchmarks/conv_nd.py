@@ -8,11 +8,11 @@ alone (`Module.profile`, without `Module.run`'s input and output copies); every 
 output is checked against onnxruntime's first.
 
 Cases: a whole keyword-spotting 1-D CNN on one second of 16 kHz audio (`audio_cnn_1d`), a
-wav2vec2 feature-encoder layer (512 channels, 3 taps, stride 2), a dilated TCN layer, r3d_18's
-stem (3x7x7, stride (1, 2, 2)) on an 8-frame 112x112 clip and a layer-1 3x3x3 conv-bn-relu at
-8x28x28 (that clip's layer-1 size halved), r2plus1d_18's
-(1,3,3) spatial and (3,1,1) temporal convs at that size, and two whole r3d_18 blocks
-(`r3d_block`: a basic block, then a downsampling one).
+wav2vec2 feature-encoder layer (512 channels, 3 taps, stride 2), a dilated TCN layer; r3d_18's
+stem (3x7x7, stride (1, 2, 2)) on an 8-frame 112x112 clip, a 3x3x3 conv-bn-relu at 64 x 8x28x28
+(r3d_18's layer 1 of that clip, its rows and columns halved), r2plus1d_18's (1,3,3) spatial and
+(3,1,1) temporal convs at that size, and two whole r3d_18 blocks (`r3d_block`: a basic block,
+then a downsampling one).
 
 Usage:
     python benchmarks/conv_nd.py [--threads 1] [--cases audio_cnn_1d,...|all] [--repeat 10]

@@ -62,7 +62,9 @@ def _model(x_shape, w, attrs, bias=None, tail="relu", weight_input=False):
         y_shape = [d.dim_value for d in y.type.tensor_type.shape.dim]
         inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, y_shape))
         nodes.append(helper.make_node("Add", ["y", "r"], ["s"]))
-    nodes.append(helper.make_node("Relu", ["s" if tail == "add" else "y"], ["z"]))
+    if tail == "self":  # the conv's own input as the residual: one parameter read two ways
+        nodes.append(helper.make_node("Add", ["y", "x"], ["s"]))
+    nodes.append(helper.make_node("Relu", ["s" if tail in ("add", "self") else "y"], ["z"]))
     return _make(nodes, inputs, "z", inits)
 
 
@@ -80,7 +82,9 @@ def _check(model, rng) -> None:
         for i in model.graph.input
     }
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feed)
-    got = tensorforge.compile(model, target="llvm").run(feed)["z"]
+    module = tensorforge.compile(model, target="llvm")
+    assert module.stats["kernels"] == 1  # the tail (bias, Relu, residual Add) fused
+    got = module.run(feed)["z"]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -101,6 +105,22 @@ def test_conv_nd_with_runtime_weights_matches_onnxruntime(x_shape, w_shape, attr
     rng = np.random.default_rng(1)
     w = rng.standard_normal(w_shape).astype(np.float32)
     _check(_model(x_shape, w, attrs, weight_input=True), rng)
+
+
+@pytest.mark.parametrize("weight_input", [False, True])
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs"),
+    [
+        ((1, 8, 20), (8, 8, 3), {"pads": [1, 1]}),
+        ((2, 16, 31), (16, 1, 5), {"group": 16, "pads": [2, 2]}),
+        ((1, 16, 12), (16, 16, 1), {}),
+        ((1, 8, 4, 5, 6), (8, 8, 3, 3, 3), {"pads": [1] * 6}),
+    ],  # fmt: skip
+)
+def test_conv_plus_its_own_input_matches_onnxruntime(x_shape, w_shape, attrs, weight_input):
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    _check(_model(x_shape, w, attrs, tail="self", weight_input=weight_input), rng)
 
 
 def _stages(model) -> set[str]:
