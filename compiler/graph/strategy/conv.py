@@ -50,20 +50,6 @@ from .nn import (
 )
 
 
-def conv2d_geometry(
-    node: Node, attrs: dict[str, Any], x_shape: tuple[int, ...], w_shape: tuple[int, ...]
-) -> tuple[Any, Any, Any, Any]:
-    """(pads before, pads after, strides, dilations) of a 2-D convolution node (QLinearConv);
-    LoweringError for another rank, which the CPU back-end does not lower yet."""
-    if len(x_shape) != 4:
-        raise LoweringError(
-            f"{node.op} must be 2-D (NCHW input) on the CPU back-end, not {len(x_shape) - 2}-D "
-            f"(node {node.name!r}; not built yet)"
-        )
-    begin, end, strides, dil, _ = window_geometry(attrs, x_shape[2:], w_shape[2:])
-    return begin, end, strides, dil
-
-
 @dataclass(frozen=True)
 class ConvView:
     """A Conv node as its lowerings see it: a 1-D one as a 2-D one of height 1 (no padding along
@@ -111,9 +97,10 @@ class _ViewTail(Tail):
         return super().epilogue(value, self.view.index(idx))
 
 
-def conv_view(ctx: GroupContext, node: Node) -> ConvView:
-    """The `ConvView` of Conv `node`; LoweringError past 3 spatial axes."""
-    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
+def conv_view(ctx: GroupContext, node: Node, weight: int = 1) -> ConvView:
+    """The `ConvView` of convolution `node` (Conv; QLinearConv with `weight` = 3, the position
+    of its weights); LoweringError past 3 spatial axes."""
+    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[weight])
     if len(x_ty.shape) not in (3, 4, 5):
         where = "a GPU" if ctx.gpu else "the CPU back-end"
         raise LoweringError(f"{node.op} must be 1-D, 2-D or 3-D on {where}, not "
