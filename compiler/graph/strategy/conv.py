@@ -66,6 +66,20 @@ class ConvView:
     group: int
     lifted: bool  # a 1-D convolution viewed as 2-D
 
+    @property
+    def stride(self) -> int | tuple[int, ...]:
+        """The strides: one int when every axis has the same (as tuning workloads have it)."""
+        return _one_if_alike(self.strides)
+
+    @property
+    def dilation(self) -> int | tuple[int, ...]:
+        return _one_if_alike(self.dil)
+
+    @property
+    def padding(self) -> int | tuple[int, ...]:
+        """One int when every side is padded alike, else ONNX's pads (before, then after)."""
+        return _one_if_alike((*self.begin, *self.end))
+
     def index(self, idx: Index) -> Index:
         """The node's own output index of an index into the view's output."""
         return (*idx[:2], idx[3]) if self.lifted else tuple(idx)
@@ -84,6 +98,10 @@ class ConvView:
         """Input or weight `value` as a lazy of its view's `shape`."""
         lazy = ctx.get(value)
         return reshape_lazy(lazy, shape) if self.lifted else lazy
+
+
+def _one_if_alike(values: tuple[int, ...]) -> int | tuple[int, ...]:
+    return values[0] if len({*values}) == 1 else values
 
 
 class _ViewTail(Tail):
@@ -130,11 +148,10 @@ def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     k, cg = view.w_shape[:2]
     depthwise = view.group > 1 and k == view.group and cg == 1
     blocked = weight is not None and not depthwise
-    pads = view.begin[0] if len({*view.begin, *view.end}) == 1 else (*view.begin, *view.end)
-    if blocked and view.group == 1 and _pointwise(view, dtype, pads):
+    if blocked and view.group == 1 and _pointwise(view, dtype):
         return _conv_pointwise(ctx, node, tail)
     if blocked and (view.group == 1 or dtype in FLOATS):
-        return _conv_topi(ctx, node, tail, view, pads, np.asarray(weight).reshape(view.w_shape))
+        return _conv_topi(ctx, node, tail, view, np.asarray(weight).reshape(view.w_shape))
     return _conv_generic(ctx, node, tail, view)
 
 
@@ -175,11 +192,11 @@ def _gpu_geometry(view: ConvView) -> Any:
     return Geometry(*(tuple(span) for span in spans), groups=view.group)
 
 
-def _pointwise(view: ConvView, dtype: str, pad: int | tuple[int, ...]) -> bool:
+def _pointwise(view: ConvView, dtype: str) -> bool:
     """A 1x1 (1x1x1, 1) convolution that is a GEMM on NCHW as it lies: batch 1, stride 1, no
     padding, float."""
     one = set(view.w_shape[2:]) == {1} and view.x_shape[0] == 1
-    return one and pad == 0 and set(view.strides) == {1} and dtype in FLOATS
+    return one and view.padding == 0 and view.stride == 1 and dtype in FLOATS
 
 
 def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
@@ -250,18 +267,10 @@ def conv_workload(
     return {**wl, "groups": int(groups)} if groups > 1 else wl
 
 
-def _conv_topi(
-    ctx: GroupContext,
-    node: Node,
-    tail: Tail,
-    view: ConvView,
-    pad: int | tuple[int, ...],
-    w: np.ndarray,
-) -> Result:
+def _conv_topi(ctx: GroupContext, node: Node, tail: Tail, view: ConvView, w: np.ndarray) -> Result:
     """A 2-D (or lifted 1-D) or 3-D convolution through topi's NCHWc conv2d, `w` its view's
     constant weights, packed once here."""
-    one = lambda v: v[0] if len({*v}) == 1 else v  # noqa: E731  (an int when uniform)
-    stride, dil, groups = one(view.strides), one(view.dil), view.group
+    stride, pad, dil, groups = view.stride, view.padding, view.dilation, view.group
     data = view.tensor(ctx, node.inputs[0], view.x_shape)
     config = conv_config(data, w.shape, view.out_shape, stride, pad, dil, groups)
     ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0] // groups, config)

@@ -273,10 +273,9 @@ def _qlinear_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
 def _conv_topi(
     ctx: GroupContext, node: Node, x: Lazy, w: np.ndarray, finish: Any, tail: Tail, view: ConvView
 ) -> Result:
-    one = lambda v: v[0] if len({*v}) == 1 else v  # noqa: E731  (an int when uniform)
-    stride, dil = one(view.strides), one(view.dil)
-    if len({*view.begin, *view.end}) == 1:
-        data, pad = _materialize(ctx, x), view.begin[0]
+    stride, dil = view.stride, view.dilation
+    if isinstance(view.padding, int):
+        data, pad = _materialize(ctx, x), view.padding
     else:
         data, pad = pad_image(x, view.begin, view.end, te.const(0, CENTERED)), 0
         ctx.inline.append(data)
