@@ -588,7 +588,7 @@ def _generic_grouped_conv(x: Any, w: Any, groups: int, stride: int) -> Any:
     ow = (int(wd) + 2 - int(r)) // stride + 1
 
     def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
-        c, iy, ix, ci, ry, rx = taps(kk, y, xx)
+        c, (iy, ix), ci, (ry, rx) = taps(kk, y, xx)
         inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < wd)
         clamped = x[n, c, te.min(te.max(iy, 0), h - 1), te.min(te.max(ix, 0), wd - 1)]
         return te.sum(te.select(inside, clamped, te.const(0, x.dtype)) * w[kk, ci, ry, rx], axes)

@@ -1,6 +1,7 @@
 """Small ONNX models with fixed random weights, written with onnx.helper: an MLP, a small CNN,
-ResNet-18, MobileNetV2 (and two of its blocks alone), an EfficientNet MBConv block, a
-transformer encoder layer and a quantized CNN (tests and benchmarks).
+ResNet-18, MobileNetV2 (and two of its blocks alone), an EfficientNet MBConv block, a 1-D audio
+CNN, video ResNet (r3d) blocks, a transformer encoder layer and a quantized CNN (tests and
+benchmarks).
 
 >>> model = mlp()
 >>> [i.name for i in model.graph.input]
@@ -59,21 +60,26 @@ class OnnxModelBuilder:
         x: str,
         cin: int,
         cout: int,
-        k: int,
-        stride: int = 1,
+        k: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
         group: int = 1,
         bias: bool = False,
+        dims: int = 2,
     ) -> str:
-        w = self.weight((cout, cin // group, k, k))
+        """A Conv over `dims` spatial axes (1-3), "same" padding (k // 2 each side); `k` and
+        `stride` one for all axes or one per axis."""
+        ks = [k] * dims if isinstance(k, int) else list(k)
+        strides = [stride] * dims if isinstance(stride, int) else list(stride)
+        w = self.weight((cout, cin // group, *ks))
         inputs = [x, w] + (
             [self.const(self.rng.standard_normal(cout).astype(np.float32) * 0.1)] if bias else []
         )
         return self.op(
             "Conv",
             inputs,
-            kernel_shape=[k, k],
-            strides=[stride, stride],
-            pads=[k // 2] * 4,
+            kernel_shape=ks,
+            strides=strides,
+            pads=[t // 2 for t in ks] * 2,
             group=group,
         )
 
@@ -93,12 +99,13 @@ class OnnxModelBuilder:
         x: str,
         cin: int,
         cout: int,
-        k: int,
-        stride: int = 1,
+        k: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
         group: int = 1,
         act: str | None = "Relu",
+        dims: int = 2,
     ) -> str:
-        y = self.bn(self.conv(x, cin, cout, k, stride, group), cout)
+        y = self.bn(self.conv(x, cin, cout, k, stride, group, dims=dims), cout)
         if act == "Relu":
             return self.op("Relu", [y])
         if act == "Relu6":
@@ -252,6 +259,38 @@ MOBILENET_V2_BLOCKS = (
     (6, 160, 3, 2),
     (6, 320, 1, 1),
 )
+
+
+def audio_cnn_1d(length: int = 16000, classes: int = 12, width: int = 32) -> onnx.ModelProto:
+    """A keyword-spotting 1-D CNN on raw audio (M5-like: a wide strided first conv, then 3-tap
+    conv-bn-relu stages with max pooling), with a depthwise-separable stage (Conformer's conv
+    module: pointwise, depthwise 15 taps, pointwise, residual); global average pool, dense."""
+    b = OnnxModelBuilder("audio_cnn_1d")
+    x = b.input("x", (1, 1, length))
+    x = b.conv_bn(x, 1, width, 80, stride=4, dims=1)
+    x = b.op("MaxPool", [x], kernel_shape=[4], strides=[4])
+    for cin, cout in ((width, width), (width, 2 * width), (2 * width, 2 * width)):
+        x = b.conv_bn(x, cin, cout, 3, dims=1)
+        x = b.op("MaxPool", [x], kernel_shape=[2], strides=[2])
+    c = 2 * width
+    y = b.conv_bn(x, c, 2 * c, 1, dims=1)
+    y = b.conv_bn(y, 2 * c, 2 * c, 15, group=2 * c, dims=1)
+    x = b.op("Add", [b.conv_bn(y, 2 * c, c, 1, act=None, dims=1), x])
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    return b.model([b.dense(x, c, classes)])
+
+
+def r3d_block(frames: int = 8, size: int = 28, c: int = 64) -> onnx.ModelProto:
+    """Video ResNet blocks as torchvision's r3d_18 has them: a basic block of two 3x3x3
+    conv-bn(-relu) with the residual add, then a downsampling one (stride 2 in time and space,
+    the 1x1x1 strided projection on the skip path); NCDHW input `[1, c, frames, size, size]`."""
+    b = OnnxModelBuilder("r3d_block")
+    x = b.input("x", (1, c, frames, size, size))
+    y = b.conv_bn(b.conv_bn(x, c, c, 3, dims=3), c, c, 3, act=None, dims=3)
+    x = b.op("Relu", [b.op("Add", [y, x])])
+    y = b.conv_bn(b.conv_bn(x, c, 2 * c, 3, stride=2, dims=3), 2 * c, 2 * c, 3, act=None, dims=3)
+    skip = b.conv_bn(x, c, 2 * c, 1, stride=2, act=None, dims=3)
+    return b.model([b.op("Relu", [b.op("Add", [y, skip])])])
 
 
 def _divisible(channels: float, divisor: int = 8) -> int:

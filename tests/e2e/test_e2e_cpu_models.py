@@ -14,7 +14,6 @@ import tensorforge
 from tensorforge.cli import main
 from tensorforge.compiler.frontend import UnsupportedOpError
 from tensorforge.compiler.frontend import onnx_builders as ob
-from tensorforge.compiler.tir.stmt import LoweringError
 from tensorforge.runtime.module import Module
 
 # (builder, args, atol as a fraction of the largest reference magnitude). rtol is 1e-4
@@ -192,16 +191,11 @@ def test_mobilenet_v2_at_224_matches_onnxruntime() -> None:
     _check(tensorforge.compile(model), model, MOBILENET_ATOL)
 
 
-def test_a_1d_convolution_is_refused_with_op_and_node_named() -> None:
-    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 2, 3], np.ones(24, np.float32))
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1d")],
-        "conv1d",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6])],
-        [w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(LoweringError, match=r"Conv must be 2-D \(NCHW input\) on the CPU back-end, "
-                       r"not 1-D \(node 'conv1d'; not built yet\)"):  # fmt: skip
-        tensorforge.compile(model)
+@pytest.mark.parametrize(
+    "build",
+    [lambda: ob.audio_cnn_1d(1600), lambda: ob.r3d_block(4, 14, 16)],
+    ids=["audio_cnn_1d", "r3d_block"],
+)
+def test_1d_and_3d_convolution_models_match_onnxruntime(build) -> None:
+    model = build()
+    _check(tensorforge.compile(model), model, 1e-5)

@@ -1,7 +1,9 @@
-"""Convolution anchors: NCHWc conv2d from the x86 library (pre-packed weights, the group's
-elementwise tail as its epilogue), 1x1 convs as dense, depthwise NCHWc, the generic grouped
-reduction, and the GPU conv templates."""
+"""Convolution anchors: NCHWc conv2d (2-D and 3-D) from the x86 library (pre-packed weights,
+the group's elementwise tail as its epilogue), 1x1 convs as dense, depthwise NCHWc, the direct
+(grouped) reduction over any number of spatial axes, and the GPU conv templates. A 1-D
+convolution is lowered as a 2-D one of height 1 (`ConvView`), on the CPU and GPUs alike."""
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,7 @@ from ...topi.x86.depthwise import (
     schedule_depthwise_nchwc,
 )
 from ..ir import Node
-from ..lower_te import AnchorRule, GroupContext, Tail
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy
 from ..ops.nn import window_geometry
 from .nn import (
     FLOATS,
@@ -48,59 +50,128 @@ from .nn import (
 )
 
 
-def conv2d_geometry(
-    node: Node, attrs: dict[str, Any], x_shape: tuple[int, ...], w_shape: tuple[int, ...]
-) -> tuple[Any, Any, Any, Any]:
-    """(pads before, pads after, strides, dilations) of a 2-D convolution node (Conv,
-    QLinearConv); LoweringError for another rank, which the CPU back-end does not lower yet."""
-    if len(x_shape) != 4:
-        raise LoweringError(
-            f"{node.op} must be 2-D (NCHW input) on the CPU back-end, not {len(x_shape) - 2}-D "
-            f"(node {node.name!r}; not built yet)"
-        )
-    begin, end, strides, dil, _ = window_geometry(attrs, x_shape[2:], w_shape[2:])
-    return begin, end, strides, dil
+@dataclass(frozen=True)
+class ConvView:
+    """A Conv node as its lowerings see it: a 1-D one as a 2-D one of height 1 (no padding along
+    the new axis, the real axis's stride and dilation), so that it takes the 2-D kernels; 2-D
+    and 3-D ones as they are. Shapes and per-axis geometry are the view's."""
+
+    x_shape: tuple[int, ...]
+    w_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    begin: tuple[int, ...]  # padding before, per spatial axis
+    end: tuple[int, ...]  # padding after
+    strides: tuple[int, ...]
+    dil: tuple[int, ...]
+    group: int
+    lifted: bool  # a 1-D convolution viewed as 2-D
+
+    @property
+    def stride(self) -> int | tuple[int, ...]:
+        """The strides: one int when every axis has the same (as tuning workloads have it)."""
+        return _one_if_alike(self.strides)
+
+    @property
+    def dilation(self) -> int | tuple[int, ...]:
+        return _one_if_alike(self.dil)
+
+    @property
+    def padding(self) -> int | tuple[int, ...]:
+        """One int when every side is padded alike, else ONNX's pads (before, then after)."""
+        return _one_if_alike((*self.begin, *self.end))
+
+    def index(self, idx: Index) -> Index:
+        """The node's own output index of an index into the view's output."""
+        return (*idx[:2], idx[3]) if self.lifted else tuple(idx)
+
+    def tail(self, tail: Tail) -> Tail:
+        """`tail` evaluated at view indices (the node's own when not lifted)."""
+        return _ViewTail(tail, self) if self.lifted else tail
+
+    def tensor(self, ctx: GroupContext, value: str, shape: tuple[int, ...]) -> Tensor:
+        """Input or weight `value` as a te tensor of its view's `shape`: the parameter keeps its
+        own shape (a residual reads it so) and a lifted view of it is inlined."""
+        t = ctx.as_tensor(value)
+        return ctx.as_tensor(value, shape) if self.lifted else t
+
+    def lazy(self, ctx: GroupContext, value: str, shape: tuple[int, ...]) -> Lazy:
+        """Input or weight `value` as a lazy of its view's `shape`."""
+        lazy = ctx.get(value)
+        return reshape_lazy(lazy, shape) if self.lifted else lazy
+
+
+def _one_if_alike(values: tuple[int, ...]) -> int | tuple[int, ...]:
+    return values[0] if len({*values}) == 1 else values
+
+
+class _ViewTail(Tail):
+    """A tail read at a lifted view's indices."""
+
+    def __init__(self, tail: Tail, view: ConvView) -> None:
+        super().__init__(tail.ctx, tail.anchor, tail.nodes, tail.output, tail.outputs)
+        self.view = view
+
+    def epilogue(self, value: Any, idx: Index) -> Any:
+        return super().epilogue(value, self.view.index(idx))
+
+
+def conv_view(ctx: GroupContext, node: Node, weight: int = 1) -> ConvView:
+    """The `ConvView` of convolution `node` (Conv; QLinearConv with `weight` = 3, the position
+    of its weights); LoweringError past 3 spatial axes."""
+    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[weight])
+    if len(x_ty.shape) not in (3, 4, 5):
+        where = "a GPU" if ctx.gpu else "the CPU back-end"
+        raise LoweringError(f"{node.op} must be 1-D, 2-D or 3-D on {where}, not "
+                            f"{len(x_ty.shape) - 2}-D (node {node.name!r})")  # fmt: skip
+    attrs = full_attrs(node)
+    begin, end, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
+    spans = [begin, end, strides, dil]
+    shapes = [x_ty.shape, w_ty.shape, ctx.type_of(node.outputs[0]).shape]
+    shapes = [tuple(int(d) for d in shape) for shape in shapes]
+    lifted = len(x_ty.shape) == 3
+    if lifted:
+        # the new axis: no padding, and the real axis's stride and dilation, which change
+        # nothing over one row and one tap but keep them uniform (as the tuner's conv2d
+        # workloads have them: a 1-D conv is tuned as the 2-D one it runs as)
+        spans = [[first, *span] for first, span in zip((0, 0, *strides, *dil), spans, strict=True)]
+        shapes = [(*shape[:2], 1, shape[2]) for shape in shapes]
+    return ConvView(*shapes, *(tuple(int(v) for v in span) for span in spans),
+                    group=int(attrs["group"]), lifted=lifted)  # fmt: skip
 
 
 def _conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
-    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
     if ctx.gpu:
         return _gpu_conv(ctx, node, tail)
-    attrs = full_attrs(node)
-    begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
-    uniform = len({*strides}) == 1 and len({*dil}) == 1
+    view = conv_view(ctx, node)
+    dtype = ctx.type_of(node.inputs[0]).dtype
     weight = ctx.constant(node.inputs[1])
-    group = attrs["group"]
-    depthwise = group > 1 and w_ty.shape[0] == group and w_ty.shape[1] == 1
-    blocked = uniform and weight is not None and not depthwise
-    pads = begin[0] if len({*begin, *end}) == 1 else (*begin, *end)  # an int when uniform
-    if blocked and group == 1 and _pointwise(x_ty, w_ty, pads, strides[0]):
+    k, cg = view.w_shape[:2]
+    depthwise = view.group > 1 and k == view.group and cg == 1
+    blocked = weight is not None and not depthwise
+    if blocked and view.group == 1 and _pointwise(view, dtype):
         return _conv_pointwise(ctx, node, tail)
-    if blocked and (group == 1 or x_ty.dtype in FLOATS):
-        args = (pads, strides[0], dil[0], np.asarray(weight), group)
-        return _conv_topi(ctx, node, tail, *args)
-    return _conv_generic(ctx, node, tail, begin, strides, dil)
+    if blocked and (view.group == 1 or dtype in FLOATS):
+        return _conv_topi(ctx, node, tail, view, np.asarray(weight).reshape(view.w_shape))
+    return _conv_generic(ctx, node, tail, view)
 
 
 def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """A 1-D, 2-D or 3-D (grouped) convolution on a GPU by the template
     `topi.gpu.conv2d.template_for` picks: direct, implicit GEMM or depthwise; a 1-D one as a
-    2-D one of height 1 (its tensors viewed so); bias and tail fused; the knobs tuned, or the
-    default."""
+    2-D one of height 1 (`ConvView`); bias and tail fused; the knobs tuned, or the default."""
     from ...codegen.gpu import Limits
     from ...target import Target
     from ...topi.gpu import conv2d as gpu_conv
 
-    geo, x_shape, w_shape = _gpu_geometry(ctx, node)
-    one_d = len(ctx.type_of(node.inputs[0]).shape) == 3
-    if one_d:  # the parameters keep their own shape (a residual reads it so); views inlined
-        ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
-    x, w = ctx.as_tensor(node.inputs[0], x_shape), ctx.as_tensor(node.inputs[1], w_shape)
+    view = conv_view(ctx, node)
+    geo, x_shape, w_shape = _gpu_geometry(view), view.x_shape, view.w_shape
+    x, w = view.tensor(ctx, node.inputs[0], x_shape), view.tensor(ctx, node.inputs[1], w_shape)
     bias = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    tail = view.tail(tail)
 
     def epilogue(v: Any, *i: Any) -> Any:
         v = v + bias((i[1],)) if bias is not None else v
-        return tail.epilogue(v, (*i[:2], i[3]) if one_d else i)
+        return tail.epilogue(v, i)
 
     template = gpu_conv.template_for(w_shape, geo.groups, geo.out)
     limit = Limits.of(Target.parse(ctx.target)).max_threads
@@ -113,53 +184,42 @@ def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return s, [out]
 
 
-def _gpu_geometry(ctx: GroupContext, node: Node) -> tuple[Any, tuple, tuple]:
-    """(geometry, input shape, weight shape) of a GPU convolution, a 1-D one's as 2-D of height
-    1 (padding 0, stride and dilation 1 along it); LoweringError past 3 spatial dims."""
+def _gpu_geometry(view: ConvView) -> Any:
+    """The GPU templates' `Geometry` of a convolution's view."""
     from ...topi.gpu.conv2d import Geometry
 
-    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
-    attrs = full_attrs(node)
-    if len(x_ty.shape) not in (3, 4, 5):
-        raise LoweringError(f"{node.op} must be 1-D, 2-D or 3-D on a GPU, not "
-                            f"{len(x_ty.shape) - 2}-D (node {node.name!r})")  # fmt: skip
-    begin, _, strides, dil, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
-    spans = [begin, strides, dil, ctx.type_of(node.outputs[0]).shape[2:]]
-    shapes = [tuple(int(d) for d in t.shape) for t in (x_ty, w_ty)]
-    if len(x_ty.shape) == 3:
-        spans = [[first, *span] for first, span in zip((0, 1, 1, 1), spans, strict=True)]
-        shapes = [(*shape[:2], 1, shape[2]) for shape in shapes]
-    geo = Geometry(*(tuple(int(v) for v in span) for span in spans), groups=int(attrs["group"]))
-    return geo, shapes[0], shapes[1]
+    spans = (view.begin, view.strides, view.dil, view.out_shape[2:])
+    return Geometry(*(tuple(span) for span in spans), groups=view.group)
 
 
-def _pointwise(x_ty: Any, w_ty: Any, pad: int | tuple[int, ...], stride: int) -> bool:
-    """A 1x1 convolution that is a GEMM on NCHW as it lies: batch 1, stride 1, no padding,
-    float."""
-    one = tuple(w_ty.shape[2:]) == (1, 1) and x_ty.shape[0] == 1
-    return one and pad == 0 and stride == 1 and x_ty.dtype in FLOATS
+def _pointwise(view: ConvView, dtype: str) -> bool:
+    """A 1x1 (1x1x1, 1) convolution that is a GEMM on NCHW as it lies: batch 1, stride 1, no
+    padding, float."""
+    one = set(view.w_shape[2:]) == {1} and view.x_shape[0] == 1
+    return one and view.padding == 0 and view.stride == 1 and dtype in FLOATS
 
 
 def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
-    """A pointwise conv as topi's dense, out[K, H*W] = W[K, C] x X[C, H*W]: the NCHW input and
-    output are that GEMM's operand and result as they lie in memory, so nothing is packed to
-    NCHWc and back (1.1-1.9x faster than `conv2d_nchwc` on MobileNetV2/EfficientNet 1x1 layers
-    of 14x14 and more); the image operand is packed into panels inside the kernel."""
-    _, c, h, w = ctx.type_of(node.inputs[0]).shape
-    k = ctx.type_of(node.inputs[1]).shape[0]
+    """A pointwise conv as topi's dense, out[K, P] = W[K, C] x X[C, P] over the P output
+    positions of any rank: the NCHW input and output are that GEMM's operand and result as
+    they lie in memory, so nothing is packed to NCHWc and back (1.1-1.9x faster than
+    `conv2d_nchwc` on MobileNetV2/EfficientNet 1x1 layers of 14x14 and more); the image operand
+    is packed into panels inside the kernel."""
+    _, c, *spatial = ctx.type_of(node.inputs[0]).shape
+    k, p = ctx.type_of(node.inputs[1]).shape[0], int(np.prod(spatial))
     weight = ctx.as_tensor(node.inputs[1], (k, c))
     ctx.as_tensor(node.inputs[0])  # the parameter keeps its NCHW shape (a residual reads it so)
-    image = ctx.as_tensor(node.inputs[0], (c, h * w))  # a reshaping view of it, inlined
+    image = ctx.as_tensor(node.inputs[0], (c, p))  # a reshaping view of it, inlined
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.get(node.inputs[2]) if has_bias else None
 
     def epilogue(v: Any, i: Any, j: Any) -> Any:
         v = v + bias((i,)) if bias is not None else v
-        return tail.epilogue(v, (0, i, *unravel(j, (h, w)))) if tail.nodes else v
+        return tail.epilogue(v, (0, i, *unravel(j, tuple(spatial)))) if tail.nodes else v
 
-    wl = {"m": k, "n": h * w, "k": c, "dtype": weight.dtype, "prepacked": False}
+    wl = {"m": k, "n": p, "k": c, "dtype": weight.dtype, "prepacked": False}
     values = autotune_query("x86.dense", wl)
-    config = dense_config_from(values) if values is not None else _pointwise_default(k, h * w)
+    config = dense_config_from(values) if values is not None else _pointwise_default(k, p)
     op = dense(weight, image, None, epilogue, None, config, "KN")
     return schedule_dense(op, config), [op.out]
 
@@ -177,16 +237,17 @@ def conv_config(
     data: Tensor,
     w_shape: tuple[int, ...],
     out_shape: tuple[int, ...],
-    stride: int,
+    stride: int | tuple[int, ...],
     pad: int | tuple[int, ...],
-    dil: int,
+    dil: int | tuple[int, ...],
     groups: int = 1,
 ) -> Conv2dConfig:
     """The knobs of topi's NCHWc conv2d for this layer: the tuned config when a tuning log is
-    applied and has this workload (`compiler.autotune`; the tuner's workloads pad every side
-    alike), else `topi.x86.conv2d.default_config` (of one group's channels, for a grouped
-    convolution)."""
-    if isinstance(pad, int):
+    applied and has this workload (`compiler.autotune`; the tuner's workloads are 2-D and pad
+    every side alike, with one stride and dilation), else `topi.x86.conv2d.default_config` (of
+    one group's channels, for a grouped convolution)."""
+    ints = isinstance(stride, int) and isinstance(pad, int) and isinstance(dil, int)
+    if ints and len(data.shape) == 4:
         wl = conv_workload(data, w_shape, stride, pad, dil, groups)
         values = autotune_query("x86.conv2d_nchwc", wl)
         if values is not None:
@@ -206,74 +267,65 @@ def conv_workload(
     return {**wl, "groups": int(groups)} if groups > 1 else wl
 
 
-def _conv_topi(
-    ctx: GroupContext,
-    node: Node,
-    tail: Tail,
-    pad: int | tuple[int, ...],
-    stride: int,
-    dil: int,
-    w: np.ndarray,
-    groups: int = 1,
-) -> Result:
-    data = ctx.as_tensor(node.inputs[0])
-    out_shape = ctx.type_of(node.outputs[0]).shape
-    config = conv_config(data, w.shape, out_shape, stride, pad, dil, groups)
+def _conv_topi(ctx: GroupContext, node: Node, tail: Tail, view: ConvView, w: np.ndarray) -> Result:
+    """A 2-D (or lifted 1-D) or 3-D convolution through topi's NCHWc conv2d, `w` its view's
+    constant weights, packed once here."""
+    stride, pad, dil, groups = view.stride, view.padding, view.dilation, view.group
+    data = view.tensor(ctx, node.inputs[0], view.x_shape)
+    config = conv_config(data, w.shape, view.out_shape, stride, pad, dil, groups)
     ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0] // groups, config)
     packed = ctx.add_constant(
         f"{node.inputs[1]}.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn)
     )
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2]) if has_bias else None
-    epilogue = tail_epilogue(tail)
+    epilogue = tail_epilogue(view.tail(tail))
     op = conv2d_nchwc(data, packed, stride, pad, dil, bias, epilogue, config, None, groups)
     return schedule_conv2d_nchwc(op, config), [op.out]
 
 
-def _conv_generic(
-    ctx: GroupContext, node: Node, tail: Tail, pads: list, strides: list, dil: list
-) -> Result:
-    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
-    group = full_attrs(node)["group"]
-    config = None
-    if w_ty.shape[1] == 1 and group == w_ty.shape[0] > 1:  # depthwise: a tunable template
-        wl = depthwise_workload(x_ty, w_ty, ctx.type_of(node.outputs[0]).shape, pads, strides, dil)
+def _conv_generic(ctx: GroupContext, node: Node, tail: Tail, view: ConvView) -> Result:
+    """A depthwise 2-D (or lifted 1-D) convolution through its tunable template, any other
+    through the direct reduction (`_conv_reduction`)."""
+    tail, config = view.tail(tail), None
+    k, cg = view.w_shape[:2]
+    if cg == 1 and view.group == k > 1 and len(view.x_shape) == 4:  # depthwise: a template
+        wl = depthwise_workload(view, ctx.type_of(node.inputs[0]).dtype)
         values = autotune_query("x86.depthwise_conv2d", wl)
         values = dict(values if values is not None else depthwise_space(wl).default.values)
-        blocked = values.get("layout") == "nchwc" and x_ty.dtype in FLOATS and not ctx.gpu
+        blocked = values.get("layout") == "nchwc" and wl["dtype"] in FLOATS
         if blocked and ctx.constant(node.inputs[1]) is not None:
-            return _depthwise_nchwc(ctx, node, tail, pads, strides, dil, values)
+            return _depthwise_nchwc(ctx, node, tail, view, values)
         row_knobs = {k: values[k] for k in ("lanes", "parallel", "unroll_taps") if k in values}
         config = ReduceConfig(**row_knobs)
-    red, post, extra = _conv_reduction(ctx, node, pads, strides, dil)
+    red, post, extra = _conv_reduction(ctx, node, view)
     return reduce_kernel(red, tail, post, extra, config)
 
 
-def depthwise_workload(
-    x_ty: Any, w_ty: Any, out_shape: tuple, pads: list, strides: list, dil: list
-) -> dict[str, Any]:
+def depthwise_workload(view: ConvView, dtype: str) -> dict[str, Any]:
     """The tuning workload of a depthwise conv2d (`x86.depthwise_conv2d`)."""
-    n, c, h, wd = x_ty.shape
-    r, s = w_ty.shape[2:]
-    ends = pads_after(out_shape[2:], (r, s), pads, strides, dil, (h, wd))
+    n, c, h, wd = view.x_shape
+    r, s = view.w_shape[2:]
+    ends = pads_after(view.out_shape[2:], (r, s), view.begin, view.strides, view.dil, (h, wd))
     return {"n": n, "c": c, "h": h, "w": wd, "r": r, "s": s,
-            "pads": [int(p) for p in [*pads, *ends]], "strides": [int(v) for v in strides],
-            "dil": [int(v) for v in dil], "dtype": x_ty.dtype}  # fmt: skip
+            "pads": [*view.begin, *(int(e) for e in ends)], "strides": list(view.strides),
+            "dil": list(view.dil), "dtype": dtype}  # fmt: skip
 
 
 def _conv_reduction(
-    ctx: GroupContext, node: Node, pads: list, strides: list, dil: list
+    ctx: GroupContext, node: Node, view: ConvView
 ) -> tuple[Tensor, Any, list[Tensor]]:
-    """A (grouped) convolution as one reduction over NCHW: (the reduction, its bias add or
-    None, the padding stages it reads)."""
-    x, w = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
-    shape = ctx.type_of(node.outputs[0]).shape
+    """A (grouped) convolution of 1 to 3 spatial axes as one reduction over NCHW: (the
+    reduction, its bias add or None, the padding stages it reads)."""
+    x = view.lazy(ctx, node.inputs[0], view.x_shape)
+    w = view.lazy(ctx, node.inputs[1], view.w_shape)
+    shape, pads, strides, dil = view.out_shape, view.begin, view.strides, view.dil
     read, extra = window_source(x, shape, w.shape[2:], pads, strides, dil, te.const(0, x.dtype))
-    axes, taps = direct_conv_taps(w.shape, full_attrs(node)["group"], pads, strides, dil)
+    axes, taps = direct_conv_taps(w.shape, view.group, pads, strides, dil)
 
-    def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
-        c, iy, ix, ci, ry, rx = taps(kk, y, xx)
-        return te.sum(read(n, c, iy, ix) * w((kk, ci, ry, rx)), axis=axes)
+    def body(n: Any, kk: Any, *pos: Any) -> Any:
+        c, at, ci, tap = taps(kk, *pos)
+        return te.sum(read(n, c, *at) * w((kk, ci, *tap)), axis=axes)
 
     red = te.compute(shape, body, name="conv")
     bias = ctx.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
@@ -282,12 +334,12 @@ def _conv_reduction(
 
 
 def _depthwise_nchwc(
-    ctx: GroupContext, node: Node, tail: Tail, pads: list, strides: list, dil: list, values: dict
+    ctx: GroupContext, node: Node, tail: Tail, view: ConvView, values: dict
 ) -> Result:
     """A depthwise Conv through topi's NCHWc template (channels in vector lanes), its constant
     weights packed once here."""
-    data = ctx.as_tensor(node.inputs[0])
-    w = np.asarray(ctx.constant(node.inputs[1]))
+    data = view.tensor(ctx, node.inputs[0], view.x_shape)
+    w = np.asarray(ctx.constant(node.inputs[1])).reshape(view.w_shape)
     cb = channel_block(w.shape[0], int(values["cb"]))
     config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]))
     packed = ctx.add_constant(
@@ -295,7 +347,7 @@ def _depthwise_nchwc(
     )
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2]) if has_bias else None
-    out_hw = ctx.type_of(node.outputs[0]).shape[2:]
+    out_hw, pads, strides, dil = view.out_shape[2:], view.begin, view.strides, view.dil
     op = depthwise_conv2d_nchwc(data, packed, out_hw, pads, strides, dil, bias, tail_epilogue(tail))
     return schedule_depthwise_nchwc(op, config), [op.out]
 

@@ -6,9 +6,8 @@ The anchors: conv.py (convolution), matmul.py (Gemm, MatMul), reduce.py (pooling
 reductions), norm.py (Softmax, LogSoftmax, LayerNormalization). They use the x86 operator
 library (`compiler.topi.x86`) where it has the operator (conv2d with pre-packed weights, dense,
 pool2d, softmax), with the group's elementwise tail as its epilogue; the other cases
-(grouped/depthwise convolutions and ones whose strides or dilations differ by axis, batched
-MatMul, exclusive-pad average pooling, reductions, LayerNormalization) are computes written
-here.
+(convolutions with runtime weights, 3-D depthwise ones, batched MatMul, exclusive-pad average
+pooling, reductions, LayerNormalization) are computes written here.
 """
 
 from collections.abc import Callable, Sequence
@@ -223,24 +222,25 @@ def direct_conv_taps(
     pads: Sequence[Any],
     strides: Sequence[int],
     dil: Sequence[int],
-) -> tuple[list[Any], Callable[[Any, Any, Any], tuple[Any, Any, Any, Any, Any, Any]]]:
-    """The reduction axes of a direct (grouped) 2-D convolution with weights ``w_shape`` = [k,
-    cg, r, s], and ``taps(kk, y, x) -> (c, iy, ix, ci, ry, rx)``: the input channel and position
-    output channel ``kk`` reads at (y, x), and the weight's indices ``(kk, ci, ry, rx)``."""
-    k, cg, r, s = w_shape
+) -> tuple[list[Any], Callable[..., tuple[Any, tuple, Any, tuple]]]:
+    """The reduction axes of a direct (grouped) convolution of any number of spatial axes with
+    weights ``w_shape`` = [k, cg, *taps], and ``taps(kk, *pos) -> (c, at, ci, tap)``: the input
+    channel and position ``at`` that output channel ``kk`` reads at output position ``pos``,
+    and the weight's indices ``(kk, ci, *tap)``."""
+    k, cg, *kernel = w_shape
     per_group = k // group
-    rc, ry, rx = (te.reduce_axis((0, n), name) for n, name in ((cg, "rc"), (r, "ry"), (s, "rx")))
+    rc = te.reduce_axis((0, cg), "rc")
+    tap = tuple(te.reduce_axis((0, n), f"r{a}") for a, n in enumerate(kernel))
     ci = rc if cg > 1 else 0
 
-    def taps(kk: Any, y: Any, x: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
+    def taps(kk: Any, *pos: Any) -> tuple[Any, tuple, Any, tuple]:
         if group == 1:
             c = ci
         elif per_group == 1 and cg == 1:
             c = kk  # depthwise
         else:
             c = (kk // per_group) * cg + ci
-        iy = y * strides[0] + ry * dil[0] - pads[0]
-        ix = x * strides[1] + rx * dil[1] - pads[1]
-        return c, iy, ix, ci, ry, rx
+        spans = zip(pos, tap, strides, dil, pads, strict=True)
+        return c, tuple(o * s + r * d - p for o, r, s, d, p in spans), ci, tap
 
-    return ([rc, ry, rx] if cg > 1 else [ry, rx]), taps
+    return ([rc, *tap] if cg > 1 else list(tap)), taps

@@ -44,7 +44,7 @@ from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail, reshape_lazy
 from ..ops.quant import requant_multiplier
 from ..registry import get_op
-from .conv import conv2d_geometry, conv_config
+from .conv import ConvView, conv_config, conv_view
 from .matmul import batch_index, packed_dense
 from .nn import Result, direct_conv_taps, pad_image, reduce_kernel, unravel, window_source
 
@@ -242,41 +242,44 @@ def _constant_multiplier(ctx: GroupContext, node: Node, axis: int) -> Reader:
 
 
 def _qlinear_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
-    """topi's NCHW[x]c conv2d on the centered input with the centered weights packed once
-    (ungrouped, constant weights and weight zero point, equal strides and dilations); otherwise
-    a direct reduction, row by row (grouped and depthwise convolutions among them)."""
-    x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
-    attrs = _attrs(node)
-    begin, end, strides, dil = conv2d_geometry(node, attrs, x_ty.shape, w_ty.shape)
+    """topi's NCHW[x]c conv (2-D or 3-D) on the centered input with the centered weights packed
+    once (ungrouped, constant weights and weight zero point); otherwise a direct reduction, row
+    by row (grouped and depthwise convolutions among them). A 1-D one as a 2-D one of height 1
+    (`ConvView`)."""
+    view = conv_view(ctx, node, weight=3)
     x = _centered(ctx, node, 0, 2, None)
+    x = reshape_lazy(x, view.x_shape) if view.lifted else x
     requant = _requantizer(ctx, node, (None, 1))
     bias = ctx.get(node.inputs[8]) if _input(node, 8) else None
 
     def finish(acc: Any, idx: Index) -> Any:
+        idx = view.index(idx)
         return requant(acc + bias((idx[1],)).astype(ACC) if bias is not None else acc, idx)
 
+    tail = view.tail(tail)
     weight = ctx.constant(node.inputs[3])
     if weight is None or _is_runtime(ctx, node, 5):
-        read_w = _lazy_weights(ctx, node)
-        return _conv_direct(ctx, node, x, read_w, finish, tail, (begin, strides, dil))
+        w_lazy = _centered(ctx, node, 3, 5, 0)
+        w_lazy = reshape_lazy(w_lazy, view.w_shape) if view.lifted else w_lazy
+        return _conv_direct(ctx, x, lambda *i: w_lazy(i), finish, tail, view)
     w = _centered_weights(np.asarray(weight), _constant(ctx, node, 5, "the weight zero point"), 0)
-    if attrs["group"] == 1 and len({*strides}) == 1 and len({*dil}) == 1:
-        return _conv_topi(ctx, node, x, w, finish, tail, (begin, end, strides[0], dil[0]))
+    w = w.reshape(view.w_shape)
+    if view.group == 1:
+        return _conv_topi(ctx, node, x, w, finish, tail, view)
     table = ctx.add_constant(f"{node.name}.w_centered", w)
-    read_w = lambda k, c, y, xx: table[k, c, y, xx]  # noqa: E731
-    return _conv_direct(ctx, node, x, read_w, finish, tail, (begin, strides, dil))
+    return _conv_direct(ctx, x, lambda *i: table[i], finish, tail, view)
 
 
 def _conv_topi(
-    ctx: GroupContext, node: Node, x: Lazy, w: np.ndarray, finish: Any, tail: Tail, geometry
+    ctx: GroupContext, node: Node, x: Lazy, w: np.ndarray, finish: Any, tail: Tail, view: ConvView
 ) -> Result:
-    begin, end, stride, dil = geometry
-    if begin == end and begin[0] == begin[1]:
-        data, pad = _materialize(ctx, x), begin[0]
+    stride, dil = view.stride, view.dilation
+    if isinstance(view.padding, int):
+        data, pad = _materialize(ctx, x), view.padding
     else:
-        data, pad = pad_image(x, begin, end, te.const(0, CENTERED)), 0
+        data, pad = pad_image(x, view.begin, view.end, te.const(0, CENTERED)), 0
         ctx.inline.append(data)
-    config = conv_config(data, w.shape, ctx.type_of(node.outputs[0]).shape, stride, pad, dil)
+    config = conv_config(data, w.shape, view.out_shape, stride, pad, dil)
     config = replace(config, pack_data=True)  # center the input once, while packing it
     ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
     packed = ctx.add_constant(f"{node.name}.w.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn))
@@ -294,25 +297,19 @@ def _materialize(ctx: GroupContext, lazy: Lazy) -> Tensor:
     return t
 
 
-def _lazy_weights(ctx: GroupContext, node: Node) -> Callable[..., Any]:
-    """Weights centered as they are read (a zero point per tensor or per output channel), when
-    the weights or their zero point are computed at run time."""
-    w = _centered(ctx, node, 3, 5, 0)
-    return lambda k, c, y, x: w((k, c, y, x))
-
-
 def _conv_direct(
-    ctx: GroupContext, node: Node, x: Lazy, read_w: Any, finish: Any, tail: Tail, geometry
+    ctx: GroupContext, x: Lazy, read_w: Any, finish: Any, tail: Tail, view: ConvView
 ) -> Result:
-    pads, strides, dil = geometry
-    w_shape = ctx.type_of(node.inputs[3]).shape
-    shape = ctx.type_of(node.outputs[0]).shape
-    read, extra = window_source(x, shape, w_shape[2:], pads, strides, dil, te.const(0, CENTERED))
-    axes, taps = direct_conv_taps(w_shape, _attrs(node)["group"], pads, strides, dil)
+    """The (grouped) convolution as one reduction over any number of spatial axes; `read_w(k,
+    c, *taps)` reads the centered weights."""
+    shape, pads, strides, dil = view.out_shape, view.begin, view.strides, view.dil
+    zero = te.const(0, CENTERED)
+    read, extra = window_source(x, shape, view.w_shape[2:], pads, strides, dil, zero)
+    axes, taps = direct_conv_taps(view.w_shape, view.group, pads, strides, dil)
 
-    def body(n: Any, kk: Any, y: Any, xx: Any) -> Any:
-        c, iy, ix, ci, ry, rx = taps(kk, y, xx)
-        product = read(n, c, iy, ix).astype(ACC) * read_w(kk, ci, ry, rx).astype(ACC)
+    def body(n: Any, kk: Any, *pos: Any) -> Any:
+        c, at, ci, tap = taps(kk, *pos)
+        product = read(n, c, *at).astype(ACC) * read_w(kk, ci, *tap).astype(ACC)
         return te.sum(product, axis=axes)
 
     red = te.compute(shape, body, name="qlinearconv")

@@ -5,6 +5,10 @@ kernel into `kernel_vec[K/oc_bn, C/ic_bn, R, S, ic_bn, oc_bn]`; the convolution 
 `conv[n, K/oc_bn, OH, OW, oc_bn]` with `reg_n` output columns times `oc_bn` channels held in
 vector registers (one broadcast of an input value per column, one vector FMA per column), then
 the result is unpacked to NCHW with the element-wise epilogue (bias, activation) fused in.
+
+A 3-D convolution (NCDHW input, OIDHW kernel) is the same with a depth axis before the rows:
+`data_vec[n, C/ic_bn, D', H', W', ic_bn]`, `conv[n, K/oc_bn, OD, OH, OW, oc_bn]`, its depth taps
+one more reduction loop around the row taps (TVM's conv3d_NCDHWc).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class Conv2dOp:
     out: Tensor
     ic_bn: int
     oc_bn: int
-    padding: tuple[int, int, int, int]  # top, left, bottom, right
+    padding: tuple[int, ...]  # before each spatial axis, then after (top, left, bottom, right)
 
 
 def _block(extent: int, wanted: int) -> int:
@@ -68,25 +72,28 @@ def _block(extent: int, wanted: int) -> int:
 def conv2d_nchwc(
     data: Tensor,
     kernel: Tensor,
-    stride: int = 1,
+    stride: int | Sequence[int] = 1,
     padding: int | Sequence[int] = 0,
-    dilation: int = 1,
+    dilation: int | Sequence[int] = 1,
     bias: Tensor | None = None,
     epilogue: Epilogue | None = None,
     config: Conv2dConfig | None = None,
     out_dtype: str | None = None,
     groups: int = 1,
 ) -> Conv2dOp:
-    """The compute of an NCHW conv2d through the blocked layout (output NCHW).
+    """The compute of an NCHW conv2d (or NCDHW conv3d) through the blocked layout (output NCHW,
+    NCDHW).
 
     Args:
-        data: `[N, C, H, W]`.
-        kernel: `[K, C, R, S]`, or already packed by `pack_kernel` (weights are constants, so
-            the graph layer packs them once, ahead of time).
-        stride, dilation: the same in both spatial dimensions.
-        padding: the same on every side, or (top, left, bottom, right) as ONNX's `pads`.
+        data: `[N, C, H, W]`, or `[N, C, D, H, W]`.
+        kernel: `[K, C, R, S]` (`[K, C, T, R, S]`), or already packed by `pack_kernel`
+            (weights are constants, so the graph layer packs them once, ahead of time).
+        stride, dilation: one for every spatial axis, or one per axis.
+        padding: the same on every side, or ONNX's `pads`: the padding before each spatial
+            axis, then after each ((top, left, bottom, right) in 2-D).
         bias: optional `[K]`.
-        epilogue: optional `f(value, n, k, y, x) -> expr` applied last.
+        epilogue: optional `f(value, n, k, y, x) -> expr` (`f(value, n, k, z, y, x)`) applied
+            last.
         config: knobs (block sizes).
         out_dtype: accumulation dtype (default: the data dtype; int32 for int8/uint8 data).
         groups: a grouped convolution (kernel `[K, C/groups, R, S]`): each output-channel block
@@ -98,12 +105,15 @@ def conv2d_nchwc(
     """
     config = config or Conv2dConfig()
     config.check()
-    n, c, h, w = data.shape
-    if len(kernel.shape) == 6:  # pre-packed [K/oc_bn, C/ic_bn, R, S, ic_bn, oc_bn]
-        ko_, co_, r, s, ic_bn, oc_bn = kernel.shape
+    n, c, *sizes = data.shape
+    nd = len(sizes)
+    if nd not in (2, 3):
+        raise ValueError(f"conv2d: data must be NCHW or NCDHW, not {len(data.shape)}-D")
+    if len(kernel.shape) == nd + 4:  # pre-packed [K/oc_bn, C/ic_bn, *taps, ic_bn, oc_bn]
+        ko_, co_, *taps, ic_bn, oc_bn = kernel.shape
         k, cg = ko_ * oc_bn, co_ * ic_bn
     else:
-        k, cg, r, s = kernel.shape
+        k, cg, *taps = kernel.shape
         ic_bn, oc_bn = _block(cg, config.ic_bn), _block(k // groups, config.oc_bn)
     if groups == 1 and c != cg:
         raise ValueError(f"conv2d: kernel channels must equal data channels ({c}), not {cg}")
@@ -112,24 +122,24 @@ def conv2d_nchwc(
             f"conv2d: kernel channels x groups must equal data channels ({c}), not {cg}x{groups}"
             f", with blocks ({ic_bn}, {oc_bn}) dividing one group's channels"
         )
-    pads = _four_pads(padding)
-    oh = (h + pads[0] + pads[2] - dilation * (r - 1) - 1) // stride + 1
-    ow = (w + pads[1] + pads[3] - dilation * (s - 1) - 1) // stride + 1
-    if oh < 1 or ow < 1:
-        raise ValueError(f"conv2d: output size must be positive, not {oh}x{ow}")
+    pads = _all_pads(padding, nd)
+    strides, dils = _per_axis(stride, nd, "stride"), _per_axis(dilation, nd, "dilation")
+    geometry = zip(sizes, pads[:nd], pads[nd:], taps, strides, dils, strict=True)
+    outs = [(h + b + a - d * (t - 1) - 1) // st + 1 for h, b, a, t, st, d in geometry]
+    if min(outs) < 1:
+        raise ValueError(f"conv2d: output size must be positive, not {'x'.join(map(str, outs))}")
     data_vec = _pack_data(data, pads, ic_bn)
     kernel_vec = kernel
-    if len(kernel.shape) == 4:
+    if len(kernel.shape) == nd + 2:
         kernel_vec = te.compute(
-            (k // oc_bn, cg // ic_bn, r, s, ic_bn, oc_bn),
-            lambda ko, co, y, x, ci, ki: kernel[ko * oc_bn + ki, co * ic_bn + ci, y, x],
+            (k // oc_bn, cg // ic_bn, *taps, ic_bn, oc_bn),
+            lambda ko, co, *tk: kernel[(ko * oc_bn + tk[-1], co * ic_bn + tk[-2], *tk[:-2])],
             name="kernel_vec",
         )
-    rc, ry, rx = (
-        te.reduce_axis((0, cg), "rc"),
-        te.reduce_axis((0, r), "ry"),
-        te.reduce_axis((0, s), "rx"),
-    )
+    rc = te.reduce_axis((0, cg), "rc")
+    rtaps = [
+        te.reduce_axis((0, t), name) for t, name in zip(taps, ("rz", "ry", "rx")[-nd:], strict=True)
+    ]
     acc = out_dtype or ("int32" if data.dtype in ("int8", "uint8") else data.dtype)
     blocks_per_group = (k // groups) // oc_bn
 
@@ -138,45 +148,53 @@ def conv2d_nchwc(
             return rc // ic_bn
         return (ko // blocks_per_group) * (cg // ic_bn) + rc // ic_bn
 
-    conv = te.compute(
-        (n, k // oc_bn, oh, ow, oc_bn),
-        lambda nn, ko, y, x, ki: te.sum(
-            data_vec[
-                nn, in_block(ko), y * stride + ry * dilation, x * stride + rx * dilation, rc % ic_bn
-            ].astype(acc)
-            * kernel_vec[ko, rc // ic_bn, ry, rx, rc % ic_bn, ki].astype(acc),
-            axis=[rc, ry, rx],
-        ),
-        name="conv",
-    )
+    def fconv(nn: te.Expr, ko: te.Expr, *pos: te.Expr) -> te.Expr:
+        *pos, ki = pos
+        at = [p * st + r * d for p, r, st, d in zip(pos, rtaps, strides, dils, strict=True)]
+        read = data_vec[(nn, in_block(ko), *at, rc % ic_bn)].astype(acc)
+        return te.sum(read * kernel_vec[(ko, rc // ic_bn, *rtaps, rc % ic_bn, ki)].astype(acc),
+                      axis=[rc, *rtaps])  # fmt: skip
 
-    def funpack(nn: te.Expr, kk: te.Expr, y: te.Expr, x: te.Expr) -> te.Expr:
-        value = conv[nn, kk // oc_bn, y, x, kk % oc_bn]
+    conv = te.compute((n, k // oc_bn, *outs, oc_bn), fconv, name="conv")
+
+    def funpack(nn: te.Expr, kk: te.Expr, *pos: te.Expr) -> te.Expr:
+        value = conv[(nn, kk // oc_bn, *pos, kk % oc_bn)]
         if bias is not None:
             value = value + bias[kk].astype(acc)
-        return epilogue(value, nn, kk, y, x) if epilogue is not None else value
+        return epilogue(value, nn, kk, *pos) if epilogue is not None else value
 
-    out = te.compute((n, k, oh, ow), funpack, name="out")
+    out = te.compute((n, k, *outs), funpack, name="out")
     args = [data, kernel] + ([bias] if bias is not None else []) + [out]
     return Conv2dOp(args, data_vec, kernel_vec, conv, out, ic_bn, oc_bn, pads)
 
 
-def _four_pads(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
-    """(top, left, bottom, right) of an int (every side) or of four ints."""
+def _all_pads(padding: int | Sequence[int], nd: int) -> tuple[int, ...]:
+    """The padding before each of `nd` spatial axes, then after each, of an int (every side)
+    or of 2 * nd ints."""
     if isinstance(padding, int):
-        return (padding,) * 4
+        return (padding,) * 2 * nd
     pads = tuple(int(p) for p in padding)
-    if len(pads) != 4 or min(pads) < 0:
-        raise ValueError(f"conv2d: padding must be an int or 4 ints >= 0, not {padding!r}")
+    if len(pads) != 2 * nd or min(pads) < 0:
+        raise ValueError(f"conv2d: padding must be an int or {2 * nd} ints >= 0, not {padding!r}")
     return pads
+
+
+def _per_axis(value: int | Sequence[int], nd: int, what: str) -> tuple[int, ...]:
+    """One `what` per spatial axis, of one for all or of `nd`."""
+    if isinstance(value, (int, np.integer)):
+        return (int(value),) * nd
+    values = tuple(int(v) for v in value)
+    if len(values) != nd or min(values) < 1:
+        raise ValueError(f"conv2d: {what} must be an int or {nd} ints >= 1, not {value!r}")
+    return values
 
 
 def default_config(channels: int, filters: int, out_hw: tuple[int, ...]) -> Conv2dConfig:
     """The hand-chosen knobs by layer shape (the default point of `config_space`), from a sweep
     of ResNet-18's layers on an AVX-512 machine: 32 output channels per tile (two vectors), a
     row tile that divides the output width, wider input-channel blocks for deep layers on
-    larger images."""
-    oh, ow = out_hw
+    larger images (a 3-D convolution's by its output rows and columns)."""
+    oh, ow = out_hw[-2:]
     oc_bn = 32 if filters % 32 == 0 else 16
     ic_bn = 32 if channels >= 256 and oh >= 14 else 16
     if ow % 8 == 0 and ow <= 64:
@@ -237,30 +255,35 @@ def kernel_blocks(
 
 
 def pack_kernel(weight: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
-    """OIHW weights -> the packed `[K/oc_bn, C/ic_bn, R, S, ic_bn, oc_bn]` layout (numpy)."""
-    k, c, r, s = weight.shape
+    """OIHW (OIDHW) weights -> the packed `[K/oc_bn, C/ic_bn, *taps, ic_bn, oc_bn]` layout
+    (numpy)."""
+    k, c, *taps = weight.shape
     if k % oc_bn or c % ic_bn:
         raise ValueError(f"pack_kernel: blocks ({ic_bn}, {oc_bn}) must divide (C, K) = ({c}, {k})")
-    blocked = weight.reshape(k // oc_bn, oc_bn, c // ic_bn, ic_bn, r, s)
-    return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 3, 1))
+    blocked = weight.reshape(k // oc_bn, oc_bn, c // ic_bn, ic_bn, *taps)
+    tap_axes = range(4, 4 + len(taps))
+    return np.ascontiguousarray(blocked.transpose(0, 2, *tap_axes, 3, 1))
 
 
-def _pack_data(data: Tensor, pads: tuple[int, int, int, int], ic_bn: int) -> Tensor:
-    n, c, h, w = data.shape
-    top, left, bottom, right = pads
+def _pack_data(data: Tensor, pads: tuple[int, ...], ic_bn: int) -> Tensor:
+    n, c, *sizes = data.shape
+    nd = len(sizes)
+    before, after = pads[:nd], pads[nd:]
 
-    def fpack(nn: te.Expr, co: te.Expr, y: te.Expr, x: te.Expr, ci: te.Expr) -> te.Expr:
+    def fpack(nn: te.Expr, co: te.Expr, *pos: te.Expr) -> te.Expr:
+        *pos, ci = pos
         if not any(pads):
-            return data[nn, co * ic_bn + ci, y, x]
+            return data[(nn, co * ic_bn + ci, *pos)]
         # A select over a clamped (always in-bounds) read keeps the loop vectorizable.
-        yy = te.min(te.max(y - top, 0), h - 1)
-        xx = te.min(te.max(x - left, 0), w - 1)
-        inside = te.all_of(y >= top, y < h + top, x >= left, x < w + left)
-        clamped = data[nn, co * ic_bn + ci, yy, xx]
-        return te.select(inside, clamped, te.const(0, data.dtype))
+        src = [p - b for p, b in zip(pos, before, strict=True)]
+        bounds = zip(src, sizes, strict=True)
+        inside = te.all_of(*(cond for i, h in bounds for cond in (i >= 0, i < h)))
+        clamped = [te.min(te.max(i, 0), h - 1) for i, h in zip(src, sizes, strict=True)]
+        value = data[(nn, co * ic_bn + ci, *clamped)]
+        return te.select(inside, value, te.const(0, data.dtype))
 
-    shape = (n, c // ic_bn, h + top + bottom, w + left + right, ic_bn)
-    return te.compute(shape, fpack, name="data_vec")
+    padded = [h + b + a for h, b, a in zip(sizes, before, after, strict=True)]
+    return te.compute((n, c // ic_bn, *padded, ic_bn), fpack, name="data_vec")
 
 
 def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> Schedule:
@@ -274,19 +297,19 @@ def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> S
         s[op.data_vec].compute_inline()
     _schedule_packing(s, op, config)
     s[conv].set_scope("local")
-    on, ok, oy, ox = out.op.axis
+    on, ok, *rows, ox = out.op.axis  # rows: the output rows (a 3-D one's depth, then rows)
     ko, ki = s[out].split(ok, factor=op.oc_bn)
     xo, xi = s[out].split(ox, factor=config.reg_n)
-    s[out].reorder(on, ko, oy, xo, ki, xi)
-    row = s[out].fuse(on, ko, oy)
+    s[out].reorder(on, ko, *rows, xo, ki, xi)
+    row = s[out].fuse(on, ko, *rows)
     if config.parallel:
         s[out].parallel(row)
     s[out].vectorize(xi)
     s[conv].compute_at(s[out], xo)
-    _, _, _, lx, lki = conv.op.axis
-    rc, ry, rx = conv.op.reduce_axis
+    lx, lki = conv.op.axis[-2:]
+    rc, *rtaps = conv.op.reduce_axis
     rco, rci = s[conv].split(rc, factor=op.ic_bn)
-    s[conv].reorder(rco, ry, rx, rci, lx, lki)
+    s[conv].reorder(rco, *rtaps, rci, lx, lki)
     s[conv].unroll(lx)
     s[conv].vectorize(lki)
     return s
@@ -296,8 +319,8 @@ def _schedule_packing(s: Schedule, op: Conv2dOp, config: Conv2dConfig) -> None:
     """Data: rows in parallel, input-channel block as vector lanes; kernel: blocks in parallel."""
     if s[op.data_vec].attach is AttachKind.INLINE:
         return _schedule_kernel_packing(s, op, config)
-    nn, co, y, _, ci = op.data_vec.op.axis
-    rows = s[op.data_vec].fuse(nn, co, y)
+    nn, co, *rows_, _, ci = op.data_vec.op.axis
+    rows = s[op.data_vec].fuse(nn, co, *rows_)
     s[op.data_vec].vectorize(ci)
     if config.parallel:
         s[op.data_vec].parallel(rows)

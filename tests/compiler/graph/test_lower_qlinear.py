@@ -186,10 +186,31 @@ CONVS = {
     "wide_pad": (I8, I8, (1, 3, 5, 5), (4, 2, 2), 1, (1, 1), (3, 3, 3, 3), (1, 1), "b"),
 }
 
+# 1-D (as 2-D of height 1) and 3-D: x and w dtypes, input shape, (K, *taps), group, strides,
+# pads, dilations, options
+CONVS_ND = {
+    "1d_strided": (U8, I8, (2, 8, 19), (16, 3), 1, (2,), (1, 2), (1,), "cb"),
+    "1d_depthwise": (U8, I8, (1, 16, 23), (16, 5), 16, (1,), (2, 2), (1,), "cb"),
+    "1d_runtime_grouped": (I8, I8, (1, 6, 17), (9, 3), 3, (1,), (0, 1), (2,), "bz"),
+    "3d": (U8, I8, (1, 4, 5, 6, 7), (8, 3, 3, 3), 1, (1, 2, 2), (1,) * 6, (1, 1, 1), "cb"),
+    "3d_grouped": (
+        I8,
+        I8,
+        (1, 6, 5, 6, 5),
+        (6, 2, 3, 2),
+        2,
+        (1,) * 3,
+        (0, 1, 1) * 2,
+        (2, 1, 1),
+        "bz",
+    ),
+}
+
 
 def _conv_args(name: str, rng: np.random.Generator) -> tuple[list, dict[str, int | list]]:
-    x_dt, w_dt, x_shape, (k, kh, kw), group, strides, pads, dil, options = CONVS[name]
-    w = _random(rng, (k, x_shape[1] // group, kh, kw), w_dt)
+    spec = {**CONVS, **CONVS_ND}[name]
+    x_dt, w_dt, x_shape, (k, *taps), group, strides, pads, dil, options = spec
+    w = _random(rng, (k, x_shape[1] // group, *taps), w_dt)
     w_scale = rng.uniform(0.001, 0.01, k if "c" in options else ()).astype(np.float32)
     w_zero = _random(rng, (), w_dt) // 4 if "z" in options else w_dt(0)
     bias = rng.integers(-3000, 3000, k).astype(np.int32) if "b" in options else None
@@ -197,7 +218,7 @@ def _conv_args(name: str, rng: np.random.Generator) -> tuple[list, dict[str, int
     # an output scale that puts the sums' spread at ~100 output steps: some saturate
     y_scale = np.float32(0.03 * w_scale.mean() * np.sqrt(w[0].size) * 74 * 74 / 100)
     args = ["x", np.float32(0.03), zeros[0], w, w_scale, w_zero, y_scale, zeros[1], bias]
-    attrs = {"kernel_shape": [kh, kw], "strides": list(strides), "pads": list(pads)}
+    attrs = {"kernel_shape": list(taps), "strides": list(strides), "pads": list(pads)}
     return args, attrs | {"dilations": list(dil), "group": group}
 
 
@@ -209,6 +230,18 @@ def test_qlinear_conv_equals_onnxruntime(name: str) -> None:
     out = _assert_bit_exact(_model("QLinearConv", {"x": x}, args, **attrs), {"x": x})
     info = np.iinfo(out.dtype)
     assert out.min() == info.min or out.max() == info.max  # saturation is exercised
+
+
+@pytest.mark.parametrize("name", list(CONVS_ND))
+def test_1d_and_3d_qlinear_conv_equals_onnxruntime(name: str) -> None:
+    """Constant weights (the blocked conv, or the direct reduction when grouped), or weights
+    given at run time ("runtime" cases: the direct reduction reads them centered)."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    args, attrs = _conv_args(name, rng)
+    feed = {"x": _random(rng, CONVS_ND[name][2], CONVS_ND[name][0])}
+    if "runtime" in name:
+        feed["w"], args[3] = args[3], "w"
+    _assert_bit_exact(_model("QLinearConv", feed, args, **attrs), feed)
 
 
 def test_qlinear_conv_same_upper_padding() -> None:
