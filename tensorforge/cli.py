@@ -563,7 +563,7 @@ def _compile_model(args: argparse.Namespace) -> int:
 
         print(f"{st['accelerator_kernels']} accelerator kernels ({st['config']}), "
               f"{st['offloaded_macs']:.1%} of conv/dense MACs on the accelerator; "
-              f"{requant_line(st['requant_mode'])}")  # fmt: skip
+              f"{requant_line(st['requant_mode'], st.get('weight_scales'))}")  # fmt: skip
     return 0
 
 

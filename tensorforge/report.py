@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .compiler.quantize.requant import MODE_NAMES
+from .compiler.quantize.requant import MODE_NAMES, WEIGHT_SCALES
 
 
 def placement_table(module: Any) -> str:
@@ -23,7 +23,7 @@ def placement_table(module: Any) -> str:
     lines.append(f"on the accelerator: {done} of {layers} conv/dense layers ({share:.1%} of "
                  f"their MACs), {vta} of {len(rows)} nodes")  # fmt: skip
     if "requant_mode" in module.stats:  # modules saved before it was recorded lack it
-        lines.append(requant_line(module.stats["requant_mode"]))
+        lines.append(requant_line(module.stats["requant_mode"], module.stats.get("weight_scales")))
     return "\n".join(lines)
 
 
@@ -34,11 +34,15 @@ def _int8_layers(rows: list[list[str]]) -> tuple[int, int]:
     return sum(1 for r in layers if r[2] == "vta"), len(layers)
 
 
-def requant_line(mode: str) -> str:
-    """Which requantization the int8 graph uses (``module.stats["requant_mode"]``)."""
-    if mode in MODE_NAMES:
-        return f"int8 requantization: {MODE_NAMES[mode]}; the target option -mode=shift|mul chooses"
-    return "int8 requantization: as in the given int8 graph"
+def requant_line(mode: str, weights: str | None = None) -> str:
+    """Which requantization the int8 graph uses (``module.stats["requant_mode"]`` and
+    ``["weight_scales"]``, which modules saved before it was recorded lack)."""
+    if mode not in MODE_NAMES:
+        return "int8 requantization: as in the given int8 graph"
+    if weights in WEIGHT_SCALES:
+        return (f"int8 requantization: {MODE_NAMES[mode]}, {weights} weight scales; the target "
+                "options -mode=shift|mul and -weights=per-channel|per-tensor choose")  # fmt: skip
+    return f"int8 requantization: {MODE_NAMES[mode]}; the target option -mode=shift|mul chooses"
 
 
 def dram_bytes(counters: dict[str, int]) -> int:
