@@ -12,7 +12,6 @@ from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
 from ...topi.x86 import (  # the x86 operator library
     Conv2dConfig,
-    DenseConfig,
     conv2d_nchwc,
     dense,
     schedule_conv2d_nchwc,
@@ -142,18 +141,9 @@ def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
 
     wl = {"m": k, "n": h * w, "k": c, "dtype": weight.dtype, "prepacked": False}
     values = autotune_query("x86.dense", wl)
-    config = dense_config_from(values) if values is not None else _pointwise_default(k, h * w)
+    config = dense_config_from(values) if values is not None else dense_default(k)
     op = dense(weight, image, None, epilogue, None, config, "KN")
     return schedule_dense(op, config), [op.out]
-
-
-def _pointwise_default(m: int, n: int) -> DenseConfig:
-    """`topi.x86.dense.default_config` with a panel width whose last panel is a power-of-two
-    number of lanes: a 7x7 image (49 columns) in 32-wide panels leaves a 17-lane tail, which
-    LLVM legalizes so badly that the layer ran 9x slower than with 16-wide panels."""
-    tail_ok = lambda bn: n % bn & (n % bn - 1) == 0  # noqa: E731  (0 or a power of two)
-    bn = next((bn for bn in (32, 16, 8) if tail_ok(bn)), 8)
-    return DenseConfig(mr=dense_default(m).mr, bn=bn)
 
 
 def conv_config(
