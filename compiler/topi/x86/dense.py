@@ -2,7 +2,8 @@
 
 `C[m, n] = sum_k A[m, k] * W[n, k]` (dense, weights as rows) or `A @ B` (matmul). The weights
 are packed inside the kernel into panels `P[n // bn, k, n % bn]` (zero-padded) so that the
-micro-kernel reads `bn` contiguous values per `k`. The micro-kernel keeps an `mr x bn` tile of C in
+micro-kernel reads `bn` contiguous values per `k`; each panel is packed by the task that uses it,
+right before its tiles (it stays in cache; with row blocks, `mc`, all panels are packed first). The micro-kernel keeps an `mr x bn` tile of C in
 a local accumulator (vector registers once unrolled), broadcasting one `A[m, k]` per row; the
 outermost panel loop runs in parallel. An element-wise epilogue (bias, activation, requantize)
 is fused into the store of each tile.
@@ -226,7 +227,6 @@ def schedule_dense(op: DenseOp, config: DenseConfig | None = None) -> Schedule:
     else:
         local = acc
         s[acc].set_scope("local")
-    _schedule_pack(s, op.packed, config)
     m, n = out.op.axis
     no, ni = s[out].split(n, factor=config.bn)
     if config.mc:  # row blocks outermost: a block of A stays in cache across all panels
@@ -241,6 +241,8 @@ def schedule_dense(op: DenseOp, config: DenseConfig | None = None) -> Schedule:
     s[out].vectorize(ni)
     if config.parallel:
         s[out].parallel(outer)
+    if not config.mc:
+        s[op.packed].compute_at(s[out], outer)
     s[local].compute_at(s[out], mo)
     lm, ln = s[local].op.axis
     (lk,) = s[local].op.reduce_axis
@@ -252,11 +254,12 @@ def schedule_dense(op: DenseOp, config: DenseConfig | None = None) -> Schedule:
         s[local].reorder(lk, lm, ln)
     s[local].unroll(lm)
     s[local].vectorize(ln)
+    _schedule_pack(s, op.packed, config)
     return s
 
 
 def _schedule_pack(s: Schedule, packed: Tensor, config: DenseConfig) -> None:
     no, _, ni = packed.op.axis
     s[packed].vectorize(ni)
-    if config.parallel:
+    if config.parallel and config.mc:
         s[packed].parallel(no)
