@@ -132,8 +132,8 @@ def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     k = ctx.type_of(node.inputs[1]).shape[0]
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.get(node.inputs[2]) if has_bias else None
-    if h * w == 1:
-        return _conv_vector(ctx, node, tail, bias)
+    if h * w <= SMALL_IMAGE:
+        return _conv_small_image(ctx, node, tail, bias)
     weight = ctx.as_tensor(node.inputs[1], (k, c))
     ctx.as_tensor(node.inputs[0])  # the parameter keeps its NCHW shape (a residual reads it so)
     image = ctx.as_tensor(node.inputs[0], (c, h * w))  # a reshaping view of it, inlined
@@ -149,22 +149,29 @@ def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return schedule_dense(op, config), [op.out]
 
 
-def _conv_vector(ctx: GroupContext, node: Node, tail: Tail, bias: Any) -> Result:
-    """A pointwise conv of a 1x1 image (squeeze-excitation's two convs) as a row vector times
-    the weights, `out[1, K] = x[1, C] x W[K, C]^T` (the NCHW tensors as they lie), the weights
-    packed into panels once (`matmul.packed_dense`): the image-as-panels GEMM computed all the
-    lanes of a panel for its one column (1.3-1.6x onnxruntime's time on MobileNetV3's SE)."""
-    _, c, _, _ = ctx.type_of(node.inputs[0]).shape
+#: pointwise convs on images of at most this many pixels run as `_conv_small_image`
+SMALL_IMAGE = 64
+
+
+def _conv_small_image(ctx: GroupContext, node: Node, tail: Tail, bias: Any) -> Result:
+    """A pointwise conv of a small image (7x7 and below; 1x1 is squeeze-excitation's) with the
+    pixels as the rows, `out^T[H*W, K] = X^T[H*W, C] x W[K, C]^T`, its weights packed into
+    panels once (`matmul.packed_dense`), each register tile stored transposed into the NCHW
+    output. As the image-as-panels GEMM its 49 columns filled two 32-lane panels (64 computed)
+    and a 1x1 image computed 32 lanes for one column; there were only as many parallel tasks
+    as panels (2 on a 7x7 image)."""
+    _, c, h, w = ctx.type_of(node.inputs[0]).shape
     k = ctx.type_of(node.inputs[1]).shape[0]
-    ctx.as_tensor(node.inputs[0])  # the parameter keeps its NCHW shape
-    row = ctx.as_tensor(node.inputs[0], (1, c))
+    image = ctx.as_tensor(node.inputs[0])  # the parameter keeps its NCHW shape
+    rows = te.compute((h * w, c), lambda p, ci: image[0, ci, p // w, p % w], name="pixels")
+    ctx.inline.append(rows)
     weights = np.asarray(ctx.constant(node.inputs[1])).reshape(k, c)
 
     def epilogue(v: Any, i: Any, j: Any) -> Any:
         v = v + bias((j,)) if bias is not None else v
-        return tail.epilogue(v, (0, j, 0, 0)) if tail.nodes else v
+        return tail.epilogue(v, (0, j, *unravel(i, (h, w)))) if tail.nodes else v
 
-    return packed_dense(ctx, row, node.inputs[1], "NK", epilogue, values=weights)
+    return packed_dense(ctx, rows, node.inputs[1], "NK", epilogue, weights, h * w > 1)
 
 
 def conv_config(
