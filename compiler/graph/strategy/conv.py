@@ -30,7 +30,7 @@ from ...topi.x86.depthwise import (
     schedule_depthwise_nchwc,
 )
 from ..ir import Node
-from ..lower_te import AnchorRule, GroupContext, Tail
+from ..lower_te import AnchorRule, GroupContext, Tail, unravel
 from ..ops.nn import window_geometry
 from .matmul import packed_dense
 from .nn import (
@@ -43,7 +43,6 @@ from .nn import (
     pads_after,
     reduce_kernel,
     tail_epilogue,
-    unravel,
     window_source,
 )
 

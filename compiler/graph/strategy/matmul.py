@@ -18,9 +18,9 @@ from ...topi.x86.dense import config_from as dense_config_from
 from ...topi.x86.dense import default_config as dense_default
 from ...topi.x86.dense import dense_prepacked, pack_panels
 from ..ir import Node
-from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, unravel
 from .elemwise import broadcast_read
-from .nn import FLOATS, Result, full_attrs, reduce_kernel, tail_epilogue, unravel
+from .nn import FLOATS, Result, full_attrs, reduce_kernel, tail_epilogue
 
 
 def dense_config(data: Tensor, n: int, prepacked: bool) -> DenseConfig:

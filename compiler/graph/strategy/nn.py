@@ -196,18 +196,6 @@ def _pad_phases(x: Lazy, before: list, after: list, stride: int, fill: Any) -> T
     return te.compute(shape, fpad, name="pad_phases")
 
 
-def unravel(flat: Any, shape: tuple[int, ...]) -> Index:
-    out, stride, total = [], 1, int(np.prod(shape))
-    for d in reversed(shape):
-        if d == 1:
-            out.append(0)
-        else:
-            q = flat // stride if stride > 1 else flat
-            out.append(q % d if stride * d < total else q)
-        stride *= d
-    return tuple(reversed(out))
-
-
 def rows_of(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
     return int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
 
