@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..schedule.stage import ForKind
 from ..te.expr import BinOp, Call, CallKind, Expr, IntImm, Op, Var
-from ..te.visitor import structural_key
+from ..te.visitor import pre_order, structural_key
 from .arith import Analyzer
 from .gpu import inject_double_buffer, inject_virtual_threads, insert_storage_sync
 from .gpu_fetch import cooperative_fetch
@@ -159,11 +159,15 @@ def storage_flatten(func: PrimFunc) -> PrimFunc:
 
 
 def _guards(s: Stmt) -> list[Expr]:
+    """Conditions a loop may be cut at: `if` guards' conjuncts, and those of the `if_then_else`
+    values stored (as `x < c`: a Concat's `c >= 64` picks its second input from 64 on)."""
     found: list[Expr] = []
     stack = [s]
     while stack:
         node = stack.pop()
-        if isinstance(node, IfThenElse):
+        if isinstance(node, BufferStore):
+            found.extend(_selector_bounds(node.value))
+        elif isinstance(node, IfThenElse):
             found.extend(_conjuncts(node.condition))
             stack.append(node.then_case)
             if node.else_case is not None:
@@ -172,6 +176,17 @@ def _guards(s: Stmt) -> list[Expr]:
             stack.append(node.body)
         elif isinstance(node, SeqStmt):
             stack.extend(node.stmts)
+    return found
+
+
+def _selector_bounds(value: Expr) -> list[Expr]:
+    found = []
+    for e in pre_order(value):
+        if isinstance(e, Call) and e.name == "if_then_else":
+            for c in _conjuncts(e.args[0]):
+                if isinstance(c, BinOp) and c.op is Op.GE:
+                    c = BinOp(Op.LT, c.a, c.b, c.dtype)  # cut where it starts to hold
+                found.append(c)
     return found
 
 
@@ -243,7 +258,8 @@ def _partition(s: Stmt, ana: Analyzer) -> Stmt:
 
 def loop_partition(func: PrimFunc) -> PrimFunc:
     """Split a loop where a guard inside it starts to fail, so that `simplify` can drop the guard
-    from the first part (non-divisible splits).
+    from the first part (non-divisible splits), or where a stored `if_then_else` linear in the
+    loop switches sides (a Concat's inputs: each part then copies one input, vectorized).
 
     before: for i.outer in range(3) { for i.inner in range(4) { if i.outer*4 + i.inner < 10 {S} } }
     after:  for i.outer in range(2) { ... same ... }
