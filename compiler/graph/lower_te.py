@@ -160,30 +160,51 @@ class GroupContext:
 
 
 def reshape_lazy(src: Lazy, shape: tuple[int, ...]) -> Lazy:
-    """Row-major reshape: the flat position of the output index, unravelled in the source."""
+    """Row-major reshape. The dimensions split into runs that end where both shapes' prefix
+    products agree; each run's output index is flattened and unravelled in the source's dims of
+    the same run alone, so dims a reshape keeps pass through untouched. (A whole-tensor flat
+    position, then divided back, left `(x + 28*y)//784`-style terms that the simplifier cannot
+    cancel: ShuffleNet's channel shuffle ran 10x slower than a copy.)"""
     if int(np.prod(shape)) != int(np.prod(src.shape)):
         raise LoweringError(f"reshape must keep the size, not {src.shape} -> {shape}")
+    runs = _reshape_runs(src.shape, shape)
 
     def fn(idx: Index) -> Any:
-        flat: Any = None
-        stride = 1
-        for i, d in reversed(list(zip(idx, shape, strict=True))):
-            if d != 1:
-                term = i * stride if stride > 1 else i
-                flat = term if flat is None else term + flat
-            stride *= d
-        flat = 0 if flat is None else flat
-        out, stride = [], 1
-        for d in reversed(src.shape):
-            if d == 1:
-                out.append(0)
-            else:
-                q = flat // stride if stride > 1 else flat
-                out.append(q % d if stride * d < int(np.prod(src.shape)) else q)
-            stride *= d
-        return src(tuple(reversed(out)))
+        out: list[Any] = []
+        for (s0, s1), (o0, o1) in runs:
+            out.extend(unravel(ravel(idx[o0:o1], shape[o0:o1]), src.shape[s0:s1]))
+        return src(tuple(out))
 
     return Lazy(shape, src.dtype, fn)
+
+
+def _reshape_runs(
+    src: tuple[int, ...], out: tuple[int, ...]
+) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """((src dims), (out dims)) ranges of equal size: cut wherever both prefix products agree
+    (one run when the tensor is empty)."""
+    if not int(np.prod(src)):
+        return [((0, len(src)), (0, len(out)))]
+    cut_src = {int(np.prod(src[:i])): i for i in range(len(src) + 1)}
+    cut_out = {int(np.prod(out[:i])): i for i in range(len(out) + 1)}
+    common = sorted(set(cut_src) & set(cut_out))
+    bounds = [(0, 0)] + [(cut_src[p], cut_out[p]) for p in common]
+    return [((a[0], b[0]), (a[1], b[1])) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def ravel(idx: Index, shape: tuple[int, ...]) -> Any:
+    """The row-major flat position of `idx` in `shape` (size-1 dims add nothing)."""
+    flat: Any = None
+    stride = 1
+    for i, d in reversed(list(zip(idx, shape, strict=True))):
+        if d != 1:
+            term = i * stride if stride > 1 else i
+            flat = term if flat is None else term + flat
+        stride *= d
+    return 0 if flat is None else flat
+
+
+unravel = te.unravel  # the row-major index of a flat position, for the strategies
 
 
 # ---- the group driver ---------------------------------------------------------------------------
@@ -294,7 +315,7 @@ def _lower_injective(
         outs.append(te.compute(lazy.shape or (1,), _indexer(lazy), name=f"out{k}"))
     sched = te.create_schedule([t.op for t in outs])
     for t in outs:
-        schedule_rows(sched, t)
+        schedule_rows(sched, t, fuse_short=True)
     return sched, outs
 
 
@@ -341,10 +362,20 @@ def _lower_anchored(
     return sched, tensors
 
 
-def schedule_rows(s: Schedule, out: Tensor, lanes: int = 16, min_parallel: int = 2048) -> Any:
+def schedule_rows(
+    s: Schedule, out: Tensor, lanes: int = 16, min_parallel: int = 2048, fuse_short: bool = False
+) -> Any:
     """Outer axes fused and run in parallel (when big enough), the last axis in vector lanes;
-    returns the fused outer loop (or None for a 1-D tensor)."""
+    returns the fused outer loop (or None for a 1-D tensor). `fuse_short` (element-wise and
+    injective kernels): while the last axis is shorter than 4 vectors, the one before it joins
+    it, so that a 55-wide image row is not 3 vectors and a 7-lane tail per row (a Concat of
+    55x55 images: 1.5x faster)."""
     axes = list(out.op.axis)
+    shape = [int(d) for d in out.shape]
+    if fuse_short and not out.op.reduce_axis:
+        while len(axes) > 2 and shape[-1] < 4 * lanes:
+            axes[-2:] = [s[out].fuse(axes[-2], axes[-1])]
+            shape[-2:] = [shape[-2] * shape[-1]]
     size = int(np.prod(out.shape))
     row = None
     if len(axes) > 1:
@@ -352,7 +383,7 @@ def schedule_rows(s: Schedule, out: Tensor, lanes: int = 16, min_parallel: int =
         if size >= min_parallel:
             s[out].parallel(row)
     last = axes[-1]
-    extent = out.shape[-1]
+    extent = shape[-1]
     if out.op.reduce_axis:
         return row
     if extent > lanes:

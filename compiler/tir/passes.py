@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..schedule.stage import ForKind
-from ..te.expr import BinOp, Call, CallKind, Expr, IntImm, Op, Var
-from ..te.visitor import structural_key
+from ..te.expr import BinOp, Call, CallKind, Expr, IntImm, Op, Select, Var
+from ..te.visitor import pre_order, structural_key
 from .arith import Analyzer
 from .gpu import inject_double_buffer, inject_virtual_threads, insert_storage_sync
 from .gpu_fetch import cooperative_fetch
@@ -159,11 +159,16 @@ def storage_flatten(func: PrimFunc) -> PrimFunc:
 
 
 def _guards(s: Stmt) -> list[Expr]:
+    """Conditions a loop may be cut at: `if` guards' conjuncts, and those of the `if_then_else`
+    and `select` values stored (as `x < c`: a Concat's `c >= 64` picks its second input from
+    64 on)."""
     found: list[Expr] = []
     stack = [s]
     while stack:
         node = stack.pop()
-        if isinstance(node, IfThenElse):
+        if isinstance(node, BufferStore):
+            found.extend(_selector_bounds(node.value))
+        elif isinstance(node, IfThenElse):
             found.extend(_conjuncts(node.condition))
             stack.append(node.then_case)
             if node.else_case is not None:
@@ -172,6 +177,19 @@ def _guards(s: Stmt) -> list[Expr]:
             stack.append(node.body)
         elif isinstance(node, SeqStmt):
             stack.extend(node.stmts)
+    return found
+
+
+def _selector_bounds(value: Expr) -> list[Expr]:
+    found = []
+    for e in pre_order(value):
+        cond = e.args[0] if isinstance(e, Call) and e.name == "if_then_else" else None
+        cond = e.condition if isinstance(e, Select) else cond
+        if cond is not None:
+            for c in _conjuncts(cond):
+                if isinstance(c, BinOp) and c.op is Op.GE:
+                    c = BinOp(Op.LT, c.a, c.b, c.dtype)  # cut where it starts to hold
+                found.append(c)
     return found
 
 
@@ -196,10 +214,10 @@ def _inner_bounds(s: Stmt, ana: Analyzer) -> Analyzer:
     return ana
 
 
-def _split_point(loop: For, ana: Analyzer) -> int | None:
-    """The smallest loop value from which some guard `a*var + rest < c` may fail."""
+def _split_points(loop: For, ana: Analyzer) -> list[int]:
+    """Every loop value from which some guard `a*var + rest < c` may fail."""
     inner = _inner_bounds(loop.body, ana)
-    best: int | None = None
+    points: list[int] = []
     for cond in _guards(loop.body):
         if not (isinstance(cond, BinOp) and cond.op is Op.LT and cond.a.dtype != "bool"):
             continue
@@ -210,17 +228,17 @@ def _split_point(loop: For, ana: Analyzer) -> int | None:
         hi = inner.interval(rest)[1]
         if hi is None:
             continue
-        point = (-hi - 1) // coeff + 1  # coeff*v + rest < 0 for every rest <=> v < point
-        best = point if best is None else min(best, point)
-    return best
+        points.append((-hi - 1) // coeff + 1)  # coeff*v + rest < 0 for every rest <=> v < point
+    return points
 
 
 def _partition(s: Stmt, ana: Analyzer) -> Stmt:
     if isinstance(s, For):
         start, extent = const_int(s.min), const_int(s.extent)
         if start is not None and extent is not None and s.kind is not ForKind.THREAD_BINDING:
-            point = _split_point(s, ana)
-            if point is not None and start < point < start + extent:
+            inside = [p for p in _split_points(s, ana) if start < p < start + extent]
+            point = min(inside, default=None)
+            if point is not None:
                 main = For(
                     s.var, IntImm(start), IntImm(point - start), s.kind, s.body, s.thread_tag
                 )
@@ -243,7 +261,9 @@ def _partition(s: Stmt, ana: Analyzer) -> Stmt:
 
 def loop_partition(func: PrimFunc) -> PrimFunc:
     """Split a loop where a guard inside it starts to fail, so that `simplify` can drop the guard
-    from the first part (non-divisible splits).
+    from the first part (non-divisible splits), or where a stored `if_then_else`/`select`
+    linear in the loop switches sides (a Concat's inputs, a padded copy's borders: each part
+    then copies one input, or zeros, without a per-element choice).
 
     before: for i.outer in range(3) { for i.inner in range(4) { if i.outer*4 + i.inner < 10 {S} } }
     after:  for i.outer in range(2) { ... same ... }
@@ -354,7 +374,7 @@ DEFAULT_PIPELINE: tuple[Pass, ...] = (
     inject_virtual_threads,  # interleave vthread copies while buffers still have their shapes
     inject_double_buffer,  # alternate halves of double-buffered shared tiles in thread blocks
     simplify,  # fold the index arithmetic that substitution produced; drop provable guards
-    loop_partition,  # cut loops where a non-divisible split's guard starts to fail
+    loop_partition,  # cut loops where a split's guard starts to fail or a select switches
     simplify,  # ... so that the guards of the first parts are proven and dropped
     unroll,  # expand loops marked unrolled, now that their bounds are constants
     cooperative_fetch,  # copies into shared memory no thread loop splits: share them out

@@ -257,11 +257,13 @@ def test_op_without_a_lowering_names_op_and_node(monkeypatch: pytest.MonkeyPatch
 
 
 def test_unbuilt_variant_names_the_node() -> None:
-    b = GraphBuilder("g")
-    x = b.add_input("x", (1, 2, 4, 4, 4), "float32")
-    w = b.add_constant("w", np.ones((3, 2, 2, 2, 2), np.float32))
-    (y,) = b.add_node("Conv", [x, w], {"kernel_shape": [2, 2, 2]}, name="conv3d")
-    with pytest.raises(LoweringError, match=r"Conv must be 2-D .*not 3-D \(node 'conv3d'"):
+    b = GraphBuilder("g")  # a 4-D convolution (1-D to 3-D ones lower)
+    x = b.add_input("x", (1, 2, 3, 3, 3, 3), "float32")
+    w = b.add_constant("w", np.ones((3, 2, 2, 2, 2, 2), np.float32))
+    (y,) = b.add_node("Conv", [x, w], {"kernel_shape": [2, 2, 2, 2]}, name="conv4d")
+    with pytest.raises(
+        LoweringError, match=r"Conv must be 1-D, 2-D or 3-D .*not 4-D \(node 'conv4d'"
+    ):
         tensorforge.compile(b.build([y]))
 
 

@@ -14,7 +14,6 @@ from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
 from ...topi.x86 import (  # the x86 operator library
     Conv2dConfig,
-    DenseConfig,
     conv2d_nchwc,
     dense,
     schedule_conv2d_nchwc,
@@ -33,8 +32,9 @@ from ...topi.x86.depthwise import (
     schedule_depthwise_nchwc,
 )
 from ..ir import Node
-from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy, unravel
 from ..ops.nn import window_geometry
+from .matmul import packed_dense
 from .nn import (
     FLOATS,
     ReduceConfig,
@@ -45,7 +45,6 @@ from .nn import (
     pads_after,
     reduce_kernel,
     tail_epilogue,
-    unravel,
     window_source,
 )
 
@@ -204,14 +203,17 @@ def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     positions of any rank: the NCHW input and output are that GEMM's operand and result as
     they lie in memory, so nothing is packed to NCHWc and back (1.1-1.9x faster than
     `conv2d_nchwc` on MobileNetV2/EfficientNet 1x1 layers of 14x14 and more); the image operand
-    is packed into panels inside the kernel."""
+    is packed into panels inside the kernel. Small images (`SMALL_IMAGE` positions and fewer)
+    take `_conv_small_image`."""
     _, c, *spatial = ctx.type_of(node.inputs[0]).shape
     k, p = ctx.type_of(node.inputs[1]).shape[0], int(np.prod(spatial))
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    bias = ctx.get(node.inputs[2]) if has_bias else None
+    if p <= SMALL_IMAGE:
+        return _conv_small_image(ctx, node, tail, bias)
     weight = ctx.as_tensor(node.inputs[1], (k, c))
     ctx.as_tensor(node.inputs[0])  # the parameter keeps its NCHW shape (a residual reads it so)
     image = ctx.as_tensor(node.inputs[0], (c, p))  # a reshaping view of it, inlined
-    has_bias = len(node.inputs) > 2 and node.inputs[2]
-    bias = ctx.get(node.inputs[2]) if has_bias else None
 
     def epilogue(v: Any, i: Any, j: Any) -> Any:
         v = v + bias((i,)) if bias is not None else v
@@ -219,18 +221,35 @@ def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
 
     wl = {"m": k, "n": p, "k": c, "dtype": weight.dtype, "prepacked": False}
     values = autotune_query("x86.dense", wl)
-    config = dense_config_from(values) if values is not None else _pointwise_default(k, p)
+    config = dense_config_from(values) if values is not None else dense_default(k)
     op = dense(weight, image, None, epilogue, None, config, "KN")
     return schedule_dense(op, config), [op.out]
 
 
-def _pointwise_default(m: int, n: int) -> DenseConfig:
-    """`topi.x86.dense.default_config` with a panel width whose last panel is a power-of-two
-    number of lanes: a 7x7 image (49 columns) in 32-wide panels leaves a 17-lane tail, which
-    LLVM legalizes so badly that the layer ran 9x slower than with 16-wide panels."""
-    tail_ok = lambda bn: n % bn & (n % bn - 1) == 0  # noqa: E731  (0 or a power of two)
-    bn = next((bn for bn in (32, 16, 8) if tail_ok(bn)), 8)
-    return DenseConfig(mr=dense_default(m).mr, bn=bn)
+#: pointwise convs on images of at most this many pixels run as `_conv_small_image`
+SMALL_IMAGE = 64
+
+
+def _conv_small_image(ctx: GroupContext, node: Node, tail: Tail, bias: Any) -> Result:
+    """A pointwise conv of a small image (7x7 and below; 1x1 is squeeze-excitation's) with the
+    pixels as the rows, `out^T[H*W, K] = X^T[H*W, C] x W[K, C]^T`, its weights packed into
+    panels once (`matmul.packed_dense`), each register tile stored transposed into the NCHW
+    output. As the image-as-panels GEMM its 49 columns filled two 32-lane panels (64 computed)
+    and a 1x1 image computed 32 lanes for one column; there were only as many parallel tasks
+    as panels (2 on a 7x7 image)."""
+    _, c, *spatial = ctx.type_of(node.inputs[0]).shape
+    k, p = ctx.type_of(node.inputs[1]).shape[0], int(np.prod(spatial))
+    image = ctx.as_tensor(node.inputs[0])  # the parameter keeps its NCHW shape
+    rows = te.compute((p, c), lambda q, ci: image[(0, ci, *unravel(q, tuple(spatial)))],
+                      name="pixels")  # fmt: skip
+    ctx.inline.append(rows)
+    weights = np.asarray(ctx.constant(node.inputs[1])).reshape(k, c)
+
+    def epilogue(v: Any, i: Any, j: Any) -> Any:
+        v = v + bias((j,)) if bias is not None else v
+        return tail.epilogue(v, (0, j, *unravel(i, tuple(spatial)))) if tail.nodes else v
+
+    return packed_dense(ctx, rows, node.inputs[1], "NK", epilogue, weights, p > 1)
 
 
 def conv_config(

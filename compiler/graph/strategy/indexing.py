@@ -11,11 +11,11 @@ import numpy as np
 
 from ... import te
 from ..ir import Node
-from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail, unravel
 from ..ops.indexing import cumsum_axis, scatter_positions, trilu_offset
 from ..registry import get_op
 from .elemwise import const_input
-from .nn import Result, reduce_kernel, unravel
+from .nn import Result, reduce_kernel
 
 
 def _constant_of_shape(ctx: GroupContext, node: Node) -> list[Lazy]:

@@ -8,6 +8,7 @@ import numpy as np
 from ... import te
 from ...autotune.dispatch import query as autotune_query
 from ...te.tensor import Tensor
+from ...tir.stmt import LoweringError
 from ...topi.x86 import (  # the x86 operator library
     DenseConfig,
     dense,
@@ -17,9 +18,9 @@ from ...topi.x86.dense import config_from as dense_config_from
 from ...topi.x86.dense import default_config as dense_default
 from ...topi.x86.dense import dense_prepacked, pack_panels
 from ..ir import Node
-from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, unravel
 from .elemwise import broadcast_read
-from .nn import FLOATS, Result, full_attrs, reduce_kernel, tail_epilogue, unravel
+from .nn import FLOATS, Result, full_attrs, reduce_kernel, tail_epilogue
 
 
 def dense_config(data: Tensor, n: int, prepacked: bool) -> DenseConfig:
@@ -38,12 +39,16 @@ def packed_dense(
     layout: str,
     epilogue: Any,
     values: np.ndarray | None = None,
+    transposed: bool = False,
 ) -> Result:
     """topi's dense; constant float or integer weights are packed into its panels once, here,
     and the kernel reads them in place (`topi.x86.dense_prepacked`). `values`, when given, are
     the weights to pack instead of the constant `weight` (which then only names the packed
     copy), e.g. weights minus their zero point. Integer data (int8, int16, int32) accumulates in
-    int32, as topi's dense does for int8. The knobs come from `dense_config`."""
+    int32, as topi's dense does for int8. The knobs come from `dense_config`. `transposed`
+    (CPU, with `values`): the output is `[N, M]`, `epilogue(value, i, j)` as before."""
+    if transposed and (ctx.gpu or values is None):
+        raise LoweringError("packed_dense: a transposed output needs `values` on the CPU")
     if ctx.gpu:
         return gpu_dense(ctx, data, weight, layout, epilogue, values)
     const = ctx.constant(weight) if values is None else values
@@ -57,7 +62,7 @@ def packed_dense(
     config = dense_config(data, n, prepacked=True)
     panels = pack_panels(np.asarray(const), config.bn, layout)
     stored = ctx.add_constant(f"{weight}.panels{config.bn}{layout}", panels)
-    op = dense_prepacked(data, stored, n, epilogue)
+    op = dense_prepacked(data, stored, n, epilogue, transposed)
     ctx.inline.append(op.packed)
     return schedule_dense(op, config), [op.out]
 
@@ -69,6 +74,7 @@ def gpu_dense(
     layout: str,
     epilogue: Any,
     values: np.ndarray | None = None,
+    transposed: bool = False,
 ) -> Result:
     """`packed_dense` for a GPU target: `topi.gpu.dense` with shared-memory tiles; constant
     weights are stored once as [K, N] (coalesced reads along N), others read in place. The knobs

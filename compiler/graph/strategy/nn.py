@@ -195,9 +195,6 @@ def _pad_phases(x: Lazy, before: list, after: list, stride: int, fill: Any) -> T
     return te.compute(shape, fpad, name="pad_phases")
 
 
-unravel = te.unravel  # the row-major index of a flat position (the graph layer's name for it)
-
-
 def rows_of(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
     return int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
 

@@ -41,12 +41,12 @@ from ...tir.stmt import LoweringError
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
 from ...topi.x86.conv2d import kernel_blocks, pack_kernel
 from ..ir import Node
-from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail, reshape_lazy
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail, reshape_lazy, unravel
 from ..ops.quant import requant_multiplier
 from ..registry import get_op
 from .conv import ConvView, conv_config, conv_view
 from .matmul import batch_index, packed_dense
-from .nn import Result, direct_conv_taps, pad_image, reduce_kernel, unravel, window_source
+from .nn import Result, direct_conv_taps, pad_image, reduce_kernel, window_source
 
 F32 = "float32"
 ACC = "int32"

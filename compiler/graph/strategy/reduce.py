@@ -13,10 +13,10 @@ from ...topi.x86 import (  # the x86 operator library
     schedule_pool2d,
 )
 from ..ir import Node
-from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, schedule_rows
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, schedule_rows, unravel
 from ..ops.nn import window_geometry
 from ..ops.shape import reduce_axes
-from .nn import Result, full_attrs, gpu_row_config, reduce_kernel, rows_of, unravel, window_source
+from .nn import Result, full_attrs, gpu_row_config, reduce_kernel, rows_of, window_source
 
 
 def _pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:

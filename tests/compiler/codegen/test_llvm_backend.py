@@ -4,6 +4,7 @@ allocations and the calling convention."""
 from __future__ import annotations
 
 import os
+import re
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -83,6 +84,21 @@ def test_vectorized_code_computes_the_same_as_serial() -> None:
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], outs[2])
     np.testing.assert_allclose(outs[0], x * 3 + y, rtol=1e-6)
+
+
+@pytest.mark.parametrize("lanes", [48, 17, 7])
+def test_vectorized_loops_of_other_widths_run_as_power_of_two_vectors(lanes: int) -> None:
+    """48 lanes run as 32 + 16, 17 as 16 + 1 (scalar), 7 as 4 + 2 + 1: no LLVM vector of
+    another width (which LLVM legalizes element by element)."""
+    n = 3 * lanes + 5  # full vectors and a ragged tail
+    x, y = np.random.default_rng(lanes).random((2, n)).astype("float32")
+    s, args = _axpy(n, lanes)
+    f = build(s, args, name="axpy")
+    z = np.zeros(n, "float32")
+    f(x, y, z)
+    np.testing.assert_allclose(z, x * 3 + y, rtol=1e-6)
+    widths = {int(w) for w in re.findall(r"<(\d+) x float>", f.llvm_ir)}
+    assert widths and all(w & (w - 1) == 0 for w in widths), widths
 
 
 def test_fast_math_flag_reaches_the_ir() -> None:

@@ -179,9 +179,10 @@ def test_other_grouped_convs_match_onnxruntime(
 
 
 @pytest.mark.parametrize("act", ["none", "silu", "relu6", "residual"])
-@pytest.mark.parametrize("size,bias", [(7, True), (12, False), (1, True)])
+@pytest.mark.parametrize("size,bias", [(7, True), (12, False), (1, True), (1, False)])
 def test_pointwise_conv_as_a_gemm_matches_onnxruntime(act: str, size: int, bias: bool) -> None:
-    """1x1 convolutions (stride 1, batch 1) lower to topi's dense on NCHW as it lies."""
+    """1x1 convolutions (stride 1, batch 1) lower to topi's dense on NCHW as it lies (a 1x1
+    image: the row vector times pre-packed weights)."""
     _check(_model(24, size, 1, 1, [0, 0, 0, 0], 1, 1, bias, act))
 
 

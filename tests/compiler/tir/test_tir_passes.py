@@ -180,6 +180,21 @@ def test_loop_partition_cuts_where_the_guard_starts_to_fail() -> None:
         }""")
 
 
+def test_loop_partition_cuts_where_a_stored_if_then_else_switches() -> None:
+    """A Concat's `if_then_else(c >= 2, b, a)`: each part of the loop reads one input."""
+    c = te.var("c")
+    value = te.if_then_else(c >= 2, te.const(2.0), te.const(1.0))
+    before = _func(_loop(c, 5, BufferStore(X, value, (c,))))
+    after = tir.simplify(tir.loop_partition(before))
+    assert _body(after) == _expect("""
+        for c in range(2) {
+          X[c] = 1.0f
+        }
+        for c in range(2, 5) {
+          X[c] = 2.0f
+        }""")
+
+
 def test_unroll_copies_the_body_per_iteration() -> None:
     j = te.var("j")
     before = _func(

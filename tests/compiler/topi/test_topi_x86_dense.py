@@ -9,6 +9,7 @@ from tensorforge.compiler import te
 from tensorforge.compiler.build import build
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.topi.x86 import DenseConfig, dense, schedule_dense
+from tensorforge.compiler.topi.x86.dense import default_config, dense_prepacked, pack_panels
 
 SHAPES = [(1, 1, 1), (1, 37, 13), (13, 37, 29), (7, 64, 16), (31, 33, 65), (64, 96, 48)]
 CONFIGS = [
@@ -111,3 +112,21 @@ def test_mismatched_reduction_extent_is_rejected() -> None:
     W = te.placeholder((3, 6), name="W")
     with pytest.raises(ValueError, match="reduction extent must equal data's \\(5\\), not 6"):
         dense(A, W)
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(49, 40, 24), (1, 37, 13), (13, 64, 29)])
+def test_prepacked_dense_with_a_transposed_output_matches_numpy(m: int, n: int, k: int) -> None:
+    """`dense_prepacked(..., transposed=True)` stores `[N, M]`, the epilogue seeing (i, j)."""
+    rng = np.random.default_rng(m + n + k)
+    a, w = rng.uniform(-1, 1, (m, k)).astype("f4"), rng.uniform(-1, 1, (n, k)).astype("f4")
+    config = default_config(m)
+    panels = pack_panels(w, config.bn)
+    A = te.placeholder((m, k), name="A")
+    P = te.placeholder(panels.shape, name="P")
+    op = dense_prepacked(A, P, n, lambda v, i, j: te.max(v - j.astype("float32"), 0.0), True)
+    s = schedule_dense(op, config)
+    s[op.packed].compute_inline()
+    out = np.zeros((n, m), "f4")
+    build(s, op.args, name="dense_t")(a, panels, out)
+    want = np.maximum(a @ w.T - np.arange(n, dtype="f4"), 0).T
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
