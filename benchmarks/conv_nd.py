@@ -20,16 +20,10 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
 import sys
-import time
 from typing import Any
 
-import numpy as np
-from machine import describe, median_ms
+from model_cases import main
 
 # name: (spatial dims, channels in, channels out, input spatial shape, kernel, stride, dilation)
 LAYERS: dict[str, tuple[int, int, int, tuple, tuple, tuple, int]] = {
@@ -61,93 +55,5 @@ def build(name: str) -> Any:
     return b.model([b.op("Relu", [b.bn(y, cout)])])
 
 
-def bench_case(name: str, threads: int, repeat: int) -> dict[str, float]:
-    import onnxruntime as ort
-
-    import tensorforge
-
-    model = build(name)
-    rng = np.random.default_rng(0)
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    feed = {"x": rng.standard_normal(shape).astype(np.float32)}
-    module = tensorforge.compile(model)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    ours, want = list(module.run(feed).values())[0], sess.run(None, feed)[0]
-    np.testing.assert_allclose(ours, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
-    tf_times, ort_times, kernel_times = [], [], []
-    for _ in range(3):  # interleaved rounds: a burst of load on the shared machine hits both
-        time.sleep(0.02)
-        tf_times.append(median_ms(lambda: module.run(feed), repeat))
-        kernel_times.append(module.profile(feed, repeat).total_ms)
-        time.sleep(0.02)
-        ort_times.append(median_ms(lambda: sess.run(None, feed), repeat))
-    return {"tensorforge": float(np.median(tf_times)), "onnxruntime": float(np.median(ort_times)),
-            "kernels": float(np.median(kernel_times))}  # fmt: skip
-
-
-def worker(threads: int, cases: list[str], repeat: int) -> dict[str, dict[str, float]]:
-    from tensorforge.runtime.device import cpu
-
-    cpu.set_num_threads(threads)
-    return {name: bench_case(name, threads, repeat) for name in cases}
-
-
-def run_worker(threads: int, cases: list[str], repeat: int) -> dict:
-    env = dict(os.environ)
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "TF_NUM_THREADS"):
-        env[var] = str(threads)
-    cmd = [sys.executable, __file__, "--worker", str(threads), "--cases", ",".join(cases),
-           "--repeat", str(repeat)]  # fmt: skip
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"worker with {threads} thread(s) failed:\n{done.stderr}")
-    return json.loads(done.stdout.splitlines()[-1])
-
-
-def print_table(results: dict[int, dict], cases: list[str]) -> None:
-    threads = sorted(results)
-    print(f"machine: {describe()}")
-    print("batch 1, float32, ms (median of 3 interleaved rounds of medians; TF/ORT = time ratio;")
-    print("kern = TensorForge's kernels alone, without Module.run's input and output copies)")
-    head = "".join(f" | {t}T:  {'TF':>7} {'kern':>7} {'ORT':>7} {'TF/ORT':>6}" for t in threads)
-    print(f"{'case':>17}" + head)
-    for name in cases:
-        row = f"{name:>17}"
-        for t in threads:
-            r = results[t][name]
-            ratio = r["tensorforge"] / r["onnxruntime"]
-            row += (f" |      {r['tensorforge']:7.3f} {r['kernels']:7.3f} {r['onnxruntime']:7.3f} "
-                    f"{ratio:5.2f}x")  # fmt: skip
-        print(row)
-    for t in threads:
-        ratios = [results[t][n]["tensorforge"] / results[t][n]["onnxruntime"] for n in cases]
-        print(f"geometric mean TF/ORT time, {t} thread(s): {np.exp(np.mean(np.log(ratios))):.2f}x")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", default="1")
-    parser.add_argument("--cases", default="all")
-    parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    cases = CASES if args.cases == "all" else args.cases.split(",")
-    unknown = [c for c in cases if c not in CASES]
-    if unknown:
-        parser.error(f"--cases must name cases of {', '.join(CASES)}, not {', '.join(unknown)}")
-    if args.worker:
-        print(json.dumps(worker(args.worker, cases, args.repeat)))
-        return 0
-    results = {t: run_worker(t, cases, args.repeat) for t in map(int, args.threads.split(","))}
-    if args.json:
-        print(json.dumps(results, indent=1))
-    print_table(results, cases)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, list(CASES), build, __file__, threads="1", repeat=10))
