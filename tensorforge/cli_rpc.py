@@ -38,7 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the shared secret (default: TF_RPC_TOKEN, else a random one, printed)",
     )
     s.add_argument("--work-dir", default=None, help="where uploads are kept")
-    s.add_argument("--run-timeout", type=float, default=120.0, help="seconds per run")
+    s.add_argument("--run-timeout", type=float, default=120.0,
+                   help="seconds per run (pynq-model: also each RTL simulation's limit; a "
+                   "full-size ResNet-18 layer simulates for about 2 minutes)")  # fmt: skip
     s.add_argument("--simulator", choices=("icarus", "verilator"), default=None,
                    help="rtl and pynq-model devices: the Verilog simulator")  # fmt: skip
 
@@ -48,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
     token = args.token or os.environ.get("TF_RPC_TOKEN")
     options: dict[str, Any] = {"simulator": args.simulator} if args.simulator else {}
+    if args.device == "pynq-model":  # the simulation stops at the run's own limit
+        options["timeout_s"] = args.run_timeout
     if args.bitstream:
         options["bitstream"] = args.bitstream
     server = RPCServer(args.device, args.config, args.host, args.port, token, args.work_dir,
