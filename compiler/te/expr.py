@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -405,6 +406,22 @@ def any_of(*conds: Any) -> Expr:
     for i, cond in enumerate(conds):
         result = as_expr(cond) if i == 0 else binary(Op.OR, result, cond)
     return result
+
+
+def clamped_read(
+    read: Callable[[tuple[Any, ...]], Any],
+    lead: Sequence[Any],
+    idx: Sequence[Any],
+    sizes: Sequence[int],
+    fill: Any,
+) -> Expr:
+    """``read((*lead, *idx))`` where every ``idx[i]`` is in ``[0, sizes[i])``, else ``fill``: a
+    select over a read whose address is clamped into the tensor, so it never leaves it and
+    (unlike ``if_then_else``) vectorizes. The zero-padded reads of the CPU and GPU
+    convolutions and pads."""
+    inside = all_of(*(i >= 0 for i in idx), *(i < d for i, d in zip(idx, sizes, strict=True)))
+    clamped = [min_expr(max_expr(i, 0), int(d) - 1) for i, d in zip(idx, sizes, strict=True)]
+    return select(inside, read((*lead, *clamped)), fill)
 
 
 def min_expr(a: Any, b: Any) -> Expr:

@@ -141,13 +141,10 @@ def pad_image(x: Lazy, before: Sequence[int], after: Sequence[int], fill: Any) -
 
 
 def _padded(x: Lazy, before: Sequence[int], fill: Any, n: Any, c: Any, pos: Sequence) -> Any:
-    """x at spatial position `pos` of its padded copy (`fill` outside x): a select over a
-    clamped, always in-bounds read, which vectorizes."""
-    spatial = x.shape[2:]
+    """x at spatial position `pos` of its padded copy (`fill` outside x): `te.clamped_read`, an
+    always in-bounds read that vectorizes."""
     src = [p - b for p, b in zip(pos, before, strict=True)]
-    inside = te.all_of(*(i >= 0 for i in src), *(i < d for i, d in zip(src, spatial, strict=True)))
-    clamped = [te.min(te.max(i, 0), d - 1) for i, d in zip(src, spatial, strict=True)]
-    return te.select(inside, x((n, c, *clamped)), fill)
+    return te.clamped_read(x, (n, c), src, x.shape[2:], fill)
 
 
 def pads_after(

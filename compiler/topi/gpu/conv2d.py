@@ -69,12 +69,8 @@ def _window_read(
 
 
 def _zero_outside(x: Tensor, n: Any, c: Any, idx: Sequence[Any]) -> Any:
-    """`x[n, c, *idx]`, zero where `idx` falls outside the input (the address clamped so that
-    no read leaves the tensor)."""
-    sizes = [int(d) for d in x.shape[2:]]
-    inside = te.all_of(*(i >= 0 for i in idx), *(i < d for i, d in zip(idx, sizes, strict=True)))
-    clamped = [te.min(te.max(i, 0), d - 1) for i, d in zip(idx, sizes, strict=True)]
-    return te.select(inside, x[(n, c, *clamped)], te.const(0, x.dtype))
+    """`x[n, c, *idx]`, zero where `idx` falls outside the input (`te.clamped_read`)."""
+    return te.clamped_read(x.__getitem__, (n, c), idx, x.shape[2:], te.const(0, x.dtype))
 
 
 def conv2d_gemm(
