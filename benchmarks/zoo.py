@@ -194,18 +194,26 @@ def compare(ours: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     return err, agree
 
 
+WARM_UP_S = 0.1  # of each block: longer than onnxruntime's worker threads spin after a run
+
+
 def interleaved_ms(ours: Any, theirs: Any, repeat: int, rounds: int = 4) -> tuple[float, float]:
     """Median ms of `ours()` and of `theirs()`, timed in alternating blocks of calls (`rounds`
-    blocks each, the order swapped every round, one warm-up call per block) so that the other
-    jobs on a shared machine slow both alike. Blocks, not single calls in turn: a runtime's
-    worker threads spin for a while after each run (onnxruntime's do by default), and a call
-    right after the other runtime's would find its second core taken."""
+    blocks each, the order swapped every round, each block after `WARM_UP_S` of warm-up calls)
+    so that the other jobs on a shared machine slow both alike. Blocks, not single calls in
+    turn: a runtime's worker threads spin for a while after each run (onnxruntime's do by
+    default), and a call right after the other runtime's finds its second core taken. One
+    warm-up call was not enough: with 3 calls per block, TensorForge's MobileNetV2 at 2 threads
+    took 8.0 ms right after onnxruntime's block, 3.8 ms alone (2026-11-25)."""
     per_block = max(1, -(-repeat // rounds))
     times: dict[int, list[float]] = {0: [], 1: []}
     for r in range(rounds):
         for which in (0, 1) if r % 2 == 0 else (1, 0):
             fn = (ours, theirs)[which]
+            start = time.perf_counter()
             fn()  # warm-up: the other runtime's threads stop spinning meanwhile
+            while time.perf_counter() - start < WARM_UP_S:
+                fn()
             for _ in range(per_block):
                 start = time.perf_counter()
                 fn()
