@@ -301,3 +301,21 @@ def unsigned_inputs(dtype: str, n: int = 37, seed: int = 0) -> list[np.ndarray]:
     a, b = (rng.integers(0, info.max, n, dtype=dtype, endpoint=True) for _ in range(2))
     a[: edges.size], b[-edges.size :] = edges, edges[::-1]
     return [a, np.maximum(b, 1)]
+
+
+def per_channel_requant(
+    acc: np.ndarray,
+    multipliers: Any,
+    shift: int,
+    pre_shift: int = 0,
+    lo: int = -127,
+    hi: int = 127,
+    rounding: bool = False,
+) -> np.ndarray:
+    """The per-channel requantization in Python integers (no ALU model): clip(floor(floor(acc_c /
+    2**pre_shift) * m_c / 2**shift [+ 1/2])), channels on axis 1, as int8."""
+    m = np.array(multipliers, dtype=object).reshape((1, -1) + (1,) * (acc.ndim - 2))
+    scaled = (acc.astype(object) // 2**pre_shift) * m
+    if rounding:
+        scaled = scaled + (1 << (shift - 1))
+    return np.clip(scaled // 2**shift, lo, hi).astype(np.int8)

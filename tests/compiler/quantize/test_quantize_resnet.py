@@ -5,6 +5,7 @@ layer but the 3-channel stem. This int8 graph is the oracle for the simulator ru
 
 from __future__ import annotations
 
+import compiler_ops as ops
 import numpy as np
 import pytest
 
@@ -85,9 +86,7 @@ def _reference(node, env, cfg: HWConfig, mode: str) -> np.ndarray:
             acc = dense_int8(x, w, b)
         else:
             acc = conv2d_int8(x, w, b, stride=tuple(a["strides"]), padding=(top, left))
-        shape = (1, -1) + (1,) * (acc.ndim - 2)
-        scaled = (acc.astype(object) // 2**pre) * np.array(m, dtype=object).reshape(shape)
-        return np.clip(scaled // 2**shift, a["out_lo"], a["out_hi"]).astype(np.int8)
+        return ops.per_channel_requant(acc, m, shift, pre, a["out_lo"], a["out_hi"])
     ratio = a["in_scale"] * a["weight_scale"] / a["out_scale"]
     p = requant_params(ratio, cfg, mode=mode, relu=a["out_lo"] == 0,
                        acc_bound=127 * int(rows.max()) + int(np.abs(b).max()))  # fmt: skip

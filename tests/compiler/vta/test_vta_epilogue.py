@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import compiler_ops as ops
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -85,11 +86,8 @@ def test_mul_requant_dense_matches_the_oracle() -> None:
 
 
 def _per_channel_oracle(acc: np.ndarray, p) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """clip(floor(floor(acc_c / 2**pre) * m_c / 2**shift + 1/2)) in Python integers (no ALU
-    model)."""
-    m = np.array(p.channel_multipliers, dtype=object).reshape((1, -1) + (1,) * (acc.ndim - 2))
-    scaled = (acc.astype(object) // 2**p.pre_shift) * m
-    return np.clip((scaled + (1 << (p.shift - 1))) // (1 << p.shift), p.lo, 127).astype(np.int8)
+    return ops.per_channel_requant(acc, p.channel_multipliers, p.shift, p.pre_shift, p.lo,
+                                   rounding=True)  # fmt: skip
 
 
 def _per_channel(cfg: HWConfig, w: np.ndarray, b: np.ndarray, seed: int, relu: bool, pre=0):  # type: ignore[no-untyped-def]
