@@ -39,7 +39,7 @@ from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.vta.launch import KIND, kernel_meta
 from ...runtime.module import Call, KernelImage, Module
 from ..quantize.graph import quantize_graph
-from ..quantize.requant import MODES, WEIGHT_SCALES, default_mode
+from ..quantize.requant import MODES, WEIGHT_SCALES, default_mode, default_weight_scales
 from ..target import Target
 from .accel_kernels import accelerator_kernel, has_accelerator_kernel, packed_tensors
 from .compile import assemble_module, build_cpu_group, cpu_meta, kernel_symbol, label_nodes
@@ -88,7 +88,7 @@ def weight_scales(target: Target, mode: str) -> str:
     Raises:
         ValueError: for another value, or per-channel with mode shift.
     """
-    weights = target.get("weights") or ("per-channel" if mode == "mul" else "per-tensor")
+    weights = target.get("weights") or default_weight_scales(mode)
     if weights not in WEIGHT_SCALES:
         raise ValueError(f"target option -weights must be one of {', '.join(WEIGHT_SCALES)}, "
                          f"not {weights!r} (in {str(target)!r})")  # fmt: skip

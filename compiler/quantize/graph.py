@@ -32,6 +32,7 @@ from .requant import (
     WEIGHT_SCALES,
     RequantParams,
     default_mode,
+    default_weight_scales,
     requant_params,
     requant_params_per_channel,
 )
@@ -552,7 +553,7 @@ def quantize_graph(
     mode = default_mode(cfg) if mode is None else mode
     if mode not in MODES:
         raise ValueError(f"quantize_graph mode must be one of {MODES}, not {mode!r}")
-    weights = ("per-channel" if mode == "mul" else "per-tensor") if weights is None else weights
+    weights = default_weight_scales(mode) if weights is None else weights
     if weights not in WEIGHT_SCALES:
         raise ValueError(f"quantize_graph weights must be one of {WEIGHT_SCALES}, not {weights!r}")
     if weights == "per-channel" and mode != "mul":

@@ -58,6 +58,12 @@ WEIGHT_SCALES = ("per-channel", "per-tensor")
 MODE_NAMES = {"shift": "shift (power-of-two scales)", "mul": "mul (multiply+shift)"}
 
 
+def default_weight_scales(mode: str) -> str:
+    """The weight scales a requantization mode gets by default: ``"per-channel"`` with
+    multiply+shift (one multiplier per channel), ``"per-tensor"`` with power-of-two shifts."""
+    return "per-channel" if mode == "mul" else "per-tensor"
+
+
 def default_mode(cfg: HWConfig) -> str:
     """The most accurate requantization mode `cfg` can run: ``"mul"`` with the ALU MUL
     extension (any scales), else ``"shift"`` (power-of-two scales, VTA-compatible)."""
