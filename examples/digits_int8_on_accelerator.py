@@ -34,3 +34,15 @@ for node, _op, where, why in module.stats["placement"]:
 module.use_device("cyclesim").run({"input": x})  # the same kernels, now with cycle counts
 for label, result in module.device_results().items():
     print(f"  {label:<32} {result.cycles:>10,} cycles")
+
+# Weight scales: one per output channel (the default with multiply+shift, `-weights=per-channel`:
+# each channel's multiplier is an int32 vector the ALU multiplies by) or one per layer.
+float_logits = run_graph(graph, {"input": x})[graph.outputs[0]]
+for weights in ("per-channel", "per-tensor"):
+    qw = quantize_for(graph, HWConfig.preset("pynq"), {"input": split["calib_images"]}, "mul",
+                      weights)  # fmt: skip
+    mw = tensorforge.compile(qw, target="vta -config=pynq -device=sim")
+    out = mw.run({"input": x})[mw.outputs[0]]
+    assert np.array_equal(out, run_graph(qw, {"input": x})[qw.outputs[0]])  # bit for bit
+    error = np.linalg.norm(out - float_logits) / np.linalg.norm(float_logits)
+    print(f"mul, {weights} weight scales: error against float {error:.4f}")
