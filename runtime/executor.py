@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import guard
 from . import ndarray as nd
 
 Launch = Callable[..., None]  # the kernel, called with one data pointer (int) per argument
@@ -78,6 +79,9 @@ class Executor:
             (read-only is fine: kernels never write a constant), else copied to aligned memory
             once (`ndarray.aligned`).
         calls: (label, kernel name, launch, argument value names) in execution order.
+
+    With `guard.enabled()` (``TENSORFORGE_CHECK_WRITES=1``), `run` checks after each kernel that
+    it wrote nothing outside its own arguments (`guard.ArenaChecker`).
     """
 
     def __init__(
@@ -87,10 +91,19 @@ class Executor:
         constants: Mapping[str, np.ndarray],
         calls: Sequence[tuple[str, str, Launch, Sequence[str]]],
     ) -> None:
-        self.arena = nd.empty((max(arena_bytes, 1),), "uint8").numpy()
+        ranges = {
+            name: (offset, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+            for name, (offset, shape, dtype) in slots.items()
+        }
+        self.checker = guard.ArenaChecker(max(arena_bytes, 1), ranges) if guard.enabled() else None
+        self.arena = (
+            self.checker.arena
+            if self.checker is not None
+            else nd.empty((max(arena_bytes, 1),), "uint8").numpy()
+        )
         self.views: dict[str, np.ndarray] = {}
         for name, (offset, shape, dtype) in slots.items():
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            nbytes = ranges[name][1]
             self.views[name] = self.arena[offset : offset + nbytes].view(dtype).reshape(shape)
         for name, value in constants.items():
             self.views[name] = nd.aligned(np.asarray(value))
@@ -98,8 +111,15 @@ class Executor:
             Step(label, kernel, launch, tuple(self.views[a].ctypes.data for a in args))
             for label, kernel, launch, args in calls
         ]
+        self.step_args = [tuple(args) for _, _, _, args in calls]
 
     def run(self) -> None:
+        if self.checker is not None:
+            for step, args in zip(self.steps, self.step_args, strict=True):
+                self.checker.run(
+                    step.label, step.kernel, args, lambda s=step: s.launch(*s.pointers)
+                )
+            return
         for step in self.steps:
             step.launch(*step.pointers)
 

@@ -1,10 +1,15 @@
-"""Fixtures shared by the test tree: the RTL simulators the `rtl` tests run on."""
+"""Fixtures shared by the test tree: the RTL simulators the `rtl` tests run on; and the write
+checks of compiled kernels (runtime/guard.py) on for the whole suite, so a kernel that writes
+outside its arguments fails the test that ran it (set TENSORFORGE_CHECK_WRITES=0 to compare)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
+
+os.environ.setdefault("TENSORFORGE_CHECK_WRITES", "1")
 
 _TOOLS = {"icarus": "iverilog", "verilator": "verilator"}
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import guard
 from ...ndarray import NDArray
 
 
@@ -33,14 +34,17 @@ class CPUFunction:
 
     Each argument's dtype, shape and C-contiguity is checked at the call; a mismatch raises
     `TypeError` (not an array) or `ValueError` naming the function, argument and both types.
+    With `guard.enabled()` (``TENSORFORGE_CHECK_WRITES=1``) each call runs on red-zoned copies
+    and raises `guard.KernelWriteError` when the kernel writes outside an argument.
     """
 
     def __init__(self, name: str, address: int, params: Sequence[ParamSpec], owner: Any) -> None:
         self.name, self.params, self.owner = name, tuple(params), owner  # owner keeps code alive
         self.address = address
         self._cfunc = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.params)))(address)
+        self._checked = guard.enabled()
 
-    def _pointer(self, index: int, spec: ParamSpec, value: Any) -> int:
+    def _array(self, index: int, spec: ParamSpec, value: Any) -> np.ndarray:
         where = f"{self.name}: argument {index} ({spec.name})"
         if isinstance(value, NDArray):
             value = value.numpy()
@@ -52,7 +56,7 @@ class CPUFunction:
             raise ValueError(f"{where} must be {spec.describe()}, not {_describe(value)}")
         if not value.flags.c_contiguous:
             raise ValueError(f"{where} must be C-contiguous, not a strided view")
-        return value.ctypes.data
+        return value
 
     def __call__(self, *args: Any) -> None:
         if len(args) != len(self.params):
@@ -61,10 +65,13 @@ class CPUFunction:
                 f"{self.name} must be called with {len(self.params)} arrays ({names}), "
                 f"not {len(args)}"
             )
-        ptrs = [
-            self._pointer(i, p, a) for i, (p, a) in enumerate(zip(self.params, args, strict=True))
+        arrays = [
+            self._array(i, p, a) for i, (p, a) in enumerate(zip(self.params, args, strict=True))
         ]
-        self._cfunc(*ptrs)
+        if self._checked:
+            guard.checked_call(self.name, [p.name for p in self.params], arrays, self._cfunc)
+        else:
+            self._cfunc(*(a.ctypes.data for a in arrays))
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
