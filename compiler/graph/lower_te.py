@@ -329,9 +329,18 @@ def _lower_anchored(
     ctx: GroupContext, nodes: list[Node], at: int, outputs: tuple[str, ...]
 ) -> tuple[Schedule, list[Tensor]]:
     anchor = nodes[at]
-    for node in nodes[:at]:
+    # the nodes after the anchor in graph order that do not read it (a bias computed from other
+    # inputs, `MatMul(x, w) + (a + b)`) are operands of the tail, computed inline like the
+    # nodes before it; the tail is what depends on the anchor
+    downstream, tail_nodes, before = set(anchor.outputs), [], list(nodes[:at])
+    for node in nodes[at + 1 :]:
+        if any(i in downstream for i in node.inputs):
+            tail_nodes.append(node)
+            downstream.update(o for o in node.outputs if o)
+        else:
+            before.append(node)
+    for node in before:
         run_rule(ctx, node)
-    tail_nodes = nodes[at + 1 :]
     several = not tail_nodes and set(outputs) <= set(anchor.outputs)
     if len(outputs) != 1 and not several:
         raise LoweringError(

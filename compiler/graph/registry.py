@@ -49,7 +49,8 @@ class OpSpec:
     """One op: attribute defaults (`REQUIRED` if none), how many inputs/outputs, which inputs must
     be constants (their values decide output shapes), the fusion pattern and two functions:
     `infer(attrs, input_types, input_constants) -> output types` and
-    `compute(attrs, *input_arrays) -> array or tuple of arrays` (numpy reference)."""
+    `compute(attrs, *input_arrays) -> array or tuple of arrays` (numpy reference); a composite
+    op also has `expand` (its rewrite into other ops)."""
 
     name: str
     pattern: Pattern
@@ -59,6 +60,9 @@ class OpSpec:
     inputs: tuple[int, int] = (1, 1)
     outputs: tuple[int, int] = (1, 1)
     const_inputs: tuple[int, ...] = ()
+    # a composite op: `expand(builder, node)` adds ops that compute its outputs (same names) to
+    # a `GraphBuilder`; `passes.expand_composites` calls it, so no back-end lowers the op itself
+    expand: Callable[[Any, Node], None] | None = None
 
     def normalize_attrs(self, attrs: dict[str, Any], where: str) -> dict[str, AttrValue]:
         """Fill defaults, reject unknown or missing attributes, coerce lists to tuples."""

@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-from . import einsum, elemwise, indexing, layout, nn, qnn, quant, resize, shape  # noqa: F401
+from . import einsum, elemwise, indexing, layout, nn, qnn, quant, resize, rnn, shape  # noqa: F401

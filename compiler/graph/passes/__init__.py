@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..ir import Graph
 from .alter_layout import alter_layout
 from .eliminate_dead_code import eliminate_dead_code
-from .expand_einsum import expand_einsum
+from .expand_composites import expand_composites
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .fuse_ops import FusedGroup, fuse_ops, group_order
@@ -19,7 +19,7 @@ from .partition import (
 from .plan_memory import MemoryPlan, Slot, plan_memory
 
 PIPELINE = [
-    expand_einsum,  # Einsum becomes Transpose/Reshape/MatMul/ReduceSum the back-ends compile
+    expand_composites,  # Einsum, LSTM, GRU, RNN become ops the back-ends compile
     fold_constants,  # weights transformed by constant subgraphs become plain constants
     fold_batch_norm,  # inference batch norm disappears into the preceding Conv's weights
     eliminate_dead_code,  # drops the parameters and nodes the folds left unused
@@ -45,7 +45,7 @@ __all__ = [
     "MemoryPlan",
     "Slot",
     "eliminate_dead_code",
-    "expand_einsum",
+    "expand_composites",
     "fold_batch_norm",
     "fold_constants",
     "fuse_ops",

@@ -1,0 +1,37 @@
+"""Composite-op expansion: every node whose op has an `expand` (Einsum, LSTM, GRU, RNN) is
+rewritten into the ops the back-ends already compile, before any other pass, so the folds and
+fusion see (and every back-end lowers) only those."""
+
+from __future__ import annotations
+
+from ..ir import Graph, GraphBuilder
+from ..registry import get_op
+
+
+def expand_composites(graph: Graph) -> Graph:
+    """Replace each composite node by its expansion (`OpSpec.expand`); other nodes, inputs,
+    constants and output names stay as they are.
+
+    Before: `%y = Einsum[equation="bij,bjk->bik"](%a, %b)`
+    After:  `%y0 = MatMul(%a, %b); %y = Transpose[perm=(0, 1, 2)](%y0)`
+    """
+    if not any(get_op(n.op).expand for n in graph.nodes):
+        return graph
+    b = GraphBuilder(graph.name)
+    for name in graph.inputs:
+        ty = graph.types[name]
+        b.add_input(name, ty.shape, ty.dtype)
+    for name, value in graph.constants.items():
+        b.add_constant(name, value)
+    for node in graph.nodes:
+        expand = get_op(node.op).expand
+        if expand is not None:
+            expand(b, node)
+        else:
+            b.add_node(
+                node.op, node.inputs, node.attr_dict, name=node.name, outputs=list(node.outputs)
+            )
+    return b.build(graph.outputs)
+
+
+__all__ = ["expand_composites"]
