@@ -21,7 +21,15 @@ import numpy as np
 from ...hw.config import HWConfig
 from ...runtime.device.vta.layout import blocks, pack_nchw, pad_to, unpack_nchw
 
-__all__ = ["blocks", "pack_bias", "pack_nchw", "pack_oihw", "unpack_nchw"]
+__all__ = [
+    "blocks",
+    "group_blocks",
+    "pack_bias",
+    "pack_grouped",
+    "pack_nchw",
+    "pack_oihw",
+    "unpack_nchw",
+]
 
 # The slots of a conv2d/dense program image: data ``NCHW{batch}n{block_in}c``, the output and
 # a fused residual's operand ``NCHW{batch}n{block_out}c``; constants: packed weights, bias and
@@ -38,6 +46,64 @@ def pack_oihw(cfg: HWConfig, w: np.ndarray) -> np.ndarray:
     o, i, kh, kw = w.shape
     blocked = w.reshape(o // cfg.block_out, cfg.block_out, i // cfg.block_in, cfg.block_in, kh, kw)
     return np.ascontiguousarray(blocked.transpose(0, 2, 4, 5, 1, 3))
+
+
+def group_blocks(cfg: HWConfig, ic: int, oc: int, groups: int) -> tuple[int, int]:
+    """How a conv with ``groups`` groups maps to channel blocks: ``(q, r)`` such that output
+    block ``o`` reduces over the ``r`` input blocks ``(o // q) * r + j`` (``j < r``).
+
+    - ``groups == 1``: every block, ``(oc blocks, ic blocks)``;
+    - wide groups (a group's input channels a multiple of BLOCK_IN, its output channels of
+      BLOCK_OUT): ``q`` output blocks per group, each over its group's ``r`` input blocks;
+    - narrow groups (``BLOCK_OUT / (oc / groups)`` whole groups per output block read exactly
+      the ``BLOCK_IN`` channels of one input block, e.g. depthwise with BLOCK_IN == BLOCK_OUT):
+      ``(1, 1)``, output block ``o`` over input block ``o``, its weight tile block-diagonal.
+
+    Raises:
+        ValueError: ``groups`` does not divide the channels, or the groups fit neither case.
+
+    Example:
+        >>> cfg = HWConfig.preset("pynq")                     # 16 x 16 blocks
+        >>> [group_blocks(cfg, 64, 64, groups) for groups in (1, 2, 64)]  # dense, wide, depthwise
+        [(4, 4), (2, 2), (1, 1)]
+    """
+    bi, bo = cfg.block_in, cfg.block_out
+    if groups < 1 or ic % groups or oc % groups:
+        raise ValueError(f"conv2d groups must be >= 1 and divide the {ic} input and {oc} output "
+                         f"channels, not {groups!r}")  # fmt: skip
+    if groups == 1:
+        return blocks(oc, bo), blocks(ic, bi)
+    cg, og = ic // groups, oc // groups
+    if cg % bi == 0 and og % bo == 0:
+        return og // bo, cg // bi
+    if bo % og == 0 and bo // og * cg == bi:
+        return 1, 1
+    raise ValueError(
+        f"conv2d groups of {cg} input -> {og} output channels must fill whole blocks (multiples "
+        f"of block_in {bi} -> block_out {bo}) or share one ({bo // og if bo % og == 0 else 0} "
+        f"groups of {cg} input channels per block must make block_in {bi})"
+    )
+
+
+def pack_grouped(cfg: HWConfig, w: np.ndarray, groups: int) -> np.ndarray:
+    """Grouped (O, I/groups, KH, KW) int8 -> (O/BLOCK_OUT, r, KH, KW, BLOCK_OUT, BLOCK_IN): for
+    each output block the weight tiles of the ``r`` input blocks it reduces over
+    (``group_blocks``), zero outside its groups (block-diagonal for narrow groups)."""
+    if w.ndim != 4:
+        raise ValueError(f"weights must be 4-D OIHW, not shape {w.shape}")
+    o, cg, kh, kw = w.shape
+    q, r = group_blocks(cfg, cg * groups, o, groups)
+    if groups == 1:
+        return pack_oihw(cfg, w)
+    dense = np.zeros((o, cg * groups, kh, kw), w.dtype)  # the equivalent ungrouped weight
+    og = o // groups
+    for g in range(groups):
+        dense[g * og : (g + 1) * og, g * cg : (g + 1) * cg] = w[g * og : (g + 1) * og]
+    full = pack_oihw(cfg, dense)
+    first = np.arange(full.shape[0]) // q * r
+    return np.ascontiguousarray(
+        full[np.arange(full.shape[0])[:, None], first[:, None] + np.arange(r)]
+    )
 
 
 def pack_bias(cfg: HWConfig, bias: np.ndarray | None, channels: int) -> np.ndarray:
