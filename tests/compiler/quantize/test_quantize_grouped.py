@@ -114,3 +114,13 @@ def test_partition_reports_block_diagonal_depthwise_and_refuses_misfit_groups() 
     assert "groups of 6 input -> 6 output channels must fill whole blocks" in partition_report(
         misfit, PYNQ
     )
+
+
+def test_grouped_convs_that_fit_no_block_mapping_stay_float_when_compiled() -> None:
+    """24-channel groups on pynq's 16-channel blocks: the vta target quantizes only the
+    grouped convs the accelerator takes, so this one stays a float Conv on the CPU."""
+    graph = _block_graph(2, c=48)
+    module = compile_graph_vta(graph, "vta -config=pynq", _x(1, 8), progress=False)
+    placement = {row[0]: (row[1], row[2]) for row in module.stats["placement"]}
+    assert placement["grouped"] == ("Conv", "cpu")
+    assert placement["expand"][1] == placement["project"][1] == "vta"
