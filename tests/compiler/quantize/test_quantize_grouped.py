@@ -124,3 +124,22 @@ def test_grouped_convs_that_fit_no_block_mapping_stay_float_when_compiled() -> N
     placement = {row[0]: (row[1], row[2]) for row in module.stats["placement"]}
     assert placement["grouped"] == ("Conv", "cpu")
     assert placement["expand"][1] == placement["project"][1] == "vta"
+
+
+def test_qconv2d_with_groups_that_do_not_divide_is_refused_with_the_shapes() -> None:
+    from tensorforge.compiler.graph.ops.qnn import requant_attrs
+    from tensorforge.compiler.quantize.requant import requant_params
+
+    b = GraphBuilder("bad")
+    x = b.add_input("x", (1, 8, 4, 4), "int8")
+    w = b.add_constant("w", np.zeros((8, 2, 3, 3), np.int8))
+    attrs = {**requant_attrs(requant_params(2.0**-7, PYNQ)), "in_scale": 1.0, "weight_scale": 1.0,
+             "out_scale": 1.0}  # fmt: skip
+    b.add_node("tf.qconv2d", [x, w], {**attrs, "group": 4}, name="ok")
+    with pytest.raises(ValueError, match=r"must agree on C \(C = group 2 x the weight I\)"):
+        b.add_node("tf.qconv2d", [x, w], {**attrs, "group": 2}, name="bad")
+    w6 = b.add_constant("w6", np.zeros((6, 2, 3, 3), np.int8))
+    with pytest.raises(
+        ValueError, match="group must be an int >= 1 dividing the weight's O, not 4"
+    ):
+        b.add_node("tf.qconv2d", [x, w6], {**attrs, "group": 4}, name="bad2")

@@ -122,3 +122,18 @@ def test_wide_group_tile_must_stay_within_one_group() -> None:
         Conv2dSchedule(tile_oc=2).check(cfg, wl)
     with pytest.raises(ScheduleError, match=r"tile_ic must be in \[1, 2\]"):
         Conv2dSchedule(tile_ic=4).check(cfg, wl)
+
+
+def test_depthwise_conv2d_with_fused_residual_add_and_max_pool() -> None:
+    from tensorforge.compiler.quantize.residual import add_params
+
+    cfg = HWConfig.preset("tiny")
+    x, w, b = _operands(5, 8, 8, 8, 3, hw=8)
+    add = add_params(0.5, 0.75, cfg, mode="mul", relu=True)
+    kern = conv2d(cfg, x.shape, w, b, padding=1, shift=7, groups=8, residual=add, max_pool=2,
+                  vthreads=2)  # fmt: skip
+    r = np.random.default_rng(6).integers(-127, 128, kern.residual_shape, dtype=np.int8)
+    out, _ = kern.run(x, "sim", residual=r)
+    ref = kern.reference(x, r)
+    assert ref.shape == (1, 8, 4, 4) and np.unique(ref).size > 2
+    assert np.array_equal(out, ref)
