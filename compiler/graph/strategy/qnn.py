@@ -168,27 +168,30 @@ def _finish(ctx: GroupContext, node: Node, tail: Tail) -> Any:
 
 def _qconv2d(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """topi's NCHW[x]c conv2d with int8 weights packed once; asymmetric padding is a zero-padded
-    copy first. Unequal strides or groups: a direct reduction, row by row."""
+    copy first; grouped convs reduce over their group's channel blocks (topi's ``groups``).
+    Unequal strides: a direct reduction, row by row."""
     attrs = _attrs(node)
     x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
     begin, end, strides, _, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
     weight = ctx.constant(node.inputs[1])
     finish = _finish(ctx, node, tail)
-    if weight is None or strides[0] != strides[1] or attrs["group"] > 1:
+    if weight is None or strides[0] != strides[1]:
         return _qconv2d_direct(ctx, node, finish, begin, end, strides)
     w = np.asarray(weight)
     data, pad = ctx.as_tensor(node.inputs[0]), begin[0]
     uneven = begin != end or begin[0] != begin[1]
     if uneven:
         data, pad = _zero_padded(ctx, node, begin, end), 0
-    config = conv_config(data, w.shape, ctx.type_of(node.outputs[0]).shape, strides[0], pad, 1)
+    groups = attrs["group"]
+    out_shape = ctx.type_of(node.outputs[0]).shape
+    config = conv_config(data, w.shape, out_shape, strides[0], pad, 1, groups)
     if uneven:
         config = replace(config, pack_data=True)  # pack from the padded copy, not in the loop
-    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
+    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0] // groups, config)
     packed = ctx.add_constant(
         f"{node.inputs[1]}.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn)
     )
-    op = conv2d_nchwc(data, packed, strides[0], pad, 1, None, finish, config, ACC)
+    op = conv2d_nchwc(data, packed, strides[0], pad, 1, None, finish, config, ACC, groups)
     return schedule_conv2d_nchwc(op, config), [op.out]
 
 

@@ -143,3 +143,19 @@ def test_qconv2d_with_groups_that_do_not_divide_is_refused_with_the_shapes() -> 
         ValueError, match="group must be an int >= 1 dividing the weight's O, not 4"
     ):
         b.add_node("tf.qconv2d", [x, w6], {**attrs, "group": 4}, name="bad2")
+
+
+def test_grouped_conv_with_unequal_strides_compiles_bit_exact_for_the_cpu() -> None:
+    """Unequal strides take the CPU's direct reduction, each output channel over its group."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder("strided")
+    x = b.add_input("x", (2, 16, 8, 8), "float32")
+    w = b.add_constant("w", rng.standard_normal((16, 4, 3, 3)).astype(np.float32) / 3)
+    attrs = {"pads": (1, 1, 1, 1), "group": 4, "strides": (1, 2)}
+    (y,) = b.add_node("Conv", [x, w], attrs, name="grouped")
+    q = quantize_graph(b.build([y]), _x(1, 8), PYNQ, grouped=True)
+    assert _op(q, "grouped").op == "tf.qconv2d"
+    x = _x(2)
+    want = run_graph(q, x)[y]
+    assert want.shape == (2, 16, 8, 4) and np.unique(want).size > 10
+    assert np.array_equal(compile_graph(q, progress=False).run(x)[y], want)
