@@ -50,22 +50,26 @@ def pack_oihw(cfg: HWConfig, w: np.ndarray) -> np.ndarray:
 
 def group_blocks(cfg: HWConfig, ic: int, oc: int, groups: int) -> tuple[int, int]:
     """How a conv with ``groups`` groups maps to channel blocks: ``(q, r)`` such that output
-    block ``o`` reduces over the ``r`` input blocks ``(o // q) * r + j`` (``j < r``).
+    block ``o`` reduces over the ``r`` input blocks ``(o // q) * r + j`` (``j < r``), which
+    hold every input channel its groups read.
 
-    - ``groups == 1``: every block, ``(oc blocks, ic blocks)``;
-    - wide groups (a group's input channels a multiple of BLOCK_IN, its output channels of
-      BLOCK_OUT): ``q`` output blocks per group, each over its group's ``r`` input blocks;
-    - narrow groups (``BLOCK_OUT / (oc / groups)`` whole groups per output block read exactly
-      the ``BLOCK_IN`` channels of one input block, e.g. depthwise with BLOCK_IN == BLOCK_OUT):
-      ``(1, 1)``, output block ``o`` over input block ``o``, its weight tile block-diagonal.
+    An output block lies inside one group (a group's outputs a multiple of BLOCK_OUT) or holds
+    whole groups (BLOCK_OUT a multiple of a group's outputs); either way it reads one
+    contiguous span of input channels. A span of whole BLOCK_IN blocks gives ``r`` blocks per
+    output block (wide groups: ``q`` output blocks share their group's); a span that divides
+    BLOCK_IN shares one input block with the blocks next to it (``r == 1``; depthwise on square
+    blocks: ``(1, 1)``, a channel multiplier of 2: ``(2, 1)``). Where the groups fill a block
+    only in part, its weight tile is zero outside them (block-diagonal).
 
     Raises:
-        ValueError: ``groups`` does not divide the channels, or the groups fit neither case.
+        ValueError: ``groups`` does not divide the channels, or the spans fit no block.
 
     Example:
         >>> cfg = HWConfig.preset("pynq")                     # 16 x 16 blocks
         >>> [group_blocks(cfg, 64, 64, groups) for groups in (1, 2, 64)]  # dense, wide, depthwise
         [(4, 4), (2, 2), (1, 1)]
+        >>> group_blocks(cfg, 32, 64, 32)                     # depthwise, channel multiplier 2
+        (2, 1)
     """
     bi, bo = cfg.block_in, cfg.block_out
     if groups < 1 or ic % groups or oc % groups:
@@ -74,21 +78,27 @@ def group_blocks(cfg: HWConfig, ic: int, oc: int, groups: int) -> tuple[int, int
     if groups == 1:
         return blocks(oc, bo), blocks(ic, bi)
     cg, og = ic // groups, oc // groups
-    if cg % bi == 0 and og % bo == 0:
-        return og // bo, cg // bi
-    if bo % og == 0 and bo // og * cg == bi:
-        return 1, 1
+    if og % bo == 0:  # an output block inside one group: the group's inputs
+        span, share = cg, og // bo
+    elif bo % og == 0:  # whole groups per output block: their inputs, one after another
+        span, share = bo // og * cg, 1
+    else:
+        span, share = 0, 0
+    if span and span % bi == 0:
+        return share, span // bi
+    if span and bi % span == 0:
+        return share * (bi // span), 1
     raise ValueError(
-        f"conv2d groups of {cg} input -> {og} output channels must fill whole blocks (multiples "
-        f"of block_in {bi} -> block_out {bo}) or share one ({bo // og if bo % og == 0 else 0} "
-        f"groups of {cg} input channels per block must make block_in {bi})"
+        f"conv2d groups of {cg} input -> {og} output channels must fit the channel blocks: an "
+        f"output block of {bo} must lie in one group or hold whole groups, and the input "
+        f"channels it reads must be whole blocks of {bi} or divide one"
     )
 
 
 def pack_grouped(cfg: HWConfig, w: np.ndarray, groups: int) -> np.ndarray:
     """Grouped (O, I/groups, KH, KW) int8 -> (O/BLOCK_OUT, r, KH, KW, BLOCK_OUT, BLOCK_IN): for
     each output block the weight tiles of the ``r`` input blocks it reduces over
-    (``group_blocks``), zero outside its groups (block-diagonal for narrow groups)."""
+    (``group_blocks``), zero outside its groups (block-diagonal where groups share a block)."""
     if w.ndim != 4:
         raise ValueError(f"weights must be 4-D OIHW, not shape {w.shape}")
     o, cg, kh, kw = w.shape

@@ -166,10 +166,10 @@ class Conv2dSchedule:
                 raise ScheduleError(
                     f"{knob} must be in [1, {dim}] (the {what} of the conv2d), not {value!r}"
                 )
-        if wl.groups > 1 and q > 1 and q % self.tile_oc:  # a tile within one group: affine
+        if wl.groups > 1 and q > 1 and q % self.tile_oc:  # one input span per tile: affine
             raise ScheduleError(
-                f"tile_oc must divide the {q} output-channel blocks of a group "
-                f"(groups={wl.groups}), not {self.tile_oc}"
+                f"tile_oc must divide the {q} output-channel blocks that read the same input "
+                f"blocks (groups={wl.groups}), not {self.tile_oc}"
             )
         if self.vthreads not in (1, 2):
             raise ScheduleError(f"vthreads must be 1 or 2, not {self.vthreads!r}")

@@ -104,12 +104,12 @@ def _place_grouped(cfg: HWConfig, c: int, o: int, group: int) -> tuple[str, str]
         q, r = group_blocks(cfg, c, o, group)
     except ValueError as exc:
         return CPU, str(exc)
-    kind = "depthwise" if group == c == o else f"{group} groups"
-    if (q, r) == (1, 1):
-        used = c // group * o // group * group / (_padded(c, cfg.block_in) * cfg.block_out)
+    kind = "depthwise" if group == c else f"{group} groups"
+    used = o * (c // group) / (_padded(o, cfg.block_out) * r * cfg.block_in)  # useful / GEMM
+    if used < 1:
         return ACCEL, (
             f"{kind}: block-diagonal {cfg.block_out}x{cfg.block_in} weight tiles, each output "
-            f"block over its own input block ({used:.1%} of the GEMM's MACs are the conv's), "
+            f"block over {r} input block(s) ({used:.1%} of the GEMM's MACs are the conv's), "
             "bias+requant on the ALU"
         )
     return ACCEL, (f"{kind}: each output block over its group's {r} input block(s) of "

@@ -111,7 +111,7 @@ def test_partition_reports_block_diagonal_depthwise_and_refuses_misfit_groups() 
     assert _op(partition_graph(dw, PYNQ, grouped=False), "grouped").attr_dict["target"] == "cpu"
     misfit = quantize_graph(optimize(_block_graph(8, c=48)), _x(1), PYNQ, grouped=True)
     assert _op(partition_graph(misfit, PYNQ), "grouped").attr_dict["target"] == "cpu"
-    assert "groups of 6 input -> 6 output channels must fill whole blocks" in partition_report(
+    assert "groups of 6 input -> 6 output channels must fit the channel blocks" in partition_report(
         misfit, PYNQ
     )
 

@@ -50,6 +50,8 @@ CASES = [
     ("tiny", 8, 8, 8, 3, 1),
     ("tiny", 8, 8, 8, 3, 2),
     ("tiny", 8, 8, 4, 3, 1),
+    ("tiny", 8, 16, 8, 3, 1),  # depthwise with a channel multiplier of 2: (q, r) = (2, 1)
+    ("tiny", 8, 16, 2, 1, 1),  # 4 -> 8 channels per group: 2 output blocks over 1 input block
     ("tiny", 16, 16, 2, 3, 1),
     ("tiny", 16, 32, 2, 1, 1),
     ("pynq", 32, 32, 32, 3, 1),
@@ -105,10 +107,10 @@ def test_depthwise_gemm_work_grows_with_channels_not_their_square() -> None:
 
 def test_groups_that_do_not_fit_the_blocks_are_refused() -> None:
     cfg = HWConfig.preset("pynq")
-    with pytest.raises(ValueError, match="must fill whole blocks"):
-        group_blocks(cfg, 48, 48, 2)  # 24 channels per group
-    with pytest.raises(ValueError, match="must fill whole blocks"):
-        conv2d(cfg, (1, 32, 6, 6), np.zeros((64, 1, 3, 3), np.int8), groups=32)  # multiplier 2
+    with pytest.raises(ValueError, match="groups of 24 input -> 24 output channels must fit"):
+        group_blocks(cfg, 48, 48, 2)
+    with pytest.raises(ValueError, match="groups of 3 input -> 3 output channels must fit"):
+        conv2d(cfg, (1, 48, 6, 6), np.zeros((48, 3, 3, 3), np.int8), groups=16)  # 16 % 3
     with pytest.raises(ValueError, match="groups must be an int >= 1 dividing C=32, not 3"):
         conv2d(cfg, (1, 32, 6, 6), np.zeros((32, 1, 3, 3), np.int8), groups=3)
     with pytest.raises(ValueError, match=r"weights must be \(O, 1, KH, KW\)"):
@@ -118,8 +120,9 @@ def test_groups_that_do_not_fit_the_blocks_are_refused() -> None:
 def test_wide_group_tile_must_stay_within_one_group() -> None:
     cfg = HWConfig.preset("tiny")
     wl = Conv2dWorkload(1, 16, 6, 6, 24, 3, 3, groups=2)  # 3 output blocks per group
-    with pytest.raises(ScheduleError, match="tile_oc must divide the 3 output-channel blocks"):
+    with pytest.raises(ScheduleError, match="tile_oc must divide the 3 output-channel blocks th"):
         Conv2dSchedule(tile_oc=2).check(cfg, wl)
+    Conv2dSchedule(tile_oc=3).check(cfg, wl)
     with pytest.raises(ScheduleError, match=r"tile_ic must be in \[1, 2\]"):
         Conv2dSchedule(tile_ic=4).check(cfg, wl)
 
