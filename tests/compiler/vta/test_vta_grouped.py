@@ -140,3 +140,17 @@ def test_depthwise_conv2d_with_fused_residual_add_and_max_pool() -> None:
     ref = kern.reference(x, r)
     assert ref.shape == (1, 8, 4, 4) and np.unique(ref).size > 2
     assert np.array_equal(out, ref)
+
+
+@pytest.mark.parametrize("c,o,groups,want", [(8, 8, 8, (1, 2)), (8, 16, 8, (1, 1)),
+                                             (16, 16, 2, (1, 2))])  # fmt: skip
+def test_grouped_conv2d_on_blocks_wider_out_than_in(c: int, o: int, groups: int, want) -> None:  # type: ignore[no-untyped-def]
+    """BLOCK_OUT 8 over BLOCK_IN 4: a depthwise output block reads two input blocks."""
+    cfg = HWConfig.preset("tiny").replace(log_block_out=3, name="tiny-4x8")
+    assert group_blocks(cfg, c, o, groups) == want
+    x, w, b = _operands(8, c, o, groups, 3)
+    kern = conv2d(cfg, x.shape, w, b, padding=1, shift=8, groups=groups, vthreads=2)
+    out, _ = kern.run(x, "sim")
+    ref = kern.reference(x)
+    assert np.unique(ref).size > 2
+    assert np.array_equal(out, ref)
