@@ -9,12 +9,17 @@ in the same run the float model on this CPU: TensorForge (`target="llvm"`) and o
 The accelerator numbers are the timing model's predictions (its DRAM latencies are assumptions,
 docs/simulators.md), not measurements on a board; they are deterministic.
 
-Models: the shipped digits CNN (8x8 images) and ResNet-18 (fixed random weights, 224x224 by
-default; calibrated on 4 random images).
+Models: the shipped digits CNN (8x8 images), ResNet-18 (fixed random weights, 224x224 by
+default; calibrated on 4 random images), and any model of benchmarks/zoo.py (exported by torch
+into build/zoo/ on first use, calibrated on 2 random images), e.g. mobilenet_v2,
+efficientnet_b0, regnet_y_400mf. ``--depthwise accel,cpu`` compiles each model both ways (the
+vta target's -depthwise option: grouped and depthwise convs on the accelerator or float on the
+CPU).
 
 Usage:
-    python benchmarks/vta_models.py [--models digits,resnet18] [--size 224] [--config pynq]
-                                    [--vthreads 1,2] [--repeat 20] [--json]
+    python benchmarks/vta_models.py [--models digits,resnet18,mobilenet_v2] [--size 224]
+                                    [--config pynq] [--vthreads 1,2] [--depthwise accel]
+                                    [--repeat 20] [--json]
 """
 
 from __future__ import annotations
@@ -50,7 +55,17 @@ def _model(name: str, size: int) -> tuple[Any, dict[str, np.ndarray], Any]:
             return rng.standard_normal((1, 3, size, size)).astype(np.float32)
 
         return resnet18(size), {"x": image()}, [{"x": image()} for _ in range(4)]
-    raise ValueError(f"model must be one of {', '.join(MODELS)}, not {name!r}")
+    import zoo
+
+    if name in zoo.MODELS:
+        model = onnx.load(str(zoo.ensure_exported(name)))
+        side, x = zoo.MODELS[name][1], model.graph.input[0].name
+
+        def sample() -> dict[str, np.ndarray]:
+            return {x: rng.standard_normal((1, 3, side, side)).astype(np.float32)}
+
+        return model, sample(), [sample() for _ in range(2)]
+    raise ValueError(f"model must be one of {', '.join(MODELS)} or a zoo model, not {name!r}")
 
 
 def _cpu_peers(model: Any, inputs: dict, repeat: int) -> dict[str, float]:
@@ -66,7 +81,9 @@ def _cpu_peers(model: Any, inputs: dict, repeat: int) -> dict[str, float]:
     }
 
 
-def run_model(name: str, size: int, config: str, vthreads: int, repeat: int) -> dict:
+def run_model(
+    name: str, size: int, config: str, vthreads: int, repeat: int, depthwise: str = "accel"
+) -> dict:
     import tensorforge
     from tensorforge.hw.config import HWConfig
 
@@ -74,7 +91,9 @@ def run_model(name: str, size: int, config: str, vthreads: int, repeat: int) -> 
     cfg = HWConfig.load(config)
     t0 = time.perf_counter()
     module = tensorforge.compile(
-        model, f"vta -config={config} -vthreads={vthreads}", calibration=calib
+        model,
+        f"vta -config={config} -vthreads={vthreads} -depthwise={depthwise}",
+        calibration=calib,
     )
     compile_s = time.perf_counter() - t0
     module.use_device("cyclesim")
@@ -93,6 +112,7 @@ def run_model(name: str, size: int, config: str, vthreads: int, repeat: int) -> 
         "model": name if name != "resnet18" else f"resnet18 {size}",
         "config": cfg.name,
         "vthreads": vthreads,
+        "depthwise": depthwise,
         "kernels": len(results),
         "offloaded_macs": module.stats["offloaded_macs"],
         "cycles": cycles,
@@ -112,6 +132,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=224, help="ResNet-18 input size")
     ap.add_argument("--config", default="pynq")
     ap.add_argument("--vthreads", default="1,2")
+    ap.add_argument("--depthwise", default="accel", help="accel, cpu or accel,cpu")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -120,17 +141,20 @@ def main() -> None:
         model, inputs, _ = _model(name, args.size)
         peers = _cpu_peers(model, inputs, args.repeat)
         for vt in (int(v) for v in args.vthreads.split(",")):
-            rows.append({**run_model(name, args.size, args.config, vt, args.repeat), **peers})
+            for dw in args.depthwise.split(","):
+                row = run_model(name, args.size, args.config, vt, args.repeat, dw)
+                rows.append({**row, **peers})
     if args.json:
         print(json.dumps(rows, indent=1))
         return
     print(f"machine: {describe()}")
-    head = (f"{'model':<13}{'cfg':<6}{'vt':>3}{'kern':>5}{'MACs on':>8}{'cycles':>12}"
+    head = (f"{'model':<16}{'cfg':<6}{'vt':>3}{'dw':>6}{'kern':>5}{'MACs on':>8}{'cycles':>12}"
             f"{'accel ms':>9}{'GOPS':>7}{'util':>6}{'host ms':>8} | {'CPU: TF ms':>10}"
             f"{'ORT ms':>8} | {'compile s':>9}{'sim s':>7}")  # fmt: skip
     print(head)
     for r in rows:
-        print(f"{r['model']:<13}{r['config']:<6}{r['vthreads']:>3}{r['kernels']:>5}"
+        print(f"{r['model']:<16}{r['config']:<6}{r['vthreads']:>3}{r['depthwise']:>6}"
+              f"{r['kernels']:>5}"
               f"{r['offloaded_macs']:>8.1%}{r['cycles']:>12,}{r['accel_ms']:>9.2f}"
               f"{r['gops']:>7.1f}{r['utilization']:>6.0%}{r['host_ms']:>8.2f} | "
               f"{r['tf_cpu_ms']:>10.2f}{r['ort_ms']:>8.2f} | "

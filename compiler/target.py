@@ -10,12 +10,12 @@ from dataclasses import dataclass
 # them: llvm -> codegen/llvm_jit.py and graph/compile.py (mtriple, mcpu, mattr); cuda and
 # opencl -> codegen/gpu.py (Limits.of: max_threads, max_shared; gpu_payload: arch);
 # vta -> graph/compile_vta.py (vta_options: config, device, mode, vthreads; weight_scales:
-# weights).
+# weights; depthwise_placement: depthwise).
 OPTIONS: dict[str, tuple[str, ...]] = {
     "llvm": ("mattr", "mcpu", "mtriple"),
     "cuda": ("arch", "max_shared", "max_threads"),
     "opencl": ("max_shared", "max_threads"),
-    "vta": ("config", "device", "mode", "vthreads", "weights"),
+    "vta": ("config", "depthwise", "device", "mode", "vthreads", "weights"),
 }
 KINDS = tuple(OPTIONS)
 EXAMPLE = "'llvm', 'llvm -mcpu=native', 'cuda -arch=sm_80' or 'vta -config=pynq'"

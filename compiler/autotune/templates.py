@@ -324,8 +324,9 @@ def _vta_workload(wl: dict) -> tuple[Any, Any]:
     from ..vta.schedule import Conv2dWorkload
 
     shape = (int(wl[f]) for f in _VTA_SHAPE)
-    channel_scales = bool(wl.get("channel_scales", False))
-    return HWConfig.from_dict(dict(wl["hw"])), Conv2dWorkload(*shape, channel_scales=channel_scales)
+    channel_scales, groups = bool(wl.get("channel_scales", False)), int(wl.get("groups", 1))
+    cw = Conv2dWorkload(*shape, channel_scales=channel_scales, groups=groups)
+    return HWConfig.from_dict(dict(wl["hw"])), cw
 
 
 def _vta_space(wl: dict) -> Any:
@@ -345,9 +346,9 @@ def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
     cfg, cw = _vta_workload(wl)
     rng = _rng(seed)
     x = rng.integers(-128, 128, (cw.n, cw.ic, cw.h, cw.w), dtype=np.int8)
-    weight = rng.integers(-128, 128, (cw.oc, cw.ic, cw.kh, cw.kw), dtype=np.int8)
+    weight = rng.integers(-128, 128, (cw.oc, cw.ic // cw.groups, cw.kh, cw.kw), dtype=np.int8)
     bias = rng.integers(-2000, 2000, cw.oc, dtype=np.int32)
-    shift = max(1, int(math.log2(128 * 128 * cw.ic * cw.kh * cw.kw) / 2))
+    shift = max(1, int(math.log2(128 * 128 * cw.ic // cw.groups * cw.kh * cw.kw) / 2))
     residual = add_params(0.5, 1.0, cfg, relu=True) if wl.get("residual") else None
     pool = (cw.pool_h, cw.pool_w) if cw.pooled else None
     requant = {"shift": shift, "relu": residual is None}
@@ -358,7 +359,7 @@ def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
         requant = {"requant": requant_params_per_channel(ratios, cfg, acc_bounds=bounds, relu=relu)}
     kern = conv2d(cfg, (cw.n, cw.ic, cw.h, cw.w), weight, bias, stride=(cw.stride_h, cw.stride_w),
                   padding=(cw.pad_h, cw.pad_w), schedule=schedule_from(values), residual=residual,
-                  max_pool=pool, **requant)  # fmt: skip
+                  max_pool=pool, groups=cw.groups, **requant)  # fmt: skip
     inputs = {INPUT: kern.pack(x)}
     r = None
     if residual is not None:
@@ -371,19 +372,20 @@ def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
 
 def _vta_flops(wl: dict) -> int:
     _, cw = _vta_workload(wl)
-    return 2 * cw.n * cw.oc * cw.oh * cw.ow * cw.ic * cw.kh * cw.kw
+    return 2 * cw.n * cw.oc * cw.oh * cw.ow * cw.ic // cw.groups * cw.kh * cw.kw
 
 
 def _vta_check(wl: dict) -> None:
     fields = dict.fromkeys(_VTA_SHAPE, "size")
-    fields.update(hw="dict", pad_h="pad", pad_w="pad", residual="flag?", channel_scales="flag?")
+    fields.update(hw="dict", pad_h="pad", pad_w="pad", residual="flag?", channel_scales="flag?",
+                  groups="size?")  # fmt: skip
     check_fields("vta.conv2d", wl, fields)
     try:
         _, cw = _vta_workload(wl)
     except ValueError as exc:  # the hardware config's or the conv2d's own checks
         raise TaskError(f"vta.conv2d workload: {exc}") from exc
     check_elements("vta.conv2d", {"input": (cw.n, cw.ic, cw.h, cw.w),
-                                  "weight": (cw.oc, cw.ic, cw.kh, cw.kw),
+                                  "weight": (cw.oc, cw.ic // cw.groups, cw.kh, cw.kw),
                                   "output": (cw.n, cw.oc, cw.oh, cw.ow)})  # fmt: skip
 
 

@@ -216,7 +216,8 @@ def _anchored(cfg: HWConfig, graph: Graph, nodes: list[Node], vthreads: int) -> 
                              f"not {a['pads']}")  # fmt: skip
         window = tuple(pool.attr("kernel_shape")) if pool else None
         kernel = vta.conv2d(cfg, tuple(x_shape), weight, bias, stride=tuple(a["strides"]),
-                            padding=(top, left), max_pool=window, **common)  # fmt: skip
+                            padding=(top, left), max_pool=window, groups=a.get("group", 1),
+                            **common)  # fmt: skip
     return kernel, [INPUT, *([RESIDUAL] if add else []), OUTPUT]
 
 

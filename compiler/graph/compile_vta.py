@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,7 @@ from .passes.fuse_accel import fuse_accelerator_ops
 from .passes.partition import layer_summary, place
 
 DEVICES = ("sim", "cyclesim", "rtl")
+DEPTHWISE = ("accel", "cpu")  # where grouped and depthwise convolutions run (-depthwise=)
 QUANTIZED_OPS = ("tf.quantize", "tf.qconv2d", "tf.qdense")
 
 
@@ -98,23 +99,57 @@ def weight_scales(target: Target, mode: str) -> str:
     return weights
 
 
+def depthwise_placement(target: Target) -> str:
+    """The ``-depthwise=`` option of a vta target: ``accel`` (default: grouped and depthwise
+    convolutions whose groups fit the channel blocks are quantized and run on the accelerator,
+    narrow groups as block-diagonal weight tiles) or ``cpu`` (they stay float on the CPU).
+
+    Raises:
+        ValueError: for another value.
+    """
+    where = target.get("depthwise") or DEPTHWISE[0]
+    if where not in DEPTHWISE:
+        raise ValueError(f"target option -depthwise must be one of {', '.join(DEPTHWISE)}, "
+                         f"not {where!r} (in {str(target)!r})")  # fmt: skip
+    return where
+
+
+def fits_accelerator(cfg: HWConfig) -> Callable[[int, int, int], bool]:
+    """``quantize_graph``'s ``grouped`` rule for `cfg`: the grouped convolutions (input
+    channels, output channels, groups) whose groups fit the accelerator's channel blocks."""
+    from ..vta.layout import group_blocks  # the accelerator's code generator
+
+    def fits(c: int, o: int, groups: int) -> bool:
+        try:
+            group_blocks(cfg, c, o, groups)
+        except ValueError:
+            return False
+        return c >= cfg.block_in
+
+    return fits
+
+
 def quantize_for(
     graph: Graph,
     cfg: HWConfig,
     calibration: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None,
     mode: str,
     weights: str | None = None,
+    depthwise: str = "accel",
 ) -> Graph:
     """The partitioned int8 graph of `graph` for `cfg` (quantized first unless it is int8;
-    `weights`: ``quantize_graph``'s weight scales, default per its mode)."""
+    `weights`: ``quantize_graph``'s weight scales, default per its mode; `depthwise`:
+    ``depthwise_placement``'s, whether grouped convolutions that fit go to the accelerator)."""
     if not is_quantized(graph):
         if calibration is None:
             raise ValueError(
                 "compiling a float model for the accelerator needs calibration inputs: "
                 "tensorforge.compile(model, target='vta ...', calibration={input name: array})"
             )
-        graph = quantize_graph(optimize(graph), calibration, cfg, mode=mode, weights=weights)
-    return partition_graph(graph, cfg)
+        grouped = fits_accelerator(cfg) if depthwise == "accel" else False
+        graph = quantize_graph(optimize(graph), calibration, cfg, mode=mode, weights=weights,
+                               grouped=grouped)  # fmt: skip
+    return partition_graph(graph, cfg, grouped=depthwise == "accel")
 
 
 def compile_graph_vta(
@@ -147,9 +182,10 @@ def compile_graph_vta(
     if tgt.kind != "vta":
         raise ValueError(f"compile_graph_vta target must be a vta target, not {str(tgt)!r}")
     cfg, device, mode, vthreads = vta_options(tgt, config)
-    weights = weight_scales(tgt, mode)
+    weights, depthwise = weight_scales(tgt, mode), depthwise_placement(tgt)
     start = time.perf_counter()
-    q = fuse_accelerator_ops(fuse_ops(quantize_for(graph, cfg, calibration, mode, weights)))
+    q = quantize_for(graph, cfg, calibration, mode, weights, depthwise)
+    q = fuse_accelerator_ops(fuse_ops(q))
     packed = packed_tensors(q, cfg)
     stored = plan_memory(storage_graph(q, packed))  # the arena holds packed tensors blocked
     t_opt = time.perf_counter() - start
@@ -170,10 +206,11 @@ def compile_graph_vta(
         kernels.append(image)
         calls.append(call)
     module = assemble_module(stored, str(tgt), kernels, calls, constants, start, t_opt, *times)
-    module.stats.update(_accelerator_stats(q, cfg, kernels))
+    module.stats.update(_accelerator_stats(q, cfg, kernels, depthwise == "accel"))
     module.stats["requant_mode"] = "given" if is_quantized(graph) else mode
     module.stats["weight_scales"] = "given" if is_quantized(graph) else weights
     module.stats["packed_tensors"] = list(packed)
+    module.stats["depthwise"] = depthwise
     return module
 
 
@@ -210,8 +247,10 @@ def build_accelerator_group(
     return image, Call(name, compiled.values, label_nodes(graph, group.nodes))
 
 
-def _accelerator_stats(graph: Graph, cfg: HWConfig, kernels: list[KernelImage]) -> dict:
-    placements = [place(graph, n, cfg) for n in graph.nodes]
+def _accelerator_stats(
+    graph: Graph, cfg: HWConfig, kernels: list[KernelImage], grouped: bool
+) -> dict:
+    placements = [place(graph, n, cfg, grouped) for n in graph.nodes]
     vta_nodes = {  # node -> the first node of its accelerator kernel
         name: g.nodes[0] for (g, nodes) in group_order(graph)
         if has_accelerator_kernel(graph, nodes) for name in g.nodes

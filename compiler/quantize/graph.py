@@ -78,11 +78,15 @@ class _Unit:
 # ---- matching --------------------------------------------------------------------------------
 
 
+#: which grouped convolutions (input channels, output channels, groups) become int8
+GroupedRule = Callable[[int, int, int], bool]
+
+
 class _Matcher:
     """Walks the float graph in order and decides which nodes become which int8 op."""
 
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
+    def __init__(self, graph: Graph, grouped: GroupedRule) -> None:
+        self.graph, self.grouped = graph, grouped
         self.consumers = graph.consumers()
         self.int8: set[str] = set()  # values that will exist as int8
 
@@ -123,11 +127,12 @@ class _Matcher:
     def _is_quantizable_conv(self, node: Node) -> bool:
         w, attrs = self._const(node.inputs[1]), node.attr_dict
         has_bias = len(node.inputs) > 2 and node.inputs[2]
+        group = attrs["group"]
         return (
             w is not None
             and w.ndim == 4
             and self._is_float(node.inputs[0])
-            and attrs["group"] == 1
+            and (group == 1 or self.grouped(w.shape[1] * group, w.shape[0], group))
             and all(d == 1 for d in attrs.get("dilations") or (1, 1))
             and (not has_bias or self._const(node.inputs[2]) is not None)
         )
@@ -385,6 +390,8 @@ class _Emitter:
             node.attr_dict, x_type.shape[2:], unit.weight.shape[2:]
         )
         geometry = {"strides": tuple(strides), "pads": (*begin, *end)}
+        if node.attr_dict["group"] > 1:
+            geometry["group"] = node.attr_dict["group"]
         self._emit_compute("tf.qconv2d", unit, geometry)
 
     def _emit_dense(self, unit: _Unit) -> None:
@@ -500,6 +507,7 @@ def quantize_graph(
     mode: str | None = None,
     observer: Callable[[], Observer] = AbsMaxObserver,
     weights: str | None = None,
+    grouped: bool | GroupedRule = False,
 ) -> Graph:
     """Post-training int8 quantization of a float graph for the accelerator described by cfg.
 
@@ -518,6 +526,10 @@ def quantize_graph(
             multiplier per channel (a tensor-tensor ALU MUL; mode ``"mul"`` only);
             ``"per-tensor"``: one weight scale per layer; None (default): per-channel in
             mode ``"mul"``, per-tensor in mode ``"shift"``.
+        grouped: which grouped (and depthwise) convolutions become ``tf.qconv2d`` (with a
+            ``group`` attribute): False (default) none, they stay float; True all; or a
+            predicate of (input channels, output channels, groups), e.g. whether the
+            accelerator's channel blocks fit them (``compile_vta.quantize_for``).
 
     Returns:
         A new graph with the same float inputs and outputs in which conv/dense layers (with
@@ -560,7 +572,8 @@ def quantize_graph(
         raise ValueError("quantize_graph weights 'per-channel' needs mode 'mul' (a multiplier per "
                          "channel; power-of-two shifts are one per layer)")  # fmt: skip
     batches = _batches(graph, calibration_inputs)
-    units = _Matcher(graph).plan()
+    rule = grouped if callable(grouped) else (lambda c, o, g: bool(grouped))
+    units = _Matcher(graph, rule).plan()
     thresholds = _observe(graph, batches, _calibrated_values(units), observer)
     emitter = _Emitter(graph, _scales(units, thresholds, mode == "shift"), cfg, mode,
                        weights == "per-channel")  # fmt: skip

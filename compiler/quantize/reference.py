@@ -55,17 +55,31 @@ def conv2d_nchw(
     w: np.ndarray,
     stride: int | tuple[int, int] = 1,
     padding: int | tuple[int, int] = 0,
+    groups: int = 1,
 ) -> np.ndarray:
     """Plain 2-D convolution (cross-correlation) of NCHW ``x`` with OIHW ``w``, zero padding.
 
+    With ``groups`` > 1, ``w`` is (O, C / groups, KH, KW) and output channels ``g * O / groups``
+    onwards read only input channels ``g * C / groups`` onwards (depthwise: ``groups == C``).
     Integer inputs give exact int64 sums; float inputs give float64. The shared im2col core of
     the int8 reference and of float evaluation in calibration.
     """
     (sh, sw), (ph, pw) = _pair(stride, "stride", "conv2d"), _pair(padding, "padding", "conv2d")
-    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
+    if not isinstance(groups, int) or groups < 1 or w.ndim != 4 or w.shape[0] % groups:
+        raise ValueError(f"conv2d: groups must be an int >= 1 dividing O, not {groups!r} "
+                         f"(w{w.shape})")  # fmt: skip
+    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1] * groups:
+        grouped = f" (C = {groups} groups x w's I)" if groups > 1 else ""
         raise ValueError(
-            f"conv2d: x (NCHW) and w (OIHW) must agree on C, not x{x.shape} and w{w.shape}"
+            f"conv2d: x (NCHW) and w (OIHW) must agree on C{grouped}, not x{x.shape} and w{w.shape}"
         )
+    if groups > 1:
+        cg, og = w.shape[1], w.shape[0] // groups
+        parts = [
+            conv2d_nchw(x[:, g * cg : (g + 1) * cg], w[g * og : (g + 1) * og], stride, padding)
+            for g in range(groups)
+        ]
+        return np.concatenate(parts, axis=1)
     if min(sh, sw) < 1 or min(ph, pw) < 0:
         raise ValueError(f"conv2d: stride must be >= 1 and padding >= 0, not {stride}, {padding}")
     n, c, _, _ = x.shape
@@ -120,16 +134,18 @@ def conv2d_int8(
     padding: int | tuple[int, int] = 0,
     requant: RequantParams | None = None,
     acc_width: int = 32,
+    groups: int = 1,
 ) -> np.ndarray:
     """Quantized conv2d: int8 NCHW x int8 OIHW (+ int32 bias) -> requantized int8 NCHW.
 
     Args:
         x: int8 activations, N x C x H x W.
-        w: int8 weights, O x C x KH x KW.
+        w: int8 weights, O x C/groups x KH x KW.
         bias: integer bias per output channel at the accumulator scale, or None.
         stride, padding: an int or an (h, w) pair; padding is with zeros (the zero point).
         requant: the ALU requantization (with fused ReLU/clip); None returns the accumulators.
         acc_width: accumulator width when ``requant`` is None (else ``requant.acc_width``).
+        groups: grouped convolution (``conv2d_nchw``); ``C`` for depthwise.
 
     Returns:
         int8 N x O x OH x OW, or the wrapped accumulators (int32) when ``requant`` is None.
@@ -138,7 +154,8 @@ def conv2d_int8(
         TypeError: if x or w is not int8.
         ValueError: for mismatched shapes, bad stride/padding or a bias of the wrong shape.
     """
-    acc = conv2d_nchw(_as_int8(x, "x", "conv2d"), _as_int8(w, "w", "conv2d"), stride, padding)
+    x, w = _as_int8(x, "x", "conv2d"), _as_int8(w, "w", "conv2d")
+    acc = conv2d_nchw(x, w, stride, padding, groups)
     return _finish(acc, bias, 1, requant, acc_width, "conv2d")
 
 

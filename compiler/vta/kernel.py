@@ -32,7 +32,7 @@ from ..autotune.dispatch import query as autotune_query
 from ..quantize.requant import AluStep, RequantParams
 from ..quantize.residual import AddParams, add_int8
 from .codegen import generate_program
-from .layout import INPUT, OUTPUT, RESIDUAL, pack_bias, pack_nchw, pack_oihw, unpack_nchw
+from .layout import INPUT, OUTPUT, RESIDUAL, pack_bias, pack_grouped, pack_nchw, unpack_nchw
 from .operators import conv2d_te
 from .reference import conv2d_reference, dense_reference, max_pool2d_reference, shift_requant
 from .schedule import Conv2dSchedule, Conv2dWorkload, default_schedule, schedule_from
@@ -98,7 +98,7 @@ class VtaKernel:
         y = conv2d_reference(
             x, self.weight, self.bias, (wl.stride_h, wl.stride_w), (wl.pad_h, wl.pad_w),
             self.shift, self.relu, requant=rq, residual=self._residual(residual),
-            add=self.residual,
+            add=self.residual, groups=wl.groups,
         )  # fmt: skip
         return max_pool2d_reference(y, (wl.pool_h, wl.pool_w)) if wl.pooled else y
 
@@ -206,13 +206,14 @@ def conv2d(
     requant: RequantParams | None = None,
     residual: AddParams | None = None,
     max_pool: int | tuple[int, int] | None = None,
+    groups: int = 1,
 ) -> VtaKernel:
     """Compile ``requant(conv2d(x, weight) + bias)`` to int8 for the accelerator.
 
     Args:
         cfg: the accelerator configuration.
         data_shape: (N, C, H, W) of the int8 input.
-        weight: (O, C, KH, KW) int8; packed into the image as a constant.
+        weight: (O, C / groups, KH, KW) int8; packed into the image as a constant.
         bias: (O,) int32 or None.
         stride, padding: per dimension or one int for both; padding is zeros on each side.
         shift, relu: the shorthand requantization ``shift_requant(shift, relu)``: a floor
@@ -225,6 +226,9 @@ def conv2d(
             requantization; ``run(x, residual=r)`` then takes the int8 operand r.
         max_pool: fuse a non-overlapping max pooling (window = stride, no padding) after
             everything else; the output is then (N, O, OH // ph, OW // pw).
+        groups: a grouped conv (``C`` groups: depthwise) whose groups fit the channel blocks
+            (``layout.group_blocks``): each output block's GEMMs reduce only over its groups'
+            input blocks, narrow groups as a block-diagonal weight tile.
 
     The program is the TE operator ``operators.conv2d_te`` (tensorize, DMA and ALU pragmas,
     virtual threads) lowered by ``vta.lower`` and encoded by ``vta.codegen``.
@@ -237,13 +241,16 @@ def conv2d(
     weight = np.asarray(weight)
     requant = _requant(cfg, "conv2d", shift, relu, requant, residual, weight)
     n, c, h, w = data_shape
-    if weight.ndim != 4 or weight.shape[1] != c:
-        raise ValueError(f"conv2d weights must be (O, {c}, KH, KW), not {weight.shape}")
+    if not isinstance(groups, int) or groups < 1 or c % groups:
+        raise ValueError(f"conv2d groups must be an int >= 1 dividing C={c}, not {groups!r}")
+    if weight.ndim != 4 or weight.shape[1] != c // groups:
+        raise ValueError(f"conv2d weights must be (O, {c // groups}, KH, KW), not {weight.shape}")
     (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
     o, _, kh, kw = weight.shape
     pool = (1, 1) if max_pool is None else _pair(max_pool, "max_pool")
-    wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw, *pool,
-                        channel_scales=bool(requant.channel_multipliers))  # fmt: skip
+    scales = bool(requant.channel_multipliers)
+    wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw, *pool, scales, groups)
+    wl.group_blocks(cfg)  # groups that do not fit the blocks: a ValueError naming them
     return _compile(cfg, "conv2d", wl, weight, bias, (shift, relu, requant, residual), schedule,
                     vthreads)  # fmt: skip
 
@@ -289,6 +296,7 @@ def tuning_workload(cfg: HWConfig, wl: Conv2dWorkload, residual: bool) -> dict:
     set, so earlier logs keep their keys) whether the requantization is per channel."""
     shape = {f: getattr(wl, f) for f in SHAPE_FIELDS}
     extra = {"channel_scales": True} if wl.channel_scales else {}
+    extra.update({"groups": wl.groups} if wl.groups > 1 else {})
     return {"hw": cfg.to_dict(), **shape, "residual": residual, **extra}
 
 
@@ -315,9 +323,10 @@ def _compile(
         sched = schedule_from(tuned) if tuned is not None else None
     sched = sched or default_schedule(cfg, wl, vthreads, has_res)
     sched.check(cfg, wl)
-    w_packed = pack_oihw(cfg, weight)
+    w_packed = pack_grouped(cfg, weight, wl.groups)
     b_packed = pack_bias(cfg, bias, wl.oc) if bias is not None else None
     name = f"{op}_{wl.n}x{wl.ic}x{wl.h}x{wl.w}_{wl.oc}k{wl.kh}x{wl.kw}_vt{sched.vthreads}"
+    name += f"_g{wl.groups}" if wl.groups > 1 else ""
     prog = conv2d_te(cfg, wl, sched, w_packed, b_packed, requant=requant, residual=residual,
                      name=name).tile_program()  # fmt: skip
     image = generate_program(prog, cfg)

@@ -122,17 +122,19 @@ def conv2d_te(
     name: str = "conv2d",
 ) -> TeOperator:
     """The TE operator of ``requant(conv2d(x, w) + bias)`` (and a residual add, and a max
-    pooling when ``wl.pooled``) on ``cfg``.
+    pooling when ``wl.pooled``) on ``cfg``; ``w_packed`` is ``layout.pack_grouped``'s (with
+    ``wl.groups`` > 1 each output block's reduction reads only its groups' input blocks).
 
     Raises:
         ScheduleError: a knob out of range (``Conv2dSchedule.check``).
     """
     sched.check(cfg, wl)
     nb, icb, ocb = wl.blocked(cfg)
+    q, rb = wl.group_blocks(cfg)
     b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
     ph, pw, sh, sw = wl.pad_h, wl.pad_w, wl.stride_h, wl.stride_w
     X = te.placeholder((nb, icb, wl.h, wl.w, b, bi), "int8", name=INPUT)
-    W = te.placeholder((ocb, icb, wl.kh, wl.kw, bo, bi), "int8", name=WEIGHTS)
+    W = te.placeholder((ocb, rb, wl.kh, wl.kw, bo, bi), "int8", name=WEIGHTS)
     pad = te.compute(
         (nb, icb, wl.h + 2 * ph, wl.w + 2 * pw, b, bi),
         lambda n, c, y, x, i, k: te.if_then_else(
@@ -142,14 +144,20 @@ def conv2d_te(
         ),
         name="pad",
     )
-    ic = te.reduce_axis((0, icb), "ic")
+    ic = te.reduce_axis((0, rb), "ic")
     ky = te.reduce_axis((0, wl.kh), "ky")
     kx = te.reduce_axis((0, wl.kw), "kx")
     k = te.reduce_axis((0, bi), "k")
+
+    def in_block(o: Any) -> Any:  # the input block of reduction step ic (layout.group_blocks)
+        if wl.groups == 1:
+            return ic
+        return (o if q == 1 else o // q) * rb + ic
+
     C = te.compute(
         (nb, ocb, wl.oh, wl.ow, b, bo),
         lambda n, o, y, x, i, j: te.sum(
-            te.cast(pad[n, ic, y * sh + ky, x * sw + kx, i, k], "int32")
+            te.cast(pad[n, in_block(o), y * sh + ky, x * sw + kx, i, k], "int32")
             * te.cast(W[o, ic, ky, kx, j, k], "int32"),
             axis=[ic, ky, kx, k],
         ),

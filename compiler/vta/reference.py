@@ -87,8 +87,10 @@ def conv2d_reference(
     requant: RequantParams | None = None,
     residual: np.ndarray | None = None,
     add: AddParams | None = None,
+    groups: int = 1,
 ) -> np.ndarray:
-    """Quantized conv2d: x (N, C, H, W) int8, w (O, C, KH, KW) int8 -> (N, O, OH, OW) int8.
+    """Quantized conv2d: x (N, C, H, W) int8, w (O, C / groups, KH, KW) int8 -> (N, O, OH, OW)
+    int8.
 
     With ``residual`` (int8 of the output's shape) and ``add``, the result is the residual add
     ``add_int8(conv, residual, add)`` of the requantized convolution, as the quantized graph
@@ -99,7 +101,7 @@ def conv2d_reference(
     """
     y = conv2d_int8(
         x, w, bias, stride=_ints(stride), padding=_ints(padding),
-        requant=requant or shift_requant(shift, relu),
+        requant=requant or shift_requant(shift, relu), groups=groups,
     )  # fmt: skip
     if (residual is None) != (add is None):
         raise ValueError("conv2d residual and add (AddParams) must be given together")

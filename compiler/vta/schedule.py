@@ -24,7 +24,7 @@ from ...hw.config import HWConfig
 from ...hw.isa import MAX_PAD, MAX_XFER
 from ..autotune.space import ConfigSpace, Knob
 from ..schedule.primitives import ScheduleError
-from .layout import blocks
+from .layout import blocks, group_blocks
 from .passes import MAX_ITER
 from .tile import memory_scopes
 
@@ -36,7 +36,10 @@ class Conv2dWorkload:
     ``pool_h``/``pool_w`` > 1: a non-overlapping max pooling (window = stride) fused after the
     epilogue; the output is then (ph, pw) = (oh // pool_h, ow // pool_w). ``channel_scales``:
     the requantization multiplies by one integer per output channel (per-channel weight scales),
-    a second per-channel vector in the accumulator buffer beside the bias.
+    a second per-channel vector in the accumulator buffer beside the bias. ``groups`` > 1: a
+    grouped (``groups == ic``: depthwise) conv whose weights are (oc, ic / groups, kh, kw); each
+    output-channel block reduces only over the input-channel blocks of its groups
+    (``layout.group_blocks``), and the schedule's ``tile_ic`` chunks that reduction.
     """
 
     n: int
@@ -53,6 +56,7 @@ class Conv2dWorkload:
     pool_h: int = 1
     pool_w: int = 1
     channel_scales: bool = False
+    groups: int = 1
 
     def __post_init__(self) -> None:
         names = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pool_h", "pool_w")
@@ -65,6 +69,9 @@ class Conv2dWorkload:
                 raise ValueError(
                     f"conv2d {name} must be in [0, {MAX_PAD}] (the LOAD pad fields), not {pad!r}"
                 )
+        if self.groups < 1 or self.ic % self.groups or self.oc % self.groups:
+            raise ValueError(f"conv2d groups must be >= 1 and divide ic={self.ic} and "
+                             f"oc={self.oc}, not {self.groups!r}")  # fmt: skip
         if self.oh < 1 or self.ow < 1:
             raise ValueError(f"conv2d output must be non-empty, not {self.oh}x{self.ow} ({self})")
         if self.pool_h > self.oh or self.pool_w > self.ow:
@@ -112,6 +119,23 @@ class Conv2dWorkload:
             blocks(self.oc, cfg.block_out),
         )
 
+    def group_blocks(self, cfg: HWConfig) -> tuple[int, int]:
+        """``(q, r)``: output block ``o`` reduces over input blocks ``(o // q) * r + j``, ``j <
+        r`` (``layout.group_blocks``; raises ValueError when the groups do not fit the blocks).
+        """
+        return group_blocks(cfg, self.ic, self.oc, self.groups)
+
+    def reduction_blocks(self, cfg: HWConfig) -> int:
+        """Input-channel blocks each output block reduces over (all of them without groups)."""
+        return self.group_blocks(cfg)[1]
+
+    def in_blocks(self, cfg: HWConfig, tile_oc: int, tile_ic: int) -> int:
+        """Input-channel blocks a tile of ``tile_oc`` output blocks reads per reduction chunk
+        of ``tile_ic``: the chunk, once per group the tile spans (depthwise: ``tile_oc``)."""
+        if self.groups == 1:
+            return tile_ic
+        return blocks(tile_oc, self.group_blocks(cfg)[0]) * tile_ic
+
 
 @dataclass(frozen=True)
 class Conv2dSchedule:
@@ -130,17 +154,23 @@ class Conv2dSchedule:
         Knobs need not divide their dimensions: the last tile along a dimension is then smaller
         (a ragged edge tile).
         """
-        nb, icb, ocb = wl.blocked(cfg)
+        nb, _, ocb = wl.blocked(cfg)
+        q, icb = wl.group_blocks(cfg)
         for knob, value, dim, what in (
             ("tile_n", self.tile_n, nb, "batch blocks"),
             ("tile_h", self.tile_h, wl.oh, "output rows"),
             ("tile_oc", self.tile_oc, ocb, "output-channel blocks"),
-            ("tile_ic", self.tile_ic, icb, "input-channel blocks"),
+            ("tile_ic", self.tile_ic, icb, "input-channel blocks of a reduction"),
         ):
             if not isinstance(value, int) or not 1 <= value <= dim:
                 raise ScheduleError(
                     f"{knob} must be in [1, {dim}] (the {what} of the conv2d), not {value!r}"
                 )
+        if wl.groups > 1 and q > 1 and q % self.tile_oc:  # one input span per tile: affine
+            raise ScheduleError(
+                f"tile_oc must divide the {q} output-channel blocks that read the same input "
+                f"blocks (groups={wl.groups}), not {self.tile_oc}"
+            )
         if self.vthreads not in (1, 2):
             raise ScheduleError(f"vthreads must be 1 or 2, not {self.vthreads!r}")
         if self.tile_n > 1 and self.tile_h * wl.ow > 1:
@@ -175,9 +205,11 @@ class Conv2dSchedule:
 
         ``residual``: a fused residual add, whose operand takes a second ACC tile.
         """
-        nb, icb, ocb = wl.blocked(cfg)
+        _, _, ocb = wl.blocked(cfg)
+        icb = wl.reduction_blocks(cfg)
         vt, kk = self.vthreads, wl.kh * wl.kw
-        inp = vt * self.tile_n * self.tile_ic * wl.rows_in(self.tile_h) * wl.wp
+        in_blocks = wl.in_blocks(cfg, self.tile_oc, self.tile_ic)
+        inp = vt * self.tile_n * in_blocks * wl.rows_in(self.tile_h) * wl.wp
         acc_tile = self.tile_n * self.tile_oc * self.tile_h * wl.ow
         pool_tile = self.tile_n * self.tile_oc * (self.tile_h // wl.pool_h) * wl.pw
         acc = vt * (acc_tile * (2 if residual else 1) + (pool_tile if wl.pooled else 0))
@@ -266,7 +298,8 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
 
     p = TimingParams.for_config(cfg)
     chunk = p.burst_bytes
-    nb, icb, ocb = wl.blocked(cfg)
+    nb, _, ocb = wl.blocked(cfg)
+    icb = wl.reduction_blocks(cfg)
     kk = wl.kh * wl.kw
     ib, wb, ob = cfg.inp_elem_bytes, cfg.wgt_elem_bytes, cfg.out_elem_bytes
     cols = min(wl.w, (wl.ow - 1) * wl.stride_w + wl.kw - wl.pad_w)  # the columns a tile reads
@@ -284,14 +317,15 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
                 rows = min(wl.rows_in(th), wl.h)
                 loads = gemms = overlapped = 0.0
                 for cc, tic in _split(icb, s.tile_ic):
-                    load = tn * tic * dma(rows, cols, ib, cols == wl.w, p.dram_read_latency)
+                    ins = wl.in_blocks(cfg, toc, tic)
+                    load = tn * ins * dma(rows, cols, ib, cols == wl.w, p.dram_read_latency)
                     per_row = tic < s.tile_ic  # a ragged chunk: a weight LOAD per output block
                     if not s.resident_weights:
                         wgt = dma(1 if per_row else toc, tic * kk, wb, False, p.dram_read_latency)
                         load += wgt * (toc if per_row else 1)
                     gemm = pixels * toc * tic * kk + p.gemm_latency + 1
                     loads, gemms = loads + cc * load, gemms + cc * gemm
-                    insns = tn * tic + 2 + (toc - 1 if not s.resident_weights and per_row else 0)
+                    insns = tn * ins + 2 + (toc - 1 if not s.resident_weights and per_row else 0)
                     # the hand-over costs at most what overlapping saves (a serial chunk)
                     sync = min(SYNC_CYCLES * insns + CHUNK_CYCLES, min(load, gemm))
                     overlapped += cc * (max(load, gemm) + sync)
@@ -315,7 +349,8 @@ def candidate_schedules(
 
     Tile sizes are ``tile_sizes`` of each dimension (divisors and even ragged splits).
     """
-    nb, icb, ocb = wl.blocked(cfg)
+    nb, _, ocb = wl.blocked(cfg)
+    icb = wl.reduction_blocks(cfg)
     out = []
     for tn in tile_sizes(nb) if wl.ow == 1 else [1]:
         for th in tile_sizes(wl.oh):
@@ -361,7 +396,8 @@ def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
     threads and resident weights. Points that fail ``Conv2dSchedule.check`` or overflow an SRAM
     are invalid. The default point is ``default_schedule(cfg, wl, vthreads, residual)``.
     """
-    nb, icb, ocb = wl.blocked(cfg)
+    nb, _, ocb = wl.blocked(cfg)
+    icb = wl.reduction_blocks(cfg)
     knobs = [
         Knob("tile_n", tuple(tile_sizes(nb)) if wl.ow == 1 else (1,)),
         Knob("tile_h", tuple(tile_sizes(wl.oh))),

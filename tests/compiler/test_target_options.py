@@ -40,7 +40,7 @@ def test_valid_targets_parse_and_round_trip(text: str) -> None:
 def test_every_kind_declares_its_options() -> None:
     assert set(KINDS) == set(OPTIONS) == {"llvm", "cuda", "opencl", "vta"}
     assert OPTIONS["llvm"] == ("mattr", "mcpu", "mtriple")
-    assert OPTIONS["vta"] == ("config", "device", "mode", "vthreads", "weights")
+    assert OPTIONS["vta"] == ("config", "depthwise", "device", "mode", "vthreads", "weights")
     assert set(OPTIONS["opencl"]) == {"max_threads", "max_shared"}
     assert set(OPTIONS["cuda"]) == {"arch", "max_threads", "max_shared"}
     assert str(host()) == "llvm -mcpu=native"
@@ -51,13 +51,13 @@ def test_every_kind_declares_its_options() -> None:
     [
         (
             "vta -confg=tiny",
-            "-confg=tiny: unknown option 'confg' for vta targets; options are config, device, "
-            "mode, vthreads, weights (in 'vta -confg=tiny')",
+            "-confg=tiny: unknown option 'confg' for vta targets; options are config, depthwise, "
+            "device, mode, vthreads, weights (in 'vta -confg=tiny')",
         ),
         (
             "vta -frobnicate=1",
             "-frobnicate=1: unknown option 'frobnicate' for vta targets; options are config, "
-            "device, mode, vthreads",
+            "depthwise, device, mode, vthreads",
         ),
         ("llvm -frobnicate=1", "unknown option 'frobnicate' for llvm targets; options are mattr"),
         ("llvm -config=pynq", "unknown option 'config' for llvm targets"),

@@ -127,7 +127,7 @@ register(
 )
 
 
-# ---- tf.qconv2d: int8 NCHW x int8 OIHW (+ int32 bias) -> int8 NCHW ---------------------------
+# ---- tf.qconv2d: int8 NCHW x int8 OIHW (+ int32 bias) -> int8 NCHW (grouped: I = C / group) ----
 
 
 def _conv_geometry(attrs: dict[str, Any], x: tuple[int, ...], k: tuple[int, ...]) -> list[int]:
@@ -137,24 +137,30 @@ def _conv_geometry(attrs: dict[str, Any], x: tuple[int, ...], k: tuple[int, ...]
 
 def _qconv_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     _check_int8(types, ("input", "weight"), "tf.qconv2d")
-    x, w = types[0].shape, types[1].shape
+    x, w, group = types[0].shape, types[1].shape, attrs["group"]
     _check(
-        len(x) == 4 and len(w) == 4 and x[1] == w[1],
-        f"tf.qconv2d input (NCHW) and weight (OIHW) must agree on C, not {x} and {w}",
+        isinstance(group, int) and group >= 1 and len(w) == 4 and w[0] % group == 0,
+        f"tf.qconv2d group must be an int >= 1 dividing the weight's O, not {group!r} ({w})",
+    )
+    _check(
+        len(x) == 4 and x[1] == w[1] * group,
+        f"tf.qconv2d input (NCHW) and weight (OIHW) must agree on C"
+        f"{f' (C = group {group} x the weight I)' if group > 1 else ''}, not {x} and {w}",
     )
     _check_bias(types, w[0], "tf.qconv2d")
     return [TensorType((x[0], w[0], *_conv_geometry(attrs, x[2:], w[2:])), "int8")]
 
 
 def qconv2d(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = None) -> np.ndarray:
-    """conv2d_int8 with the node's stride, (possibly asymmetric) zero padding and requant."""
+    """conv2d_int8 with the node's stride, (possibly asymmetric) zero padding, groups and
+    requant."""
     top, left, bottom, right = attrs["pads"]
     if (top, left) != (bottom, right):  # zero padding is exact: 0 is the zero point
         x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
         top = left = 0
     return conv2d_int8(
         x, w, b, stride=tuple(attrs["strides"]), padding=(top, left),
-        requant=requant_from_attrs(attrs),
+        requant=requant_from_attrs(attrs), groups=attrs["group"],
     )  # fmt: skip
 
 
@@ -166,7 +172,7 @@ register(
     qconv2d,
     inputs=(2, 3),
     const_inputs=(1, 2),
-    attrs={"strides": (1, 1), "pads": (0, 0, 0, 0), **_SCALES, **_REQUANT_ATTRS},
+    attrs={"strides": (1, 1), "pads": (0, 0, 0, 0), "group": 1, **_SCALES, **_REQUANT_ATTRS},
 )
 
 

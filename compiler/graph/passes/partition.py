@@ -12,7 +12,11 @@ The rules, one function per op (``PLACEMENT``):
 
 - ``tf.qconv2d``: input channels at least ``block_in`` (a first conv with 1 or 3 channels would
   waste most of the GEMM core on zero padding), symmetric zero padding that fits the LOAD pad
-  fields, a requantization the ALU has (MUL only with ``alu_mul``), the config's acc width.
+  fields, a requantization the ALU has (MUL only with ``alu_mul``), the config's acc width;
+  grouped (and depthwise) only with groups that fit the channel blocks
+  (``compiler.vta.layout.group_blocks``: whole blocks per group, or whole groups per block with
+  a block-diagonal weight tile) and unless ``grouped=False`` (the vta target's
+  ``-depthwise=cpu``).
 - ``tf.qdense``: the reduction length at least ``block_in``; the same requantization rule.
 - ``tf.qadd``: ALU ADD/SHR (and MUL with ``alu_mul``) on the accumulators.
 - ``tf.qmaxpool``: ALU MAX over shifted windows; padding only when the input is >= 0 (a fused
@@ -73,7 +77,7 @@ def _padded(n: int, block: int) -> int:
 
 
 def _place_conv(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
-    c = graph.types[node.inputs[1]].shape[1]
+    c = graph.types[node.inputs[0]].shape[1]
     if c < cfg.block_in:
         waste = 1 - c / _padded(c, cfg.block_in)
         return CPU, f"{c} input channel(s) < block_in {cfg.block_in} ({waste:.0%} padding)"
@@ -83,12 +87,33 @@ def _place_conv(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
     problem = _requant_problem(node, cfg)
     if problem:
         return CPU, problem
-    o = graph.types[node.inputs[1]].shape[0]
+    o, group = graph.types[node.inputs[1]].shape[0], node.attr_dict.get("group", 1)
+    if group > 1:
+        return _place_grouped(cfg, c, o, group)
     return ACCEL, (
         f"GEMM {_data_layout(cfg)} x {_weight_layout(cfg)} "
         f"(C {c}->{_padded(c, cfg.block_in)}, O {o}->{_padded(o, cfg.block_out)}), "
         "bias+requant on the ALU"
     )
+
+
+def _place_grouped(cfg: HWConfig, c: int, o: int, group: int) -> tuple[str, str]:
+    from ...vta.layout import group_blocks  # the accelerator's code generator
+
+    try:
+        q, r = group_blocks(cfg, c, o, group)
+    except ValueError as exc:
+        return CPU, str(exc)
+    kind = "depthwise" if group == c else f"{group} groups"
+    used = o * (c // group) / (_padded(o, cfg.block_out) * r * cfg.block_in)  # useful / GEMM
+    if used < 1:
+        return ACCEL, (
+            f"{kind}: block-diagonal {cfg.block_out}x{cfg.block_in} weight tiles, each output "
+            f"block over {r} input block(s) ({used:.1%} of the GEMM's MACs are the conv's), "
+            "bias+requant on the ALU"
+        )
+    return ACCEL, (f"{kind}: each output block over its group's {r} input block(s) of "
+                   f"{cfg.block_in}, bias+requant on the ALU")  # fmt: skip
 
 
 def _place_dense(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
@@ -134,10 +159,18 @@ PLACEMENT: dict[str, Callable[[Graph, Node, HWConfig], tuple[str, str]]] = {
 }
 
 
-def place(graph: Graph, node: Node, cfg: HWConfig) -> Placement:
-    """Where `node` of `graph` runs for `cfg`, and why."""
+def is_grouped(node: Node) -> bool:
+    """Whether `node` is a grouped (or depthwise) int8 convolution."""
+    return node.op == "tf.qconv2d" and node.attr_dict.get("group", 1) > 1
+
+
+def place(graph: Graph, node: Node, cfg: HWConfig, grouped: bool = True) -> Placement:
+    """Where `node` of `graph` runs for `cfg`, and why (`grouped`: whether grouped and
+    depthwise convolutions may run on the accelerator)."""
     rule = PLACEMENT.get(node.op)
-    if rule is not None:
+    if not grouped and is_grouped(node):
+        target, reason = CPU, "grouped conv kept on the CPU (-depthwise=cpu)"
+    elif rule is not None:
         target, reason = rule(graph, node, cfg)
     elif any(graph.types[o].dtype == "int8" for o in node.outputs if o):
         target, reason = CPU, "int8 data movement (layout change between regions)"
@@ -146,8 +179,9 @@ def place(graph: Graph, node: Node, cfg: HWConfig) -> Placement:
     return Placement(node.name, node.op, target, reason)
 
 
-def partition_graph(graph: Graph, cfg: HWConfig) -> Graph:
-    """Set the ``target`` attribute of every int8 op to "vta" or "cpu" for `cfg`.
+def partition_graph(graph: Graph, cfg: HWConfig, grouped: bool = True) -> Graph:
+    """Set the ``target`` attribute of every int8 op to "vta" or "cpu" for `cfg` (`grouped`:
+    whether grouped and depthwise convolutions may run on the accelerator).
 
     Before: `conv2: %y_q = tf.qconv2d(%x_q, ...) {target='cpu', ...}` (as quantize_graph writes)
     After:  `conv2: %y_q = tf.qconv2d(%x_q, ...) {target='vta', ...}` (16 input channels, pynq)
@@ -155,7 +189,7 @@ def partition_graph(graph: Graph, cfg: HWConfig) -> Graph:
     nodes = []
     for node in graph.nodes:
         if "target" in node.attr_dict:
-            target = place(graph, node, cfg).target
+            target = place(graph, node, cfg, grouped).target
             attrs = {**node.attr_dict, "target": target}
             node = Node(node.op, node.name, node.inputs, node.outputs, tuple(attrs.items()))
         nodes.append(node)
@@ -211,11 +245,11 @@ def layer_summary(graph: Graph, on_accelerator: Callable[[Node], bool]) -> tuple
     return len(done), len(layers), share
 
 
-def partition_report(graph: Graph, cfg: HWConfig) -> str:
+def partition_report(graph: Graph, cfg: HWConfig, grouped: bool = True) -> str:
     """A table of every node (layer, op, output type, where it runs and why), the accelerator
     regions and the share of conv/dense MACs offloaded; partitions `graph` for `cfg` first."""
-    graph = partition_graph(graph, cfg)
-    rows = [place(graph, n, cfg) for n in graph.nodes]
+    graph = partition_graph(graph, cfg, grouped)
+    rows = [place(graph, n, cfg, grouped) for n in graph.nodes]
     width = max([len(r.node) for r in rows] + [5])
     op_width = max(len(r.op) for r in rows) if rows else 2
     lines = [f"partition of graph {graph.name!r} for HWConfig {cfg.name!r} "

@@ -168,7 +168,8 @@ def _finish(ctx: GroupContext, node: Node, tail: Tail) -> Any:
 
 def _qconv2d(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """topi's NCHW[x]c conv2d with int8 weights packed once; asymmetric padding is a zero-padded
-    copy first. Unequal strides: a direct reduction, row by row."""
+    copy first; grouped convs reduce over their group's channel blocks (topi's ``groups``).
+    Unequal strides: a direct reduction, row by row."""
     attrs = _attrs(node)
     x_ty, w_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[1])
     begin, end, strides, _, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
@@ -181,14 +182,16 @@ def _qconv2d(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     uneven = begin != end or begin[0] != begin[1]
     if uneven:
         data, pad = _zero_padded(ctx, node, begin, end), 0
-    config = conv_config(data, w.shape, ctx.type_of(node.outputs[0]).shape, strides[0], pad, 1)
+    groups = attrs["group"]
+    out_shape = ctx.type_of(node.outputs[0]).shape
+    config = conv_config(data, w.shape, out_shape, strides[0], pad, 1, groups)
     if uneven:
         config = replace(config, pack_data=True)  # pack from the padded copy, not in the loop
-    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0], config)
+    ic_bn, oc_bn = kernel_blocks(w.shape[1], w.shape[0] // groups, config)
     packed = ctx.add_constant(
         f"{node.inputs[1]}.nchwc{ic_bn}x{oc_bn}", pack_kernel(w, ic_bn, oc_bn)
     )
-    op = conv2d_nchwc(data, packed, strides[0], pad, 1, None, finish, config, ACC)
+    op = conv2d_nchwc(data, packed, strides[0], pad, 1, None, finish, config, ACC, groups)
     return schedule_conv2d_nchwc(op, config), [op.out]
 
 
@@ -203,14 +206,16 @@ def _qconv2d_direct(
     ctx: GroupContext, node: Node, finish: Any, begin: list, end: list, strides: list
 ) -> Result:
     x, w = ctx.get(node.inputs[0]), ctx.get(node.inputs[1])
-    _, c, kh, kw = w.shape
+    o, c, kh, kw = w.shape  # c: the input channels of a group
+    per_group = o // _attrs(node)["group"]
     shape = ctx.type_of(node.outputs[0]).shape
     padded = pad_image(x, begin, end, te.const(0, "int8")) if any(begin + end) else None
     rc, ry, rx = (te.reduce_axis((0, n), name) for n, name in ((c, "rc"), (kh, "ry"), (kw, "rx")))
 
     def body(n: Any, k: Any, y: Any, xx: Any) -> Any:
         iy, ix = y * strides[0] + ry, xx * strides[1] + rx
-        v = padded[n, rc, iy, ix] if padded is not None else x((n, rc, iy, ix))
+        ic = rc if per_group == o else k // per_group * c + rc  # the input channel of k's group
+        v = padded[n, ic, iy, ix] if padded is not None else x((n, ic, iy, ix))
         return te.sum(v.astype(ACC) * w((k, rc, ry, rx)).astype(ACC), axis=[rc, ry, rx])
 
     red = te.compute(shape, body, name="qconv")

@@ -216,6 +216,23 @@ def test_cyclesim_costs_are_deterministic_and_the_output_is_checked(builder, cyc
     assert len({r.cost for r in first}) > 1  # the knobs change the cycles
 
 
+def test_a_depthwise_vta_task_is_extracted_with_its_groups_and_measured(builder, cyclesim):
+    """A grouped conv's tuning workload carries ``groups``; its template builds the grouped
+    kernel, and each trial's output is checked against the grouped int8 reference."""
+    from tensorforge.compiler.vta import conv2d
+    from tensorforge.compiler.vta.kernel import tuning_workload
+
+    cfg = HWConfig.preset("tiny")
+    kern = conv2d(cfg, (1, 8, 6, 6), np.ones((8, 1, 3, 3), np.int8), padding=1, groups=8)
+    wl = tuning_workload(cfg, kern.workload, False)
+    assert wl == {**TINY_CONV, "groups": 8}
+    task = Task("vta.conv2d", wl, "vta -config=tiny")
+    assert task.flops == 2 * 8 * 36 * 9  # one input channel per output channel
+    configs = [c.values for c in task.space][:4]
+    results = measure(task, configs, builder, cyclesim)
+    assert configs and all(r.ok for r in results), [r.message for r in results]
+
+
 # ---- logs ----------------------------------------------------------------------------------------
 
 
