@@ -26,6 +26,7 @@ from ...runtime.program import UOP_BLOB, ProgramBuilder, ProgramImage
 from .passes import (
     Emitted,
     check_sram_capacity,
+    constant_adds_to_gemm,
     dedupe_uop_kernels,
     fold_uop_loops,
     insert_dependency_tokens,
@@ -47,6 +48,9 @@ def lower_tile_program(
     """
     if verify:
         verify_tile_program(prog, False, "lowering")
+    prog = constant_adds_to_gemm(prog, cfg)  # the bias on the GEMM core: twice the ALU's rate
+    if verify:
+        verify_tile_program(prog, False, "constant_adds_to_gemm")
     prog = fold_uop_loops(prog)  # at most two loop levels per GEMM/ALU
     if verify:
         verify_tile_program(prog, True, "fold_uop_loops")

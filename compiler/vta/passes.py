@@ -1,6 +1,8 @@
 """Passes over the accelerator's tile program and instruction stream (pure functions).
 
 Pipeline order (``vta.generate_program`` runs them):
+0. ``constant_adds_to_gemm``: an ALU ADD of a constant accumulator vector (the bias) becomes a
+   GEMM against one constant input entry, one step per cycle instead of two.
 1. ``fold_uop_loops``: drop unit loops, fuse contiguous ones, keep at most two (the GEMM/ALU
    ``iter_out``/``iter_in`` fields) and unroll the rest into micro-ops.
 2. ``check_sram_capacity``: every buffer fits its SRAM, every access stays inside its buffer.
@@ -15,15 +17,153 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ...hw.config import HWConfig
-from ...hw.isa import LOOP_ITER_WIDTH, FinishInsn, Insn, Stage, Uop, describe, stage_of
+from ...hw.isa import LOOP_ITER_WIDTH, AluOp, FinishInsn, Insn, Stage, Uop, describe, stage_of
 from ...hw.tokens import LINKS
 from ...sim.functional import SimError, TokenStepper, validate_program
 from ..tir.stmt import LoweringError
-from .tile import SCOPES, Alu, Gemm, Load, Loop, Stmt, Store, TileProgram, memory_scopes
+from .tile import (
+    SCOPES,
+    Alloc,
+    Alu,
+    Gemm,
+    Load,
+    Loop,
+    Stmt,
+    Store,
+    TileProgram,
+    memory_scopes,
+)
 
 MAX_LOOPS = 2  # the GEMM/ALU instruction has two loop levels around its micro-ops
 MAX_ITER = (1 << LOOP_ITER_WIDTH) - 1
+
+
+# ---- 0. constant additions on the GEMM core ------------------------------------------------
+
+# The constant input entry of ``constant_adds_to_gemm``: lane 0 holds 1, the others this.
+GEMM_ADD_LANE = 127
+
+
+def constant_adds_to_gemm(prog: TileProgram, cfg: HWConfig) -> TileProgram:
+    """Turn each ALU ADD of a constant accumulator buffer (the bias) into a GEMM.
+
+    A tensor-tensor ALU ADD issues one step every two cycles (its operand takes the ACC read
+    port a second time: ``hw.timing.alu_ii``), a GEMM one per cycle. A constant ``c`` (BATCH
+    rows alike) is ``sum_k v[k] * w[k]`` for the input entry ``v = (1, 127, ..., 127)`` and
+    int8 weights ``w`` (``gemm_add_weights``), so ``acc[d] += c[s]`` becomes a GEMM step with
+    src the one ``v`` entry and wgt entry ``s`` of a weight buffer laid out as the constant
+    buffer was. The GEMM core accumulates int32 with the same wrap-around as the ALU's ADD, and
+    additions commute, so results are bit-exact.
+
+    Applies to an acc buffer that only whole-entry LOADs without padding from constant blobs
+    write and only ALU ADDs read as their operand, whose every value ``gemm_add_weights``
+    represents, when the new INP and WGT buffers fit their SRAMs; any other program is
+    returned unchanged.
+    """
+    blobs = dict(prog.constants)
+    names = {a.name for a in prog.allocs}
+    scopes = memory_scopes(cfg)
+    used = {sc: sum(a.size for a in prog.allocs if a.scope == sc) for sc in SCOPES}
+    for a in prog.allocs:
+        if a.scope != "acc":
+            continue
+        loads = [s for s in prog.stmts if isinstance(s, Load) and s.buf == a.name]
+        adds = [s for s in prog.stmts if isinstance(s, Alu) and s.src == a.name]
+        other = [s for s in prog.stmts if s not in loads and s not in adds and a.name in
+                 _buffers(s)]  # fmt: skip
+        if not loads or not adds or other or any(s.op != AluOp.ADD for s in adds):
+            continue
+        if any(s.acc_8bit or s.tensor not in blobs or _padded(s) for s in loads):
+            continue
+        values = _loaded_entries(a.size, loads, blobs, cfg)
+        weights = None if values is None else gemm_add_weights(values, cfg)
+        wname, vname = f"{a.name}.wgt", f"{a.name}.ones"
+        if weights is None or {wname, vname} & names or f"{wname}.blob" in blobs:
+            continue
+        if used["wgt"] + a.size > scopes["wgt"].depth or used["inp"] + 1 > scopes["inp"].depth:
+            continue
+        ones = np.full((cfg.batch, cfg.block_in), GEMM_ADD_LANE, np.int8)
+        ones[:, 0] = 1
+        wblob, vblob = f"{wname}.blob", f"{vname}.blob"
+        stmts: list[Stmt] = []
+        for s in prog.stmts:
+            if s in loads:
+                if s is loads[0]:
+                    stmts.append(Load(vblob, vname, 0, 0, 1, 1, 1))
+                stmts.append(replace(s, tensor=wblob, buf=wname))
+            elif s in adds:
+                uops = tuple(Uop(u.dst_idx, 0, u.src_idx) for u in s.uops)
+                loops = tuple(Loop(lp.extent, lp.dst, 0, lp.src) for lp in s.loops)
+                stmts.append(Gemm(s.dst, vname, wname, uops, loops))
+            else:
+                stmts.append(s)
+        allocs = tuple(x for x in prog.allocs if x.name != a.name) + (
+            Alloc(vname, "inp", 1), Alloc(wname, "wgt", a.size))  # fmt: skip
+        constants = (*prog.constants, (vblob, ones.tobytes()), (wblob, weights.tobytes()))
+        return constant_adds_to_gemm(
+            replace(prog, allocs=allocs, stmts=tuple(stmts), constants=constants), cfg
+        )
+    return prog
+
+
+def gemm_add_weights(values: np.ndarray, cfg: HWConfig) -> np.ndarray | None:
+    """int8 weight entries ``w`` with ``sum_k v[k] * w[e, o, k] == values[e, b, o]`` for the
+    input entry ``v = (1, 127, ..., 127)`` of ``constant_adds_to_gemm``; None when the BATCH
+    rows of an entry differ or a value is out of the representable range (about +-127 * 128 *
+    (BLOCK_IN - 1))."""
+    if values.ndim != 3 or (values != values[:, :1]).any():
+        return None
+    c = values[:, 0, :].astype(np.int64)  # (entries, BLOCK_OUT)
+    n = cfg.block_in - 1
+    if n == 0:  # the input entry is (1,): each value must itself be an int8
+        return c[..., None].astype(np.int8) if ((c >= -128) & (c <= 127)).all() else None
+    q = np.floor_divide(c + GEMM_ADD_LANE // 2, GEMM_ADD_LANE)  # nearest multiple of 127
+    r = c - GEMM_ADD_LANE * q  # in [-63, 63]: lane 0's weight
+    if (q > 127 * n).any() or (q < -128 * n).any():
+        return None
+    w = np.zeros((*c.shape, cfg.block_in), np.int64)
+    w[..., 0] = r
+    left = q.copy()
+    for k in range(1, n + 1):  # greedy: each lane takes what it can
+        take = np.clip(left, -128, 127)
+        w[..., k] = take
+        left -= take
+    assert not left.any() and (w[..., 0] + GEMM_ADD_LANE * w[..., 1:].sum(-1) == c).all()
+    return w.astype(np.int8)
+
+
+def _buffers(s: Stmt) -> tuple[str | None, ...]:
+    if isinstance(s, (Load, Store)):
+        return (s.buf,)
+    if isinstance(s, Gemm):
+        return (s.dst, s.src, s.wgt)
+    return (s.dst, s.src)
+
+
+def _padded(s: Load) -> bool:
+    return bool(s.y_pad_0 or s.y_pad_1 or s.x_pad_0 or s.x_pad_1)
+
+
+def _loaded_entries(
+    size: int, loads: list[Load], blobs: dict[str, bytes], cfg: HWConfig
+) -> np.ndarray | None:
+    """(size, BATCH, BLOCK_OUT) int32 values the LOADs leave in an acc buffer (None when some
+    entry is not written or a LOAD reads past its blob)."""
+    out = np.zeros((size, cfg.batch, cfg.block_out), np.int64)
+    written = np.zeros(size, bool)
+    for s in loads:
+        data = np.frombuffer(blobs[s.tensor], np.int32).reshape(-1, cfg.batch, cfg.block_out)
+        for y in range(s.y_size):
+            src = s.dram_offset + y * s.x_stride
+            dst = s.sram_offset + y * s.x_size
+            if src + s.x_size > len(data) or dst + s.x_size > size:
+                return None
+            out[dst : dst + s.x_size] = data[src : src + s.x_size]
+            written[dst : dst + s.x_size] = True
+    return out if written.all() else None
 
 
 # ---- 1. micro-op loops ---------------------------------------------------------------------
