@@ -14,13 +14,26 @@ Pipeline order (``vta.generate_program`` runs them):
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ...hw.config import HWConfig
-from ...hw.isa import LOOP_ITER_WIDTH, AluOp, FinishInsn, Insn, Stage, Uop, describe, stage_of
+from ...hw.isa import (
+    LOOP_ITER_WIDTH,
+    AluOp,
+    FinishInsn,
+    Insn,
+    MemInsn,
+    MemType,
+    Opcode,
+    Stage,
+    Uop,
+    describe,
+    stage_of,
+)
 from ...hw.tokens import LINKS
 from ...sim.functional import SimError, TokenStepper, validate_program
 from ..tir.stmt import LoweringError
@@ -60,8 +73,8 @@ def constant_adds_to_gemm(prog: TileProgram, cfg: HWConfig) -> TileProgram:
 
     Applies to an acc buffer that only whole-entry LOADs without padding from constant blobs
     write and only ALU ADDs read as their operand, whose every value ``gemm_add_weights``
-    represents, when the new INP and WGT buffers fit their SRAMs; any other program is
-    returned unchanged.
+    represents, when the new INP and WGT buffers fit their SRAMs and the ADD steps saved
+    outweigh the larger LOADs (``_gemm_add_pays``); any other program is returned unchanged.
     """
     blobs = dict(prog.constants)
     names = {a.name for a in prog.allocs}
@@ -84,6 +97,8 @@ def constant_adds_to_gemm(prog: TileProgram, cfg: HWConfig) -> TileProgram:
         if weights is None or {wname, vname} & names or f"{wname}.blob" in blobs:
             continue
         if used["wgt"] + a.size > scopes["wgt"].depth or used["inp"] + 1 > scopes["inp"].depth:
+            continue
+        if not _gemm_add_pays(loads, adds, cfg):
             continue
         ones = np.full((cfg.batch, cfg.block_in), GEMM_ADD_LANE, np.int8)
         ones[:, 0] = 1
@@ -133,6 +148,26 @@ def gemm_add_weights(values: np.ndarray, cfg: HWConfig) -> np.ndarray | None:
         left -= take
     assert not left.any() and (w[..., 0] + GEMM_ADD_LANE * w[..., 1:].sum(-1) == c).all()
     return w.astype(np.int8)
+
+
+def _gemm_add_pays(loads: list[Load], adds: list[Alu], cfg: HWConfig) -> bool:
+    """Whether the GEMM form saves more cycles than it adds (sim/latency.py's formulas).
+
+    It saves one cycle per ADD step and the compute stage's ACC LOADs of the constants; it adds
+    the load stage's WGT LOADs, whose entries (BLOCK_OUT x BLOCK_IN int8) are larger than the
+    ACC entries they replace: a layer with few output pixels per channel (ResNet-18's 7x7
+    layers) adds fewer steps than it loads bytes, and its load stage is its bottleneck.
+    """
+    from ...sim.latency import TimingParams, load_cycles
+
+    p = TimingParams.for_config(cfg)
+
+    def cycles(mt: MemType) -> int:
+        return sum(load_cycles(MemInsn(Opcode.LOAD, mt, 0, s.dram_offset, s.y_size, s.x_size,
+                                       s.x_stride), cfg, p) for s in loads)  # fmt: skip
+
+    steps = sum(len(s.uops) * math.prod(lp.extent for lp in s.loops) for s in adds)
+    return steps + cycles(MemType.ACC) > cycles(MemType.WGT)
 
 
 def _buffers(s: Stmt) -> tuple[str | None, ...]:

@@ -339,7 +339,7 @@ def test_the_bias_is_added_on_the_gemm_core_bit_exact(config: str, vthreads: int
     cfg = HWConfig.preset(config)
     rng = np.random.default_rng(vthreads)
     ic, oc = 2 * cfg.block_in + 1, 2 * cfg.block_out + 3
-    x = rng.integers(-128, 128, (1, ic, 6, 5), dtype=np.int8)
+    x = rng.integers(-128, 128, (1, ic, 12, 10), dtype=np.int8)  # 120 pixels: the GEMM pays
     w = rng.integers(-128, 128, (oc, ic, 3, 3), dtype=np.int8)
     b = rng.integers(-30000, 30000, oc, dtype=np.int32)
     p = requant_params(2.0**-11, cfg, mode="shift", relu=False)
@@ -365,6 +365,19 @@ def test_a_bias_out_of_the_gemm_range_stays_an_alu_add_and_is_exact() -> None:
     assert _alu_adds(kern.image) == 1
     out, _ = kern.run(x)
     assert np.array_equal(out, conv2d_int8(x, w, b, requant=p))
+
+
+def test_few_output_pixels_keep_the_alu_add() -> None:
+    """7x7 outputs on pynq: 49 ADD steps per channel block save less than loading a 256-byte
+    weight entry instead of a 64-byte accumulator entry costs (ResNet-18's C10-C12)."""
+    cfg = HWConfig.preset("pynq")
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (1, 32, 7, 7), dtype=np.int8)
+    w = rng.integers(-128, 128, (32, 32, 1, 1), dtype=np.int8)
+    b = rng.integers(-3000, 3000, 32, dtype=np.int32)
+    assert _alu_adds(conv2d(cfg, x.shape, w, b, shift=8).image) == 1
+    x = rng.integers(-128, 128, (1, 32, 14, 14), dtype=np.int8)
+    assert _alu_adds(conv2d(cfg, x.shape, w, b, shift=8).image) == 0
 
 
 def test_constant_adds_to_gemm_leaves_a_non_constant_operand_alone() -> None:
