@@ -7,7 +7,7 @@ import pytest
 
 from tensorforge.compiler.tir.stmt import LoweringError
 from tensorforge.compiler.vta import Conv2dSchedule, conv2d
-from tensorforge.compiler.vta.codegen import generate_program
+from tensorforge.compiler.vta.codegen import generate_program, lower_tile_program
 from tensorforge.compiler.vta.passes import (
     Emitted,
     check_sram_capacity,
@@ -16,6 +16,7 @@ from tensorforge.compiler.vta.passes import (
     fold_loops,
     gemm_add_weights,
     insert_dependency_tokens,
+    stream_resident_loads,
     verify_tokens,
 )
 from tensorforge.compiler.vta.tile import (
@@ -387,3 +388,66 @@ def test_constant_adds_to_gemm_leaves_a_non_constant_operand_alone() -> None:
                        (Load("R", "r", 0, 0, 1, 4, 4), add),
                        inputs=(("R", (4, 1, 4), "int32"),))  # fmt: skip
     assert constant_adds_to_gemm(prog, TINY) is prog
+
+
+# ---- resident weights streamed in by first use ---------------------------------------------
+
+
+def _two_gemm_program() -> TileProgram:
+    """Resident weights of 8 entries, loaded whole; GEMM 1 reads entries 0-3, GEMM 2 4-7."""
+    g1 = Gemm("a", "x", "w", (Uop(0, 0, 0),), (Loop(4, 0, 0, 1),))
+    g2 = Gemm("a", "x", "w", (Uop(0, 0, 4),), (Loop(4, 0, 0, 1),))
+    stmts = (Load("W", "w", 0, 0, 1, 8, 8), Load("X", "x", 0, 0, 1, 1, 1), g1,
+             Load("X", "x", 0, 1, 1, 1, 1), g2, Store("Y", "a", 0, 0, 1, 1, 1))  # fmt: skip
+    allocs = (Alloc("a", "acc", 1), Alloc("x", "inp", 1), Alloc("w", "wgt", 8))
+    return TileProgram("two", allocs, stmts, inputs=(("X", (2, 1, 4), "int8"),),
+                       outputs=(("Y", (1, 1, 4), "int8"),),
+                       constants=(("W", bytes(8 * 16)),))  # fmt: skip
+
+
+def test_stream_resident_loads_loads_each_part_before_its_first_gemm() -> None:
+    prog, regions = stream_resident_loads(_two_gemm_program())
+    lines = format_program(prog).splitlines()[4:]
+    assert lines == [
+        "  LOAD X[0] -> x[0] 1x1/1 pad=(0, 0, 0, 0)",
+        "  LOAD W[0] -> w[0] 1x4/4 pad=(0, 0, 0, 0)",
+        "  GEMM a += x.w uops=1 loops=[4:d0,s0,w1]",
+        "  LOAD X[1] -> x[0] 1x1/1 pad=(0, 0, 0, 0)",
+        "  LOAD W[4] -> w[4] 1x4/4 pad=(0, 0, 0, 0)",
+        "  GEMM a += x.w uops=1 loops=[4:d0,s0,w1]",
+        "  STORE a[0] -> Y[0] 1x1/1",
+    ]
+    assert regions == {1: ("w#2",), 2: ("w#2",), 4: ("w#4",), 5: ("w#4",)}
+
+
+def test_stream_resident_loads_lets_the_first_gemm_wait_for_its_part_only() -> None:
+    _, stream, _ = lower_tile_program(_two_gemm_program(), TINY)
+    insns = [e.insn for e in stream]
+    loads = [i for i, x in enumerate(insns) if isinstance(x, MemInsn) and x.opcode == Opcode.LOAD]
+    first_gemm = next(i for i, x in enumerate(insns) if isinstance(x, GemmInsn))
+    # the second part's LOAD comes after the first GEMM in the stream, which did not wait for it
+    assert [insns[i].x_size for i in loads if insns[i].memory_type == MemType.WGT] == [4, 4]
+    assert loads[-1] > first_gemm
+
+
+def test_streamed_resident_weights_are_bit_exact_and_take_fewer_cycles(monkeypatch) -> None:
+    from tensorforge.compiler.quantize import conv2d_int8, requant_params
+    from tensorforge.compiler.vta import codegen
+
+    cfg = HWConfig.preset("pynq")
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, (1, 64, 8, 8), dtype=np.int8)
+    w = rng.integers(-128, 128, (128, 64, 1, 1), dtype=np.int8)
+    b = rng.integers(-3000, 3000, 128, dtype=np.int32)
+    p = requant_params(2.0**-10, cfg, mode="shift", relu=True)
+    sched = Conv2dSchedule(tile_h=2, tile_oc=8, tile_ic=1, vthreads=2, resident_weights=True)
+    kern = conv2d(cfg, x.shape, w, b, requant=p, schedule=sched)
+    wgt_loads = [i for i in kern.image.instructions()
+                 if isinstance(i, MemInsn) and i.memory_type == MemType.WGT]  # fmt: skip
+    assert len(wgt_loads) > 2  # the weights in parts
+    out, _ = kern.run(x)
+    assert np.array_equal(out, conv2d_int8(x, w, b, requant=p))
+    monkeypatch.setattr(codegen, "stream_resident_loads", lambda prog: (prog, {}))
+    whole = conv2d(cfg, x.shape, w, b, requant=p, schedule=sched)
+    streamed = simulate_timing(kern.image.instructions(), cfg).cycles
+    assert streamed < simulate_timing(whole.image.instructions(), cfg).cycles
