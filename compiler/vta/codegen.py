@@ -20,15 +20,19 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...hw.config import HWConfig
 from ...hw.isa import AluInsn, GemmInsn, MemInsn, MemType, Opcode
 from ...runtime.program import UOP_BLOB, ProgramBuilder, ProgramImage
 from .passes import (
     Emitted,
     check_sram_capacity,
+    constant_adds_to_gemm,
     dedupe_uop_kernels,
     fold_uop_loops,
     insert_dependency_tokens,
+    stream_resident_loads,
     verify_tile_program,
     verify_tokens,
 )
@@ -47,9 +51,13 @@ def lower_tile_program(
     """
     if verify:
         verify_tile_program(prog, False, "lowering")
+    prog = constant_adds_to_gemm(prog, cfg)  # the bias on the GEMM core: twice the ALU's rate
+    if verify:
+        verify_tile_program(prog, False, "constant_adds_to_gemm")
     prog = fold_uop_loops(prog)  # at most two loop levels per GEMM/ALU
     if verify:
         verify_tile_program(prog, True, "fold_uop_loops")
+    prog, regions = stream_resident_loads(prog)  # resident weights loaded by first use
     bases = check_sram_capacity(prog, cfg)  # buffer placement; fails before any encoding
     stmts = prog.stmts
     kernels = [_absolute_uops(s, bases) for s in stmts if isinstance(s, (Gemm, Alu))]
@@ -60,12 +68,19 @@ def lower_tile_program(
         load = MemInsn(Opcode.LOAD, MemType.UOP, 0, 0, 1, n, n)
         stream.append(Emitted(load, UOP_BLOB, writes=("uop",)))
     k = iter(zip(kernels, offsets, strict=True))
-    for s in stmts:
+    for i, s in enumerate(stmts):
         if isinstance(s, (Gemm, Alu)):
             uops, offset = next(k)
-            stream.append(_lower_compute(s, offset, len(uops)))
+            e = _lower_compute(s, offset, len(uops))
         else:
-            stream.append(_lower_copy(s, prog, bases))
+            e = _lower_copy(s, prog, bases)
+        if i in regions:  # parts of streamed resident buffers: hazards per part
+            if isinstance(s, Load):
+                e = replace(e, writes=regions[i])
+            else:
+                split = {r.split("#")[0] for r in regions[i]}
+                e = replace(e, reads=tuple(b for b in e.reads if b not in split) + regions[i])
+        stream.append(e)
     stream = insert_dependency_tokens(stream)  # push/pop flags + FINISH
     return prog, stream, blob
 

@@ -1,29 +1,308 @@
 """Passes over the accelerator's tile program and instruction stream (pure functions).
 
 Pipeline order (``vta.generate_program`` runs them):
-1. ``fold_uop_loops``: drop unit loops, fuse contiguous ones, keep at most two (the GEMM/ALU
+1. ``constant_adds_to_gemm``: an ALU ADD of a constant accumulator vector (the bias) becomes a
+   GEMM against one constant input entry, one step per cycle instead of two.
+2. ``fold_uop_loops``: drop unit loops, fuse contiguous ones, keep at most two (the GEMM/ALU
    ``iter_out``/``iter_in`` fields) and unroll the rest into micro-ops.
-2. ``check_sram_capacity``: every buffer fits its SRAM, every access stays inside its buffer.
-3. ``dedupe_uop_kernels``: one copy of each distinct micro-op kernel in the micro-op blob.
-4. ``insert_dependency_tokens``: push/pop flags for every cross-stage hazard.
-5. ``verify_tokens``: the stream runs to FINISH with balanced tokens (no deadlock).
+3. ``stream_resident_loads``: resident weights are loaded in parts, each before the GEMM that
+   first reads it, with hazards per part (a GEMM waits for its parts, not all the weights).
+4. ``check_sram_capacity``: every buffer fits its SRAM, every access stays inside its buffer.
+5. ``dedupe_uop_kernels``: one copy of each distinct micro-op kernel in the micro-op blob.
+6. ``insert_dependency_tokens``: push/pop flags for every cross-stage hazard.
+7. ``verify_tokens``: the stream runs to FINISH with balanced tokens (no deadlock).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ...hw.config import HWConfig
-from ...hw.isa import LOOP_ITER_WIDTH, FinishInsn, Insn, Stage, Uop, describe, stage_of
+from ...hw.isa import (
+    LOOP_ITER_WIDTH,
+    AluOp,
+    FinishInsn,
+    Insn,
+    MemInsn,
+    MemType,
+    Opcode,
+    Stage,
+    Uop,
+    describe,
+    stage_of,
+)
 from ...hw.tokens import LINKS
 from ...sim.functional import SimError, TokenStepper, validate_program
 from ..tir.stmt import LoweringError
-from .tile import SCOPES, Alu, Gemm, Load, Loop, Stmt, Store, TileProgram, memory_scopes
+from .tile import (
+    SCOPES,
+    Alloc,
+    Alu,
+    Gemm,
+    Load,
+    Loop,
+    Stmt,
+    Store,
+    TileProgram,
+    memory_scopes,
+)
 
 MAX_LOOPS = 2  # the GEMM/ALU instruction has two loop levels around its micro-ops
 MAX_ITER = (1 << LOOP_ITER_WIDTH) - 1
+
+
+# ---- 1. constant additions on the GEMM core ------------------------------------------------
+
+# The constant input entry of ``constant_adds_to_gemm``: lane 0 holds 1, the others this.
+GEMM_ADD_LANE = 127
+
+
+def constant_adds_to_gemm(prog: TileProgram, cfg: HWConfig) -> TileProgram:
+    """Turn each ALU ADD of a constant accumulator buffer (the bias) into a GEMM.
+
+    A tensor-tensor ALU ADD issues one step every two cycles (its operand takes the ACC read
+    port a second time: ``hw.timing.alu_ii``), a GEMM one per cycle. A constant ``c`` (BATCH
+    rows alike) is ``sum_k v[k] * w[k]`` for the input entry ``v = (1, 127, ..., 127)`` and
+    int8 weights ``w`` (``gemm_add_weights``), so ``acc[d] += c[s]`` becomes a GEMM step with
+    src the one ``v`` entry and wgt entry ``s`` of a weight buffer laid out as the constant
+    buffer was. The GEMM core accumulates int32 with the same wrap-around as the ALU's ADD, and
+    additions commute, so results are bit-exact.
+
+    Applies to an acc buffer that only whole-entry LOADs without padding from constant blobs
+    write and only ALU ADDs read as their operand, whose every value ``gemm_add_weights``
+    represents, when the new INP and WGT buffers fit their SRAMs and the ADD steps saved
+    outweigh the larger LOADs (``_gemm_add_pays``); any other program is returned unchanged.
+    """
+    blobs = dict(prog.constants)
+    names = {a.name for a in prog.allocs}
+    scopes = memory_scopes(cfg)
+    used = {sc: sum(a.size for a in prog.allocs if a.scope == sc) for sc in SCOPES}
+    for a in prog.allocs:
+        if a.scope != "acc":
+            continue
+        loads = [s for s in prog.stmts if isinstance(s, Load) and s.buf == a.name]
+        adds = [s for s in prog.stmts if isinstance(s, Alu) and s.src == a.name]
+        other = [s for s in prog.stmts if s not in loads and s not in adds and a.name in
+                 _buffers(s)]  # fmt: skip
+        if not loads or not adds or other or any(s.op != AluOp.ADD for s in adds):
+            continue
+        if any(s.acc_8bit or s.tensor not in blobs or _padded(s) for s in loads):
+            continue
+        values = _loaded_entries(a.size, loads, blobs, cfg)
+        weights = None if values is None else gemm_add_weights(values, cfg)
+        wname, vname = f"{a.name}.wgt", f"{a.name}.ones"
+        if weights is None or {wname, vname} & names or f"{wname}.blob" in blobs:
+            continue
+        if used["wgt"] + a.size > scopes["wgt"].depth or used["inp"] + 1 > scopes["inp"].depth:
+            continue
+        if not _gemm_add_pays(loads, adds, cfg):
+            continue
+        ones = np.full((cfg.batch, cfg.block_in), GEMM_ADD_LANE, np.int8)
+        ones[:, 0] = 1
+        wblob, vblob = f"{wname}.blob", f"{vname}.blob"
+        stmts: list[Stmt] = []
+        for s in prog.stmts:
+            if s in loads:
+                if s is loads[0]:
+                    stmts.append(Load(vblob, vname, 0, 0, 1, 1, 1))
+                stmts.append(replace(s, tensor=wblob, buf=wname))
+            elif s in adds:
+                uops = tuple(Uop(u.dst_idx, 0, u.src_idx) for u in s.uops)
+                loops = tuple(Loop(lp.extent, lp.dst, 0, lp.src) for lp in s.loops)
+                stmts.append(Gemm(s.dst, vname, wname, uops, loops))
+            else:
+                stmts.append(s)
+        allocs = tuple(x for x in prog.allocs if x.name != a.name) + (
+            Alloc(vname, "inp", 1), Alloc(wname, "wgt", a.size))  # fmt: skip
+        constants = (*prog.constants, (vblob, ones.tobytes()), (wblob, weights.tobytes()))
+        return constant_adds_to_gemm(
+            replace(prog, allocs=allocs, stmts=tuple(stmts), constants=constants), cfg
+        )
+    return prog
+
+
+def gemm_add_weights(values: np.ndarray, cfg: HWConfig) -> np.ndarray | None:
+    """int8 weight entries ``w`` with ``sum_k v[k] * w[e, o, k] == values[e, b, o]`` for the
+    input entry ``v = (1, 127, ..., 127)`` of ``constant_adds_to_gemm``; None when the BATCH
+    rows of an entry differ or a value is out of the representable range (about +-127 * 128 *
+    (BLOCK_IN - 1))."""
+    if values.ndim != 3 or (values != values[:, :1]).any():
+        return None
+    c = values[:, 0, :].astype(np.int64)  # (entries, BLOCK_OUT)
+    n = cfg.block_in - 1
+    if n == 0:  # the input entry is (1,): each value must itself be an int8
+        return c[..., None].astype(np.int8) if ((c >= -128) & (c <= 127)).all() else None
+    q = np.floor_divide(c + GEMM_ADD_LANE // 2, GEMM_ADD_LANE)  # nearest multiple of 127
+    r = c - GEMM_ADD_LANE * q  # in [-63, 63]: lane 0's weight
+    if (q > 127 * n).any() or (q < -128 * n).any():
+        return None
+    w = np.zeros((*c.shape, cfg.block_in), np.int64)
+    w[..., 0] = r
+    left = q.copy()
+    for k in range(1, n + 1):  # greedy: each lane takes what it can
+        take = np.clip(left, -128, 127)
+        w[..., k] = take
+        left -= take
+    assert not left.any() and (w[..., 0] + GEMM_ADD_LANE * w[..., 1:].sum(-1) == c).all()
+    return w.astype(np.int8)
+
+
+def _gemm_add_pays(loads: list[Load], adds: list[Alu], cfg: HWConfig) -> bool:
+    """Whether the GEMM form saves more cycles than it adds (sim/latency.py's formulas).
+
+    It saves one cycle per ADD step and the compute stage's ACC LOADs of the constants; it adds
+    the load stage's WGT LOADs, whose entries (BLOCK_OUT x BLOCK_IN int8) are larger than the
+    ACC entries they replace: a layer with few output pixels per channel (ResNet-18's 7x7
+    layers) adds fewer steps than it loads bytes, and its load stage is its bottleneck.
+    """
+    from ...sim.latency import TimingParams, load_cycles
+
+    p = TimingParams.for_config(cfg)
+
+    def cycles(mt: MemType) -> int:
+        return sum(load_cycles(MemInsn(Opcode.LOAD, mt, 0, s.dram_offset, s.y_size, s.x_size,
+                                       s.x_stride), cfg, p) for s in loads)  # fmt: skip
+
+    steps = sum(len(s.uops) * math.prod(lp.extent for lp in s.loops) for s in adds)
+    return steps + cycles(MemType.ACC) > cycles(MemType.WGT)
+
+
+def _buffers(s: Stmt) -> tuple[str | None, ...]:
+    if isinstance(s, (Load, Store)):
+        return (s.buf,)
+    if isinstance(s, Gemm):
+        return (s.dst, s.src, s.wgt)
+    return (s.dst, s.src)
+
+
+def _padded(s: Load) -> bool:
+    return bool(s.y_pad_0 or s.y_pad_1 or s.x_pad_0 or s.x_pad_1)
+
+
+def _loaded_entries(
+    size: int, loads: list[Load], blobs: dict[str, bytes], cfg: HWConfig
+) -> np.ndarray | None:
+    """(size, BATCH, BLOCK_OUT) int32 values the LOADs leave in an acc buffer (None when some
+    entry is not written or a LOAD reads past its blob)."""
+    out = np.zeros((size, cfg.batch, cfg.block_out), np.int64)
+    written = np.zeros(size, bool)
+    for s in loads:
+        data = np.frombuffer(blobs[s.tensor], np.int32).reshape(-1, cfg.batch, cfg.block_out)
+        for y in range(s.y_size):
+            src = s.dram_offset + y * s.x_stride
+            dst = s.sram_offset + y * s.x_size
+            if src + s.x_size > len(data) or dst + s.x_size > size:
+                return None
+            out[dst : dst + s.x_size] = data[src : src + s.x_size]
+            written[dst : dst + s.x_size] = True
+    return out if written.all() else None
+
+
+# ---- 3. resident weights streamed in by first use -----------------------------------------
+
+
+def stream_resident_loads(prog: TileProgram) -> tuple[TileProgram, dict[int, tuple[str, ...]]]:
+    """``stream_resident_load`` applied to every WGT buffer it applies to (the weights, and the
+    bias's weights of ``constant_adds_to_gemm``)."""
+    names: dict[int, tuple[str, ...]] = {}
+    done: set[str] = set()
+    while True:
+        prog, buf, more = stream_resident_load(prog, done, names)
+        if buf is None:
+            return prog, names
+        done.add(buf)
+        names = more
+
+
+def stream_resident_load(
+    prog: TileProgram, skip: set[str], names: dict[int, tuple[str, ...]]
+) -> tuple[TileProgram, str | None, dict[int, tuple[str, ...]]]:
+    """Split the one LOAD of resident weights into LOADs placed before the GEMM that first
+    reads each part, and name, per statement index, the regions a LOAD writes or a GEMM reads
+    (for ``insert_dependency_tokens``, in place of the buffer's name).
+
+    ``skip`` names buffers already split and ``names`` their region names by statement index
+    (carried over to the new indices); returns the program, the buffer split (None: none
+    left) and the region names.
+
+    Resident weights (``Conv2dSchedule.resident_weights``) were loaded whole before the first
+    GEMM, which waited for all of them: on ResNet-18's C11 (128 KB of weights) 43k of 78k
+    cycles. Each part now goes to the load stage in program order next to the input rows of its
+    first GEMM, and a GEMM waits only for the parts it reads. Applies to a WGT buffer that one
+    contiguous LOAD without padding writes before any GEMM reads it and nothing else writes;
+    the parts are the entries each GEMM reads first, one LOAD per run of consecutive entries.
+    """
+    scopes = {a.name: a.scope for a in prog.allocs}
+    stmts = list(prog.stmts)
+    for i, ld in enumerate(stmts):
+        if not isinstance(ld, Load) or scopes.get(ld.buf) != "wgt" or _padded(ld):
+            continue
+        if ld.buf in skip:
+            continue
+        if ld.y_size > 1 and ld.x_stride != ld.x_size:
+            continue
+        writers = [s for s in stmts if isinstance(s, Load) and s.buf == ld.buf]
+        gemms = [k for k, s in enumerate(stmts) if isinstance(s, Gemm) and not s.reset
+                 and s.wgt == ld.buf]  # fmt: skip
+        if len(writers) != 1 or not gemms or gemms[0] < i:
+            continue
+        lo, n = ld.sram_offset, ld.y_size * ld.x_size
+        seen: set[int] = set()
+        parts: dict[int, list[int]] = {}
+        reads: dict[int, set[int]] = {}
+        for k in gemms:
+            touched = set(_wgt_entries(stmts[k]).tolist())
+            if not all(lo <= e < lo + n for e in touched):
+                break
+            parts[k] = sorted(touched - seen)
+            seen |= touched
+            reads[k] = touched
+        else:
+            left = sorted(set(range(lo, lo + n)) - seen)  # read by no GEMM: with the first part
+            parts[gemms[0]] = sorted(parts[gemms[0]] + left)
+            region = {e: f"{ld.buf}#{k}" for k, es in parts.items() for e in es}
+            out: list[Stmt] = []
+            new: dict[int, tuple[str, ...]] = {}
+            for k, s in enumerate(stmts):
+                if k == i:
+                    continue
+                for a, b in _runs(parts.get(k, [])):
+                    new[len(out)] = (region[a],)
+                    out.append(replace(ld, sram_offset=a, dram_offset=ld.dram_offset + a - lo,
+                                       y_size=1, x_size=b - a, x_stride=b - a))  # fmt: skip
+                if k in names:
+                    new[len(out)] = names[k]
+                if k in reads:  # with the regions of another split buffer it reads
+                    mine = {region[e] for e in reads[k]}
+                    new[len(out)] = tuple(sorted(mine | set(new.get(len(out), ()))))
+                out.append(s)
+            return replace(prog, stmts=tuple(out)), ld.buf, new
+    return prog, None, names
+
+
+def _wgt_entries(s: Gemm) -> np.ndarray:
+    """The WGT indices (relative to the buffer) a GEMM's micro-op nest reads."""
+    idx = np.unique(np.array([u.wgt_idx for u in s.uops], np.int64))
+    for lp in s.loops:
+        if lp.wgt:
+            idx = np.unique((idx[None, :] + lp.wgt * np.arange(lp.extent)[:, None]).ravel())
+    return idx
+
+
+def _runs(entries: list[int]) -> list[tuple[int, int]]:
+    """[start, end) of each run of consecutive sorted entries."""
+    out: list[tuple[int, int]] = []
+    for e in entries:
+        if out and out[-1][1] == e:
+            out[-1] = (out[-1][0], e + 1)
+        else:
+            out.append((e, e + 1))
+    return out
 
 
 # ---- 1. micro-op loops ---------------------------------------------------------------------

@@ -7,13 +7,16 @@ import pytest
 
 from tensorforge.compiler.tir.stmt import LoweringError
 from tensorforge.compiler.vta import Conv2dSchedule, conv2d
-from tensorforge.compiler.vta.codegen import generate_program
+from tensorforge.compiler.vta.codegen import generate_program, lower_tile_program
 from tensorforge.compiler.vta.passes import (
     Emitted,
     check_sram_capacity,
+    constant_adds_to_gemm,
     dedupe_uop_kernels,
     fold_loops,
+    gemm_add_weights,
     insert_dependency_tokens,
+    stream_resident_loads,
     verify_tokens,
 )
 from tensorforge.compiler.vta.tile import (
@@ -29,7 +32,7 @@ from tensorforge.compiler.vta.tile import (
     format_program,
 )
 from tensorforge.hw.config import HWConfig
-from tensorforge.hw.isa import FinishInsn, GemmInsn, MemInsn, MemType, Opcode
+from tensorforge.hw.isa import AluInsn, FinishInsn, GemmInsn, MemInsn, MemType, Opcode
 from tensorforge.runtime.device.vta import LoadedProgram, open_device
 from tensorforge.sim.functional import DeadlockError, FunctionalSim
 from tensorforge.sim.memory import DeviceMemory
@@ -294,3 +297,157 @@ def test_the_tile_program_verifier_names_the_statement_and_the_pass(stmt, messag
     allocs = (Alloc("a", "acc", 2), Alloc("i", "inp", 4), Alloc("w", "wgt", 1))
     with pytest.raises(LoweringError, match=r"tile program 'v' after lowering: `.*` .*" + message):
         generate_program(TileProgram("v", allocs, (stmt,)), TINY)
+
+
+# ---- constant additions on the GEMM core ---------------------------------------------------
+
+
+@pytest.mark.parametrize("config", ["pynq", "tiny"])
+def test_gemm_add_weights_reproduce_every_constant_in_range(config: str) -> None:
+    cfg = HWConfig.preset(config)
+    n = cfg.block_in - 1
+    hi, lo = 127 * (127 * n) + 63, 127 * (-128 * n) - 63  # the extremes of the range
+    rng = np.random.default_rng(0)
+    c = rng.integers(lo, hi + 1, (5, 1, cfg.block_out)).astype(np.int32)
+    c[0, 0, :2] = hi, lo
+    values = np.repeat(c, cfg.batch, axis=1)
+    w = gemm_add_weights(values, cfg)
+    assert w is not None and w.dtype == np.int8 and w.shape == (5, cfg.block_out, cfg.block_in)
+    v = np.array([1] + [127] * n, np.int64)  # the constant input entry
+    assert np.array_equal(w.astype(np.int64) @ v, c[:, 0, :])
+    for bad in (hi + 1, lo - 1):
+        values[0, :, 0] = bad
+        assert gemm_add_weights(values, cfg) is None  # out of range: the ALU ADD stays
+
+
+def test_gemm_add_weights_needs_equal_batch_rows() -> None:
+    cfg = HWConfig.preset("pynq").replace(log_batch=1)
+    values = np.zeros((1, 2, cfg.block_out), np.int32)
+    values[0, 1, 3] = 5
+    assert gemm_add_weights(values, cfg) is None
+
+
+def _alu_adds(image) -> int:  # type: ignore[no-untyped-def]
+    """Tensor-tensor ALU ADDs (the ones that read a second accumulator) of a program image."""
+    return sum(isinstance(i, AluInsn) and i.alu_opcode == AluOp.ADD and not i.use_imm
+               for i in image.instructions())  # fmt: skip
+
+
+@pytest.mark.parametrize(("config", "vthreads"), [("pynq", 2), ("tiny", 1), ("tiny", 2)])
+def test_the_bias_is_added_on_the_gemm_core_bit_exact(config: str, vthreads: int) -> None:
+    from tensorforge.compiler.quantize import conv2d_int8, requant_params
+
+    cfg = HWConfig.preset(config)
+    rng = np.random.default_rng(vthreads)
+    ic, oc = 2 * cfg.block_in + 1, 2 * cfg.block_out + 3
+    x = rng.integers(-128, 128, (1, ic, 12, 10), dtype=np.int8)  # 120 pixels: the GEMM pays
+    w = rng.integers(-128, 128, (oc, ic, 3, 3), dtype=np.int8)
+    b = rng.integers(-30000, 30000, oc, dtype=np.int32)
+    p = requant_params(2.0**-11, cfg, mode="shift", relu=False)
+    kern = conv2d(cfg, x.shape, w, b, padding=1, requant=p, vthreads=vthreads)
+    adds = [s for s in kern.tile_program.stmts if isinstance(s, Alu) and s.src is not None]
+    assert adds and _alu_adds(kern.image) == 0  # the tile program's bias ADD became a GEMM
+    gemm_steps = sum(isinstance(i, GemmInsn) and not i.reset_reg for i in kern.image.instructions())
+    assert gemm_steps > 0
+    out, _ = kern.run(x)
+    assert np.array_equal(out, conv2d_int8(x, w, b, padding=1, requant=p))
+
+
+def test_a_bias_out_of_the_gemm_range_stays_an_alu_add_and_is_exact() -> None:
+    from tensorforge.compiler.quantize import conv2d_int8, requant_params
+
+    cfg = HWConfig.preset("tiny")  # BLOCK_IN 4: constants up to about 127 * 128 * 3
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (1, 4, 4, 4), dtype=np.int8)
+    w = rng.integers(-128, 128, (4, 4, 1, 1), dtype=np.int8)
+    b = np.array([1 << 20, -5, 7, -(1 << 20)], np.int32)
+    p = requant_params(2.0**-14, cfg, mode="shift", relu=False)
+    kern = conv2d(cfg, x.shape, w, b, requant=p)
+    assert _alu_adds(kern.image) == 1
+    out, _ = kern.run(x)
+    assert np.array_equal(out, conv2d_int8(x, w, b, requant=p))
+
+
+def test_few_output_pixels_keep_the_alu_add() -> None:
+    """7x7 outputs on pynq: 49 ADD steps per channel block save less than loading a 256-byte
+    weight entry instead of a 64-byte accumulator entry costs (ResNet-18's C10-C12)."""
+    cfg = HWConfig.preset("pynq")
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (1, 32, 7, 7), dtype=np.int8)
+    w = rng.integers(-128, 128, (32, 32, 1, 1), dtype=np.int8)
+    b = rng.integers(-3000, 3000, 32, dtype=np.int32)
+    assert _alu_adds(conv2d(cfg, x.shape, w, b, shift=8).image) == 1
+    x = rng.integers(-128, 128, (1, 32, 14, 14), dtype=np.int8)
+    assert _alu_adds(conv2d(cfg, x.shape, w, b, shift=8).image) == 0
+
+
+def test_constant_adds_to_gemm_leaves_a_non_constant_operand_alone() -> None:
+    """A residual's ADD reads a buffer loaded from an input slot, not from a constant."""
+    add = Alu(AluOp.ADD, "a", (Uop(0, 0),), (Loop(4, 1, 1),), src="r")
+    prog = TileProgram("res", (Alloc("a", "acc", 4), Alloc("r", "acc", 4)),
+                       (Load("R", "r", 0, 0, 1, 4, 4), add),
+                       inputs=(("R", (4, 1, 4), "int32"),))  # fmt: skip
+    assert constant_adds_to_gemm(prog, TINY) is prog
+
+
+# ---- resident weights streamed in by first use ---------------------------------------------
+
+
+def _two_gemm_program() -> TileProgram:
+    """Resident weights of 8 entries, loaded whole; GEMM 1 reads entries 0-3, GEMM 2 4-7."""
+    g1 = Gemm("a", "x", "w", (Uop(0, 0, 0),), (Loop(4, 0, 0, 1),))
+    g2 = Gemm("a", "x", "w", (Uop(0, 0, 4),), (Loop(4, 0, 0, 1),))
+    stmts = (Load("W", "w", 0, 0, 1, 8, 8), Load("X", "x", 0, 0, 1, 1, 1), g1,
+             Load("X", "x", 0, 1, 1, 1, 1), g2, Store("Y", "a", 0, 0, 1, 1, 1))  # fmt: skip
+    allocs = (Alloc("a", "acc", 1), Alloc("x", "inp", 1), Alloc("w", "wgt", 8))
+    return TileProgram("two", allocs, stmts, inputs=(("X", (2, 1, 4), "int8"),),
+                       outputs=(("Y", (1, 1, 4), "int8"),),
+                       constants=(("W", bytes(8 * 16)),))  # fmt: skip
+
+
+def test_stream_resident_loads_loads_each_part_before_its_first_gemm() -> None:
+    prog, regions = stream_resident_loads(_two_gemm_program())
+    lines = format_program(prog).splitlines()[4:]
+    assert lines == [
+        "  LOAD X[0] -> x[0] 1x1/1 pad=(0, 0, 0, 0)",
+        "  LOAD W[0] -> w[0] 1x4/4 pad=(0, 0, 0, 0)",
+        "  GEMM a += x.w uops=1 loops=[4:d0,s0,w1]",
+        "  LOAD X[1] -> x[0] 1x1/1 pad=(0, 0, 0, 0)",
+        "  LOAD W[4] -> w[4] 1x4/4 pad=(0, 0, 0, 0)",
+        "  GEMM a += x.w uops=1 loops=[4:d0,s0,w1]",
+        "  STORE a[0] -> Y[0] 1x1/1",
+    ]
+    assert regions == {1: ("w#2",), 2: ("w#2",), 4: ("w#4",), 5: ("w#4",)}
+
+
+def test_stream_resident_loads_lets_the_first_gemm_wait_for_its_part_only() -> None:
+    _, stream, _ = lower_tile_program(_two_gemm_program(), TINY)
+    insns = [e.insn for e in stream]
+    loads = [i for i, x in enumerate(insns) if isinstance(x, MemInsn) and x.opcode == Opcode.LOAD]
+    first_gemm = next(i for i, x in enumerate(insns) if isinstance(x, GemmInsn))
+    # the second part's LOAD comes after the first GEMM in the stream, which did not wait for it
+    assert [insns[i].x_size for i in loads if insns[i].memory_type == MemType.WGT] == [4, 4]
+    assert loads[-1] > first_gemm
+
+
+def test_streamed_resident_weights_are_bit_exact_and_take_fewer_cycles(monkeypatch) -> None:
+    from tensorforge.compiler.quantize import conv2d_int8, requant_params
+    from tensorforge.compiler.vta import codegen
+
+    cfg = HWConfig.preset("pynq")
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, (1, 64, 8, 8), dtype=np.int8)
+    w = rng.integers(-128, 128, (128, 64, 1, 1), dtype=np.int8)
+    b = rng.integers(-3000, 3000, 128, dtype=np.int32)
+    p = requant_params(2.0**-10, cfg, mode="shift", relu=True)
+    sched = Conv2dSchedule(tile_h=2, tile_oc=8, tile_ic=1, vthreads=2, resident_weights=True)
+    kern = conv2d(cfg, x.shape, w, b, requant=p, schedule=sched)
+    wgt_loads = [i for i in kern.image.instructions()
+                 if isinstance(i, MemInsn) and i.memory_type == MemType.WGT]  # fmt: skip
+    assert len(wgt_loads) > 2  # the weights in parts
+    out, _ = kern.run(x)
+    assert np.array_equal(out, conv2d_int8(x, w, b, requant=p))
+    monkeypatch.setattr(codegen, "stream_resident_loads", lambda prog: (prog, {}))
+    whole = conv2d(cfg, x.shape, w, b, requant=p, schedule=sched)
+    streamed = simulate_timing(kern.image.instructions(), cfg).cycles
+    assert streamed < simulate_timing(whole.image.instructions(), cfg).cycles
