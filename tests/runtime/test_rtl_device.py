@@ -31,6 +31,17 @@ from tensorforge.sim.functional import SramRangeError
 TINY = HWConfig.preset("tiny")
 
 
+def _assert_rtl_equals_sim_and_cyclesim(kern, x, rtl_simulator) -> None:  # type: ignore[no-untyped-def]
+    """`kern` on `x`: sim equals the numpy reference, the RTL equals sim bit for bit, and its
+    cycles equal cyclesim's with the testbench's RAM timing."""
+    want, _ = kern.run(x, "sim")
+    _, timed = kern.run(x, "cyclesim", timing=matched_timing(TINY))
+    got, result = kern.run(x, "rtl", simulator=rtl_simulator)
+    assert np.array_equal(want, kern.reference(x))
+    assert np.array_equal(got, want)
+    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+
+
 @pytest.mark.rtl
 def test_demo_matmul_on_rtl_equals_sim_and_cyclesim(rtl_simulator):
     kernel = build_matmul(TINY, 4, 16, 12, shift=5, tile_rows=2, seed=3)
@@ -53,12 +64,7 @@ def test_compiled_conv_on_rtl_equals_sim_and_cyclesim(rtl_simulator):
     bias = rng.integers(-2000, 2000, 8, dtype=np.int32)
     kern = conv2d(TINY, (1, 4, 6, 6), weight, bias, padding=1, shift=7, relu=True, vthreads=2)
     x = rng.integers(-128, 128, (1, 4, 6, 6), dtype=np.int8)
-    want, _ = kern.run(x, "sim")
-    _, timed = kern.run(x, "cyclesim", timing=matched_timing(TINY))
-    got, result = kern.run(x, "rtl", simulator=rtl_simulator)
-    assert np.array_equal(want, kern.reference(x))
-    assert np.array_equal(got, want)
-    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+    _assert_rtl_equals_sim_and_cyclesim(kern, x, rtl_simulator)
 
 
 @pytest.mark.rtl
@@ -70,12 +76,7 @@ def test_compiled_depthwise_conv_on_rtl_equals_sim_and_cyclesim(rtl_simulator):
     bias = rng.integers(-500, 500, 8, dtype=np.int32)
     kern = conv2d(TINY, (1, 8, 5, 5), weight, bias, padding=1, shift=5, groups=8, vthreads=2)
     x = rng.integers(-128, 128, (1, 8, 5, 5), dtype=np.int8)
-    want, _ = kern.run(x, "sim")
-    _, timed = kern.run(x, "cyclesim", timing=matched_timing(TINY))
-    got, result = kern.run(x, "rtl", simulator=rtl_simulator)
-    assert np.array_equal(want, kern.reference(x))
-    assert np.array_equal(got, want)
-    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+    _assert_rtl_equals_sim_and_cyclesim(kern, x, rtl_simulator)
 
 
 @pytest.mark.rtl
@@ -94,12 +95,7 @@ def test_streamed_resident_weights_on_rtl_equal_sim_and_cyclesim(rtl_simulator):
     adds = [i for i in insns if isinstance(i, AluInsn) and i.alu_opcode == AluOp.ADD]
     assert len(wgt_loads) > 2 and all(i.use_imm for i in adds)  # parts; the bias on the GEMM
     x = rng.integers(-128, 128, (1, 8, 4, 4), dtype=np.int8)
-    want, _ = kern.run(x, "sim")
-    _, timed = kern.run(x, "cyclesim", timing=matched_timing(TINY))
-    got, result = kern.run(x, "rtl", simulator=rtl_simulator)
-    assert np.array_equal(want, kern.reference(x))
-    assert np.array_equal(got, want)
-    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+    _assert_rtl_equals_sim_and_cyclesim(kern, x, rtl_simulator)
 
 
 def _raw_program(device, program: bytes):  # type: ignore[no-untyped-def]
