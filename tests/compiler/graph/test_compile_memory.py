@@ -4,6 +4,7 @@ the reference executor)."""
 
 from __future__ import annotations
 
+import gc
 import weakref
 
 import numpy as np
@@ -12,7 +13,12 @@ import pytest
 from tensorforge.compiler.frontend import from_onnx
 from tensorforge.compiler.frontend.onnx_builders import mlp
 from tensorforge.compiler.graph import compile as compile_mod
-from tensorforge.compiler.graph.compile import compile_graph, drop_constants, last_readers
+from tensorforge.compiler.graph.compile import (
+    compile_graph,
+    drop_constants,
+    kernel_garbage_collection,
+    last_readers,
+)
 from tensorforge.compiler.graph.passes import group_order, optimize
 from tensorforge.compiler.graph.reference import run_graph
 
@@ -65,3 +71,38 @@ def test_constants_the_module_keeps_or_later_kernels_read_are_not_dropped() -> N
     assert weight not in dropped.constants and all(v in dropped.constants for v in later)
     assert (dropped.groups, dropped.memory_plan) == (graph.groups, graph.memory_plan)
     assert drop_constants(graph, (), kept={}) is graph
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_kernel_garbage_collection_frees_cycles_and_unfreezes() -> None:
+    assert gc.get_freeze_count() == 0
+    with kernel_garbage_collection() as collect:
+        assert gc.get_freeze_count() > 0  # what was alive at entry is left out of each scan
+        cycle = _Cycle()
+        gone = weakref.ref(cycle)
+        del cycle
+        collect()
+        assert gone() is None
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), kernel_garbage_collection():
+        raise RuntimeError("a kernel failed")
+    assert gc.get_freeze_count() == 0
+
+
+def test_kernel_garbage_collection_leaves_a_disabled_collector_alone() -> None:
+    gc.disable()
+    try:
+        with kernel_garbage_collection() as collect:
+            assert gc.get_freeze_count() == 0
+            cycle = _Cycle()
+            kept = weakref.ref(cycle)
+            del cycle
+            collect()
+            assert kept() is not None  # no collection behind the caller's back
+    finally:
+        gc.enable()
+    gc.collect()
