@@ -21,6 +21,8 @@ from tensorforge.compiler.graph.compile import (
 )
 from tensorforge.compiler.graph.passes import group_order, optimize
 from tensorforge.compiler.graph.reference import run_graph
+from tensorforge.compiler.topi.x86.dense import pack_panels
+from tensorforge.runtime import ndarray as nd
 
 X = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
 
@@ -106,3 +108,20 @@ def test_kernel_garbage_collection_leaves_a_disabled_collector_alone() -> None:
     finally:
         gc.enable()
     gc.collect()
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "bn", "layout"), [(32, 5, 16, "NK"), (37, 6, 16, "NK"), (7, 3, 8, "KN")]
+)
+def test_pack_panels_packs_into_one_aligned_buffer(n: int, k: int, bn: int, layout: str) -> None:
+    """The panels are the kernel's constant as they are (nothing else is copied); the oracle is
+    numpy's pad-reshape-transpose of the weights."""
+    w = np.random.default_rng(n).standard_normal((n, k) if layout == "NK" else (k, n))
+    nk = w if layout == "NK" else w.T
+    padded = np.zeros((-(-n // bn) * bn, k), w.dtype)
+    padded[:n] = nk
+    want = padded.reshape(-1, bn, k).transpose(0, 2, 1)
+    got = pack_panels(w.astype(np.float32), bn, layout)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    assert got.flags.c_contiguous and got.ctypes.data % 64 == 0
+    assert nd.aligned(got) is got
