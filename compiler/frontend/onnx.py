@@ -129,7 +129,8 @@ class RawWeights:
         """Initializer number `index` as a read-only aligned array read from the file (None when
         its data stayed in the parsed model); its dims are checked before any allocation."""
         span = self.spans[index] if index < len(self.spans) else None
-        if span is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        external = tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.HasField("raw_data")
+        if span is None or external:  # (raw_data now: read from an external data file)
             return None
         dtype = np_dtype(tensor.data_type, where)
         try:
