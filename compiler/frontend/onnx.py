@@ -8,23 +8,28 @@ reported in one `UnsupportedOpError`. A file that is not a valid ONNX model rais
 input without a shape needs `input_shapes`, and no tensor may span more than
 `MAX_TENSOR_BYTES` (shape arithmetic is exact: a product that would wrap in int64 is caught).
 Inputs that an op's ONNX schema types alike (MatMul's A and B) must have one dtype, and every
-input a dtype its schema allows, as onnxruntime requires.
+input a dtype its schema allows, as onnxruntime requires. Large initializers are read from the
+file straight into their constants (`onnx_weights`): the weights are held once, not also in the
+parsed protobuf.
 """
 
 from __future__ import annotations
 
+import io
 import operator
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ...runtime import ndarray as nd
 from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, check_shape
 from ..graph.ops.shape import SHAPE_ONLY_OPS
 from ..graph.registry import ONNX_OPSETS, UnsupportedOpError, get_op, is_registered
+from .onnx_weights import Span, WireError, read_span, strip_raw_data
 
 # The op definitions the importer implements are those of opsets 13 to 21.
 MIN_OPSET, MAX_OPSET = ONNX_OPSETS
@@ -48,30 +53,107 @@ class UnsupportedDtypeError(OnnxImportError):
 
 def load_model(model: str | Path | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     """Parse and check a model; returns it with a name for messages (the file name)."""
+    proto, where, _ = read_model(model, in_place=False)
+    return proto, where
+
+
+def read_model(
+    model: str | Path | bytes | onnx.ModelProto, in_place: bool = True
+) -> tuple[onnx.ModelProto, str, RawWeights | None]:
+    """`load_model`; with `in_place` the large initializers' raw_data is left out of the parsed
+    model and read later, straight into each constant (`RawWeights`, to be closed). A model
+    the wire walker cannot follow is parsed whole (`onnx_weights`)."""
     if isinstance(model, onnx.ModelProto):
-        return model, "<ModelProto>"
-    where = "<bytes>"
-    if isinstance(model, str | Path):
-        where = str(model)
-        try:
-            data = Path(model).read_bytes()
-        except OSError as exc:
-            raise OnnxImportError(f"{where}: cannot read the ONNX file: {exc.strerror}") from None
-    else:
-        data = bytes(model)
-    if not data:
-        raise OnnxImportError(f"{where}: is not a valid ONNX model: the file is empty")
+        return model, "<ModelProto>", None
+    where = str(model) if isinstance(model, str | Path) else "<bytes>"
+    f = _open_model(model, where)
+    weights = None
     try:
-        proto = onnx.load_model_from_string(data)
+        size = f.seek(0, io.SEEK_END)
+        if not size:
+            raise OnnxImportError(f"{where}: is not a valid ONNX model: the file is empty")
+        proto, weights = _parse_in_place(f, size) if in_place else (None, None)
+        if proto is None:
+            f.seek(0)
+            proto = _parse(f.read(), where)
+    finally:
+        if weights is None:
+            f.close()
+    if not proto.HasField("graph") or not proto.graph.output:
+        if weights is not None:
+            weights.close()
+        raise OnnxImportError(f"{where}: is not a valid ONNX model: it has no graph outputs")
+    _load_external_data(proto, where, Path(model).parent if where != "<bytes>" else None)
+    return proto, where, weights
+
+
+def _open_model(model: str | Path | bytes, where: str) -> BinaryIO:
+    if not isinstance(model, str | Path):
+        return io.BytesIO(model)
+    try:
+        return open(model, "rb")  # noqa: SIM115  (closed by read_model or RawWeights.close)
+    except OSError as exc:
+        raise OnnxImportError(f"{where}: cannot read the ONNX file: {exc.strerror}") from None
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    try:
+        return onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf raises DecodeError and friends
         raise OnnxImportError(
             f"{where}: is not a valid ONNX model: protobuf parse failed ({type(exc).__name__}: "
             f"{exc})"
         ) from None
-    if not proto.HasField("graph") or not proto.graph.output:
-        raise OnnxImportError(f"{where}: is not a valid ONNX model: it has no graph outputs")
-    _load_external_data(proto, where, Path(model).parent if where != "<bytes>" else None)
-    return proto, where
+
+
+def _parse_in_place(f: BinaryIO, size: int) -> tuple[onnx.ModelProto | None, RawWeights | None]:
+    """The model parsed without its large raw_data, and where that lies; (None, None) when the
+    wire walker or protobuf cannot take it (the whole model is parsed then, for its error)."""
+    try:
+        stripped, spans = strip_raw_data(f, size)
+        proto = onnx.load_model_from_string(stripped)
+    except Exception:  # noqa: BLE001  (WireError, DecodeError: the full parse decides)
+        return None, None
+    if not any(spans):
+        return proto, None
+    return proto, RawWeights(f, spans)
+
+
+class RawWeights:
+    """The open model file and, per initializer, where its raw_data lies (`onnx_weights`)."""
+
+    def __init__(self, f: BinaryIO, spans: list[Span | None]) -> None:
+        self.f, self.spans = f, spans
+
+    def array(self, index: int, tensor: onnx.TensorProto, where: str) -> np.ndarray | None:
+        """Initializer number `index` as a read-only aligned array read from the file (None when
+        its data stayed in the parsed model); its dims are checked before any allocation."""
+        span = self.spans[index] if index < len(self.spans) else None
+        external = tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.HasField("raw_data")
+        if span is None or external:  # (raw_data now: read from an external data file)
+            return None
+        dtype = np_dtype(tensor.data_type, where)
+        try:
+            check_shape(list(tensor.dims), dtype)
+        except ShapeError as exc:
+            raise OnnxImportError(f"{where}: {exc}") from None
+        shape = tuple(tensor.dims)
+        expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if span[1] != expected:
+            raise OnnxImportError(
+                f"{where} must hold data of its shape {shape}: raw_data has {span[1]} bytes "
+                f"(at byte {span[0]}), not {expected}"
+            )
+        array = nd.empty(shape, dtype).numpy()
+        try:
+            read_span(self.f, span, memoryview(array.reshape(-1).view(np.uint8)))
+        except WireError as exc:
+            raise OnnxImportError(f"{where}: {exc}") from None
+        array.setflags(write=False)
+        return array
+
+    def close(self) -> None:
+        self.f.close()
 
 
 def _load_external_data(proto: onnx.ModelProto, where: str, folder: Path | None) -> None:
@@ -256,16 +338,22 @@ def np_dtype(elem_type: int, where: str) -> str:
 
 
 class _Importer:
-    def __init__(self, model: onnx.ModelProto, where: str, opset: int) -> None:
-        self.model, self.where, self.opset = model, where, opset
+    def __init__(
+        self, model: onnx.ModelProto, where: str, opset: int, weights: RawWeights | None = None
+    ) -> None:
+        self.model, self.where, self.opset, self.weights = model, where, opset, weights
         self.builder = GraphBuilder(model.graph.name or "main")
 
     def add_inputs(
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
     ) -> None:
-        for init in self.model.graph.initializer:
-            array = _checked_array(init, f"{self.where}: initializer {init.name!r}")
-            self.builder.add_constant(init.name, array)
+        for index, init in enumerate(self.model.graph.initializer):
+            where = f"{self.where}: initializer {init.name!r}"
+            raw = self.weights.array(index, init, where) if self.weights else None
+            if raw is not None:  # read into its own aligned buffer: kept, not copied
+                self.builder.add_constant(init.name, raw, copy=False)
+            else:
+                self.builder.add_constant(init.name, _checked_array(init, where))
         for value in self.model.graph.input:
             if value.name in self.builder.types:
                 continue
@@ -454,13 +542,17 @@ def from_onnx(
             disallowed input dtypes, a bad attribute (node named).
         UnsupportedOpError: listing every unsupported node (op type, node name, opset).
     """
-    proto, where = load_model(model)
-    opset = default_opset(proto, where)
-    missing = unsupported_ops(proto, opset)
-    if missing:
-        raise UnsupportedOpError(missing, where=where)
-    importer = _Importer(proto, where, opset)
-    importer.add_inputs(constant_inputs or {}, input_shapes or {})
+    proto, where, weights = read_model(model)
+    try:
+        opset = default_opset(proto, where)
+        missing = unsupported_ops(proto, opset)
+        if missing:
+            raise UnsupportedOpError(missing, where=where)
+        importer = _Importer(proto, where, opset, weights)
+        importer.add_inputs(constant_inputs or {}, input_shapes or {})
+    finally:
+        if weights is not None:
+            weights.close()
     for index, node in enumerate(proto.graph.node):
         try:
             importer.convert(index, node)
@@ -477,4 +569,5 @@ __all__ = [
     "UnsupportedOpError",
     "from_onnx",
     "load_model",
+    "read_model",
 ]

@@ -10,8 +10,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import re
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tqdm import tqdm
@@ -77,17 +80,65 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
         raise ValueError(f"compile_graph target must be an llvm target for this machine, not {tgt}")
     start = time.perf_counter()
     optimized = graph if is_optimized(graph) else optimize(graph)
+    del graph  # weights the folds replaced go now, unless the caller keeps the graph
     t_opt = time.perf_counter() - start
     meta = cpu_meta(tgt)
     kernels, calls, constants = [], [], {}
     times = [0.0, 0.0]  # lowering, LLVM
     order = group_order(optimized)
+    spent = last_readers(order)
     bar = tqdm(order, desc="compile", unit="kernel", disable=not progress)
-    for k, (group, _) in enumerate(bar):
-        image, call = build_cpu_group(optimized, group, k, tgt, meta, constants, times)
-        kernels.append(image)
-        calls.append(call)
+    with kernel_garbage_collection() as collect:
+        for k, (group, _) in enumerate(bar):
+            image, call = build_cpu_group(optimized, group, k, tgt, meta, constants, times)
+            kernels.append(image)
+            calls.append(call)
+            optimized = drop_constants(optimized, spent.get(k, ()), constants)
+            collect()
     return assemble_module(optimized, str(tgt), kernels, calls, constants, start, t_opt, *times)
+
+
+@contextlib.contextmanager
+def kernel_garbage_collection() -> Iterator[Callable[[], Any]]:
+    """A `collect()` to call after each kernel: a full collection of the objects made since
+    entry. A kernel's LLVM IR (llvmlite.ir) and schedule are reference cycles that live through
+    several young collections while it is built, so they reached the oldest generation and
+    waited there for a full collection, kernel after kernel (8 MiB of MobileNetV3-small's peak).
+    The objects alive at entry are frozen (`gc.freeze`) for the duration, so each collection
+    scans only the new ones (0.4 s over its 74 kernels, against 3.4 s unfrozen). With the
+    collector disabled or objects already frozen by someone else, nothing changes."""
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield lambda: None
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield gc.collect
+    finally:
+        gc.unfreeze()
+
+
+def last_readers(order: list[tuple[FusedGroup, list[Any]]]) -> dict[int, list[str]]:
+    """Position k in `order` (`group_order`) -> the values that group k is the last to read."""
+    last: dict[str, int] = {}
+    for k, (_, nodes) in enumerate(order):
+        for node in nodes:
+            last.update((value, k) for value in node.inputs if value)
+    readers: dict[int, list[str]] = {}
+    for value, k in last.items():
+        readers.setdefault(k, []).append(value)
+    return readers
+
+
+def drop_constants(graph: Graph, spent: Sequence[str], kept: Mapping[str, Any]) -> Graph:
+    """`graph` without the constants among `spent` (values no later kernel reads) that the
+    module does not keep (`kept`: a kernel reads them as they are) and that are not outputs:
+    the original of each pre-packed weight, freed as soon as its packed copy is built rather
+    than at the end of the compile (the two together were the compile's peak memory)."""
+    done = {v for v in spent if v in graph.constants and v not in kept and v not in graph.outputs}
+    if not done:
+        return graph
+    return graph.replace(constants={n: a for n, a in graph.constants.items() if n not in done})
 
 
 def cpu_meta(target: Target) -> dict[str, Any]:

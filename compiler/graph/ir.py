@@ -244,11 +244,15 @@ class GraphBuilder:
         self.inputs.append(name)
         return name
 
-    def add_constant(self, name: str, value: np.ndarray | float | int) -> str:
+    def add_constant(self, name: str, value: np.ndarray | float | int, *, copy: bool = True) -> str:
+        """Define constant `name`: a read-only, aligned copy of `value`; with `copy=False` an
+        array that already is one (read-only, C-contiguous, 64-byte aligned) and that nothing
+        else writes, e.g. the ONNX importer's own buffer, is kept as it is."""
         array = np.asarray(value)
         dtype = check_dtype(str(array.dtype), f"constant {name!r}")
         self._define(name, TensorType(array.shape, dtype))
-        self.constants[name] = _frozen_array(array)
+        frozen = not array.flags.writeable and array is nd.aligned(array)
+        self.constants[name] = array if frozen and not copy else _frozen_array(array)
         return name
 
     def add_node(

@@ -40,6 +40,7 @@ MODULES = [
     "tensorforge.compiler.graph.compile_gpu",
     "tensorforge.compiler.tir.gpu_intrin",
     "tensorforge.compiler.topi.gpu.tensorcore",
+    "tensorforge.compiler.frontend.onnx_weights",
 ]
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ....runtime import ndarray as nd
 from ... import te
 from ...autotune.space import ConfigSpace, Knob
 from ...schedule.primitives import ScheduleError, check_positive_knobs
@@ -96,12 +97,17 @@ def config_from(values: dict) -> DenseConfig:
 
 def pack_panels(weight: np.ndarray, bn: int, layout: str = "NK") -> np.ndarray:
     """Constant weights -> the `[ceil(n / bn), k, bn]` panels the micro-kernel reads (numpy; the
-    graph layer packs constants once, ahead of time)."""
+    graph layer packs constants once, ahead of time), written straight into a 64-byte aligned
+    buffer: the one copy a kernel's constant needs (no padded and transposed temporaries)."""
     w = np.asarray(weight) if layout == "NK" else np.asarray(weight).T
     n, k = w.shape
-    panels = np.zeros((-(-n // bn) * bn, k), w.dtype)
-    panels[:n] = w
-    return np.ascontiguousarray(panels.reshape(-1, bn, k).transpose(0, 2, 1))
+    full, rest = divmod(n, bn)
+    panels = nd.empty((full + (rest > 0), k, bn), str(w.dtype)).numpy()
+    panels[:full] = w[: full * bn].reshape(full, bn, k).transpose(0, 2, 1)
+    if rest:
+        panels[full] = 0
+        panels[full, :, :rest] = w[full * bn :].T
+    return panels
 
 
 @dataclass

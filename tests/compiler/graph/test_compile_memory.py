@@ -1,0 +1,127 @@
+"""compile_graph's memory: a weight whose packed copy is built is freed during the compile, and
+the compiled results do not change (oracles: the same compile with the graph kept alive, and
+the reference executor)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+from tensorforge.compiler.frontend import from_onnx
+from tensorforge.compiler.frontend.onnx_builders import mlp
+from tensorforge.compiler.graph import compile as compile_mod
+from tensorforge.compiler.graph.compile import (
+    compile_graph,
+    drop_constants,
+    kernel_garbage_collection,
+    last_readers,
+)
+from tensorforge.compiler.graph.passes import group_order, optimize
+from tensorforge.compiler.graph.reference import run_graph
+from tensorforge.compiler.topi.x86.dense import pack_panels
+from tensorforge.runtime import ndarray as nd
+
+X = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+
+
+def _first_weight(graph) -> str:
+    """The weight of the first Gemm (read by the first kernel alone, packed there)."""
+    return next(n for n in graph.nodes if n.op == "Gemm").inputs[1]
+
+
+def test_a_packed_weight_is_freed_before_the_last_kernel_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    graphs = [from_onnx(mlp())]
+    weight = _first_weight(graphs[0])
+    alive = weakref.ref(graphs[0].constants[weight])
+    seen: list[bool] = []
+    real = compile_mod.build_cpu_group
+
+    def build(graph, group, k, *args):  # noqa: ANN001, ANN202  (records, then builds)
+        seen.append(alive() is not None)
+        return real(graph, group, k, *args)
+
+    monkeypatch.setattr(compile_mod, "build_cpu_group", build)
+    compiled = compile_graph(graphs.pop(), progress=False)
+    assert seen[0] and not seen[-1]  # read by the first kernel, gone before the last
+    assert weight not in compiled.constants  # the module holds its packed copy instead
+    kept = from_onnx(mlp())
+    want = compile_graph(kept, progress=False).run({"x": X})
+    got = compiled.run({"x": X})
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])  # bit-identical
+        np.testing.assert_allclose(got[name], run_graph(kept, {"x": X})[name], rtol=1e-5)
+
+
+def test_constants_the_module_keeps_or_later_kernels_read_are_not_dropped() -> None:
+    graph = optimize(from_onnx(mlp()))
+    order = group_order(graph)
+    readers = last_readers(order)
+    weight = _first_weight(graph)
+    assert weight in readers[0]
+    later = [n.inputs[1] for n in graph.nodes if n.op == "Gemm"][1:]
+    assert later and not set(later) & set(readers[0])  # read by later kernels only
+    # at group 0, only what group 0 was the last to read may go, and not what the module keeps
+    after = drop_constants(graph, readers[0], kept={weight: graph.constants[weight]})
+    assert weight in after.constants and all(v in after.constants for v in later)
+    dropped = drop_constants(graph, readers[0], kept={})
+    assert weight not in dropped.constants and all(v in dropped.constants for v in later)
+    assert (dropped.groups, dropped.memory_plan) == (graph.groups, graph.memory_plan)
+    assert drop_constants(graph, (), kept={}) is graph
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_kernel_garbage_collection_frees_cycles_and_unfreezes() -> None:
+    assert gc.get_freeze_count() == 0
+    with kernel_garbage_collection() as collect:
+        assert gc.get_freeze_count() > 0  # what was alive at entry is left out of each scan
+        cycle = _Cycle()
+        gone = weakref.ref(cycle)
+        del cycle
+        collect()
+        assert gone() is None
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), kernel_garbage_collection():
+        raise RuntimeError("a kernel failed")
+    assert gc.get_freeze_count() == 0
+
+
+def test_kernel_garbage_collection_leaves_a_disabled_collector_alone() -> None:
+    gc.disable()
+    try:
+        with kernel_garbage_collection() as collect:
+            assert gc.get_freeze_count() == 0
+            cycle = _Cycle()
+            kept = weakref.ref(cycle)
+            del cycle
+            collect()
+            assert kept() is not None  # no collection behind the caller's back
+    finally:
+        gc.enable()
+    gc.collect()
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "bn", "layout"), [(32, 5, 16, "NK"), (37, 6, 16, "NK"), (7, 3, 8, "KN")]
+)
+def test_pack_panels_packs_into_one_aligned_buffer(n: int, k: int, bn: int, layout: str) -> None:
+    """The panels are the kernel's constant as they are (nothing else is copied); the oracle is
+    numpy's pad-reshape-transpose of the weights."""
+    w = np.random.default_rng(n).standard_normal((n, k) if layout == "NK" else (k, n))
+    nk = w if layout == "NK" else w.T
+    padded = np.zeros((-(-n // bn) * bn, k), w.dtype)
+    padded[:n] = nk
+    want = padded.reshape(-1, bn, k).transpose(0, 2, 1)
+    got = pack_panels(w.astype(np.float32), bn, layout)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    assert got.flags.c_contiguous and got.ctypes.data % 64 == 0
+    assert nd.aligned(got) is got
