@@ -176,9 +176,21 @@ class _Matcher:
 
     def _with_relu(self, unit: _Unit) -> _Unit:
         nxt = self._sole_consumer(unit.out)
-        if nxt is None or nxt.op != "Relu":
+        if nxt is None or not (nxt.op == "Relu" or self._is_relu_clip(nxt)):
             return unit
         return _Unit(unit.kind, (*unit.nodes, nxt), nxt.outputs[0], unit.weight, unit.bias, True)
+
+    def _is_relu_clip(self, node: Node) -> bool:
+        """A Clip to [0, hi] with a constant hi > 0 (ReLU6): a ReLU whose output scale is
+        calibrated after the clip, so the int8 range spans [0, <= hi] (saturating at 127 is
+        the clip), not the conv's whole unclipped range."""
+        if node.op != "Clip" or len(node.inputs) < 2 or not node.inputs[1]:
+            return False
+        lo = self._const(node.inputs[1])
+        hi = self._const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if lo is None or lo.size != 1 or float(lo) != 0.0:
+            return False
+        return hi is None or (hi.size == 1 and float(hi) > 0.0)
 
     def _sole_consumer(self, value: str) -> Node | None:
         users = self.consumers.get(value, [])

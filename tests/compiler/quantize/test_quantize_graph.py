@@ -305,3 +305,41 @@ def test_default_mode_is_the_most_accurate_the_config_runs(
     target = Target.parse("vta -config=pynq")
     assert vta_options(target, _cfg(alu_mul))[2] == mode
     assert vta_options(Target.parse("vta -mode=shift"), _cfg(alu_mul))[2] == "shift"
+
+
+def _conv_clip(clip: tuple[float, float] | None) -> tuple:
+    """conv -> Clip(lo, hi) (or the conv alone), the conv's outputs reaching well beyond hi."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder("conv_clip")
+    x = b.add_input("x", (8, 16, 6, 6), "float32")
+    w = b.add_constant("w", rng.standard_normal((8, 16, 3, 3)).astype(np.float32))
+    (y,) = b.add_node("Conv", [x, w], {"pads": (1, 1, 1, 1)}, name="conv")
+    if clip is not None:
+        bounds = [
+            b.add_constant(n, np.array(v, np.float32)) for n, v in zip("lh", clip, strict=True)
+        ]
+        (y,) = b.add_node("Clip", [y, *bounds], name="clip")
+    return b.build([y]), y, rng.standard_normal((8, 16, 6, 6)).astype(np.float32)
+
+
+def test_relu6_clip_is_absorbed_and_calibrated_after_the_clip() -> None:
+    graph, y, xs = _conv_clip((0.0, 6.0))
+    q = quantize_graph(graph, {"x": xs}, _cfg(True))
+    verify_graph(q)
+    assert [n.op for n in q.nodes] == ["tf.quantize", "tf.qconv2d", "tf.dequantize"]
+    conv = q.nodes[1]
+    assert conv.attr("out_lo") == 0
+    assert conv.attr("out_scale") * 127 == pytest.approx(6.0)  # the clip's range, not the conv's
+    want, got = run_graph(graph, {"x": xs})[y], run_graph(q, {"x": xs})[y]
+    assert got.min() >= 0 and got.max() <= 6.0
+    # below the rounding error alone of one step over the unclipped conv's range (~40)
+    bare, out, _ = _conv_clip(None)
+    unclipped = float(np.abs(run_graph(bare, {"x": xs})[out]).max())
+    assert np.sqrt(np.mean((got - want) ** 2)) < unclipped / 127 / np.sqrt(12)
+
+
+def test_a_clip_that_is_not_relu6_stays_float() -> None:
+    graph, _, xs = _conv_clip((-1.0, 1.0))
+    q = quantize_graph(graph, {"x": xs}, _cfg(True))
+    assert [n.op for n in q.nodes] == ["tf.quantize", "tf.qconv2d", "tf.dequantize", "Clip"]
+    assert q.nodes[1].attr("out_lo") == -127
