@@ -343,3 +343,49 @@ def test_a_clip_that_is_not_relu6_stays_float() -> None:
     q = quantize_graph(graph, {"x": xs}, _cfg(True))
     assert [n.op for n in q.nodes] == ["tf.quantize", "tf.qconv2d", "tf.dequantize", "Clip"]
     assert q.nodes[1].attr("out_lo") == -127
+
+
+def _relu_then_convs(kernels: tuple[int, ...]) -> tuple:
+    """x -> Sigmoid-scaled ReLU (float: no int8 producer) -> one conv per kernel size (pad
+    k // 2), summed; the convs' input is one-sided, in [0, max]."""
+    rng = np.random.default_rng(11)
+    b = GraphBuilder("relu_convs")
+    x = b.add_input("x", (8, 16, 5, 5), "float32")
+    (h,) = b.add_node("Relu", [x], name="relu")
+    (h,) = b.add_node("Mul", [h, b.add_node("Sigmoid", [x], name="gate")[0]], name="scale")
+    outs = []
+    for i, k in enumerate(kernels):
+        w = b.add_constant(f"w{i}", rng.standard_normal((8, 16, k, k)).astype(np.float32))
+        bias = b.add_constant(f"b{i}", rng.standard_normal(8).astype(np.float32))
+        pads = (k // 2,) * 4
+        outs.append(b.add_node("Conv", [h, w, bias], {"pads": pads}, name=f"conv{i}")[0])
+    y = outs[0]
+    for other in outs[1:]:
+        (y,) = b.add_node("Add", [y, other], name="sum")
+    return b.build([y]), y, h, rng.standard_normal((8, 16, 5, 5)).astype(np.float32)
+
+
+@pytest.mark.parametrize("alu_mul", [True, False])
+def test_a_one_sided_input_of_unpadded_convs_is_offset_into_all_int8_levels(alu_mul) -> None:
+    graph, y, h, xs = _relu_then_convs((1,))
+    q = quantize_graph(graph, {"x": xs}, _cfg(alu_mul))
+    verify_graph(q)
+    sub = next(n for n in q.nodes if n.op == "Sub")
+    quant = next(n for n in q.nodes if n.op == "tf.quantize")
+    assert quant.inputs == sub.outputs and sub.inputs[0] == h
+    hs = np.maximum(xs, 0) / (1 + np.exp(-xs))  # the float input of the conv: [0, max]
+    offset = float(q.constants[sub.inputs[1]])
+    assert offset == pytest.approx(hs.max() / 2, rel=1e-6)
+    # half the step abs-max calibration gives (mul mode; shift rounds both up to powers of 2)
+    step = quant.attr("scale")
+    assert step <= hs.max() / 127 / 2 * (1 + 1e-6) * (1 if alu_mul else 2)
+    want, got = run_graph(graph, {"x": xs})[y], run_graph(q, {"x": xs})[y]
+    # the bias takes the offset back (wrongly, it would shift them by ~offset * sum|w| ~ 20)
+    assert abs(float(np.mean(got - want))) < 0.01 * float(np.std(want))
+    assert np.sqrt(np.mean((got - want) ** 2)) < 0.02 * float(np.sqrt(np.mean(want**2)))
+
+
+def test_a_padded_conv_reading_the_value_keeps_it_without_offset() -> None:
+    graph, _, _, xs = _relu_then_convs((1, 3))  # the 3x3 conv pads with 0: not with -offset
+    q = quantize_graph(graph, {"x": xs}, _cfg(True))
+    assert "Sub" not in [n.op for n in q.nodes]
