@@ -243,7 +243,7 @@ def main() -> None:
     rows = []
     for m, n in tests.items():
         rows.append(run_model(m, args, n))
-        _progress(f"{m}: done, default/ORT {_ratio(rows[-1])}")
+        _progress(f"{m}: done {json.dumps(rows[-1])}")  # a partial run keeps its rows
     if args.json:
         print(json.dumps(rows, indent=1))
         return
