@@ -3,11 +3,14 @@
 ``quantize_graph`` runs the float graph on calibration inputs (the ``run_graph`` kernels, node
 by node) to observe activation ranges, then rewrites every conv (batch norm already folded by
 ``optimize``) and dense (Gemm, or MatMul with constant weights) together with the bias add and
-ReLU that follow it into one ``tf.qconv2d``/``tf.qdense``; residual adds of two int8 values
-become ``tf.qadd`` (with their ReLU), max pooling of an int8 value ``tf.qmaxpool``, and
-Flatten/Reshape/Identity of an int8 value run on the int8 data. Everything else stays float;
-``tf.quantize``/``tf.dequantize`` nodes are inserted where int8 and float parts meet, so the
-graph keeps its float inputs and outputs (under the same names). The integer semantics of the
+ReLU (or ReLU6 ``Clip``) that follow it into one ``tf.qconv2d``/``tf.qdense``; residual adds
+of two int8 values become ``tf.qadd`` (with their ReLU), max pooling of an int8 value
+``tf.qmaxpool``, and Flatten/Reshape/Identity of an int8 value run on the int8 data.
+Everything else stays float; ``tf.quantize``/``tf.dequantize`` nodes are inserted where int8
+and float parts meet, so the graph keeps its float inputs and outputs (under the same names).
+A float value quantized for
+readers that are all dense layers or unpadded convs may carry an offset (``x - c``, taken back
+in their biases) so that a one-sided range gets every int8 level. The integer semantics of the
 new ops are compiler.quantize's (see compiler/graph/ops/qnn.py and docs/quantization.md).
 """
 
