@@ -8,10 +8,10 @@ of two int8 values become ``tf.qadd`` (with their ReLU), max pooling of an int8 
 ``tf.qmaxpool``, and Flatten/Reshape/Identity of an int8 value run on the int8 data.
 Everything else stays float; ``tf.quantize``/``tf.dequantize`` nodes are inserted where int8
 and float parts meet, so the graph keeps its float inputs and outputs (under the same names).
-A float value quantized for
-readers that are all dense layers or unpadded convs may carry an offset (``x - c``, taken back
-in their biases) so that a one-sided range gets every int8 level. The integer semantics of the
-new ops are compiler.quantize's (see compiler/graph/ops/qnn.py and docs/quantization.md).
+A float value quantized for readers that are all dense layers or unpadded convs may carry an
+offset (``x - c``, taken back in their biases) so that a one-sided range gets every int8
+level. The integer semantics of the new ops are compiler.quantize's (see
+compiler/graph/ops/qnn.py and docs/quantization.md).
 """
 
 from __future__ import annotations
