@@ -554,10 +554,10 @@ def _offsets(
     extremes: dict[str, tuple[float, float]],
     values: list[str],
 ) -> dict[str, float]:
-    """Offset ``c`` and new threshold per value of `values` whose observed range, clipped to
-    the observer's threshold, is lopsided: ``[lo, hi]`` is quantized as ``c +- (hi - lo) / 2``
-    with ``c`` its middle, so a ReLU's output gets all 255 levels instead of 128. The
-    thresholds of the offset values are updated in place."""
+    """The offset ``c`` of each value of `values` whose observed range, clipped to the
+    observer's threshold, is lopsided: ``[lo, hi]`` is quantized as ``c +- (hi - lo) / 2``
+    with ``c`` its middle, so a ReLU's output gets all 255 levels instead of 128. Each offset
+    value's entry in `thresholds` is narrowed to ``(hi - lo) / 2`` in place."""
     offsets = {}
     for v in values:
         t = thresholds[v]
