@@ -85,8 +85,9 @@ class _Unit:
 class _Matcher:
     """Walks the float graph in order and decides which nodes become which int8 op."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, exact_scales: bool) -> None:
         self.graph = graph
+        self.exact_scales = exact_scales  # scales are the thresholds / 127 (not powers of two)
         self.consumers = graph.consumers()
         self.int8: set[str] = set()  # values that will exist as int8
 
@@ -187,8 +188,11 @@ class _Matcher:
     def _is_relu_clip(self, node: Node) -> bool:
         """A Clip to [0, hi] with a constant hi > 0 (ReLU6): a ReLU whose output scale is
         calibrated after the clip, so the int8 range spans [0, <= hi] (saturating at 127 is
-        the clip), not the conv's whole unclipped range."""
+        the clip), not the conv's whole unclipped range. Not with power-of-two scales: one
+        rounded up would saturate above hi (6 -> 127/16 = 7.94), and the clip would be lost."""
         if node.op != "Clip" or len(node.inputs) < 2 or not node.inputs[1]:
+            return False
+        if not self.exact_scales and len(node.inputs) > 2 and node.inputs[2]:
             return False
         lo = self._const(node.inputs[1])
         hi = self._const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
@@ -642,7 +646,7 @@ def quantize_graph(
         raise ValueError("quantize_graph weights 'per-channel' needs mode 'mul' (a multiplier per "
                          "channel; power-of-two shifts are one per layer)")  # fmt: skip
     batches = _batches(graph, calibration_inputs)
-    units = _Matcher(graph).plan()
+    units = _Matcher(graph, exact_scales=mode != "shift").plan()
     thresholds, extremes = _observe(graph, batches, _calibrated_values(units), observer)
     offsets = _offsets(thresholds, extremes, _offsettable_values(graph, units))
     emitter = _Emitter(graph, _scales(units, thresholds, mode == "shift"), cfg, mode,

@@ -389,3 +389,11 @@ def test_a_padded_conv_reading_the_value_keeps_it_without_offset() -> None:
     graph, _, _, xs = _relu_then_convs((1, 3))  # the 3x3 conv pads with 0: not with -offset
     q = quantize_graph(graph, {"x": xs}, _cfg(True))
     assert "Sub" not in [n.op for n in q.nodes]
+
+
+def test_relu6_stays_a_float_clip_with_power_of_two_scales() -> None:
+    graph, y, xs = _conv_clip((0.0, 6.0))
+    q = quantize_graph(graph, {"x": xs}, _cfg(False), mode="shift")
+    # a power-of-two output scale would saturate at 127/16 = 7.94, not at the clip's 6
+    assert [n.op for n in q.nodes] == ["tf.quantize", "tf.qconv2d", "tf.dequantize", "Clip"]
+    assert run_graph(q, {"x": xs})[y].max() <= 6.0
