@@ -3,12 +3,15 @@
 ``quantize_graph`` runs the float graph on calibration inputs (the ``run_graph`` kernels, node
 by node) to observe activation ranges, then rewrites every conv (batch norm already folded by
 ``optimize``) and dense (Gemm, or MatMul with constant weights) together with the bias add and
-ReLU that follow it into one ``tf.qconv2d``/``tf.qdense``; residual adds of two int8 values
-become ``tf.qadd`` (with their ReLU), max pooling of an int8 value ``tf.qmaxpool``, and
-Flatten/Reshape/Identity of an int8 value run on the int8 data. Everything else stays float;
-``tf.quantize``/``tf.dequantize`` nodes are inserted where int8 and float parts meet, so the
-graph keeps its float inputs and outputs (under the same names). The integer semantics of the
-new ops are compiler.quantize's (see compiler/graph/ops/qnn.py and docs/quantization.md).
+ReLU (or ReLU6 ``Clip``) that follow it into one ``tf.qconv2d``/``tf.qdense``; residual adds
+of two int8 values become ``tf.qadd`` (with their ReLU), max pooling of an int8 value
+``tf.qmaxpool``, and Flatten/Reshape/Identity of an int8 value run on the int8 data.
+Everything else stays float; ``tf.quantize``/``tf.dequantize`` nodes are inserted where int8
+and float parts meet, so the graph keeps its float inputs and outputs (under the same names).
+A float value quantized for readers that are all dense layers or unpadded convs may carry an
+offset (``x - c``, taken back in their biases) so that a one-sided range gets every int8
+level. The integer semantics of the new ops are compiler.quantize's (see
+compiler/graph/ops/qnn.py and docs/quantization.md).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from .scheme import (
 __all__ = ["Observer", "quantize_graph", "rebatch"]
 
 DATA_MOVES = ("Flatten", "Reshape", "Identity")  # run on int8 data unchanged (same scale)
+OFFSET_GAIN = 0.9  # offset a boundary value when that shrinks its threshold below this share
 
 
 class Observer(Protocol):
@@ -85,8 +89,9 @@ GroupedRule = Callable[[int, int, int], bool]
 class _Matcher:
     """Walks the float graph in order and decides which nodes become which int8 op."""
 
-    def __init__(self, graph: Graph, grouped: GroupedRule) -> None:
+    def __init__(self, graph: Graph, grouped: GroupedRule, exact_scales: bool) -> None:
         self.graph, self.grouped = graph, grouped
+        self.exact_scales = exact_scales  # scales are the thresholds / 127 (not powers of two)
         self.consumers = graph.consumers()
         self.int8: set[str] = set()  # values that will exist as int8
 
@@ -181,9 +186,24 @@ class _Matcher:
 
     def _with_relu(self, unit: _Unit) -> _Unit:
         nxt = self._sole_consumer(unit.out)
-        if nxt is None or nxt.op != "Relu":
+        if nxt is None or not (nxt.op == "Relu" or self._is_relu_clip(nxt)):
             return unit
         return _Unit(unit.kind, (*unit.nodes, nxt), nxt.outputs[0], unit.weight, unit.bias, True)
+
+    def _is_relu_clip(self, node: Node) -> bool:
+        """A Clip to [0, hi] with a constant hi > 0 (ReLU6): a ReLU whose output scale is
+        calibrated after the clip, so the int8 range spans [0, <= hi] (saturating at 127 is
+        the clip), not the conv's whole unclipped range. Not with power-of-two scales: one
+        rounded up would saturate above hi (6 -> 127/16 = 7.94), and the clip would be lost."""
+        if node.op != "Clip" or len(node.inputs) < 2 or not node.inputs[1]:
+            return False
+        if not self.exact_scales and len(node.inputs) > 2 and node.inputs[2]:
+            return False
+        lo = self._const(node.inputs[1])
+        hi = self._const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if lo is None or lo.size != 1 or float(lo) != 0.0:
+            return False
+        return hi is None or (hi.size == 1 and float(hi) > 0.0)
 
     def _sole_consumer(self, value: str) -> Node | None:
         users = self.consumers.get(value, [])
@@ -220,6 +240,29 @@ def _calibrated_values(units: list[_Unit]) -> list[str]:
         if unit.kind != "float":
             int8.add(unit.out)
     return list(needed)
+
+
+def _offsettable_values(graph: Graph, units: list[_Unit]) -> list[str]:
+    """Float values quantized at a boundary whose every int8 reader is a dense layer or a conv
+    without padding: their int8 form may carry an offset ``c`` (``x - c`` is quantized) that
+    the readers' biases take back (``w * x = w * (x - c) + c * sum(w)``). A padded conv would
+    read the offset's padding as ``-c``, not 0."""
+    int8: set[str] = set()
+    readers: dict[str, list[_Unit]] = {}
+    for unit in units:
+        if unit.kind in ("conv", "dense") and unit.node.inputs[0] not in int8:
+            readers.setdefault(unit.node.inputs[0], []).append(unit)
+        if unit.kind != "float":
+            int8.add(unit.out)
+    return [v for v, us in readers.items() if all(_is_unpadded(graph, u) for u in us)]
+
+
+def _is_unpadded(graph: Graph, unit: _Unit) -> bool:
+    if unit.kind == "dense":
+        return True
+    x = graph.types[unit.node.inputs[0]]
+    begin, end, _, _, _ = window_geometry(unit.node.attr_dict, x.shape[2:], unit.weight.shape[2:])
+    return not any(begin) and not any(end)
 
 
 def _batches(graph: Graph, calibration_inputs: Any) -> list[dict[str, np.ndarray]]:
@@ -283,9 +326,18 @@ def rebatch(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> Graph:
 
 def _observe(
     graph: Graph, batches: list[dict[str, np.ndarray]], values: list[str], observer: Callable
-) -> dict[str, float]:
-    """Threshold per value from running the float graph on every batch."""
+) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """(threshold per value, (min, max) per value) from running the float graph on every
+    batch."""
     observers = {v: observer() for v in values}
+    extremes = {v: (math.inf, -math.inf) for v in values}
+
+    def see(v: str, x: np.ndarray) -> None:
+        observers[v].observe(x)
+        if x.size:
+            lo, hi = extremes[v]
+            extremes[v] = (min(lo, float(x.min())), max(hi, float(x.max())))
+
     for batch in batches:
         shapes = {n: a.shape for n, a in batch.items()}
         g = graph
@@ -293,13 +345,13 @@ def _observe(
             g = rebatch(graph, shapes)
         env: dict[str, np.ndarray] = {**g.constants, **batch}
         for v in [v for v in values if v in batch]:
-            observers[v].observe(batch[v])
+            see(v, batch[v])
         for node in g.nodes:
             out = run_node(g, node, env)
             env.update(out)
             for v in [v for v in node.outputs if v in observers]:
-                observers[v].observe(out[v])
-    return {v: float(o.threshold()) for v, o in observers.items()}
+                see(v, out[v])
+    return {v: float(o.threshold()) for v, o in observers.items()}, extremes
 
 
 # ---- emission --------------------------------------------------------------------------------
@@ -310,9 +362,16 @@ class _Emitter:
     that is needed but only exists as int8 is dequantized under its original name."""
 
     def __init__(
-        self, graph: Graph, scales: dict[str, float], cfg: HWConfig, mode: str, per_channel: bool
+        self,
+        graph: Graph,
+        scales: dict[str, float],
+        cfg: HWConfig,
+        mode: str,
+        per_channel: bool,
+        offsets: dict[str, float],
     ):
         self.src, self.scales, self.cfg, self.mode = graph, scales, cfg, mode
+        self.offsets = offsets  # float value -> c: its int8 form is quantize(x - c)
         self.per_channel = per_channel
         self.b = GraphBuilder(graph.name)
         self.taken = set(graph.types) | {n.name for n in graph.nodes}
@@ -341,11 +400,15 @@ class _Emitter:
     def qvalue(self, name: str) -> str:
         """`name` as an int8 value (quantizing the float value when it has no int8 form)."""
         if name not in self.q:
+            x = self.value(name)
+            if name in self.offsets:
+                c = self.b.add_constant(self.fresh(f"{name}.offset"),
+                                        np.array(self.offsets[name], np.float32))  # fmt: skip
+                node, out = self.fresh(f"{name}_offset"), self.fresh(f"{name}_offset")
+                (x,) = self.b.add_node("Sub", [x, c], name=node, outputs=[out])
             out, node = self.fresh(f"{name}_q"), self.fresh(f"{name}_quantize")
             attrs = {"scale": self.scales[name]}
-            self.q[name] = self.b.add_node(
-                "tf.quantize", [self.value(name)], attrs, name=node, outputs=[out]
-            )[0]
+            self.q[name] = self.b.add_node("tf.quantize", [x], attrs, name=node, outputs=[out])[0]
         return self.q[name]
 
     def emit(self, unit: _Unit) -> None:
@@ -406,9 +469,14 @@ class _Emitter:
                 qw = quantize_weight_per_channel(unit.weight)
             else:
                 qw = quantize_weight(unit.weight, power_of_two=pow2)
-            qb = None
-            if unit.bias is not None:
-                qb = quantize_bias(unit.bias, s_in * qw.scale, self.cfg.acc_width).values
+            qb, bias = None, unit.bias
+            if x in self.offsets:  # the readers take the input's offset back in their bias,
+                # through the int8 weights: w_q * (x - c) + c * sum(w_q) keeps w_q * x's error
+                rows = qw.values.reshape(len(qw.values), -1).sum(axis=1, dtype=np.int64)
+                taken = self.offsets[x] * rows * np.asarray(qw.scale, np.float64)
+                bias = taken if bias is None else bias + taken
+            if bias is not None:
+                qb = quantize_bias(bias, s_in * qw.scale, self.cfg.acc_width).values
             if self.per_channel:
                 params, qb = _per_channel_requant(qw, qb, s_in * qw.scale / s_out, unit.relu,
                                                   self.cfg)  # fmt: skip
@@ -492,6 +560,24 @@ def _acc_bounds(w: np.ndarray, bias: np.ndarray | None, cfg: HWConfig) -> np.nda
     return np.maximum(1, x_max * rows + b)
 
 
+def _offsets(
+    thresholds: dict[str, float],
+    extremes: dict[str, tuple[float, float]],
+    values: list[str],
+) -> dict[str, float]:
+    """The offset ``c`` of each value of `values` whose observed range, clipped to the
+    observer's threshold, is lopsided: ``[lo, hi]`` is quantized as ``c +- (hi - lo) / 2``
+    with ``c`` its middle, so a ReLU's output gets all 255 levels instead of 128. Each offset
+    value's entry in `thresholds` is narrowed to ``(hi - lo) / 2`` in place."""
+    offsets = {}
+    for v in values:
+        t = thresholds[v]
+        lo, hi = max(extremes[v][0], -t), min(extremes[v][1], t)
+        if lo < hi and (hi - lo) / 2 < OFFSET_GAIN * t:
+            offsets[v], thresholds[v] = float(np.float32((hi + lo) / 2)), (hi - lo) / 2
+    return offsets
+
+
 def _scales(units: list[_Unit], thresholds: dict[str, float], pow2: bool) -> dict[str, float]:
     scales = {v: choose_scale(t, power_of_two=pow2) for v, t in thresholds.items()}
     for unit in units:  # max pooling and data movement keep their input's scale
@@ -549,7 +635,7 @@ def quantize_graph(
         >>> w = b.add_constant("w", np.eye(4, dtype=np.float32))
         >>> (y,) = b.add_node("MatMul", [x, w])
         >>> (y,) = b.add_node("Relu", [y])
-        >>> xs = np.array([[0.5, -1.0, 2.0, 1.0]], np.float32)
+        >>> xs = np.array([[0.5, -2.0, 2.0, 1.0]], np.float32)
         >>> q = quantize_graph(b.build([y]), {"x": xs}, HWConfig.preset("pynq"))
         >>> [n.op for n in q.nodes]
         ['tf.quantize', 'tf.qdense', 'tf.dequantize']
@@ -573,10 +659,11 @@ def quantize_graph(
                          "channel; power-of-two shifts are one per layer)")  # fmt: skip
     batches = _batches(graph, calibration_inputs)
     rule = grouped if callable(grouped) else (lambda c, o, g: bool(grouped))
-    units = _Matcher(graph, rule).plan()
-    thresholds = _observe(graph, batches, _calibrated_values(units), observer)
+    units = _Matcher(graph, rule, exact_scales=mode != "shift").plan()
+    thresholds, extremes = _observe(graph, batches, _calibrated_values(units), observer)
+    offsets = _offsets(thresholds, extremes, _offsettable_values(graph, units))
     emitter = _Emitter(graph, _scales(units, thresholds, mode == "shift"), cfg, mode,
-                       weights == "per-channel")  # fmt: skip
+                       weights == "per-channel", offsets)  # fmt: skip
     for unit in units:
         emitter.emit(unit)
     outputs = [emitter.value(o) for o in graph.outputs]

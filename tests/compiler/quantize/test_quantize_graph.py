@@ -305,3 +305,95 @@ def test_default_mode_is_the_most_accurate_the_config_runs(
     target = Target.parse("vta -config=pynq")
     assert vta_options(target, _cfg(alu_mul))[2] == mode
     assert vta_options(Target.parse("vta -mode=shift"), _cfg(alu_mul))[2] == "shift"
+
+
+def _conv_clip(clip: tuple[float, float] | None) -> tuple:
+    """conv -> Clip(lo, hi) (or the conv alone), the conv's outputs reaching well beyond hi."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder("conv_clip")
+    x = b.add_input("x", (8, 16, 6, 6), "float32")
+    w = b.add_constant("w", rng.standard_normal((8, 16, 3, 3)).astype(np.float32))
+    (y,) = b.add_node("Conv", [x, w], {"pads": (1, 1, 1, 1)}, name="conv")
+    if clip is not None:
+        bounds = [
+            b.add_constant(n, np.array(v, np.float32)) for n, v in zip("lh", clip, strict=True)
+        ]
+        (y,) = b.add_node("Clip", [y, *bounds], name="clip")
+    return b.build([y]), y, rng.standard_normal((8, 16, 6, 6)).astype(np.float32)
+
+
+def test_relu6_clip_is_absorbed_and_calibrated_after_the_clip() -> None:
+    graph, y, xs = _conv_clip((0.0, 6.0))
+    q = quantize_graph(graph, {"x": xs}, _cfg(True))
+    verify_graph(q)
+    assert [n.op for n in q.nodes] == ["tf.quantize", "tf.qconv2d", "tf.dequantize"]
+    conv = q.nodes[1]
+    assert conv.attr("out_lo") == 0
+    assert conv.attr("out_scale") * 127 == pytest.approx(6.0)  # the clip's range, not the conv's
+    want, got = run_graph(graph, {"x": xs})[y], run_graph(q, {"x": xs})[y]
+    assert got.min() >= 0 and got.max() <= 6.0
+    # below the rounding error alone of one step over the unclipped conv's range (~40)
+    bare, out, _ = _conv_clip(None)
+    unclipped = float(np.abs(run_graph(bare, {"x": xs})[out]).max())
+    assert np.sqrt(np.mean((got - want) ** 2)) < unclipped / 127 / np.sqrt(12)
+
+
+def test_a_clip_that_is_not_relu6_stays_float() -> None:
+    graph, _, xs = _conv_clip((-1.0, 1.0))
+    q = quantize_graph(graph, {"x": xs}, _cfg(True))
+    assert [n.op for n in q.nodes] == ["tf.quantize", "tf.qconv2d", "tf.dequantize", "Clip"]
+    assert q.nodes[1].attr("out_lo") == -127
+
+
+def _relu_then_convs(kernels: tuple[int, ...]) -> tuple:
+    """x -> Sigmoid-scaled ReLU (float: no int8 producer) -> one conv per kernel size (pad
+    k // 2), summed; the convs' input is one-sided, in [0, max]."""
+    rng = np.random.default_rng(11)
+    b = GraphBuilder("relu_convs")
+    x = b.add_input("x", (8, 16, 5, 5), "float32")
+    (h,) = b.add_node("Relu", [x], name="relu")
+    (h,) = b.add_node("Mul", [h, b.add_node("Sigmoid", [x], name="gate")[0]], name="scale")
+    outs = []
+    for i, k in enumerate(kernels):
+        w = b.add_constant(f"w{i}", rng.standard_normal((8, 16, k, k)).astype(np.float32))
+        bias = b.add_constant(f"b{i}", rng.standard_normal(8).astype(np.float32))
+        pads = (k // 2,) * 4
+        outs.append(b.add_node("Conv", [h, w, bias], {"pads": pads}, name=f"conv{i}")[0])
+    y = outs[0]
+    for other in outs[1:]:
+        (y,) = b.add_node("Add", [y, other], name="sum")
+    return b.build([y]), y, h, rng.standard_normal((8, 16, 5, 5)).astype(np.float32)
+
+
+@pytest.mark.parametrize("alu_mul", [True, False])
+def test_a_one_sided_input_of_unpadded_convs_is_offset_into_all_int8_levels(alu_mul) -> None:
+    graph, y, h, xs = _relu_then_convs((1,))
+    q = quantize_graph(graph, {"x": xs}, _cfg(alu_mul))
+    verify_graph(q)
+    sub = next(n for n in q.nodes if n.op == "Sub")
+    quant = next(n for n in q.nodes if n.op == "tf.quantize")
+    assert quant.inputs == sub.outputs and sub.inputs[0] == h
+    hs = np.maximum(xs, 0) / (1 + np.exp(-xs))  # the float input of the conv: [0, max]
+    offset = float(q.constants[sub.inputs[1]])
+    assert offset == pytest.approx(hs.max() / 2, rel=1e-6)
+    # half the step abs-max calibration gives (mul mode; shift rounds both up to powers of 2)
+    step = quant.attr("scale")
+    assert step <= hs.max() / 127 / 2 * (1 + 1e-6) * (1 if alu_mul else 2)
+    want, got = run_graph(graph, {"x": xs})[y], run_graph(q, {"x": xs})[y]
+    # the bias takes the offset back (wrongly, it would shift them by ~offset * sum|w| ~ 20)
+    assert abs(float(np.mean(got - want))) < 0.01 * float(np.std(want))
+    assert np.sqrt(np.mean((got - want) ** 2)) < 0.02 * float(np.sqrt(np.mean(want**2)))
+
+
+def test_a_padded_conv_reading_the_value_keeps_it_without_offset() -> None:
+    graph, _, _, xs = _relu_then_convs((1, 3))  # the 3x3 conv pads with 0: not with -offset
+    q = quantize_graph(graph, {"x": xs}, _cfg(True))
+    assert "Sub" not in [n.op for n in q.nodes]
+
+
+def test_relu6_stays_a_float_clip_with_power_of_two_scales() -> None:
+    graph, y, xs = _conv_clip((0.0, 6.0))
+    q = quantize_graph(graph, {"x": xs}, _cfg(False), mode="shift")
+    # a power-of-two output scale would saturate at 127/16 = 7.94, not at the clip's 6
+    assert [n.op for n in q.nodes] == ["tf.quantize", "tf.qconv2d", "tf.dequantize", "Clip"]
+    assert run_graph(q, {"x": xs})[y].max() <= 6.0
