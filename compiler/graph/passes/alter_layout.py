@@ -8,10 +8,16 @@ import numpy as np
 
 from ..ir import Graph, GraphBuilder, Node
 from ..ops.layout import pack_weight, to_blocked
+from ..ops.nn import window_geometry
 from ..registry import Pattern, get_op
 from .eliminate_dead_code import eliminate_dead_code
 
 _BINARY = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
+
+#: the block the CPU compile moves convolution chains to (`compile_graph`): 32 channels, the
+#: output-channel block `topi.x86.conv2d.default_config` takes where it divides the channels
+#: (two 16-lane vectors per register tile row)
+CPU_BLOCK = 32
 
 
 def _block_for(channels: int, block: int) -> int:
@@ -20,8 +26,9 @@ def _block_for(channels: int, block: int) -> int:
 
 
 class _Rewriter:
-    def __init__(self, graph: Graph, block: int) -> None:
+    def __init__(self, graph: Graph, block: int, chains_only: bool = False) -> None:
         self.graph, self.block = graph, block
+        self.flows = _flowing_values(graph) if chains_only else None
         self.b = GraphBuilder(graph.name)
         for name in graph.inputs:
             ty = graph.types[name]
@@ -68,11 +75,13 @@ class _Rewriter:
 
     def _conv(self, node: Node) -> bool:
         consts = self.graph.constants
-        params = [i for i in node.inputs[1:] if i]
-        w_ty = self.graph.types[node.inputs[1]]
-        if len(w_ty.shape) != 4 or node.attr("group") != 1 or any(p not in consts for p in params):
+        if not _is_candidate(self.graph, node, self.flows is not None):
             return False
-        out_ch, in_ch = w_ty.shape[:2]
+        if self.flows is not None and not (
+            node.inputs[0] in self.blocked or node.outputs[0] in self.flows
+        ):
+            return False
+        out_ch, in_ch = self.graph.types[node.inputs[1]].shape[:2]
         bi, bo = _block_for(in_ch, self.block), _block_for(out_ch, self.block)
         w = self.b.add_constant(
             self.b.fresh(f"{node.name}_w_packed"), pack_weight(consts[node.inputs[1]], bi, bo)
@@ -124,15 +133,66 @@ class _Rewriter:
         return None
 
 
-def alter_layout(graph: Graph, block: int = 8) -> Graph:
+def _is_candidate(graph: Graph, node: Node, chains_only: bool) -> bool:
+    """Whether `node` is a Conv that `_Rewriter._conv` may move (ungrouped, 2-D, constant
+    weights); with `chains_only` also float and not a pointwise GEMM (those read NCHW as it
+    lies, `strategy.conv.is_pointwise_gemm`)."""
+    if node.op != "Conv" or node.attr("group") != 1:
+        return False
+    if any(p not in graph.constants for p in node.inputs[1:] if p):
+        return False
+    x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+    if len(w_ty.shape) != 4 or not chains_only:
+        return len(w_ty.shape) == 4
+    from ..strategy.conv import is_pointwise_gemm  # lowering rules import the passes
+
+    attrs = get_op("Conv").full_attrs(node)
+    begin, end, strides, _, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
+    gemm = is_pointwise_gemm(x_ty.shape, w_ty.shape, (*begin, *end), strides, x_ty.dtype)
+    return x_ty.dtype == "float32" and not gemm
+
+
+def _flowing_values(graph: Graph) -> set[str]:
+    """Values worth producing in the blocked layout: read by a candidate Conv, or by an
+    elementwise/binary op whose own output is worth it (visited from the outputs back)."""
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for value in node.inputs:
+            readers.setdefault(value, []).append(node)
+    flows: set[str] = set()
+    for node in reversed(graph.nodes):
+        for value in node.outputs:
+            for reader in readers.get(value, []):
+                conv = _is_candidate(graph, reader, True) and reader.inputs[0] == value
+                follows = _may_follow(reader) and reader.outputs[0] in flows
+                if conv or follows:
+                    flows.add(value)
+    return flows
+
+
+def _may_follow(node: Node) -> bool:
+    """Whether `node` may stay in the blocked layout (`_Rewriter._follow` decides on its
+    operands)."""
+    spec = get_op(node.op)
+    elementwise = spec.pattern == Pattern.ELEMWISE and node.op != "Cast"
+    return len(node.outputs) == 1 and (elementwise or node.op in _BINARY)
+
+
+def alter_layout(graph: Graph, block: int = 8, chains_only: bool = False) -> Graph:
     """Move 2-D, ungrouped convolutions with constant weights to NCHW[block]c.
 
     Before: `%c = Conv(%x, %w); %r = Relu(%c); %d = Conv(%r, %w2); return %d`
     After:  `%xb = LayoutTransform(%x); %cb = ConvNCHWc(%xb, %w_packed); %rb = Relu(%cb);
     %db = ConvNCHWc(%rb, %w2_packed); %d = LayoutTransform(%db); return %d`
-    Channel counts that `block` does not divide use their largest divisor below it.
+    Channel counts that `block` does not divide use their largest divisor below it (the
+    block of a value depends only on its channel count, so producer and consumers agree).
+
+    With `chains_only` (the CPU compile's default) a float convolution moves only where the
+    blocked layout then flows: its input is already blocked, or its output reaches another
+    moving convolution through elementwise ops; pointwise GEMM convolutions stay NCHW. A
+    lone convolution would only trade its kernel's own pack and unpack for two transforms.
     """
-    rewriter = _Rewriter(graph, block)
+    rewriter = _Rewriter(graph, block, chains_only)
     for node in graph.nodes:
         rewriter.visit(node)
     outputs = [rewriter.need_plain(o) for o in graph.outputs]

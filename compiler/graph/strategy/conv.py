@@ -3,6 +3,7 @@ the group's elementwise tail as its epilogue), 1x1 convs as dense, depthwise NCH
 (grouped) reduction over any number of spatial axes, and the GPU conv templates. A 1-D
 convolution is lowered as a 2-D one of height 1 (`ConvView`), on the CPU and GPUs alike."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,10 +193,18 @@ def _gpu_geometry(view: ConvView) -> Any:
 
 
 def _pointwise(view: ConvView, dtype: str) -> bool:
-    """A 1x1 (1x1x1, 1) convolution that is a GEMM on NCHW as it lies: batch 1, stride 1, no
-    padding, float."""
-    one = set(view.w_shape[2:]) == {1} and view.x_shape[0] == 1
-    return one and view.padding == 0 and view.stride == 1 and dtype in FLOATS
+    return is_pointwise_gemm(view.x_shape, view.w_shape, (*view.begin, *view.end), view.strides,
+                             dtype)  # fmt: skip
+
+
+def is_pointwise_gemm(
+    x_shape: Sequence[int], w_shape: Sequence[int], pads: Sequence[int],
+    strides: Sequence[int], dtype: str,
+) -> bool:  # fmt: skip
+    """Whether a convolution is a 1x1 (1x1x1, 1) one that runs as a GEMM on NCHW as it lies
+    (`_conv_pointwise`): batch 1, stride 1, no padding, float."""
+    one = set(w_shape[2:]) == {1} and x_shape[0] == 1
+    return one and not any(pads) and set(strides) == {1} and dtype in FLOATS
 
 
 def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
