@@ -193,14 +193,17 @@ def _gpu_geometry(view: ConvView) -> Any:
 
 
 def _pointwise(view: ConvView, dtype: str) -> bool:
-    return is_pointwise_gemm(view.x_shape, view.w_shape, (*view.begin, *view.end), view.strides,
-                             dtype)  # fmt: skip
+    pads = (*view.begin, *view.end)
+    return is_pointwise_gemm(view.x_shape, view.w_shape, pads, view.strides, dtype)
 
 
 def is_pointwise_gemm(
-    x_shape: Sequence[int], w_shape: Sequence[int], pads: Sequence[int],
-    strides: Sequence[int], dtype: str,
-) -> bool:  # fmt: skip
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    pads: Sequence[int],
+    strides: Sequence[int],
+    dtype: str,
+) -> bool:
     """Whether a convolution is a 1x1 (1x1x1, 1) one that runs as a GEMM on NCHW as it lies
     (`_conv_pointwise`): batch 1, stride 1, no padding, float."""
     one = set(w_shape[2:]) == {1} and x_shape[0] == 1

@@ -7,11 +7,18 @@ from __future__ import annotations
 import dataclasses
 
 from ... import te
+from ...autotune.dispatch import query as autotune_query
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
+from ...topi.x86.depthwise import (
+    DepthwiseConfig,
+    default_depthwise_config,
+    depthwise_conv2d_nchwc,
+    schedule_depthwise_nchwc,
+)
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail
 from ..ops.nn import window_geometry
-from .conv import conv_config
+from .conv import ConvView, conv_config, depthwise_workload
 from .nn import Result, full_attrs, tail_epilogue
 
 
@@ -35,22 +42,47 @@ def _layout_transform(ctx: GroupContext, node: Node) -> list[Lazy]:
 def _conv_nchwc(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """ConvNCHWc: the input, the output and the tail stay in the blocked layout (no pack or
     unpack inside the kernel); the blocks are the graph's (its packed weight's), the other knobs
-    the layer's tuned or default `conv2d_nchwc` config."""
+    the layer's tuned or default `conv2d_nchwc` (`depthwise_conv2d_nchwc`) config."""
     x_ty = ctx.type_of(node.inputs[0])
     n, cb, h, w, bi = (int(d) for d in x_ty.shape)
     ko, _, r, s, _, bo = (int(d) for d in ctx.type_of(node.inputs[1]).shape)
-    begin, end, strides, dils, outs = window_geometry(full_attrs(node), (h, w), (r, s))
+    attrs = full_attrs(node)
+    begin, end, strides, dils, outs = window_geometry(attrs, (h, w), (r, s))
+    if attrs["group"] != 1:
+        c, spans = cb * bi, (tuple(v) for v in (begin, end, strides, dils))
+        view = ConvView((n, c, h, w), (c, 1, r, s), (n, c, *outs), *spans, c, False)
+        return _depthwise_nchwc(ctx, node, tail, view)
     plain = te.placeholder((n, cb * bi, h, w), x_ty.dtype, name="shape_only")
     stride, dil = _one(strides), _one(dils)
     config = conv_config(plain, (ko * bo, cb * bi, r, s), (n, ko * bo, *outs), stride,
                          _one([*begin, *end]), dil)  # fmt: skip
-    config = dataclasses.replace(config, ic_bn=bi, oc_bn=bo)
+    config = dataclasses.replace(config, ic_bn=bi, oc_bn=bo, reg_n=min(config.reg_n, outs[1]))
     data, kernel = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2], (ko * bo,)) if has_bias else None
     op = conv2d_nchwc(data, kernel, tuple(strides), (*begin, *end), tuple(dils), bias,
                       tail_epilogue(tail), config, None, 1, blocked=True)  # fmt: skip
     return schedule_conv2d_nchwc(op, config), [op.out]
+
+
+def _depthwise_nchwc(ctx: GroupContext, node: Node, tail: Tail, view: ConvView) -> Result:
+    """A depthwise ConvNCHWc: topi's depthwise template on the blocked layout as it lies, the
+    channel block the graph's, `reg_n` and `parallel` tuned or by default."""
+    n, c, _, _ = view.x_shape
+    r, s = view.w_shape[2:]
+    cb = int(ctx.type_of(node.inputs[0]).shape[-1])
+    values = autotune_query("x86.depthwise_conv2d", depthwise_workload(view, "float32"))
+    if values is None or values.get("layout") != "nchwc":
+        default = default_depthwise_config(c, view.out_shape[3])
+        values = {"reg_n": default.reg_n, "parallel": default.parallel}
+    config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]))
+    data = ctx.as_tensor(node.inputs[0])
+    kernel = ctx.as_tensor(node.inputs[1], (c // cb, r, s, cb))
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    bias = ctx.as_tensor(node.inputs[2], (c,)) if has_bias else None
+    op = depthwise_conv2d_nchwc(data, kernel, view.out_shape[2:], view.begin, view.strides,
+                                view.dil, bias, tail_epilogue(tail), blocked=True)  # fmt: skip
+    return schedule_depthwise_nchwc(op, config), [op.out]
 
 
 def _one(values: list[int]) -> int | tuple[int, ...]:
