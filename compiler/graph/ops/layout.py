@@ -66,7 +66,9 @@ def _conv_nchwc_type(attrs: dict[str, Any], types: list, consts: list) -> list[T
                 f"ConvNCHWc with group {attrs['group']} must be depthwise: weight "
                 f"[{x[1]}, 1, KH, KW, 1, {x[4]}] for input {list(x)}, not {list(w)}"
             )
-    elif x[1] != w[1] or x[4] != w[4]:
+    elif len(x) == 4 and x[1] != w[1] * w[4]:  # NCHW input (a stem): packed in the kernel
+        raise ValueError(f"ConvNCHWc input channels {x[1]} must match the weight's {w[1] * w[4]}")
+    elif len(x) == 5 and (x[1] != w[1] or x[4] != w[4]):
         raise ValueError(
             f"ConvNCHWc input blocks {x[1]}x{x[4]} must match the weight's {w[1]}x{w[4]}"
         )
@@ -75,8 +77,10 @@ def _conv_nchwc_type(attrs: dict[str, Any], types: list, consts: list) -> list[T
 
 
 def conv_nchwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = None) -> np.ndarray:
-    """Blocked 2-D convolution: x (N, C/bi, H, W, bi), w (O/bo, C/bi, KH, KW, bi, bo); a
-    depthwise one (`group` = C) has w (C/b, 1, KH, KW, 1, b)."""
+    """Blocked 2-D convolution: x (N, C/bi, H, W, bi), or NCHW (a stem's input), w (O/bo, C/bi,
+    KH, KW, bi, bo); a depthwise one (`group` = C) has w (C/b, 1, KH, KW, 1, b)."""
+    if x.ndim == 4:
+        x = to_blocked(x, w.shape[4])
     begin, end, strides, dilations, outs = window_geometry(attrs, x.shape[2:4], w.shape[2:4])
     xp = np.pad(x, [(0, 0), (0, 0), *zip(begin, end, strict=True), (0, 0)])
     extents = [(k - 1) * d + 1 for k, d in zip(w.shape[2:4], dilations, strict=True)]

@@ -36,7 +36,7 @@ class _Rewriter:
         self, graph: Graph, block: int, chains_only: bool = False, keep: frozenset = frozenset()
     ) -> None:
         self.graph, self.block, self.keep = graph, block, keep  # keep: convs that stay NCHW
-        self.flows = _flowing_values(graph) if chains_only else None
+        self.flows = _flowing_values(graph, block) if chains_only else None
         self.b = GraphBuilder(graph.name)
         for name in graph.inputs:
             ty = graph.types[name]
@@ -83,7 +83,7 @@ class _Rewriter:
 
     def _conv(self, node: Node) -> bool:
         consts = self.graph.constants
-        if not _is_candidate(self.graph, node, self.flows is not None):
+        if not _is_candidate(self.graph, node, self.block if self.flows is not None else None):
             return False
         if node.name in self.keep or (self.flows is not None and not self._continues_chain(node)):
             return False
@@ -95,7 +95,12 @@ class _Rewriter:
         w = self.b.add_constant(
             self.b.fresh(f"{node.name}_w_packed"), pack_weight(consts[node.inputs[1]], bi, bo)
         )
-        inputs = [self.need_blocked(node.inputs[0], bo if depthwise else bi), w]
+        x = node.inputs[0]
+        if in_ch < 8 and not depthwise and x not in self.blocked and self.flows is not None:
+            data = self.need_plain(x)  # an RGB stem packs its input itself (no transform)
+        else:
+            data = self.need_blocked(x, bo if depthwise else bi)
+        inputs = [data, w]
         if len(node.inputs) > 2 and node.inputs[2]:
             bias = consts[node.inputs[2]].reshape(out_ch // bo, bo)
             inputs.append(self.b.add_constant(self.b.fresh(f"{node.name}_b_packed"), bias))
@@ -179,15 +184,21 @@ def _pool_attrs(node: Node) -> dict:
     }
 
 
-def _is_candidate(graph: Graph, node: Node, chains_only: bool) -> bool:
+def _is_candidate(graph: Graph, node: Node, chains_block: int | None) -> bool:
     """Whether `node` is a Conv that `_Rewriter._conv` may move: 2-D, ungrouped or depthwise,
-    constant weights (and bias); with `chains_only` also float32."""
+    constant weights (and bias). With `chains_block` (`chains_only`) also float32 with whole
+    vectors for blocks (powers of two of 8 and more: ShuffleNet's 116 channels would take
+    29-lane blocks, 2x slower kernels), but for an RGB stem's input channels."""
     if node.op != "Conv" or any(p not in graph.constants for p in node.inputs[1:] if p):
         return False
     x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
-    if len(w_ty.shape) != 4 or (chains_only and x_ty.dtype != "float32"):
+    if len(w_ty.shape) != 4 or not (node.attr("group") == 1 or _is_depthwise(graph, node)):
         return False
-    return node.attr("group") == 1 or _is_depthwise(graph, node)
+    if chains_block is None:
+        return True
+    out_ch, in_ch = w_ty.shape[0], x_ty.shape[1]
+    blocks = [_block_for(c, chains_block) for c in (out_ch, in_ch) if c >= 8]
+    return x_ty.dtype == "float32" and all(b >= 8 and b & (b - 1) == 0 for b in blocks)
 
 
 def _is_pointwise_gemm(graph: Graph, node: Node) -> bool:
@@ -204,7 +215,7 @@ def _is_depthwise(graph: Graph, node: Node) -> bool:
     return per_group == 1 and node.attr("group") == out_ch == graph.types[node.inputs[0]].shape[1]
 
 
-def _flowing_values(graph: Graph) -> set[str]:
+def _flowing_values(graph: Graph, block: int) -> set[str]:
     """Values worth producing in the blocked layout: read by a candidate Conv, or by an
     elementwise/binary op whose own output is worth it (visited from the outputs back)."""
     readers: dict[str, list[Node]] = {}
@@ -215,7 +226,7 @@ def _flowing_values(graph: Graph) -> set[str]:
     for node in reversed(graph.nodes):
         for value in node.outputs:
             for reader in readers.get(value, []):
-                conv = _is_candidate(graph, reader, True) and reader.inputs[0] == value
+                conv = _is_candidate(graph, reader, block) and reader.inputs[0] == value
                 follows = _may_follow(reader) and reader.outputs[0] in flows
                 if conv or follows:
                     flows.add(value)

@@ -41,15 +41,16 @@ def _layout_transform(ctx: GroupContext, node: Node) -> list[Lazy]:
 
 def _conv_nchwc(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     """ConvNCHWc: the input, the output and the tail stay in the blocked layout (no pack or
-    unpack inside the kernel); the blocks are the graph's (its packed weight's), the other knobs
-    the layer's tuned or default `conv2d_nchwc` (`depthwise_conv2d_nchwc`) config."""
+    unpack inside the kernel; an NCHW input, a stem's, is packed inside it); the blocks are the
+    graph's (its packed weight's), the other knobs the layer's tuned or default
+    `conv2d_nchwc` (`depthwise_conv2d_nchwc`) config."""
     x_ty = ctx.type_of(node.inputs[0])
-    n, cb, h, w, bi = (int(d) for d in x_ty.shape)
-    ko, _, r, s, _, bo = (int(d) for d in ctx.type_of(node.inputs[1]).shape)
+    ko, cb, r, s, bi, bo = (int(d) for d in ctx.type_of(node.inputs[1]).shape)
+    n, _, h, w = (int(d) for d in x_ty.shape[:4])  # blocked, or NCHW (a stem)
     attrs = full_attrs(node)
     begin, end, strides, dils, outs = window_geometry(attrs, (h, w), (r, s))
     if attrs["group"] != 1:
-        c, spans = cb * bi, (tuple(v) for v in (begin, end, strides, dils))
+        c, spans = ko * bo, (tuple(v) for v in (begin, end, strides, dils))
         view = ConvView((n, c, h, w), (c, 1, r, s), (n, c, *outs), *spans, c, False)
         return _depthwise_nchwc(ctx, node, tail, view)
     plain = te.placeholder((n, cb * bi, h, w), x_ty.dtype, name="shape_only")

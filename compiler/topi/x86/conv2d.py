@@ -101,18 +101,20 @@ def conv2d_nchwc(
         groups: a grouped convolution (kernel `[K, C/groups, R, S]`): each output-channel block
             reduces over its group's input-channel blocks only (the blocks divide the group
             sizes).
-        blocked: `data` is already `[N, C/ic_bn, H, W, ic_bn]` (the kernel pre-packed with
-            that `ic_bn`) and the output stays `[N, K/oc_bn, OH, OW, oc_bn]`: no pack of the
-            input (only a padded copy when there is padding) and no unpack of the output, as
-            between two layers that both keep the blocked layout (`graph.passes.alter_layout`).
-            The epilogue then takes the blocked index, `f(value, n, ko, y, x, ki)`.
+        blocked: the output stays `[N, K/oc_bn, OH, OW, oc_bn]` (no unpack), and 5-D `data`
+            is already `[N, C/ic_bn, H, W, ic_bn]` (the kernel pre-packed with that `ic_bn`:
+            no pack, only a padded copy when there is padding), as between two layers that
+            both keep the blocked layout (`graph.passes.alter_layout`); 4-D `data` is packed
+            as without it (an RGB stem). The epilogue takes the blocked index,
+            `f(value, n, ko, y, x, ki)`.
 
     Raises:
         ValueError: when the channels disagree or the output would be empty.
     """
     config = config or Conv2dConfig()
     config.check()
-    if blocked:
+    data_blocked = blocked and len(data.shape) == 5
+    if data_blocked:
         _check_blocked(data, kernel)
         n, cb, *sizes, b = data.shape
         c = cb * b
@@ -140,7 +142,7 @@ def conv2d_nchwc(
     outs = [(h + b + a - d * (t - 1) - 1) // st + 1 for h, b, a, t, st, d in geometry]
     if min(outs) < 1:
         raise ValueError(f"conv2d: output size must be positive, not {'x'.join(map(str, outs))}")
-    data_vec = _pack_data(data, pads, ic_bn, blocked)
+    data_vec = _pack_data(data, pads, ic_bn, data_blocked)
     kernel_vec = kernel
     if len(kernel.shape) == nd + 2:
         kernel_vec = te.compute(

@@ -67,8 +67,9 @@ def test_residual_net_stays_blocked_from_the_stem_to_the_global_pool() -> None:
     moved = [n.name for n in after.nodes if n.op == "ConvNCHWc"]
     assert moved == ["stem", "a1", "a2", "b1", "proj", "b2"]
     transforms = [n for n in after.nodes if n.op == "LayoutTransform"]
-    # the RGB input in (one block of 3), the pooled [1, 32, 1, 1] out
-    assert [(t.attr("dst"), t.attr("block")) for t in transforms] == [("NCHWc", 3), ("NCHW", 32)]
+    # the stem packs the RGB input itself; the pooled [1, 32, 1, 1] out
+    assert [(t.attr("dst"), t.attr("block")) for t in transforms] == [("NCHW", 32)]
+    assert after.nodes[0].op == "ConvNCHWc" and after.nodes[0].inputs[0] == "x"
     pooled = {n.name: after.types[n.outputs[0]].shape for n in after.nodes}
     assert pooled["pool"] == (1, 1, 9, 9, 16) and pooled["gap"] == (1, 1, 1, 1, 32)
     adds = [n for n in after.nodes if n.op == "Add"]
@@ -110,14 +111,14 @@ def test_mobile_block_moves_whole_and_lone_or_grouped_convs_keep_nchw() -> None:
     (pool,) = [n for n in after.nodes if n.name == "se_pool"]
     assert pool.op == "ReduceMean"  # GlobalAveragePool over the blocked rows and columns
     assert after.types[pool.outputs[0]].shape == (1, 3, 1, 1, 8)
-    # in at the input, out before the max pool
-    assert sum(n.op == "LayoutTransform" for n in after.nodes) == 2
+    # out before the max pool (the stem packs the input itself)
+    assert sum(n.op == "LayoutTransform" for n in after.nodes) == 1
     _compiled_matches_reference(graph)
 
 
-@pytest.mark.parametrize("channels", [16, 12, 6], ids=["c16", "c12", "c6"])
+@pytest.mark.parametrize("channels", [16, 8, 40], ids=["c16", "c8", "c40"])
 def test_residual_net_compiles_to_the_reference_result(channels: int) -> None:
-    """Blocks of 16 and 32, 12 and 24 (not powers of two), 6 and 12."""
+    """Blocks of 16 and 32, 8 and 16, 8 (40 channels) and 16 (80)."""
     _compiled_matches_reference(_residual_net(channels))
 
 
@@ -125,11 +126,11 @@ def test_chain_into_concat_depthwise_and_pooling() -> None:
     """A chain whose blocked output is read in NCHW by a Concat and a pool, and goes on into
     a depthwise conv; its first conv has asymmetric padding and a stride."""
     b = GraphBuilder()
-    x = b.add_input("x", (1, 10, 11, 11), "float32")
-    c1 = _relu(b, _conv(b, x, 10, 20, name="c1", pads=[0, 1, 1, 0], strides=[2, 2]), "r1")
-    c2 = _conv(b, c1, 20, 20, name="c2")
+    x = b.add_input("x", (1, 3, 11, 11), "float32")
+    c1 = _relu(b, _conv(b, x, 3, 24, name="c1", pads=[0, 1, 1, 0], strides=[2, 2]), "r1")
+    c2 = _conv(b, c1, 24, 24, name="c2")
     (cat,) = b.add_node("Concat", [c2, c1], {"axis": 1}, name="cat")
-    dw = _conv(b, c2, 20, 20, name="dw", group=20)
+    dw = _conv(b, c2, 24, 24, name="dw", group=24)
     (pool,) = b.add_node("AveragePool", [c2], {"kernel_shape": [3, 3]}, name="avg")
     graph = _build(b, [cat, dw, pool])
     after = alter_layout(graph, CPU_BLOCK, chains_only=True)
@@ -167,3 +168,13 @@ def test_a_chain_the_lookahead_expected_but_an_add_ended_is_undone() -> None:
     assert [n.op for n in after.nodes].count("ConvNCHWc") == 0
     assert "LayoutTransform" not in [n.op for n in after.nodes]
     _compiled_matches_reference(graph)
+
+
+def test_channel_counts_without_whole_vector_blocks_keep_nchw() -> None:
+    """116 channels (ShuffleNet) would take blocks of 29 lanes: those convs keep NCHW."""
+    b = GraphBuilder()
+    x = b.add_input("x", (1, 3, 9, 9), "float32")
+    s = _relu(b, _conv(b, x, 3, 116, name="stem"), "stem_relu")
+    c = _conv(b, _relu(b, _conv(b, s, 116, 116, name="c1"), "r"), 116, 32, name="c2")
+    after = alter_layout(_build(b, [c]), CPU_BLOCK, chains_only=True)
+    assert "ConvNCHWc" not in [n.op for n in after.nodes]

@@ -157,3 +157,19 @@ def test_blocked_data_must_match_the_packed_kernel() -> None:
         ValueError, match="blocked data must be \\[N, C/b, H, W, b\\] with a kernel"
     ):
         conv2d_nchwc(A, W, padding=1, blocked=True)
+
+
+def test_nchw_data_with_blocked_output_packs_it_inside() -> None:
+    """An RGB stem in a blocked chain: NCHW in (packed by the kernel), NCHW[oc_bn]c out."""
+    n, c, h, w, k, r, stride, pad, dil = CASES[1]  # 3 channels
+    ic_bn, oc_bn = kernel_blocks(c, k)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (n, c, h, w)).astype("float32")
+    wt = rng.uniform(-1, 1, (k, c, r, r)).astype("float32")
+    wp = pack_kernel(wt, ic_bn, oc_bn)
+    A, W = te.placeholder(a.shape, name="A"), te.placeholder(wp.shape, name="W")
+    op = conv2d_nchwc(A, W, stride, pad, dil, blocked=True)
+    out = np.zeros(op.out.shape, "float32")
+    build(schedule_conv2d_nchwc(op), op.args, name="stem_b")(a, wp, out)
+    want = conv2d_ref(a, wt, stride, pad, dil)
+    np.testing.assert_allclose(from_blocked(out), want, rtol=1e-4, atol=1e-4)
