@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ... import te
+from ...autotune.dispatch import peek as autotune_peek
 from ...autotune.dispatch import query as autotune_query
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
@@ -32,7 +33,7 @@ from ...topi.x86.depthwise import (
     pack_depthwise_kernel,
     schedule_depthwise_nchwc,
 )
-from ..ir import Node
+from ..ir import Graph, Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy, unravel
 from ..ops.nn import window_geometry
 from .matmul import packed_dense
@@ -262,6 +263,27 @@ def _conv_small_image(ctx: GroupContext, node: Node, tail: Tail, bias: Any) -> R
         return tail.epilogue(v, (0, j, *unravel(i, tuple(spatial)))) if tail.nodes else v
 
     return packed_dense(ctx, rows, node.inputs[1], "NK", epilogue, weights, p > 1)
+
+
+def is_tuned(graph: Graph, node: Node) -> bool:
+    """Whether the active tuning log has a config for 2-D Conv `node`'s NCHW kernel
+    (`x86.conv2d_nchwc`, or `x86.depthwise_conv2d` for a depthwise one), asked without counting
+    (`autotune.dispatch.peek`): `alter_layout` then leaves it in the layout it was tuned in."""
+    x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+    x_shape, w_shape = tuple(int(d) for d in x_ty.shape), tuple(int(d) for d in w_ty.shape)
+    begin, end, strides, dil, outs = window_geometry(full_attrs(node), x_shape[2:], w_shape[2:])
+    spans = (tuple(int(v) for v in span) for span in (begin, end, strides, dil))
+    group = int(node.attr("group"))
+    view = ConvView(x_shape, w_shape, (x_shape[0], w_shape[0], *outs), *spans, group, False)
+    if group > 1:
+        wl = depthwise_workload(view, x_ty.dtype)
+        return autotune_peek("x86.depthwise_conv2d", wl) is not None
+    knobs = (view.stride, view.padding, view.dilation)
+    if not all(isinstance(k, int) for k in knobs):
+        return False
+    data = te.placeholder(x_shape, x_ty.dtype, name="shape_only")
+    wl = conv_workload(data, w_shape, *knobs, group)  # type: ignore[arg-type]
+    return autotune_peek("x86.conv2d_nchwc", wl) is not None
 
 
 def conv_config(

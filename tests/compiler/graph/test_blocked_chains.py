@@ -7,10 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tensorforge.compiler import te
+from tensorforge.compiler.autotune.dispatch import ApplyBest, workload_key
 from tensorforge.compiler.graph import GraphBuilder, run_graph
 from tensorforge.compiler.graph.compile import compile_graph
 from tensorforge.compiler.graph.passes import alter_layout
 from tensorforge.compiler.graph.passes.alter_layout import CPU_BLOCK
+from tensorforge.compiler.graph.strategy.conv import conv_workload
 from tensorforge.compiler.graph.verify import verify_graph
 
 RNG = np.random.default_rng(3)
@@ -178,3 +181,26 @@ def test_channel_counts_without_whole_vector_blocks_keep_nchw() -> None:
     c = _conv(b, _relu(b, _conv(b, s, 116, 116, name="c1"), "r"), 116, 32, name="c2")
     after = alter_layout(_build(b, [c]), CPU_BLOCK, chains_only=True)
     assert "ConvNCHWc" not in [n.op for n in after.nodes]
+
+
+def test_a_tuned_conv_keeps_the_layout_it_was_tuned_in() -> None:
+    """A config in the active tuning log was measured on the NCHW kernel: that conv stays."""
+    graph = _residual_net(16)
+    node = next(n for n in graph.nodes if n.name == "a2")
+    data = te.placeholder(graph.types[node.inputs[0]].shape, "float32")
+    wl = conv_workload(data, graph.types[node.inputs[1]].shape, 1, 1, 1)
+    best = {
+        workload_key("x86.conv2d_nchwc", wl): {
+            "ic_bn": 8,
+            "oc_bn": 8,
+            "reg_n": 3,
+            "pack_data": False,
+            "parallel": True,
+        }
+    }
+    with ApplyBest(best) as ctx:
+        after = alter_layout(graph, CPU_BLOCK, chains_only=True)
+    assert ctx.applied == []  # asked without counting: lowering counts it
+    # a1 has the same workload; the stem's chain then ends at the pool: undone
+    assert [n.name for n in after.nodes if n.op == "Conv"] == ["stem", "a1", "a2"]
+    assert [n.name for n in after.nodes if n.op == "ConvNCHWc"] == ["b1", "proj", "b2"]
