@@ -161,6 +161,11 @@ def schedule_depthwise_nchwc(op: DepthwiseOp, config: DepthwiseConfig) -> Schedu
     return s
 
 
+#: the fewest parallel tasks a blocked depthwise kernel is cut into (row chunks when the
+#: channel blocks alone are fewer)
+MIN_TASKS = 8
+
+
 def _schedule_blocked(op: DepthwiseOp, config: DepthwiseConfig) -> Schedule:
     """As `schedule_depthwise_nchwc`, the tile stored as it is: columns unrolled, channels in
     vector lanes; the padded input block copied a vector at a time."""
@@ -169,8 +174,13 @@ def _schedule_blocked(op: DepthwiseOp, config: DepthwiseConfig) -> Schedule:
     s[conv].set_scope("local")
     on, oc, oy, ox, ci = out.op.axis
     xo, xi = s[out].split(ox, factor=config.reg_n)
-    s[out].reorder(on, oc, oy, xo, xi, ci)
-    block = s[out].fuse(on, oc)
+    # whole-vector blocks leave few (n, channel block) tasks (32 channels: one), so the rows are
+    # cut into chunks too; each chunk copies the padded rows its windows read
+    blocks = int(out.shape[0]) * int(out.shape[1])
+    chunks = min(int(out.shape[2]), -(-MIN_TASKS // blocks))
+    yo, yi = s[out].split(oy, nparts=chunks)
+    s[out].reorder(on, oc, yo, yi, xo, xi, ci)
+    block = s[out].fuse(on, oc, yo)
     if config.parallel:
         s[out].parallel(block)
     s[out].unroll(xi)
