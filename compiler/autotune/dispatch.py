@@ -38,6 +38,13 @@ def query(template: str, workload: Mapping[str, Any]) -> dict[str, Any] | None:
     return None if ctx is None else ctx.query(template, dict(workload))
 
 
+def peek(template: str, workload: Mapping[str, Any]) -> dict[str, Any] | None:
+    """As `query`, but neither recorded as a task nor counted as applied: for a decision taken
+    before lowering (whether a tuned convolution keeps the layout it was tuned in)."""
+    ctx = _CURRENT.get()
+    return None if ctx is None else ctx.peek(template, dict(workload))
+
+
 class DispatchContext:
     """A context (use with `with`) that answers `query` while it is active."""
 
@@ -46,6 +53,9 @@ class DispatchContext:
 
     def query(self, template: str, workload: dict[str, Any]) -> dict[str, Any] | None:
         raise NotImplementedError
+
+    def peek(self, template: str, workload: dict[str, Any]) -> dict[str, Any] | None:
+        return None
 
     def __enter__(self) -> DispatchContext:
         self._token = _CURRENT.set(self)
@@ -84,4 +94,8 @@ class ApplyBest(DispatchContext):
         key = workload_key(template, workload)
         values = self.best.get(key)
         (self.applied if values is not None else self.fallback).append(key)
+        return None if values is None else dict(values)
+
+    def peek(self, template: str, workload: dict[str, Any]) -> dict[str, Any] | None:
+        values = self.best.get(workload_key(template, workload))
         return None if values is None else dict(values)

@@ -28,6 +28,7 @@ from ..tir import lower
 from .ir import Graph, GraphError
 from .lower_te import Kernel, lower_group
 from .passes import FusedGroup, group_order, optimize
+from .passes.alter_layout import CPU_BLOCK
 
 # The helpers every back-end's graph compiler shares (compile_gpu.py, compile_vta.py).
 
@@ -79,7 +80,8 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
     if tgt.kind != "llvm" or not tgt.is_host:
         raise ValueError(f"compile_graph target must be an llvm target for this machine, not {tgt}")
     start = time.perf_counter()
-    optimized = graph if is_optimized(graph) else optimize(graph)
+    # chains of convolutions keep the blocked layout from one to the next (alter_layout)
+    optimized = graph if is_optimized(graph) else optimize(graph, CPU_BLOCK, chains_only=True)
     del graph  # weights the folds replaced go now, unless the caller keeps the graph
     t_opt = time.perf_counter() - start
     meta = cpu_meta(tgt)

@@ -1,5 +1,6 @@
 """Blocked-layout ops made by the alter_layout pass: LayoutTransform (NCHW <-> NCHW[c]c) and
-ConvNCHWc, a 2-D convolution on channel-blocked data with a packed OIHW[i]i[o]o weight."""
+ConvNCHWc, a 2-D convolution (ungrouped or depthwise) on channel-blocked data with a packed
+OIHW[i]i[o]o weight."""
 
 from __future__ import annotations
 
@@ -59,7 +60,15 @@ register(
 
 def _conv_nchwc_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x, w = types[0].shape, types[1].shape
-    if x[1] != w[1] or x[4] != w[4]:
+    if attrs["group"] != 1:  # depthwise: one input channel per group, the same blocks
+        if attrs["group"] != x[1] * x[4] or (w[0], w[1], w[4], w[5]) != (x[1], 1, 1, x[4]):
+            raise ValueError(
+                f"ConvNCHWc with group {attrs['group']} must be depthwise: weight "
+                f"[{x[1]}, 1, KH, KW, 1, {x[4]}] for input {list(x)}, not {list(w)}"
+            )
+    elif len(x) == 4 and x[1] != w[1] * w[4]:  # NCHW input (a stem): packed in the kernel
+        raise ValueError(f"ConvNCHWc input channels {x[1]} must match the weight's {w[1] * w[4]}")
+    elif len(x) == 5 and (x[1] != w[1] or x[4] != w[4]):
         raise ValueError(
             f"ConvNCHWc input blocks {x[1]}x{x[4]} must match the weight's {w[1]}x{w[4]}"
         )
@@ -68,7 +77,10 @@ def _conv_nchwc_type(attrs: dict[str, Any], types: list, consts: list) -> list[T
 
 
 def conv_nchwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = None) -> np.ndarray:
-    """Blocked 2-D convolution: x (N, C/bi, H, W, bi), w (O/bo, C/bi, KH, KW, bi, bo)."""
+    """Blocked 2-D convolution: x (N, C/bi, H, W, bi), or NCHW (a stem's input), w (O/bo, C/bi,
+    KH, KW, bi, bo); a depthwise one (`group` = C) has w (C/b, 1, KH, KW, 1, b)."""
+    if x.ndim == 4:
+        x = to_blocked(x, w.shape[4])
     begin, end, strides, dilations, outs = window_geometry(attrs, x.shape[2:4], w.shape[2:4])
     xp = np.pad(x, [(0, 0), (0, 0), *zip(begin, end, strict=True), (0, 0)])
     extents = [(k - 1) * d + 1 for k, d in zip(w.shape[2:4], dilations, strict=True)]
@@ -82,8 +94,11 @@ def conv_nchwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = Non
         :: dilations[0],
         :: dilations[1],
     ]
-    y = np.tensordot(win, w, axes=([1, 5, 6, 4], [1, 2, 3, 4]))  # N, OH, OW, Ob, bo
-    y = y.transpose(0, 3, 1, 2, 4)
+    if attrs.get("group", 1) != 1:  # depthwise: w (C/b, 1, KH, KW, 1, b)
+        y = np.einsum("ncyxbij,cijb->ncyxb", win, w[:, 0, :, :, 0, :])
+    else:
+        y = np.tensordot(win, w, axes=([1, 5, 6, 4], [1, 2, 3, 4]))  # N, OH, OW, Ob, bo
+        y = y.transpose(0, 3, 1, 2, 4)
     if b is not None:
         y = y + b.reshape(1, b.shape[0], 1, 1, b.shape[1])
     return np.ascontiguousarray(y, dtype=x.dtype)
@@ -95,5 +110,5 @@ register(
     _conv_nchwc_type,
     conv_nchwc,
     inputs=(2, 3),
-    attrs={"auto_pad": "NOTSET", "dilations": None, "pads": None, "strides": None},
+    attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1, "pads": None, "strides": None},
 )

@@ -28,12 +28,13 @@ PIPELINE = [
 ]
 
 
-def optimize(graph: Graph, layout_block: int | None = None) -> Graph:
+def optimize(graph: Graph, layout_block: int | None = None, chains_only: bool = False) -> Graph:
     """Run PIPELINE in order; with `layout_block`, convolutions move to NCHW[block]c
-    (alter_layout, after the folds and before fusion, as TVM's AlterOpLayout)."""
+    (alter_layout, after the folds and before fusion, as TVM's AlterOpLayout; `chains_only`:
+    only where the blocked layout flows from one to the next, as the CPU compile runs it)."""
     for graph_pass in PIPELINE:
         if graph_pass is fuse_ops and layout_block is not None:
-            graph = alter_layout(graph, layout_block)
+            graph = alter_layout(graph, layout_block, chains_only)
         graph = graph_pass(graph)
     return graph
 

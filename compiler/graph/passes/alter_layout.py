@@ -8,20 +8,35 @@ import numpy as np
 
 from ..ir import Graph, GraphBuilder, Node
 from ..ops.layout import pack_weight, to_blocked
+from ..ops.nn import window_geometry
 from ..registry import Pattern, get_op
 from .eliminate_dead_code import eliminate_dead_code
 
 _BINARY = {"Add", "Sub", "Mul", "Div", "Max", "Min"}
+_POOLS = ("MaxPool", "AveragePool")
+
+#: the block the CPU compile moves convolution chains to (`compile_graph`): 32 channels, the
+#: output-channel block `topi.x86.conv2d.default_config` takes where it divides the channels
+#: (two 16-lane vectors per register tile row)
+CPU_BLOCK = 32
 
 
 def _block_for(channels: int, block: int) -> int:
-    """The largest divisor of `channels` that is at most `block`."""
+    """The block of a value of `channels` channels: its largest power-of-two divisor up to
+    `block` when that is at least 8 (whole vectors: 144 channels take 16, not 24), else its
+    largest divisor up to `block` (3, 6 or 20 channels: one block of all)."""
+    power = max(d for d in (1, 2, 4, 8, 16, 32, 64) if d <= block and channels % d == 0)
+    if power >= 8:
+        return power
     return max(d for d in range(1, min(block, channels) + 1) if channels % d == 0)
 
 
 class _Rewriter:
-    def __init__(self, graph: Graph, block: int) -> None:
-        self.graph, self.block = graph, block
+    def __init__(
+        self, graph: Graph, block: int, chains_only: bool = False, keep: frozenset = frozenset()
+    ) -> None:
+        self.graph, self.block, self.keep = graph, block, keep  # keep: convs that stay NCHW
+        self.flows = _flowing_values(graph, block) if chains_only else None
         self.b = GraphBuilder(graph.name)
         for name in graph.inputs:
             ty = graph.types[name]
@@ -68,32 +83,51 @@ class _Rewriter:
 
     def _conv(self, node: Node) -> bool:
         consts = self.graph.constants
-        params = [i for i in node.inputs[1:] if i]
-        w_ty = self.graph.types[node.inputs[1]]
-        if len(w_ty.shape) != 4 or node.attr("group") != 1 or any(p not in consts for p in params):
+        if not _is_candidate(self.graph, node, self.block if self.flows is not None else None):
             return False
-        out_ch, in_ch = w_ty.shape[:2]
+        if node.name in self.keep or (self.flows is not None and not self._continues_chain(node)):
+            return False
+        out_ch, in_ch = self.graph.types[node.inputs[1]].shape[:2]
         bi, bo = _block_for(in_ch, self.block), _block_for(out_ch, self.block)
+        depthwise = _is_depthwise(self.graph, node)
+        if depthwise:  # (C/b, 1, KH, KW, 1, b): each block's channels read their own block
+            bi, bo = 1, _block_for(out_ch, self.block)
         w = self.b.add_constant(
             self.b.fresh(f"{node.name}_w_packed"), pack_weight(consts[node.inputs[1]], bi, bo)
         )
-        inputs = [self.need_blocked(node.inputs[0], bi), w]
+        x = node.inputs[0]
+        if in_ch < 8 and not depthwise and x not in self.blocked and self.flows is not None:
+            data = self.need_plain(x)  # an RGB stem packs its input itself (no transform)
+        else:
+            data = self.need_blocked(x, bo if depthwise else bi)
+        inputs = [data, w]
         if len(node.inputs) > 2 and node.inputs[2]:
             bias = consts[node.inputs[2]].reshape(out_ch // bo, bo)
             inputs.append(self.b.add_constant(self.b.fresh(f"{node.name}_b_packed"), bias))
-        attrs = {k: v for k, v in node.attrs if k not in ("group", "kernel_shape")}
+        drop = ("kernel_shape",) if depthwise else ("group", "kernel_shape")
+        attrs = {k: v for k, v in node.attrs if k not in drop}
         self.emit_blocked(node, "ConvNCHWc", inputs, attrs, bo)
         return True
 
+    def _continues_chain(self, node: Node) -> bool:
+        """With `chains_only`: whether the blocked layout flows through convolution `node`. A
+        pointwise GEMM reads NCHW as it lies (no pack to save), so it never starts a chain."""
+        if node.inputs[0] in self.blocked:
+            return True
+        return node.outputs[0] in self.flows and not _is_pointwise_gemm(self.graph, node)
+
     def _follow(self, node: Node) -> bool:
-        """Elementwise ops of a blocked value stay blocked (constants are repacked)."""
+        """Elementwise ops of a blocked value stay blocked (constants are repacked, per-channel
+        `[N, C, 1, 1]` values transformed); GlobalAveragePool becomes a ReduceMean over the
+        blocked value's rows and columns (its result `[N, C/b, 1, 1, b]`)."""
         spec = get_op(node.op)
-        first = node.inputs[0] if node.inputs else ""
-        if first not in self.blocked or len(node.outputs) != 1:
+        blocked = [i for i in node.inputs if i in self.blocked]
+        if not blocked or len(node.outputs) != 1:
             return False
-        block = self.blocked[first][1]
+        first = node.inputs[0]
+        block = self.blocked[blocked[0]][1]
         out_ty = self.graph.types[node.outputs[0]]
-        if spec.pattern == Pattern.ELEMWISE and node.op != "Cast":
+        if spec.pattern == Pattern.ELEMWISE and node.op != "Cast" and first in self.blocked:
             rest = node.inputs[1:]
             if all(self.graph.constants.get(i, np.zeros(2)).size == 1 for i in rest if i):
                 self.emit_blocked(
@@ -106,6 +140,15 @@ class _Rewriter:
             if None not in inputs:
                 self.emit_blocked(node, node.op, inputs, node.attr_dict, block)  # type: ignore[arg-type]
                 return True
+        if node.op in _POOLS and len(out_ty.shape) == 4 and node.inputs[0] in self.blocked:
+            inputs = [self.blocked[first][0]]
+            self.emit_blocked(node, node.op, inputs, _pool_attrs(node), block)
+            return True
+        if node.op == "GlobalAveragePool" and len(out_ty.shape) == 4:
+            axes = self.b.add_constant(self.b.fresh("rows_cols"), np.array([2, 3], np.int64))
+            inputs = [self.blocked[first][0], axes]
+            self.emit_blocked(node, "ReduceMean", inputs, {"keepdims": 1}, block)
+            return True
         return False
 
     def _operand(self, name: str, shape: tuple[int, ...], block: int) -> str | None:
@@ -113,8 +156,10 @@ class _Rewriter:
         if name in self.blocked and self.blocked[name][1] == block:
             return self.blocked[name][0]
         value = self.graph.constants.get(name)
-        if value is None:
-            return None
+        if value is None:  # a per-channel value (a squeeze-excitation gate): a small transform
+            ty = self.graph.types[name]
+            per_channel = ty.shape == (shape[0], shape[1], 1, 1)
+            return self.need_blocked(name, block) if per_channel else None
         if value.size == 1:
             return name
         channels = shape[1]
@@ -124,19 +169,140 @@ class _Rewriter:
         return None
 
 
-def alter_layout(graph: Graph, block: int = 8) -> Graph:
+def _pool_attrs(node: Node) -> dict:
+    """A 2-D pool's attributes as the 3-D pool over (H, W, c) of the blocked layout: a window
+    of 1 along c, no padding, stride or dilation there."""
+    attrs = get_op(node.op).full_attrs(node)
+    kernel = list(attrs["kernel_shape"])
+    pads = list(attrs["pads"] or (0, 0, 0, 0))
+    return {
+        **attrs,
+        "kernel_shape": [*kernel, 1],
+        "pads": [*pads[:2], 0, *pads[2:], 0],
+        "strides": [*(attrs["strides"] or (1, 1)), 1],
+        "dilations": [*(attrs["dilations"] or (1, 1)), 1],
+    }
+
+
+def _is_candidate(graph: Graph, node: Node, chains_block: int | None) -> bool:
+    """Whether `node` is a Conv that `_Rewriter._conv` may move: 2-D, ungrouped or depthwise,
+    constant weights (and bias). With `chains_block` (`chains_only`) also float32 with whole
+    vectors for blocks (powers of two of 8 and more: ShuffleNet's 116 channels would take
+    29-lane blocks, 2x slower kernels), but for an RGB stem's input channels, and no config
+    in the active tuning log (`strategy.conv.is_tuned`)."""
+    if node.op != "Conv" or any(p not in graph.constants for p in node.inputs[1:] if p):
+        return False
+    x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+    if len(w_ty.shape) != 4 or not (node.attr("group") == 1 or _is_depthwise(graph, node)):
+        return False
+    if chains_block is None:
+        return True
+    from ..strategy.conv import is_tuned  # the lowering rules import the passes
+
+    if is_tuned(graph, node):  # a tuned kernel keeps the layout it was measured in
+        return False
+    out_ch, in_ch = w_ty.shape[0], x_ty.shape[1]
+    blocks = [_block_for(c, chains_block) for c in (out_ch, in_ch) if c >= 8]
+    return x_ty.dtype == "float32" and all(b >= 8 and b & (b - 1) == 0 for b in blocks)
+
+
+def _is_pointwise_gemm(graph: Graph, node: Node) -> bool:
+    from ..strategy.conv import is_pointwise_gemm  # the lowering rules import the passes
+
+    x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+    attrs = get_op("Conv").full_attrs(node)
+    begin, end, strides, _, _ = window_geometry(attrs, x_ty.shape[2:], w_ty.shape[2:])
+    return is_pointwise_gemm(x_ty.shape, w_ty.shape, (*begin, *end), strides, x_ty.dtype)
+
+
+def _is_depthwise(graph: Graph, node: Node) -> bool:
+    out_ch, per_group = graph.types[node.inputs[1]].shape[:2]
+    return per_group == 1 and node.attr("group") == out_ch == graph.types[node.inputs[0]].shape[1]
+
+
+def _flowing_values(graph: Graph, block: int) -> set[str]:
+    """Values worth producing in the blocked layout: read by a candidate Conv, or by an
+    elementwise/binary op whose own output is worth it (visited from the outputs back)."""
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for value in node.inputs:
+            readers.setdefault(value, []).append(node)
+    flows: set[str] = set()
+    for node in reversed(graph.nodes):
+        for value in node.outputs:
+            for reader in readers.get(value, []):
+                conv = _is_candidate(graph, reader, block) and reader.inputs[0] == value
+                follows = _may_follow(reader) and reader.outputs[0] in flows
+                if conv or follows:
+                    flows.add(value)
+    return flows
+
+
+def _may_follow(node: Node) -> bool:
+    """Whether `node` may stay in the blocked layout (`_Rewriter._follow` decides on its
+    operands)."""
+    spec = get_op(node.op)
+    elementwise = spec.pattern == Pattern.ELEMWISE and node.op != "Cast"
+    pooled = node.op == "GlobalAveragePool" or node.op in _POOLS
+    return len(node.outputs) == 1 and (elementwise or pooled or node.op in _BINARY)
+
+
+def alter_layout(graph: Graph, block: int = 8, chains_only: bool = False) -> Graph:
     """Move 2-D, ungrouped convolutions with constant weights to NCHW[block]c.
 
     Before: `%c = Conv(%x, %w); %r = Relu(%c); %d = Conv(%r, %w2); return %d`
     After:  `%xb = LayoutTransform(%x); %cb = ConvNCHWc(%xb, %w_packed); %rb = Relu(%cb);
     %db = ConvNCHWc(%rb, %w2_packed); %d = LayoutTransform(%db); return %d`
-    Channel counts that `block` does not divide use their largest divisor below it.
+    Channel counts that `block` does not divide use their largest divisor below it (the
+    block of a value depends only on its channel count, so producer and consumers agree).
+
+    A depthwise convolution (`group` = channels) keeps its channels' block: weights
+    `(C/b, 1, KH, KW, 1, b)` and a `group` attribute.
+
+    With `chains_only` (the CPU compile's default) a float convolution moves only where the
+    blocked layout then flows: its input is already blocked, or its output reaches another
+    moving convolution through elementwise ops and pools (a pointwise GEMM convolution, which
+    packs nothing, never starts a chain). A lone convolution would only trade its kernel's own
+    pack and unpack for two transforms.
     """
-    rewriter = _Rewriter(graph, block)
+    keep: frozenset = frozenset()
+    while True:
+        rewriter = _Rewriter(graph, block, chains_only, keep)
+        for node in graph.nodes:
+            rewriter.visit(node)
+        outputs = [rewriter.need_plain(o) for o in graph.outputs]
+        after = eliminate_dead_code(rewriter.b.build(outputs))
+        lone = _lone_convs(after) if chains_only else frozenset()
+        if not lone:
+            return after
+        keep |= lone  # the lookahead was optimistic: their chain ended at the next op
+
+
+def _lone_convs(graph: Graph) -> frozenset:
+    """ConvNCHWc nodes that no other one reaches, nor they another, through blocked values
+    (a residual Add whose other operand stayed NCHW ends a chain the lookahead expected)."""
+    producer = {o: n for n in graph.nodes for o in n.outputs}
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent.get(name, name) != name:
+            name = parent[name]
+        return name
+
     for node in graph.nodes:
-        rewriter.visit(node)
-    outputs = [rewriter.need_plain(o) for o in graph.outputs]
-    return eliminate_dead_code(rewriter.b.build(outputs))
+        if node.op == "LayoutTransform":
+            continue
+        for value in node.inputs:
+            source = producer.get(value)
+            if source is not None and source.op != "LayoutTransform":
+                blocked = len(graph.types[value].shape) == 5
+                if blocked:
+                    parent[root(node.name)] = root(source.name)
+    convs: dict[str, list[str]] = {}
+    for node in graph.nodes:
+        if node.op == "ConvNCHWc":
+            convs.setdefault(root(node.name), []).append(node.name)
+    return frozenset(names[0] for names in convs.values() if len(names) == 1)
 
 
 __all__ = ["alter_layout", "to_blocked"]

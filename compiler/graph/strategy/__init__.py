@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import conv, conv_transpose, indexing, matmul, norm, qlinear, qnn, reduce, resize
+from . import conv, conv_transpose, indexing, layout, matmul, norm, qlinear, qnn, reduce, resize
 from .elemwise import ELEMENTWISE as _FLOAT_ELEMENTWISE
 
 # the int8 graph ops of quantize_graph: strategy/qnn.py; ONNX's quantized ops: strategy/qlinear.py
@@ -10,11 +10,13 @@ ELEMENTWISE = {
     **_FLOAT_ELEMENTWISE,
     **resize.ELEMENTWISE,
     **indexing.ELEMENTWISE,
+    **layout.ELEMENTWISE,
     **qnn.ELEMENTWISE,
     **qlinear.ELEMENTWISE,
 }
 ANCHORS = {
     **conv.ANCHORS,
+    **layout.ANCHORS,
     **matmul.ANCHORS,
     **reduce.ANCHORS,
     **norm.ANCHORS,

@@ -3,12 +3,14 @@ the group's elementwise tail as its epilogue), 1x1 convs as dense, depthwise NCH
 (grouped) reduction over any number of spatial axes, and the GPU conv templates. A 1-D
 convolution is lowered as a 2-D one of height 1 (`ConvView`), on the CPU and GPUs alike."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ... import te
+from ...autotune.dispatch import peek as autotune_peek
 from ...autotune.dispatch import query as autotune_query
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
@@ -31,7 +33,7 @@ from ...topi.x86.depthwise import (
     pack_depthwise_kernel,
     schedule_depthwise_nchwc,
 )
-from ..ir import Node
+from ..ir import Graph, Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy, unravel
 from ..ops.nn import window_geometry
 from .matmul import packed_dense
@@ -192,10 +194,21 @@ def _gpu_geometry(view: ConvView) -> Any:
 
 
 def _pointwise(view: ConvView, dtype: str) -> bool:
-    """A 1x1 (1x1x1, 1) convolution that is a GEMM on NCHW as it lies: batch 1, stride 1, no
-    padding, float."""
-    one = set(view.w_shape[2:]) == {1} and view.x_shape[0] == 1
-    return one and view.padding == 0 and view.stride == 1 and dtype in FLOATS
+    pads = (*view.begin, *view.end)
+    return is_pointwise_gemm(view.x_shape, view.w_shape, pads, view.strides, dtype)
+
+
+def is_pointwise_gemm(
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    pads: Sequence[int],
+    strides: Sequence[int],
+    dtype: str,
+) -> bool:
+    """Whether a convolution is a 1x1 (1x1x1, 1) one that runs as a GEMM on NCHW as it lies
+    (`_conv_pointwise`): batch 1, stride 1, no padding, float."""
+    one = set(w_shape[2:]) == {1} and x_shape[0] == 1
+    return one and not any(pads) and set(strides) == {1} and dtype in FLOATS
 
 
 def _conv_pointwise(ctx: GroupContext, node: Node, tail: Tail) -> Result:
@@ -250,6 +263,27 @@ def _conv_small_image(ctx: GroupContext, node: Node, tail: Tail, bias: Any) -> R
         return tail.epilogue(v, (0, j, *unravel(i, tuple(spatial)))) if tail.nodes else v
 
     return packed_dense(ctx, rows, node.inputs[1], "NK", epilogue, weights, p > 1)
+
+
+def is_tuned(graph: Graph, node: Node) -> bool:
+    """Whether the active tuning log has a config for 2-D Conv `node`'s NCHW kernel
+    (`x86.conv2d_nchwc`, or `x86.depthwise_conv2d` for a depthwise one), asked without counting
+    (`autotune.dispatch.peek`): `alter_layout` then leaves it in the layout it was tuned in."""
+    x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+    x_shape, w_shape = tuple(int(d) for d in x_ty.shape), tuple(int(d) for d in w_ty.shape)
+    begin, end, strides, dil, outs = window_geometry(full_attrs(node), x_shape[2:], w_shape[2:])
+    spans = (tuple(int(v) for v in span) for span in (begin, end, strides, dil))
+    group = int(node.attr("group"))
+    view = ConvView(x_shape, w_shape, (x_shape[0], w_shape[0], *outs), *spans, group, False)
+    if group > 1:
+        wl = depthwise_workload(view, x_ty.dtype)
+        return autotune_peek("x86.depthwise_conv2d", wl) is not None
+    knobs = (view.stride, view.padding, view.dilation)
+    if not all(isinstance(k, int) for k in knobs):
+        return False
+    data = te.placeholder(x_shape, x_ty.dtype, name="shape_only")
+    wl = conv_workload(data, w_shape, *knobs, group)  # type: ignore[arg-type]
+    return autotune_peek("x86.conv2d_nchwc", wl) is not None
 
 
 def conv_config(

@@ -63,6 +63,7 @@ class Conv2dOp:
     ic_bn: int
     oc_bn: int
     padding: tuple[int, ...]  # before each spatial axis, then after (top, left, bottom, right)
+    blocked: bool = False  # data and out in the blocked layout
 
 
 def _block(extent: int, wanted: int) -> int:
@@ -80,9 +81,10 @@ def conv2d_nchwc(
     config: Conv2dConfig | None = None,
     out_dtype: str | None = None,
     groups: int = 1,
+    blocked: bool = False,
 ) -> Conv2dOp:
     """The compute of an NCHW conv2d (or NCDHW conv3d) through the blocked layout (output NCHW,
-    NCDHW).
+    NCDHW), or, with `blocked`, of a 2-D one from and to the blocked layout itself.
 
     Args:
         data: `[N, C, H, W]`, or `[N, C, D, H, W]`.
@@ -99,13 +101,25 @@ def conv2d_nchwc(
         groups: a grouped convolution (kernel `[K, C/groups, R, S]`): each output-channel block
             reduces over its group's input-channel blocks only (the blocks divide the group
             sizes).
+        blocked: the output stays `[N, K/oc_bn, OH, OW, oc_bn]` (no unpack), and 5-D `data`
+            is already `[N, C/ic_bn, H, W, ic_bn]` (the kernel pre-packed with that `ic_bn`:
+            no pack, only a padded copy when there is padding), as between two layers that
+            both keep the blocked layout (`graph.passes.alter_layout`); 4-D `data` is packed
+            as without it (an RGB stem). The epilogue takes the blocked index,
+            `f(value, n, ko, y, x, ki)`.
 
     Raises:
         ValueError: when the channels disagree or the output would be empty.
     """
     config = config or Conv2dConfig()
     config.check()
-    n, c, *sizes = data.shape
+    data_blocked = blocked and len(data.shape) == 5
+    if data_blocked:
+        _check_blocked(data, kernel)
+        n, cb, *sizes, b = data.shape
+        c = cb * b
+    else:
+        n, c, *sizes = data.shape
     nd = len(sizes)
     if nd not in (2, 3):
         raise ValueError(f"conv2d: data must be NCHW or NCDHW, not {len(data.shape)}-D")
@@ -128,7 +142,7 @@ def conv2d_nchwc(
     outs = [(h + b + a - d * (t - 1) - 1) // st + 1 for h, b, a, t, st, d in geometry]
     if min(outs) < 1:
         raise ValueError(f"conv2d: output size must be positive, not {'x'.join(map(str, outs))}")
-    data_vec = _pack_data(data, pads, ic_bn)
+    data_vec = _pack_data(data, pads, ic_bn, data_blocked)
     kernel_vec = kernel
     if len(kernel.shape) == nd + 2:
         kernel_vec = te.compute(
@@ -156,6 +170,10 @@ def conv2d_nchwc(
                       axis=[rc, *rtaps])  # fmt: skip
 
     conv = te.compute((n, k // oc_bn, *outs, oc_bn), fconv, name="conv")
+    if blocked:
+        out = _blocked_out(conv, bias, epilogue, acc)
+        args = [data, kernel] + ([bias] if bias is not None else []) + [out]
+        return Conv2dOp(args, data_vec, kernel_vec, conv, out, ic_bn, oc_bn, pads, True)
 
     def funpack(nn: te.Expr, kk: te.Expr, *pos: te.Expr) -> te.Expr:
         value = conv[(nn, kk // oc_bn, *pos, kk % oc_bn)]
@@ -166,6 +184,27 @@ def conv2d_nchwc(
     out = te.compute((n, k, *outs), funpack, name="out")
     args = [data, kernel] + ([bias] if bias is not None else []) + [out]
     return Conv2dOp(args, data_vec, kernel_vec, conv, out, ic_bn, oc_bn, pads)
+
+
+def _check_blocked(data: Tensor, kernel: Tensor) -> None:
+    if len(data.shape) != 5 or len(kernel.shape) != 6 or data.shape[-1] != kernel.shape[-2]:
+        raise ValueError(
+            f"conv2d: blocked data must be [N, C/b, H, W, b] with a kernel packed for b, not "
+            f"data {list(data.shape)} and kernel {list(kernel.shape)}"
+        )
+
+
+def _blocked_out(conv: Tensor, bias: Tensor | None, epilogue: Epilogue | None, acc: str) -> Tensor:
+    """The blocked result with the bias and the epilogue (at the blocked index) applied."""
+    oc_bn = conv.shape[-1]
+
+    def fout(nn: te.Expr, ko: te.Expr, y: te.Expr, x: te.Expr, ki: te.Expr) -> te.Expr:
+        value = conv[nn, ko, y, x, ki]
+        if bias is not None:
+            value = value + bias[ko * oc_bn + ki].astype(acc)
+        return epilogue(value, nn, ko, y, x, ki) if epilogue is not None else value
+
+    return te.compute(conv.shape, fout, name="out")
 
 
 def _all_pads(padding: int | Sequence[int], nd: int) -> tuple[int, ...]:
@@ -268,21 +307,32 @@ def pack_kernel(weight: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
     return np.ascontiguousarray(blocked.transpose(0, 2, *tap_axes, 3, 1))
 
 
-def _pack_data(data: Tensor, pads: tuple[int, ...], ic_bn: int) -> Tensor:
-    n, c, *sizes = data.shape
+def _pack_data(data: Tensor, pads: tuple[int, ...], ic_bn: int, blocked: bool) -> Tensor:
+    """`data` padded in the blocked layout; `blocked` data is read as it lies (a padded copy,
+    or nothing once inlined)."""
+    if blocked:
+        n, cb, *sizes, _ = data.shape
+        c = cb * ic_bn
+    else:
+        n, c, *sizes = data.shape
     nd = len(sizes)
     before, after = pads[:nd], pads[nd:]
+
+    def read(nn: te.Expr, co: te.Expr, ci: te.Expr, pos: list) -> te.Expr:
+        if blocked:
+            return data[(nn, co, *pos, ci)]
+        return data[(nn, co * ic_bn + ci, *pos)]
 
     def fpack(nn: te.Expr, co: te.Expr, *pos: te.Expr) -> te.Expr:
         *pos, ci = pos
         if not any(pads):
-            return data[(nn, co * ic_bn + ci, *pos)]
+            return read(nn, co, ci, pos)
         # A select over a clamped (always in-bounds) read keeps the loop vectorizable.
         src = [p - b for p, b in zip(pos, before, strict=True)]
         bounds = zip(src, sizes, strict=True)
         inside = te.all_of(*(cond for i, h in bounds for cond in (i >= 0, i < h)))
         clamped = [te.min(te.max(i, 0), h - 1) for i, h in zip(src, sizes, strict=True)]
-        value = data[(nn, co * ic_bn + ci, *clamped)]
+        value = read(nn, co, ci, clamped)
         return te.select(inside, value, te.const(0, data.dtype))
 
     padded = [h + b + a for h, b, a in zip(sizes, before, after, strict=True)]
@@ -300,14 +350,21 @@ def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> S
         s[op.data_vec].compute_inline()
     _schedule_packing(s, op, config)
     s[conv].set_scope("local")
-    on, ok, *rows, ox = out.op.axis  # rows: the output rows (a 3-D one's depth, then rows)
-    ko, ki = s[out].split(ok, factor=op.oc_bn)
-    xo, xi = s[out].split(ox, factor=config.reg_n)
-    s[out].reorder(on, ko, *rows, xo, ki, xi)
+    if op.blocked:  # the tile stored as it is: columns unrolled, channels in vector lanes
+        on, ko, *rows, ox, ki = out.op.axis
+        xo, xi = s[out].split(ox, factor=config.reg_n)
+        s[out].reorder(on, ko, *rows, xo, xi, ki)
+        s[out].unroll(xi)
+        s[out].vectorize(ki)
+    else:
+        on, ok, *rows, ox = out.op.axis  # rows: the output rows (a 3-D one's depth, then rows)
+        ko, ki = s[out].split(ok, factor=op.oc_bn)
+        xo, xi = s[out].split(ox, factor=config.reg_n)
+        s[out].reorder(on, ko, *rows, xo, ki, xi)
+        s[out].vectorize(xi)
     row = s[out].fuse(on, ko, *rows)
     if config.parallel:
         s[out].parallel(row)
-    s[out].vectorize(xi)
     s[conv].compute_at(s[out], xo)
     lx, lki = conv.op.axis[-2:]
     rc, *rtaps = conv.op.reduce_axis

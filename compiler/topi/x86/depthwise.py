@@ -44,6 +44,7 @@ class DepthwiseOp:
     act: Tensor
     out: Tensor
     cb: int
+    blocked: bool = False  # data and out in the blocked layout (out is act)
 
 
 def channel_block(channels: int, wanted: int) -> int:
@@ -66,12 +67,23 @@ def depthwise_conv2d_nchwc(
     dilations: Sequence[int],
     bias: Tensor | None = None,
     epilogue: Epilogue | None = None,
+    blocked: bool = False,
 ) -> DepthwiseOp:
     """The compute of an NCHW depthwise conv2d (output `[N, C, *out_hw]`) through the blocked
     layout. `kernel`: packed `[C/cb, R, S, cb]`; `pads`: (top, left) padding before the image
-    (whatever the windows read past its end is zero too)."""
-    n, c, h, w = data.shape
+    (whatever the windows read past its end is zero too). With `blocked`, `data` is already
+    `[N, C/cb, H, W, cb]` and the output stays `[N, C/cb, OH, OW, cb]` (no transposes: between
+    layers that keep the blocked layout, `graph.passes.alter_layout`); the epilogue then takes
+    the blocked index `(n, co, y, x, ci)`."""
     blocks, r, s, cb = kernel.shape
+    if blocked:
+        if len(data.shape) != 5 or data.shape[-1] != cb:
+            raise ValueError(f"depthwise: blocked data must be [N, C/{cb}, H, W, {cb}] as the "
+                             f"packed kernel, not {list(data.shape)}")  # fmt: skip
+        n, _, h, w, _ = data.shape
+        c = data.shape[1] * cb
+    else:
+        n, c, h, w = data.shape
     if blocks * cb != c:
         raise ValueError(f"depthwise: packed kernel must cover the {c} channels, not {blocks * cb}")
     (oh, ow), (sh, sw), (dh, dw), (top, left) = out_hw, strides, dilations, pads
@@ -80,7 +92,8 @@ def depthwise_conv2d_nchwc(
     def fpack(nn: te.Expr, co: te.Expr, y: te.Expr, x: te.Expr, ci: te.Expr) -> te.Expr:
         yy, xx = y - top, x - left
         inside = te.all_of(yy >= 0, yy < h, xx >= 0, xx < w)
-        clamped = data[nn, co * cb + ci, te.min(te.max(yy, 0), h - 1), te.min(te.max(xx, 0), w - 1)]
+        cy, cx = te.min(te.max(yy, 0), h - 1), te.min(te.max(xx, 0), w - 1)
+        clamped = data[nn, co, cy, cx, ci] if blocked else data[nn, co * cb + ci, cy, cx]
         return te.select(inside, clamped, te.const(0, data.dtype))
 
     data_vec = te.compute((n, blocks, rows, cols, cb), fpack, name="data_vec")
@@ -98,10 +111,15 @@ def depthwise_conv2d_nchwc(
         value, cc = conv[nn, co, y, x, ci], co * cb + ci
         if bias is not None:
             value = value + bias[cc]
-        return epilogue(value, nn, cc, y, x) if epilogue is not None else value
+        if epilogue is None:
+            return value
+        return epilogue(value, nn, co, y, x, ci) if blocked else epilogue(value, nn, cc, y, x)
 
     # bias and epilogue in the blocked layout: full channel vectors, whatever the image width
     act = te.compute(conv.shape, fact, name="act")
+    if blocked:
+        args = [data, kernel] + ([bias] if bias is not None else []) + [act]
+        return DepthwiseOp(args, data_vec, conv, act, act, cb, True)
     out = te.compute((n, c, oh, ow), lambda nn, cc, y, x: act[nn, cc // cb, y, x, cc % cb],
                      name="out")  # fmt: skip
     args = [data, kernel] + ([bias] if bias is not None else []) + [out]
@@ -113,6 +131,8 @@ def schedule_depthwise_nchwc(op: DepthwiseOp, config: DepthwiseConfig) -> Schedu
     that stay in cache), then `reg_n x cb` register tiles, the taps unrolled
     around them, written to the NCHW output with the epilogue."""
     config.check()
+    if op.blocked:
+        return _schedule_blocked(op, config)
     s = te.create_schedule(op.out.op)
     conv, out = op.conv, op.out
     s[conv].set_scope("local")
@@ -132,6 +152,42 @@ def schedule_depthwise_nchwc(op: DepthwiseOp, config: DepthwiseConfig) -> Schedu
     s[op.act].set_scope("local")
     s[op.act].compute_at(s[out], xo)
     s[op.act].vectorize(op.act.op.axis[-1])
+    _, _, _, lx, lci = conv.op.axis
+    ry, rx = conv.op.reduce_axis
+    s[conv].reorder(ry, rx, lx, lci)
+    s[conv].unroll(rx)
+    s[conv].unroll(lx)
+    s[conv].vectorize(lci)
+    return s
+
+
+#: the fewest parallel tasks a blocked depthwise kernel is cut into (row chunks when the
+#: channel blocks alone are fewer)
+MIN_TASKS = 8
+
+
+def _schedule_blocked(op: DepthwiseOp, config: DepthwiseConfig) -> Schedule:
+    """As `schedule_depthwise_nchwc`, the tile stored as it is: columns unrolled, channels in
+    vector lanes; the padded input block copied a vector at a time."""
+    s = te.create_schedule(op.out.op)
+    conv, out = op.conv, op.out
+    s[conv].set_scope("local")
+    on, oc, oy, ox, ci = out.op.axis
+    xo, xi = s[out].split(ox, factor=config.reg_n)
+    # whole-vector blocks leave few (n, channel block) tasks (32 channels: one), so the rows are
+    # cut into chunks too; each chunk copies the padded rows its windows read
+    blocks = int(out.shape[0]) * int(out.shape[1])
+    chunks = min(int(out.shape[2]), -(-MIN_TASKS // blocks))
+    yo, yi = s[out].split(oy, nparts=chunks)
+    s[out].reorder(on, oc, yo, yi, xo, xi, ci)
+    block = s[out].fuse(on, oc, yo)
+    if config.parallel:
+        s[out].parallel(block)
+    s[out].unroll(xi)
+    s[out].vectorize(ci)
+    s[op.data_vec].compute_at(s[out], block)
+    s[op.data_vec].vectorize(op.data_vec.op.axis[-1])
+    s[conv].compute_at(s[out], xo)
     _, _, _, lx, lci = conv.op.axis
     ry, rx = conv.op.reduce_axis
     s[conv].reorder(ry, rx, lx, lci)

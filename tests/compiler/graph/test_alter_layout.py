@@ -67,36 +67,57 @@ def test_ops_that_need_nchw_get_a_transform_back() -> None:
         "Conv", [x, b.add_constant("w", _weight(8, 8))], {"pads": [1, 1, 1, 1]}, name="conv"
     )
     (p,) = b.add_node("MaxPool", [c], {"kernel_shape": [2, 2]}, name="pool")
-    (s,) = b.add_node("Add", [c, x], name="residual")  # x exists only in NCHW
+    (s,) = b.add_node("Add", [c, x], name="residual")
     before = b.build([p, s])
     after = alter_layout(before, block=4)
     assert _ops(after) == [
         "LayoutTransform",
         "ConvNCHWc",
+        "MaxPool",  # pools the blocked layout: a 3-D window (2, 2, 1) over (H, W, c)
+        "Add",  # reads x's blocked copy, made for the conv
         "LayoutTransform",
-        "MaxPool",
-        "Add",
         "LayoutTransform",
     ]
+    assert after.nodes[2].attr("kernel_shape") == (2, 2, 1)
     _check_same(before, after)
 
 
 def test_grouped_convolution_and_odd_channels() -> None:
     b = GraphBuilder()
     x = b.add_input("x", (1, 6, 5, 5), "float32")
+    (g,) = b.add_node(
+        "Conv",
+        [x, b.add_constant("gw", _weight(6, 6, groups=2))],
+        {"group": 2, "pads": [1, 1, 1, 1]},
+        name="grouped",
+    )
     (c,) = b.add_node(
         "Conv",
-        [x, b.add_constant("dw", _weight(6, 6, groups=6))],
+        [g, b.add_constant("dw", _weight(6, 6, groups=6))],
         {"group": 6, "pads": [1, 1, 1, 1]},
         name="depthwise",
     )
     (d,) = b.add_node("Conv", [c, b.add_constant("w", _weight(9, 6, k=1))], name="pointwise")
     before = b.build([d])
     after = alter_layout(before, block=4)
-    # the grouped conv keeps NCHW; 6 and 9 channels use blocks 3 and 3 (largest divisors <= 4)
-    assert _ops(after) == ["Conv", "LayoutTransform", "ConvNCHWc", "LayoutTransform"]
+    # the grouped conv keeps NCHW, the depthwise one moves with its channels' block;
+    # 6 and 9 channels use blocks 3 and 3 (largest divisors <= 4)
+    assert _ops(after) == ["Conv", "LayoutTransform", "ConvNCHWc", "ConvNCHWc", "LayoutTransform"]
     assert after.nodes[1].attr("block") == 3
+    assert after.nodes[2].attr("group") == 6
+    assert after.types[after.nodes[2].inputs[1]].shape == (2, 1, 3, 3, 1, 3)
     _check_same(before, after)
+
+
+def test_block_prefers_whole_vectors() -> None:
+    b = GraphBuilder()
+    x = b.add_input("x", (1, 24, 4, 4), "float32")
+    (c,) = b.add_node("Conv", [x, b.add_constant("w", _weight(144, 24, k=1))], name="expand")
+    (d,) = b.add_node("Conv", [c, b.add_constant("w2", _weight(40, 144, k=1))], name="project")
+    after = alter_layout(b.build([d]), block=32)
+    # powers of two of 8 and more where they divide the channels (24: 8, 144: 16, 40: 8)
+    assert [t.attr("block") for t in after.nodes if t.op == "LayoutTransform"] == [8, 8]
+    assert after.types[after.nodes[1].outputs[0]].shape == (1, 9, 4, 4, 16)
 
 
 def test_layout_helpers_round_trip() -> None:

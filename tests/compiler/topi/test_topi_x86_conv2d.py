@@ -7,6 +7,7 @@ import pytest
 
 from tensorforge.compiler import te
 from tensorforge.compiler.build import build
+from tensorforge.compiler.graph.ops.layout import from_blocked, to_blocked
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.topi.x86 import Conv2dConfig, conv2d_nchwc, schedule_conv2d_nchwc
 from tensorforge.compiler.topi.x86.conv2d import kernel_blocks, pack_kernel
@@ -117,3 +118,58 @@ def test_grouped_mismatch_is_named() -> None:
     A, W = te.placeholder((1, 12, 5, 5), name="A"), te.placeholder((8, 3, 3, 3), name="W")
     with pytest.raises(ValueError, match="kernel channels x groups must equal data channels"):
         conv2d_nchwc(A, W, groups=3)  # 3 x 3 != 12
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["default", "small-blocks-serial"])
+@pytest.mark.parametrize("case", CASES[1:], ids=[str(c) for c in CASES[1:]])
+def test_blocked_in_and_out_matches_numpy(case, config) -> None:
+    """`blocked=True`: the input already in NCHW[ic_bn]c, the output left in NCHW[oc_bn]c with
+    the bias and an epilogue applied at the blocked index."""
+    n, c, h, w, k, r, stride, pad, dil = case
+    ic_bn, oc_bn = kernel_blocks(c, k, config)
+    rng = np.random.default_rng(sum(case))
+    a = rng.uniform(-1, 1, (n, c, h, w)).astype("float32")
+    wt = rng.uniform(-1, 1, (k, c, r, r)).astype("float32")
+    b = rng.uniform(-1, 1, k).astype("float32")
+    ab, wp = to_blocked(a, ic_bn), pack_kernel(wt, ic_bn, oc_bn)
+    A, W = te.placeholder(ab.shape, name="A"), te.placeholder(wp.shape, name="W")
+    B = te.placeholder((k,), name="bias")
+    scale = te.placeholder((k // oc_bn, oc_bn), name="scale")  # the epilogue reads it blocked
+
+    def epilogue(v, nn, ko, y, x, ki):
+        return te.max(v * scale[ko, ki], te.const(0.0, v.dtype))
+
+    op = conv2d_nchwc(A, W, stride, pad, dil, B, epilogue, config, blocked=True)
+    assert [int(d) for d in op.out.shape[1::3]] == [k // oc_bn, oc_bn]
+    f = build(schedule_conv2d_nchwc(op, config), [*op.args[:-1], scale, op.out], name="conv_b")
+    sc = rng.uniform(0.5, 2, k).astype("float32")
+    out = np.zeros(op.out.shape, "float32")
+    f(ab, wp, b, sc.reshape(k // oc_bn, oc_bn), out)
+    ref = conv2d_ref(a, wt, stride, pad, dil) + b[None, :, None, None]
+    want = np.maximum(ref * sc[None, :, None, None], 0)
+    np.testing.assert_allclose(from_blocked(out), want, rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_data_must_match_the_packed_kernel() -> None:
+    A = te.placeholder((1, 2, 5, 5, 8), name="A")
+    W = te.placeholder((1, 4, 3, 3, 4, 16), name="W")  # packed for 4-channel input blocks
+    with pytest.raises(
+        ValueError, match="blocked data must be \\[N, C/b, H, W, b\\] with a kernel"
+    ):
+        conv2d_nchwc(A, W, padding=1, blocked=True)
+
+
+def test_nchw_data_with_blocked_output_packs_it_inside() -> None:
+    """An RGB stem in a blocked chain: NCHW in (packed by the kernel), NCHW[oc_bn]c out."""
+    n, c, h, w, k, r, stride, pad, dil = CASES[1]  # 3 channels
+    ic_bn, oc_bn = kernel_blocks(c, k)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (n, c, h, w)).astype("float32")
+    wt = rng.uniform(-1, 1, (k, c, r, r)).astype("float32")
+    wp = pack_kernel(wt, ic_bn, oc_bn)
+    A, W = te.placeholder(a.shape, name="A"), te.placeholder(wp.shape, name="W")
+    op = conv2d_nchwc(A, W, stride, pad, dil, blocked=True)
+    out = np.zeros(op.out.shape, "float32")
+    build(schedule_conv2d_nchwc(op), op.args, name="stem_b")(a, wp, out)
+    want = conv2d_ref(a, wt, stride, pad, dil)
+    np.testing.assert_allclose(from_blocked(out), want, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,94 @@
+"""Native lowerings of the blocked-layout ops of `passes.alter_layout`: LayoutTransform (lazy:
+an index remap that inlines into its reader, or a transpose kernel of its own) and ConvNCHWc
+(an anchor: topi's `conv2d_nchwc` from and to the blocked layout, its tail in that layout)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ... import te
+from ...autotune.dispatch import query as autotune_query
+from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
+from ...topi.x86.depthwise import (
+    DepthwiseConfig,
+    default_depthwise_config,
+    depthwise_conv2d_nchwc,
+    schedule_depthwise_nchwc,
+)
+from ..ir import Node
+from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail
+from ..ops.nn import window_geometry
+from .conv import ConvView, conv_config, depthwise_workload
+from .nn import Result, full_attrs, tail_epilogue
+
+
+def _layout_transform(ctx: GroupContext, node: Node) -> list[Lazy]:
+    src = ctx.get(node.inputs[0])
+    out = ctx.type_of(node.outputs[0])
+    block = int(node.attr("block"))
+
+    def to_blocked(idx: Index) -> object:  # (n, c/b, *pos, b) <- (n, c, *pos)
+        n, co, *pos, ci = idx
+        return src((n, co * block + ci, *pos))
+
+    def to_plain(idx: Index) -> object:  # (n, c, *pos) <- (n, c/b, *pos, b)
+        n, c, *pos = idx
+        return src((n, c // block, *pos, c % block))
+
+    blocked = node.attr("dst") == "NCHWc"
+    return [Lazy(out.shape, out.dtype, to_blocked if blocked else to_plain)]
+
+
+def _conv_nchwc(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """ConvNCHWc: the input, the output and the tail stay in the blocked layout (no pack or
+    unpack inside the kernel; an NCHW input, a stem's, is packed inside it); the blocks are the
+    graph's (its packed weight's), the other knobs the layer's tuned or default
+    `conv2d_nchwc` (`depthwise_conv2d_nchwc`) config."""
+    x_ty = ctx.type_of(node.inputs[0])
+    ko, cb, r, s, bi, bo = (int(d) for d in ctx.type_of(node.inputs[1]).shape)
+    n, _, h, w = (int(d) for d in x_ty.shape[:4])  # blocked, or NCHW (a stem)
+    attrs = full_attrs(node)
+    begin, end, strides, dils, outs = window_geometry(attrs, (h, w), (r, s))
+    if attrs["group"] != 1:
+        c, spans = ko * bo, (tuple(v) for v in (begin, end, strides, dils))
+        view = ConvView((n, c, h, w), (c, 1, r, s), (n, c, *outs), *spans, c, False)
+        return _depthwise_nchwc(ctx, node, tail, view)
+    plain = te.placeholder((n, cb * bi, h, w), x_ty.dtype, name="shape_only")
+    stride, dil = _one(strides), _one(dils)
+    config = conv_config(plain, (ko * bo, cb * bi, r, s), (n, ko * bo, *outs), stride,
+                         _one([*begin, *end]), dil)  # fmt: skip
+    config = dataclasses.replace(config, ic_bn=bi, oc_bn=bo, reg_n=min(config.reg_n, outs[1]))
+    data, kernel = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    bias = ctx.as_tensor(node.inputs[2], (ko * bo,)) if has_bias else None
+    op = conv2d_nchwc(data, kernel, tuple(strides), (*begin, *end), tuple(dils), bias,
+                      tail_epilogue(tail), config, None, 1, blocked=True)  # fmt: skip
+    return schedule_conv2d_nchwc(op, config), [op.out]
+
+
+def _depthwise_nchwc(ctx: GroupContext, node: Node, tail: Tail, view: ConvView) -> Result:
+    """A depthwise ConvNCHWc: topi's depthwise template on the blocked layout as it lies, the
+    channel block the graph's, `reg_n` and `parallel` tuned or by default."""
+    n, c, _, _ = view.x_shape
+    r, s = view.w_shape[2:]
+    cb = int(ctx.type_of(node.inputs[0]).shape[-1])
+    values = autotune_query("x86.depthwise_conv2d", depthwise_workload(view, "float32"))
+    if values is None or values.get("layout") != "nchwc":
+        default = default_depthwise_config(c, view.out_shape[3])
+        values = {"reg_n": default.reg_n, "parallel": default.parallel}
+    config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]))
+    data = ctx.as_tensor(node.inputs[0])
+    kernel = ctx.as_tensor(node.inputs[1], (c // cb, r, s, cb))
+    has_bias = len(node.inputs) > 2 and node.inputs[2]
+    bias = ctx.as_tensor(node.inputs[2], (c,)) if has_bias else None
+    op = depthwise_conv2d_nchwc(data, kernel, view.out_shape[2:], view.begin, view.strides,
+                                view.dil, bias, tail_epilogue(tail), blocked=True)  # fmt: skip
+    return schedule_depthwise_nchwc(op, config), [op.out]
+
+
+def _one(values: list[int]) -> int | tuple[int, ...]:
+    return values[0] if len(set(values)) == 1 else tuple(values)
+
+
+ELEMENTWISE: dict[str, Rule] = {"LayoutTransform": _layout_transform}
+ANCHORS: dict[str, AnchorRule] = {"ConvNCHWc": _conv_nchwc}
