@@ -42,7 +42,7 @@ class _Rewriter:
             ty = graph.types[name]
             self.b.add_input(name, ty.shape, ty.dtype)
         for name, value in graph.constants.items():
-            self.b.add_constant(name, value)
+            self.b.add_constant(name, value, copy=False)  # graph constants are immutable: shared
         self.blocked: dict[str, tuple[str, int]] = {}  # NCHW value -> (blocked value, block)
         self.plain: set[str] = set(graph.inputs) | set(graph.constants)
 

@@ -22,7 +22,7 @@ def expand_composites(graph: Graph) -> Graph:
         ty = graph.types[name]
         b.add_input(name, ty.shape, ty.dtype)
     for name, value in graph.constants.items():
-        b.add_constant(name, value)
+        b.add_constant(name, value, copy=False)  # graph constants are immutable: shared
     for node in graph.nodes:
         expand = get_op(node.op).expand
         if expand is not None:
