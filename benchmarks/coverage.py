@@ -10,7 +10,8 @@ all exported by torch at opset 17: TorchScript first, dynamo where that fails or
 Each model is exported, compiled by `tensorforge.compile` (defaults) and compared in a child
 process of its own, so a crash is a row, not a lost run. A row gives the largest error
 relative to the output's magnitude, whether the top-1 class (per position for dense outputs)
-agrees, and the compile time.
+agrees, and the compile time; a model matches when its error is at most `MATCH_RTOL` (a
+per-pixel argmax may flip where two classes tie within it).
 
 Needs the `zoo` extra (torch, torchvision, onnxscript, onnxruntime).
 
@@ -220,9 +221,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         if "error" in row:
             lines.append(f"| {row['model']} | {shape} | | | | {row['error']} |")
             continue
-        ok = row["rel_error"] <= MATCH_RTOL and row["top1"] == 1.0
+        ok = row["rel_error"] <= MATCH_RTOL  # a top-1 flip at a near tie is not a mismatch
         lines.append(
-            f"| {row['model']} | {shape} | {row['rel_error']:.1e} | {row['top1']:.0%} | "
+            f"| {row['model']} | {shape} | {row['rel_error']:.1e} | {row['top1']:.2%} | "
             f"{row['compile_s']} | {'matches' if ok else 'MISMATCH'} |"
         )
     return "\n".join(lines)

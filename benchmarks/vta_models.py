@@ -132,7 +132,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=224, help="ResNet-18 input size")
     ap.add_argument("--config", default="pynq")
     ap.add_argument("--vthreads", default="1,2")
-    ap.add_argument("--depthwise", default="accel", help="accel, cpu or accel,cpu")
+    ap.add_argument("--depthwise", default="cpu", help="cpu (the default), accel or accel,cpu")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()

@@ -46,10 +46,10 @@ from .compile import assemble_module, build_cpu_group, cpu_meta, kernel_symbol, 
 from .ir import Graph, TensorType
 from .passes import FusedGroup, fuse_ops, group_order, optimize, partition_graph, plan_memory
 from .passes.fuse_accel import fuse_accelerator_ops
-from .passes.partition import layer_summary, place
+from .passes.partition import Grouped, layer_summary, place
 
 DEVICES = ("sim", "cyclesim", "rtl")
-DEPTHWISE = ("accel", "cpu")  # where grouped and depthwise convolutions run (-depthwise=)
+DEPTHWISE = ("accel", "cpu")  # where depthwise convolutions run (-depthwise=); default cpu
 QUANTIZED_OPS = ("tf.quantize", "tf.qconv2d", "tf.qdense")
 
 
@@ -100,14 +100,20 @@ def weight_scales(target: Target, mode: str) -> str:
 
 
 def depthwise_placement(target: Target) -> str:
-    """The ``-depthwise=`` option of a vta target: ``accel`` (default: grouped and depthwise
-    convolutions whose groups fit the channel blocks are quantized and run on the accelerator,
-    narrow groups as block-diagonal weight tiles) or ``cpu`` (they stay float on the CPU).
+    """The ``-depthwise=`` option of a vta target: ``cpu`` (default: depthwise convolutions, one
+    input channel per group, stay float on the CPU) or ``accel`` (they are quantized and run on
+    the accelerator as block-diagonal weight tiles). Grouped convolutions with wider groups that
+    fit the channel blocks run on the accelerator either way.
+
+    ``cpu`` is the default for accuracy: a depthwise conv reads the output of a ReLU6, HardSwish
+    or SiLU, one-sided values that symmetric int8 gives 128 levels of 256, and on MobileNetV3
+    and LR-ASPP that took the int8 error to 1.15-1.20x onnxruntime's (whose activations are
+    asymmetric); with them float it is 0.84-1.01x (docs/compile_vta.md).
 
     Raises:
         ValueError: for another value.
     """
-    where = target.get("depthwise") or DEPTHWISE[0]
+    where = target.get("depthwise") or "cpu"
     if where not in DEPTHWISE:
         raise ValueError(f"target option -depthwise must be one of {', '.join(DEPTHWISE)}, "
                          f"not {where!r} (in {str(target)!r})")  # fmt: skip
@@ -135,21 +141,27 @@ def quantize_for(
     calibration: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None,
     mode: str,
     weights: str | None = None,
-    depthwise: str = "accel",
+    depthwise: str = "cpu",
 ) -> Graph:
     """The partitioned int8 graph of `graph` for `cfg` (quantized first unless it is int8;
     `weights`: ``quantize_graph``'s weight scales, default per its mode; `depthwise`:
-    ``depthwise_placement``'s, whether grouped convolutions that fit go to the accelerator)."""
+    ``depthwise_placement``'s, whether depthwise convolutions that fit go to the accelerator;
+    grouped ones with wider groups do when they fit)."""
     if not is_quantized(graph):
         if calibration is None:
             raise ValueError(
                 "compiling a float model for the accelerator needs calibration inputs: "
                 "tensorforge.compile(model, target='vta ...', calibration={input name: array})"
             )
-        grouped = fits_accelerator(cfg) if depthwise == "accel" else False
+        fits = fits_accelerator(cfg)
+        accel = depthwise == "accel"
+
+        def grouped(c: int, o: int, groups: int) -> bool:
+            return fits(c, o, groups) and (accel or c > groups)
+
         graph = quantize_graph(optimize(graph), calibration, cfg, mode=mode, weights=weights,
                                grouped=grouped)  # fmt: skip
-    return partition_graph(graph, cfg, grouped=depthwise == "accel")
+    return partition_graph(graph, cfg, grouped=True if depthwise == "accel" else "wide")
 
 
 def compile_graph_vta(
@@ -206,7 +218,9 @@ def compile_graph_vta(
         kernels.append(image)
         calls.append(call)
     module = assemble_module(stored, str(tgt), kernels, calls, constants, start, t_opt, *times)
-    module.stats.update(_accelerator_stats(q, cfg, kernels, depthwise == "accel"))
+    module.stats.update(
+        _accelerator_stats(q, cfg, kernels, True if depthwise == "accel" else "wide")
+    )
     module.stats["requant_mode"] = "given" if is_quantized(graph) else mode
     module.stats["weight_scales"] = "given" if is_quantized(graph) else weights
     module.stats["packed_tensors"] = list(packed)
@@ -248,7 +262,7 @@ def build_accelerator_group(
 
 
 def _accelerator_stats(
-    graph: Graph, cfg: HWConfig, kernels: list[KernelImage], grouped: bool
+    graph: Graph, cfg: HWConfig, kernels: list[KernelImage], grouped: Grouped
 ) -> dict:
     placements = [place(graph, n, cfg, grouped) for n in graph.nodes]
     vta_nodes = {  # node -> the first node of its accelerator kernel

@@ -15,8 +15,9 @@ The rules, one function per op (``PLACEMENT``):
   fields, a requantization the ALU has (MUL only with ``alu_mul``), the config's acc width;
   grouped (and depthwise) only with groups that fit the channel blocks
   (``compiler.vta.layout.group_blocks``: whole blocks per group, or whole groups per block with
-  a block-diagonal weight tile) and unless ``grouped=False`` (the vta target's
-  ``-depthwise=cpu``).
+  a block-diagonal weight tile) and unless ``grouped=False`` (none) or ``grouped="wide"``
+  (only groups of more than one input channel: depthwise convolutions stay on the CPU, the vta
+  target's ``-depthwise=cpu``).
 - ``tf.qdense``: the reduction length at least ``block_in``; the same requantization rule.
 - ``tf.qadd``: ALU ADD/SHR (and MUL with ``alu_mul``) on the accumulators.
 - ``tf.qmaxpool``: ALU MAX over shifted windows; padding only when the input is >= 0 (a fused
@@ -164,12 +165,29 @@ def is_grouped(node: Node) -> bool:
     return node.op == "tf.qconv2d" and node.attr_dict.get("group", 1) > 1
 
 
-def place(graph: Graph, node: Node, cfg: HWConfig, grouped: bool = True) -> Placement:
+def is_depthwise(graph: Graph, node: Node) -> bool:
+    """Whether `node` is a grouped int8 convolution with one input channel per group."""
+    return is_grouped(node) and graph.types[node.inputs[1]].shape[1] == 1
+
+
+Grouped = bool | str  # True: all grouped convs may be offloaded; "wide": not depthwise; False
+
+
+def _kept_grouped(graph: Graph, node: Node, grouped: Grouped) -> str | None:
+    if grouped is False and is_grouped(node):
+        return "grouped conv kept on the CPU (grouped=False)"
+    if grouped == "wide" and is_depthwise(graph, node):
+        return "depthwise conv kept on the CPU (-depthwise=cpu)"
+    return None
+
+
+def place(graph: Graph, node: Node, cfg: HWConfig, grouped: Grouped = True) -> Placement:
     """Where `node` of `graph` runs for `cfg`, and why (`grouped`: whether grouped and
-    depthwise convolutions may run on the accelerator)."""
+    depthwise convolutions may run on the accelerator: True, "wide" (not depthwise) or False)."""
     rule = PLACEMENT.get(node.op)
-    if not grouped and is_grouped(node):
-        target, reason = CPU, "grouped conv kept on the CPU (-depthwise=cpu)"
+    kept = _kept_grouped(graph, node, grouped)
+    if kept:
+        target, reason = CPU, kept
     elif rule is not None:
         target, reason = rule(graph, node, cfg)
     elif any(graph.types[o].dtype == "int8" for o in node.outputs if o):
@@ -179,9 +197,9 @@ def place(graph: Graph, node: Node, cfg: HWConfig, grouped: bool = True) -> Plac
     return Placement(node.name, node.op, target, reason)
 
 
-def partition_graph(graph: Graph, cfg: HWConfig, grouped: bool = True) -> Graph:
+def partition_graph(graph: Graph, cfg: HWConfig, grouped: Grouped = True) -> Graph:
     """Set the ``target`` attribute of every int8 op to "vta" or "cpu" for `cfg` (`grouped`:
-    whether grouped and depthwise convolutions may run on the accelerator).
+    whether grouped and depthwise convolutions may run on the accelerator, `place`'s).
 
     Before: `conv2: %y_q = tf.qconv2d(%x_q, ...) {target='cpu', ...}` (as quantize_graph writes)
     After:  `conv2: %y_q = tf.qconv2d(%x_q, ...) {target='vta', ...}` (16 input channels, pynq)
@@ -245,7 +263,7 @@ def layer_summary(graph: Graph, on_accelerator: Callable[[Node], bool]) -> tuple
     return len(done), len(layers), share
 
 
-def partition_report(graph: Graph, cfg: HWConfig, grouped: bool = True) -> str:
+def partition_report(graph: Graph, cfg: HWConfig, grouped: Grouped = True) -> str:
     """A table of every node (layer, op, output type, where it runs and why), the accelerator
     regions and the share of conv/dense MACs offloaded; partitions `graph` for `cfg` first."""
     graph = partition_graph(graph, cfg, grouped)

@@ -73,12 +73,13 @@ def test_grouped_convs_stay_float_unless_asked() -> None:
 @pytest.mark.parametrize("groups,stride", [(32, 1), (32, 2), (4, 1), (2, 1)])
 def test_grouped_conv_on_the_accelerator_equals_the_int8_graph(groups: int, stride: int) -> None:
     graph = _block_graph(groups, stride=stride)
-    module = compile_graph_vta(graph, "vta -config=pynq", _x(1, 8), progress=False)
+    target = "vta -config=pynq -depthwise=accel"
+    module = compile_graph_vta(graph, target, _x(1, 8), progress=False)
     placement = {row[0]: row[2] for row in module.stats["placement"]}
     assert placement["grouped"] == "vta"
     assert module.stats["offloaded_macs"] == 1.0
     assert module.stats["depthwise"] == "accel"
-    q = quantize_for(graph, PYNQ, _x(1, 8), "mul", "per-channel")
+    q = quantize_for(graph, PYNQ, _x(1, 8), "mul", "per-channel", "accel")
     assert _op(q, "grouped").attr_dict["channel_multipliers"]  # per-channel, the default
     x = _x(3)
     want = run_graph(q, x)[graph.outputs[0]]
@@ -90,7 +91,17 @@ def test_grouped_conv_on_the_accelerator_equals_the_int8_graph(groups: int, stri
         assert module.device_results()[label].cycles > 0
 
 
-def test_depthwise_cpu_option_leaves_grouped_convs_float_on_the_cpu() -> None:
+@pytest.mark.parametrize("groups,where", [(32, "cpu"), (4, "vta"), (2, "vta")])
+def test_by_default_depthwise_convs_stay_float_and_wider_groups_go_to_the_accelerator(
+    groups: int, where: str
+) -> None:
+    module = compile_graph_vta(_block_graph(groups), "vta", _x(1, 8), progress=False)
+    placement = {row[0]: (row[1], row[2]) for row in module.stats["placement"]}
+    assert placement["grouped"] == (("Conv", "cpu") if where == "cpu" else ("tf.qconv2d", "vta"))
+    assert module.stats["depthwise"] == "cpu"
+
+
+def test_depthwise_cpu_option_leaves_depthwise_convs_float_on_the_cpu() -> None:
     graph = _block_graph(32)
     module = compile_graph_vta(graph, "vta -depthwise=cpu", _x(1, 8), progress=False)
     placement = {row[0]: (row[1], row[2]) for row in module.stats["placement"]}
