@@ -152,13 +152,19 @@ def schedule_depthwise_nchwc(op: DepthwiseOp, config: DepthwiseConfig) -> Schedu
     s[op.act].set_scope("local")
     s[op.act].compute_at(s[out], xo)
     s[op.act].vectorize(op.act.op.axis[-1])
+    _schedule_tile(s, conv)
+    return s
+
+
+def _schedule_tile(s: Schedule, conv: Tensor) -> None:
+    """The `reg_n x cb` register tile: taps outermost, its columns unrolled, channels in vector
+    lanes."""
     _, _, _, lx, lci = conv.op.axis
     ry, rx = conv.op.reduce_axis
     s[conv].reorder(ry, rx, lx, lci)
     s[conv].unroll(rx)
     s[conv].unroll(lx)
     s[conv].vectorize(lci)
-    return s
 
 
 #: the fewest parallel tasks a blocked depthwise kernel is cut into (row chunks when the
@@ -188,12 +194,7 @@ def _schedule_blocked(op: DepthwiseOp, config: DepthwiseConfig) -> Schedule:
     s[op.data_vec].compute_at(s[out], block)
     s[op.data_vec].vectorize(op.data_vec.op.axis[-1])
     s[conv].compute_at(s[out], xo)
-    _, _, _, lx, lci = conv.op.axis
-    ry, rx = conv.op.reduce_axis
-    s[conv].reorder(ry, rx, lx, lci)
-    s[conv].unroll(rx)
-    s[conv].unroll(lx)
-    s[conv].vectorize(lci)
+    _schedule_tile(s, conv)
     return s
 
 
