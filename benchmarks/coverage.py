@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from zoo import ROOT, _OutOnly, calibrate_batch_norm, compare, machine, progress
+from zoo import ROOT, _OutOnly, calibrate_batch_norm, compare, export_torch, machine, progress
 
 CACHE = ROOT / "build" / "coverage"
-OPSET = 17
 MATCH_RTOL = 1e-3
 
 # name -> (torchvision constructor or "nn:<block>", input shape without the batch, exporter)
@@ -148,21 +147,8 @@ def _torch_model(name: str) -> tuple[Any, Any]:
 
 
 def export(name: str, path: Path) -> str:
-    import torch
-
     model, x = _torch_model(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        if MODELS[name][2] == "torchscript":
-            try:
-                torch.onnx.export(model, (x,), str(path), opset_version=OPSET, dynamo=False,
-                                  input_names=["input"])  # fmt: skip
-                return "torchscript"
-            except Exception as exc:  # noqa: BLE001 - any exporter failure: try the other one
-                progress(f"{name}: TorchScript export failed ({str(exc)[:100]}), trying dynamo")
-        program = torch.onnx.export(model, (x,), dynamo=True, opset_version=OPSET)
-        program.save(str(path))
-    return "dynamo"
+    return export_torch(model, x, path, name, torchscript=MODELS[name][2] == "torchscript")
 
 
 def check(name: str, path: Path) -> dict[str, Any]:

@@ -138,26 +138,33 @@ def _OutOnly(model: Any) -> Any:  # noqa: N802 - a class factory: torch is impor
     return OutOnly()
 
 
-def export(name: str, path: Path) -> str:
-    """Export `name` to `path`; returns the exporter used."""
+def export_torch(model: Any, x: Any, path: Path, name: str, torchscript: bool = True) -> str:
+    """Export `model` on example input `x` to `path` at opset `OPSET`: the TorchScript exporter
+    first (unless `torchscript` is False), the dynamo one where it fails; returns the one used."""
     import torch
 
-    model = _torch_model(name)
-    side = MODELS[name][1]
-    x = torch.randn(1, 3, side, side)
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        try:
-            torch.onnx.export(
-                model, (x,), str(path), opset_version=OPSET, dynamo=False,
-                input_names=["input"], output_names=["output"],
-            )  # fmt: skip
-            return "torchscript"
-        except Exception as exc:  # noqa: BLE001 - any exporter failure: try the other one
-            progress(f"{name}: TorchScript export failed ({_first_line(exc)}), trying dynamo")
+        if torchscript:
+            try:
+                torch.onnx.export(
+                    model, (x,), str(path), opset_version=OPSET, dynamo=False,
+                    input_names=["input"], output_names=["output"],
+                )  # fmt: skip
+                return "torchscript"
+            except Exception as exc:  # noqa: BLE001 - any exporter failure: try the other one
+                progress(f"{name}: TorchScript export failed ({_first_line(exc)}), trying dynamo")
         program = torch.onnx.export(model, (x,), dynamo=True, opset_version=OPSET)
         program.save(str(path))
     return "dynamo"
+
+
+def export(name: str, path: Path) -> str:
+    """Export zoo model `name` to `path`; returns the exporter used."""
+    import torch
+
+    side = MODELS[name][1]
+    return export_torch(_torch_model(name), torch.randn(1, 3, side, side), path, name)
 
 
 def ensure_exported(name: str) -> Path:
