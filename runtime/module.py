@@ -394,7 +394,32 @@ class Module:
             self._device_options,
         )
 
-    def _bind_inputs(self, inputs: Mapping[str, Any]) -> Executor:
+    def _named_inputs(self, inputs: Any) -> Mapping[str, Any]:
+        """`inputs` as name -> value: a mapping as it is, one array for a one-input model, or a
+        list/tuple of arrays in the order of `self.inputs`."""
+        if isinstance(inputs, Mapping):
+            return inputs
+        names = list(self.inputs)
+        if isinstance(inputs, (list, tuple)):
+            if len(inputs) != len(names):
+                raise ValueError(
+                    f"the model takes {len(names)} input(s) {names}, not {len(inputs)} values"
+                )
+            return dict(zip(names, inputs, strict=True))
+        if hasattr(inputs, "__array__") or isinstance(inputs, (int, float, np.generic)):
+            if len(names) != 1:
+                raise ValueError(
+                    f"the model takes {len(names)} inputs {names}: pass a dict name -> array "
+                    "(or a list in that order), not one array"
+                )
+            return {names[0]: inputs}
+        raise TypeError(
+            f"inputs must be a dict name -> array (or one array, or a list of arrays in the "
+            f"order {names}), not {type(inputs).__name__}"
+        )
+
+    def _bind_inputs(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> Executor:
+        inputs = self._named_inputs(inputs)
         unknown = [n for n in inputs if n not in self.inputs]
         missing = [n for n in self.inputs if n not in inputs]
         if unknown or missing:
@@ -419,8 +444,9 @@ class Module:
                 executor.views[name][...] = value
         return executor
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Run the model: input name -> array in, output name -> array (a fresh copy) out.
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> dict[str, np.ndarray]:
+        """Run the model: input name -> array in (or, in the order of `inputs`, a list of arrays,
+        or one array for a one-input model), output name -> array (a fresh copy) out.
 
         One module owns one arena, so runs from several Python threads take turns (a lock);
         for runs in parallel, give each thread its own module
@@ -430,7 +456,9 @@ class Module:
             executor.run()
             return {name: np.array(executor.views[name]) for name in self.outputs}
 
-    def profile(self, inputs: Mapping[str, Any], repeat: int = 10) -> Profile:
+    def profile(
+        self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray, repeat: int = 10
+    ) -> Profile:
         """Per-layer (per-kernel) median times over `repeat` runs; `str(profile)` is a table."""
         with self._lock:
             executor = self._bind_inputs(inputs)

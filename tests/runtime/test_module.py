@@ -177,6 +177,30 @@ def test_inputs_are_checked(module: Module) -> None:
         module.run({"y": X})
 
 
+def test_inputs_may_be_one_array_or_a_list_in_input_order(module: Module) -> None:
+    (out,) = module.outputs
+    expected = module.run({"x": X})[out]
+    np.testing.assert_array_equal(module.run(X)[out], expected)
+    np.testing.assert_array_equal(module.run([X])[out], expected)
+    np.testing.assert_array_equal(module.run((X,))[out], expected)
+    with pytest.raises(ValueError, match=r"takes 1 input\(s\) \['x'\], not 2 values"):
+        module.run([X, X])
+    with pytest.raises(TypeError, match=r"inputs must be a dict .* not str"):
+        module.run("x")
+
+
+def test_one_array_for_a_model_of_several_inputs_is_refused() -> None:
+    from tensorforge.compiler.frontend.onnx_builders import OnnxModelBuilder
+
+    b = OnnxModelBuilder("two")
+    two = tensorforge.compile(b.model([b.op("Add", [b.input("a", (2, 3)), b.input("b", (2, 3))])]))
+    a, b = (np.full((2, 3), v, np.float32) for v in (1.0, 2.0))
+    (out,) = two.outputs
+    np.testing.assert_array_equal(two.run([a, b])[out], a + b)
+    with pytest.raises(ValueError, match=r"takes 2 inputs .* not one array"):
+        two.run(a)
+
+
 def test_call_binding_a_tensor_of_the_wrong_size_is_rejected(module: Module) -> None:
     tensors = dict(module.tensors)
     first = module.calls[0].args[0]
