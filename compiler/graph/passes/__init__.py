@@ -17,12 +17,14 @@ from .partition import (
     partition_report,
 )
 from .plan_memory import MemoryPlan, Slot, plan_memory
+from .widen_half import widen_half
 
 PIPELINE = [
     expand_composites,  # Einsum, LSTM, GRU, RNN become ops the back-ends compile
     fold_constants,  # weights transformed by constant subgraphs become plain constants
     fold_batch_norm,  # inference batch norm disappears into the preceding Conv's weights
     eliminate_dead_code,  # drops the parameters and nodes the folds left unused
+    widen_half,  # float16 convolutions, products and reductions accumulate in float32
     fuse_ops,  # groups nodes into kernels by pattern kind
     plan_memory,  # arena offsets for the tensors that cross kernel boundaries
 ]
@@ -58,4 +60,5 @@ __all__ = [
     "partition_graph",
     "partition_report",
     "plan_memory",
+    "widen_half",
 ]
