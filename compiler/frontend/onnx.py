@@ -1,5 +1,7 @@
 """ONNX importer: an ONNX model (file, bytes or ModelProto; opsets 13 to 21) -> a graph IR `Graph`.
 
+Opsets 7 to 12 are upgraded to 13 first with onnx's version converter (`onnx_upgrade`).
+
 Newer opsets, up to the newest the installed onnx package knows, import node by node where
 the op's definition (its inputs and outputs) is still opset 21's; a node whose op changed is
 listed as unsupported. Before any conversion every node is checked and all unsupported ops are
@@ -29,6 +31,7 @@ from ...runtime import ndarray as nd
 from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, check_shape
 from ..graph.ops.shape import SHAPE_ONLY_OPS
 from ..graph.registry import ONNX_OPSETS, UnsupportedOpError, get_op, is_registered
+from .onnx_upgrade import OLDEST_OPSET, upgrade
 from .onnx_weights import Span, WireError, read_span, strip_raw_data
 
 # The op definitions the importer implements are those of opsets 13 to 21.
@@ -192,10 +195,12 @@ def default_opset(model: onnx.ModelProto, where: str) -> int:
             f"{where}: model must import the default ONNX domain once, not at opsets {versions}"
         )
     newest = newest_opset()
-    if versions[0] < MIN_OPSET:
+    if versions[0] < OLDEST_OPSET:
         raise OnnxImportError(
             f"{where}: opset of the default domain must be {MIN_OPSET} to {MAX_OPSET}, "
-            f"not {versions[0]} (opsets up to {newest} import where their ops are unchanged)"
+            f"not {versions[0]} (opsets {OLDEST_OPSET} to {MIN_OPSET - 1} are upgraded to "
+            f"{MIN_OPSET} with onnx's version converter; up to {newest} import where their ops "
+            "are unchanged)"
         )
     if versions[0] > newest:
         raise OnnxImportError(
@@ -537,7 +542,8 @@ def from_onnx(
         A `Graph` whose outputs are the model's outputs, with inferred static types.
 
     Raises:
-        OnnxImportError: malformed file, opset below 13 or unknown to onnx, symbolic dims or
+        OnnxImportError: malformed file, opset below 7 or unknown to onnx (7 to 12 are upgraded
+            to 13 first, `onnx_upgrade`), a failed upgrade, symbolic dims or
             no shape, a shape mismatch, a tensor past MAX_TENSOR_BYTES, mismatched or
             disallowed input dtypes, a bad attribute (node named).
         UnsupportedOpError: listing every unsupported node (op type, node name, opset).
@@ -545,6 +551,11 @@ def from_onnx(
     proto, where, weights = read_model(model)
     try:
         opset = default_opset(proto, where)
+        if opset < MIN_OPSET:  # the converter rewrites initializers: read the model whole
+            if weights is not None:
+                weights.close()
+                proto, where, weights = read_model(model, in_place=False)
+            proto, opset = upgrade(proto, where, opset, MIN_OPSET), MIN_OPSET
         missing = unsupported_ops(proto, opset)
         if missing:
             raise UnsupportedOpError(missing, where=where)

@@ -1,0 +1,104 @@
+"""Models of opsets 7-12 are upgraded to 13 (onnx's version converter) and compute what
+onnxruntime computes on the original model, old Upsample/Resize coordinate rules included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+import tensorforge
+from tensorforge.compiler.frontend import OnnxImportError, from_onnx
+
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, x_shape, opset, inits=(), ir_version=None):  # noqa: ANN001, ANN202
+    graph = oh.make_graph(
+        nodes,
+        "old",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    model.ir_version = ir_version or (3 if opset <= 8 else 5 if opset <= 10 else 7)
+    return model
+
+
+def _check(model: onnx.ModelProto, x: np.ndarray, source=None) -> None:  # noqa: ANN001
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = tensorforge.compile(source or model).run({"x": x})
+    (y,) = got.values()
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+
+
+X = RNG.standard_normal((1, 2, 5, 7)).astype(np.float32)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_opset7_upsample_with_a_scales_attribute(mode: str) -> None:
+    node = oh.make_node("Upsample", ["x"], ["y"], mode=mode, scales=[1.0, 1.0, 2.0, 3.0])
+    _check(_model([node], X.shape, 7), X)
+
+
+@pytest.mark.parametrize("opset,op", [(9, "Upsample"), (10, "Resize")])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_opset9_10_resizes_keep_their_asymmetric_coordinates(
+    opset: int, op: str, mode: str
+) -> None:
+    scales = np.array([1.0, 1.0, 2.0, 1.5], np.float32)  # 1.5: the rounding rule shows
+    node = oh.make_node(op, ["x", "scales"], ["y"], mode=mode)
+    _check(_model([node], X.shape, opset, [("scales", scales)]), X)
+
+
+def test_opset10_nearest_shrinking_takes_the_ceiling() -> None:
+    scales = np.array([1.0, 1.0, 0.6, 0.6], np.float32)
+    node = oh.make_node("Resize", ["x", "scales"], ["y"], mode="nearest")
+    x = RNG.standard_normal((1, 2, 10, 11)).astype(np.float32)
+    _check(_model([node], x.shape, 10, [("scales", scales)]), x)
+
+
+def test_opset11_ops_whose_inputs_were_attributes() -> None:
+    """Split/Squeeze/Unsqueeze/ReduceSum axes as attributes, and Softmax's old 2-D coercion
+    (opset < 13 flattens at `axis`: a softmax over all of C*H*W, not over C)."""
+    nodes = [
+        oh.make_node("Softmax", ["x"], ["s"], axis=1),
+        oh.make_node("Split", ["s"], ["a", "b"], axis=3, split=[3, 4]),
+        oh.make_node("ReduceSum", ["a"], ["r"], axes=[3], keepdims=1),
+        oh.make_node("Squeeze", ["r"], ["q"], axes=[3]),
+        oh.make_node("Unsqueeze", ["q"], ["u"], axes=[3]),
+        oh.make_node("Clip", ["u", "lo", "hi"], ["c"]),
+        oh.make_node("Mul", ["c", "b"], ["y"]),
+    ]
+    inits = [("lo", np.array(0.01, np.float32)), ("hi", np.array(0.02, np.float32))]
+    _check(_model(nodes, X.shape, 11, inits), X)
+
+
+def test_a_file_with_large_weights_is_upgraded_whole(tmp_path: Path) -> None:
+    """The in-place weight reader indexes initializers; an upgraded model is read whole."""
+    w = RNG.standard_normal((64, 2, 3, 3)).astype(np.float32)  # past the in-place threshold
+    nodes = [
+        oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        oh.make_node("Upsample", ["c", "scales"], ["y"], mode="nearest"),
+    ]
+    scales = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    model = _model(nodes, X.shape, 9, [("w", w), ("scales", scales)])
+    path = tmp_path / "old.onnx"
+    onnx.save(model, path)
+    _check(model, X, source=str(path))
+
+
+def test_too_old_or_inexpressible_models_are_refused_by_name(tmp_path: Path) -> None:
+    relu = oh.make_node("Relu", ["x"], ["y"])
+    with pytest.raises(OnnxImportError, match=r"must be 13 to 21, not 6 \(opsets 7 to 12 are"):
+        from_onnx(_model([relu], X.shape, 6))
+    scales = np.array([1.0, 1.0, 2.0, 0.5], np.float32)
+    both = oh.make_node("Upsample", ["x", "scales"], ["y"], mode="nearest", name="up")
+    with pytest.raises(OnnxImportError, match=r"nearest 'up' both enlarges and shrinks"):
+        from_onnx(_model([both], X.shape, 9, [("scales", scales)]))
