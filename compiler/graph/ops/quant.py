@@ -1,4 +1,5 @@
-"""Quantized ops: QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul.
+"""Quantized ops: QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, and those of
+onnxruntime's dynamic quantization: DynamicQuantizeLinear, ConvInteger, MatMulInteger.
 
 The float arithmetic is onnxruntime's (MLAS), in float32, so results equal its bit for bit,
 ties included: QuantizeLinear divides in float32 (``x / scale``), clamps to the output range
@@ -13,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import TensorType, check_dtype
+from ..ir import GraphBuilder, Node, TensorType, check_dtype
 from ..registry import Pattern, register
+from .emit import Emitter
 from .nn import _conv_type, conv
 
 _QUANT_ATTRS = {"axis": 1, "block_size": 0, "saturate": 1, "output_dtype": None}
@@ -178,3 +180,88 @@ def _cols(p: Any) -> np.ndarray:
 
 
 register("QLinearMatMul", Pattern.OPAQUE, _qmatmul_type, qlinear_matmul, inputs=(8, 8))
+
+
+# ---- onnxruntime's dynamic quantization: DynamicQuantizeLinear, ConvInteger, MatMulInteger ------
+
+_CONV_ATTRS = {
+    "auto_pad": "NOTSET",
+    "dilations": None,
+    "group": 1,
+    "kernel_shape": None,
+    "pads": None,
+    "strides": None,
+}
+
+
+def _wrapped_int32(acc: np.ndarray) -> np.ndarray:
+    return acc.astype(np.int64).astype(np.int32)  # the exact sum, wrapped as in int32
+
+
+def _integer_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    (out,) = _conv_type(attrs, types[:2], [])
+    return [TensorType(out.shape, "int32")]
+
+
+def conv_integer(attrs: dict[str, Any], x, w, x_zero=None, w_zero=None):  # noqa: ANN001, ANN201
+    """The int32 convolution of the inputs minus their zero points (the weights' may be one
+    per output channel)."""
+    return _wrapped_int32(conv(attrs, _centered(x, x_zero), _centered(w, w_zero), None))
+
+
+def _matmul_integer_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    from .nn import matmul_shape
+
+    return [TensorType(matmul_shape(types[0].shape, types[1].shape), "int32")]
+
+
+def matmul_integer(attrs: dict[str, Any], a, b, a_zero=None, b_zero=None):  # noqa: ANN001, ANN201
+    """`(a - a_zero) @ (b - b_zero)` in int32; `a`'s zero point may be per row, `b`'s per
+    column."""
+    acc = np.matmul(a.astype(np.float64) - _rows(a_zero), b.astype(np.float64) - _cols(b_zero))
+    return _wrapped_int32(acc)
+
+
+def _dynamic_quantize_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    return [TensorType(types[0].shape, "uint8"), TensorType((), "float32"), TensorType((), "uint8")]
+
+
+def dynamic_quantize_linear(attrs: dict[str, Any], x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """uint8 quantization with the scale and zero point that map [min(x, 0), max(x, 0)] onto
+    [0, 255]: ``scale = (max - min) / 255`` (1 where that is 0, as onnxruntime), zero point
+    ``round(saturate(0 - min / scale))``, then QuantizeLinear."""
+    x = x.astype(np.float32)
+    low = np.minimum(x.min(initial=np.float32(0)), np.float32(0))
+    high = np.maximum(x.max(initial=np.float32(0)), np.float32(0))
+    scale = np.float32((high - low) / np.float32(255))
+    scale = np.float32(1) if scale == 0 else scale
+    with np.errstate(invalid="ignore", over="ignore"):
+        zero = round_saturate(np.float32(0) - low / scale, 0, "uint8")
+        y = round_saturate(x / scale, zero.astype(np.float32), "uint8")
+    return y, np.asarray(scale, np.float32), np.asarray(zero, np.uint8)
+
+
+def expand_dynamic_quantize(b: GraphBuilder, node: Node) -> None:
+    """DynamicQuantizeLinear as reductions, scalar arithmetic and a QuantizeLinear."""
+    e = Emitter(b, node)
+    (x,) = node.inputs
+    zero_f, one, levels = (e.const(v, hint, "float32") for v, hint in
+                           ((0.0, "zero"), (1.0, "one"), (255.0, "levels")))  # fmt: skip
+    low = e.add("Min", [e.add("ReduceMin", [x], {"keepdims": 0}), zero_f])
+    high = e.add("Max", [e.add("ReduceMax", [x], {"keepdims": 0}), zero_f])
+    span = e.add("Div", [e.add("Sub", [high, low]), levels])
+    is_zero = e.add("Equal", [span, zero_f])
+    y_out, scale_out, zero_out = node.outputs
+    scale = e.add("Where", [is_zero, one, span], outputs=[scale_out or b.fresh("scale")])
+    shifted = e.add("Sub", [zero_f, e.add("Div", [low, scale])])
+    clipped = e.add("Clip", [shifted, zero_f, levels])
+    zero = e.add("Cast", [e.add("Round", [clipped])], {"to": "uint8"},
+                 outputs=[zero_out or b.fresh("zero_point")])  # fmt: skip
+    e.add("QuantizeLinear", [x, scale, zero], outputs=[y_out or b.fresh("y")])
+
+
+register("ConvInteger", Pattern.OPAQUE, _integer_type, conv_integer, inputs=(2, 4),
+         attrs=_CONV_ATTRS)  # fmt: skip
+register("MatMulInteger", Pattern.OPAQUE, _matmul_integer_type, matmul_integer, inputs=(2, 4))
+register("DynamicQuantizeLinear", Pattern.OPAQUE, _dynamic_quantize_type,
+         dynamic_quantize_linear, outputs=(3, 3), expand=expand_dynamic_quantize)  # fmt: skip

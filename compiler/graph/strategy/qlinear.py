@@ -2,7 +2,10 @@
 which follow onnxruntime's float32 arithmetic.
 
 QuantizeLinear and DequantizeLinear are elementwise lazies (scale and zero point per tensor, per
-axis or per block); QLinearConv and QLinearMatMul are anchors. The anchors work on *centered*
+axis or per block); QLinearConv and QLinearMatMul are anchors, and so are ConvInteger and
+MatMulInteger (onnxruntime's dynamic quantization), which are their int32 sums without the
+requantization (DynamicQuantizeLinear is expanded into reductions and a QuantizeLinear:
+ops/quant.py). The anchors work on *centered*
 integers: the input minus its zero point as int32 (so padding is 0; int32 rather than int16
 because the conv2d micro-kernel then broadcasts it without a sign extension, 2x faster here),
 and the weights minus theirs as int16, centered once at compile time. Products are summed
@@ -241,33 +244,58 @@ def _constant_multiplier(ctx: GroupContext, node: Node, axis: int) -> Reader:
 # ---- QLinearConv --------------------------------------------------------------------------------
 
 
+#: input positions of (data, its zero point, weights, their zero point)
+_QLINEAR_SLOTS = (0, 2, 3, 5)
+_INTEGER_SLOTS = (0, 2, 1, 3)  # ConvInteger, MatMulInteger
+
+
 def _qlinear_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
-    """topi's NCHW[x]c conv (2-D or 3-D) on the centered input with the centered weights packed
-    once (ungrouped, constant weights and weight zero point); otherwise a direct reduction, row
-    by row (grouped and depthwise convolutions among them). A 1-D one as a 2-D one of height 1
-    (`ConvView`)."""
-    view = conv_view(ctx, node, weight=3)
-    x = _centered(ctx, node, 0, 2, None)
-    x = reshape_lazy(x, view.x_shape) if view.lifted else x
+    """QLinearConv: the centered convolution (`_centered_conv`), its bias added and requantized."""
     requant = _requantizer(ctx, node, (None, 1))
     bias = ctx.get(node.inputs[8]) if _input(node, 8) else None
 
     def finish(acc: Any, idx: Index) -> Any:
-        idx = view.index(idx)
         return requant(acc + bias((idx[1],)).astype(ACC) if bias is not None else acc, idx)
 
+    return _centered_conv(ctx, node, tail, _QLINEAR_SLOTS, finish)
+
+
+def _conv_integer(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """ConvInteger: the centered convolution's int32 sums as they are."""
+    return _centered_conv(ctx, node, tail, _INTEGER_SLOTS, lambda acc, idx: acc)
+
+
+def _centered_conv(
+    ctx: GroupContext,
+    node: Node,
+    tail: Tail,
+    slots: tuple[int, int, int, int],
+    finish: Callable[[Any, Index], Any],
+) -> Result:
+    """topi's NCHW[x]c conv (2-D or 3-D) on the centered input with the centered weights packed
+    once (ungrouped, constant weights and weight zero point); otherwise a direct reduction, row
+    by row (grouped and depthwise convolutions among them). A 1-D one as a 2-D one of height 1
+    (`ConvView`). `finish(int32 sum, output index)` makes the output."""
+    data, data_zero, weights, weights_zero = slots
+    view = conv_view(ctx, node, weight=weights)
+    x = _centered(ctx, node, data, data_zero, None)
+    x = reshape_lazy(x, view.x_shape) if view.lifted else x
+
+    def viewed(acc: Any, idx: Index) -> Any:
+        return finish(acc, view.index(idx))
+
     tail = view.tail(tail)
-    weight = ctx.constant(node.inputs[3])
-    if weight is None or _is_runtime(ctx, node, 5):
-        w_lazy = _centered(ctx, node, 3, 5, 0)
+    weight = ctx.constant(node.inputs[weights])
+    if weight is None or _is_runtime(ctx, node, weights_zero):
+        w_lazy = _centered(ctx, node, weights, weights_zero, 0)
         w_lazy = reshape_lazy(w_lazy, view.w_shape) if view.lifted else w_lazy
-        return _conv_direct(ctx, x, lambda *i: w_lazy(i), finish, tail, view)
-    w = _centered_weights(np.asarray(weight), _constant(ctx, node, 5, "the weight zero point"), 0)
-    w = w.reshape(view.w_shape)
+        return _conv_direct(ctx, x, lambda *i: w_lazy(i), viewed, tail, view)
+    zero = _constant(ctx, node, weights_zero, "the weight zero point")
+    w = _centered_weights(np.asarray(weight), zero, 0).reshape(view.w_shape)
     if view.group == 1:
-        return _conv_topi(ctx, node, x, w, finish, tail, view)
+        return _conv_topi(ctx, node, x, w, viewed, tail, view)
     table = ctx.add_constant(f"{node.name}.w_centered", w)
-    return _conv_direct(ctx, x, lambda *i: table[i], finish, tail, view)
+    return _conv_direct(ctx, x, lambda *i: table[i], viewed, tail, view)
 
 
 def _conv_topi(
@@ -320,26 +348,43 @@ def _conv_direct(
 
 
 def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """QLinearMatMul: the centered product (`_centered_matmul`) requantized."""
+    return _centered_matmul(ctx, node, tail, _QLINEAR_SLOTS, _requantizer(ctx, node, (-2, -1)))
+
+
+def _matmul_integer(ctx: GroupContext, node: Node, tail: Tail) -> Result:
+    """MatMulInteger: the centered product's int32 sums as they are."""
+    return _centered_matmul(ctx, node, tail, _INTEGER_SLOTS, lambda acc, idx: acc)
+
+
+def _centered_matmul(
+    ctx: GroupContext,
+    node: Node,
+    tail: Tail,
+    slots: tuple[int, int, int, int],
+    finish: Callable[[Any, Index], Any],
+) -> Result:
     """topi's dense (leading dims of `a` folded into rows) with the centered `b` packed into its
     panels once, when `b` and its zero point are constants and `b` is 2-D; otherwise a direct
     reduction with numpy's broadcasting of the batch dims. `a`'s parameters may be per row, `b`'s
-    per column."""
-    a_ty, b_ty = ctx.type_of(node.inputs[0]), ctx.type_of(node.inputs[3])
+    per column. `finish(int32 sum, output index)` makes the output."""
+    a_pos, a_zero, b_pos, b_zero_pos = slots
+    a_ty, b_ty = ctx.type_of(node.inputs[a_pos]), ctx.type_of(node.inputs[b_pos])
     if len(a_ty.shape) < 2 or len(b_ty.shape) < 2:
         raise LoweringError(
-            f"QLinearMatMul operands must be at least 2-D on the CPU back-end (not built yet for "
+            f"{node.op} operands must be at least 2-D on the CPU back-end (not built yet for "
             f"1-D), not {list(a_ty.shape)} x {list(b_ty.shape)} (node {node.name!r})"
         )
-    a = _centered(ctx, node, 0, 2, -2)
-    requant = _requantizer(ctx, node, (-2, -1))
-    b = ctx.constant(node.inputs[3])
-    if b is None or len(b_ty.shape) > 2 or _is_runtime(ctx, node, 5):
-        return _matmul_direct(ctx, node, a, _centered(ctx, node, 3, 5, -1), requant, tail)
-    b_zero = _constant(ctx, node, 5, "the weight zero point")
+    a = _centered(ctx, node, a_pos, a_zero, -2)
+    b = ctx.constant(node.inputs[b_pos])
+    if b is None or len(b_ty.shape) > 2 or _is_runtime(ctx, node, b_zero_pos):
+        b_lazy = _centered(ctx, node, b_pos, b_zero_pos, -1)
+        return _matmul_direct(ctx, node, a, b_lazy, finish, tail)
+    b_zero = _constant(ctx, node, b_zero_pos, "the weight zero point")
     n = b_ty.shape[-1]
     if b_zero is not None and b_zero.size not in (1, n):
         raise LoweringError(
-            f"QLinearMatMul node {node.name!r}: b's zero point must be one value or one per "
+            f"{node.op} node {node.name!r}: b's zero point must be one value or one per "
             f"column ({n}), not shape {list(b_zero.shape)}"
         )
     lead, k = a_ty.shape[:-1], a_ty.shape[-1]
@@ -349,7 +394,7 @@ def _qlinear_matmul(ctx: GroupContext, node: Node, tail: Tail) -> Result:
 
     def epilogue(acc: Any, i: Any, j: Any) -> Any:
         idx = (*unravel(i, lead), j) if len(lead) > 1 else (i, j)
-        return tail.epilogue(requant(acc, idx), idx)
+        return tail.epilogue(finish(acc, idx), idx)
 
     name = f"{node.name}.b_centered"
     return packed_dense(ctx, data, name, "KN", epilogue, values=centered)
@@ -375,6 +420,8 @@ ELEMENTWISE: dict[str, Rule] = {
 }
 
 ANCHORS: dict[str, AnchorRule] = {
+    "ConvInteger": _conv_integer,
+    "MatMulInteger": _matmul_integer,
     "QLinearConv": _qlinear_conv,
     "QLinearMatMul": _qlinear_matmul,
 }

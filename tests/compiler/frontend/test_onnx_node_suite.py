@@ -31,7 +31,8 @@ ISSUE_OPS = (
 EXTRA_OPS = (
     "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool HardSigmoid "
     "Resize ConstantOfShape Range Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor Mod "
-    "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round CastLike Size Einsum LSTM GRU RNN"
+    "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round CastLike Size Einsum LSTM GRU RNN "
+    "DynamicQuantizeLinear ConvInteger MatMulInteger"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
