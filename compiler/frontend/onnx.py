@@ -359,6 +359,10 @@ class _Importer:
                 self.builder.add_constant(init.name, raw, copy=False)
             else:
                 self.builder.add_constant(init.name, _checked_array(init, where))
+        for sparse in self.model.graph.sparse_initializer:
+            name = sparse.values.name
+            where = f"{self.where}: sparse initializer {name!r}"
+            self.builder.add_constant(name, _sparse_array(sparse, where))
         for value in self.model.graph.input:
             if value.name in self.builder.types:
                 continue
@@ -508,9 +512,36 @@ def _fill_value(tensor: onnx.TensorProto, where: str) -> dict[str, Any]:
     return {"value": array.reshape(()).item(), "dtype": str(array.dtype)}
 
 
+def _sparse_array(sparse: onnx.SparseTensorProto, where: str) -> np.ndarray:
+    """The dense value of a sparse tensor (a sparse initializer or Constant): its values at
+    its indices (linear, or one row of coordinates each), zeros elsewhere; indices checked."""
+    values = _checked_array(sparse.values, f"{where} (values)").reshape(-1)
+    dense = np.zeros(check_shape(list(sparse.dims), str(values.dtype)), values.dtype)
+    indices = _checked_array(sparse.indices, f"{where} (indices)") if values.size else None
+    if indices is None:
+        return dense
+    if indices.ndim == 1 and indices.shape[0] == values.size:
+        flat = indices
+    elif indices.shape == (values.size, dense.ndim):
+        if ((indices < 0) | (indices >= np.array(dense.shape))).any():
+            raise OnnxImportError(f"{where}: sparse indices must lie in dims {list(dense.shape)}")
+        flat = np.ravel_multi_index(tuple(indices.T), dense.shape) if dense.ndim else indices[:, 0]
+    else:
+        raise OnnxImportError(
+            f"{where}: sparse indices must be [{values.size}] or [{values.size}, {dense.ndim}], "
+            f"not {list(indices.shape)}"
+        )
+    if ((flat < 0) | (flat >= dense.size)).any():
+        raise OnnxImportError(f"{where}: sparse indices must lie in dims {list(dense.shape)}")
+    dense.reshape(-1)[flat] = values
+    return dense
+
+
 def _constant_value(attrs: dict[str, Any], where: str = "Constant") -> np.ndarray:
     if "value" in attrs:
         return _checked_array(attrs["value"], where)
+    if "sparse_value" in attrs:
+        return _sparse_array(attrs["sparse_value"], where)
     for key, dtype in (
         ("value_float", np.float32),
         ("value_floats", np.float32),
@@ -520,7 +551,8 @@ def _constant_value(attrs: dict[str, Any], where: str = "Constant") -> np.ndarra
         if key in attrs:
             return np.array(attrs[key], dtype)
     raise OnnxImportError(
-        f"{where} must have value, value_float(s) or value_int(s), not {sorted(attrs)}"
+        f"{where} must have value, sparse_value, value_float(s) or value_int(s), not "
+        f"{sorted(attrs)}"
     )
 
 
