@@ -59,7 +59,9 @@ _LLVM_MATH = {
     "trunc": "trunc",
     "pow": "pow",
 }
-_LIBM = ("tanh", "erf", "log1p")  # C library functions, called per lane
+# C library functions, called per lane
+_LIBM = ("tanh", "erf", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+         "atanh")  # fmt: skip
 
 
 def scalar_type(dtype: str) -> ir.Type:

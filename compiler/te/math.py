@@ -56,6 +56,42 @@ def cos(x: Any) -> Expr:
     return call_math("cos", x)
 
 
+def tan(x: Any) -> Expr:
+    return call_math("tan", x)
+
+
+def asin(x: Any) -> Expr:
+    return call_math("asin", x)
+
+
+def acos(x: Any) -> Expr:
+    return call_math("acos", x)
+
+
+def atan(x: Any) -> Expr:
+    return call_math("atan", x)
+
+
+def sinh(x: Any) -> Expr:
+    return call_math("sinh", x)
+
+
+def cosh(x: Any) -> Expr:
+    return call_math("cosh", x)
+
+
+def asinh(x: Any) -> Expr:
+    return call_math("asinh", x)
+
+
+def acosh(x: Any) -> Expr:
+    return call_math("acosh", x)
+
+
+def atanh(x: Any) -> Expr:
+    return call_math("atanh", x)
+
+
 def floor(x: Any) -> Expr:
     return call_math("floor", x)
 

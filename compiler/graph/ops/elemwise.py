@@ -57,8 +57,48 @@ def _leaky_relu(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, x, attrs["alpha"] * x)
 
 
+def _softplus(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
+
+
+def _elu(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return np.where(x >= 0, x, attrs["alpha"] * np.expm1(x))
+
+
+def _selu(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return attrs["gamma"] * np.where(x > 0, x, attrs["alpha"] * np.expm1(x))
+
+
+def _celu(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    alpha = attrs["alpha"]
+    return np.maximum(x, 0.0) + np.minimum(0.0, alpha * np.expm1(x / alpha))
+
+
 _UNARY_FLOAT = {
     "Sigmoid": (_sigmoid, {}),
+    "Softplus": (_softplus, {}),
+    "Softsign": (lambda a, x: x / (1.0 + np.abs(x)), {}),
+    "Mish": (lambda a, x: x * np.tanh(_softplus(a, x)), {}),
+    "Elu": (_elu, {"alpha": 1.0}),
+    "Selu": (_selu, {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
+    "Celu": (_celu, {"alpha": 1.0}),
+    "ThresholdedRelu": (lambda a, x: np.where(x > a["alpha"], x, 0.0), {"alpha": 1.0}),
+    **{
+        name: (lambda a, x, fn=fn: fn(x), {})
+        for name, fn in (
+            ("Sin", np.sin),
+            ("Cos", np.cos),
+            ("Tan", np.tan),
+            ("Asin", np.arcsin),
+            ("Acos", np.arccos),
+            ("Atan", np.arctan),
+            ("Sinh", np.sinh),
+            ("Cosh", np.cosh),
+            ("Asinh", np.arcsinh),
+            ("Acosh", np.arccosh),
+            ("Atanh", np.arctanh),
+        )
+    },  # fmt: skip
     "Tanh": (lambda a, x: np.tanh(x), {}),
     "Erf": (lambda a, x: erf(x), {}),
     "Gelu": (_gelu, {"approximate": "none"}),
@@ -81,6 +121,32 @@ for _name, (_fn, _attrs) in _UNARY_FLOAT.items():
     register(_name, Pattern.ELEMWISE, same_type, _float_unary(_fn), attrs=_attrs)
 
 register("Relu", Pattern.ELEMWISE, same_type, lambda a, x: np.maximum(x, np.zeros((), x.dtype)))
+
+
+def _shrink(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    lambd, bias = attrs["lambd"], attrs["bias"]
+    with np.errstate(all="ignore"):
+        wide = x.astype(np.float64)
+        out = np.where(wide < -lambd, wide + bias, np.where(wide > lambd, wide - bias, 0.0))
+    return out.astype(x.dtype)
+
+
+register("Shrink", Pattern.ELEMWISE, same_type, _shrink, attrs={"bias": 0.0, "lambd": 0.5})
+
+
+def _bool_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    return [TensorType(types[0].shape, "bool")]
+
+
+def _is_inf(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return (np.isposinf(x) & bool(attrs["detect_positive"])) | (
+        np.isneginf(x) & bool(attrs["detect_negative"])
+    )
+
+
+register("IsNaN", Pattern.ELEMWISE, _bool_type, lambda a, x: np.isnan(x))
+register("IsInf", Pattern.ELEMWISE, _bool_type, _is_inf,
+         attrs={"detect_negative": 1, "detect_positive": 1})  # fmt: skip
 register("Identity", Pattern.ELEMWISE, same_type, lambda a, x: x.copy())
 register("Neg", Pattern.ELEMWISE, same_type, lambda a, x: np.negative(x))
 register("Abs", Pattern.ELEMWISE, same_type, lambda a, x: np.abs(x))
@@ -165,6 +231,22 @@ def _variadic(fn: Any) -> Any:
 
 
 register("Max", Pattern.BROADCAST, broadcast_type, _variadic(np.maximum), inputs=(1, 1 << 16))
+register("Sum", Pattern.BROADCAST, broadcast_type, _variadic(np.add), inputs=(1, 1 << 16))
+
+
+def _mean(attrs: dict[str, Any], *xs: np.ndarray) -> np.ndarray:
+    return (functools.reduce(np.add, xs) / np.asarray(len(xs), xs[0].dtype)).astype(xs[0].dtype)
+
+
+register("Mean", Pattern.BROADCAST, broadcast_type, _mean, inputs=(1, 1 << 16))
+
+
+def _prelu(attrs: dict[str, Any], x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.where(x < 0, x * slope, x).astype(x.dtype)
+
+
+register("PRelu", Pattern.BROADCAST, broadcast_type, _prelu, inputs=(2, 2))
 register("Min", Pattern.BROADCAST, broadcast_type, _variadic(np.minimum), inputs=(1, 1 << 16))
 
 

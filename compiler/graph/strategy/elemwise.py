@@ -112,6 +112,55 @@ def _zero(x: Any) -> Any:
     return te.const(0, x.dtype)
 
 
+def _softplus(x: Any) -> Any:
+    """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))."""
+    return te.max(x, _zero(x)) + te.log1p(te.exp(-te.abs(x)))
+
+
+def _expm1(x: Any) -> Any:
+    """exp(x) - 1, as onnxruntime computes the ELU family (vectorized exp, no libm call)."""
+    return te.exp(x) - 1.0
+
+
+def _elu(x: Any, attrs: dict[str, Any]) -> Any:
+    neg = te.min(x, _zero(x))
+    return te.select(x >= _zero(x), x, _expm1(neg) * float(attrs["alpha"]))
+
+
+def _selu(x: Any, attrs: dict[str, Any]) -> Any:
+    neg = te.min(x, _zero(x))
+    inner = te.select(x > _zero(x), x, _expm1(neg) * float(attrs["alpha"]))
+    return inner * float(attrs["gamma"])
+
+
+def _celu(x: Any, attrs: dict[str, Any]) -> Any:
+    alpha = float(attrs["alpha"])
+    neg = te.min(x, _zero(x))
+    return te.max(x, _zero(x)) + _expm1(neg * (1.0 / alpha)) * alpha
+
+
+def _shrink(x: Any, attrs: dict[str, Any]) -> Any:
+    lambd, bias = float(attrs["lambd"]), float(attrs["bias"])
+    wide = x.astype("float64") if not dt.is_float(x.dtype) else x
+    lo, hi = te.const(-lambd, wide.dtype), te.const(lambd, wide.dtype)
+    out = te.select(wide < lo, wide + bias, te.select(wide > hi, wide - bias, _zero(wide)))
+    return out.astype(x.dtype) if out.dtype != x.dtype else out
+
+
+def _is_inf(x: Any, attrs: dict[str, Any]) -> Any:
+    inf = te.const(math.inf, x.dtype)
+    pos = (x == inf) if attrs["detect_positive"] else te.const(False, "bool")
+    neg = (x == -inf) if attrs["detect_negative"] else te.const(False, "bool")
+    return pos | neg
+
+
+def _mean_rule(ctx: GroupContext, node: Node) -> list[Lazy]:
+    count = len([i for i in node.inputs if i])
+    return _nary(lambda *vs: _fold(lambda a, b: a + b)(*vs) / te.const(count, vs[0].dtype))(
+        ctx, node
+    )
+
+
 def _sign(x: Any, attrs: dict[str, Any]) -> Any:
     one, zero = te.const(1, x.dtype), _zero(x)
     sign = te.select(x > zero, one, te.select(x < zero, -one, zero))
@@ -379,6 +428,33 @@ ELEMENTWISE: dict[str, Rule] = {
         lambda x, a: te.min(te.max(x * float(a["alpha"]) + float(a["beta"]), 0.0), 1.0)
     ),
     "LeakyRelu": _unary(_leaky),
+    "PRelu": _nary(lambda x, slope: te.select(x < _zero(x), x * slope, x)),
+    "Softplus": _unary(lambda x, a: _softplus(x)),
+    "Softsign": _unary(lambda x, a: x / (te.abs(x) + 1.0)),
+    "Mish": _unary(lambda x, a: x * te.tanh(_softplus(x))),
+    "Elu": _unary(_elu),
+    "Selu": _unary(_selu),
+    "Celu": _unary(_celu),
+    "ThresholdedRelu": _unary(lambda x, a: te.select(x > float(a["alpha"]), x, _zero(x))),
+    "Shrink": _unary(_shrink),
+    "IsNaN": _unary(lambda x, a: x != x),
+    "IsInf": _unary(_is_inf),
+    **{
+        op: _unary(lambda x, a, fn=fn: fn(x))
+        for op, fn in (
+            ("Sin", te.sin),
+            ("Cos", te.cos),
+            ("Tan", te.tan),
+            ("Asin", te.asin),
+            ("Acos", te.acos),
+            ("Atan", te.atan),
+            ("Sinh", te.sinh),
+            ("Cosh", te.cosh),
+            ("Asinh", te.asinh),
+            ("Acosh", te.acosh),
+            ("Atanh", te.atanh),
+        )
+    },  # fmt: skip
     "Sqrt": _unary(lambda x, a: te.sqrt(x)),
     "Exp": _unary(lambda x, a: te.exp(x)),
     "Log": _unary(lambda x, a: te.log(x)),
@@ -395,6 +471,8 @@ ELEMENTWISE: dict[str, Rule] = {
     "Pow": _nary(_pow),
     "Max": _nary(_fold(te.max)),
     "Min": _nary(_fold(te.min)),
+    "Sum": _nary(_fold(lambda a, b: a + b)),
+    "Mean": _mean_rule,
     "Mod": _mod_rule,
     "Equal": _nary(lambda a, b: a == b),
     "Less": _nary(lambda a, b: a < b),

@@ -32,6 +32,8 @@ EXTRA_OPS = (
     "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool HardSigmoid "
     "Resize ConstantOfShape Range Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor Mod "
     "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round CastLike Size Einsum LSTM GRU RNN "
+    "PRelu Softplus Softsign Mish Elu Selu Celu ThresholdedRelu Shrink IsNaN IsInf Sum Mean "
+    "Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh "
     "DynamicQuantizeLinear ConvInteger MatMulInteger"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
