@@ -14,10 +14,8 @@ import contextlib
 import gc
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
-
-from tqdm import tqdm
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.cpu.loader import host_cpu
@@ -36,6 +34,20 @@ from .passes.alter_layout import CPU_BLOCK
 def kernel_symbol(k: int, name: str) -> str:
     """The symbol of kernel number `k` of a fused group named `name` (C identifier characters)."""
     return f"tf_k{k}_" + re.sub(r"[^A-Za-z0-9_]", "_", name)[:48]
+
+
+T = TypeVar("T")
+
+
+def progress_bar(items: Iterable[T], progress: bool) -> Iterable[T]:
+    """`items` under a tqdm bar over the kernels being compiled when `progress`, else as they
+    are: tqdm (and the multiprocessing lock it makes even for a disabled bar) is imported only
+    when a bar is shown, not in every compiling process."""
+    if not progress:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc="compile", unit="kernel")
 
 
 def is_optimized(graph: Graph) -> bool:
@@ -89,9 +101,8 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
     times = [0.0, 0.0]  # lowering, LLVM
     order = group_order(optimized)
     spent = last_readers(order)
-    bar = tqdm(order, desc="compile", unit="kernel", disable=not progress)
     with kernel_garbage_collection() as collect:
-        for k, (group, _) in enumerate(bar):
+        for k, (group, _) in enumerate(progress_bar(order, progress)):
             image, call = build_cpu_group(optimized, group, k, tgt, meta, constants, times)
             kernels.append(image)
             calls.append(call)

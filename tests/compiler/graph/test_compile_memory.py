@@ -5,6 +5,8 @@ the reference executor)."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
 
 import numpy as np
@@ -125,3 +127,33 @@ def test_pack_panels_packs_into_one_aligned_buffer(n: int, k: int, bn: int, layo
     np.testing.assert_array_equal(got, want.astype(np.float32))
     assert got.flags.c_contiguous and got.ctypes.data % 64 == 0
     assert nd.aligned(got) is got
+
+
+def test_a_compile_without_a_progress_bar_never_imports_tqdm(tmp_path) -> None:  # noqa: ANN001
+    """tqdm (and the multiprocessing lock a disabled bar still makes) stays out of a process
+    that compiles without `progress`; the outputs are checked against the reference executor."""
+    np.save(tmp_path / "x.npy", X)
+    script = (
+        "import sys, numpy as np, tensorforge\n"
+        "from tensorforge.compiler.frontend.onnx_builders import mlp\n"
+        "out = tensorforge.compile(mlp()).run({'x': np.load(sys.argv[1])})\n"
+        "np.save(sys.argv[2], out['softmax_12'])\n"
+        "print(sorted(m for m in ('tqdm', 'multiprocessing') if m in sys.modules))\n"
+    )
+    args = [str(tmp_path / "x.npy"), str(tmp_path / "y.npy")]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+    want = run_graph(from_onnx(mlp()), {"x": X})["softmax_12"]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-6)
+
+
+def test_progress_bar_shows_the_kernels_and_leaves_the_results_alone(capsys) -> None:  # noqa: ANN001
+    shown = compile_graph(from_onnx(mlp()), progress=True)
+    assert "compile" in capsys.readouterr().err  # tqdm writes its bar to stderr
+    quiet = compile_graph(from_onnx(mlp()), progress=False)
+    assert [k.payload for k in shown.kernels] == [k.payload for k in quiet.kernels]
+    np.testing.assert_array_equal(
+        shown.run({"x": X})["softmax_12"], quiet.run({"x": X})["softmax_12"]
+    )
