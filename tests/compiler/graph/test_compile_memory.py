@@ -21,6 +21,8 @@ from tensorforge.compiler.graph.compile import (
     kernel_garbage_collection,
     last_readers,
 )
+from tensorforge.compiler.graph.ir import GraphBuilder
+from tensorforge.compiler.graph.ops.layout import pack_weight
 from tensorforge.compiler.graph.passes import group_order, optimize
 from tensorforge.compiler.graph.reference import run_graph
 from tensorforge.compiler.topi.x86.dense import pack_panels
@@ -157,3 +159,18 @@ def test_progress_bar_shows_the_kernels_and_leaves_the_results_alone(capsys) -> 
     np.testing.assert_array_equal(
         shown.run({"x": X})["softmax_12"], quiet.run({"x": X})["softmax_12"]
     )
+
+
+def test_pack_weight_is_a_view_and_the_graph_constant_the_one_copy() -> None:
+    """The blocked weight alter_layout stores is one aligned read-only copy made straight from
+    the OIHW weights (oracle: numpy's reshape-transpose, written out element by element)."""
+    w = np.random.default_rng(3).standard_normal((8, 6, 3, 3)).astype(np.float32)
+    view = pack_weight(w, 3, 4)
+    assert np.shares_memory(view, w)  # no contiguous copy made first
+    want = w.reshape(2, 4, 2, 3, 3, 3).transpose(0, 2, 4, 5, 3, 1).copy()
+    b = GraphBuilder("g")
+    name = b.add_constant("w_packed", view)
+    stored = b.constants[name]
+    np.testing.assert_array_equal(stored, want)
+    assert not np.shares_memory(stored, w) and not stored.flags.writeable
+    assert stored.flags.c_contiguous and nd.aligned(stored) is stored
