@@ -174,3 +174,20 @@ def test_pack_weight_is_a_view_and_the_graph_constant_the_one_copy() -> None:
     np.testing.assert_array_equal(stored, want)
     assert not np.shares_memory(stored, w) and not stored.flags.writeable
     assert stored.flags.c_contiguous and nd.aligned(stored) is stored
+
+
+def test_the_heap_is_trimmed_after_every_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(compile_mod, "heap_trimmer", lambda: lambda: trims.append(1))
+    module = compile_graph(from_onnx(mlp()), progress=False)
+    assert len(trims) == module.stats["kernels"]
+    gc.disable()
+    try:
+        with kernel_garbage_collection() as collect:
+            collect()  # no collection behind the caller's back, but the heap is trimmed
+    finally:
+        gc.enable()
+    assert len(trims) == module.stats["kernels"] + 1
+    got = module.run({"x": X})["softmax_12"]
+    np.testing.assert_allclose(got, run_graph(from_onnx(mlp()), {"x": X})["softmax_12"], rtol=1e-5)
+
