@@ -190,4 +190,3 @@ def test_the_heap_is_trimmed_after_every_kernel(monkeypatch: pytest.MonkeyPatch)
     assert len(trims) == module.stats["kernels"] + 1
     got = module.run({"x": X})["softmax_12"]
     np.testing.assert_allclose(got, run_graph(from_onnx(mlp()), {"x": X})["softmax_12"], rtol=1e-5)
-
