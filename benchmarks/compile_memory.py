@@ -113,9 +113,8 @@ def main() -> int:
     if not path.exists():
         parser.error(f"{path} must exist: export it with benchmarks/zoo.py --models {args.model}")
     for runtime in ("tensorforge", "onnxruntime"):
-        print(
-            f"{runtime}, {args.model}: MiB after each stage   {'VmHWM':>7} {'anon':>7} {'file':>7}"
-        )
+        title = f"{runtime}, {args.model}: MiB after"
+        print(f"  {title:<40} {'VmHWM':>7} {'anon':>7} {'file':>7}")
         side = str(MODELS[args.model][1])
         cmd = [sys.executable, __file__, "--model", args.model, "--child", runtime, side]
         subprocess.run(cmd, check=True)
