@@ -21,6 +21,7 @@ Needs the `zoo` extra (torch, torchvision, onnxscript, onnxruntime): `pip instal
 Usage:
     python benchmarks/zoo.py [--models resnet18,vit_b_16] [--repeat 10] [--json]
                              [--profile] [--skip-memory]
+    python benchmarks/zoo.py --memory-only [--models ...]   # the peak-memory columns alone
     python benchmarks/zoo.py --load results.json [--markdown]   # a saved --json run again
 
 `--profile` adds, per model, TensorForge's time by op family (Module.profile, 1 thread) beside
@@ -319,6 +320,46 @@ def _memory_child(runtime: str, name: str, input_name: str) -> None:
     print(_peak_rss_mib())
 
 
+def measure_memory(row: dict[str, Any]) -> None:
+    """Add the peak-memory columns to `row`: compiling, onnxruntime, loading the saved module
+    (when there is one)."""
+    name, input_name = row["model"], row["input_name"]
+    row["tf_mib"] = peak_mib("tensorforge", name, input_name)
+    row["ort_mib"] = peak_mib("onnxruntime", name, input_name)
+    if (CACHE / f"{name}.tfm").exists():
+        row["tf_load_mib"] = peak_mib("tensorforge-load", name, input_name)
+
+
+def memory_row(name: str) -> dict[str, Any]:
+    """The peak-memory columns of one model alone (`--memory-only`: no compile or timing in
+    this process; the saved module is the one the last full run wrote)."""
+    import onnx
+
+    graph = onnx.load(str(ensure_exported(name)), load_external_data=False).graph
+    row = {"model": name, "input": MODELS[name][1], "error": None}
+    row["input_name"] = graph.input[0].name
+    measure_memory(row)
+    return row
+
+
+def memory_table(rows: list[dict[str, Any]]) -> str:
+    """The peak-memory columns of `rows` as a text table, with the geometric mean and worst."""
+    lines = [f"{'model':<26} {'tf':>6} {'tf.tfm':>6} {'ort':>6} {'x':>6} {'x.tfm':>6}"]
+    keys = {"compile": RATIOS["mem compile"], "load": RATIOS["mem load"]}
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        x = {k: _ratio(r, *pair) for k, pair in keys.items()}
+        for k, v in x.items():
+            if v is not None:
+                ratios[k].append(v)
+        mib = [_fmt(r.get(k), "6.1f") for k in ("tf_mib", "tf_load_mib", "ort_mib")]
+        lines.append(f"{r['model']:<26} {' '.join(mib)} {_x(x['compile']):>6} {_x(x['load']):>6}")
+    for title, pick in (("geometric mean", _geomean), ("worst (largest)", max)):
+        v = {k: _x(pick(ratios[k])) if ratios[k] else "n/a" for k in keys}
+        lines.append(f"{title:<26} {'':>20} {v['compile']:>6} {v['load']:>6}")
+    return "\n".join(lines)
+
+
 def peak_mib(runtime: str, name: str, input_name: str) -> float | None:
     cmd = [sys.executable, __file__, "--memory", runtime, name, input_name]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -534,6 +575,9 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--profile", action="store_true", help="add op-family profiles")
     parser.add_argument("--skip-memory", action="store_true", help="no peak-memory children")
+    parser.add_argument(
+        "--memory-only", action="store_true", help="only the peak-memory children, no timing"
+    )
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--memory", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--load", metavar="JSON", help="print the report of a --json output")
@@ -565,14 +609,17 @@ def main() -> int:
             f"{install_hint('torchvision')} (or put the .onnx files in build/zoo/)"
         )
     info = machine()
+    if args.memory_only:
+        rows = [memory_row(name) for name in names]
+        print(json.dumps({"machine": info, "rows": rows}, indent=1) if args.json else
+              memory_table(rows))  # fmt: skip
+        return 0
     rows = []
     for k, name in enumerate(names):
         progress(f"{name} ({k + 1}/{len(names)})")
         row = bench(name, args.repeat, args.profile)
         if not args.skip_memory and row.get("tf_ms_1") is not None:
-            row["tf_mib"] = peak_mib("tensorforge", name, row["input_name"])
-            row["ort_mib"] = peak_mib("onnxruntime", name, row["input_name"])
-            row["tf_load_mib"] = peak_mib("tensorforge-load", name, row["input_name"])
+            measure_memory(row)
         progress(
             f"{name}: "
             + (row["error"] if row["error"] and "tf_ms_1" not in row else

@@ -62,8 +62,28 @@ def optimize(module: ir.Module, tm: Any, context: Any = None) -> Any:
     pto.slp_vectorization = True
     pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    mpm = pb.getModulePassManager()
+    try:
+        mpm.run(mod, pb)
+    finally:
+        free_pass_manager(mpm)
     return mod
+
+
+def free_pass_manager(mpm: Any) -> None:
+    """Free an llvmlite pass manager now. llvmlite's `ModulePassManager` and
+    `FunctionPassManager` list `ObjectRef` before `NewPassManager` among their bases, so
+    `ObjectRef`'s empty `_dispose` hides the one that deletes the LLVM object: a pass manager
+    was never freed, and with it every pass of the O3 pipeline and what each kept of the module
+    it ran on (GVN's value tables, InstCombine's worklist, ...), 0.1-0.6 MiB per kernel,
+    15.7 MiB over MobileNetV3-small's 74 kernels (heaptrack shows the passes' allocations as
+    leaks; malloc's in-use bytes grew by that much). Where an llvmlite resolves
+    `_dispose` to its own, closing is enough."""
+    if type(mpm)._dispose is not llvm.ffi.ObjectRef._dispose:
+        mpm.close()
+    elif not mpm.closed:
+        llvm.NewPassManager._dispose(mpm)
+        mpm.detach()
 
 
 class JITModule:

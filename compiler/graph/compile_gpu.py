@@ -23,8 +23,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tqdm import tqdm
-
 from ...runtime.device.cpu import ParamSpec
 from ...runtime.module import Call, KernelImage, Module
 from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
@@ -32,7 +30,7 @@ from ..schedule.stage import ForKind
 from ..target import Target
 from ..tir import lower
 from ..topi.gpu import GPUScheduleConfig, schedule_auto
-from .compile import assemble_module, call_label, is_optimized, kernel_symbol
+from .compile import assemble_module, call_label, is_optimized, kernel_symbol, progress_bar
 from .ir import Graph
 from .lower_te import lower_group
 from .passes import FusedGroup, group_order, optimize
@@ -56,8 +54,7 @@ def compile_graph_gpu(
     t_opt = time.perf_counter() - start
     kernels, calls, constants = [], [], {}
     times = [0.0, 0.0]
-    bar = tqdm(group_order(optimized), desc="compile", unit="kernel", disable=not progress)
-    for k, (group, _) in enumerate(bar):
+    for k, (group, _) in enumerate(progress_bar(group_order(optimized), progress)):
         image, call = build_gpu_group(optimized, group, k, tgt, constants, times)
         kernels.append(image)
         calls.append(call)

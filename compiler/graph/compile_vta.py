@@ -32,7 +32,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from ...hw.config import HWConfig
 from ...runtime.device.cpu import ParamSpec
@@ -42,7 +41,14 @@ from ..quantize.graph import quantize_graph
 from ..quantize.requant import MODES, WEIGHT_SCALES, default_mode, default_weight_scales
 from ..target import Target
 from .accel_kernels import accelerator_kernel, has_accelerator_kernel, packed_tensors
-from .compile import assemble_module, build_cpu_group, cpu_meta, kernel_symbol, label_nodes
+from .compile import (
+    assemble_module,
+    build_cpu_group,
+    cpu_meta,
+    kernel_symbol,
+    label_nodes,
+    progress_bar,
+)
 from .ir import Graph, TensorType
 from .passes import FusedGroup, fuse_ops, group_order, optimize, partition_graph, plan_memory
 from .passes.fuse_accel import fuse_accelerator_ops
@@ -207,8 +213,7 @@ def compile_graph_vta(
     calls: list[Call] = []
     constants: dict[str, Any] = {}
     times = [0.0, 0.0]  # lowering (and accelerator code generation), LLVM
-    bar = tqdm(group_order(q), desc="compile", unit="kernel", disable=not progress)
-    for k, (group, nodes) in enumerate(bar):
+    for k, (group, nodes) in enumerate(progress_bar(group_order(q), progress)):
         if has_accelerator_kernel(q, nodes):
             t0 = time.perf_counter()
             image, call = build_accelerator_group(q, group, k, cfg, device, vthreads, packed)

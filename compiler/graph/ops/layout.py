@@ -28,10 +28,12 @@ def from_blocked(x: np.ndarray) -> np.ndarray:
 
 
 def pack_weight(w: np.ndarray, block_in: int, block_out: int) -> np.ndarray:
-    """OIHW -> (O/bo, I/bi, H, W, bi, bo)."""
+    """OIHW -> (O/bo, I/bi, H, W, bi, bo), as a strided view of `w`: the one copy is the
+    graph constant made of it (`GraphBuilder.add_constant` writes it into its aligned buffer),
+    not a contiguous copy first and that copy again."""
     o, i, kh, kw = w.shape
     packed = w.reshape(o // block_out, block_out, i // block_in, block_in, kh, kw)
-    return np.ascontiguousarray(packed.transpose(0, 2, 4, 5, 3, 1))
+    return packed.transpose(0, 2, 4, 5, 3, 1)
 
 
 def _transform_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:

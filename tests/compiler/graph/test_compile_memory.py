@@ -5,6 +5,8 @@ the reference executor)."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
 
 import numpy as np
@@ -19,6 +21,8 @@ from tensorforge.compiler.graph.compile import (
     kernel_garbage_collection,
     last_readers,
 )
+from tensorforge.compiler.graph.ir import GraphBuilder
+from tensorforge.compiler.graph.ops.layout import pack_weight
 from tensorforge.compiler.graph.passes import group_order, optimize
 from tensorforge.compiler.graph.reference import run_graph
 from tensorforge.compiler.topi.x86.dense import pack_panels
@@ -125,3 +129,64 @@ def test_pack_panels_packs_into_one_aligned_buffer(n: int, k: int, bn: int, layo
     np.testing.assert_array_equal(got, want.astype(np.float32))
     assert got.flags.c_contiguous and got.ctypes.data % 64 == 0
     assert nd.aligned(got) is got
+
+
+def test_a_compile_without_a_progress_bar_never_imports_tqdm(tmp_path) -> None:  # noqa: ANN001
+    """tqdm (and the multiprocessing lock a disabled bar still makes) stays out of a process
+    that compiles without `progress`; the outputs are checked against the reference executor."""
+    np.save(tmp_path / "x.npy", X)
+    script = (
+        "import sys, numpy as np, tensorforge\n"
+        "from tensorforge.compiler.frontend.onnx_builders import mlp\n"
+        "out = tensorforge.compile(mlp()).run({'x': np.load(sys.argv[1])})\n"
+        "np.save(sys.argv[2], out['softmax_12'])\n"
+        "print(sorted(m for m in ('tqdm', 'multiprocessing') if m in sys.modules))\n"
+    )
+    args = [str(tmp_path / "x.npy"), str(tmp_path / "y.npy")]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+    want = run_graph(from_onnx(mlp()), {"x": X})["softmax_12"]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-6)
+
+
+def test_progress_bar_shows_the_kernels_and_leaves_the_results_alone(capsys) -> None:  # noqa: ANN001
+    shown = compile_graph(from_onnx(mlp()), progress=True)
+    assert "compile" in capsys.readouterr().err  # tqdm writes its bar to stderr
+    quiet = compile_graph(from_onnx(mlp()), progress=False)
+    assert [k.payload for k in shown.kernels] == [k.payload for k in quiet.kernels]
+    np.testing.assert_array_equal(
+        shown.run({"x": X})["softmax_12"], quiet.run({"x": X})["softmax_12"]
+    )
+
+
+def test_pack_weight_is_a_view_and_the_graph_constant_the_one_copy() -> None:
+    """The blocked weight alter_layout stores is one aligned read-only copy made straight from
+    the OIHW weights (oracle: numpy's reshape-transpose, written out element by element)."""
+    w = np.random.default_rng(3).standard_normal((8, 6, 3, 3)).astype(np.float32)
+    view = pack_weight(w, 3, 4)
+    assert np.shares_memory(view, w)  # no contiguous copy made first
+    want = w.reshape(2, 4, 2, 3, 3, 3).transpose(0, 2, 4, 5, 3, 1).copy()
+    b = GraphBuilder("g")
+    name = b.add_constant("w_packed", view)
+    stored = b.constants[name]
+    np.testing.assert_array_equal(stored, want)
+    assert not np.shares_memory(stored, w) and not stored.flags.writeable
+    assert stored.flags.c_contiguous and nd.aligned(stored) is stored
+
+
+def test_the_heap_is_trimmed_after_every_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(compile_mod, "heap_trimmer", lambda: lambda: trims.append(1))
+    module = compile_graph(from_onnx(mlp()), progress=False)
+    assert len(trims) == module.stats["kernels"]
+    gc.disable()
+    try:
+        with kernel_garbage_collection() as collect:
+            collect()  # no collection behind the caller's back, but the heap is trimmed
+    finally:
+        gc.enable()
+    assert len(trims) == module.stats["kernels"] + 1
+    got = module.run({"x": X})["softmax_12"]
+    np.testing.assert_allclose(got, run_graph(from_onnx(mlp()), {"x": X})["softmax_12"], rtol=1e-5)
