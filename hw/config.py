@@ -37,6 +37,10 @@ class HWConfig:
         alu_mul: whether the tensor ALU has our MUL extension (VTA's hardware lacked it).
         insn_queue_depth: entries of each command queue (load, compute, store).
         dep_queue_depth: entries of each dependency-token queue.
+        max_outstanding_reads: AXI read bursts a LOAD engine keeps in flight (addresses issued
+            ahead of the data, which returns in order on one ID). 1, VTA's and the presets'
+            choice, pays the DRAM read latency once per burst; more hides it behind the
+            earlier bursts' data (docs/hardware.md "Load engine").
         board: the board family this config targets (for deployment), or "sim".
 
     Raises:
@@ -59,6 +63,7 @@ class HWConfig:
     alu_mul: bool = True
     insn_queue_depth: int = 512
     dep_queue_depth: int = 1024
+    max_outstanding_reads: int = 1
     board: str = "pynq"
 
     def __post_init__(self) -> None:
@@ -265,6 +270,7 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "log_acc_buff_size": (0, 24),
     "insn_queue_depth": (1, 1 << 16),
     "dep_queue_depth": (1, 1 << 16),
+    "max_outstanding_reads": (1, 16),
 }
 _WIDTH_NOTE = {
     "log_inp_width": "only 8-bit inputs are supported",
