@@ -209,7 +209,13 @@ class HWConfig:
 
     # ---- serialization --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """Every knob, except a knob added later (``LATER_KNOBS``) at its default: so configs,
+        tuning-log keys and cache digests written before it existed stay valid."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if LATER_KNOBS.get(f.name, _NONE) != getattr(self, f.name)
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -256,6 +262,11 @@ class HWConfig:
                 raise ValueError(f"{path}: not valid JSON: {e}") from None
         return cls.preset(str(spec))
 
+
+#: knobs added after tuning logs and DSE results were first written -> their default, which
+#: ``to_dict`` leaves out (an older file means that default)
+LATER_KNOBS: dict[str, Any] = {"max_outstanding_reads": 1}
+_NONE = object()
 
 _INT_RANGES: dict[str, tuple[int, int]] = {
     "log_batch": (0, 4),
