@@ -133,6 +133,11 @@ def wrapper_verilog(cfg: HWConfig, top_text: str) -> str:
             )
             if proto == "AXI4":
                 params += f", ID_WIDTH 1, MAX_BURST_LENGTH {BURST_BEATS}"
+                if mode == "READ_ONLY":  # the LOAD engines' bursts in flight; fetch one
+                    reads = 1 if prefix == "m_axi_fetch" else cfg.max_outstanding_reads
+                    params += f", NUM_READ_OUTSTANDING {reads}"
+                else:
+                    params += ", NUM_WRITE_OUTSTANDING 1"
             attrs += f'\n  (* X_INTERFACE_PARAMETER = "{params}" *)'
         rng = f"[{width - 1}:0] " if width > 1 else ""
         decls.append(f"{attrs}\n  {direction} {rng}{intf}_{signal},")

@@ -37,6 +37,10 @@ class HWConfig:
         alu_mul: whether the tensor ALU has our MUL extension (VTA's hardware lacked it).
         insn_queue_depth: entries of each command queue (load, compute, store).
         dep_queue_depth: entries of each dependency-token queue.
+        max_outstanding_reads: AXI read bursts a LOAD engine keeps in flight (addresses issued
+            ahead of the data, which returns in order on one ID). 1, VTA's and the presets'
+            choice, pays the DRAM read latency once per burst; more hides it behind the
+            earlier bursts' data (docs/hardware.md "Load engine").
         board: the board family this config targets (for deployment), or "sim".
 
     Raises:
@@ -59,6 +63,7 @@ class HWConfig:
     alu_mul: bool = True
     insn_queue_depth: int = 512
     dep_queue_depth: int = 1024
+    max_outstanding_reads: int = 1
     board: str = "pynq"
 
     def __post_init__(self) -> None:
@@ -204,7 +209,13 @@ class HWConfig:
 
     # ---- serialization --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """Every knob, except a knob added later (``LATER_KNOBS``) at its default: so configs,
+        tuning-log keys and cache digests written before it existed stay valid."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if LATER_KNOBS.get(f.name, _NONE) != getattr(self, f.name)
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -252,6 +263,11 @@ class HWConfig:
         return cls.preset(str(spec))
 
 
+#: knobs added after tuning logs and DSE results were first written -> their default, which
+#: ``to_dict`` leaves out (an older file means that default)
+LATER_KNOBS: dict[str, Any] = {"max_outstanding_reads": 1}
+_NONE = object()
+
 _INT_RANGES: dict[str, tuple[int, int]] = {
     "log_batch": (0, 4),
     "log_block_in": (0, 6),
@@ -265,6 +281,7 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "log_acc_buff_size": (0, 24),
     "insn_queue_depth": (1, 1 << 16),
     "dep_queue_depth": (1, 1 << 16),
+    "max_outstanding_reads": (1, 16),
 }
 _WIDTH_NOTE = {
     "log_inp_width": "only 8-bit inputs are supported",

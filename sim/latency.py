@@ -33,8 +33,9 @@ STAGES = (Stage.LOAD, Stage.COMPUTE, Stage.STORE)
 class TimingParams:
     """Every latency of the timing model, in clock cycles unless named otherwise.
 
-    The first four fields come from the HWConfig (``for_config`` fills them); the DRAM/AXI fields
-    are knobs HWConfig does not have yet; the rest are the RTL's documented timings.
+    ``bus_bytes``, the queue depths, ``clock_mhz`` and ``max_outstanding_reads`` come from the
+    HWConfig (``for_config`` fills them); the DRAM latencies and ``burst_beats`` are knobs
+    HWConfig does not have; the rest are the RTL's documented timings.
 
     Args:
         bus_bytes: AXI data bus width in bytes (``HWConfig.axi_data_width / 8``); one beat per
@@ -47,6 +48,11 @@ class TimingParams:
         burst_beats: the longest AXI burst, in beats (16 for AXI3 ports such as Zynq-7000's
             ACP/HP; 256 for AXI4). Bursts never cross a 4 KiB page, nor a multiple of
             ``burst_beats * bus_bytes`` (so a burst is one aligned chunk).
+        max_outstanding_reads: read bursts a LOAD engine keeps in flight
+            (``HWConfig.max_outstanding_reads``): burst k's address goes out once burst
+            k - max_outstanding_reads has delivered its last unit; its data follows
+            ``dram_read_latency`` cycles after its address, and after the previous burst's
+            data (one R channel, in order).
         fetch_buffer_bursts: bursts of instructions fetch buffers; it requests burst b once
             burst b-1 has arrived and burst b-fetch_buffer_bursts is fully dispatched.
         cmd_queue_latency: cycles from a command-queue write to the earliest pop (2 for
@@ -68,6 +74,7 @@ class TimingParams:
     dram_read_latency: int = 24
     dram_write_latency: int = 8
     burst_beats: int = BURST_BEATS
+    max_outstanding_reads: int = 1
     fetch_buffer_bursts: int = FETCH_BUFFER_BURSTS
     cmd_queue_latency: int = 2
     token_latency: int = 1
@@ -98,9 +105,11 @@ class TimingParams:
 
     @classmethod
     def for_config(cls, cfg: HWConfig, **overrides: Any) -> TimingParams:
-        """Parameters for ``cfg``: bus width, queue depths and clock from it, the rest defaults."""
+        """Parameters for ``cfg``: bus width, queue depths, outstanding reads and clock from it,
+        the rest defaults."""
         derived = dict(
             bus_bytes=cfg.axi_data_width // 8,
+            max_outstanding_reads=cfg.max_outstanding_reads,
             insn_queue_depth=cfg.insn_queue_depth,
             dep_queue_depth=cfg.dep_queue_depth,
             clock_mhz=float(cfg.clock_mhz),
@@ -129,23 +138,53 @@ def loop_steps(insn: GemmInsn | AluInsn) -> int:
     return insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
 
 
-def dma_bursts(insn: MemInsn, eb: int, p: TimingParams) -> int:
-    """AXI bursts of a 2-D transfer: rows split at every ``burst_bytes``-aligned boundary.
+def _spans(insn: MemInsn, eb: int) -> tuple[np.ndarray | int, int]:
+    """The contiguous DRAM spans of a 2-D transfer: (start byte(s), bytes per span).
 
-    Rows that are contiguous in DRAM (``x_stride == x_size``) form one span.
+    Rows that are contiguous in DRAM (``y_size == 1`` or ``x_stride == x_size``) form one span;
+    else each row is one (the starts are then an array).
     """
-    chunk, row = p.burst_bytes, insn.x_size * eb
-    start = insn.dram_base * eb
+    start, row = insn.dram_base * eb, insn.x_size * eb
+    if insn.y_size == 1 or insn.x_stride == insn.x_size:
+        return start, row * insn.y_size
+    return start + insn.x_stride * eb * np.arange(insn.y_size, dtype=np.int64), row
+
+
+def dma_bursts(insn: MemInsn, eb: int, p: TimingParams) -> int:
+    """AXI bursts of a 2-D transfer: spans (``_spans``) split at every ``burst_bytes``-aligned
+    boundary."""
     if insn.x_size == 0 or insn.y_size == 0:
         return 0
-    if insn.y_size == 1 or insn.x_stride == insn.x_size:
-        end = start + row * insn.y_size
-        return (end - 1) // chunk - start // chunk + 1
-    stride = insn.x_stride * eb
-    if stride % chunk == 0:
-        return insn.y_size * ((start + row - 1) // chunk - start // chunk + 1)
-    starts = start + stride * np.arange(insn.y_size, dtype=np.int64)
-    return int(((starts + row - 1) // chunk - starts // chunk + 1).sum())
+    chunk = p.burst_bytes
+    starts, span = _spans(insn, eb)
+    if isinstance(starts, int):
+        return (starts + span - 1) // chunk - starts // chunk + 1
+    if (insn.x_stride * eb) % chunk == 0:
+        start = int(starts[0])
+        return insn.y_size * ((start + span - 1) // chunk - start // chunk + 1)
+    return int(((starts + span - 1) // chunk - starts // chunk + 1).sum())
+
+
+def dma_burst_bytes(insn: MemInsn, eb: int, p: TimingParams) -> np.ndarray:
+    """The bytes of each AXI burst of a 2-D transfer, in issue order (``dma_bursts`` of them).
+
+    Example:
+        >>> from tensorforge.hw.isa import MemInsn, MemType, Opcode
+        >>> insn = MemInsn(Opcode.LOAD, MemType.INP, 0, 3, 1, 20, 20)  # 20 16-byte elements
+        >>> dma_burst_bytes(insn, 16, TimingParams()).tolist()  # 128-byte chunks from byte 48
+        [80, 128, 112]
+    """
+    if insn.x_size == 0 or insn.y_size == 0:
+        return np.zeros(0, dtype=np.int64)
+    chunk = p.burst_bytes
+    starts, span = _spans(insn, eb)
+    starts = np.atleast_1d(np.asarray(starts, dtype=np.int64))
+    ends = starts + span
+    counts = (ends - 1) // chunk - starts // chunk + 1
+    which = np.repeat(np.arange(len(starts)), counts)  # each burst's span
+    nth = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    first = (starts[which] // chunk + nth) * chunk  # the burst's aligned chunk
+    return np.minimum(ends[which], first + chunk) - np.maximum(starts[which], first)
 
 
 def dma_data_cycles(n_elems: int, eb: int, p: TimingParams) -> int:
@@ -153,21 +192,42 @@ def dma_data_cycles(n_elems: int, eb: int, p: TimingParams) -> int:
     return n_elems if eb < p.bus_bytes else n_elems * (eb // p.bus_bytes)
 
 
+def read_bursts_cycles(units: np.ndarray, latency: int, outstanding: int) -> int:
+    """Cycles from a LOAD's first read address to the cycle after its last unit of data.
+
+    ``units[k]`` is burst k's data cycles (one unit each, dma.py). Burst k's address goes out
+    at ``a[k] = max(a[k-1] + 1, e[k-outstanding] + 1)`` (the cycle after a slot frees), its data
+    runs from ``max(a[k] + latency, e[k-1] + 1)`` to ``e[k]``. With one outstanding burst that
+    is ``len(units) * latency + sum(units)``.
+
+    Example:
+        >>> read_bursts_cycles(np.array([16, 16, 16]), 24, 1), read_bursts_cycles(
+        ...     np.array([16, 16, 16]), 24, 4)
+        (120, 72)
+    """
+    if outstanding == 1:
+        return len(units) * latency + int(units.sum())
+    ar, ends = -1, []  # ends[k]: the cycle of burst k's last unit
+    for k, u in enumerate(units.tolist()):
+        ar = max(ar + 1, ends[k - outstanding] + 1) if k >= outstanding else ar + 1
+        ends.append(max(ar + latency, ends[-1] + 1 if ends else 0) + u - 1)
+    return ends[-1] + 1 if ends else 0
+
+
 def load_cycles(insn: MemInsn, cfg: HWConfig, p: TimingParams) -> int:
-    """A LOAD: issue, zero-padding writes, then bursts one at a time (latency + data each)."""
+    """A LOAD: issue, zero-padding writes, then the read bursts, up to
+    ``p.max_outstanding_reads`` in flight (``read_bursts_cycles``)."""
     eb = elem_bytes(cfg, insn.memory_type)
     n = insn.x_size * insn.y_size
     if n == 0:
         return p.issue_cycles  # a token-only NOP
     ny = insn.y_pad_0 + insn.y_size + insn.y_pad_1
     nx = insn.x_pad_0 + insn.x_size + insn.x_pad_1
-    bursts = dma_bursts(insn, eb, p)
-    return (
-        p.issue_cycles
-        + (ny * nx - n) * p.pad_cycles
-        + bursts * p.dram_read_latency
-        + dma_data_cycles(n, eb, p)
-    )
+    head = p.issue_cycles + (ny * nx - n) * p.pad_cycles
+    if p.max_outstanding_reads == 1:
+        return head + dma_bursts(insn, eb, p) * p.dram_read_latency + dma_data_cycles(n, eb, p)
+    units = dma_burst_bytes(insn, eb, p) // min(eb, p.bus_bytes)
+    return head + read_bursts_cycles(units, p.dram_read_latency, p.max_outstanding_reads)
 
 
 def store_cycles(insn: MemInsn, cfg: HWConfig, p: TimingParams) -> int:

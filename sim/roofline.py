@@ -51,10 +51,11 @@ def roofline_point(name: str, result: TimingResult, group: str = "") -> Roofline
 
 
 def sustained_bandwidth_gbs(params: TimingParams) -> float:
-    """GB/s of a long read under the model: full bursts, each after the read latency."""
-    burst_beats = params.burst_bytes // params.bus_bytes
-    share = burst_beats / (burst_beats + params.dram_read_latency)
-    return params.peak_bandwidth_gbs * share
+    """GB/s of a long read under the model: full bursts, ``max_outstanding_reads`` in flight, so
+    one per ``max(beats, (latency + beats) / max_outstanding_reads)`` cycles."""
+    beats = params.burst_bytes // params.bus_bytes
+    period = max(beats, (params.dram_read_latency + beats) / params.max_outstanding_reads)
+    return params.peak_bandwidth_gbs * beats / period
 
 
 def attainable_gops(intensity: float, cfg: HWConfig, params: TimingParams) -> float:

@@ -288,8 +288,9 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
     """A closed-form estimate of the program's cycles, for ranking schedules.
 
     Per tile: a GEMM reset, then per input-channel chunk its LOADs (per (n, ic) the input rows,
-    unless resident the chunk's weights: latency per AXI burst plus one beat per bus word) and
-    its GEMM (a step per micro-op and pixel), then three ALU passes and the STOREs. With one
+    unless resident the chunk's weights: latency per AXI burst, or mostly hidden behind the
+    data with several bursts in flight, plus one beat per bus word) and its GEMM (a step per
+    micro-op and pixel), then three ALU passes and the STOREs. With one
     thread these run one after another (a tile's epilogue overlaps the next tile's first
     loads); with two, one thread's loads overlap the other's GEMM chunk by chunk, and each
     chunk costs ``CHUNK_CYCLES`` and each of its instructions ``SYNC_CYCLES`` of hand-over.
@@ -304,9 +305,17 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
     ib, wb, ob = cfg.inp_elem_bytes, cfg.wgt_elem_bytes, cfg.out_elem_bytes
     cols = min(wl.w, (wl.ow - 1) * wl.stride_w + wl.kw - wl.pad_w)  # the columns a tile reads
 
-    def dma(rows: int, x: int, eb: int, contiguous: bool, latency: int) -> float:
+    def dma(rows: int, x: int, eb: int, contiguous: bool, latency: int, inflight: int = 1) -> float:
         bursts = -(-rows * x * eb // chunk) if contiguous else rows * -(-x * eb // chunk)
-        return p.issue_cycles + bursts * latency + rows * x * max(1, eb // p.bus_bytes)
+        data = rows * x * max(1, eb // p.bus_bytes)
+        if inflight == 1 or bursts <= 1:
+            return p.issue_cycles + bursts * latency + data
+        # bursts in flight (sim/latency.py read_bursts_cycles): the latency once, then a burst
+        # per max(its beats, (latency + its beats) / inflight) cycles
+        u = data / bursts
+        return p.issue_cycles + latency + u + (bursts - 1) * max(u, (latency + u) / inflight)
+
+    reads = {"latency": p.dram_read_latency, "inflight": p.max_outstanding_reads}
 
     serial = pipelined = fill = last_store = 0.0
     for cn, tn in _split(nb, s.tile_n):
@@ -318,10 +327,10 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
                 loads = gemms = overlapped = 0.0
                 for cc, tic in _split(icb, s.tile_ic):
                     ins = wl.in_blocks(cfg, toc, tic)
-                    load = tn * ins * dma(rows, cols, ib, cols == wl.w, p.dram_read_latency)
+                    load = tn * ins * dma(rows, cols, ib, cols == wl.w, **reads)
                     per_row = tic < s.tile_ic  # a ragged chunk: a weight LOAD per output block
                     if not s.resident_weights:
-                        wgt = dma(1 if per_row else toc, tic * kk, wb, False, p.dram_read_latency)
+                        wgt = dma(1 if per_row else toc, tic * kk, wb, False, **reads)
                         load += wgt * (toc if per_row else 1)
                     gemm = pixels * toc * tic * kk + p.gemm_latency + 1
                     loads, gemms = loads + cc * load, gemms + cc * gemm
@@ -336,7 +345,7 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
                 pipelined += n * (overlapped + alu)
     prologue = 0.0
     if s.resident_weights:
-        prologue = dma(ocb, icb * kk, wb, True, p.dram_read_latency)
+        prologue = dma(ocb, icb * kk, wb, True, **reads)
     if s.vthreads == 1:
         return prologue + serial
     return prologue + pipelined + fill + last_store

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import HWConfig
@@ -33,15 +34,17 @@ class LoadDma(wiring.Component):
     border is written with zeros (sim/functional.py ``_load``). ACC_8BIT sign-extends bytes.
 
     Timing (the accept cycle is the issue cycle): the zero elements are written first, one per
-    cycle; then the bursts, one at a time: AR, then one unit per cycle (dma.py) as beats arrive;
-    the next AR follows the last unit's cycle. An empty transfer (x_size or y_size 0) takes one
-    cycle. A transfer whose tile does not fit, ``sram_base + (y_pad_0 + y_size + y_pad_1) *
-    (x_pad_0 + x_size + x_pad_1)`` beyond the SRAM's depth (sim/functional.py's check), is not
-    executed: it takes one cycle and pulses ``range_error`` in the next. Byte addresses wrap
-    modulo 2**32.
+    cycle; then the bursts, with up to ``cfg.max_outstanding_reads`` in flight: their ARs go out
+    on consecutive cycles while a slot is free, a slot freeing the cycle after its burst's last
+    unit; the data returns in order (one ID), one unit per cycle (dma.py) as beats arrive.
+    The engine is ready the cycle after the last burst's last unit (sim/latency.py
+    ``read_bursts_cycles``). An empty transfer (x_size or y_size 0) takes one cycle. A transfer
+    whose tile does not fit, ``sram_base + (y_pad_0 + y_size + y_pad_1) * (x_pad_0 + x_size +
+    x_pad_1)`` beyond the SRAM's depth (sim/functional.py's check), is not executed: it takes
+    one cycle and pulses ``range_error`` in the next. Byte addresses wrap modulo 2**32.
 
     Args:
-        cfg: the HWConfig (bus width ``axi_data_width``).
+        cfg: the HWConfig (bus width ``axi_data_width``, ``max_outstanding_reads``).
         memory_type: UOP, INP, WGT, ACC or ACC_8BIT.
         burst_beats: longest burst (power of two, at most 256).
 
@@ -49,7 +52,8 @@ class LoadDma(wiring.Component):
         cmd: LOAD instructions (the 128-bit memory layout); ``ready`` = idle. Only the transfer
             fields are read (opcode, memory_type and flags belong to the issuing stage).
         busy: a transfer is in progress.
-        axi: AXI4 read master (AR and R; one burst outstanding).
+        axi: AXI4 read master (AR and R; up to ``cfg.max_outstanding_reads`` bursts
+            outstanding, all with ID 0).
         sram_wr: write port of the target SRAM.
         axi_error: pulses on each beat answered with SLVERR or DECERR (the data is written).
         range_error: pulses the cycle after accepting a transfer that does not fit the SRAM.
@@ -89,15 +93,27 @@ class LoadDma(wiring.Component):
         walk = m.submodules.walk = _ElementWalk(insn.shape(), len(wr.addr))
         pads = m.submodules.pads = _PadWalk(insn.shape(), len(wr.addr))
         m.d.comb += [walk.insn.eq(insn), pads.insn.eq(insn)]
-        units_left = Signal.like(plan.units)
+        # One entry per burst whose address is out and whose data is not all in: its units, and
+        # (elements narrower than the bus) its first element's place in the first beat.
+        lanes = max(1, bus // eb)
+        unit_bits = (plan.chunk >> plan.log_unit).bit_length()
+        lane_bits = max(1, (lanes - 1).bit_length())
+        inflight = m.submodules.inflight = SyncFIFO(
+            width=unit_bits + lane_bits, depth=cfg.max_outstanding_reads
+        )
+        units, lane0 = inflight.r_data[:unit_bits], inflight.r_data[unit_bits:]
+        count = Signal(unit_bits)  # units of the oldest burst already taken
         take, elem_done = Signal(), Signal()
-        lane = Signal(range(max(2, bus // eb)))  # the element's place in its beat (eb < bus)
+        last_unit = count == units - 1
         m.d.comb += [
             axi.arid.eq(0),
             axi.arsize.eq(bus.bit_length() - 1),
             axi.arburst.eq(BURST_INCR),
             axi.araddr.eq(plan.addr),
             axi.arlen.eq(plan.beats - 1),
+            inflight.w_data.eq(
+                Cat(plan.units[:unit_bits], (plan.cursor >> plan.log_eb)[:lane_bits])
+            ),
             self.axi_error.eq(take & axi.rready & axi.rresp[1]),
             wr.addr.eq(Mux(take, walk.addr, pads.addr)),
             self.busy.eq(~self.cmd.ready),
@@ -118,45 +134,40 @@ class LoadDma(wiring.Component):
                     with m.Elif(has_pad):
                         m.next = "PAD"
                     with m.Else():
-                        m.next = "AR"
+                        m.next = "READ"
             with m.State("PAD"):
                 m.d.comb += [wr.en.eq(1), pads.step.eq(1)]  # data stays 0: take is low
                 with m.If(pads.last):
-                    m.next = "AR"
-            with m.State("AR"):
-                m.d.comb += axi.arvalid.eq(1)
-                with m.If(axi.arready):
-                    m.d.sync += units_left.eq(plan.units)
-                    if eb < bus:
-                        m.d.sync += lane.eq(plan.cursor >> plan.log_eb)  # wraps to the beat
-                    m.d.comb += plan.advance.eq(1)
-                    m.next = "DATA"
-            with m.State("DATA"):
-                m.d.comb += take.eq(axi.rvalid)
-                data = self._receive(m, lane, units_left, take, elem_done)
+                    m.next = "READ"
+            with m.State("READ"):
+                # Addresses run ahead of the data while a slot is free (a slot frees the cycle
+                # after its burst's last unit); the data of the oldest burst is taken meanwhile.
+                m.d.comb += [
+                    axi.arvalid.eq(plan.more & inflight.w_rdy),
+                    inflight.w_en.eq(axi.arvalid & axi.arready),
+                    plan.advance.eq(axi.arvalid & axi.arready),
+                    take.eq(axi.rvalid & inflight.r_rdy),
+                    inflight.r_en.eq(take & last_unit),
+                ]
+                data = self._receive(m, (lane0 + count)[:lane_bits], last_unit, take, elem_done)
                 m.d.comb += [
                     wr.en.eq(elem_done),
                     wr.data.eq(Mux(take, data, 0)),
                     walk.step.eq(elem_done),
                 ]
                 with m.If(take):
-                    m.d.sync += units_left.eq(units_left - 1)
-                    with m.If(units_left == 1):
-                        with m.If(plan.more):
-                            m.next = "AR"
-                        with m.Else():
-                            m.next = "IDLE"
+                    m.d.sync += count.eq(Mux(last_unit, 0, count + 1))
+                    with m.If(last_unit & ~plan.more & (inflight.level == 1)):
+                        m.next = "IDLE"
         return m
 
-    def _receive(self, m: Module, lane: Signal, units_left, take, elem_done):
+    def _receive(self, m: Module, lane, last_unit, take, elem_done):
         """Drive ``rready`` and ``elem_done``; return the element's SRAM word."""
         cfg, axi = self.cfg, self.axi
         eb, bus = elem_bytes(cfg, self.memory_type), cfg.axi_data_width // 8
         if eb < bus:  # several elements per beat: one per cycle, beat consumed after its last
-            with m.If(take):
-                m.d.sync += lane.eq(lane + 1)
             m.d.comb += [
-                axi.rready.eq((units_left == 1) | (lane == bus // eb - 1)),
+                axi.rready.eq(last_unit | (lane == bus // eb - 1)),
                 elem_done.eq(take),
             ]
             return self._convert(axi.rdata.word_select(lane, eb * 8))

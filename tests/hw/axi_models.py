@@ -1,13 +1,18 @@
 """Amaranth-simulator AXI models: an AXI-Lite master and an AXI4 memory slave with fixed latencies.
 
-The memory's timing is sim/latency.py's DRAM model: a read burst's first beat is valid
-``read_latency`` cycles after its AR handshake, then one beat per cycle while ``rready``; a write
-burst's response is valid ``write_latency`` cycles after its last W beat. It serves one
-outstanding burst per direction (the DMA engines issue one at a time) and records every burst.
+The memory's timing is sim/latency.py's DRAM model: it accepts up to ``max_reads`` read bursts
+(``arready`` low while that many are outstanding); a burst's first beat is valid
+``read_latency`` cycles after its AR handshake and after the previous burst's last beat (one R
+channel, bursts in order), then one beat per cycle while ``rready``; a write burst's response is
+valid ``write_latency`` cycles after its last W beat, one write burst at a time. It records
+every burst and asserts the AXI rules a master can break: a burst's size, alignment, 4 KiB
+page and range; INCR; an address held (``valid`` and payload unchanged) until its handshake;
+``wlast`` on the last beat only.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +56,7 @@ class AxiMemory:
     write_latency: int
     bus_bytes: int
     base: int = 0  # physical address of data[0]
+    max_reads: int = 1  # read bursts accepted before arready drops
     reads: list[tuple[int, int, int]] = field(default_factory=list)  # (cycle, addr, beats)
     writes: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -65,30 +71,49 @@ class AxiMemory:
     async def serve_reads(self, ctx, bus) -> None:
         """The AR and R channels (a testbench process that never returns)."""
         ctx.set(bus.arready, 1)
-        cycle, burst = 0, None  # burst: [addr, beats left, first-beat cycle]
-        sampled = (bus.arvalid, bus.araddr, bus.arlen, bus.arsize, bus.arburst, bus.rready)
-        async for _, _, arvalid, araddr, arlen, arsize, arburst, rready in ctx.tick().sample(
-            *sampled
-        ):
-            if burst is not None and ctx.get(bus.rvalid) and rready:
-                burst[0] += self.bus_bytes
-                burst[1] -= 1
-                if not burst[1]:
-                    burst = None
-            if arvalid:
-                assert burst is None, "a second read burst while one is outstanding"
+        cycle, waiting = 0, None  # waiting: an AR payload seen valid without its handshake
+        bursts: deque[list[int]] = deque()  # [addr, beats left, first-beat cycle], oldest first
+        sampled = (
+            bus.arvalid, bus.araddr, bus.arlen, bus.arsize, bus.arburst, bus.arready, bus.rvalid,
+            bus.rready,
+        )  # fmt: skip
+        async for (
+            _,
+            _,
+            arvalid,
+            araddr,
+            arlen,
+            arsize,
+            arburst,
+            arready,
+            rvalid,
+            rready,
+        ) in ctx.tick().sample(*sampled):
+            if rvalid and rready:
+                bursts[0][0] += self.bus_bytes
+                bursts[0][1] -= 1
+                if not bursts[0][1]:
+                    bursts.popleft()
+            payload = (araddr, arlen, arsize, arburst)
+            if waiting is not None:
+                assert arvalid, f"arvalid withdrawn before its handshake (cycle {cycle})"
+                assert payload == waiting, f"AR payload changed before its handshake: {payload}"
+            waiting = None
+            if arvalid and arready:
                 assert arburst == 1, f"arburst must be INCR, not {arburst}"
                 self.check_burst(araddr, arlen + 1, arsize)
                 self.reads.append((cycle, araddr, arlen + 1))
-                burst = [araddr - self.base, arlen + 1, cycle + self.read_latency]
+                bursts.append([araddr - self.base, arlen + 1, cycle + self.read_latency])
+            elif arvalid:
+                waiting = payload
             cycle += 1
-            ready = burst is not None and cycle >= burst[2]
-            ctx.set(bus.arready, burst is None)
+            ready = bool(bursts) and cycle >= bursts[0][2]
+            ctx.set(bus.arready, len(bursts) < self.max_reads)
             ctx.set(bus.rvalid, ready)
             if ready:
-                beat = self.data[burst[0] : burst[0] + self.bus_bytes]
-                ctx.set(bus.rdata, int.from_bytes(beat.tobytes(), "little"))
-                ctx.set(bus.rlast, burst[1] == 1)
+                lo = bursts[0][0]
+                ctx.set(bus.rdata, int.from_bytes(self.data[lo : lo + self.bus_bytes], "little"))
+                ctx.set(bus.rlast, bursts[0][1] == 1)
 
     async def serve_writes(self, ctx, bus) -> None:
         """The AW, W and B channels (a testbench process that never returns)."""

@@ -52,6 +52,22 @@ def test_wrapper_and_tcl_match_the_exported_top(tmp_path, board):
     assert entry["config_hash"] == f"{config_hash(TINY):#010x}" and entry["board"] == board
 
 
+def test_wrapper_declares_the_reads_each_master_keeps_in_flight(tmp_path):
+    """The interconnect is told: fetch one read burst, the load and compute masters (LOAD
+    engines) ``max_outstanding_reads``, the store master one write."""
+    write_recipe(TINY.replace(max_outstanding_reads=4), "pynq-z2", tmp_path)
+    wrapper = (tmp_path / f"{WRAPPER}.v").read_text()
+    found = re.findall(
+        r'NUM_(READ|WRITE)_OUTSTANDING (\d+)" \*\)\n\s*\w+ (?:\[\d+:0\] )?'
+        r"(m_axi_[a-z]+)_",
+        wrapper,
+    )
+    assert sorted((port, kind, int(n)) for kind, n, port in found) == [
+        ("m_axi_compute", "READ", 4), ("m_axi_fetch", "READ", 1), ("m_axi_load", "READ", 4),
+        ("m_axi_store", "WRITE", 1),
+    ]  # fmt: skip
+
+
 def test_icarus_elaborates_the_wrapper_with_the_top(tmp_path):
     if shutil.which("iverilog") is None:
         pytest.skip("iverilog is not installed (make setup installs it)")

@@ -42,12 +42,24 @@ def test_json_round_trip(name):
         ("log_acc_buff_size", 19, "makes the GEMM format need 68 bits in word 1"),
         ("log_uop_buff_size", 19, "UOP depth of 131072, beyond the 16-bit sram_base field"),
         ("log_batch", True, "HWConfig.log_batch must be an int"),
+        ("max_outstanding_reads", 0, "HWConfig.max_outstanding_reads must be an int in [1, 16]"),
     ],
 )
 def test_invalid_knob_is_named(knob, value, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")
                        .replace("[", r"\[").replace("]", r"\]")):  # fmt: skip
         HWConfig(**{knob: value})
+
+
+def test_a_later_knob_at_its_default_keeps_earlier_dicts():
+    """``max_outstanding_reads`` came after tuning logs and DSE results keyed by ``to_dict``:
+    at its default (1) it is left out, so those keys stay; set, it round-trips."""
+    pynq = HWConfig.preset("pynq")
+    assert "max_outstanding_reads" not in pynq.to_dict()
+    assert HWConfig.from_dict(pynq.to_dict()).max_outstanding_reads == 1
+    four = pynq.replace(max_outstanding_reads=4)
+    assert four.to_dict() == {**pynq.to_dict(), "max_outstanding_reads": 4}
+    assert HWConfig.from_json(four.to_json()) == four
 
 
 def test_unknown_knob_in_json_is_rejected():

@@ -72,7 +72,14 @@ def run_top(cfg: HWConfig, dram: np.ndarray, base: int, insn_addr: int, count: i
     top = Top(cfg, burst_beats=p.burst_beats)
     harness = ResettableTop(top)
     mems = {
-        port: AxiMemory(dram, p.dram_read_latency, p.dram_write_latency, p.bus_bytes, base)
+        port: AxiMemory(
+            dram,
+            p.dram_read_latency,
+            p.dram_write_latency,
+            p.bus_bytes,
+            base,
+            max_reads=1 if port == "fetch" else p.max_outstanding_reads,  # fetch: one at a time
+        )
         for port in PORTS
     }
     outs: list[dict[str, int]] = []
@@ -156,20 +163,29 @@ def check_image(image, inputs: dict, p: TimingParams, launches: int = 1) -> dict
 
 
 @pytest.mark.parametrize(
-    ("preset", "m", "k", "n", "tile_rows", "latency"),
-    [("tiny", 2, 8, 8, None, 6), ("tiny", 4, 8, 12, 1, 6), ("pynq", 3, 32, 32, 1, 24)],
+    ("preset", "m", "k", "n", "tile_rows", "latency", "outstanding"),
+    [
+        ("tiny", 2, 8, 8, None, 6, 1),
+        ("tiny", 4, 8, 12, 1, 6, 1),
+        ("pynq", 3, 32, 32, 1, 24, 1),
+        ("tiny", 4, 8, 12, 1, 6, 4),
+        ("pynq", 3, 32, 32, 1, 24, 4),
+    ],
 )
-def test_matmul_is_bit_exact_and_cycle_exact(preset, m, k, n, tile_rows, latency):
-    cfg = HWConfig.preset(preset)
+def test_matmul_is_bit_exact_and_cycle_exact(preset, m, k, n, tile_rows, latency, outstanding):
+    """Read bursts in flight (``outstanding``) go to every LOAD engine of the load and compute
+    stages; fetch reads one burst at a time."""
+    cfg = HWConfig.preset(preset).replace(max_outstanding_reads=outstanding)
     kernel = build_matmul(cfg, m, k, n, shift=4, tile_rows=tile_rows, seed=m + n)
     p = TimingParams.for_config(cfg, dram_read_latency=latency, dram_write_latency=latency // 2)
     outputs = check_image(kernel.image, {"A": pack_inp(cfg, kernel.a)}, p, launches=2)
     np.testing.assert_array_equal(unpack_out(cfg, outputs["C"]), kernel.reference())
 
 
+@pytest.mark.parametrize("outstanding", [1, 3])
 @pytest.mark.parametrize("preset", ["tiny", "pynq"])
-def test_every_instruction_type_is_bit_exact_and_cycle_exact(preset):
-    cfg = HWConfig.preset(preset)
+def test_every_instruction_type_is_bit_exact_and_cycle_exact(preset, outstanding):
+    cfg = HWConfig.preset(preset).replace(max_outstanding_reads=outstanding)
     rng = np.random.default_rng(5)
     image = hand_program(cfg, rng)
     p = TimingParams.for_config(cfg, dram_read_latency=9, dram_write_latency=4)

@@ -9,6 +9,7 @@ from tensorforge.hw.config import HWConfig
 from tensorforge.hw.isa import FinishInsn, GemmInsn, MemInsn, MemType, Opcode, Uop, encode_uops
 from tensorforge.runtime.device.vta import open_device
 from tensorforge.sim.functional import DeadlockError, FunctionalSim
+from tensorforge.sim.latency import dma_burst_bytes
 from tensorforge.sim.memory import DeviceMemory
 from tensorforge.sim.timing import (
     TimingParams,
@@ -68,6 +69,46 @@ def test_load_cycles_count_issue_padding_latency_and_beats():
     assert insn_cycles(wgt, PYNQ, P) == 1 + 8 * 10 + 4 * 32
     assert insn_cycles(store(x=4), PYNQ, P) == 1 + 5 + 8
     assert insn_cycles(inp_load(x=0), PYNQ, P) == 1  # a token-only NOP
+
+
+def test_burst_bytes_follow_the_chunk_split():
+    eb = PYNQ.inp_elem_bytes
+    # 10 elements at byte 64: 64..128 and 128..224.
+    assert dma_burst_bytes(MemInsn(LOAD, MemType.INP, 0, 4, 1, 10, 10), eb, P).tolist() == [64, 96]
+    # rows of 2 elements every 7: 0..32, 112..128 + 128..144, 224..256
+    rows = MemInsn(LOAD, MemType.INP, 0, 0, 3, 2, 7)
+    assert dma_burst_bytes(rows, eb, P).tolist() == [32, 16, 16, 32]
+    assert len(dma_burst_bytes(rows, eb, P)) == dma_bursts(rows, eb, P)
+
+
+@pytest.mark.parametrize(("outstanding", "cycles"), [(1, 161), (2, 97), (4, 89), (8, 89)])
+def test_bursts_in_flight_hide_the_read_latency(outstanding, cycles):
+    """32 INP elements (512 B, 4 bursts of 16 beats) with read latency 24, by hand (the accept
+    is cycle 0, ARs from cycle 1): one in flight pays 24 + 16 per burst, 1 + 4 * 40 = 161.
+    Two: ARs at 1 and 2, data 25-40 and 41-56; burst 2's AR waits for burst 0's end (41), its
+    data 65-80; burst 3's AR at 57, data 81-96: 97. Four or more: ARs at 1-4, data back to
+    back from 25 to 88: 89 = 1 + 24 + 64, the latency paid once."""
+    cfg = PYNQ.replace(max_outstanding_reads=outstanding)
+    p = TimingParams.for_config(cfg, dram_read_latency=24, burst_beats=16)
+    assert p.max_outstanding_reads == outstanding
+    insn = MemInsn(LOAD, MemType.INP, 0, 8, 1, 32, 32)
+    assert dma_bursts(insn, cfg.inp_elem_bytes, p) == 4
+    assert insn_cycles(insn, cfg, p) == cycles
+
+
+def test_bursts_in_flight_with_partial_bursts_and_narrow_elements():
+    """Micro-ops (4 B, one per cycle) at byte 120, 40 of them: bursts of 8, 128 and 24 bytes,
+    i.e. 2, 32 and 6 units; latency 10, two in flight. ARs at 1 and 2: burst 0's data 11-12,
+    burst 1's 13-44 (its own first beat is due at 12); burst 2's AR at 13 (burst 0 ended at
+    12), data 45-50 (due at 23): ready at 51."""
+    cfg = PYNQ.replace(max_outstanding_reads=2)
+    p = TimingParams.for_config(cfg, dram_read_latency=10)
+    insn = MemInsn(LOAD, MemType.UOP, 0, 30, 1, 40, 40)
+    assert dma_burst_bytes(insn, 4, p).tolist() == [8, 128, 24]
+    assert insn_cycles(insn, cfg, p) == 51
+    assert insn_cycles(insn, PYNQ, TimingParams.for_config(PYNQ, dram_read_latency=10)) == (
+        1 + 3 * 10 + 40
+    )
 
 
 def test_compute_formulas_count_steps_then_drain():
@@ -292,6 +333,10 @@ def test_timing_params_validate_and_derive_from_the_config():
         TimingParams(dram_read_latency=-1)
     with pytest.raises(ValueError, match="powers of two"):
         TimingParams(burst_beats=12)
+    with pytest.raises(ValueError, match="TimingParams.max_outstanding_reads must be a positive"):
+        TimingParams(max_outstanding_reads=0)
+    with pytest.raises(ValueError, match=r"HWConfig.max_outstanding_reads must be an int in \[1, "):
+        PYNQ.replace(max_outstanding_reads=0)
 
 
 @pytest.mark.parametrize(

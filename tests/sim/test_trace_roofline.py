@@ -10,7 +10,13 @@ import pytest
 
 from tensorforge.demo import build_matmul
 from tensorforge.hw.config import HWConfig
-from tensorforge.sim.roofline import RooflinePoint, attainable_gops, plot_roofline, roofline_point
+from tensorforge.sim.roofline import (
+    RooflinePoint,
+    attainable_gops,
+    plot_roofline,
+    roofline_point,
+    sustained_bandwidth_gbs,
+)
 from tensorforge.sim.timing import TimingParams
 from tensorforge.sim.trace import chrome_trace
 
@@ -76,6 +82,14 @@ def _bench():
     sys.modules["bench_sim"] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.mark.parametrize(("outstanding", "gbs"), [(1, 0.32), (2, 0.64), (4, 0.8), (8, 0.8)])
+def test_sustained_read_bandwidth_counts_bursts_in_flight(outstanding, gbs):
+    """16-beat bursts of 8 bytes at 100 MHz (0.8 GB/s peak), read latency 24: one in flight
+    moves 16 beats per 40 cycles; two, 32 per 40; four or more keep the bus busy."""
+    p = TimingParams(dram_read_latency=24, max_outstanding_reads=outstanding)
+    assert sustained_bandwidth_gbs(p) == pytest.approx(gbs)
 
 
 @pytest.mark.parametrize("shape", [(8, 8, 8, 3, 1), (8, 8, 16, 3, 2), (8, 16, 8, 1, 2)])

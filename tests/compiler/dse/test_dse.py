@@ -108,6 +108,19 @@ def test_points_take_the_parts_board_and_a_stable_name():
     assert len(space.config_space().valid_indices()) == 1
 
 
+def test_read_bursts_in_flight_are_a_knob_a_space_may_vary():
+    """``max_outstanding_reads`` reaches the candidates' configs, their cycle model and their
+    synthesis key (the LOAD engines' FIFO changes the netlist)."""
+    from tensorforge.sim.latency import TimingParams
+
+    space = HwSpace.from_json({**SPACE, "knobs": {"max_outstanding_reads": [1, 4]}})
+    one, four = (space.config({"max_outstanding_reads": n}) for n in (1, 4))
+    assert TimingParams.for_config(four).max_outstanding_reads == 4
+    assert rtl_key(one, "xc7z020") != rtl_key(four, "xc7z020")
+    with pytest.raises(SpaceFileError, match=r"HWConfig.max_outstanding_reads must be an int in"):
+        HwSpace.from_json({**SPACE, "knobs": {"max_outstanding_reads": [0]}})
+
+
 def test_screen_is_a_lower_bound_of_the_parts_capacity():
     pynq = HWConfig.preset("pynq")
     assert screen(pynq, "xc7z020") == []
