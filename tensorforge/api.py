@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -120,4 +121,11 @@ def _compile_tuned(
     untuned = sorted(set(ctx.fallback))
     module.stats["tuning"] = {"logs": [str(p) for p in logs], "applied": len(ctx.applied),
                               "default": len(ctx.fallback), "untuned": untuned}  # fmt: skip
+    if untuned and not ctx.applied:  # a stale log, or one for another model or target
+        warnings.warn(
+            f"the tuning log {', '.join(map(str, logs))} has a config for none of the "
+            f"{len(untuned)} tunable workloads of this model on {target!s}; every kernel uses "
+            f"its default config (module.stats['tuning']['untuned'] lists the workloads)",
+            stacklevel=3,
+        )
     return module
