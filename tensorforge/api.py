@@ -12,6 +12,13 @@ from .runtime.module import Module
 BUILT_TARGETS = ("llvm", "vta", "opencl", "cuda")
 
 
+def _is_torch_module(model: Any) -> bool:
+    """Whether `model` is a torch.nn.Module (without importing torch)."""
+    return any(
+        c.__name__ == "Module" and c.__module__.startswith("torch.nn") for c in type(model).__mro__
+    )
+
+
 def _as_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Any:
     from .compiler.frontend import from_onnx
     from .compiler.graph.ir import Graph
@@ -23,7 +30,8 @@ def _as_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> A
     if isinstance(model, str | Path | bytes) or type(model).__name__ == "ModelProto":
         return from_onnx(model, input_shapes=input_shapes)
     raise TypeError(
-        f"model must be an ONNX path, bytes, ModelProto or a Graph, not {type(model).__name__}"
+        f"model must be an ONNX path, bytes, ModelProto, a Graph or a torch.nn.Module, not "
+        f"{type(model).__name__}"
     )
 
 
@@ -34,11 +42,14 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
     progress: bool = False,
     calibration: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     tuning_log: str | Path | Sequence[str | Path] | None = None,
+    example_inputs: Any = None,
 ) -> Module:
     """Compile a whole model for a target.
 
     Args:
-        model: an ONNX file path, its bytes, an `onnx.ModelProto`, or a graph-layer `Graph`.
+        model: an ONNX file path, its bytes, an `onnx.ModelProto`, a graph-layer `Graph`, or a
+            `torch.nn.Module` (with `example_inputs`; exported with torch's ONNX exporter,
+            `compiler.frontend.torch`, its inputs named ``input0``, ``input1``, ...).
         target: "llvm" (this CPU; "llvm -mcpu=..." to name features), or the accelerator,
             "vta -config=pynq -device=sim" (options: -config a preset or JSON file, -device
             sim/cyclesim/rtl, -mode shift/mul requantization, -vthreads 1/2; see
@@ -53,6 +64,8 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
             operator uses the best config logged for its workload and target kind; the others
             keep their default config. `module.stats["tuning"]` says which were applied
             (`applied`, `default`: counts of kernels; `untuned`: workloads not in the log).
+        example_inputs: for a torch module: a tensor or a tuple of tensors, whose shapes and
+            dtypes become the model's.
 
     Returns:
         A `Module`: `run(inputs)`, `profile(inputs)`, `save(path)` / `Module.load(path)`;
@@ -76,6 +89,19 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
     # (Module.load) never import it
 
     tgt = Target.parse(target)
+    if _is_torch_module(model):
+        if example_inputs is None:
+            raise ValueError(
+                "a torch.nn.Module needs example_inputs (a tensor or a tuple of tensors) to be "
+                "exported: tensorforge.compile(module, example_inputs=(x,))"
+            )
+        from .compiler.frontend.torch import from_torch
+
+        model = from_torch(model, example_inputs)
+    elif example_inputs is not None:
+        raise ValueError(
+            f"example_inputs belong to a torch.nn.Module, not a {type(model).__name__}"
+        )
     if tuning_log is not None:
         return _compile_tuned(model, tgt, input_shapes, progress, calibration, tuning_log)
     if tgt.kind not in BUILT_TARGETS:

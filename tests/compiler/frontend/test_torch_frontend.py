@@ -64,3 +64,21 @@ def test_bad_arguments_are_named():
         from_torch(3, (torch.zeros(1),))
     with pytest.raises(TypeError, match=r"example_inputs\[0\] must be a torch.Tensor, not list"):
         from_torch(torch.nn.ReLU(), ([1.0],))
+
+
+def test_compile_takes_a_torch_module_with_example_inputs():
+    import tensorforge
+    from tensorforge.compiler.frontend.onnx_builders import small_cnn
+
+    torch.manual_seed(2)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.PReLU(8), torch.nn.Flatten())
+    x = torch.randn(1, 3, 10, 10)
+    module = tensorforge.compile(net, example_inputs=(x,))
+    with torch.no_grad():
+        want = net.eval()(x).numpy()
+    (got,) = module.run(x).values()  # a torch tensor as the one input
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="needs example_inputs"):
+        tensorforge.compile(net)
+    with pytest.raises(ValueError, match="example_inputs belong to a torch.nn.Module"):
+        tensorforge.compile(small_cnn(), example_inputs=(x,))
