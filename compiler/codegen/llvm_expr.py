@@ -187,6 +187,12 @@ class ExprEmitter:
         if dt.is_float(src) and dt.is_float(dst):
             return b.fpext(v, to) if dt.bits(dst) > dt.bits(src) else b.fptrunc(v, to)
         if dt.is_float(src):
+            # 8- and 16-bit results go through int32, as C casts do on x86 (onnxruntime's
+            # static_cast, numpy's astype): an out-of-range value wraps, NaN and infinities
+            # become 0. A direct fptosi to i8 is poison there, and LLVM's vector code saturated
+            # where its scalar code wrapped.
+            if dt.bits(dst) < 32:
+                return b.trunc(b.fptosi(v, vector_of(I32, lanes)), to)
             return b.fptoui(v, to) if dt.is_uint(dst) else b.fptosi(v, to)
         unsigned = src == "bool" or dt.is_uint(src)
         if dt.is_float(dst):
