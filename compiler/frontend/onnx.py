@@ -556,6 +556,24 @@ def _constant_value(attrs: dict[str, Any], where: str = "Constant") -> np.ndarra
     )
 
 
+def _inline_functions(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """`model` with its local functions' calls replaced by their bodies (onnx's inliner); the
+    initializers, which the in-place weight reader indexes, stay as they are."""
+    from onnx import inliner
+
+    names = [t.name for t in model.graph.initializer]
+    try:
+        inlined = inliner.inline_local_functions(model)
+    except Exception as exc:  # noqa: BLE001  (the inliner raises RuntimeError and friends)
+        raise OnnxImportError(
+            f"{where}: its local functions could not be inlined: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+        ) from None
+    if [t.name for t in inlined.graph.initializer] != names:
+        raise OnnxImportError(f"{where}: inlining its local functions changed its initializers")
+    return inlined
+
+
 def from_onnx(
     model: str | Path | bytes | onnx.ModelProto,
     *,
@@ -582,6 +600,8 @@ def from_onnx(
     """
     proto, where, weights = read_model(model)
     try:
+        if proto.functions:  # model-local functions (exporters' modules): inlined, as by ORT
+            proto = _inline_functions(proto, where)
         opset = default_opset(proto, where)
         if opset < MIN_OPSET:  # the converter rewrites initializers: read the model whole
             if weights is not None:
