@@ -37,7 +37,7 @@ from .onnx_weights import Span, WireError, read_span, strip_raw_data
 # The op definitions the importer implements are those of opsets 13 to 21.
 MIN_OPSET, MAX_OPSET = ONNX_OPSETS
 # Ops the importer turns into something else than a node of the same name.
-_SPECIAL = {"Constant", "Dropout"}
+_SPECIAL = {"Constant", "Dropout", "If"}
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
 _AXES_ATTR_UNTIL_18 = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"}
 # Results of up to this many elements computed from constants alone are folded at import (shape
@@ -246,7 +246,7 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
         return "BatchNormalization in training mode"
     if node.op_type == "Dropout" and (len(outputs) > 1 or len([i for i in node.input if i]) > 2):
         return "Dropout with a mask output or training_mode"
-    if any(
+    if node.op_type != "If" and any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
     ):
         return f"{node.op_type} with a subgraph"
@@ -254,9 +254,17 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
 
 
 def unsupported_ops(model: onnx.ModelProto, opset: int) -> list[tuple[str, str, int | None]]:
-    """(op type, node name, opset) of every node the importer cannot convert, in model order."""
+    """(op type, node name, opset) of every node the importer cannot convert, in model order
+    (an If's branches are checked when the branch taken is known: `_Importer._inline_if`)."""
+    return unsupported_nodes(model.graph.node, opset)
+
+
+def unsupported_nodes(
+    nodes: Sequence[onnx.NodeProto], opset: int
+) -> list[tuple[str, str, int | None]]:
+    """`unsupported_ops` of a list of nodes (a graph's or an If branch's)."""
     found: list[tuple[str, str, int | None]] = []
-    for i, node in enumerate(model.graph.node):
+    for i, node in enumerate(nodes):
         name = node.name or f"{node.op_type}_{i}"
         if node.domain not in ("", "ai.onnx"):
             found.append((f"{node.domain}.{node.op_type}", name, None))
@@ -348,6 +356,7 @@ class _Importer:
     ) -> None:
         self.model, self.where, self.opset, self.weights = model, where, opset, weights
         self.builder = GraphBuilder(model.graph.name or "main")
+        self.scopes: list[dict[str, str]] = []  # the If branches being inlined (`_inline_if`)
 
     def add_inputs(
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
@@ -432,6 +441,9 @@ class _Importer:
             where = f"{self.where}: Constant node {name!r}"
             self.builder.add_constant(node.output[0], _constant_value(attrs, where))
             return
+        if node.op_type == "If":
+            self._inline_if(name, node, attrs)
+            return
         types = self.builder.types
         dtypes = [types[i].dtype if i in types else None for i in node.input]
         check_node_types(node, self.opset, name, dtypes, self.where)
@@ -443,6 +455,57 @@ class _Importer:
         if self._fold(op, name, inputs, outputs, attrs):
             return
         self.builder.add_node(op, inputs, attrs, name=name, outputs=outputs)
+
+    def _inline_if(self, name: str, node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
+        """An If whose condition is known at import (shape tests on static shapes, exporters'
+        guards) becomes its taken branch: the branch's nodes, their values renamed apart from
+        the graph's, then Identity nodes onto the If's outputs. A condition computed at run
+        time is data-dependent control flow, which is refused by name."""
+        cond = self.builder.constants.get(node.input[0]) if node.input else None
+        if cond is None or cond.size != 1:
+            raise UnsupportedOpError(
+                [("If with a condition computed at run time", name, self.opset)], where=self.where
+            )
+        branch = attrs["then_branch" if bool(cond.reshape(())) else "else_branch"]
+        missing = unsupported_nodes(branch.node, self.opset)
+        if missing:
+            raise UnsupportedOpError(missing, where=f"{self.where}: If node {name!r}")
+        if len(branch.output) != len(node.output):
+            raise OnnxImportError(
+                f"{self.where}: If node {name!r} has {len(node.output)} outputs but its branch "
+                f"{branch.name!r} {len(branch.output)}"
+            )
+        renamed: dict[str, str] = {}  # this branch's values -> their names in the graph
+
+        def local(value: str) -> str:
+            renamed[value] = self.builder.fresh(f"{name}/{value}")
+            return renamed[value]
+
+        self.scopes.append(renamed)  # a nested If's branches see this one's values
+        try:
+            for init in branch.initializer:
+                where = f"{self.where}: If node {name!r} initializer {init.name!r}"
+                self.builder.add_constant(local(init.name), _checked_array(init, where))
+            for index, inner in enumerate(branch.node):
+                copy = onnx.NodeProto()
+                copy.CopyFrom(inner)
+                copy.name = f"{name}/{inner.name or f'{inner.op_type}_{index}'}"
+                copy.input[:] = [self._resolve(v) for v in inner.input]
+                copy.output[:] = [local(v) if v else v for v in inner.output]
+                self.convert(index, copy)
+            results = [self._resolve(r.name) for r in branch.output]
+        finally:
+            self.scopes.pop()
+        for out, result in zip(node.output, results, strict=True):
+            if out:
+                self.builder.add_node("Identity", [result], name=f"{name}/{out}", outputs=[out])
+
+    def _resolve(self, value: str) -> str:
+        """A value's name in the graph, seen from the innermost If branch being inlined."""
+        for scope in reversed(self.scopes):
+            if value in scope:
+                return scope[value]
+        return value
 
     def _adjust(self, op: str, attrs: dict, inputs: list, outputs: list, name: str) -> dict:
         for key in ("to", "output_dtype"):
