@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (  # noqa: F401
     einsum,
     elemwise,
+    gather_nd,
     indexing,
     layout,
     nn,
