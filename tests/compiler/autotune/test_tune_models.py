@@ -15,7 +15,7 @@ from tensorforge.cli import main
 from tensorforge.compiler.autotune.driver import extract_tasks, tune_tasks
 from tensorforge.compiler.autotune.log import TuningLog, read_log
 from tensorforge.compiler.autotune.measure import LocalRunner, MeasureResult, SimRunner
-from tensorforge.compiler.autotune.task import TaskError
+from tensorforge.compiler.autotune.task import Task, TaskError
 from tensorforge.compiler.frontend.onnx_builders import (
     OnnxModelBuilder,
     mobilenet_v2_block,
@@ -102,6 +102,23 @@ def test_blocked_chain_tasks_are_tuned_as_blocked_kernels_and_stay_blocked(cnn, 
     (want,) = ort.InferenceSession(str(cnn)).run(None, {"x": x})
     np.testing.assert_allclose(tuned.run({"x": x})[tuned.outputs[0]], want, rtol=1e-4,
                                atol=1e-5)  # fmt: skip
+
+
+def test_a_log_of_the_nchw_kernels_still_loads_and_says_what_it_did_not_apply(cnn, tmp_path):
+    """A log written when the tasks were the NCHW kernels: it loads, its config of a conv that
+    now runs blocked is not applied (a warning names the workload), that conv takes the
+    blocked default and is listed as untuned, and the chain stays blocked."""
+    (task,) = [t for t in extract_tasks(str(cnn), "llvm") if t.workload.get("c") == 16]
+    nchw = {k: v for k, v in task.workload.items() if k not in ("layout", "blocks")}
+    old = Task("x86.conv2d_nchwc", nchw, "llvm")
+    log = tmp_path / "old.jsonl"
+    with TuningLog(log) as out:
+        out.write(old, MeasureResult({**old.space.default.values, "ic_bn": 4}, 1e-6, [1e-6]), 0)
+    with pytest.warns(UserWarning, match=r"NCHW conv2d .*'c': 16.* runs blocked"):
+        module = tensorforge.compile(str(cnn), tuning_log=log)
+    assert module.stats["tuning"]["applied"] == 0
+    assert task.key in module.stats["tuning"]["untuned"]
+    assert _kernel_ops(module) == _kernel_ops(tensorforge.compile(str(cnn)))
 
 
 def test_depthwise_convolutions_are_tasks_and_their_configs_apply(tmp_path):
