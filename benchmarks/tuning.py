@@ -16,8 +16,9 @@ Parts (``--part``, default all but ``fidelity``):
   mean >= 88%, the paper's figure), and whole ResNet-18 cycles on the accelerator with its
   tasks tuned by xgb on ``cyclesim`` against the default schedules.
 - ``resnet``: ResNet-18 and MobileNetV2 (224x224, batch 1) tuned by xgb on this CPU
-  (``--trials`` per task, at the first of ``--threads``), compiled with the log, and the
-  untuned and the tuned module each timed against onnxruntime in alternating blocks
+  (``--trials`` per task, at the first of ``--threads``; the ``--confirm`` best configs of each
+  task then re-measured beside its default, ``driver.confirm_best``), compiled with the log,
+  and the untuned and the tuned module each timed against onnxruntime in alternating blocks
   (``zoo.interleaved_ms``) at each of ``--threads`` (e.g. ``2,1``).
 - ``fidelity``: 24 configs of two small conv layers (``tiny``) measured on ``cyclesim`` (both its
   default timing and the RTL RAM model's) and on the exported Verilog under Verilator; Kendall
@@ -284,7 +285,8 @@ def part_resnet(args, builder) -> None:
         log = CACHE / f"{name}_cpu.jsonl"
         t0 = time.perf_counter()
         with LocalRunner(repeat=3, min_repeat_ms=20, threads=threads[0]) as runner:
-            tune_tasks(tasks, args.trials, builder, runner, log=log, tuner="xgb")
+            tune_tasks(tasks, args.trials, builder, runner, log=log, tuner="xgb",
+                       confirm=args.confirm)  # fmt: skip
         minutes = (time.perf_counter() - t0) / 60
         default, tuned = tensorforge.compile(data), tensorforge.compile(data, tuning_log=log)
         x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
@@ -361,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=64, help="resnet: trials per task")
     ap.add_argument("--vta-trials", type=int, default=150, help="vta: trials per ResNet task")
     ap.add_argument("--threads", default="2", help="resnet: tuned at the first, timed at each")
+    ap.add_argument(
+        "--confirm",
+        type=int,
+        default=3,
+        help="resnet: best configs per task re-measured beside the default (0: off)",
+    )
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--png", default="docs/img/tuning_curves.png")
     args = ap.parse_args(argv)

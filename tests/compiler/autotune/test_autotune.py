@@ -18,7 +18,14 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler.autotune.dispatch import ApplyBest, TaskRecorder, query
-from tensorforge.compiler.autotune.log import LogWarning, TuningLog, load_best, read_log
+from tensorforge.compiler.autotune.driver import tune_tasks
+from tensorforge.compiler.autotune.log import (
+    CONFIRM,
+    LogWarning,
+    TuningLog,
+    load_best,
+    read_log,
+)
 from tensorforge.compiler.autotune.measure import (
     LocalRunner,
     MeasureResult,
@@ -325,6 +332,33 @@ def test_log_round_trip_skips_bad_lines_and_picks_the_best(tmp_path):
     (tmp_path / "u.jsonl").write_text(json.dumps(rec) + "\n")
     with pytest.raises(TaskError, match="template must be one of"):
         load_best(tmp_path / "u.jsonl", "llvm")
+
+
+def test_a_confirmed_task_is_decided_by_its_confirmation_records(builder, local, tmp_path):
+    """`confirm_best` re-measures a task's cheapest configs and its default side by side and
+    logs them as `confirm` records; those decide the best (not a lucky single timing of
+    another config), and they are not trials: resuming neither counts nor re-measures them."""
+    task = Task("x86.conv2d_nchwc", CONV, "llvm")
+    log = tmp_path / "c.jsonl"
+    summary = tune_tasks([task], 4, builder, local, log=log, tuner="random", progress=False,
+                         confirm=2)  # fmt: skip
+    records = list(read_log(log))
+    confirmed = [r for r in records if r["tuner"] == CONFIRM]
+    assert len(records) - len(confirmed) == 4
+    configs = [r["config"] for r in confirmed]
+    assert task.space.default.values in configs and len(configs) in (2, 3)
+    assert all(len(r["costs"]) == 5 * 2 for r in confirmed)  # 5 rounds of 2 timings each
+    winner = min(confirmed, key=lambda r: r["cost"])
+    assert load_best(log, "llvm") == {task.key: winner["config"]}
+    assert summary[0].best_values == winner["config"]
+    lucky = next(c.values for c in task.space if c.values not in configs)
+    with TuningLog(log) as out:
+        out.write(task, MeasureResult(lucky, winner["cost"] / 100, [winner["cost"] / 100]), 9)
+    assert load_best(log, "llvm") == {task.key: winner["config"]}
+    again = tune_tasks([task], 5, builder, local, log=log, tuner="random", progress=False,
+                       confirm=2)  # fmt: skip
+    assert again[0].trials == 5 and len(list(read_log(log))) == len(records) + 1  # no new ones
+    assert len([r for r in read_log(log) if r["tuner"] == CONFIRM]) == len(confirmed)
 
 
 def test_dispatch_contexts_answer_and_record():
