@@ -109,10 +109,12 @@ def tune_tasks(
     side by side after its trials (`confirm_best`), and those timings decide its best.
 
     Raises:
-        ValueError: `n_trial`, `batch_size` or `early_stopping` is less than 1, or `log` exists
-            but is not a tuning log (it is never appended to then).
+        ValueError: `n_trial`, `batch_size` or `early_stopping` is less than 1, `confirm` is
+            negative, or `log` exists but is not a tuning log (it is never appended to then).
     """
     check_budget(n_trial, batch_size, early_stopping)
+    if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 0:
+        raise ValueError(f"confirm must be a count of configs >= 0, not {confirm!r}")
     history = _history(log)
     summaries = []
     out = TuningLog(log) if log is not None else None

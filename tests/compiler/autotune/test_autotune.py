@@ -359,6 +359,8 @@ def test_a_confirmed_task_is_decided_by_its_confirmation_records(builder, local,
                        confirm=2)  # fmt: skip
     assert again[0].trials == 5 and len(list(read_log(log))) == len(records) + 1  # no new ones
     assert len([r for r in read_log(log) if r["tuner"] == CONFIRM]) == len(confirmed)
+    with pytest.raises(ValueError, match="confirm must be a count of configs >= 0, not -1"):
+        tune_tasks([task], 1, builder, local, confirm=-1)
 
 
 def test_dispatch_contexts_answer_and_record():

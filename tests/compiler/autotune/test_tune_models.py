@@ -188,11 +188,12 @@ def test_cli_tunes_lists_plots_and_compiles_with_the_log(cnn, tmp_path, capsys):
     assert main(["tune", str(cnn), "--list"]) == 0
     assert "x86.dense 1x32 n10" in capsys.readouterr().out
     args = ["tune", str(cnn), "--trials", "2", "--tuner", "random", "--log", str(log),
-            "--tasks", "2", "--no-progress", "--parallel", "1"]  # fmt: skip
+            "--tasks", "2", "--no-progress", "--parallel", "1", "--confirm", "1"]  # fmt: skip
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "x86.dense 1x32 n10" in out and "speedup" in out
     assert {r["template"] for r in read_log(log)} == {"x86.dense"}
+    assert {r["tuner"] for r in read_log(log)} == {"random", "confirm"}
     assert main(["tune", "--plot", str(log), "-o", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     tfm = tmp_path / "m.tfm"
@@ -208,6 +209,8 @@ def test_cli_and_api_errors_are_clear(cnn, tmp_path, capsys):
     assert "accelerator tasks, not llvm" in capsys.readouterr().err
     assert main(["tune"]) == 1
     assert "tune needs a MODEL" in capsys.readouterr().err
+    assert main(["tune", str(cnn), "--confirm", "0"]) == 1
+    assert "--confirm must be at least 1, not 0" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     rec = {"format": "tensorforge-tune/1", "task": "x86.gone{}", "template": "x86.gone",
            "workload": {}, "target": "llvm", "config": {}, "cost": 1.0, "error": ""}  # fmt: skip
