@@ -16,15 +16,17 @@ Parts (``--part``, default all but ``fidelity``):
   mean >= 88%, the paper's figure), and whole ResNet-18 cycles on the accelerator with its
   tasks tuned by xgb on ``cyclesim`` against the default schedules.
 - ``resnet``: ResNet-18 and MobileNetV2 (224x224, batch 1) tuned by xgb on this CPU
-  (``--trials`` per task), compiled with the log, timed against the untuned module and
-  onnxruntime in the same run at ``--threads`` threads.
+  (``--trials`` per task, at the first of ``--threads``; the ``--confirm`` best configs of each
+  task then re-measured beside its default, ``driver.confirm_best``), compiled with the log,
+  and the untuned and the tuned module each timed against onnxruntime in alternating blocks
+  (``zoo.interleaved_ms``) at each of ``--threads`` (e.g. ``2,1``).
 - ``fidelity``: 24 configs of two small conv layers (``tiny``) measured on ``cyclesim`` (both its
   default timing and the RTL RAM model's) and on the exported Verilog under Verilator; Kendall
   tau between the rankings (goal 1.0).
 
 Usage:
     python benchmarks/tuning.py [--part curves,vta,resnet,fidelity] [--seeds 3] [--budget 1000]
-                                [--cpu-layers C6] [--trials 64] [--threads 2] [--png PATH]
+                                [--cpu-layers C6] [--trials 64] [--threads 2,1] [--png PATH]
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from machine import describe, median_ms
+from machine import describe
 from tqdm import tqdm
 
 from sim import LAYERS  # ResNet-18's C2-C12 (ReQuEST'18 Table 1)
@@ -259,39 +261,47 @@ def _whole_resnet_on_vta(args, builder, sim) -> None:
 
 
 def part_resnet(args, builder) -> None:
+    import os
+
     import onnxruntime as ort
+    from zoo import interleaved_ms
 
     import tensorforge
     from tensorforge.compiler.autotune.driver import extract_tasks, tune_tasks
     from tensorforge.compiler.frontend.onnx_builders import mobilenet_v2, resnet18
     from tensorforge.runtime.device.cpu.pool import set_num_threads
 
-    print(f"\n### Tuned models on this CPU ({args.threads} threads; xgb, {args.trials} trials "
-          f"per task; median of {args.repeat} runs, ms)\n")  # fmt: skip
-    print("| model | tasks | default | tuned | onnxruntime | tuned / ort | tune min |")
-    print("|---|---|---|---|---|---|---|")
-    set_num_threads(args.threads)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = args.threads
+    threads = [int(t) for t in str(args.threads).split(",")]
+    print(f"\n### Tuned models on this CPU (tuned at {threads[0]} threads; xgb, {args.trials} "
+          f"trials per task; ms, median of {args.repeat} runs in alternating blocks, default "
+          f"and tuned each against onnxruntime: zoo.interleaved_ms)\n")  # fmt: skip
+    print("| model | tasks | threads | default | tuned | onnxruntime | default / ort "
+          "| tuned / ort | load | tune min |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, build in (("resnet18", resnet18), ("mobilenet_v2", mobilenet_v2)):
         model = build()
         data = model if isinstance(model, bytes) else model.SerializeToString()
-        sess = ort.InferenceSession(data, opts)
-        feed = {sess.get_inputs()[0].name: np.random.default_rng(0).standard_normal(
-            (1, 3, 224, 224)).astype(np.float32)}  # fmt: skip
         tasks = extract_tasks(data, "llvm")
         log = CACHE / f"{name}_cpu.jsonl"
         t0 = time.perf_counter()
-        with LocalRunner(repeat=3, min_repeat_ms=20, threads=args.threads) as runner:
-            tune_tasks(tasks, args.trials, builder, runner, log=log, tuner="xgb")
+        with LocalRunner(repeat=3, min_repeat_ms=20, threads=threads[0]) as runner:
+            tune_tasks(tasks, args.trials, builder, runner, log=log, tuner="xgb",
+                       confirm=args.confirm)  # fmt: skip
         minutes = (time.perf_counter() - t0) / 60
-        times = []
-        for tl in (None, log):
-            module = tensorforge.compile(data, tuning_log=tl)
-            times.append(median_ms(lambda m=module, f=feed: m.run(f), args.repeat, warmup=1))
-        times.append(median_ms(lambda s=sess, f=feed: s.run(None, f), args.repeat, warmup=1))
-        print(f"| {name} | {len(tasks)} | {times[0]:.2f} | {times[1]:.2f} | {times[2]:.2f} "
-              f"| {times[1] / times[2]:.2f}x | {minutes:.1f} |")  # fmt: skip
+        default, tuned = tensorforge.compile(data), tensorforge.compile(data, tuning_log=log)
+        x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+        for t in threads:
+            set_num_threads(t)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = t
+            sess = ort.InferenceSession(data, opts)
+            feed = {sess.get_inputs()[0].name: x}
+            ort_run = lambda s=sess, f=feed: s.run(None, f)  # noqa: E731
+            d_ms, ort_d = interleaved_ms(lambda m=default, f=feed: m.run(f), ort_run, args.repeat)
+            t_ms, ort_t = interleaved_ms(lambda m=tuned, f=feed: m.run(f), ort_run, args.repeat)
+            print(f"| {name} | {len(tasks)} | {t} | {d_ms:.2f} | {t_ms:.2f} | {ort_t:.2f} "
+                  f"| {d_ms / ort_d:.2f}x | {t_ms / ort_t:.2f}x | {os.getloadavg()[0]:.1f} "
+                  f"| {minutes:.1f} |", flush=True)  # fmt: skip
 
 
 # ---- rank fidelity: cycle model vs RTL -----------------------------------------------------------
@@ -352,7 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-layers", default="C6")
     ap.add_argument("--trials", type=int, default=64, help="resnet: trials per task")
     ap.add_argument("--vta-trials", type=int, default=150, help="vta: trials per ResNet task")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="2", help="resnet: tuned at the first, timed at each")
+    ap.add_argument(
+        "--confirm",
+        type=int,
+        default=3,
+        help="resnet: best configs per task re-measured beside the default (0: off)",
+    )
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--png", default="docs/img/tuning_curves.png")
     args = ap.parse_args(argv)

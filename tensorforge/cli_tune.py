@@ -51,6 +51,9 @@ def add_parser(sub: argparse._SubParsersAction, shape_arg: Any, calibrate_arg: A
     p.add_argument("--seed", type=int, default=0, help="the tuner's random seed")
     p.add_argument("--early-stopping", type=int, default=None, metavar="N",
                    help="stop a task after N trials without improvement")  # fmt: skip
+    p.add_argument("--confirm", type=int, default=None, metavar="N",
+                   help="re-measure each task's N best configs beside its default and keep "
+                        "the best of those (wall-time tasks; for a shared machine)")  # fmt: skip
     p.add_argument("--plot", metavar="LOG", help="draw the tuning curves of LOG instead")
     p.add_argument("-o", "--output", default="tune.png", help="--plot: the PNG to write")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -99,7 +102,8 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
             summaries = tune_tasks(tasks, args.trials, builder, runner, log=args.log,
                                    tuner=args.tuner, batch_size=args.batch, seed=args.seed,
                                    early_stopping=args.early_stopping,
-                                   progress=not args.no_progress)  # fmt: skip
+                                   progress=not args.no_progress,
+                                   confirm=args.confirm or 0)  # fmt: skip
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished trial is in {args.log}; run again to resume")
         return 130
@@ -157,7 +161,7 @@ def _check_options(args: argparse.Namespace) -> None:
     import math
 
     counts = {"--trials": args.trials, "--batch": args.batch, "--parallel": args.parallel,
-              "--early-stopping": args.early_stopping}  # fmt: skip
+              "--early-stopping": args.early_stopping, "--confirm": args.confirm}  # fmt: skip
     for flag, value in counts.items():
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, not {value}")

@@ -36,6 +36,9 @@ from .measure import ERRORS, MeasureResult
 from .task import Task, TaskError, get_template
 
 FORMAT = "tensorforge-tune/1"
+#: the `tuner` of a confirmation record (`driver.confirm_best`): the default and the cheapest
+#: configs of a task re-measured side by side; a task that has such records is decided by them
+CONFIRM = "confirm"
 
 
 class LogWarning(UserWarning):
@@ -231,21 +234,27 @@ def best_records(
     records: Iterable[dict[str, Any]], target_kind: str | None = None
 ) -> dict[str, dict]:
     """The successful record of least cost per task key (of one target kind when given)."""
-    best: dict[str, dict[str, Any]] = {}
+    by_task: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         if rec.get("error") or rec.get("cost") is None:
             continue
         if target_kind and rec["target"].split()[0] != target_kind:
             continue
-        old = best.get(rec["task"])
-        if old is None or rec["cost"] < old["cost"]:
-            best[rec["task"]] = rec
-    return best
+        by_task.setdefault(rec["task"], []).append(rec)
+    return {key: min(_deciding(recs), key=lambda r: r["cost"]) for key, recs in by_task.items()}
+
+
+def _deciding(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The successful records of one task that decide its best: its confirmation records
+    (`CONFIRM`) when it has any (each single trial's cost may be a lucky timing), else all."""
+    confirmed = [r for r in recs if r.get("tuner") == CONFIRM]
+    return confirmed or recs
 
 
 def load_best(paths: str | Path | Iterable[str | Path], target: str) -> dict[str, dict[str, Any]]:
     """{task key: best knob values} of one or more logs, for `target`'s kind. Each task's
-    successful records are taken cheapest first until one is a valid point of today's space:
+    successful records (its confirmation records, `CONFIRM`, when it has any) are taken
+    cheapest first until one is a valid point of today's space:
     a record whose workload or config does not fit (a space that changed) is skipped with a
     `LogWarning` naming its file and line, and the next cheapest one is used.
 
@@ -268,7 +277,7 @@ def load_best(paths: str | Path | Iterable[str | Path], target: str) -> dict[str
                     by_task.setdefault(rec["task"], []).append(rec)
     out = {}
     for key, recs in by_task.items():
-        recs.sort(key=lambda r: r["cost"])
+        recs = sorted(_deciding(recs), key=lambda r: r["cost"])
         first = recs[0]
         try:
             get_template(first["template"])

@@ -271,12 +271,13 @@ class Task:
     def describe(self) -> str:
         """A short human name, e.g. ``x86.conv2d_nchwc 64x56x56 k64 3x3 s1``."""
         w = self.workload
+        blocked = f" {w['layout']} {w.get('blocks', w.get('block'))}" if "layout" in w else ""
         if self.template == "x86.depthwise_conv2d":
             return (f"{self.template} {w['c']}x{w['h']}x{w['w']} {w['r']}x{w['s']} "
-                    f"s{w['strides'][0]}")  # fmt: skip
+                    f"s{w['strides'][0]}{blocked}")  # fmt: skip
         if "c" in w and "k" in w and "r" in w:
             return (f"{self.template} {w['c']}x{w['h']}x{w['w']} k{w['k']} {w['r']}x{w['s']} "
-                    f"s{w['stride']}")  # fmt: skip
+                    f"s{w['stride']}{blocked}")  # fmt: skip
         if "ic" in w:
             return (f"{self.template} {w['ic']}x{w['h']}x{w['w']} oc{w['oc']} {w['kh']}x{w['kw']}"
                     f" s{w['stride_h']}{' +res' if w.get('residual') else ''}")  # fmt: skip

@@ -122,11 +122,22 @@ def _conv_space(wl: dict) -> Any:
     from ..topi.x86.conv2d import config_space
 
     g = _groups(wl)
-    return config_space(int(wl["c"]) // g, int(wl["k"]) // g, _conv_out(wl), int(wl["pad"]))
+    return config_space(int(wl["c"]) // g, int(wl["k"]) // g, _conv_out(wl), int(wl["pad"]),
+                        _blocks(wl))  # fmt: skip
 
 
 def _groups(wl: dict) -> int:
     return int(wl.get("groups", 1))
+
+
+#: the layouts of a blocked conv2d workload (`layout`, with `blocks` = [ic_bn, oc_bn]): input
+#: and output NCHW[c]c, or an NCHW input (an RGB stem that packs its own) and a blocked output;
+#: a workload without `layout` is the NCHW-in, NCHW-out kernel
+CONV_LAYOUTS = ("NCHWc", "NCHW-NCHWc")
+
+
+def _blocks(wl: dict) -> tuple[int, int] | None:
+    return (int(wl["blocks"][0]), int(wl["blocks"][1])) if "layout" in wl else None
 
 
 def _conv_lower(wl: dict, values: dict, target: str) -> Any:
@@ -144,11 +155,13 @@ def _conv_lower(wl: dict, values: dict, target: str) -> Any:
     n, c, h, w, k, r, s_ = (int(wl[f]) for f in ("n", "c", "h", "w", "k", "r", "s"))
     g = _groups(wl)
     ic_bn, oc_bn = kernel_blocks(c // g, k // g, config)
-    data = te.placeholder((n, c, h, w), dtype, name="data")
+    blocked = wl.get("layout") == "NCHWc"
+    shape = (n, c // ic_bn, h, w, ic_bn) if blocked else (n, c, h, w)
+    data = te.placeholder(shape, dtype, name="data")
     kernel = te.placeholder((k // oc_bn, c // g // ic_bn, r, s_, ic_bn, oc_bn), dtype,
                             name="kernel")  # fmt: skip
     op = conv2d_nchwc(data, kernel, int(wl["stride"]), int(wl["pad"]), int(wl["dil"]), None,
-                      None, config, _acc_dtype(dtype), g)  # fmt: skip
+                      None, config, _acc_dtype(dtype), g, blocked="layout" in wl)  # fmt: skip
     return lower(schedule_conv2d_nchwc(op, config), op.args, name="tuned_conv2d")
 
 
@@ -175,6 +188,7 @@ def conv2d_numpy(
 
 
 def _conv_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..graph.ops.layout import to_blocked
     from ..topi.x86.conv2d import config_from, kernel_blocks, pack_kernel
 
     dtype = str(wl["dtype"])
@@ -184,6 +198,9 @@ def _conv_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
     x, weight = _random(rng, (n, c, h, w), dtype), _random(rng, (k, c // g, r, s_), dtype)
     expected = conv2d_numpy(x, weight, int(wl["stride"]), int(wl["pad"]), int(wl["dil"]), g)
     ic_bn, oc_bn = kernel_blocks(c // g, k // g, config_from(values))
+    if "layout" in wl:  # the output in the blocked layout, and the input too unless a stem's
+        expected = to_blocked(expected, oc_bn)
+        x = to_blocked(x, ic_bn) if wl["layout"] == "NCHWc" else x
     func = _conv_lower(wl, values, target)
     packed = pack_kernel(weight, ic_bn, oc_bn)
     return _llvm_artifact(func, target, [x, packed], expected.astype(_acc_dtype(dtype)), dtype,
@@ -197,14 +214,30 @@ def _conv_flops(wl: dict) -> int:
 
 def _conv_check(wl: dict) -> None:
     sizes = dict.fromkeys(("n", "c", "h", "w", "k", "r", "s", "stride", "dil"), "size")
-    check_fields("x86.conv2d_nchwc", wl, {**sizes, "pad": "pad", "dtype": "dtype",
-                                          "groups": "size?"})  # fmt: skip
+    fields = {**sizes, "pad": "pad", "dtype": "dtype", "groups": "size?", "blocks": "size2?"}
+    check_fields("x86.conv2d_nchwc", {f: v for f, v in wl.items() if f != "layout"}, fields)
     n, c, h, w, k, r, s_ = (wl[f] for f in ("n", "c", "h", "w", "k", "r", "s"))
     g = _groups(wl)
     if c % g or k % g:
         raise TaskError(f"x86.conv2d_nchwc: groups must divide c and k, not {wl}")
+    _check_conv_layout(wl)
     check_elements("x86.conv2d_nchwc", {"data": (n, c, h, w), "kernel": (k, c // g, r, s_),
                                         "output": (n, k, *_conv_out(wl))})  # fmt: skip
+
+
+def _check_conv_layout(wl: dict) -> None:
+    """A blocked workload has a `layout` of `CONV_LAYOUTS` and `blocks` dividing c and k (no
+    groups); an NCHW one has neither."""
+    layout, blocks = wl.get("layout"), wl.get("blocks")
+    if layout is None and blocks is None:
+        return
+    if layout not in CONV_LAYOUTS or blocks is None:
+        raise TaskError(f"x86.conv2d_nchwc workload field 'layout' must be one of {CONV_LAYOUTS} "
+                        f"with 'blocks' [ic_bn, oc_bn], not layout {layout!r}, blocks "
+                        f"{blocks!r}")  # fmt: skip
+    if wl["c"] % blocks[0] or wl["k"] % blocks[1] or _groups(wl) > 1:
+        raise TaskError(f"x86.conv2d_nchwc workload field 'blocks' {blocks} must divide the "
+                        f"channels c={wl['c']} and k={wl['k']} of an ungrouped conv2d")  # fmt: skip
 
 
 register(Template("x86.conv2d_nchwc", "llvm", "s", _conv_space, _conv_build, _conv_flops,
@@ -249,8 +282,30 @@ def _dw_weight(wl: dict, seed: int) -> np.ndarray:
 def _dw_lower(wl: dict, values: dict, target: str) -> Any:
     from ..tir import lower
 
+    if "layout" in wl:
+        return _dw_blocked_lower(wl, values)
     _, kernel = _dw_kernel(wl, values, _dw_weight(wl, 0))
     return lower(kernel.schedule, kernel.args, name="tuned_depthwise")
+
+
+def _dw_blocked_lower(wl: dict, values: dict) -> Any:
+    """The blocked kernel of a chain's depthwise layer (`layout` "NCHWc"): input, packed
+    weights and output in blocks of `block` channels, as `graph.strategy.layout` builds it."""
+    from .. import te
+    from ..tir import lower
+    from ..topi.x86.depthwise import (
+        DepthwiseConfig,
+        depthwise_conv2d_nchwc,
+        schedule_depthwise_nchwc,
+    )
+
+    n, c, h, w, r, s_, cb = (int(wl[f]) for f in ("n", "c", "h", "w", "r", "s", "block"))
+    data = te.placeholder((n, c // cb, h, w, cb), wl["dtype"], name="data")
+    kernel = te.placeholder((c // cb, r, s_, cb), wl["dtype"], name="kernel")
+    op = depthwise_conv2d_nchwc(data, kernel, _dw_out(wl), wl["pads"][:2], wl["strides"],
+                                wl["dil"], blocked=True)  # fmt: skip
+    config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]))
+    return lower(schedule_depthwise_nchwc(op, config), op.args, name="tuned_depthwise")
 
 
 def depthwise_numpy(
@@ -273,15 +328,23 @@ def depthwise_numpy(
 
 
 def _dw_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
+    from ..graph.ops.layout import to_blocked
     from ..tir import lower
+    from ..topi.x86.depthwise import pack_depthwise_kernel
 
     weight = _dw_weight(wl, seed)
-    graph, kernel = _dw_kernel(wl, values, weight)
     x = _random(_rng(seed), (wl["n"], wl["c"], wl["h"], wl["w"]), wl["dtype"])
-    values_of = {"x": x, **graph.constants, **kernel.constants}
-    inputs = [np.ascontiguousarray(values_of[p]) for p in kernel.params]
     expected = depthwise_numpy(x, weight, wl["pads"], wl["strides"], wl["dil"])
-    func = lower(kernel.schedule, kernel.args, name="tuned_depthwise")
+    if "layout" in wl:  # the chain's blocked kernel: everything in blocks of `block` channels
+        cb = int(wl["block"])
+        func = _dw_blocked_lower(wl, values)
+        inputs = [to_blocked(x, cb), pack_depthwise_kernel(weight, cb)]
+        expected = to_blocked(expected, cb)
+    else:
+        graph, kernel = _dw_kernel(wl, values, weight)
+        values_of = {"x": x, **graph.constants, **kernel.constants}
+        inputs = [np.ascontiguousarray(values_of[p]) for p in kernel.params]
+        func = lower(kernel.schedule, kernel.args, name="tuned_depthwise")
     return _llvm_artifact(func, target, inputs, expected.astype(wl["dtype"]), wl["dtype"],
                           int(wl["r"]) * int(wl["s"]))  # fmt: skip
 
@@ -292,22 +355,32 @@ def _dw_space(wl: dict) -> Any:
     return depthwise_space(wl)
 
 
-def _dw_flops(wl: dict) -> int:
+def _dw_out(wl: dict) -> tuple[int, int]:
     oh = wl["h"] + wl["pads"][0] + wl["pads"][2] - wl["dil"][0] * (wl["r"] - 1) - 1
     ow = wl["w"] + wl["pads"][1] + wl["pads"][3] - wl["dil"][1] * (wl["s"] - 1) - 1
-    oh, ow = oh // wl["strides"][0] + 1, ow // wl["strides"][1] + 1
+    return oh // wl["strides"][0] + 1, ow // wl["strides"][1] + 1
+
+
+def _dw_flops(wl: dict) -> int:
+    oh, ow = _dw_out(wl)
     return 2 * wl["n"] * wl["c"] * oh * ow * wl["r"] * wl["s"]
 
 
 def _dw_check(wl: dict) -> None:
     sizes = dict.fromkeys(("n", "c", "h", "w", "r", "s"), "size")
-    check_fields("x86.depthwise_conv2d", wl, {**sizes, "pads": "pad4", "strides": "size2",
-                                              "dil": "size2", "dtype": "dtype"})  # fmt: skip
+    fields = {**sizes, "pads": "pad4", "strides": "size2", "dil": "size2", "dtype": "dtype",
+              "block": "size?"}  # fmt: skip
+    check_fields("x86.depthwise_conv2d", {f: v for f, v in wl.items() if f != "layout"}, fields)
+    layout, block = wl.get("layout"), wl.get("block")
+    if (layout is None) != (block is None) or layout not in (None, "NCHWc"):
+        raise TaskError(f"x86.depthwise_conv2d workload field 'layout' must be 'NCHWc' with "
+                        f"a 'block', or both left out, not {layout!r} and {block!r}")  # fmt: skip
+    if block is not None and wl["c"] % block:
+        raise TaskError(f"x86.depthwise_conv2d workload field 'block' {block} must divide the "
+                        f"channels c={wl['c']}")  # fmt: skip
     n, c, h, w, r, s_ = (wl[f] for f in ("n", "c", "h", "w", "r", "s"))
-    oh = (h + wl["pads"][0] + wl["pads"][2] - wl["dil"][0] * (r - 1) - 1) // wl["strides"][0] + 1
-    ow = (w + wl["pads"][1] + wl["pads"][3] - wl["dil"][1] * (s_ - 1) - 1) // wl["strides"][1] + 1
     check_elements("x86.depthwise_conv2d", {"data": (n, c, h, w), "weight": (c, 1, r, s_),
-                                            "output": (n, c, oh, ow)})  # fmt: skip
+                                            "output": (n, c, *_dw_out(wl))})  # fmt: skip
 
 
 register(Template("x86.depthwise_conv2d", "llvm", "s", _dw_space, _dw_build, _dw_flops,

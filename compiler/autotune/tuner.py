@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .log import LogWarning, TuningLog, valid_cost, where
+from .log import CONFIRM, LogWarning, TuningLog, valid_cost, where
 from .measure import Builder, MeasureResult, Runner, measure
 from .space import SpaceError
 from .task import Task
@@ -81,8 +81,8 @@ class Tuner:
         space (a space that changed) is skipped with a `LogWarning` naming where it was read."""
         indices, results = [], []
         for rec in records:
-            if rec.get("task") != self.task.key:
-                continue
+            if rec.get("task") != self.task.key or rec.get("tuner") == CONFIRM:
+                continue  # confirmation records re-measure trials: they are not trials
             error = rec.get("error") or ""
             try:
                 config = self.space.from_values(rec.get("config"))

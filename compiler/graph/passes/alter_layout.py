@@ -188,8 +188,9 @@ def _is_candidate(graph: Graph, node: Node, chains_block: int | None) -> bool:
     """Whether `node` is a Conv that `_Rewriter._conv` may move: 2-D, ungrouped or depthwise,
     constant weights (and bias). With `chains_block` (`chains_only`) also float32 with whole
     vectors for blocks (powers of two of 8 and more: ShuffleNet's 116 channels would take
-    29-lane blocks, 2x slower kernels), but for an RGB stem's input channels, and no config
-    in the active tuning log (`strategy.conv.is_tuned`)."""
+    29-lane blocks, 2x slower kernels), but for an RGB stem's input channels. A tuning log
+    does not change the layout: it tunes the blocked kernels themselves (their workloads carry
+    the chain's blocks, `strategy.conv.blocked_conv_config`)."""
     if node.op != "Conv" or any(p not in graph.constants for p in node.inputs[1:] if p):
         return False
     x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
@@ -197,10 +198,6 @@ def _is_candidate(graph: Graph, node: Node, chains_block: int | None) -> bool:
         return False
     if chains_block is None:
         return True
-    from ..strategy.conv import is_tuned  # the lowering rules import the passes
-
-    if is_tuned(graph, node):  # a tuned kernel keeps the layout it was measured in
-        return False
     out_ch, in_ch = w_ty.shape[0], x_ty.shape[1]
     blocks = [_block_for(c, chains_block) for c in (out_ch, in_ch) if c >= 8]
     return x_ty.dtype == "float32" and all(b >= 8 and b & (b - 1) == 0 for b in blocks)

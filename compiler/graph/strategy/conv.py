@@ -3,6 +3,7 @@ the group's elementwise tail as its epilogue), 1x1 convs as dense, depthwise NCH
 (grouped) reduction over any number of spatial axes, and the GPU conv templates. A 1-D
 convolution is lowered as a 2-D one of height 1 (`ConvView`), on the CPU and GPUs alike."""
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +23,8 @@ from ...topi.x86 import (  # the x86 operator library
     schedule_dense,
 )
 from ...topi.x86.conv2d import config_from as conv_config_from
+from ...topi.x86.conv2d import default_blocked_config, kernel_blocks, pack_kernel
 from ...topi.x86.conv2d import default_config as conv_default
-from ...topi.x86.conv2d import kernel_blocks, pack_kernel
 from ...topi.x86.dense import config_from as dense_config_from
 from ...topi.x86.dense import default_config as dense_default
 from ...topi.x86.depthwise import (
@@ -33,7 +34,7 @@ from ...topi.x86.depthwise import (
     pack_depthwise_kernel,
     schedule_depthwise_nchwc,
 )
-from ..ir import Graph, Node
+from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Tail, reshape_lazy, unravel
 from ..ops.nn import window_geometry
 from .matmul import packed_dense
@@ -265,27 +266,6 @@ def _conv_small_image(ctx: GroupContext, node: Node, tail: Tail, bias: Any) -> R
     return packed_dense(ctx, rows, node.inputs[1], "NK", epilogue, weights, p > 1)
 
 
-def is_tuned(graph: Graph, node: Node) -> bool:
-    """Whether the active tuning log has a config for 2-D Conv `node`'s NCHW kernel
-    (`x86.conv2d_nchwc`, or `x86.depthwise_conv2d` for a depthwise one), asked without counting
-    (`autotune.dispatch.peek`): `alter_layout` then leaves it in the layout it was tuned in."""
-    x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
-    x_shape, w_shape = tuple(int(d) for d in x_ty.shape), tuple(int(d) for d in w_ty.shape)
-    begin, end, strides, dil, outs = window_geometry(full_attrs(node), x_shape[2:], w_shape[2:])
-    spans = (tuple(int(v) for v in span) for span in (begin, end, strides, dil))
-    group = int(node.attr("group"))
-    view = ConvView(x_shape, w_shape, (x_shape[0], w_shape[0], *outs), *spans, group, False)
-    if group > 1:
-        wl = depthwise_workload(view, x_ty.dtype)
-        return autotune_peek("x86.depthwise_conv2d", wl) is not None
-    knobs = (view.stride, view.padding, view.dilation)
-    if not all(isinstance(k, int) for k in knobs):
-        return False
-    data = te.placeholder(x_shape, x_ty.dtype, name="shape_only")
-    wl = conv_workload(data, w_shape, *knobs, group)  # type: ignore[arg-type]
-    return autotune_peek("x86.conv2d_nchwc", wl) is not None
-
-
 def conv_config(
     data: Tensor,
     w_shape: tuple[int, ...],
@@ -308,16 +288,58 @@ def conv_config(
     return conv_default(w_shape[1], w_shape[0] // groups, tuple(out_shape[2:]))
 
 
+def blocked_conv_config(
+    data: Tensor,
+    w_shape: tuple[int, ...],
+    out_shape: tuple[int, ...],
+    stride: int | tuple[int, ...],
+    pad: int | tuple[int, ...],
+    dil: int | tuple[int, ...],
+    layout: str,
+    blocks: tuple[int, int],
+) -> Conv2dConfig:
+    """The knobs of topi's conv2d_nchwc for a layer of a blocked chain (`ConvNCHWc`: `layout`
+    "NCHWc", or "NCHW-NCHWc" for a stem that packs its NCHW input; `data` its NCHW view): the
+    tuned config of its blocked workload, whose channel blocks are the chain's `blocks` (the
+    space has no other), else `topi.x86.conv2d.default_blocked_config`. A log's config of the
+    layer's NCHW kernel does not apply (it was measured with its own blocks and a pack and
+    unpack): a warning names it."""
+    ints = isinstance(stride, int) and isinstance(pad, int) and isinstance(dil, int)
+    if ints:
+        wl = conv_workload(data, w_shape, stride, pad, dil, layout=layout, blocks=blocks)
+        values = autotune_query("x86.conv2d_nchwc", wl)
+        if values is not None:
+            return conv_config_from(values)
+        nchw = {k: v for k, v in wl.items() if k not in ("layout", "blocks")}
+        if autotune_peek("x86.conv2d_nchwc", nchw) is not None:
+            warnings.warn(f"the tuning log's config of the NCHW conv2d {nchw} is not applied: "
+                          f"the layer runs blocked ({layout}, blocks {list(blocks)}), tune its "
+                          f"blocked task", stacklevel=2)  # fmt: skip
+    return default_blocked_config(w_shape[1], w_shape[0], tuple(out_shape[2:]), blocks)
+
+
 def conv_workload(
-    data: Tensor, w_shape: tuple[int, ...], stride: int, pad: int, dil: int, groups: int = 1
+    data: Tensor,
+    w_shape: tuple[int, ...],
+    stride: int,
+    pad: int,
+    dil: int,
+    groups: int = 1,
+    layout: str | None = None,
+    blocks: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The tuning workload of an NCHWc conv2d (`compiler.autotune.templates`); `groups` only
-    when above 1 (the keys of ungrouped workloads stay as they were)."""
+    """The tuning workload of an NCHWc conv2d (`compiler.autotune.templates`), `data` its NCHW
+    shape; `groups` only when above 1, `layout` and `blocks` only for a blocked kernel (the keys
+    of ungrouped NCHW workloads stay as they were)."""
     n, c, h, w = (int(d) for d in data.shape)
     k, _, r, s_ = (int(d) for d in w_shape)
     wl = {"n": n, "c": c, "h": h, "w": w, "k": k, "r": r, "s": s_, "stride": int(stride),
           "pad": int(pad), "dil": int(dil), "dtype": data.dtype}  # fmt: skip
-    return {**wl, "groups": int(groups)} if groups > 1 else wl
+    if groups > 1:
+        wl["groups"] = int(groups)
+    if layout is not None and blocks is not None:
+        wl.update(layout=layout, blocks=[int(blocks[0]), int(blocks[1])])
+    return wl
 
 
 def _conv_topi(ctx: GroupContext, node: Node, tail: Tail, view: ConvView, w: np.ndarray) -> Result:
@@ -355,14 +377,34 @@ def _conv_generic(ctx: GroupContext, node: Node, tail: Tail, view: ConvView) -> 
     return reduce_kernel(red, tail, post, extra, config)
 
 
-def depthwise_workload(view: ConvView, dtype: str) -> dict[str, Any]:
-    """The tuning workload of a depthwise conv2d (`x86.depthwise_conv2d`)."""
+def depthwise_workload(view: ConvView, dtype: str, block: int | None = None) -> dict[str, Any]:
+    """The tuning workload of a depthwise conv2d (`x86.depthwise_conv2d`); with `block`, of the
+    blocked kernel of a chain (`layout` "NCHWc", input and output in blocks of `block`
+    channels)."""
     n, c, h, wd = view.x_shape
     r, s = view.w_shape[2:]
     ends = pads_after(view.out_shape[2:], (r, s), view.begin, view.strides, view.dil, (h, wd))
-    return {"n": n, "c": c, "h": h, "w": wd, "r": r, "s": s,
-            "pads": [*view.begin, *(int(e) for e in ends)], "strides": list(view.strides),
-            "dil": list(view.dil), "dtype": dtype}  # fmt: skip
+    wl = {"n": n, "c": c, "h": h, "w": wd, "r": r, "s": s,
+          "pads": [*view.begin, *(int(e) for e in ends)], "strides": list(view.strides),
+          "dil": list(view.dil), "dtype": dtype}  # fmt: skip
+    return wl if block is None else {**wl, "layout": "NCHWc", "block": int(block)}
+
+
+def blocked_depthwise_config(view: ConvView, dtype: str, block: int) -> DepthwiseConfig:
+    """The knobs of topi's depthwise kernel for a layer of a blocked chain (channel block
+    `block`, the chain's): the tuned config of its blocked workload, else the default
+    `reg_n` and `parallel` of `depthwise_space`. A log's config of the NCHW kernel does not
+    apply (a warning names it)."""
+    wl = depthwise_workload(view, dtype, block)
+    values = autotune_query("x86.depthwise_conv2d", wl)
+    if values is None:
+        nchw = depthwise_workload(view, dtype)
+        if autotune_peek("x86.depthwise_conv2d", nchw) is not None:
+            warnings.warn(f"the tuning log's config of the NCHW depthwise conv2d {nchw} is not "
+                          f"applied: the layer runs blocked (NCHW{block}c), tune its blocked "
+                          f"task", stacklevel=2)  # fmt: skip
+        values = depthwise_space(wl).default.values
+    return DepthwiseConfig(block, int(values["reg_n"]), bool(values["parallel"]))
 
 
 def _conv_reduction(

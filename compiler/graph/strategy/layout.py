@@ -4,21 +4,13 @@ an index remap that inlines into its reader, or a transpose kernel of its own) a
 
 from __future__ import annotations
 
-import dataclasses
-
 from ... import te
-from ...autotune.dispatch import query as autotune_query
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
-from ...topi.x86.depthwise import (
-    DepthwiseConfig,
-    default_depthwise_config,
-    depthwise_conv2d_nchwc,
-    schedule_depthwise_nchwc,
-)
+from ...topi.x86.depthwise import depthwise_conv2d_nchwc, schedule_depthwise_nchwc
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail
 from ..ops.nn import window_geometry
-from .conv import ConvView, conv_config, depthwise_workload
+from .conv import ConvView, blocked_conv_config, blocked_depthwise_config
 from .nn import Result, full_attrs, tail_epilogue
 
 
@@ -54,10 +46,10 @@ def _conv_nchwc(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         view = ConvView((n, c, h, w), (c, 1, r, s), (n, c, *outs), *spans, c, False)
         return _depthwise_nchwc(ctx, node, tail, view)
     plain = te.placeholder((n, cb * bi, h, w), x_ty.dtype, name="shape_only")
-    stride, dil = _one(strides), _one(dils)
-    config = conv_config(plain, (ko * bo, cb * bi, r, s), (n, ko * bo, *outs), stride,
-                         _one([*begin, *end]), dil)  # fmt: skip
-    config = dataclasses.replace(config, ic_bn=bi, oc_bn=bo, reg_n=min(config.reg_n, outs[1]))
+    layout = "NCHWc" if len(x_ty.shape) == 5 else "NCHW-NCHWc"  # a stem packs its NCHW input
+    config = blocked_conv_config(plain, (ko * bo, cb * bi, r, s), (n, ko * bo, *outs),
+                                 _one(strides), _one([*begin, *end]), _one(dils), layout,
+                                 (bi, bo))  # fmt: skip
     data, kernel = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2], (ko * bo,)) if has_bias else None
@@ -72,11 +64,7 @@ def _depthwise_nchwc(ctx: GroupContext, node: Node, tail: Tail, view: ConvView) 
     n, c, _, _ = view.x_shape
     r, s = view.w_shape[2:]
     cb = int(ctx.type_of(node.inputs[0]).shape[-1])
-    values = autotune_query("x86.depthwise_conv2d", depthwise_workload(view, "float32"))
-    if values is None or values.get("layout") != "nchwc":
-        default = default_depthwise_config(c, view.out_shape[3])
-        values = {"reg_n": default.reg_n, "parallel": default.parallel}
-    config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]))
+    config = blocked_depthwise_config(view, "float32", cb)
     data = ctx.as_tensor(node.inputs[0])
     kernel = ctx.as_tensor(node.inputs[1], (c // cb, r, s, cb))
     has_bias = len(node.inputs) > 2 and node.inputs[2]

@@ -50,15 +50,20 @@ def depthwise_space(wl: dict[str, Any]) -> ConfigSpace:
     (the reduction along output rows: the `ReduceConfig` knobs `lanes`, `unroll_taps`), and
     `parallel` for both. Default: "nchwc" with `default_depthwise_config` (benchmarks/dwconv.py:
     2-2.5x faster than "rows" at 7x7 and 14x14, where a row fills no vector, 1.2x at stride 2
-    and 5x5, level at 3x3 on 56x56 and 112x112), `ReduceConfig()`'s knobs for "rows"."""
+    and 5x5, level at 3x3 on 56x56 and 112x112), `ReduceConfig()`'s knobs for "rows".
+
+    A blocked workload (`layout` "NCHWc", a layer of a blocked chain) has its chain's `block`
+    as its only `cb` and "nchwc" as its only layout: `reg_n` and `parallel` vary."""
     out_w = _out_width(wl)
-    regs = tuple(sorted({1, 2, 4, 7, 8, 14, 16} & set(range(1, out_w + 1))
-                        | {default_depthwise_config(wl["c"], out_w).reg_n}))  # fmt: skip
-    knobs = [Knob("layout", ("nchwc", "rows")), Knob("cb", (8, 16, 32)), Knob("reg_n", regs),
-             Knob("lanes", (4, 8, 16, 32)), Knob("parallel", (True, False)),
-             Knob("unroll_taps", (False, True))]  # fmt: skip
-    d, b = ReduceConfig(), default_depthwise_config(wl["c"], out_w)
-    default = {"layout": "nchwc", "cb": 8, "reg_n": b.reg_n, "lanes": d.lanes,
+    b = default_depthwise_config(wl["c"], out_w)
+    regs = tuple(sorted({1, 2, 4, 7, 8, 14, 16} & set(range(1, out_w + 1)) | {b.reg_n}))
+    d, block = ReduceConfig(), wl.get("block")
+    layouts, blocks = (("nchwc", "rows"), (8, 16, 32)) if block is None else (("nchwc",), (block,))
+    rows_knobs = ((4, 8, 16, 32), (False, True)) if block is None else ((d.lanes,), (False,))
+    knobs = [Knob("layout", layouts), Knob("cb", blocks), Knob("reg_n", regs),
+             Knob("lanes", rows_knobs[0]), Knob("parallel", (True, False)),
+             Knob("unroll_taps", rows_knobs[1])]  # fmt: skip
+    default = {"layout": "nchwc", "cb": block or 8, "reg_n": b.reg_n, "lanes": d.lanes,
                "parallel": d.parallel, "unroll_taps": d.unroll_taps}  # fmt: skip
 
     def constraint(v: dict) -> str | None:  # each layout's knobs vary, the other's stay put

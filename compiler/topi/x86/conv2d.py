@@ -252,19 +252,41 @@ def default_config(channels: int, filters: int, out_hw: tuple[int, ...]) -> Conv
 MAX_TILE = 512
 
 
+def default_blocked_config(
+    channels: int, filters: int, out_hw: tuple[int, ...], blocks: tuple[int, int]
+) -> Conv2dConfig:
+    """The default knobs of a conv2d whose channel blocks are given (`blocks` = (ic_bn,
+    oc_bn): a layer of a blocked chain, `graph.passes.alter_layout`, whose input and output
+    blocks its neighbours share): `default_config`'s register tile, at most the output
+    width."""
+    d = default_config(channels, filters, out_hw)
+    return Conv2dConfig(ic_bn=blocks[0], oc_bn=blocks[1], reg_n=min(d.reg_n, out_hw[-1]),
+                        pack_data=d.pack_data, parallel=d.parallel)  # fmt: skip
+
+
 def config_space(
-    channels: int, filters: int, out_hw: tuple[int, ...], padding: int = 0
+    channels: int,
+    filters: int,
+    out_hw: tuple[int, ...],
+    padding: int = 0,
+    blocks: tuple[int, int] | None = None,
 ) -> ConfigSpace:
     """The knobs a tuner searches for one conv2d (TVM's x86 NCHWc template): input- and
     output-channel blocks (divisors of the channels), output columns per register tile, whether
     the input is copied to the blocked layout (always, with padding: then a single choice),
-    and thread-pool use. The default point is `default_config`."""
+    and thread-pool use. The default point is `default_config`.
+
+    With `blocks` (ic_bn, oc_bn), the kernel of a blocked chain: its input and output layouts
+    are its neighbours' too, so the blocks are fixed (one choice each) and the other knobs
+    vary; the default point is `default_blocked_config`."""
     ow = out_hw[1]
-    regs = sorted({d for d in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16) if d <= ow}
-                  | {default_config(channels, filters, out_hw).reg_n})  # fmt: skip
+    d = default_config(channels, filters, out_hw)
+    if blocks is not None:
+        d = default_blocked_config(channels, filters, out_hw, blocks)
+    regs = sorted({r for r in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16) if r <= ow} | {d.reg_n})
     knobs = [
-        Knob("ic_bn", divisors(channels, 64)),
-        Knob("oc_bn", divisors(filters, 64)),
+        Knob("ic_bn", divisors(channels, 64) if blocks is None else (blocks[0],)),
+        Knob("oc_bn", divisors(filters, 64) if blocks is None else (blocks[1],)),
         Knob("reg_n", tuple(regs)),
         Knob("pack_data", (False, True) if padding == 0 else (False,)),
         Knob("parallel", (True, False)),
@@ -275,7 +297,6 @@ def config_space(
             return f"a register tile of reg_n x oc_bn > {MAX_TILE} accumulators"
         return None
 
-    d = default_config(channels, filters, out_hw)
     default = {"ic_bn": d.ic_bn, "oc_bn": d.oc_bn, "reg_n": d.reg_n, "pack_data": d.pack_data,
                "parallel": d.parallel}  # fmt: skip
     return ConfigSpace("x86.conv2d_nchwc", knobs, default, constraint)

@@ -18,7 +18,14 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler.autotune.dispatch import ApplyBest, TaskRecorder, query
-from tensorforge.compiler.autotune.log import LogWarning, TuningLog, load_best, read_log
+from tensorforge.compiler.autotune.driver import tune_tasks
+from tensorforge.compiler.autotune.log import (
+    CONFIRM,
+    LogWarning,
+    TuningLog,
+    load_best,
+    read_log,
+)
 from tensorforge.compiler.autotune.measure import (
     LocalRunner,
     MeasureResult,
@@ -206,6 +213,49 @@ def test_grouped_conv_configs_compute_what_numpy_does(builder, local):
     assert all(v["ic_bn"] <= 8 and v["oc_bn"] <= 8 for v in configs)  # divisors of 8 per group
 
 
+@pytest.mark.parametrize("layout, blocks", [("NCHWc", [8, 16]), ("NCHW-NCHWc", [3, 16])])
+def test_every_blocked_conv_config_computes_what_numpy_does(builder, local, layout, blocks):
+    """The kernel of a blocked chain (input and output NCHW[c]c, or a stem's NCHW input): its
+    blocks are the chain's, fixed, and every config of the other knobs matches numpy's
+    convolution (blocked the same way) on a strided, padded layer with ragged row tiles."""
+    c = blocks[0] * 2 if layout == "NCHWc" else 3
+    wl = {"n": 1, "c": c, "h": 11, "w": 11, "k": 32, "r": 3, "s": 3, "stride": 2, "pad": 1,
+          "dil": 1, "dtype": "float32", "layout": layout, "blocks": blocks}  # fmt: skip
+    task = Task("x86.conv2d_nchwc", wl, "llvm")
+    assert [k.values for k in task.space.knobs[:2]] == [(blocks[0],), (blocks[1],)]
+    configs = [cfg.values for cfg in task.space]  # reg_n 1-6 (6 output columns) x parallel
+    results = measure(task, configs, builder, local)
+    assert len(results) == 6 * 2 and all(r.ok for r in results), [r.message for r in results]
+    assert task.build(configs[0]).expected.shape == (1, 2, 6, 6, 16)
+    assert task.describe() == f"x86.conv2d_nchwc {c}x11x11 k32 3x3 s2 {layout} {blocks}"
+
+
+def test_every_blocked_depthwise_config_computes_what_numpy_does(builder, local):
+    wl = {"n": 1, "c": 32, "h": 9, "w": 11, "r": 3, "s": 3, "pads": [1, 1, 0, 1],
+          "strides": [2, 2], "dil": [1, 1], "dtype": "float32", "layout": "NCHWc",
+          "block": 16}  # fmt: skip
+    task = Task("x86.depthwise_conv2d", wl, "llvm")
+    results = measure(task, [cfg.values for cfg in task.space], builder, local)
+    # reg_n 1/2/4/6 x parallel; the layout and the block are the chain's
+    assert len(results) == 8 and all(r.ok for r in results), [r.message for r in results]
+    assert {r.values["cb"] for r in results} == {16}
+
+
+@pytest.mark.parametrize("template, fields, message", [
+    ("x86.conv2d_nchwc", {"layout": "NHWC", "blocks": [8, 8]}, "must be one of"),
+    ("x86.conv2d_nchwc", {"layout": "NCHWc"}, "with 'blocks'"),
+    ("x86.conv2d_nchwc", {"layout": "NCHWc", "blocks": [3, 16]}, "must divide the channels"),
+    ("x86.depthwise_conv2d", {"block": 8}, "must be 'NCHWc' with a 'block'"),
+    ("x86.depthwise_conv2d", {"layout": "NCHWc", "block": 5}, "must divide the channels"),
+])  # fmt: skip
+def test_a_blocked_workload_with_bad_layout_fields_is_refused(template, fields, message):
+    base = CONV if template == "x86.conv2d_nchwc" else {
+        "n": 1, "c": 8, "h": 9, "w": 9, "r": 3, "s": 3, "pads": [1, 1, 1, 1], "strides": [1, 1],
+        "dil": [1, 1], "dtype": "float32"}  # fmt: skip
+    with pytest.raises(TaskError, match=message):
+        Task(template, {**base, **fields}, "llvm")
+
+
 def test_cyclesim_costs_are_deterministic_and_the_output_is_checked(builder, cyclesim):
     task = Task("vta.conv2d", TINY_CONV, "vta -config=tiny")
     configs = [c.values for c in task.space][:6]
@@ -282,6 +332,35 @@ def test_log_round_trip_skips_bad_lines_and_picks_the_best(tmp_path):
     (tmp_path / "u.jsonl").write_text(json.dumps(rec) + "\n")
     with pytest.raises(TaskError, match="template must be one of"):
         load_best(tmp_path / "u.jsonl", "llvm")
+
+
+def test_a_confirmed_task_is_decided_by_its_confirmation_records(builder, local, tmp_path):
+    """`confirm_best` re-measures a task's cheapest configs and its default side by side and
+    logs them as `confirm` records; those decide the best (not a lucky single timing of
+    another config), and they are not trials: resuming neither counts nor re-measures them."""
+    task = Task("x86.conv2d_nchwc", CONV, "llvm")
+    log = tmp_path / "c.jsonl"
+    summary = tune_tasks([task], 4, builder, local, log=log, tuner="random", progress=False,
+                         confirm=2)  # fmt: skip
+    records = list(read_log(log))
+    confirmed = [r for r in records if r["tuner"] == CONFIRM]
+    assert len(records) - len(confirmed) == 4
+    configs = [r["config"] for r in confirmed]
+    assert task.space.default.values in configs and len(configs) in (2, 3)
+    assert all(len(r["costs"]) == 5 * 2 for r in confirmed)  # 5 rounds of 2 timings each
+    winner = min(confirmed, key=lambda r: r["cost"])
+    assert load_best(log, "llvm") == {task.key: winner["config"]}
+    assert summary[0].best_values == winner["config"]
+    lucky = next(c.values for c in task.space if c.values not in configs)
+    with TuningLog(log) as out:
+        out.write(task, MeasureResult(lucky, winner["cost"] / 100, [winner["cost"] / 100]), 9)
+    assert load_best(log, "llvm") == {task.key: winner["config"]}
+    again = tune_tasks([task], 5, builder, local, log=log, tuner="random", progress=False,
+                       confirm=2)  # fmt: skip
+    assert again[0].trials == 5 and len(list(read_log(log))) == len(records) + 1  # no new ones
+    assert len([r for r in read_log(log) if r["tuner"] == CONFIRM]) == len(confirmed)
+    with pytest.raises(ValueError, match="confirm must be a count of configs >= 0, not -1"):
+        tune_tasks([task], 1, builder, local, confirm=-1)
 
 
 def test_dispatch_contexts_answer_and_record():

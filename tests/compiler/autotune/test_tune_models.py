@@ -15,7 +15,7 @@ from tensorforge.cli import main
 from tensorforge.compiler.autotune.driver import extract_tasks, tune_tasks
 from tensorforge.compiler.autotune.log import TuningLog, read_log
 from tensorforge.compiler.autotune.measure import LocalRunner, MeasureResult, SimRunner
-from tensorforge.compiler.autotune.task import TaskError
+from tensorforge.compiler.autotune.task import Task, TaskError
 from tensorforge.compiler.frontend.onnx_builders import (
     OnnxModelBuilder,
     mobilenet_v2_block,
@@ -55,34 +55,86 @@ def test_cpu_model_tuned_then_compiled_with_the_log(cnn, builder, tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_a_logged_config_is_the_one_compiled(cnn, tmp_path):
-    (task,) = [t for t in extract_tasks(str(cnn), "llvm") if t.workload.get("c") == 16]
+def test_a_logged_config_is_the_one_compiled(tmp_path):
+    """A lone convolution keeps NCHW (no chain to keep blocked): its task is the NCHW kernel's,
+    and a logged config's own channel blocks are the ones its weights are packed in."""
+    b = OnnxModelBuilder("lone")
+    x = b.input("x", (1, 16, 14, 14))
+    model = _bytes(b.model([b.op("Relu", [b.conv(x, 16, 32, 3, bias=True)])]))
+    (task,) = extract_tasks(model, "llvm")
+    assert "layout" not in task.workload
     values = {**task.space.default.values, "ic_bn": 4, "oc_bn": 8, "reg_n": 2}
     log = tmp_path / "one.jsonl"
     with TuningLog(log) as out:
         out.write(task, MeasureResult(values, 1e-6, [1e-6]), 0)
-    module = tensorforge.compile(str(cnn), tuning_log=log)
+    module = tensorforge.compile(model, tuning_log=log)
     assert any(".nchwc4x8" in name for name in module.constants)  # the weights packed 4 x 8
-    assert module.stats["tuning"]["applied"] == 1 and module.stats["tuning"]["default"] == 2
+    assert module.stats["tuning"]["applied"] == 1 and module.stats["tuning"]["default"] == 0
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 14, 14)).astype(np.float32)}
+    (want,) = ort.InferenceSession(model).run(None, feed)
+    np.testing.assert_allclose(module.run(feed)[module.outputs[0]], want, rtol=1e-4, atol=1e-5)
+
+
+def _kernel_ops(module) -> list[str]:
+    return [call.label.split(" (")[0] for call in module.calls]
+
+
+def test_blocked_chain_tasks_are_tuned_as_blocked_kernels_and_stay_blocked(cnn, tmp_path):
+    """small_cnn's two convs form a blocked chain (the stem packs its RGB input): their tasks
+    are the blocked kernels with the chain's blocks, a logged config applies to them without
+    taking them out of the chain (the same kernels as untuned), and the module still matches
+    onnxruntime."""
+    convs = [t for t in extract_tasks(str(cnn), "llvm") if t.template == "x86.conv2d_nchwc"]
+    assert sorted((t.workload["layout"], tuple(t.workload["blocks"])) for t in convs) == [
+        ("NCHW-NCHWc", (3, 16)), ("NCHWc", (16, 32))]  # fmt: skip
+    log = tmp_path / "blocked.jsonl"
+    with TuningLog(log) as out:
+        for t in convs:
+            ic_bn, oc_bn = t.workload["blocks"]
+            assert [k.values for k in t.space.knobs[:2]] == [(ic_bn,), (oc_bn,)]
+            values = {**t.space.default.values, "reg_n": 3, "parallel": False}
+            out.write(t, MeasureResult(values, 1e-6, [1e-6]), 0)
+    tuned = tensorforge.compile(str(cnn), tuning_log=log)
+    assert tuned.stats["tuning"]["applied"] == 2 and tuned.stats["tuning"]["default"] == 1
+    assert _kernel_ops(tuned) == _kernel_ops(tensorforge.compile(str(cnn)))
+    assert sum("ConvNCHWc" in op for op in _kernel_ops(tuned)) == 2
     x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
     (want,) = ort.InferenceSession(str(cnn)).run(None, {"x": x})
-    np.testing.assert_allclose(module.run({"x": x})[module.outputs[0]], want, rtol=1e-4,
+    np.testing.assert_allclose(tuned.run({"x": x})[tuned.outputs[0]], want, rtol=1e-4,
                                atol=1e-5)  # fmt: skip
+
+
+def test_a_log_of_the_nchw_kernels_still_loads_and_says_what_it_did_not_apply(cnn, tmp_path):
+    """A log written when the tasks were the NCHW kernels: it loads, its config of a conv that
+    now runs blocked is not applied (a warning names the workload), that conv takes the
+    blocked default and is listed as untuned, and the chain stays blocked."""
+    (task,) = [t for t in extract_tasks(str(cnn), "llvm") if t.workload.get("c") == 16]
+    nchw = {k: v for k, v in task.workload.items() if k not in ("layout", "blocks")}
+    old = Task("x86.conv2d_nchwc", nchw, "llvm")
+    log = tmp_path / "old.jsonl"
+    with TuningLog(log) as out:
+        out.write(old, MeasureResult({**old.space.default.values, "ic_bn": 4}, 1e-6, [1e-6]), 0)
+    with pytest.warns(UserWarning, match=r"NCHW conv2d .*'c': 16.* runs blocked"):
+        module = tensorforge.compile(str(cnn), tuning_log=log)
+    assert module.stats["tuning"]["applied"] == 0
+    assert task.key in module.stats["tuning"]["untuned"]
+    assert _kernel_ops(module) == _kernel_ops(tensorforge.compile(str(cnn)))
 
 
 def test_depthwise_convolutions_are_tasks_and_their_configs_apply(tmp_path):
     model = _bytes(mobilenet_v2_block())
     tasks = extract_tasks(model, "llvm")
     dw = [t for t in tasks if t.template == "x86.depthwise_conv2d"]
-    assert len(dw) == 2  # one stride-1 and one stride-2 depthwise 3x3
+    assert len(dw) == 2  # one stride-1 and one stride-2 depthwise 3x3, both in the chain
+    assert all((t.workload["layout"], t.workload["block"]) == ("NCHWc", 32) for t in dw)
     log = tmp_path / "dw.jsonl"
     with TuningLog(log) as out:
         for t in dw:
-            values = dict(t.space.default.values, layout="rows", lanes=4, parallel=False,
-                          unroll_taps=True)  # fmt: skip
+            values = dict(t.space.default.values, reg_n=2, parallel=False)
             out.write(t, MeasureResult(values, 1e-6, [1e-6]), 0)
     module = tensorforge.compile(model, tuning_log=log)
     assert module.stats["tuning"]["applied"] == 2
+    assert _kernel_ops(module) == _kernel_ops(tensorforge.compile(model))
     name = ort.InferenceSession(model).get_inputs()[0].name
     x = np.random.default_rng(2).standard_normal((1, 16, 28, 28)).astype(np.float32)
     (want,) = ort.InferenceSession(model).run(None, {name: x})
@@ -136,11 +188,12 @@ def test_cli_tunes_lists_plots_and_compiles_with_the_log(cnn, tmp_path, capsys):
     assert main(["tune", str(cnn), "--list"]) == 0
     assert "x86.dense 1x32 n10" in capsys.readouterr().out
     args = ["tune", str(cnn), "--trials", "2", "--tuner", "random", "--log", str(log),
-            "--tasks", "2", "--no-progress", "--parallel", "1"]  # fmt: skip
+            "--tasks", "2", "--no-progress", "--parallel", "1", "--confirm", "1"]  # fmt: skip
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "x86.dense 1x32 n10" in out and "speedup" in out
     assert {r["template"] for r in read_log(log)} == {"x86.dense"}
+    assert {r["tuner"] for r in read_log(log)} == {"random", "confirm"}
     assert main(["tune", "--plot", str(log), "-o", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     tfm = tmp_path / "m.tfm"
@@ -156,6 +209,8 @@ def test_cli_and_api_errors_are_clear(cnn, tmp_path, capsys):
     assert "accelerator tasks, not llvm" in capsys.readouterr().err
     assert main(["tune"]) == 1
     assert "tune needs a MODEL" in capsys.readouterr().err
+    assert main(["tune", str(cnn), "--confirm", "0"]) == 1
+    assert "--confirm must be at least 1, not 0" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     rec = {"format": "tensorforge-tune/1", "task": "x86.gone{}", "template": "x86.gone",
            "workload": {}, "target": "llvm", "config": {}, "cost": 1.0, "error": ""}  # fmt: skip

@@ -183,24 +183,20 @@ def test_channel_counts_without_whole_vector_blocks_keep_nchw() -> None:
     assert "ConvNCHWc" not in [n.op for n in after.nodes]
 
 
-def test_a_tuned_conv_keeps_the_layout_it_was_tuned_in() -> None:
-    """A config in the active tuning log was measured on the NCHW kernel: that conv stays."""
+def test_a_log_of_nchw_kernels_leaves_the_chains_blocked() -> None:
+    """A config measured on a conv's NCHW kernel (a log from before the blocked kernels were
+    tuned) neither takes the conv out of its chain nor applies to its blocked kernel: the
+    blocked default runs, a warning names the workload, and the result is the reference's."""
     graph = _residual_net(16)
     node = next(n for n in graph.nodes if n.name == "a2")
     data = te.placeholder(graph.types[node.inputs[0]].shape, "float32")
     wl = conv_workload(data, graph.types[node.inputs[1]].shape, 1, 1, 1)
-    best = {
-        workload_key("x86.conv2d_nchwc", wl): {
-            "ic_bn": 8,
-            "oc_bn": 8,
-            "reg_n": 3,
-            "pack_data": False,
-            "parallel": True,
-        }
-    }
-    with ApplyBest(best) as ctx:
+    values = {"ic_bn": 8, "oc_bn": 8, "reg_n": 3, "pack_data": False, "parallel": True}
+    best = {workload_key("x86.conv2d_nchwc", wl): values}
+    with ApplyBest(best):
         after = alter_layout(graph, CPU_BLOCK, chains_only=True)
-    assert ctx.applied == []  # asked without counting: lowering counts it
-    # a1 has the same workload; the stem's chain then ends at the pool: undone
-    assert [n.name for n in after.nodes if n.op == "Conv"] == ["stem", "a1", "a2"]
-    assert [n.name for n in after.nodes if n.op == "ConvNCHWc"] == ["b1", "proj", "b2"]
+    moved = [n.name for n in after.nodes if n.op == "ConvNCHWc"]
+    assert moved == ["stem", "a1", "a2", "b1", "proj", "b2"]
+    with ApplyBest(best) as ctx, pytest.warns(UserWarning, match="runs blocked"):
+        _compiled_matches_reference(graph)
+    assert ctx.applied == [] and len(ctx.fallback) == 6  # a1 and a2: one workload, asked twice
