@@ -37,6 +37,7 @@ class _Rewriter:
     ) -> None:
         self.graph, self.block, self.keep = graph, block, keep  # keep: convs that stay NCHW
         self.flows = _flowing_values(graph, block) if chains_only else None
+        self.blocks = _value_blocks(graph, block)
         self.b = GraphBuilder(graph.name)
         for name in graph.inputs:
             ty = graph.types[name]
@@ -87,11 +88,12 @@ class _Rewriter:
             return False
         if node.name in self.keep or (self.flows is not None and not self._continues_chain(node)):
             return False
-        out_ch, in_ch = self.graph.types[node.inputs[1]].shape[:2]
-        bi, bo = _block_for(in_ch, self.block), _block_for(out_ch, self.block)
+        out_ch = self.graph.types[node.inputs[1]].shape[0]
+        in_ch = self.graph.types[node.inputs[0]].shape[1]
+        bi, bo = self.block_of(node.inputs[0]), self.block_of(node.outputs[0])
         depthwise = _is_depthwise(self.graph, node)
         if depthwise:  # (C/b, 1, KH, KW, 1, b): each block's channels read their own block
-            bi, bo = 1, _block_for(out_ch, self.block)
+            bi = 1
         w = self.b.add_constant(
             self.b.fresh(f"{node.name}_w_packed"), pack_weight(consts[node.inputs[1]], bi, bo)
         )
@@ -104,10 +106,15 @@ class _Rewriter:
         if len(node.inputs) > 2 and node.inputs[2]:
             bias = consts[node.inputs[2]].reshape(out_ch // bo, bo)
             inputs.append(self.b.add_constant(self.b.fresh(f"{node.name}_b_packed"), bias))
-        drop = ("kernel_shape",) if depthwise else ("group", "kernel_shape")
+        # grouped (depthwise too): weights (O/bo, (C/group)/bi, KH, KW, bi, bo), `group` kept
+        drop = ("kernel_shape",) if node.attr("group") != 1 else ("group", "kernel_shape")
         attrs = {k: v for k, v in node.attrs if k not in drop}
         self.emit_blocked(node, "ConvNCHWc", inputs, attrs, bo)
         return True
+
+    def block_of(self, value: str) -> int:
+        """The block of 4-D value `value` (`_value_blocks`)."""
+        return self.blocks.get(value) or _block_for(self.graph.types[value].shape[1], self.block)
 
     def _continues_chain(self, node: Node) -> bool:
         """With `chains_only`: whether the blocked layout flows through convolution `node`. A
@@ -144,12 +151,38 @@ class _Rewriter:
             inputs = [self.blocked[first][0]]
             self.emit_blocked(node, node.op, inputs, _pool_attrs(node), block)
             return True
+        if node.op == "Concat" and _is_channel_concat(self.graph, node, self.block):
+            block = self.block_of(node.outputs[0])
+            inputs = [self.need_blocked(i, block) for i in node.inputs]
+            self.emit_blocked(node, "Concat", inputs, {"axis": 1}, block)
+            return True
+        if node.op == "BatchNormalization" and first in self.blocked:
+            return self._batch_norm(node, block)
         if node.op == "GlobalAveragePool" and len(out_ty.shape) == 4:
             axes = self.b.add_constant(self.b.fresh("rows_cols"), np.array([2, 3], np.int64))
             inputs = [self.blocked[first][0], axes]
             self.emit_blocked(node, "ReduceMean", inputs, {"keepdims": 1}, block)
             return True
         return False
+
+    def _batch_norm(self, node: Node, block: int) -> bool:
+        """An inference batch norm with constant parameters of a blocked value: a Mul and an
+        Add by per-channel constants packed to `[1, C/b, 1, 1, b]`."""
+        params = [self.graph.constants.get(i) for i in node.inputs[1:]]
+        if any(p is None for p in params) or len(self.graph.types[node.inputs[0]].shape) != 4:
+            return False
+        epsilon = get_op(node.op).full_attrs(node)["epsilon"]
+        dtype = self.graph.types[node.inputs[0]].dtype
+        scale, shift = (v.astype(dtype) for v in _batch_norm_affine(params, epsilon))
+        packed = [
+            self.b.add_constant(self.b.fresh(f"{node.name}_{what}"), to_blocked(v, block))
+            for what, v in (("scale", scale), ("shift", shift))
+        ]
+        (scaled,) = self.b.add_node(
+            "Mul", [self.blocked[node.inputs[0]][0], packed[0]], name=f"{node.name}_scale"
+        )
+        self.emit_blocked(node, "Add", [scaled, packed[1]], {}, block)
+        return True
 
     def _operand(self, name: str, shape: tuple[int, ...], block: int) -> str | None:
         """`name` in the blocked layout: a blocked value, a scalar or a per-channel constant."""
@@ -167,6 +200,13 @@ class _Rewriter:
             packed = value.reshape(1, channels // block, 1, 1, block)
             return self.b.add_constant(self.b.fresh(f"{name}_nchwc"), packed)
         return None
+
+
+def _batch_norm_affine(params: list, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, shift), float64 of shape `[1, C, 1, 1]`, with `bn(x) = x * scale + shift`."""
+    gamma, beta, mean, var = (np.asarray(p, np.float64) for p in params)
+    scale = gamma / np.sqrt(var + epsilon)
+    return scale.reshape(1, -1, 1, 1), (beta - mean * scale).reshape(1, -1, 1, 1)
 
 
 def _pool_attrs(node: Node) -> dict:
@@ -193,7 +233,8 @@ def _is_candidate(graph: Graph, node: Node, chains_block: int | None) -> bool:
     if node.op != "Conv" or any(p not in graph.constants for p in node.inputs[1:] if p):
         return False
     x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
-    if len(w_ty.shape) != 4 or not (node.attr("group") == 1 or _is_depthwise(graph, node)):
+    grouped = _is_depthwise(graph, node) or _group_blocks(graph, node) is not None
+    if len(w_ty.shape) != 4 or not (node.attr("group") == 1 or grouped):
         return False
     if chains_block is None:
         return True
@@ -215,6 +256,82 @@ def _is_pointwise_gemm(graph: Graph, node: Node) -> bool:
     return is_pointwise_gemm(x_ty.shape, w_ty.shape, (*begin, *end), strides, x_ty.dtype)
 
 
+def _group_blocks(graph: Graph, node: Node) -> tuple[int, int] | None:
+    """The largest blocks (input, output) of whole vectors (powers of two of 8 and more) that
+    divide a grouped, not depthwise, convolution's group widths; None without such blocks."""
+    group = node.attr("group")
+    out_ch, per_group = graph.types[node.inputs[1]].shape[:2]
+    if group == 1 or per_group == 1 or out_ch % group:
+        return None
+    widths = (per_group, out_ch // group)
+    blocks = tuple(max(d for d in (1, 2, 4, 8, 16, 32, 64) if w % d == 0) for w in widths)
+    return blocks if min(blocks) >= 8 else None  # type: ignore[return-value]
+
+
+def _is_channel_concat(graph: Graph, node: Node, block: int) -> bool:
+    """Whether `node` is a Concat of 4-D values along channels that may stay blocked: every
+    input's channels take a block of whole vectors (their Concat's block then divides each)."""
+    if node.op != "Concat" or len(graph.types[node.outputs[0]].shape) != 4:
+        return False
+    if node.attr("axis") not in (1, -3):
+        return False
+    channels = [graph.types[i].shape[1] for i in node.inputs]
+    return all(_is_vector_block(_block_for(c, block)) for c in channels)
+
+
+def _is_vector_block(block: int) -> bool:
+    return block >= 8 and block & (block - 1) == 0
+
+
+def _value_blocks(graph: Graph, block: int) -> dict[str, int]:
+    """The block of each 4-D value that must share its layout with others of other channel
+    counts. Values are joined where one op reads and writes one layout: the operands and result
+    of an elementwise op, pool or residual Add, a depthwise conv's input and output, the inputs
+    and output of a channel Concat (`_is_channel_concat`). A joined set takes the greatest
+    common divisor of its members' `_block_for` and of the group-width blocks of the grouped
+    convolutions that read or write them (`_group_blocks`), so producers and consumers agree.
+    Values in no such set are left out (their block is their own `_block_for`)."""
+    parent: dict[str, str] = {}  # every value met, joined or capped
+
+    def root(name: str) -> str:
+        while parent.setdefault(name, name) != name:
+            name = parent[name]
+        return name
+
+    def join(a: str, b: str) -> None:
+        parent[root(a)] = root(b)
+
+    caps: dict[str, int] = {}
+    for node in graph.nodes:
+        out_ty = graph.types.get(node.outputs[0]) if node.outputs else None
+        if out_ty is None or len(out_ty.shape) != 4:
+            continue
+        out = node.outputs[0]
+        if _is_channel_concat(graph, node, block):
+            for value in node.inputs:
+                join(value, out)
+        elif node.op == "Conv" and len(node.inputs) > 1 and node.inputs[1] in graph.constants:
+            if _is_depthwise(graph, node):
+                join(node.inputs[0], out)
+            elif (blocks := _group_blocks(graph, node)) is not None:
+                for value, cap in zip((node.inputs[0], out), blocks, strict=True):
+                    caps[value] = min(caps.get(value, cap), cap)
+                    root(value)
+        elif _may_follow(graph, node, block):
+            channels = graph.types[out].shape[1]
+            for value in node.inputs:
+                ty = graph.types.get(value)
+                if value not in graph.constants and ty and ty.shape[1:2] == (channels,):
+                    join(value, out)
+    blocks: dict[str, int] = {}
+    members = list(parent)
+    for value in members:
+        channels = graph.types[value].shape[1]
+        own = min(caps.get(value, channels), _block_for(channels, block))
+        blocks[root(value)] = int(np.gcd(blocks.get(root(value), own), own))
+    return {value: blocks[root(value)] for value in members}
+
+
 def _is_depthwise(graph: Graph, node: Node) -> bool:
     out_ch, per_group = graph.types[node.inputs[1]].shape[:2]
     return per_group == 1 and node.attr("group") == out_ch == graph.types[node.inputs[0]].shape[1]
@@ -232,19 +349,21 @@ def _flowing_values(graph: Graph, block: int) -> set[str]:
         for value in node.outputs:
             for reader in readers.get(value, []):
                 conv = _is_candidate(graph, reader, block) and reader.inputs[0] == value
-                follows = _may_follow(reader) and reader.outputs[0] in flows
+                follows = _may_follow(graph, reader, block) and reader.outputs[0] in flows
                 if conv or follows:
                     flows.add(value)
     return flows
 
 
-def _may_follow(node: Node) -> bool:
+def _may_follow(graph: Graph, node: Node, block: int) -> bool:
     """Whether `node` may stay in the blocked layout (`_Rewriter._follow` decides on its
     operands)."""
     spec = get_op(node.op)
     elementwise = spec.pattern == Pattern.ELEMWISE and node.op != "Cast"
     pooled = node.op == "GlobalAveragePool" or node.op in _POOLS
-    return len(node.outputs) == 1 and (elementwise or pooled or node.op in _BINARY)
+    others = node.op in _BINARY or node.op == "BatchNormalization"
+    concat = _is_channel_concat(graph, node, block)
+    return len(node.outputs) == 1 and (elementwise or pooled or others or concat)
 
 
 def alter_layout(graph: Graph, block: int = 8, chains_only: bool = False) -> Graph:

@@ -157,11 +157,12 @@ def test_strided_5x5_depthwise_between_pointwise_convs() -> None:
 
 def test_a_chain_the_lookahead_expected_but_an_add_ended_is_undone() -> None:
     """RegNet's shortcut: a strided 1x1 conv whose output meets an NCHW branch (after a grouped
-    conv) in the residual Add; moving it alone would only add two transforms."""
+    conv whose groups of 4 channels take no whole-vector blocks) in the residual Add; moving it
+    alone would only add two transforms."""
     b = GraphBuilder()
     x = b.add_input("x", (1, 16, 8, 8), "float32")
     a = _relu(b, _conv(b, x, 16, 16, k=1, name="a", pads=[0, 0, 0, 0]), "a_relu")
-    g = _relu(b, _conv(b, a, 16, 16, name="grouped", group=2, strides=[2, 2]), "g_relu")
+    g = _relu(b, _conv(b, a, 16, 16, name="grouped", group=4, strides=[2, 2]), "g_relu")
     c = _conv(b, g, 16, 16, k=1, name="c", pads=[0, 0, 0, 0])
     short = _conv(b, x, 16, 16, k=1, name="shortcut", strides=[2, 2], pads=[0, 0, 0, 0])
     (s,) = b.add_node("Add", [c, short], name="residual")
