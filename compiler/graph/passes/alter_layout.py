@@ -38,6 +38,7 @@ class _Rewriter:
         self.graph, self.block, self.keep = graph, block, keep  # keep: convs that stay NCHW
         self.flows = _flowing_values(graph, block) if chains_only else None
         self.blocks = _value_blocks(graph, block)
+        self.readers = _readers(graph)
         self.b = GraphBuilder(graph.name)
         for name in graph.inputs:
             ty = graph.types[name]
@@ -118,10 +119,27 @@ class _Rewriter:
 
     def _continues_chain(self, node: Node) -> bool:
         """With `chains_only`: whether the blocked layout flows through convolution `node`. A
-        pointwise GEMM reads NCHW as it lies (no pack to save), so it never starts a chain."""
+        pointwise GEMM reads NCHW as it lies (no pack to save), so it never starts a chain, nor
+        ends one with 8-lane blocks out (SqueezeNet's 512->1000 classifier ran 1.4x the GEMM's
+        time so; the transform of its input inlines into the GEMM's panel packing)."""
+        flows = node.outputs[0] in self.flows
         if node.inputs[0] in self.blocked:
-            return True
-        return node.outputs[0] in self.flows and not _is_pointwise_gemm(self.graph, node)
+            narrow = self.block_of(node.outputs[0]) < MIN_GROUP_BLOCK
+            ends = narrow and not self._meets_residual(node.outputs[0])
+            return flows or not (ends and _is_pointwise_gemm(self.graph, node))
+        return flows and not _is_pointwise_gemm(self.graph, node)
+
+    def _meets_residual(self, value: str) -> bool:
+        """Whether `value`, through single-operand elementwise ops, meets another activation in
+        a binary op (a residual Add, whose other operand may be blocked)."""
+        for reader in self.readers.get(value, []):
+            operands = [i for i in reader.inputs if i and i not in self.graph.constants]
+            if reader.op in _BINARY and len(operands) > 1:
+                return True
+            if _may_follow(self.graph, reader, self.block) and len(operands) == 1:
+                if self._meets_residual(reader.outputs[0]):
+                    return True
+        return False
 
     def _follow(self, node: Node) -> bool:
         """Elementwise ops of a blocked value stay blocked (constants are repacked, per-channel
@@ -256,16 +274,24 @@ def _is_pointwise_gemm(graph: Graph, node: Node) -> bool:
     return is_pointwise_gemm(x_ty.shape, w_ty.shape, (*begin, *end), strides, x_ty.dtype)
 
 
+#: the smallest block a grouped convolution's group widths must take for it to join a chain,
+#: and a pointwise GEMM's output to end one: RegNetY-400MF's groups of 8 channels put 8-lane
+#: blocks on the 1x1 convs around them, whose blocked kernels ran 1.3-1.7x the time of their
+#: NCHW GEMMs (the model 1.28x slower)
+MIN_GROUP_BLOCK = 16
+
+
 def _group_blocks(graph: Graph, node: Node) -> tuple[int, int] | None:
-    """The largest blocks (input, output) of whole vectors (powers of two of 8 and more) that
-    divide a grouped, not depthwise, convolution's group widths; None without such blocks."""
+    """The largest blocks (input, output) of whole vectors (powers of two of `MIN_GROUP_BLOCK`
+    and more) that divide a grouped, not depthwise, convolution's group widths; None without
+    such blocks."""
     group = node.attr("group")
     out_ch, per_group = graph.types[node.inputs[1]].shape[:2]
     if group == 1 or per_group == 1 or out_ch % group:
         return None
     widths = (per_group, out_ch // group)
     blocks = tuple(max(d for d in (1, 2, 4, 8, 16, 32, 64) if w % d == 0) for w in widths)
-    return blocks if min(blocks) >= 8 else None  # type: ignore[return-value]
+    return blocks if min(blocks) >= MIN_GROUP_BLOCK else None  # type: ignore[return-value]
 
 
 def _is_channel_concat(graph: Graph, node: Node, block: int) -> bool:
@@ -337,13 +363,18 @@ def _is_depthwise(graph: Graph, node: Node) -> bool:
     return per_group == 1 and node.attr("group") == out_ch == graph.types[node.inputs[0]].shape[1]
 
 
-def _flowing_values(graph: Graph, block: int) -> set[str]:
-    """Values worth producing in the blocked layout: read by a candidate Conv, or by an
-    elementwise/binary op whose own output is worth it (visited from the outputs back)."""
+def _readers(graph: Graph) -> dict[str, list[Node]]:
     readers: dict[str, list[Node]] = {}
     for node in graph.nodes:
         for value in node.inputs:
             readers.setdefault(value, []).append(node)
+    return readers
+
+
+def _flowing_values(graph: Graph, block: int) -> set[str]:
+    """Values worth producing in the blocked layout: read by a candidate Conv, or by an
+    elementwise/binary op whose own output is worth it (visited from the outputs back)."""
+    readers = _readers(graph)
     flows: set[str] = set()
     for node in reversed(graph.nodes):
         for value in node.outputs:

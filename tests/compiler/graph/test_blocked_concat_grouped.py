@@ -150,12 +150,12 @@ def _weight(cout: int, cin: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("channels", "group_width"), [(48, 8), (64, 16), (32, 32)], ids=["g8-48", "g16", "g32"]
+    ("channels", "group_width"), [(96, 16), (64, 32), (64, 64)], ids=["g16-96", "g32", "g64"]
 )
 def test_grouped_convs_stay_in_the_chain(channels: int, group_width: int) -> None:
-    """Group widths of 8 (RegNetY), 16 and 32: the grouped conv keeps the blocked layout with
-    blocks that divide its groups (48 channels take 8, not their own 16), and so do the values
-    around it."""
+    """Group widths of 16, 32 and 64: the grouped conv keeps the blocked layout with blocks
+    that divide its groups (96 channels take 16, not their own 32), and so do the values
+    around it (the 1x1 conv before it, the squeeze-excitation's product, the residual)."""
     graph = _regnet_block(channels, group_width)
     after = alter_layout(graph, CPU_BLOCK, chains_only=True)
     (grouped,) = [n for n in after.nodes if n.name == "grouped"]
@@ -164,6 +164,16 @@ def test_grouped_convs_stay_in_the_chain(channels: int, group_width: int) -> Non
     assert after.types[grouped.inputs[0]].shape[-1] == block
     assert [n.op for n in after.nodes].count("LayoutTransform") == 1  # the output
     _check(graph, {"grouped": 5, "a": 5, "se_scale": 5, "residual": 5})
+
+
+def test_groups_of_8_channels_keep_nchw() -> None:
+    """RegNetY-400MF's group width: 8-lane blocks on the 1x1 convs around the grouped one
+    would be slower than their NCHW GEMMs (`MIN_GROUP_BLOCK`)."""
+    graph = _regnet_block(48, 8)
+    after = alter_layout(graph, CPU_BLOCK, chains_only=True)
+    (grouped,) = [n for n in after.nodes if n.name == "grouped"]
+    assert grouped.op == "Conv"
+    _check(graph, {"grouped": 4})
 
 
 def test_grouped_conv_reference_is_the_concat_of_its_groups() -> None:
@@ -186,3 +196,28 @@ def test_grouped_conv_with_a_mismatched_weight_is_a_clear_error() -> None:
     w = b.add_constant("w", np.zeros((2, 3, 3, 3, 8, 8), "f4"))  # 3 blocks a group, 4 / 2 = 2
     with pytest.raises(ValueError, match="ConvNCHWc with group 2 must read whole blocks"):
         b.add_node("ConvNCHWc", [x, w], {"group": 2}, name="bad")
+
+
+def test_blocked_concat_kernel_copies_each_input_in_its_own_loop() -> None:
+    """A blocked Concat with a batch norm after it: the row loop ends at the block axis, so
+    each input gets its own loop (no choice among inputs per element) and the per-channel
+    constants load as vectors (no modulo in their index)."""
+    from tensorforge.compiler.graph.lower_te import lower_group
+    from tensorforge.compiler.graph.passes import optimize
+    from tensorforge.compiler.tir.lower import lower
+
+    b = GraphBuilder()
+    xs = [b.add_input(f"x{i}", (1, 2, 5, 5, 32), "float32") for i in range(3)]
+    (cat,) = b.add_node("Concat", xs, {"axis": 1}, name="cat")
+    scale = b.add_constant("scale", RNG.standard_normal((1, 6, 1, 1, 32)).astype("f4"))
+    (y,) = b.add_node("Relu", [b.add_node("Mul", [cat, scale], name="mul")[0]], name="relu")
+    graph = optimize(b.build([y]))
+    (group,) = graph.groups
+    kernel = lower_group(graph, group)
+    text = str(lower(kernel.schedule, kernel.args, name="cat"))
+    assert "if_then_else" not in text and "select" not in text and "%" not in text
+    assert text.count("parallel") == 3
+    inputs = {x: RNG.standard_normal((1, 2, 5, 5, 32)).astype("f4") for x in xs}
+    want = np.maximum(np.concatenate(list(inputs.values()), axis=1) * graph.constants["scale"], 0)
+    got = compile_graph(graph, progress=False).run(inputs)[y]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
