@@ -324,8 +324,10 @@ def _concat_axis(ctx: GroupContext, nodes: list[Node], shape: tuple) -> int | No
     blocked layout (5-D) and not its last axis (`schedule_rows` then ends its row loop there;
     an NCHW Concat's short rows are better fused, its choice of input linear either way)."""
     for node in nodes:
+        if node.op != "Concat":
+            continue
         out = ctx.type_of(node.outputs[0]).shape
-        if node.op == "Concat" and tuple(out) == tuple(int(d) for d in shape):
+        if tuple(out) == tuple(int(d) for d in shape):
             axis = int(node.attr("axis")) % len(out)
             return axis if len(out) == 5 and axis < len(out) - 1 else None
     return None
