@@ -221,3 +221,20 @@ def test_blocked_concat_kernel_copies_each_input_in_its_own_loop() -> None:
     want = np.maximum(np.concatenate(list(inputs.values()), axis=1) * graph.constants["scale"], 0)
     got = compile_graph(graph, progress=False).run(inputs)[y]
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_channel_shuffle_ends_the_chain_and_matches() -> None:
+    """ShuffleNet's shuffle (Reshape to groups, Transpose, Reshape back) of a blocked Concat:
+    it reads NCHW (a transform before it), the next conv starts a chain again."""
+    b = GraphBuilder()
+    x = b.add_input("x", (1, 3, 8, 8), "float32")
+    s = _conv(b, x, 3, 32, name="stem")
+    left, right = _conv(b, s, 32, 32, name="left"), _conv(b, s, 32, 32, name="right")
+    (cat,) = b.add_node("Concat", [left, right], {"axis": 1}, name="cat")
+    grouped = b.add_constant("grouped", np.array([1, 2, 32, 8, 8], np.int64))
+    (r,) = b.add_node("Reshape", [cat, grouped], name="split_groups")
+    (t,) = b.add_node("Transpose", [r], {"perm": [0, 2, 1, 3, 4]}, name="shuffle")
+    flat = b.add_constant("flat", np.array([1, 64, 8, 8], np.int64))
+    (y,) = b.add_node("Reshape", [t, flat], name="merge_groups")
+    out = _conv(b, _conv(b, y, 64, 32, name="after"), 32, 32, name="last")
+    _check(b.build([out]), {"cat": 5, "merge_groups": 4, "after": 5})
