@@ -1,6 +1,6 @@
 """Layout alteration: 2-D convolutions move to the channel-blocked NCHW[c]c layout (as TVM's
-x86 conv2d_NCHWc), elementwise ops between them follow, and LayoutTransform nodes are inserted
-only where an op needs plain NCHW."""
+x86 conv2d_NCHWc), elementwise ops, pools, batch norms and channel Concats between them follow,
+and LayoutTransform nodes are inserted only where an op needs plain NCHW."""
 
 from __future__ import annotations
 
@@ -398,22 +398,29 @@ def _may_follow(graph: Graph, node: Node, block: int) -> bool:
 
 
 def alter_layout(graph: Graph, block: int = 8, chains_only: bool = False) -> Graph:
-    """Move 2-D, ungrouped convolutions with constant weights to NCHW[block]c.
+    """Move 2-D convolutions with constant weights to NCHW[block]c.
 
     Before: `%c = Conv(%x, %w); %r = Relu(%c); %d = Conv(%r, %w2); return %d`
     After:  `%xb = LayoutTransform(%x); %cb = ConvNCHWc(%xb, %w_packed); %rb = Relu(%cb);
     %db = ConvNCHWc(%rb, %w2_packed); %d = LayoutTransform(%db); return %d`
-    Channel counts that `block` does not divide use their largest divisor below it (the
-    block of a value depends only on its channel count, so producer and consumers agree).
+    Channel counts that `block` does not divide use their largest divisor below it. Values
+    that must share a layout (an elementwise op's operands and result, a channel Concat's
+    inputs and output, a depthwise conv's input and output) take one block, the gcd of their
+    own and of the group-width blocks of grouped convs on them (`_value_blocks`), so producer
+    and consumers agree.
 
     A depthwise convolution (`group` = channels) keeps its channels' block: weights
-    `(C/b, 1, KH, KW, 1, b)` and a `group` attribute.
+    `(C/b, 1, KH, KW, 1, b)` and a `group` attribute. A grouped one moves when its group
+    widths take blocks of `MIN_GROUP_BLOCK` or more: weights `(O/bo, (C/group)/bi, KH, KW, bi,
+    bo)`. A Concat along channels of inputs with whole-vector blocks is a Concat along axis 1
+    of the blocked values; a lone BatchNormalization a Mul and an Add by packed constants.
 
     With `chains_only` (the CPU compile's default) a float convolution moves only where the
     blocked layout then flows: its input is already blocked, or its output reaches another
-    moving convolution through elementwise ops and pools (a pointwise GEMM convolution, which
-    packs nothing, never starts a chain). A lone convolution would only trade its kernel's own
-    pack and unpack for two transforms.
+    moving convolution through elementwise ops, pools and Concats (a pointwise GEMM
+    convolution, which packs nothing, never starts a chain, nor ends one with blocks under
+    `MIN_GROUP_BLOCK` out). A lone convolution would only trade its kernel's own pack and
+    unpack for two transforms.
     """
     keep: frozenset = frozenset()
     while True:
