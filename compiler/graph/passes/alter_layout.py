@@ -121,7 +121,7 @@ class _Rewriter:
         """With `chains_only`: whether the blocked layout flows through convolution `node`. A
         pointwise GEMM reads NCHW as it lies (no pack to save), so it never starts a chain, nor
         ends one with 8-lane blocks out (SqueezeNet's 512->1000 classifier ran 1.4x the GEMM's
-        time so; the transform of its input inlines into the GEMM's panel packing)."""
+        time so; the transform of its input fuses into the Concat kernel before it, 0.04 ms)."""
         flows = node.outputs[0] in self.flows
         if node.inputs[0] in self.blocked:
             narrow = self.block_of(node.outputs[0]) < MIN_GROUP_BLOCK
