@@ -1,6 +1,6 @@
 """Blocked-layout ops made by the alter_layout pass: LayoutTransform (NCHW <-> NCHW[c]c) and
-ConvNCHWc, a 2-D convolution (ungrouped or depthwise) on channel-blocked data with a packed
-OIHW[i]i[o]o weight."""
+ConvNCHWc, a 2-D convolution (ungrouped, grouped or depthwise) on channel-blocked data with a
+packed OIHW[i]i[o]o weight."""
 
 from __future__ import annotations
 
@@ -60,13 +60,26 @@ register(
 )
 
 
+def is_depthwise_nchwc(x: tuple[int, ...], w: tuple[int, ...], group: int) -> bool:
+    """Whether a ConvNCHWc of blocked input shape `x`, packed weight shape `w` and `group` is
+    depthwise (weight `(C/b, 1, KH, KW, 1, b)`), not grouped with whole blocks per group."""
+    return group != 1 and len(x) == 5 and group == x[1] * x[4] and w[1] == w[4] == 1
+
+
 def _conv_nchwc_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x, w = types[0].shape, types[1].shape
-    if attrs["group"] != 1:  # depthwise: one input channel per group, the same blocks
-        if attrs["group"] != x[1] * x[4] or (w[0], w[1], w[4], w[5]) != (x[1], 1, 1, x[4]):
+    group = attrs["group"]
+    if is_depthwise_nchwc(x, w, group):  # one input channel per group, the same blocks
+        if (w[0], w[5]) != (x[1], x[4]):
             raise ValueError(
-                f"ConvNCHWc with group {attrs['group']} must be depthwise: weight "
-                f"[{x[1]}, 1, KH, KW, 1, {x[4]}] for input {list(x)}, not {list(w)}"
+                f"depthwise ConvNCHWc weight must be [{x[1]}, 1, KH, KW, 1, {x[4]}] for input "
+                f"{list(x)}, not {list(w)}"
+            )
+    elif group != 1:  # grouped: each group's input and output channels whole blocks
+        if len(x) != 5 or x[4] != w[4] or x[1] != w[1] * group or w[0] % group:
+            raise ValueError(
+                f"ConvNCHWc with group {group} must read whole blocks per group: input "
+                f"{list(x)} must be [N, {w[1]} x {group}, H, W, {w[4]}] for weight {list(w)}"
             )
     elif len(x) == 4 and x[1] != w[1] * w[4]:  # NCHW input (a stem): packed in the kernel
         raise ValueError(f"ConvNCHWc input channels {x[1]} must match the weight's {w[1] * w[4]}")
@@ -80,9 +93,22 @@ def _conv_nchwc_type(attrs: dict[str, Any], types: list, consts: list) -> list[T
 
 def conv_nchwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = None) -> np.ndarray:
     """Blocked 2-D convolution: x (N, C/bi, H, W, bi), or NCHW (a stem's input), w (O/bo, C/bi,
-    KH, KW, bi, bo); a depthwise one (`group` = C) has w (C/b, 1, KH, KW, 1, b)."""
+    KH, KW, bi, bo); a depthwise one (`group` = C) has w (C/b, 1, KH, KW, 1, b), a grouped one
+    w (O/bo, (C/group)/bi, KH, KW, bi, bo)."""
     if x.ndim == 4:
         x = to_blocked(x, w.shape[4])
+    group = attrs.get("group", 1)
+    if group != 1 and not is_depthwise_nchwc(x.shape, w.shape, group):
+        ins, outs = x.shape[1] // group, w.shape[0] // group  # blocks per group
+        one = {**attrs, "group": 1}
+        parts = [
+            conv_nchwc(one, x[:, g * ins : (g + 1) * ins], w[g * outs : (g + 1) * outs])
+            for g in range(group)
+        ]
+        y = np.concatenate(parts, axis=1)
+        if b is not None:
+            y = y + b.reshape(1, b.shape[0], 1, 1, b.shape[1])
+        return np.ascontiguousarray(y, dtype=x.dtype)
     begin, end, strides, dilations, outs = window_geometry(attrs, x.shape[2:4], w.shape[2:4])
     xp = np.pad(x, [(0, 0), (0, 0), *zip(begin, end, strict=True), (0, 0)])
     extents = [(k - 1) * d + 1 for k, d in zip(w.shape[2:4], dilations, strict=True)]
@@ -96,7 +122,7 @@ def conv_nchwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = Non
         :: dilations[0],
         :: dilations[1],
     ]
-    if attrs.get("group", 1) != 1:  # depthwise: w (C/b, 1, KH, KW, 1, b)
+    if group != 1:  # depthwise: w (C/b, 1, KH, KW, 1, b)
         y = np.einsum("ncyxbij,cijb->ncyxb", win, w[:, 0, :, :, 0, :])
     else:
         y = np.tensordot(win, w, axes=([1, 5, 6, 4], [1, 2, 3, 4]))  # N, OH, OW, Ob, bo

@@ -1,6 +1,6 @@
 """Layout alteration: 2-D convolutions move to the channel-blocked NCHW[c]c layout (as TVM's
-x86 conv2d_NCHWc), elementwise ops between them follow, and LayoutTransform nodes are inserted
-only where an op needs plain NCHW."""
+x86 conv2d_NCHWc), elementwise ops, pools, batch norms and channel Concats between them follow,
+and LayoutTransform nodes are inserted only where an op needs plain NCHW."""
 
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ class _Rewriter:
     ) -> None:
         self.graph, self.block, self.keep = graph, block, keep  # keep: convs that stay NCHW
         self.flows = _flowing_values(graph, block) if chains_only else None
+        self.blocks = _value_blocks(graph, block)
+        self.readers = _readers(graph)
         self.b = GraphBuilder(graph.name)
         for name in graph.inputs:
             ty = graph.types[name]
@@ -87,11 +89,12 @@ class _Rewriter:
             return False
         if node.name in self.keep or (self.flows is not None and not self._continues_chain(node)):
             return False
-        out_ch, in_ch = self.graph.types[node.inputs[1]].shape[:2]
-        bi, bo = _block_for(in_ch, self.block), _block_for(out_ch, self.block)
+        out_ch = self.graph.types[node.inputs[1]].shape[0]
+        in_ch = self.graph.types[node.inputs[0]].shape[1]
+        bi, bo = self.block_of(node.inputs[0]), self.block_of(node.outputs[0])
         depthwise = _is_depthwise(self.graph, node)
         if depthwise:  # (C/b, 1, KH, KW, 1, b): each block's channels read their own block
-            bi, bo = 1, _block_for(out_ch, self.block)
+            bi = 1
         w = self.b.add_constant(
             self.b.fresh(f"{node.name}_w_packed"), pack_weight(consts[node.inputs[1]], bi, bo)
         )
@@ -104,17 +107,39 @@ class _Rewriter:
         if len(node.inputs) > 2 and node.inputs[2]:
             bias = consts[node.inputs[2]].reshape(out_ch // bo, bo)
             inputs.append(self.b.add_constant(self.b.fresh(f"{node.name}_b_packed"), bias))
-        drop = ("kernel_shape",) if depthwise else ("group", "kernel_shape")
+        # grouped (depthwise too): weights (O/bo, (C/group)/bi, KH, KW, bi, bo), `group` kept
+        drop = ("kernel_shape",) if node.attr("group") != 1 else ("group", "kernel_shape")
         attrs = {k: v for k, v in node.attrs if k not in drop}
         self.emit_blocked(node, "ConvNCHWc", inputs, attrs, bo)
         return True
 
+    def block_of(self, value: str) -> int:
+        """The block of 4-D value `value` (`_value_blocks`)."""
+        return self.blocks.get(value) or _block_for(self.graph.types[value].shape[1], self.block)
+
     def _continues_chain(self, node: Node) -> bool:
         """With `chains_only`: whether the blocked layout flows through convolution `node`. A
-        pointwise GEMM reads NCHW as it lies (no pack to save), so it never starts a chain."""
+        pointwise GEMM reads NCHW as it lies (no pack to save), so it never starts a chain, nor
+        ends one with 8-lane blocks out (SqueezeNet's 512->1000 classifier ran 1.4x the GEMM's
+        time so; the transform of its input fuses into the Concat kernel before it, 0.04 ms)."""
+        flows = node.outputs[0] in self.flows
         if node.inputs[0] in self.blocked:
-            return True
-        return node.outputs[0] in self.flows and not _is_pointwise_gemm(self.graph, node)
+            narrow = self.block_of(node.outputs[0]) < MIN_GROUP_BLOCK
+            ends = narrow and not self._meets_residual(node.outputs[0])
+            return flows or not (ends and _is_pointwise_gemm(self.graph, node))
+        return flows and not _is_pointwise_gemm(self.graph, node)
+
+    def _meets_residual(self, value: str) -> bool:
+        """Whether `value`, through single-operand elementwise ops, meets another activation in
+        a binary op (a residual Add, whose other operand may be blocked)."""
+        for reader in self.readers.get(value, []):
+            operands = [i for i in reader.inputs if i and i not in self.graph.constants]
+            if reader.op in _BINARY and len(operands) > 1:
+                return True
+            if _may_follow(self.graph, reader, self.block) and len(operands) == 1:
+                if self._meets_residual(reader.outputs[0]):
+                    return True
+        return False
 
     def _follow(self, node: Node) -> bool:
         """Elementwise ops of a blocked value stay blocked (constants are repacked, per-channel
@@ -144,12 +169,38 @@ class _Rewriter:
             inputs = [self.blocked[first][0]]
             self.emit_blocked(node, node.op, inputs, _pool_attrs(node), block)
             return True
+        if node.op == "Concat" and _is_channel_concat(self.graph, node, self.block):
+            block = self.block_of(node.outputs[0])
+            inputs = [self.need_blocked(i, block) for i in node.inputs]
+            self.emit_blocked(node, "Concat", inputs, {"axis": 1}, block)
+            return True
+        if node.op == "BatchNormalization" and first in self.blocked:
+            return self._batch_norm(node, block)
         if node.op == "GlobalAveragePool" and len(out_ty.shape) == 4:
             axes = self.b.add_constant(self.b.fresh("rows_cols"), np.array([2, 3], np.int64))
             inputs = [self.blocked[first][0], axes]
             self.emit_blocked(node, "ReduceMean", inputs, {"keepdims": 1}, block)
             return True
         return False
+
+    def _batch_norm(self, node: Node, block: int) -> bool:
+        """An inference batch norm with constant parameters of a blocked value: a Mul and an
+        Add by per-channel constants packed to `[1, C/b, 1, 1, b]`."""
+        params = [self.graph.constants.get(i) for i in node.inputs[1:]]
+        if any(p is None for p in params) or len(self.graph.types[node.inputs[0]].shape) != 4:
+            return False
+        epsilon = get_op(node.op).full_attrs(node)["epsilon"]
+        dtype = self.graph.types[node.inputs[0]].dtype
+        scale, shift = (v.astype(dtype) for v in _batch_norm_affine(params, epsilon))
+        packed = [
+            self.b.add_constant(self.b.fresh(f"{node.name}_{what}"), to_blocked(v, block))
+            for what, v in (("scale", scale), ("shift", shift))
+        ]
+        (scaled,) = self.b.add_node(
+            "Mul", [self.blocked[node.inputs[0]][0], packed[0]], name=f"{node.name}_scale"
+        )
+        self.emit_blocked(node, "Add", [scaled, packed[1]], {}, block)
+        return True
 
     def _operand(self, name: str, shape: tuple[int, ...], block: int) -> str | None:
         """`name` in the blocked layout: a blocked value, a scalar or a per-channel constant."""
@@ -167,6 +218,13 @@ class _Rewriter:
             packed = value.reshape(1, channels // block, 1, 1, block)
             return self.b.add_constant(self.b.fresh(f"{name}_nchwc"), packed)
         return None
+
+
+def _batch_norm_affine(params: list, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, shift), float64 of shape `[1, C, 1, 1]`, with `bn(x) = x * scale + shift`."""
+    gamma, beta, mean, var = (np.asarray(p, np.float64) for p in params)
+    scale = gamma / np.sqrt(var + epsilon)
+    return scale.reshape(1, -1, 1, 1), (beta - mean * scale).reshape(1, -1, 1, 1)
 
 
 def _pool_attrs(node: Node) -> dict:
@@ -194,7 +252,8 @@ def _is_candidate(graph: Graph, node: Node, chains_block: int | None) -> bool:
     if node.op != "Conv" or any(p not in graph.constants for p in node.inputs[1:] if p):
         return False
     x_ty, w_ty = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
-    if len(w_ty.shape) != 4 or not (node.attr("group") == 1 or _is_depthwise(graph, node)):
+    grouped = _is_depthwise(graph, node) or _group_blocks(graph, node) is not None
+    if len(w_ty.shape) != 4 or not (node.attr("group") == 1 or grouped):
         return False
     if chains_block is None:
         return True
@@ -212,55 +271,153 @@ def _is_pointwise_gemm(graph: Graph, node: Node) -> bool:
     return is_pointwise_gemm(x_ty.shape, w_ty.shape, (*begin, *end), strides, x_ty.dtype)
 
 
+#: the smallest block a grouped convolution's group widths must take for it to join a chain,
+#: and a pointwise GEMM's output to end one: RegNetY-400MF's groups of 8 channels put 8-lane
+#: blocks on the 1x1 convs around them, whose blocked kernels ran 1.3-1.7x the time of their
+#: NCHW GEMMs (the model 1.28x slower)
+MIN_GROUP_BLOCK = 16
+
+
+def _group_blocks(graph: Graph, node: Node) -> tuple[int, int] | None:
+    """The largest blocks (input, output) of whole vectors (powers of two of `MIN_GROUP_BLOCK`
+    and more) that divide a grouped, not depthwise, convolution's group widths; None without
+    such blocks."""
+    group = node.attr("group")
+    out_ch, per_group = graph.types[node.inputs[1]].shape[:2]
+    if group == 1 or per_group == 1 or out_ch % group:
+        return None
+    widths = (per_group, out_ch // group)
+    blocks = tuple(max(d for d in (1, 2, 4, 8, 16, 32, 64) if w % d == 0) for w in widths)
+    return blocks if min(blocks) >= MIN_GROUP_BLOCK else None  # type: ignore[return-value]
+
+
+def _is_channel_concat(graph: Graph, node: Node, block: int) -> bool:
+    """Whether `node` is a Concat of 4-D values along channels that may stay blocked: every
+    input's channels take a block of whole vectors (their Concat's block then divides each)."""
+    if node.op != "Concat" or len(graph.types[node.outputs[0]].shape) != 4:
+        return False
+    if node.attr("axis") not in (1, -3):
+        return False
+    channels = [graph.types[i].shape[1] for i in node.inputs]
+    return all(_is_vector_block(_block_for(c, block)) for c in channels)
+
+
+def _is_vector_block(block: int) -> bool:
+    return block >= 8 and block & (block - 1) == 0
+
+
+def _value_blocks(graph: Graph, block: int) -> dict[str, int]:
+    """The block of each 4-D value that must share its layout with others of other channel
+    counts. Values are joined where one op reads and writes one layout: the operands and result
+    of an elementwise op, pool or residual Add, a depthwise conv's input and output, the inputs
+    and output of a channel Concat (`_is_channel_concat`). A joined set takes the greatest
+    common divisor of its members' `_block_for` and of the group-width blocks of the grouped
+    convolutions that read or write them (`_group_blocks`), so producers and consumers agree.
+    Values in no such set are left out (their block is their own `_block_for`)."""
+    parent: dict[str, str] = {}  # every value met, joined or capped
+
+    def root(name: str) -> str:
+        while parent.setdefault(name, name) != name:
+            name = parent[name]
+        return name
+
+    def join(a: str, b: str) -> None:
+        parent[root(a)] = root(b)
+
+    caps: dict[str, int] = {}
+    for node in graph.nodes:
+        out_ty = graph.types.get(node.outputs[0]) if node.outputs else None
+        if out_ty is None or len(out_ty.shape) != 4:
+            continue
+        out = node.outputs[0]
+        if _is_channel_concat(graph, node, block):
+            for value in node.inputs:
+                join(value, out)
+        elif node.op == "Conv" and len(node.inputs) > 1 and node.inputs[1] in graph.constants:
+            if _is_depthwise(graph, node):
+                join(node.inputs[0], out)
+            elif (blocks := _group_blocks(graph, node)) is not None:
+                for value, cap in zip((node.inputs[0], out), blocks, strict=True):
+                    caps[value] = min(caps.get(value, cap), cap)
+                    root(value)
+        elif _may_follow(graph, node, block):
+            channels = graph.types[out].shape[1]
+            for value in node.inputs:
+                ty = graph.types.get(value)
+                if value not in graph.constants and ty and ty.shape[1:2] == (channels,):
+                    join(value, out)
+    blocks: dict[str, int] = {}
+    members = list(parent)
+    for value in members:
+        channels = graph.types[value].shape[1]
+        own = min(caps.get(value, channels), _block_for(channels, block))
+        blocks[root(value)] = int(np.gcd(blocks.get(root(value), own), own))
+    return {value: blocks[root(value)] for value in members}
+
+
 def _is_depthwise(graph: Graph, node: Node) -> bool:
     out_ch, per_group = graph.types[node.inputs[1]].shape[:2]
     return per_group == 1 and node.attr("group") == out_ch == graph.types[node.inputs[0]].shape[1]
 
 
-def _flowing_values(graph: Graph, block: int) -> set[str]:
-    """Values worth producing in the blocked layout: read by a candidate Conv, or by an
-    elementwise/binary op whose own output is worth it (visited from the outputs back)."""
+def _readers(graph: Graph) -> dict[str, list[Node]]:
     readers: dict[str, list[Node]] = {}
     for node in graph.nodes:
         for value in node.inputs:
             readers.setdefault(value, []).append(node)
+    return readers
+
+
+def _flowing_values(graph: Graph, block: int) -> set[str]:
+    """Values worth producing in the blocked layout: read by a candidate Conv, or by an
+    elementwise/binary op whose own output is worth it (visited from the outputs back)."""
+    readers = _readers(graph)
     flows: set[str] = set()
     for node in reversed(graph.nodes):
         for value in node.outputs:
             for reader in readers.get(value, []):
                 conv = _is_candidate(graph, reader, block) and reader.inputs[0] == value
-                follows = _may_follow(reader) and reader.outputs[0] in flows
+                follows = _may_follow(graph, reader, block) and reader.outputs[0] in flows
                 if conv or follows:
                     flows.add(value)
     return flows
 
 
-def _may_follow(node: Node) -> bool:
+def _may_follow(graph: Graph, node: Node, block: int) -> bool:
     """Whether `node` may stay in the blocked layout (`_Rewriter._follow` decides on its
     operands)."""
     spec = get_op(node.op)
     elementwise = spec.pattern == Pattern.ELEMWISE and node.op != "Cast"
     pooled = node.op == "GlobalAveragePool" or node.op in _POOLS
-    return len(node.outputs) == 1 and (elementwise or pooled or node.op in _BINARY)
+    others = node.op in _BINARY or node.op == "BatchNormalization"
+    concat = _is_channel_concat(graph, node, block)
+    return len(node.outputs) == 1 and (elementwise or pooled or others or concat)
 
 
 def alter_layout(graph: Graph, block: int = 8, chains_only: bool = False) -> Graph:
-    """Move 2-D, ungrouped convolutions with constant weights to NCHW[block]c.
+    """Move 2-D convolutions with constant weights to NCHW[block]c.
 
     Before: `%c = Conv(%x, %w); %r = Relu(%c); %d = Conv(%r, %w2); return %d`
     After:  `%xb = LayoutTransform(%x); %cb = ConvNCHWc(%xb, %w_packed); %rb = Relu(%cb);
     %db = ConvNCHWc(%rb, %w2_packed); %d = LayoutTransform(%db); return %d`
-    Channel counts that `block` does not divide use their largest divisor below it (the
-    block of a value depends only on its channel count, so producer and consumers agree).
+    Channel counts that `block` does not divide use their largest divisor below it. Values
+    that must share a layout (an elementwise op's operands and result, a channel Concat's
+    inputs and output, a depthwise conv's input and output) take one block, the gcd of their
+    own and of the group-width blocks of grouped convs on them (`_value_blocks`), so producer
+    and consumers agree.
 
     A depthwise convolution (`group` = channels) keeps its channels' block: weights
-    `(C/b, 1, KH, KW, 1, b)` and a `group` attribute.
+    `(C/b, 1, KH, KW, 1, b)` and a `group` attribute. A grouped one moves when its group
+    widths take blocks of `MIN_GROUP_BLOCK` or more: weights `(O/bo, (C/group)/bi, KH, KW, bi,
+    bo)`. A Concat along channels of inputs with whole-vector blocks is a Concat along axis 1
+    of the blocked values; a lone BatchNormalization a Mul and an Add by packed constants.
 
     With `chains_only` (the CPU compile's default) a float convolution moves only where the
     blocked layout then flows: its input is already blocked, or its output reaches another
-    moving convolution through elementwise ops and pools (a pointwise GEMM convolution, which
-    packs nothing, never starts a chain). A lone convolution would only trade its kernel's own
-    pack and unpack for two transforms.
+    moving convolution through elementwise ops, pools and Concats (a pointwise GEMM
+    convolution, which packs nothing, never starts a chain, nor ends one with blocks under
+    `MIN_GROUP_BLOCK` out). A lone convolution would only trade its kernel's own pack and
+    unpack for two transforms.
     """
     keep: frozenset = frozenset()
     while True:

@@ -1,16 +1,20 @@
 """Native lowerings of the blocked-layout ops of `passes.alter_layout`: LayoutTransform (lazy:
 an index remap that inlines into its reader, or a transpose kernel of its own) and ConvNCHWc
-(an anchor: topi's `conv2d_nchwc` from and to the blocked layout, its tail in that layout)."""
+(an anchor: topi's `conv2d_nchwc`, grouped too, or `depthwise_conv2d_nchwc` from and to the
+blocked layout, its tail in that layout)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from ... import te
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
 from ...topi.x86.depthwise import depthwise_conv2d_nchwc, schedule_depthwise_nchwc
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail
+from ..ops.layout import is_depthwise_nchwc
 from ..ops.nn import window_geometry
-from .conv import ConvView, blocked_conv_config, blocked_depthwise_config
+from .conv import ConvView, blocked_conv_config, blocked_depthwise_config, conv_config
 from .nn import Result, full_attrs, tail_epilogue
 
 
@@ -41,20 +45,26 @@ def _conv_nchwc(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     n, _, h, w = (int(d) for d in x_ty.shape[:4])  # blocked, or NCHW (a stem)
     attrs = full_attrs(node)
     begin, end, strides, dils, outs = window_geometry(attrs, (h, w), (r, s))
-    if attrs["group"] != 1:
+    group = int(attrs["group"])
+    w_shape = (ko, cb, r, s, bi, bo)
+    if is_depthwise_nchwc(tuple(int(d) for d in x_ty.shape), w_shape, group):
         c, spans = ko * bo, (tuple(v) for v in (begin, end, strides, dils))
         view = ConvView((n, c, h, w), (c, 1, r, s), (n, c, *outs), *spans, c, False)
         return _depthwise_nchwc(ctx, node, tail, view)
-    plain = te.placeholder((n, cb * bi, h, w), x_ty.dtype, name="shape_only")
-    layout = "NCHWc" if len(x_ty.shape) == 5 else "NCHW-NCHWc"  # a stem packs its NCHW input
-    config = blocked_conv_config(plain, (ko * bo, cb * bi, r, s), (n, ko * bo, *outs),
-                                 _one(strides), _one([*begin, *end]), _one(dils), layout,
-                                 (bi, bo))  # fmt: skip
+    plain = te.placeholder((n, cb * bi * group, h, w), x_ty.dtype, name="shape_only")
+    w_nchw, out_nchw = (ko * bo, cb * bi, r, s), (n, ko * bo, *outs)
+    stride, pad, dil = _one(strides), _one([*begin, *end]), _one(dils)
+    if group == 1:  # tunable: the blocked workload with the chain's blocks
+        layout = "NCHWc" if len(x_ty.shape) == 5 else "NCHW-NCHWc"  # a stem packs its NCHW input
+        config = blocked_conv_config(plain, w_nchw, out_nchw, stride, pad, dil, layout, (bi, bo))
+    else:  # a grouped layer of a chain: one group's default config on the chain's blocks
+        config = conv_config(plain, w_nchw, out_nchw, stride, pad, dil, group)
+        config = dataclasses.replace(config, ic_bn=bi, oc_bn=bo, reg_n=min(config.reg_n, outs[1]))
     data, kernel = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2], (ko * bo,)) if has_bias else None
     op = conv2d_nchwc(data, kernel, tuple(strides), (*begin, *end), tuple(dils), bias,
-                      tail_epilogue(tail), config, None, 1, blocked=True)  # fmt: skip
+                      tail_epilogue(tail), config, None, group, blocked=True)  # fmt: skip
     return schedule_conv2d_nchwc(op, config), [op.out]
 
 
