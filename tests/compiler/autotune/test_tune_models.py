@@ -18,7 +18,6 @@ from tensorforge.compiler.autotune.measure import LocalRunner, MeasureResult, Si
 from tensorforge.compiler.autotune.task import Task, TaskError
 from tensorforge.compiler.frontend.onnx_builders import (
     OnnxModelBuilder,
-    mobilenet_v2_block,
     small_cnn,
 )
 from tensorforge.digits import load_digits_assets
@@ -121,8 +120,18 @@ def test_a_log_of_the_nchw_kernels_still_loads_and_says_what_it_did_not_apply(cn
     assert _kernel_ops(module) == _kernel_ops(tensorforge.compile(str(cnn)))
 
 
+def _depthwise_chain() -> bytes:
+    """3x3 convs around a stride-1 and a stride-2 depthwise 3x3: one blocked chain."""
+    b = OnnxModelBuilder("dw_chain")
+    h = b.op("Relu", [b.conv(b.input("x", (1, 16, 28, 28)), 16, 32, 3)])
+    h = b.op("Relu", [b.conv(h, 32, 32, 3, group=32)])
+    h = b.op("Relu", [b.conv(h, 32, 32, 3)])
+    h = b.op("Relu", [b.conv(h, 32, 32, 3, stride=2, group=32)])
+    return _bytes(b.model([b.conv(h, 32, 32, 3)]))
+
+
 def test_depthwise_convolutions_are_tasks_and_their_configs_apply(tmp_path):
-    model = _bytes(mobilenet_v2_block())
+    model = _depthwise_chain()
     tasks = extract_tasks(model, "llvm")
     dw = [t for t in tasks if t.template == "x86.depthwise_conv2d"]
     assert len(dw) == 2  # one stride-1 and one stride-2 depthwise 3x3, both in the chain
