@@ -242,6 +242,10 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
     training = any(a.name == "training_mode" and a.i for a in node.attribute)
     if node.op_type == "MaxPool" and len(outputs) > 1:
         return "MaxPool with Indices output"
+    if node.op_type == "GridSample" and any(
+        a.name == "mode" and a.s in (b"cubic", b"bicubic") for a in node.attribute
+    ):
+        return "GridSample with cubic interpolation"
     if node.op_type == "BatchNormalization" and (len(outputs) > 1 or training):
         return "BatchNormalization in training mode"
     if node.op_type == "Dropout" and (len(outputs) > 1 or len([i for i in node.input if i]) > 2):
@@ -451,6 +455,11 @@ class _Importer:
         op = node.op_type
         if op == "Dropout":  # inference: identity (the mask output is unsupported)
             op, inputs, outputs, attrs = "Identity", inputs[:1], outputs[:1], {}
+        if op == "GridSample" and dtypes[0] is not None and len(types[inputs[0]].shape) != 4:
+            raise UnsupportedOpError(
+                [("GridSample on volumes (only 2-D images are built)", name, self.opset)],
+                where=self.where,
+            )
         attrs = self._adjust(op, attrs, inputs, outputs, name)
         if self._fold(op, name, inputs, outputs, attrs):
             return

@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     einsum,
     elemwise,
     gather_nd,
+    grid_sample,
     indexing,
     layout,
     nn,

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from . import conv, conv_transpose, indexing, layout, matmul, norm, qlinear, qnn, reduce, resize
+from . import (
+    conv,
+    conv_transpose,
+    grid_sample,
+    indexing,
+    layout,
+    matmul,
+    norm,
+    qlinear,
+    qnn,
+    reduce,
+    resize,
+)
 from .elemwise import ELEMENTWISE as _FLOAT_ELEMENTWISE
 
 # the int8 graph ops of quantize_graph: strategy/qnn.py; ONNX's quantized ops: strategy/qlinear.py
@@ -21,6 +33,7 @@ ANCHORS = {
     **reduce.ANCHORS,
     **norm.ANCHORS,
     **conv_transpose.ANCHORS,
+    **grid_sample.ANCHORS,
     **indexing.ANCHORS,
     **qnn.ANCHORS,
     **qlinear.ANCHORS,

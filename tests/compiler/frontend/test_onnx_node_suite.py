@@ -34,7 +34,7 @@ EXTRA_OPS = (
     "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round CastLike Size Einsum LSTM GRU RNN "
     "PRelu Softplus Softsign Mish Elu Selu Celu ThresholdedRelu Shrink IsNaN IsInf Sum Mean "
     "Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh "
-    "DynamicQuantizeLinear ConvInteger MatMulInteger TopK GatherND"
+    "DynamicQuantizeLinear ConvInteger MatMulInteger TopK GatherND GridSample"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
