@@ -2,4 +2,18 @@
 
 from __future__ import annotations
 
-from . import einsum, elemwise, indexing, layout, nn, qnn, quant, resize, rnn, shape  # noqa: F401
+from . import (  # noqa: F401
+    einsum,
+    elemwise,
+    indexing,
+    layout,
+    nn,
+    normalization,
+    qnn,
+    quant,
+    reduce_extra,
+    resize,
+    rnn,
+    shape,
+    space,
+)

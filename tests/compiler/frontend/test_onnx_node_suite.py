@@ -33,6 +33,9 @@ EXTRA_OPS = (
     "Resize ConstantOfShape Range Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor Mod "
     "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round CastLike Size Einsum LSTM GRU RNN "
     "DynamicQuantizeLinear ConvInteger MatMulInteger"
+    " InstanceNormalization GroupNormalization LpNormalization MeanVarianceNormalization LRN"
+    " ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMax ArgMin Hardmax"
+    " DepthToSpace SpaceToDepth OneHot GatherElements"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
