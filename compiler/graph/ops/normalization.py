@@ -4,9 +4,10 @@ MeanVarianceNormalization and LRN. All are composite ops (`expand`, run by
 `passes.expand_composites`); each also has its own numpy kernel, written from the ONNX spec.
 
 InstanceNormalization and GroupNormalization expand into the LayerNormalization kernel: the
-input reshaped to one row per (batch, channel) or (batch, group), LayerNormalization over the
-row with a scale of ones (the same `(x - mean) / sqrt(var + epsilon)`), reshaped back, then the
-per-channel scale and bias as a broadcast Mul and Add."""
+input viewed as one row per (batch, channel) (LayerNormalization from axis 2) or reshaped to one
+per (batch, group), normalized over the row with a scale of ones (the same
+`(x - mean) / sqrt(var + epsilon)`), then the per-channel scale and bias as a broadcast Mul and
+Add."""
 
 from __future__ import annotations
 
@@ -49,17 +50,20 @@ def _rows_norm(x: np.ndarray, rows: int, eps: float) -> np.ndarray:
 
 def _expand_rows_norm(b: GraphBuilder, node: Node, rows: int, scale: str, bias: str) -> None:
     """`node`'s output as LayerNormalization over `rows` rows of its input, then the channel
-    scale and bias (1-D, one per channel)."""
+    scale and bias (1-D, one per channel). One row per (instance, channel) needs no Reshape
+    (LayerNormalization from axis 2 is that); one per group views the input as [rows, cols]."""
     e = Emitter(b, node)
     x = node.inputs[0]
     shape, dtype = e.shape(x), e.dtype(x)
     cols = math.prod(shape) // rows
-    ones = e.const(np.ones(cols), "ones", dtype)
-    flat = e.reshape(x, [rows, cols])
+    by_channel = rows == shape[0] * shape[1]
+    source = x if by_channel else e.reshape(x, [rows, cols])
+    tail = list(shape[2:]) if by_channel else [cols]
+    ones = e.const(np.ones(tail), "ones", dtype)
     normed = e.add(
         "LayerNormalization",
-        [flat, ones],
-        {"axis": -1, "epsilon": node.attr_dict.get("epsilon", 1e-5)},
+        [source, ones],
+        {"axis": 2 if by_channel else 1, "epsilon": node.attr_dict["epsilon"]},
     )
     channel = [shape[1], *(1,) * (len(shape) - 2)]
     y = e.add("Mul", [e.reshape(normed, shape), e.reshape(scale, channel)])

@@ -127,9 +127,7 @@ def test_argmax_of_a_segmentation_head_matches_onnxruntime_ties_included(last: i
     nodes = [
         conv,
         helper.make_node("Relu", ["logits"], ["scores"]),
-        helper.make_node(
-            "ArgMax", ["scores"], ["y"], axis=1, keepdims=0, select_last_index=last
-        ),
+        helper.make_node("ArgMax", ["scores"], ["y"], axis=1, keepdims=0, select_last_index=last),
     ]
     want = _check(_model(nodes, inits, out_type=TensorProto.INT64), exact=True)
     assert want.shape == (N, H, W)
@@ -217,3 +215,10 @@ def test_composites_leave_no_composite_op_behind() -> None:
     nodes = [conv, helper.make_node("LpNormalization", ["h"], ["y"], axis=1, p=1)]
     graph = optimize(from_onnx(_model(nodes, inits)))
     assert {n.op for n in graph.nodes}.isdisjoint({"LpNormalization", "ReduceL1"})
+
+
+def test_gather_elements_refuses_constant_indices_out_of_range() -> None:
+    inits = {"idx": np.array([[0, 1], [6, 0]], np.int64)}
+    node = helper.make_node("GatherElements", ["x", "idx"], ["y"], axis=0, name="ge")
+    with pytest.raises(OnnxImportError, match=r"indices must be in \[-6, 5\] along axis 0, not 6"):
+        from_onnx(_model([node], inits, x_shape=(6, 2)))
