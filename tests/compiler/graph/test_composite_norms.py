@@ -1,6 +1,7 @@
 """Composite normalizations, reductions and rearrangements (ops/normalization.py,
 ops/reduce_extra.py, ops/space.py) in small models as exporters write them: compiled to native
-code (after expand_composites) and the numpy reference, each against onnxruntime."""
+code (after expand_composites; some also to OpenCL, run on PoCL) and the numpy reference, each
+against onnxruntime."""
 
 from __future__ import annotations
 
@@ -44,12 +45,14 @@ def _conv(name: str, out: str, cin: int, cout: int, src: str = "x", k: int = 3):
     return node, inits
 
 
-def _check(model, x: np.ndarray | None = None, exact: bool = False) -> np.ndarray:  # noqa: ANN001
+def _check(model, x=None, exact=False, target="llvm") -> np.ndarray:  # noqa: ANN001
+    if target == "opencl":
+        pytest.importorskip("pyopencl")
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     x = RNG.standard_normal(shape).astype(np.float32) if x is None else x
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
     ref = run_graph(from_onnx(model), {"x": x})["y"]
-    got = tensorforge.compile(model, progress=False).run({"x": x})["y"]
+    got = tensorforge.compile(model, target=target, progress=False).run({"x": x})["y"]
     for what, value in (("compiled", got), ("reference", ref)):
         assert value.dtype == want.dtype, what
         if exact:
@@ -71,7 +74,8 @@ def test_instance_norm_in_a_conv_net_matches_onnxruntime() -> None:
     _check(_model(nodes, inits))
 
 
-def test_group_norm_as_torch_exports_it_matches_onnxruntime() -> None:
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
+def test_group_norm_as_torch_exports_it_matches_onnxruntime(target: str) -> None:
     """torch.nn.GroupNorm at opset 17 (TorchScript exporter): Reshape to [N, G, -1],
     InstanceNormalization with ones and zeros, Reshape back, then the affine Mul and Add."""
     groups = 4
@@ -92,7 +96,7 @@ def test_group_norm_as_torch_exports_it_matches_onnxruntime() -> None:
         helper.make_node("Mul", ["r", "gamma"], ["m"]),
         helper.make_node("Add", ["m", "beta"], ["y"]),
     ]
-    _check(_model(nodes, inits))
+    _check(_model(nodes, inits), target=target)
 
 
 @pytest.mark.parametrize("opset", [18, 21])
@@ -119,8 +123,9 @@ def test_group_normalization_refuses_groups_that_do_not_divide_channels() -> Non
         from_onnx(_model([conv, gn], inits, opset=21))
 
 
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
 @pytest.mark.parametrize("last", [0, 1])
-def test_argmax_of_a_segmentation_head_matches_onnxruntime_ties_included(last: int) -> None:
+def test_argmax_of_a_segmentation_head_matches_onnxruntime_ties_included(last, target) -> None:
     """Class scores through a Relu: many pixels have several classes tied at 0, so the first
     (or last) index rule decides them."""
     conv, inits = _conv("head", "logits", 3, 5, k=1)
@@ -129,12 +134,13 @@ def test_argmax_of_a_segmentation_head_matches_onnxruntime_ties_included(last: i
         helper.make_node("Relu", ["logits"], ["scores"]),
         helper.make_node("ArgMax", ["scores"], ["y"], axis=1, keepdims=0, select_last_index=last),
     ]
-    want = _check(_model(nodes, inits, out_type=TensorProto.INT64), exact=True)
+    want = _check(_model(nodes, inits, out_type=TensorProto.INT64), exact=True, target=target)
     assert want.shape == (N, H, W)
 
 
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
 @pytest.mark.parametrize("mode", ["DCR", "CRD"])
-def test_depth_to_space_super_resolution_net_matches_onnxruntime(mode: str) -> None:
+def test_depth_to_space_super_resolution_net_matches_onnxruntime(mode, target) -> None:
     """ESPCN-like: convolutions to C * r^2 channels, then DepthToSpace by r."""
     r = 3
     c1, i1 = _conv("c1", "h", 1, 8)
@@ -145,7 +151,7 @@ def test_depth_to_space_super_resolution_net_matches_onnxruntime(mode: str) -> N
         c2,
         helper.make_node("DepthToSpace", ["f"], ["y"], blocksize=r, mode=mode),
     ]
-    want = _check(_model(nodes, i1 | i2, x_shape=(1, 1, 5, 7)))
+    want = _check(_model(nodes, i1 | i2, x_shape=(1, 1, 5, 7)), target=target)
     assert want.shape == (1, 1, 15, 21)
 
 
