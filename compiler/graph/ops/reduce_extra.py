@@ -140,7 +140,7 @@ register(
 
 def _arg_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     shape = types[0].shape
-    axis = normalize_axis(attrs["axis"], len(shape), "axis")
+    axis = normalize_axis(attrs["axis"], len(shape), "ArgMax/ArgMin axis")
     if shape[axis] == 0:
         raise ValueError(f"the reduced axis {axis} must not be empty (input shape {shape})")
     keep = attrs["keepdims"]

@@ -30,16 +30,16 @@ def _block_mode(op: str, attrs: dict[str, Any], shape: tuple[int, ...]) -> tuple
 
 
 def _depth_to_space_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-    n, c, h, w = types[0].shape
     b, _ = _block_mode("DepthToSpace", attrs, types[0].shape)
+    n, c, h, w = types[0].shape
     if c % (b * b):
         raise ValueError(f"DepthToSpace channels ({c}) must be a multiple of blocksize^2 ({b * b})")
     return [TensorType((n, c // (b * b), h * b, w * b), types[0].dtype)]
 
 
 def _space_to_depth_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-    n, c, h, w = types[0].shape
     b, _ = _block_mode("SpaceToDepth", attrs, types[0].shape)
+    n, c, h, w = types[0].shape
     if h % b or w % b:
         raise ValueError(f"SpaceToDepth height and width ({h}, {w}) must be multiples of {b}")
     return [TensorType((n, c * b * b, h // b, w // b), types[0].dtype)]
@@ -114,7 +114,7 @@ def _depth(value: np.ndarray) -> int:
         raise ValueError(f"OneHot depth must hold one value, not {flat.size}")
     depth = int(flat[0])
     if depth < 1:
-        raise ValueError(f"OneHot depth must be positive, not {flat[0]!r}")
+        raise ValueError(f"OneHot depth must be positive, not {flat[0].item()!r}")
     return depth
 
 

@@ -228,3 +228,40 @@ def test_gather_elements_refuses_constant_indices_out_of_range() -> None:
     node = helper.make_node("GatherElements", ["x", "idx"], ["y"], axis=0, name="ge")
     with pytest.raises(OnnxImportError, match=r"indices must be in \[-6, 5\] along axis 0, not 6"):
         from_onnx(_model([node], inits, x_shape=(6, 2)))
+
+
+_ONES8 = {"s": np.ones(8, np.float32), "b": np.ones(8, np.float32)}
+
+
+@pytest.mark.parametrize(
+    ("node", "inits", "shape", "message"),
+    [
+        (helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=3), {}, (1, 8, 4, 4),
+         r"channels \(8\) must be a multiple of blocksize\^2 \(9\)"),
+        (helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2), {}, (8, 4, 4),
+         r"input must be 4-D \[N, C, H, W\], not shape \(8, 4, 4\)"),
+        (helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=3, mode="CRD"), {},
+         (1, 8, 4, 4), r"height and width \(4, 4\) must be multiples of 3"),
+        (helper.make_node("LRN", ["x"], ["y"], size=0), {}, (1, 8, 4, 4),
+         r"LRN size must be a positive integer, not 0"),
+        (helper.make_node("OneHot", ["x", "d", "v"], ["y"]),
+         {"d": np.array(0, np.int64), "v": np.array([0, 1], np.float32)}, (3,),
+         r"OneHot depth must be positive, not 0"),
+        (helper.make_node("ArgMax", ["x"], ["y"], axis=1), {}, (2, 0, 3),
+         r"the reduced axis 1 must not be empty"),
+        (helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"]),
+         {"s": np.ones(4, np.float32), "b": np.ones(8, np.float32)}, (1, 8, 4, 4),
+         r"InstanceNormalization scale must have shape \(8,\), not \(4,\)"),
+        (helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2),
+         _ONES8 | {"s": np.ones(3, np.float32)}, (1, 8, 4, 4),
+         r"scale must have shape \(2,\) or \(8,\), not \(3,\)"),
+        (helper.make_node("LpNormalization", ["x"], ["y"], p=3), {}, (1, 8, 4, 4),
+         r"LpNormalization p must be 1 or 2, not 3"),
+        (helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=[0, 0]), {},
+         (1, 8, 4, 4), r"axes must be distinct, not \(0, 0\)"),
+    ],
+)  # fmt: skip
+def test_bad_attributes_and_shapes_are_refused_naming_them(node, inits, shape, message) -> None:
+    node.name = "bad"
+    with pytest.raises(OnnxImportError, match=rf"{node.op_type} node 'bad': .*{message}"):
+        from_onnx(_model([node], inits, x_shape=shape, opset=21))
