@@ -265,3 +265,29 @@ def test_bad_attributes_and_shapes_are_refused_naming_them(node, inits, shape, m
     node.name = "bad"
     with pytest.raises(OnnxImportError, match=rf"{node.op_type} node 'bad': .*{message}"):
         from_onnx(_model([node], inits, x_shape=shape, opset=21))
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 16, 32), (2, 3, 7, 48)])
+def test_instance_norm_over_long_rows_matches_onnxruntime(shape) -> None:
+    """Rows of 512 and 336 (multiples of 16, at least 256): LayerNormalization sums them in 16
+    vector lanes first; values offset from 0 so the mean matters."""
+    c = shape[1]
+    inits = {"s": RNG.uniform(0.5, 1.5, c).astype(np.float32), "b": np.zeros(c, np.float32)}
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)
+    x = (RNG.standard_normal(shape) * 3 + 5).astype(np.float32)
+    _check(_model([node], inits, x_shape=shape), x)
+
+
+@pytest.mark.parametrize("cols", [64, 80, 96, 100, 768])
+def test_layer_norm_rows_summed_in_vector_lanes_match_onnxruntime(cols: int) -> None:
+    """The kernel the instance and group norms expand into: rows that are multiples of 16 of
+    more than 64 values (80, 96, 768) are summed in 16 vector lanes first, others (64, 100) in
+    one running sum."""
+    shape = (3, 5, cols)
+    inits = {
+        "s": RNG.uniform(0.5, 1.5, cols).astype(np.float32),
+        "b": RNG.standard_normal(cols).astype(np.float32),
+    }
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)
+    x = (RNG.standard_normal(shape) * 2 - 4).astype(np.float32)
+    _check(_model([node], inits, x_shape=shape), x)
