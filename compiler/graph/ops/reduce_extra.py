@@ -73,22 +73,30 @@ def _axes_value(node: Node) -> list[str]:
     return node.inputs[1:2] if len(node.inputs) > 1 and node.inputs[1] else []
 
 
+# op -> (element-wise op before the ReduceSum, op after it), for the expansions; None: nothing
+_SUM_OPS = {
+    "ReduceL1": ("Abs", None),
+    "ReduceL2": ("Square", "Sqrt"),
+    "ReduceSumSquare": ("Square", None),
+    "ReduceLogSum": (None, "Log"),
+}
+
+
 def _expand_sum(b: GraphBuilder, node: Node) -> None:
     """ReduceSum of the element-wise part, then the part after the sum."""
     e = Emitter(b, node)
     x = node.inputs[0]
-    keep = {"keepdims": node.attr_dict["keepdims"]}
-    keep["noop_with_empty_axes"] = node.attr_dict["noop_with_empty_axes"]
-    part = {"ReduceL1": lambda: e.add("Abs", [x]), "ReduceLogSum": lambda: x}.get(
-        node.op, lambda: e.add("Mul", [x, x])
-    )()
+    before, after = _SUM_OPS[node.op]
+    if before == "Square":
+        x = e.add("Mul", [x, x])
+    elif before is not None:
+        x = e.add(before, [x])
+    attrs = {k: node.attr_dict[k] for k in REDUCE_ATTRS}
     (y,) = node.outputs
-    if node.op == "ReduceL2":
-        e.add("Sqrt", [e.add("ReduceSum", [part, *_axes_value(node)], keep)], outputs=[y])
-    elif node.op == "ReduceLogSum":
-        e.add("Log", [e.add("ReduceSum", [part, *_axes_value(node)], keep)], outputs=[y])
+    if after is None:
+        e.add("ReduceSum", [x, *_axes_value(node)], attrs, outputs=[y])
     else:
-        e.add("ReduceSum", [part, *_axes_value(node)], keep, outputs=[y])
+        e.add(after, [e.add("ReduceSum", [x, *_axes_value(node)], attrs)], outputs=[y])
 
 
 def _expand_log_sum_exp(b: GraphBuilder, node: Node) -> None:
