@@ -199,8 +199,8 @@ def expand_lp_norm(b: GraphBuilder, node: Node) -> None:
     e = Emitter(b, node)
     (x,) = node.inputs
     attrs = node.attr_dict
-    axes = e.ints([attrs.get("axis", -1)], "axes")
-    op = "ReduceL1" if attrs.get("p", 2) == 1 else "ReduceL2"
+    axes = e.ints([attrs["axis"]], "axes")
+    op = "ReduceL1" if attrs["p"] == 1 else "ReduceL2"
     norm = e.add(op, [x, axes], {"keepdims": 1})
     zero, one = (e.const(v, hint, e.dtype(x)) for v, hint in ((0, "zero"), (1, "one")))
     safe = e.add("Where", [e.add("Equal", [norm, zero]), one, norm])
@@ -309,9 +309,9 @@ def expand_lrn(b: GraphBuilder, node: Node) -> None:
     total = e.slice(padded, 1, 0, c)
     for k in range(1, size):
         total = e.add("Add", [total, e.slice(padded, 1, k, k + c)])
-    alpha = e.const(attrs.get("alpha", 1e-4) / size, "alpha", dtype)
-    bias = e.const(attrs.get("bias", 1.0), "bias", dtype)
-    beta = e.const(attrs.get("beta", 0.75), "beta", dtype)
+    alpha = e.const(attrs["alpha"] / size, "alpha", dtype)
+    bias = e.const(attrs["bias"], "bias", dtype)
+    beta = e.const(attrs["beta"], "beta", dtype)
     scale = e.add("Pow", [e.add("Add", [e.add("Mul", [total, alpha]), bias]), beta])
     e.add("Div", [x, scale], outputs=[node.outputs[0]])
 
