@@ -269,9 +269,11 @@ register(
 # ---- LRN ------------------------------------------------------------------------------------
 
 
-def _lrn_window(size: int) -> tuple[int, int]:
-    """Channels before and after each channel in its window."""
-    return (size - 1) // 2, size - 1 - (size - 1) // 2
+def _lrn_window(size: int, channels: int) -> tuple[int, int]:
+    """Channels before and after each channel in its window, at most `channels - 1` each: those
+    farther away are padding for every channel, so a huge `size` costs nothing."""
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    return min(before, channels - 1), min(after, channels - 1)
 
 
 def _lrn_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
@@ -286,28 +288,29 @@ def _lrn_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorTy
 
 def lrn(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
     """`x / (bias + alpha / size * sum of x^2 over a window of channels) ^ beta`."""
-    before, after = _lrn_window(attrs["size"])
-    z = x.astype(np.float64)
     c = x.shape[1]
+    before, after = _lrn_window(attrs["size"], c)
+    z = x.astype(np.float64)
     padded = np.pad(z * z, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
-    total = sum(padded[:, k : k + c] for k in range(attrs["size"]))
+    total = sum(padded[:, k : k + c] for k in range(before + after + 1))
     scale = attrs["bias"] + attrs["alpha"] / attrs["size"] * total
     return (z / scale ** attrs["beta"]).astype(x.dtype)
 
 
 def expand_lrn(b: GraphBuilder, node: Node) -> None:
-    """The window sum as `size` shifted slices of the zero-padded squares."""
+    """The window sum as shifted slices of the zero-padded squares (`size` of them, or fewer
+    where the window is wider than the channels)."""
     e = Emitter(b, node)
     (x,) = node.inputs
     attrs = node.attr_dict
     size, rank, dtype = attrs["size"], len(e.shape(x)), e.dtype(x)
     c = e.shape(x)[1]
-    before, after = _lrn_window(size)
+    before, after = _lrn_window(size, c)
     pads = [0, before, *(0,) * (rank - 2), 0, after, *(0,) * (rank - 2)]
     squares = e.add("Mul", [x, x])
     padded = e.add("Pad", [squares, e.ints(pads, "pads")]) if before or after else squares
     total = e.slice(padded, 1, 0, c)
-    for k in range(1, size):
+    for k in range(1, before + after + 1):
         total = e.add("Add", [total, e.slice(padded, 1, k, k + c)])
     alpha = e.const(attrs["alpha"] / size, "alpha", dtype)
     bias = e.const(attrs["bias"], "bias", dtype)

@@ -134,6 +134,8 @@ def one_hot(attrs: dict[str, Any], indices: np.ndarray, depth: Any, values: np.n
     axis = normalize_axis(attrs["axis"], indices.ndim + 1, "OneHot axis")
     idx = np.where(indices < 0, indices + n, indices)
     out = np.full((*indices.shape[:axis], n, *indices.shape[axis:]), values[0], values.dtype)
+    if out.size == 0:  # a huge depth over no indices: nothing to compare
+        return out
     for k in range(n):
         where = (slice(None),) * axis + (k,)
         out[where] = np.where(idx == k, values[1], values[0])
@@ -146,13 +148,18 @@ def _expand_one_hot(b: GraphBuilder, node: Node) -> None:
     shape, dtype = e.shape(indices), e.dtype(indices)
     depth = _depth(b.constants[depth_value])
     axis = normalize_axis(node.attr_dict["axis"], len(shape) + 1, "OneHot axis")
+    (y,) = node.outputs
+    if 0 in shape:  # no indices: no ramp (its length, the depth, is bounded by nothing else)
+        dims = e.ints([*shape[:axis], depth, *shape[axis:]], "shape")
+        e.add("Expand", [e.take(values, 0, 0), dims], outputs=[y])
+        return
     zero, n = e.const(0, "zero", dtype), e.const(depth, "depth", dtype)
     wrapped = e.add("Where", [e.add("Less", [indices, zero]), e.add("Add", [indices, n]), indices])
     lifted = e.reshape(wrapped, [*shape[:axis], 1, *shape[axis:]])
     ramp = e.const(np.arange(depth).reshape([depth] + [1] * (len(shape) - axis)), "ramp", dtype)
     hit = e.add("Equal", [lifted, ramp])
     off, on = e.take(values, 0, 0), e.take(values, 0, 1)
-    e.add("Where", [hit, on, off], outputs=[node.outputs[0]])
+    e.add("Where", [hit, on, off], outputs=[y])
 
 
 register("OneHot", Pattern.OPAQUE, _one_hot_type, one_hot, inputs=(3, 3), const_inputs=(1,),

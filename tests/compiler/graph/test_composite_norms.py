@@ -291,3 +291,22 @@ def test_layer_norm_rows_summed_in_vector_lanes_match_onnxruntime(cols: int) -> 
     node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)
     x = (RNG.standard_normal(shape) * 2 - 4).astype(np.float32)
     _check(_model([node], inits, x_shape=shape), x)
+
+
+def test_lrn_window_wider_than_the_channels_matches_onnxruntime() -> None:
+    """size 100001 over 8 channels: every channel's window holds all 8 (the rest is padding),
+    and the expansion stays small."""
+    node = helper.make_node("LRN", ["x"], ["y"], size=100001, alpha=50.0, beta=0.5)
+    model = _model([node], {}, x_shape=(1, C, 3, 3))
+    _check(model)
+    assert len(optimize(from_onnx(model)).nodes) < 40
+
+
+def test_one_hot_of_no_indices_with_a_huge_depth_is_empty_at_once() -> None:
+    """A zero-size output: no ramp of 10**11 values is built, by the expansion or the kernel."""
+    inits = {"d": np.array(10**11, np.int64), "v": np.array([0, 1], np.float32)}
+    node = helper.make_node("OneHot", ["x", "d", "v"], ["y"], axis=0)
+    graph = from_onnx(_model([node], inits, x_shape=(0, 3)))
+    assert graph.types["y"].shape == (10**11, 0, 3)
+    assert run_graph(graph, {"x": np.zeros((0, 3), np.float32)})["y"].size == 0
+    assert run_graph(optimize(graph), {"x": np.zeros((0, 3), np.float32)})["y"].size == 0
