@@ -66,6 +66,9 @@ MODELS: dict[str, tuple[str, tuple[int, ...], str]] = {
     "einsum_attention": ("nn:einsum", (8, 5, 16), "dynamo"),
     "lstm": ("nn:lstm", (9, 16), "torchscript"),
     "gru_bidirectional": ("nn:gru", (9, 16), "torchscript"),
+    "style_transfer": ("nn:style", (3, 64, 64), "torchscript"),
+    "groupnorm_resblock": ("nn:resblock", (64, 16, 16), "dynamo"),
+    "espcn_argmax": ("nn:espcn", (1, 32, 32), "torchscript"),
 }
 
 
@@ -110,6 +113,50 @@ def _block(kind: str) -> Any:
         def forward(self, x: Any) -> Any:
             return self.cell(x)[0]
 
+    class Style(nn.Module):  # fast style transfer: instance norms, a residual, upsampling
+        def __init__(self) -> None:
+            super().__init__()
+            self.down = nn.Sequential(
+                nn.Conv2d(3, 16, 9, padding=4), nn.InstanceNorm2d(16, affine=True), nn.ReLU(),
+                nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.InstanceNorm2d(32, affine=True),
+                nn.ReLU(),
+            )  # fmt: skip
+            self.res = nn.Sequential(
+                nn.Conv2d(32, 32, 3, padding=1), nn.InstanceNorm2d(32, affine=True), nn.ReLU(),
+                nn.Conv2d(32, 32, 3, padding=1), nn.InstanceNorm2d(32, affine=True),
+            )  # fmt: skip
+            self.up = nn.Sequential(
+                nn.Upsample(scale_factor=2), nn.Conv2d(32, 16, 3, padding=1),
+                nn.InstanceNorm2d(16, affine=True), nn.ReLU(), nn.Conv2d(16, 3, 9, padding=4),
+            )  # fmt: skip
+
+        def forward(self, x: Any) -> Any:
+            h = self.down(x)
+            return self.up(h + self.res(h))
+
+    class ResBlock(nn.Module):  # a diffusion UNet's: GroupNorm(32), SiLU, convolutions
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.GroupNorm(32, 64), nn.SiLU(), nn.Conv2d(64, 64, 3, padding=1),
+                nn.GroupNorm(32, 64), nn.SiLU(), nn.Conv2d(64, 64, 3, padding=1),
+            )  # fmt: skip
+
+        def forward(self, x: Any) -> Any:
+            return x + self.body(x)
+
+    class Espcn(nn.Module):  # super-resolution by PixelShuffle, then a per-pixel ArgMax
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(1, 32, 5, padding=2), nn.Tanh(), nn.Conv2d(32, 36, 3, padding=1),
+                nn.PixelShuffle(3),
+            )  # fmt: skip
+
+        def forward(self, x: Any) -> Any:
+            y = self.body(x)
+            return y, y.argmax(dim=1)
+
     layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, norm_first=True)
     return {
         "encoder": lambda: nn.TransformerEncoder(layer, 2),
@@ -118,6 +165,9 @@ def _block(kind: str) -> Any:
         "einsum": Einsum,
         "lstm": lambda: Recurrent(nn.LSTM(16, 32, batch_first=True)),
         "gru": lambda: Recurrent(nn.GRU(16, 32, batch_first=True, bidirectional=True)),
+        "style": Style,
+        "resblock": ResBlock,
+        "espcn": Espcn,
     }[kind]()
 
 

@@ -39,7 +39,10 @@ MIN_OPSET, MAX_OPSET = ONNX_OPSETS
 # Ops the importer turns into something else than a node of the same name.
 _SPECIAL = {"Constant", "Dropout", "If"}
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
-_AXES_ATTR_UNTIL_18 = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"}
+_AXES_ATTR_UNTIL_18 = {
+    "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+    "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
+}  # fmt: skip
 # Results of up to this many elements computed from constants alone are folded at import (shape
 # math): integers, and the bools and floats exporters compute shapes through (Equal -> Where
 # before an Expand; Cast to float, Mul by a scale, Floor, Cast back before a Resize).

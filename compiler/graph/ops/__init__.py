@@ -10,10 +10,13 @@ from . import (  # noqa: F401
     indexing,
     layout,
     nn,
+    normalization,
     qnn,
     quant,
+    reduce_extra,
     resize,
     rnn,
     shape,
+    space,
     topk,
 )

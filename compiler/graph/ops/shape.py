@@ -369,15 +369,20 @@ def _extreme(dtype: np.dtype, lowest: bool) -> Any:
     return info.min if lowest else info.max
 
 
+def reduce_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    """The output type of a Reduce* op (input 1: the constant axes; keepdims,
+    noop_with_empty_axes)."""
+    shape = types[0].shape
+    axes = reduce_axes(attrs, len(shape), consts[1] if len(consts) > 1 else None)
+    if axes is None:
+        return [types[0]]
+    keep = attrs["keepdims"]
+    dims = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
+    return [TensorType(dims, types[0].dtype)]
+
+
 def _reduce(fn: Any) -> tuple[Any, Any]:
-    def infer(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-        shape = types[0].shape
-        axes = reduce_axes(attrs, len(shape), consts[1] if len(consts) > 1 else None)
-        if axes is None:
-            return [types[0]]
-        keep = attrs["keepdims"]
-        dims = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
-        return [TensorType(dims, types[0].dtype)]
+    infer = reduce_type
 
     def compute(attrs: dict[str, Any], x: np.ndarray, axes: Any = None) -> np.ndarray:
         (out,) = infer(attrs, [TensorType(x.shape, str(x.dtype))], [None, axes])
@@ -392,7 +397,7 @@ def _reduce(fn: Any) -> tuple[Any, Any]:
     return infer, compute
 
 
-_REDUCE_ATTRS = {"keepdims": 1, "noop_with_empty_axes": 0}
+REDUCE_ATTRS = {"keepdims": 1, "noop_with_empty_axes": 0}
 for _name, _fn in {
     "ReduceMean": np.mean,
     "ReduceSum": np.sum,
@@ -406,5 +411,5 @@ for _name, _fn in {
         *_reduce(_fn),
         inputs=(1, 2),
         const_inputs=(1,),
-        attrs=_REDUCE_ATTRS,
+        attrs=REDUCE_ATTRS,
     )

@@ -1,4 +1,4 @@
-"""Composite-op expansion: every node whose op has an `expand` (Einsum, LSTM, GRU, RNN) is
+"""Composite-op expansion: every node whose op has an `expand` (Einsum, LSTM, GRU, RNN, ...) is
 rewritten into the ops the back-ends already compile, before any other pass, so the folds and
 fusion see (and every back-end lowers) only those."""
 
@@ -12,11 +12,18 @@ def expand_composites(graph: Graph) -> Graph:
     """Replace each composite node by its expansion (`OpSpec.expand`); other nodes, inputs,
     constants and output names stay as they are.
 
+    An expansion may use other composites (LpNormalization uses ReduceL2): they are expanded
+    in turn, until none is left.
+
     Before: `%y = Einsum[equation="bij,bjk->bik"](%a, %b)`
     After:  `%y0 = MatMul(%a, %b); %y = Transpose[perm=(0, 1, 2)](%y0)`
     """
-    if not any(get_op(n.op).expand for n in graph.nodes):
-        return graph
+    while any(get_op(n.op).expand for n in graph.nodes):
+        graph = _expand_once(graph)
+    return graph
+
+
+def _expand_once(graph: Graph) -> Graph:
     b = GraphBuilder(graph.name)
     for name in graph.inputs:
         ty = graph.types[name]

@@ -29,12 +29,15 @@ ISSUE_OPS = (
 ).split()
 # further ops the importer supports (common in exported models)
 EXTRA_OPS = (
-    "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool HardSigmoid "
-    "Resize ConstantOfShape Range Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor Mod "
-    "ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round CastLike Size Einsum LSTM GRU RNN "
-    "PRelu Softplus Softsign Mish Elu Selu Celu ThresholdedRelu Shrink IsNaN IsInf Sum Mean "
-    "Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh "
-    "DynamicQuantizeLinear ConvInteger MatMulInteger TopK GatherND GridSample"
+    "Identity Dropout Neg Abs Max Min ReduceMin ReduceProd LogSoftmax GlobalMaxPool "
+    "HardSigmoid Resize ConstantOfShape Range Equal Less Greater LessOrEqual GreaterOrEqual "
+    "Not And Or Xor Mod ScatterND Tile CumSum Trilu Sign Reciprocal Floor Ceil Round "
+    "CastLike Size Einsum LSTM GRU RNN PRelu Softplus Softsign Mish Elu Selu Celu "
+    "ThresholdedRelu Shrink IsNaN IsInf Sum Mean Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh "
+    "Acosh Atanh DynamicQuantizeLinear ConvInteger MatMulInteger TopK GatherND GridSample "
+    "InstanceNormalization GroupNormalization LpNormalization MeanVarianceNormalization LRN "
+    "ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMax ArgMin Hardmax "
+    "DepthToSpace SpaceToDepth OneHot GatherElements"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
