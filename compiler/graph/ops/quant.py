@@ -17,7 +17,7 @@ import numpy as np
 from ..ir import GraphBuilder, Node, TensorType, check_dtype
 from ..registry import Pattern, register
 from .emit import Emitter
-from .nn import _conv_type, conv
+from .nn import _CONV_ATTRS, _conv_type, conv
 
 _QUANT_ATTRS = {"axis": 1, "block_size": 0, "saturate": 1, "output_dtype": None}
 
@@ -145,14 +145,7 @@ register(
     _qconv_type,
     qlinear_conv,
     inputs=(8, 9),
-    attrs={
-        "auto_pad": "NOTSET",
-        "dilations": None,
-        "group": 1,
-        "kernel_shape": None,
-        "pads": None,
-        "strides": None,
-    },
+    attrs=_CONV_ATTRS,
 )
 
 
@@ -183,15 +176,6 @@ register("QLinearMatMul", Pattern.OPAQUE, _qmatmul_type, qlinear_matmul, inputs=
 
 
 # ---- onnxruntime's dynamic quantization: DynamicQuantizeLinear, ConvInteger, MatMulInteger ------
-
-_CONV_ATTRS = {
-    "auto_pad": "NOTSET",
-    "dilations": None,
-    "group": 1,
-    "kernel_shape": None,
-    "pads": None,
-    "strides": None,
-}
 
 
 def _wrapped_int32(acc: np.ndarray) -> np.ndarray:
