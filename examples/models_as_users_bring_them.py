@@ -1,0 +1,55 @@
+"""Models as users bring them, compiled for this CPU and checked against onnxruntime:
+- a small CNN quantized by onnxruntime's dynamic quantizer (DynamicQuantizeLinear, ConvInteger,
+  MatMulInteger);
+- the same CNN in float16 (its convolutions and products accumulate in float32);
+- an opset-9 model with an old Upsample (upgraded to opset 13 at import, its coordinate rule
+  kept);
+and run with one array for a one-input model (`module.run(x)`)."""
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+import tensorforge
+from tensorforge.compiler.frontend.onnx_builders import small_cnn
+
+
+def check(name: str, model: onnx.ModelProto, x: np.ndarray, rtol: float) -> None:
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    (got,) = tensorforge.compile(model).run(x).values()  # one array for the one input
+    err = np.abs(got.astype(np.float64) - want).max() / np.abs(want).max()
+    print(f"{name:28s} {got.dtype}{list(got.shape)}  relative error vs onnxruntime {err:.1e}")
+    assert err < rtol, err
+
+
+x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+float_model = small_cnn()
+
+with tempfile.TemporaryDirectory() as tmp:  # onnxruntime's dynamic quantizer works on files
+    src, dst = Path(tmp) / "cnn.onnx", Path(tmp) / "cnn_int8.onnx"
+    onnx.save(float_model, src)
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+    check("dynamically quantized CNN", onnx.load(dst), x, 1e-5)
+
+half = onnx.load_from_string(float_model.SerializeToString())
+for t in half.graph.initializer:
+    t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+for v in [*half.graph.input, *half.graph.output, *half.graph.value_info]:
+    v.type.tensor_type.elem_type = TensorProto.FLOAT16
+check("float16 CNN", half, x.astype(np.float16), 5e-3)
+
+up = helper.make_node("Upsample", ["x", "scales"], ["y"], mode="linear")
+graph = helper.make_graph(
+    [up],
+    "old",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 8, 8))],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    [numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "scales")],
+)
+old = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=4)
+check("opset-9 bilinear Upsample", old, x[:, :, :8, :8].copy(), 1e-6)
