@@ -458,11 +458,6 @@ class _Importer:
         op = node.op_type
         if op == "Dropout":  # inference: identity (the mask output is unsupported)
             op, inputs, outputs, attrs = "Identity", inputs[:1], outputs[:1], {}
-        if op == "GridSample" and dtypes[0] is not None and len(types[inputs[0]].shape) != 4:
-            raise UnsupportedOpError(
-                [("GridSample on volumes (only 2-D images are built)", name, self.opset)],
-                where=self.where,
-            )
         attrs = self._adjust(op, attrs, inputs, outputs, name)
         if self._fold(op, name, inputs, outputs, attrs):
             return
@@ -696,6 +691,9 @@ def from_onnx(
             importer.convert(index, node)
         except GraphError as exc:
             raise OnnxImportError(f"{where}: {exc}") from None
+        except UnsupportedOpError as exc:  # a variant the op's type inference refused
+            items = [(op, name, opset if v is None else v) for op, name, v in exc.items]
+            raise UnsupportedOpError(items, where=where) from None
     graph = importer.builder.build(o.name for o in proto.graph.output)
     importer.check_outputs(graph)
     return graph

@@ -109,6 +109,8 @@ class OpSpec:
             out = self.infer(attrs, in_types, consts)
         except ShapeError as exc:
             raise ShapeError(f"{self.name} node {node.name!r}: {exc}") from None
+        except UnsupportedOpError as exc:  # a variant known only from the types: name the node
+            raise UnsupportedOpError([(op, node.name, v) for op, _, v in exc.items]) from None
         except (ValueError, IndexError, TypeError, ArithmeticError) as exc:
             if isinstance(exc, GraphError):
                 raise

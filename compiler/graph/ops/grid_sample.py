@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import TensorType
-from ..registry import Pattern, register
+from ..registry import Pattern, UnsupportedOpError, register
 
 MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest"}  # opset 16 and 20 names
 PADDINGS = ("zeros", "border", "reflection")
@@ -39,6 +39,8 @@ def check_attrs(attrs: dict[str, Any]) -> tuple[str, str, bool]:
 def _type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     check_attrs(attrs)
     x, grid = types
+    if len(x.shape) == 5:
+        raise UnsupportedOpError([("GridSample on volumes (only 2-D images are built)", "?", None)])
     if len(x.shape) != 4 or len(grid.shape) != 4 or grid.shape[-1] != 2:
         raise ValueError(
             f"GridSample takes a 4-D input and an [N, H, W, 2] grid (2-D images; N-D is not "
