@@ -445,7 +445,8 @@ def check_config_fits(cfg: HWConfig) -> None:
         limit = 32 if e.layout == "UOP" else 64
         knobs = {
             "UOP": "log_acc_buff_size/log_inp_buff_size/log_wgt_buff_size",
-            "GEMM": "log_uop_buff_size (or gemm_requant)" if e.word == 0
+            "GEMM": "log_uop_buff_size (or gemm_requant)"
+            if e.word == 0
             else "log_acc/inp/wgt_buff_size",
             "ALU": "log_uop_buff_size" if e.word == 0 else "log_acc_buff_size",
         }[e.layout]
@@ -500,22 +501,26 @@ def _pack_requant(insn: GemmInsn, cfg: HWConfig, what: str, values: dict[str, in
     if not cfg.gemm_requant:
         raise IsaError(f"{what}: HWConfig {cfg.name!r} has no GEMM requant (gemm_requant=False)")
     if insn.reset_reg or insn.src_factor_out or insn.src_factor_in:
-        raise IsaError(f"{what}: a requant GEMM must have reset_reg=False and src factors 0, "
-                       f"not {insn.reset_reg}, {insn.src_factor_out}, {insn.src_factor_in}")  # fmt: skip
+        raise IsaError(
+            f"{what}: a requant GEMM must have reset_reg=False and src factors 0, not "
+            f"{insn.reset_reg}, {insn.src_factor_out}, {insn.src_factor_in}"
+        )
     if not 0 <= insn.rq_shift < cfg.acc_width or (insn.rq_round and insn.rq_shift == 0):
         raise IsaError(f"{what} field rq_shift must be in [{int(insn.rq_round)}, "
                        f"{cfg.acc_width - 1}], not {insn.rq_shift}")  # fmt: skip
     lw = cfg.log_acc_width
-    values["src_factor_out"] = insn.rq_shift | int(insn.rq_round) << lw | int(insn.rq_relu) << (
-        lw + 1
+    values["src_factor_out"] = (
+        insn.rq_shift | int(insn.rq_round) << lw | int(insn.rq_relu) << (lw + 1)
     )
 
 
 def unpack_requant(src_factor_out: int, cfg: HWConfig) -> tuple[int, bool, bool]:
     """(rq_shift, rq_round, rq_relu) from a requantizing GEMM's src_factor_out field."""
     lw = cfg.log_acc_width
-    return src_factor_out & ((1 << lw) - 1), bool(src_factor_out >> lw & 1), bool(
-        src_factor_out >> (lw + 1) & 1
+    return (
+        src_factor_out & ((1 << lw) - 1),
+        bool(src_factor_out >> lw & 1),
+        bool(src_factor_out >> (lw + 1) & 1),
     )
 
 

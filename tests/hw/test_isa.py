@@ -112,8 +112,14 @@ def test_requant_gemm_round_trips_and_is_refused_without_the_option(name):
     assert isa.layouts(base).gemm.field("requant").width == 0
 
     @settings(max_examples=200, deadline=None)
-    @given(st.integers(0, 31), st.booleans(), st.booleans(), st.integers(0, 15),
-           st.integers(0, 15), st.booleans())
+    @given(
+        st.integers(0, 31),
+        st.booleans(),
+        st.booleans(),
+        st.integers(0, 15),
+        st.integers(0, 15),
+        st.booleans(),
+    )
     def check(shift, rnd, relu, dst, wgt, push):
         insn = GemmInsn(uop_end=3, iter_out=2, dst_factor_out=dst, wgt_factor_in=wgt,
                         requant=True, rq_shift=shift, rq_round=rnd and shift > 0, rq_relu=relu,
