@@ -9,11 +9,14 @@ by the schedule estimate (compiler/vta/schedule.py ``estimated_cycles``) under e
 best ``--top`` of a tuning log (``--log``, e.g. benchmarks/tuning.py's build/tuning/
 resnet18_vta.jsonl) for the layer's shape. Utilization counts the conv's own MACs over the
 cycles, as benchmarks/tuning.py ``part_vta``. ``--resnet`` adds whole ResNet-18 (int8, batch 1)
-with the default schedules.
+with the default schedules, in each requantization mode of ``--modes`` (``mul``, ``pynq``'s
+default, keeps its ALU epilogue under ``gemm_requant``: the per-channel MUL is a tensor pass the
+requantizing GEMM does not fold; ``shift`` folds).
 
 Usage:
     python benchmarks/vta_inflight.py [--settings 1,4,1+rq,4+rq] [--layers C10,C12] [--top 8]
                                       [--log build/tuning/resnet18_vta.jsonl] [--resnet]
+                                      [--modes mul,shift] [--no-layers]
 """
 
 from __future__ import annotations
@@ -84,9 +87,14 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--log", type=Path, default=Path("build/tuning/resnet18_vta.jsonl"))
     ap.add_argument("--resnet", action="store_true")
+    ap.add_argument("--modes", default="mul", help="requantization modes of --resnet (mul,shift)")
+    ap.add_argument("--no-layers", action="store_true", help="only --resnet")
     args = ap.parse_args()
     settings = args.settings.split(",")
     print(f"machine: {describe()}\n")
+    if args.no_layers:
+        whole_resnet(settings, args.modes.split(","))
+        return
     head = " | ".join(f"{n}: default / best (util.)" for n in settings)
     print(f"| layer | configs | {head} |")
     print("|---|---|" + "---|" * len(settings))
@@ -111,10 +119,10 @@ def main() -> None:
     builder.close()
     sim.close()
     if args.resnet:
-        whole_resnet(settings)
+        whole_resnet(settings, args.modes.split(","))
 
 
-def whole_resnet(settings: list[str]) -> None:
+def whole_resnet(settings: list[str], modes: list[str]) -> None:
     import tempfile
 
     import tensorforge
@@ -125,16 +133,17 @@ def whole_resnet(settings: list[str]) -> None:
     rng = np.random.default_rng(0)
     calib = {graph.inputs[0]: rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
     with tempfile.TemporaryDirectory() as tmp:
-        for n in settings:
-            path = Path(tmp) / f"pynq_{n.replace('+', '_')}.json"
-            path.write_text(config(n).to_json())
-            t0 = time.perf_counter()
-            module = tensorforge.compile(graph, f"vta -config={path} -device=cyclesim",
-                                         calibration=calib)  # fmt: skip
-            module.run(calib)
-            total = sum(r.cycles for r in module.device_results().values())
-            print(f"ResNet-18, default schedules, {n}: {total:,} cycles "
-                  f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+        for mode in modes:
+            for n in settings:
+                path = Path(tmp) / f"pynq_{n.replace('+', '_')}.json"
+                path.write_text(config(n).to_json())
+                t0 = time.perf_counter()
+                target = f"vta -config={path} -device=cyclesim -mode={mode}"
+                module = tensorforge.compile(graph, target, calibration=calib)
+                module.run(calib)
+                total = sum(r.cycles for r in module.device_results().values())
+                print(f"ResNet-18, default schedules, requant mode {mode}, {n}: {total:,} cycles "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
