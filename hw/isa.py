@@ -333,8 +333,7 @@ _DOCS = {
     "wgt_factor_out": "WGT index step per outer iteration",
     "wgt_factor_in": "WGT index step per inner iteration",
     "requant": "requantize on writeback (HWConfig gemm_requant): OUT = requant_apply(ACC), "
-    "ACC = 0; src_factor_out then holds rq_shift | rq_round << log_acc_width | rq_relu << "
-    "(log_acc_width + 1)",
+    "ACC = 0; src_factor_out then holds rq_shift (log_acc_width bits), rq_round, rq_relu",
     "alu_opcode": "0 MIN, 1 MAX, 2 ADD, 3 SHR, 4 MUL (extension)",
     "use_imm": "operand is imm instead of ACC[src]",
     "imm": "signed immediate operand",
