@@ -15,7 +15,7 @@ Extensions and choices over VTA, all deliberate:
 - ADD wraps to ``acc_width`` bits; MIN and MAX compare signed values.
 - GEMM accumulates int8 x int8 products into ``acc_width``-bit two's-complement lanes (wrapping).
 - Every GEMM and ALU write of ACC also writes OUT with the low ``out_width`` bits (VTA's HLS).
-- GEMM ``requant`` (HWConfig ``gemm_requant``; the field has no bits without it): each step
+- GEMM ``requant`` (HWConfig ``gemm_requant``; the format has no such field without it): each step
   writes OUT with ``requant_apply`` of the new accumulator (a floor or rounding right shift,
   then a clip to the symmetric ``out_width`` range, or to [0, max] with ``rq_relu``) and writes
   0 to ACC. The parameters are packed into the ``src_factor_out`` field (``rq_shift`` in its
@@ -402,7 +402,8 @@ def layouts(cfg: HWConfig) -> IsaLayouts:
     gemm = _place(
         "GEMM",
         [
-            [*_HEADER, *loop, ("requant", 1 if cfg.gemm_requant else 0)],
+            # requant only with the option: the presets' layouts (and RTL) stay VTA's
+            [*_HEADER, *loop, *([("requant", 1)] if cfg.gemm_requant else [])],
             [("dst_factor_out", acc), ("dst_factor_in", acc), ("src_factor_out", inp),
              ("src_factor_in", inp), ("wgt_factor_out", wgt), ("wgt_factor_in", wgt)],
         ],
@@ -553,6 +554,7 @@ def decode_word(word: int, cfg: HWConfig, index: int | None = None) -> Insn:
     if opcode == Opcode.FINISH:
         return FinishInsn(**{f: bool(v[f]) for f in DEP_FLAGS})
     v["rq_shift"], v["rq_round"], v["rq_relu"] = 0, 0, 0
+    v.setdefault("requant", 0)
     if v["requant"]:
         v["rq_shift"], v["rq_round"], v["rq_relu"] = unpack_requant(v["src_factor_out"], cfg)
         v["src_factor_out"] = 0
