@@ -41,6 +41,13 @@ class HWConfig:
             ahead of the data, which returns in order on one ID). 1, VTA's and the presets'
             choice, pays the DRAM read latency once per burst; more hides it behind the
             earlier bursts' data (docs/hardware.md "Load engine").
+        gemm_requant: whether a GEMM instruction may requantize on writeback (``requant``,
+            hw/isa.py): its steps write OUT with the accumulator shifted (with rounding),
+            clipped to the int8 range (or [0, max] with ReLU) and clear ACC, so a conv's
+            bias step also ends its epilogue (no ALU passes, no reset). Off in the presets
+            (VTA's GEMM); it needs one spare bit in the GEMM word 0 (``log_uop_buff_size``
+            at most 15) and ``log_inp_buff_size`` with room for the parameters
+            (docs/hardware.md "GEMM core").
         board: the board family this config targets (for deployment), or "sim".
 
     Raises:
@@ -64,6 +71,7 @@ class HWConfig:
     insn_queue_depth: int = 512
     dep_queue_depth: int = 1024
     max_outstanding_reads: int = 1
+    gemm_requant: bool = False
     board: str = "pynq"
 
     def __post_init__(self) -> None:
@@ -265,7 +273,7 @@ class HWConfig:
 
 #: knobs added after tuning logs and DSE results were first written -> their default, which
 #: ``to_dict`` leaves out (an older file means that default)
-LATER_KNOBS: dict[str, Any] = {"max_outstanding_reads": 1}
+LATER_KNOBS: dict[str, Any] = {"max_outstanding_reads": 1, "gemm_requant": False}
 _NONE = object()
 
 _INT_RANGES: dict[str, tuple[int, int]] = {
@@ -291,7 +299,7 @@ _WIDTH_NOTE = {
 
 
 #: the knobs a design-space exploration may vary (every field but the labels)
-TUNABLE_KNOBS = (*_INT_RANGES, "axi_data_width", "clock_mhz", "alu_mul")
+TUNABLE_KNOBS = (*_INT_RANGES, "axi_data_width", "clock_mhz", "alu_mul", "gemm_requant")
 AXI_DATA_WIDTHS = (32, 64, 128, 256, 512)
 
 
@@ -322,9 +330,9 @@ def check_knob(knob: str, value: Any) -> None:
     elif knob == "clock_mhz":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 2000:
             raise ValueError(f"HWConfig.clock_mhz must be in (0, 2000], not {value!r}")
-    elif knob == "alu_mul":
+    elif knob in ("alu_mul", "gemm_requant"):
         if not isinstance(value, bool):
-            raise ValueError(f"HWConfig.alu_mul must be a bool, not {value!r}")
+            raise ValueError(f"HWConfig.{knob} must be a bool, not {value!r}")
     elif knob in ("name", "board"):
         if not isinstance(value, str) or not value:
             raise ValueError(f"HWConfig.{knob} must be a non-empty string, not {value!r}")

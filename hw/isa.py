@@ -15,6 +15,14 @@ Extensions and choices over VTA, all deliberate:
 - ADD wraps to ``acc_width`` bits; MIN and MAX compare signed values.
 - GEMM accumulates int8 x int8 products into ``acc_width``-bit two's-complement lanes (wrapping).
 - Every GEMM and ALU write of ACC also writes OUT with the low ``out_width`` bits (VTA's HLS).
+- GEMM ``requant`` (HWConfig ``gemm_requant``; the format has no such field without it): each step
+  writes OUT with ``requant_apply`` of the new accumulator (a floor or rounding right shift,
+  then a clip to the symmetric ``out_width`` range, or to [0, max] with ``rq_relu``) and writes
+  0 to ACC. The parameters are packed into the ``src_factor_out`` field (``rq_shift`` in its
+  low ``log_acc_width`` bits, then ``rq_round``, then ``rq_relu``), so such a GEMM has no src
+  loop offsets (``src_factor_in`` must be 0). One requantizing step per output vector (a
+  conv's bias step) replaces the ALU passes SHR, MAX, MIN (and ADD for rounding), and the
+  cleared ACC needs no reset before the next tile.
 
 Example:
     >>> from tensorforge.hw.config import HWConfig
@@ -120,7 +128,10 @@ class MemInsn:
 class GemmInsn:
     """ACC[dst] += INP[src] . WGT[wgt]^T over a two-level loop around micro-ops [uop_bgn, uop_end).
 
-    With ``reset_reg`` the addressed ACC entries are set to 0 instead.
+    With ``reset_reg`` the addressed ACC entries are set to 0 instead. With ``requant``
+    (HWConfig ``gemm_requant``) each step writes OUT[dst] = ``requant_apply(ACC[dst] + ...,
+    rq_shift, rq_round, rq_relu)`` and ACC[dst] = 0; its src offsets are 0 (``src_factor_out``
+    and ``src_factor_in`` must be 0: the encoding holds the parameters there).
     """
 
     reset_reg: bool = False
@@ -134,6 +145,10 @@ class GemmInsn:
     src_factor_in: int = 0
     wgt_factor_out: int = 0
     wgt_factor_in: int = 0
+    requant: bool = False
+    rq_shift: int = 0
+    rq_round: bool = False
+    rq_relu: bool = False
     pop_prev: bool = False
     pop_next: bool = False
     push_prev: bool = False
@@ -317,6 +332,8 @@ _DOCS = {
     "src_factor_in": "INP (GEMM) or ACC (ALU) index step per inner iteration",
     "wgt_factor_out": "WGT index step per outer iteration",
     "wgt_factor_in": "WGT index step per inner iteration",
+    "requant": "requantize on writeback (HWConfig gemm_requant): OUT = requant_apply(ACC), "
+    "ACC = 0; src_factor_out then holds rq_shift (log_acc_width bits), rq_round, rq_relu",
     "alu_opcode": "0 MIN, 1 MAX, 2 ADD, 3 SHR, 4 MUL (extension)",
     "use_imm": "operand is imm instead of ACC[src]",
     "imm": "signed immediate operand",
@@ -385,7 +402,8 @@ def layouts(cfg: HWConfig) -> IsaLayouts:
     gemm = _place(
         "GEMM",
         [
-            [*_HEADER, *loop],
+            # requant only with the option: the presets' layouts (and RTL) stay VTA's
+            [*_HEADER, *loop, *([("requant", 1)] if cfg.gemm_requant else [])],
             [("dst_factor_out", acc), ("dst_factor_in", acc), ("src_factor_out", inp),
              ("src_factor_in", inp), ("wgt_factor_out", wgt), ("wgt_factor_in", wgt)],
         ],
@@ -408,6 +426,12 @@ def layouts(cfg: HWConfig) -> IsaLayouts:
 
 def check_config_fits(cfg: HWConfig) -> None:
     """Raise ValueError naming the knob when a config's fields do not fit the ISA."""
+    if cfg.gemm_requant and cfg.log_inp_depth < cfg.log_acc_width + 2:
+        raise ValueError(
+            f"HWConfig.gemm_requant needs a src_factor_out field of at least "
+            f"{cfg.log_acc_width + 2} bits for the requantization, not {cfg.log_inp_depth}: "
+            "raise log_inp_buff_size"
+        )
     for buf in ("uop", "inp", "wgt", "acc"):
         depth = getattr(cfg, f"{buf}_depth")
         if depth > 1 << MEM_SRAM_WIDTH:
@@ -421,7 +445,9 @@ def check_config_fits(cfg: HWConfig) -> None:
         limit = 32 if e.layout == "UOP" else 64
         knobs = {
             "UOP": "log_acc_buff_size/log_inp_buff_size/log_wgt_buff_size",
-            "GEMM": "log_uop_buff_size" if e.word == 0 else "log_acc/inp/wgt_buff_size",
+            "GEMM": "log_uop_buff_size (or gemm_requant)"
+            if e.word == 0
+            else "log_acc/inp/wgt_buff_size",
             "ALU": "log_uop_buff_size" if e.word == 0 else "log_acc_buff_size",
         }[e.layout]
         raise ValueError(
@@ -457,8 +483,45 @@ def encode_word(insn: Insn, cfg: HWConfig, index: int | None = None) -> int:
         if isinstance(insn, AluInsn) and insn.alu_opcode == AluOp.MUL and not cfg.alu_mul:
             raise IsaError(f"{what}: HWConfig {cfg.name!r} has no ALU MUL (alu_mul=False)")
         names = _GEMM_FIELDS if isinstance(insn, GemmInsn) else _ALU_FIELDS
-        values.update({f: int(getattr(insn, f)) for f in names})
+        values.update({f: int(getattr(insn, f)) for f in names if f not in _RQ_PARAMS})
+        if isinstance(insn, GemmInsn):
+            _pack_requant(insn, cfg, what, values)
     return layouts(cfg).for_insn(insn).pack(values, what)
+
+
+_RQ_PARAMS = ("rq_shift", "rq_round", "rq_relu")
+
+
+def _pack_requant(insn: GemmInsn, cfg: HWConfig, what: str, values: dict[str, int]) -> None:
+    """Put a requantizing GEMM's parameters into its src_factor_out field (checked)."""
+    if not insn.requant:
+        if insn.rq_shift or insn.rq_round or insn.rq_relu:
+            raise IsaError(f"{what}: rq_shift/rq_round/rq_relu need requant=True")
+        return
+    if not cfg.gemm_requant:
+        raise IsaError(f"{what}: HWConfig {cfg.name!r} has no GEMM requant (gemm_requant=False)")
+    if insn.reset_reg or insn.src_factor_out or insn.src_factor_in:
+        raise IsaError(
+            f"{what}: a requant GEMM must have reset_reg=False and src factors 0, not "
+            f"{insn.reset_reg}, {insn.src_factor_out}, {insn.src_factor_in}"
+        )
+    if not 0 <= insn.rq_shift < cfg.acc_width or (insn.rq_round and insn.rq_shift == 0):
+        raise IsaError(f"{what} field rq_shift must be in [{int(insn.rq_round)}, "
+                       f"{cfg.acc_width - 1}], not {insn.rq_shift}")  # fmt: skip
+    lw = cfg.log_acc_width
+    values["src_factor_out"] = (
+        insn.rq_shift | int(insn.rq_round) << lw | int(insn.rq_relu) << (lw + 1)
+    )
+
+
+def unpack_requant(src_factor_out: int, cfg: HWConfig) -> tuple[int, bool, bool]:
+    """(rq_shift, rq_round, rq_relu) from a requantizing GEMM's src_factor_out field."""
+    lw = cfg.log_acc_width
+    return (
+        src_factor_out & ((1 << lw) - 1),
+        bool(src_factor_out >> lw & 1),
+        bool(src_factor_out >> (lw + 1) & 1),
+    )
 
 
 def encode(insn: Insn, cfg: HWConfig, index: int | None = None) -> bytes:
@@ -490,10 +553,15 @@ def decode_word(word: int, cfg: HWConfig, index: int | None = None) -> Insn:
     v = lay.gemm.unpack(word)
     if opcode == Opcode.FINISH:
         return FinishInsn(**{f: bool(v[f]) for f in DEP_FLAGS})
+    v["rq_shift"], v["rq_round"], v["rq_relu"] = 0, 0, 0
+    v.setdefault("requant", 0)
+    if v["requant"]:
+        v["rq_shift"], v["rq_round"], v["rq_relu"] = unpack_requant(v["src_factor_out"], cfg)
+        v["src_factor_out"] = 0
     return GemmInsn(**{f: _typed(f, v[f]) for f in _GEMM_FIELDS})
 
 
-_BOOL_FIELDS = frozenset(DEP_FLAGS + ("reset_reg", "use_imm"))
+_BOOL_FIELDS = frozenset(DEP_FLAGS + ("reset_reg", "use_imm", "requant", "rq_round", "rq_relu"))
 
 
 def _typed(name: str, value: object) -> object:
@@ -577,6 +645,26 @@ def alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray | int, acc_width: int) -> 
         shifted_left = np.where(left >= acc_width, 0, wrap(a << np.minimum(left, 62), acc_width))
         return np.where(b >= 0, a >> right, shifted_left)
     raise IsaError(f"alu_opcode must be one of {[o.name for o in AluOp]}, not {op!r}")
+
+
+def requant_apply(
+    acc: np.ndarray, shift: int, round_: bool, relu: bool, acc_width: int, out_width: int
+) -> np.ndarray:
+    """A requantizing GEMM step's OUT value (``GemmInsn.requant``), as int64.
+
+    ``clip(wrap(acc + (2**(shift-1) if round_ else 0)) >> shift, lo, hi)`` with
+    ``hi = 2**(out_width-1) - 1`` and ``lo = 0`` with ``relu``, else ``-hi``: exactly the ALU
+    passes [ADD 2**(shift-1),] SHR shift, MAX lo, MIN hi (``alu_apply``), in one step.
+
+    Example:
+        >>> requant_apply(np.array([-300, 23, 24, 5000]), 4, True, False, 32, 8).tolist()
+        [-19, 1, 2, 127]
+    """
+    x = np.asarray(acc, dtype=np.int64)
+    if round_:
+        x = alu_apply(AluOp.ADD, x, 1 << (shift - 1), acc_width)
+    hi = (1 << (out_width - 1)) - 1
+    return np.clip(alu_apply(AluOp.SHR, x, shift, acc_width), 0 if relu else -hi, hi)
 
 
 # ---- documentation -------------------------------------------------------------------------

@@ -41,7 +41,9 @@ from ..hw.isa import (
     decode_uop_array,
     describe,
     elem_bytes,
+    requant_apply,
     stage_of,
+    wrap,
 )
 from ..hw.tokens import STAGE_FLAGS, TOKEN_QUEUES, pop_queues, push_queues
 from .memory import DeviceMemory, DeviceMemoryError
@@ -324,9 +326,12 @@ class FunctionalSim:
             return (base[None, None, :] + io * f_out + ii * f_in).reshape(-1)
 
         wgt_f = (insn.wgt_factor_out, insn.wgt_factor_in) if isinstance(insn, GemmInsn) else (0, 0)
+        # A requantizing GEMM's src fields hold its parameters: no src offsets (hw/isa.py).
+        requant = isinstance(insn, GemmInsn) and insn.requant
+        src_f = (0, 0) if requant else (insn.src_factor_out, insn.src_factor_in)
         return (
             steps(dst, insn.dst_factor_out, insn.dst_factor_in),
-            steps(src, insn.src_factor_out, insn.src_factor_in),
+            steps(src, *src_f),
             steps(wgt, *wgt_f),
         )
 
@@ -364,6 +369,16 @@ class FunctionalSim:
             return
         self._check_steps(insn, index, "INP", src, len(self.inp))
         self._check_steps(insn, index, "WGT", wgt, len(self.wgt))
+        if insn.requant:
+            if not self.cfg.gemm_requant:
+                raise SimError(
+                    f"instruction {index} (GEMM): HWConfig {self.cfg.name!r} has no GEMM "
+                    "requant (gemm_requant=False)",
+                    index,
+                )
+            self._gemm_requant(insn, index, dst, src, wgt)
+            stats.gemm_counter += dst.size
+            return
         for lo in range(0, dst.size, GEMM_CHUNK):
             d, s, w = (
                 dst[lo : lo + GEMM_CHUNK],
@@ -377,6 +392,27 @@ class FunctionalSim:
             np.add.at(self.acc, d, prod)
         self._write_out(dst)
         stats.gemm_counter += dst.size
+
+    def _gemm_requant(
+        self, insn: GemmInsn, index: int, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray
+    ) -> None:
+        """Each step: OUT[d] = requant_apply(ACC[d] + product), ACC[d] = 0 (hw/isa.py)."""
+        cfg = self.cfg
+
+        def requant(values: np.ndarray) -> np.ndarray:
+            return requant_apply(values, insn.rq_shift, insn.rq_round, insn.rq_relu,
+                                 cfg.acc_width, cfg.out_width).astype(np.int8)  # fmt: skip
+
+        prod = np.einsum("nbk,nok->nbo", self.inp[src].astype(np.int64),
+                         self.wgt[wgt].astype(np.int64))  # fmt: skip
+        if np.unique(dst).size == dst.size:
+            self.out[dst] = requant(wrap(self.acc[dst].astype(np.int64) + prod, cfg.acc_width))
+            self.acc[dst] = 0
+            return
+        self._charge(insn, index, (SEQUENTIAL_COST - 1) * dst.size)
+        for k, d in enumerate(dst.tolist()):  # a repeated dst sees the 0 its last step wrote
+            self.out[d] = requant(wrap(self.acc[d].astype(np.int64) + prod[k], cfg.acc_width))
+            self.acc[d] = 0
 
     def _alu(self, insn: AluInsn, index: int, stats: SimStats) -> None:
         if insn.alu_opcode == AluOp.MUL and not self.cfg.alu_mul:

@@ -30,8 +30,10 @@ from .passes import (
     check_sram_capacity,
     constant_adds_to_gemm,
     dedupe_uop_kernels,
+    drop_zero_resets,
     fold_uop_loops,
     insert_dependency_tokens,
+    requant_into_gemm,
     stream_resident_loads,
     verify_tile_program,
     verify_tokens,
@@ -54,6 +56,10 @@ def lower_tile_program(
     prog = constant_adds_to_gemm(prog, cfg)  # the bias on the GEMM core: twice the ALU's rate
     if verify:
         verify_tile_program(prog, False, "constant_adds_to_gemm")
+    prog = requant_into_gemm(prog, cfg)  # the bias step requantizes (gemm_requant): no ALU
+    prog = drop_zero_resets(prog)  # the requantizing step left the accumulators at 0
+    if verify:
+        verify_tile_program(prog, False, "requant_into_gemm")
     prog = fold_uop_loops(prog)  # at most two loop levels per GEMM/ALU
     if verify:
         verify_tile_program(prog, True, "fold_uop_loops")
@@ -140,7 +146,12 @@ def _lower_compute(s: Gemm | Alu, offset: int, n: int) -> Emitted:
         if s.reset:
             insn = GemmInsn(reset_reg=True, **span, **_loop_fields(s.loops, False))
             return Emitted(insn, reads=(s.dst,), writes=(s.dst,))
-        insn = GemmInsn(**span, **_loop_fields(s.loops, True))
+        fields = _loop_fields(s.loops, True)
+        rq = s.requant
+        if rq is not None:  # the src fields carry the requantization (no src steps)
+            fields.update(src_factor_out=0, src_factor_in=0, requant=True, rq_shift=rq.shift,
+                          rq_round=rq.round, rq_relu=rq.relu)  # fmt: skip
+        insn = GemmInsn(**span, **fields)
         return Emitted(insn, reads=(s.src, s.wgt, s.dst), writes=(s.dst,))
     alu = AluInsn(
         **span,

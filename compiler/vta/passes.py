@@ -3,14 +3,17 @@
 Pipeline order (``vta.generate_program`` runs them):
 1. ``constant_adds_to_gemm``: an ALU ADD of a constant accumulator vector (the bias) becomes a
    GEMM against one constant input entry, one step per cycle instead of two.
-2. ``fold_uop_loops``: drop unit loops, fuse contiguous ones, keep at most two (the GEMM/ALU
+2. ``requant_into_gemm`` and ``drop_zero_resets`` (HWConfig ``gemm_requant``): the bias GEMM
+   step requantizes on writeback in place of the ALU passes after it, and the resets of
+   accumulators it left at 0 go.
+3. ``fold_uop_loops``: drop unit loops, fuse contiguous ones, keep at most two (the GEMM/ALU
    ``iter_out``/``iter_in`` fields) and unroll the rest into micro-ops.
-3. ``stream_resident_loads``: resident weights are loaded in parts, each before the GEMM that
+4. ``stream_resident_loads``: resident weights are loaded in parts, each before the GEMM that
    first reads it, with hazards per part (a GEMM waits for its parts, not all the weights).
-4. ``check_sram_capacity``: every buffer fits its SRAM, every access stays inside its buffer.
-5. ``dedupe_uop_kernels``: one copy of each distinct micro-op kernel in the micro-op blob.
-6. ``insert_dependency_tokens``: push/pop flags for every cross-stage hazard.
-7. ``verify_tokens``: the stream runs to FINISH with balanced tokens (no deadlock).
+5. ``check_sram_capacity``: every buffer fits its SRAM, every access stays inside its buffer.
+6. ``dedupe_uop_kernels``: one copy of each distinct micro-op kernel in the micro-op blob.
+7. ``insert_dependency_tokens``: push/pop flags for every cross-stage hazard.
+8. ``verify_tokens``: the stream runs to FINISH with balanced tokens (no deadlock).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from .tile import (
     Alloc,
     Alu,
     Gemm,
+    GemmRequant,
     Load,
     Loop,
     Stmt,
@@ -155,7 +159,9 @@ def gemm_add_weights(values: np.ndarray, cfg: HWConfig) -> np.ndarray | None:
 def _gemm_add_pays(loads: list[Load], adds: list[Alu], cfg: HWConfig) -> bool:
     """Whether the GEMM form saves more cycles than it adds (sim/latency.py's formulas).
 
-    It saves one cycle per ADD step and the compute stage's ACC LOADs of the constants; it adds
+    It saves one cycle per ADD step (with ``gemm_requant`` four: ``requant_into_gemm`` then
+    folds the requantization passes and the reset into it) and the compute stage's ACC LOADs
+    of the constants; it adds
     the load stage's WGT LOADs, whose entries (BLOCK_OUT x BLOCK_IN int8) are larger than the
     ACC entries they replace: a layer with few output pixels per channel (ResNet-18's 7x7
     layers) adds fewer steps than it loads bytes, and its load stage is its bottleneck.
@@ -169,7 +175,150 @@ def _gemm_add_pays(loads: list[Load], adds: list[Alu], cfg: HWConfig) -> bool:
                                        s.x_stride), cfg, p) for s in loads)  # fmt: skip
 
     steps = sum(len(s.uops) * math.prod(lp.extent for lp in s.loops) for s in adds)
+    if cfg.gemm_requant:  # the GEMM form then also takes the SHR/MAX/MIN passes and the reset
+        steps *= 4
     return steps + cycles(MemType.ACC) > cycles(MemType.WGT)
+
+
+# ---- 2. requantization on the GEMM's writeback ----------------------------------------------
+
+
+def requant_into_gemm(prog: TileProgram, cfg: HWConfig) -> TileProgram:
+    """Fold the requantization ALU passes after a GEMM into the GEMM (``Gemm.requant``).
+
+    Before: ``GEMM C += ones.bias; ALU ADD C imm=32; ALU SHR C imm=6; ALU MAX C imm=0;
+    ALU MIN C imm=127``. After: ``GEMM C += ones.bias requant(>>6 round relu)``.
+
+    The requantizing GEMM (HWConfig ``gemm_requant``, hw/isa.py) writes OUT with the clipped
+    value the passes would have left there and 0 to ACC, in its own steps: a 1x1 conv's
+    epilogue of 3-4 ALU passes per output vector (plus the reset ``drop_zero_resets`` then
+    removes) is gone. Applies to a non-reset GEMM whose loops have no src steps and that writes
+    each of its accumulators once, followed at once by immediate ALU passes on exactly those
+    accumulators: ``[ADD 2**(s-1),] SHR s, MAX lo, MIN hi`` with ``hi`` the int8 maximum and
+    ``lo`` 0 or ``-hi``; and only when no later statement reads those accumulators (only OUT,
+    through a STORE) before a reset or LOAD overwrites them, since they hold 0 instead of the
+    clipped values. Without ``gemm_requant`` the program is returned unchanged.
+    """
+    if not cfg.gemm_requant:
+        return prog
+    stmts = list(prog.stmts)
+    out: list[Stmt] = []
+    i = 0
+    while i < len(stmts):
+        s = stmts[i]
+        fused = _fused_requant(stmts, i, cfg) if isinstance(s, Gemm) else None
+        if fused is None:
+            out.append(s)
+            i += 1
+            continue
+        rq, n = fused
+        out.append(replace(s, requant=rq))
+        i += 1 + n
+    return replace(prog, stmts=tuple(out))
+
+
+def _fused_requant(stmts: list[Stmt], i: int, cfg: HWConfig) -> tuple[GemmRequant, int] | None:
+    """(requantization, ALU statements it replaces) for the GEMM at ``i``, or None."""
+    g = stmts[i]
+    assert isinstance(g, Gemm)
+    if g.reset or g.requant is not None or any(lp.src for lp in g.loops):
+        return None
+    if len({u.src_idx for u in g.uops}) != 1:
+        return None  # the requantizing GEMM keeps micro-op src indices, no src steps: fine,
+        # but one src per step keeps the pattern to the bias GEMM it is meant for
+    entries = _entries(g.uops, g.loops, "dst_idx", "dst")
+    if np.unique(entries).size != entries.size:
+        return None
+    hi = (1 << (cfg.out_width - 1)) - 1
+    ops: list[tuple[AluOp, int]] = []
+    k = i + 1
+    while k < len(stmts) and len(ops) < 4:
+        a = stmts[k]
+        if not isinstance(a, Alu) or a.dst != g.dst or a.imm is None:
+            break
+        mine = _entries(a.uops, a.loops, "dst_idx", "dst")
+        if mine.size != entries.size or not np.array_equal(np.sort(mine), np.sort(entries)):
+            break
+        ops.append((a.op, a.imm))
+        k += 1
+    for n in (4, 3):
+        if len(ops) < n:
+            continue
+        head, (shr, mx, mn) = ops[: n - 3], ops[n - 3 : n]
+        if shr[0] != AluOp.SHR or not 0 <= shr[1] < cfg.acc_width:
+            continue
+        rnd = bool(head)
+        if rnd and (shr[1] == 0 or head[0] != (AluOp.ADD, 1 << (shr[1] - 1))):
+            continue
+        if mx[0] != AluOp.MAX or mx[1] not in (0, -hi) or mn != (AluOp.MIN, hi):
+            continue
+        if not _unread_until_overwritten(stmts, i + 1 + n, g.dst, entries):
+            continue
+        return GemmRequant(shr[1], rnd, mx[1] == 0), n
+    return None
+
+
+def _unread_until_overwritten(stmts: list[Stmt], k: int, buf: str, entries: np.ndarray) -> bool:
+    """Whether no statement from ``k`` on reads accumulators ``entries`` of ``buf`` before a
+    reset or LOAD overwrites them (a STORE reads OUT, which is unchanged)."""
+    pending = set(entries.tolist())
+    for s in stmts[k:]:
+        if not pending:
+            return True
+        if isinstance(s, Store) or buf not in _buffers(s):
+            continue
+        if isinstance(s, Load):
+            if s.buf == buf and not _padded(s) and s.y_size * s.x_size:
+                pending -= set(range(s.sram_offset, s.sram_offset + s.footprint))
+            continue
+        touched = set(_entries(s.uops, s.loops, "dst_idx", "dst").tolist())
+        if isinstance(s, Alu) and s.src == buf:
+            touched |= set(_entries(s.uops, s.loops, "src_idx", "src").tolist())
+        if isinstance(s, Gemm) and s.reset and s.dst == buf:
+            pending -= touched
+        elif touched & pending:
+            return False
+    return True
+
+
+def drop_zero_resets(prog: TileProgram) -> TileProgram:
+    """Remove each reset GEMM whose accumulators are all known to hold 0 already.
+
+    Before: ``GEMM C += ones.bias requant(...); STORE C; GEMM.reset C; GEMM C += x.w``.
+    After: ``GEMM C += ones.bias requant(...); STORE C; GEMM C += x.w``.
+
+    An accumulator is known to be 0 after a reset or a requantizing GEMM wrote it, until any
+    other statement writes it; nothing is known at the start of a program.
+    """
+    zero: dict[str, set[int]] = {}
+    out: list[Stmt] = []
+    for s in prog.stmts:
+        if isinstance(s, Load):
+            if s.buf in zero:
+                zero[s.buf] -= set(range(s.sram_offset, s.sram_offset + s.footprint))
+            out.append(s)
+            continue
+        if isinstance(s, Store):
+            out.append(s)
+            continue
+        written = set(_entries(s.uops, s.loops, "dst_idx", "dst").tolist())
+        known = zero.setdefault(s.dst, set())
+        if isinstance(s, Gemm) and s.reset and written <= known:
+            continue
+        if isinstance(s, Gemm) and (s.reset or s.requant is not None):
+            known |= written
+        else:
+            known -= written
+        out.append(s)
+    return replace(prog, stmts=tuple(out))
+
+
+def _entries(uops: tuple[Uop, ...], loops: tuple[Loop, ...], field: str, step: str) -> np.ndarray:
+    """Every buffer index a micro-op nest addresses through ``field``, in step order."""
+    idx = np.array([getattr(u, field) for u in uops], np.int64)
+    for lp in reversed(loops):
+        idx = (getattr(lp, step) * np.arange(lp.extent)[:, None] + idx[None, :]).ravel()
+    return idx
 
 
 def _buffers(s: Stmt) -> tuple[str | None, ...]:

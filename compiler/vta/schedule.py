@@ -290,7 +290,8 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
     Per tile: a GEMM reset, then per input-channel chunk its LOADs (per (n, ic) the input rows,
     unless resident the chunk's weights: latency per AXI burst, or mostly hidden behind the
     data with several bursts in flight, plus one beat per bus word) and its GEMM (a step per
-    micro-op and pixel), then three ALU passes and the STOREs. With one
+    micro-op and pixel), then three ALU passes (with ``gemm_requant``: one requantizing GEMM
+    step per output vector instead of those and the reset) and the STOREs. With one
     thread these run one after another (a tile's epilogue overlaps the next tile's first
     loads); with two, one thread's loads overlap the other's GEMM chunk by chunk, and each
     chunk costs ``CHUNK_CYCLES`` and each of its instructions ``SYNC_CYCLES`` of hand-over.
@@ -339,7 +340,8 @@ def estimated_cycles(cfg: HWConfig, wl: Conv2dWorkload, s: Conv2dSchedule) -> fl
                     sync = min(SYNC_CYCLES * insns + CHUNK_CYCLES, min(load, gemm))
                     overlapped += cc * (max(load, gemm) + sync)
                     fill = fill or min(load, gemm)  # the pipeline fills with one of them
-                alu = 4 * (toc * pixels + p.alu_latency + 2)  # a reset and three ALU passes
+                # a reset and three ALU passes, or (gemm_requant) the one requantizing step
+                alu = (1 if cfg.gemm_requant else 4) * (toc * pixels + p.alu_latency + 2)
                 last_store = tn * dma(toc, th * wl.ow, ob, th == wl.oh, p.dram_write_latency)
                 serial += n * (loads + gemms + alu + last_store - min(alu + last_store, load))
                 pipelined += n * (overlapped + alu)

@@ -60,6 +60,7 @@ __all__ = [
     "Alu",
     "AluOp",
     "Gemm",
+    "GemmRequant",
     "Load",
     "Loop",
     "MemoryScope",
@@ -136,11 +137,23 @@ class Loop:
 
 
 @dataclass(frozen=True, slots=True)
+class GemmRequant:
+    """A GEMM's requantization on writeback (``hw.isa.GemmInsn.requant``): OUT gets the new
+    accumulator ``[+ 2**(shift-1)] >> shift`` clipped to [-max, max] ([0, max] with relu)."""
+
+    shift: int
+    round: bool = False
+    relu: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Gemm:
     """``acc[dst] += inp[src] . wgt[wgt]^T`` for each micro-op inside ``loops`` (outermost first).
 
     Micro-op indices are relative to the buffers ``dst`` (acc), ``src`` (inp) and ``wgt``. With
-    ``reset`` the addressed accumulators are zeroed and ``src``/``wgt`` are unused.
+    ``reset`` the addressed accumulators are zeroed and ``src``/``wgt`` are unused. With
+    ``requant`` (HWConfig ``gemm_requant``) each step writes the requantized sum to OUT and 0 to
+    the accumulator; its loops have no src steps.
     """
 
     dst: str
@@ -149,6 +162,7 @@ class Gemm:
     uops: tuple[Uop, ...]
     loops: tuple[Loop, ...] = ()
     reset: bool = False
+    requant: GemmRequant | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +229,11 @@ def format_stmt(stmt: Stmt) -> str:
         head = (
             f"GEMM.reset {stmt.dst}" if stmt.reset else f"GEMM {stmt.dst} += {stmt.src}.{stmt.wgt}"
         )
+        rq = stmt.requant
+        if rq is not None:
+            head += (
+                f" requant(>>{rq.shift}{' round' if rq.round else ''}{' relu' if rq.relu else ''})"
+            )
         return f"{head} uops={len(stmt.uops)} loops={_loops(stmt.loops)}"
     operand = f"imm={stmt.imm}" if stmt.imm is not None else f"src={stmt.src}"
     return (

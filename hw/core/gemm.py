@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -62,6 +62,39 @@ def split_products(p: Value, shift: int, width: int) -> tuple[Value, Value]:
     return low, high
 
 
+class RequantRegs:
+    """The requantization of the GEMM instruction in flight (``GemmInsn.requant``)."""
+
+    def __init__(self, cfg: HWConfig) -> None:
+        self.cfg = cfg
+        self.on = Signal()
+        self.shift = Signal(cfg.log_acc_width)
+        self.round = Signal(cfg.acc_width)  # the rounding constant 2**(shift-1), or 0
+        self.relu = Signal()
+
+    def latch(self, insn: data.View) -> list:
+        lw = self.cfg.log_acc_width
+        field = insn.src_factor_out
+        shift, rnd = field[:lw], field[lw]
+        return [
+            self.on.eq(insn.requant),
+            self.shift.eq(shift),
+            self.round.eq(Mux(rnd, (Const(1, self.cfg.acc_width) << shift) >> 1, 0)),
+            self.relu.eq(field[lw + 1]),
+        ]
+
+
+def requant_lane(m: Module, acc: Value, rq: RequantRegs, cfg: HWConfig) -> Value:
+    """``hw.isa.requant_apply`` of one signed ``acc_width``-bit lane, as ``out_width`` bits."""
+    x = Signal(signed(cfg.acc_width))
+    m.d.comb += x.eq(acc + rq.round)  # wraps to acc_width, as the ALU's ADD
+    y = Signal(signed(cfg.acc_width))
+    m.d.comb += y.eq(x >> rq.shift)
+    hi = (1 << (cfg.out_width - 1)) - 1
+    lo = Mux(rq.relu, 0, -hi)
+    return Mux(y > hi, hi, Mux(y < lo, lo, y))[: cfg.out_width]
+
+
 class GemmCore(wiring.Component):
     """Executes GEMM instructions over external UOP, INP, WGT, ACC and OUT SRAM ports.
 
@@ -71,7 +104,9 @@ class GemmCore(wiring.Component):
         OUT[same index] = low out_width bits of the new ACC value
 
     or, with ``reset_reg``, ACC and OUT at that index are set to 0. Products and sums wrap to
-    ``acc_width`` bits.
+    ``acc_width`` bits. With ``requant`` (built only for ``cfg.gemm_requant``) the src offsets
+    are 0 and each step writes ``OUT = hw.isa.requant_apply(new ACC value)`` and ``ACC = 0``
+    (``requant_lane``; the parameters come from the src_factor_out field).
 
     Index range (sim/functional.py's check): a step whose exact ACC index (``dst``) is beyond
     ACC's depth, or, without ``reset_reg``, whose INP (``src``) or WGT (``wgt``) index is beyond
@@ -140,6 +175,7 @@ class GemmCore(wiring.Component):
 
         # Accept an instruction only when the whole pipeline is empty.
         reset = Signal()
+        rq = RequantRegs(cfg)
         # One valid bit per stage after S0: the pipeline is GEMM_LATENCY (hw/timing.py) deep.
         v1, v2, v3, v4 = (Signal(name=f"v{i}") for i in range(1, GEMM_LATENCY + 1))
         idle = ~(loop.valid | v1 | v2 | v3 | v4)
@@ -153,6 +189,8 @@ class GemmCore(wiring.Component):
         ]
         with m.If(start):
             m.d.sync += reset.eq(self.insn.payload.reset_reg)
+            if cfg.gemm_requant:
+                m.d.sync += rq.latch(self.insn.payload)
 
         # S0: read the micro-op.
         m.d.comb += self.uop_rd.addr.eq(loop.uop_idx)
@@ -162,12 +200,16 @@ class GemmCore(wiring.Component):
         # S1: micro-op base + loop offset = SRAM indices (modulo depth), and the range check.
         uop = data.View(uop_layout(cfg), self.uop_rd.data)
         base = {"dst": uop.dst_idx, "src": uop.src_idx, "wgt": uop.wgt_idx}
+        offs = {p: off1[p] for p in widths}
+        overs = {p: over1[p] for p in widths}
+        if cfg.gemm_requant:  # a requantizing GEMM's src fields hold parameters: no offsets
+            offs["src"], overs["src"] = Mux(rq.on, 0, off1["src"]), over1["src"] & ~rq.on
         idx2 = {p: Signal(w, name=f"{p}2") for p, w in widths.items()}
-        outside = {p: over1[p] | (base[p] + off1[p] >= 1 << w) for p, w in widths.items()}
+        outside = {p: overs[p] | (base[p] + offs[p] >= 1 << w) for p, w in widths.items()}
         checked = outside["dst"] | (~reset & (outside["src"] | outside["wgt"]))  # as the model
         bad2 = Signal()
         m.d.sync += [v2.eq(v1), bad2.eq(checked)]
-        m.d.sync += [idx2[p].eq(base[p] + off1[p]) for p in widths]
+        m.d.sync += [idx2[p].eq(base[p] + offs[p]) for p in widths]
 
         # S2: read INP, WGT and ACC. An out-of-range step ends the instruction: it and the
         # steps behind it are dropped here, before anything is written.
@@ -202,10 +244,13 @@ class GemmCore(wiring.Component):
                 with m.If(~reset):
                     m.d.comb += new[b][o].eq(acc_old[b][o] + dot)  # wraps to acc_width
                 m.d.comb += out[b][o].eq(new[b][o])  # low out_width bits
+                if cfg.gemm_requant:
+                    with m.If(rq.on):
+                        m.d.comb += out[b][o].eq(requant_lane(m, new[b][o], rq, cfg))
         m.d.comb += [
             self.acc_wr.en.eq(v4),
             self.acc_wr.addr.eq(dst4),
-            self.acc_wr.data.eq(acc_new),
+            self.acc_wr.data.eq(Mux(rq.on, 0, acc_new) if cfg.gemm_requant else acc_new),
             self.out_wr.en.eq(v4),
             self.out_wr.addr.eq(dst4),
         ]

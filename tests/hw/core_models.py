@@ -81,6 +81,12 @@ def gemm_model(insn: GemmInsn, srams: Srams) -> int:
                 src = u.src_idx + i_out * insn.src_factor_out + i_in * insn.src_factor_in
                 wgt = u.wgt_idx + i_out * insn.wgt_factor_out + i_in * insn.wgt_factor_in
                 dst %= cfg.acc_depth
+                if insn.requant:  # src offsets 0; OUT the requantized sum, ACC 0
+                    prod = a["inp"][u.src_idx % cfg.inp_depth] @ a["wgt"][wgt % cfg.wgt_depth].T
+                    a["out"][dst] = requant_model(a["acc"][dst] + prod, insn, cfg)
+                    a["acc"][dst] = 0
+                    n += 1
+                    continue
                 if insn.reset_reg:
                     a["acc"][dst] = 0
                 else:
@@ -89,6 +95,13 @@ def gemm_model(insn: GemmInsn, srams: Srams) -> int:
                 a["out"][dst] = wrap(a["acc"][dst], cfg.out_width)
                 n += 1
     return n
+
+
+def requant_model(total: np.ndarray, insn: GemmInsn, cfg: HWConfig) -> np.ndarray:
+    """[+ 2**(shift-1)], arithmetic shift, clip to [-max or 0, max], in int64 arithmetic."""
+    x = wrap(total + ((1 << (insn.rq_shift - 1)) if insn.rq_round else 0), cfg.acc_width)
+    hi = (1 << (cfg.out_width - 1)) - 1
+    return np.clip(x >> insn.rq_shift, 0 if insn.rq_relu else -hi, hi)
 
 
 def alu_model(insn: AluInsn, srams: Srams) -> int:

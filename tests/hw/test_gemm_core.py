@@ -75,6 +75,30 @@ def test_gemm_reset_zeroes_acc_and_out():
     assert run_program(cfg, srams, [insn]) == [(8, gemm_cycles(8))]
 
 
+@pytest.mark.parametrize("name", ["tiny", "pynq"])
+def test_gemm_requant_writes_clipped_out_and_clears_acc(name):
+    """HWConfig gemm_requant: OUT = the shifted (rounded) sum clipped to int8 (or [0, 127]),
+    ACC = 0, src offsets 0 (the field holds the parameters); a dst stepped on twice sees the
+    0 of its first step (forwarding); same cycles as any GEMM."""
+    cfg = HWConfig.preset(name).replace(gemm_requant=True)
+    rng = np.random.default_rng(21)
+    srams = Srams.random(cfg, rng)
+    srams.arrays["acc"][:8] = rng.integers(-3000, 3000, srams.arrays["acc"][:8].shape)
+    srams.set_uops(0, [Uop(dst_idx=i, src_idx=3 + i, wgt_idx=2 * i) for i in range(4)])
+    srams.set_uops(4, [Uop(dst_idx=5, src_idx=1, wgt_idx=1)])
+    insns = [
+        GemmInsn(uop_bgn=0, uop_end=4, iter_out=2, dst_factor_out=4, wgt_factor_out=1,
+                 requant=True, rq_shift=6, rq_round=True),
+        GemmInsn(uop_bgn=0, uop_end=4, iter_in=2, dst_factor_in=8, requant=True, rq_shift=0,
+                 rq_relu=True),
+        GemmInsn(uop_bgn=4, uop_end=5, iter_out=3, requant=True, rq_shift=31, rq_relu=True),
+        GemmInsn(uop_bgn=0, uop_end=4, src_factor_out=1),  # an ordinary GEMM after them
+    ]  # fmt: skip
+    timings = run_program(cfg, srams, insns)
+    assert timings == [(8, gemm_cycles(8)), (8, gemm_cycles(8)), (3, gemm_cycles(3)),
+                       (4, gemm_cycles(4))]  # fmt: skip
+
+
 def test_gemm_empty_instructions_take_one_cycle_and_write_nothing():
     cfg = HWConfig.preset("tiny")
     srams = Srams.random(cfg, np.random.default_rng(3))

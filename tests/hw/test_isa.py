@@ -78,7 +78,9 @@ def _insns(cfg):
         memory_type=st.sampled_from(list(MemType)), **ints(MemInsn, {"opcode", "memory_type"}),
         **deps,
     )  # fmt: skip
-    gemm = st.builds(GemmInsn, reset_reg=st.booleans(), **ints(GemmInsn, {"reset_reg"}), **deps)
+    rq = {"requant", "rq_shift", "rq_round", "rq_relu"}  # test_requant_gemm_round_trips
+    gemm = st.builds(GemmInsn, reset_reg=st.booleans(), **ints(GemmInsn, {"reset_reg", *rq}),
+                     **deps)  # fmt: skip
     alu = st.builds(
         AluInsn, reset_reg=st.booleans(), use_imm=st.booleans(),
         alu_opcode=st.sampled_from(list(AluOp)),
@@ -97,6 +99,50 @@ def test_every_instruction_round_trips(cfg):
         assert decode(raw, cfg) == insn
 
     check()
+
+
+@pytest.mark.parametrize("name", ["pynq", "tiny"])
+def test_requant_gemm_round_trips_and_is_refused_without_the_option(name):
+    """HWConfig gemm_requant adds the 1-bit ``requant`` field after iter_in and packs the
+    parameters into src_factor_out; the presets' encoding is unchanged."""
+    base = HWConfig.preset(name)
+    cfg = base.replace(gemm_requant=True)
+    lay = isa.layouts(cfg).gemm
+    assert lay.field("requant").lsb == lay.field("iter_in").msb + 1
+    assert "requant" not in [f.name for f in isa.layouts(base).gemm.fields]
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.integers(0, 31),
+        st.booleans(),
+        st.booleans(),
+        st.integers(0, 15),
+        st.integers(0, 15),
+        st.booleans(),
+    )
+    def check(shift, rnd, relu, dst, wgt, push):
+        insn = GemmInsn(uop_end=3, iter_out=2, dst_factor_out=dst, wgt_factor_in=wgt,
+                        requant=True, rq_shift=shift, rq_round=rnd and shift > 0, rq_relu=relu,
+                        push_next=push)  # fmt: skip
+        assert decode(encode(insn, cfg), cfg) == insn
+        plain = dataclasses.replace(insn, requant=False, rq_shift=0, rq_round=False,
+                                    rq_relu=False)  # fmt: skip
+        assert encode(plain, cfg) == encode(plain, base)
+
+    check()
+    with pytest.raises(isa.IsaError, match="has no GEMM requant"):
+        encode(GemmInsn(requant=True, rq_shift=3), base)
+    with pytest.raises(isa.IsaError, match="src factors 0"):
+        encode(GemmInsn(requant=True, src_factor_out=1), cfg)
+    with pytest.raises(isa.IsaError, match=r"rq_shift must be in \[1, 31\], not 0"):
+        encode(GemmInsn(requant=True, rq_round=True), cfg)
+    with pytest.raises(isa.IsaError, match="need requant=True"):
+        encode(GemmInsn(rq_shift=2), cfg)
+
+
+def test_gemm_requant_needs_room_for_its_parameters():
+    with pytest.raises(ValueError, match="gemm_requant needs a src_factor_out field of at least 7"):
+        HWConfig.preset("tiny").replace(log_inp_buff_size=8, gemm_requant=True)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)

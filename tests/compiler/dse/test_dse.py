@@ -121,6 +121,20 @@ def test_read_bursts_in_flight_are_a_knob_a_space_may_vary():
         HwSpace.from_json({**SPACE, "knobs": {"max_outstanding_reads": [0]}})
 
 
+def test_the_requantizing_gemm_is_a_knob_a_space_may_vary():
+    """``gemm_requant`` reaches the candidates' configs, their ISA and their synthesis key (the
+    GEMM core's requantizer changes the netlist); it must be a bool."""
+    from tensorforge.hw.isa import layouts
+
+    space = HwSpace.from_json({**SPACE, "knobs": {"gemm_requant": [False, True]}})
+    off, on = (space.config({"gemm_requant": v}) for v in (False, True))
+    assert [f.name for f in layouts(on).gemm.fields if f not in layouts(off).gemm.fields] == [
+        "requant"]  # fmt: skip
+    assert rtl_key(off, "xc7z020") != rtl_key(on, "xc7z020")
+    with pytest.raises(SpaceFileError, match=r"HWConfig.gemm_requant must be a bool"):
+        HwSpace.from_json({**SPACE, "knobs": {"gemm_requant": [1]}})
+
+
 def test_screen_is_a_lower_bound_of_the_parts_capacity():
     pynq = HWConfig.preset("pynq")
     assert screen(pynq, "xc7z020") == []
