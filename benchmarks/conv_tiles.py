@@ -1,4 +1,4 @@
-"""Register tiles of the blocked conv2d: the old default against the new, and onnxruntime, per layer.
+"""Register tiles of the blocked conv2d: old default vs new vs onnxruntime, per layer.
 
 Every layer runs as a compiled model runs it: in a blocked chain (`graph.passes.alter_layout`,
 channel blocks of `_block_for(channels, CPU_BLOCK)`, input and output NCHW[b]c; an RGB stem
@@ -175,9 +175,12 @@ def print_table(results: dict[int, dict], names: list[str]) -> None:
         print(row)
     for t in threads:
         rs = [results[t][n] for n in names]
-        print(f"geometric mean, {t} thread(s): new/old {geomean([r['new'] / r['old'] for r in rs]):.2f}x,"
-              f" old/ORT {geomean([r['old'] / r['ort'] for r in rs]):.2f}x,"
-              f" new/ORT {geomean([r['new'] / r['ort'] for r in rs]):.2f}x")  # fmt: skip
+        new_old, old_ort, new_ort = (
+            geomean([r[a] / r[b] for r in rs])
+            for a, b in (("new", "old"), ("old", "ort"), ("new", "ort"))
+        )
+        print(f"geometric mean, {t} thread(s): new/old {new_old:.2f}x, old/ORT {old_ort:.2f}x, "
+              f"new/ORT {new_ort:.2f}x")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

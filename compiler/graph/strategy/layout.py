@@ -5,7 +5,6 @@ blocked layout, its tail in that layout)."""
 
 from __future__ import annotations
 
-
 from ... import te
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
 from ...topi.x86.conv2d import with_blocks

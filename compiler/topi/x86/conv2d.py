@@ -2,9 +2,11 @@
 
 The NCHW input is padded and packed into `data_vec[n, C/ic_bn, H+2p, W+2p, ic_bn]`, the OIHW
 kernel into `kernel_vec[K/oc_bn, C/ic_bn, R, S, ic_bn, oc_bn]`; the convolution computes
-`conv[n, K/oc_bn, OH, OW, oc_bn]` with `reg_n` output columns times `oc_bn` channels held in
-vector registers (one broadcast of an input value per column, one vector FMA per column), then
-the result is unpacked to NCHW with the element-wise epilogue (bias, activation) fused in.
+`conv[n, K/oc_bn, OH, OW, oc_bn]` with a register tile of `reg_n` output columns times
+`oc_tile` output channels held in vector registers (one broadcast of an input value per column,
+one vector FMA per weight vector of the tile; the tile spans several output-channel blocks or
+part of one, sized to the CPU's vector registers), then the result is unpacked to NCHW with the
+element-wise epilogue (bias, activation) fused in.
 
 A 3-D convolution (NCDHW input, OIDHW kernel) is the same with a depth axis before the rows:
 `data_vec[n, C/ic_bn, D', H', W', ic_bn]`, `conv[n, K/oc_bn, OD, OH, OW, oc_bn]`, its depth taps
@@ -13,8 +15,8 @@ one more reduction loop around the row taps (TVM's conv3d_NCDHWc).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -326,7 +328,9 @@ def default_blocked_config(
     return Conv2dConfig(ic_bn=blocks[0], oc_bn=blocks[1], reg_n=reg_n, oc_tile=oc_tile)
 
 
-def with_blocks(config: Conv2dConfig, blocks: tuple[int, int], ow: int, filters: int) -> Conv2dConfig:
+def with_blocks(
+    config: Conv2dConfig, blocks: tuple[int, int], ow: int, filters: int
+) -> Conv2dConfig:
     """`config` on the channel blocks `blocks` (ic_bn, oc_bn) of a blocked chain: reg_n at
     most the output width `ow`, and `register_tile`'s tile where `config.oc_tile` is neither
     a multiple nor a divisor of the new oc_bn."""
@@ -458,8 +462,9 @@ def _pack_data(data: Tensor, pads: tuple[int, ...], ic_bn: int, blocked: bool) -
 
 
 def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> Schedule:
-    """The x86 schedule: parallel packing, `reg_n x oc_bn` register tiles written straight to
-    the NCHW output (the blocked result never goes to memory)."""
+    """The x86 schedule: parallel packing, `reg_n x oc_tile` register tiles (`oc_tile` 0: one
+    `oc_bn` block) written straight to the NCHW output (the blocked result never goes to
+    memory)."""
     config = config or Conv2dConfig()
     config.check()
     s = te.create_schedule(op.out.op)
