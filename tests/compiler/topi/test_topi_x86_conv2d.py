@@ -276,3 +276,13 @@ def test_default_register_tile_on_avx2_halves_32_channel_blocks() -> None:
     assert register_tile(28, 32, 128, REGISTERS["avx512"]) == (14, 0)
     config = default_config(64, 128, (28, 28), REGISTERS["avx2"])
     assert (config.oc_bn, config.reg_n, config.oc_tile) == (32, 6, 16)
+
+
+def test_vector_registers_follow_the_target_features() -> None:
+    from tensorforge.compiler.codegen.llvm_jit import vector_registers
+
+    assert vector_registers("llvm -mattr=+avx2,+avx512f,+fma") == (16, 32)
+    assert vector_registers("llvm -mattr=+avx2,+fma") == (8, 16)
+    assert vector_registers("llvm -mtriple=aarch64-linux-gnu") == (4, 32)
+    assert vector_registers("llvm -mtriple=armv7a-linux-gnueabihf -mattr=+neon") == (4, 16)
+    assert vector_registers() in ((16, 32), (8, 16), (4, 16), (4, 32))
