@@ -332,13 +332,13 @@ def with_blocks(
     config: Conv2dConfig, blocks: tuple[int, int], ow: int, filters: int
 ) -> Conv2dConfig:
     """`config` on the channel blocks `blocks` (ic_bn, oc_bn) of a blocked chain: reg_n at
-    most the output width `ow`, and `register_tile`'s tile where `config.oc_tile` is neither
-    a multiple nor a divisor of the new oc_bn."""
-    reg_n, oc_tile = min(config.reg_n, ow), config.oc_tile
-    if oc_tile and _tile_misfit(oc_tile, blocks[1]):
-        reg_n, oc_tile = register_tile(ow, blocks[1], filters)
+    most the output width `ow`, the same register tile width in channels where it is whole
+    blocks or part of one of the new oc_bn, else `register_tile`'s tile."""
+    reg_n, chans = min(config.reg_n, ow), config.oc_tile or config.oc_bn
+    if _tile_misfit(chans, blocks[1]):
+        reg_n, chans = register_tile(ow, blocks[1], filters)
     return dataclasses.replace(config, ic_bn=blocks[0], oc_bn=blocks[1], reg_n=reg_n,
-                               oc_tile=oc_tile)  # fmt: skip
+                               oc_tile=0 if chans == blocks[1] else chans)  # fmt: skip
 
 
 #: the widest register tile the tuner tries, in output channels

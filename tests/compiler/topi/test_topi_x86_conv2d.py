@@ -286,3 +286,16 @@ def test_vector_registers_follow_the_target_features() -> None:
     assert vector_registers("llvm -mtriple=aarch64-linux-gnu") == (4, 32)
     assert vector_registers("llvm -mtriple=armv7a-linux-gnueabihf -mattr=+neon") == (4, 16)
     assert vector_registers() in ((16, 32), (8, 16), (4, 16), (4, 32))
+
+
+def test_a_config_moved_to_a_chains_blocks_keeps_its_tile_width() -> None:
+    """A grouped layer's config, chosen for its own blocks, on the chain's: the tile keeps its
+    channels (one 16-channel block is half of a 32-channel one), or is chosen again."""
+    from tensorforge.compiler.topi.x86.conv2d import with_blocks
+
+    moved = with_blocks(Conv2dConfig(ic_bn=16, oc_bn=16, reg_n=6), (32, 32), 28, 64)
+    assert (moved.ic_bn, moved.oc_bn, moved.reg_n, moved.oc_tile) == (32, 32, 6, 16)
+    moved = with_blocks(Conv2dConfig(oc_bn=32, reg_n=6, oc_tile=16), (8, 8), 4, 64)
+    assert (moved.oc_bn, moved.reg_n, moved.oc_tile) == (8, 4, 16)
+    moved = with_blocks(Conv2dConfig(oc_bn=16, reg_n=6, oc_tile=48), (32, 32), 28, 64)
+    assert moved.oc_bn == 32 and moved.oc_tile in (0, 8, 16, 64)
