@@ -99,6 +99,8 @@ class ConfigSpace:
             sampled nor measured.
         retired: knobs an earlier version had: `from_values` drops them, so tuning logs written
             then still load.
+        added: knobs a later version added, with the value that configs written before meant:
+            `from_values` fills them in when missing, so those logs still load.
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class ConfigSpace:
         default: Mapping[str, Scalar],
         constraint: Callable[[dict[str, Scalar]], str | None] | None = None,
         retired: Sequence[str] = (),
+        added: Mapping[str, Scalar] | None = None,
     ) -> None:
         names = [k.name for k in knobs]
         if len(set(names)) != len(names):
@@ -118,6 +121,7 @@ class ConfigSpace:
         self._radix = [len(k.values) for k in self.knobs]
         self._constraint = constraint
         self._retired = tuple(retired)
+        self._added = dict(added or {})
         self._valid: np.ndarray | None = None
         self.default = self.from_values(default)
         reason = self.why_invalid(self.default.values)
@@ -165,7 +169,8 @@ class ConfigSpace:
         return Config(self, int(index), values)
 
     def from_values(self, values: Mapping[str, Any]) -> Config:
-        """The config with these knob values (every knob named, no others but retired ones).
+        """The config with these knob values (every knob named, no others but retired ones;
+        an added knob not named takes the value configs meant before it existed).
 
         Raises:
             SpaceError: naming an unknown or missing knob, or a value not among the choices.
@@ -173,6 +178,7 @@ class ConfigSpace:
         if not isinstance(values, Mapping):
             raise SpaceError(f"space {self.name!r}: a config must be a mapping of knob values, "
                              f"not {type(values).__name__}")  # fmt: skip
+        values = {**{k: v for k, v in self._added.items() if k in self._by_name}, **values}
         unknown = sorted(set(values) - set(self._by_name) - set(self._retired))
         missing = [k.name for k in self.knobs if k.name not in values]
         if unknown or missing:

@@ -49,6 +49,33 @@ def target_machine(target: Target | str) -> Any:
     )
 
 
+def vector_registers(target: Target | str = "llvm") -> tuple[int, int]:
+    """(float32 lanes per vector register, vector registers) of `target`'s CPU: what a
+    register-tiled micro-kernel may hold (`topi.x86.conv2d.register_tile`). The host's
+    features unless `-mattr` names them (AVX-512: 16 lanes x 32 zmm; AVX/AVX2: 8 x 16 ymm;
+    AArch64: 4 x 32; otherwise SSE's or 32-bit NEON's 4 x 16); another `-mcpu` alone is
+    taken as AVX2."""
+    target = Target.parse(target)
+    if target.triple.startswith("aarch64"):
+        return 4, 32
+    if target.triple or target.kind != "llvm":
+        return 4, 16
+    features = target.mattr
+    if not features:
+        if target.mcpu not in ("", "native"):
+            return 8, 16
+        features = _host_features()
+    words = set(features.split(","))
+    if "+avx512f" in words:
+        return 16, 32
+    return (8, 16) if words & {"+avx", "+avx2"} else (4, 16)
+
+
+@functools.cache
+def _host_features() -> str:
+    return llvm.get_host_cpu_features().flatten()
+
+
 def optimize(module: ir.Module, tm: Any, context: Any = None) -> Any:
     """Parse, verify and run the O3 pipeline (with loop and SLP vectorization) on `module`, in
     `context` (an `llvm.create_context()`; default LLVM's global one, which keeps the types and

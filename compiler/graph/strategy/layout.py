@@ -5,10 +5,9 @@ blocked layout, its tail in that layout)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from ... import te
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
+from ...topi.x86.conv2d import with_blocks
 from ...topi.x86.depthwise import depthwise_conv2d_nchwc, schedule_depthwise_nchwc
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail
@@ -59,7 +58,7 @@ def _conv_nchwc(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         config = blocked_conv_config(plain, w_nchw, out_nchw, stride, pad, dil, layout, (bi, bo))
     else:  # a grouped layer of a chain: one group's default config on the chain's blocks
         config = conv_config(plain, w_nchw, out_nchw, stride, pad, dil, group)
-        config = dataclasses.replace(config, ic_bn=bi, oc_bn=bo, reg_n=min(config.reg_n, outs[1]))
+        config = with_blocks(config, (bi, bo), outs[1], ko * bo // group)
     data, kernel = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2], (ko * bo,)) if has_bias else None

@@ -2,9 +2,11 @@
 
 The NCHW input is padded and packed into `data_vec[n, C/ic_bn, H+2p, W+2p, ic_bn]`, the OIHW
 kernel into `kernel_vec[K/oc_bn, C/ic_bn, R, S, ic_bn, oc_bn]`; the convolution computes
-`conv[n, K/oc_bn, OH, OW, oc_bn]` with `reg_n` output columns times `oc_bn` channels held in
-vector registers (one broadcast of an input value per column, one vector FMA per column), then
-the result is unpacked to NCHW with the element-wise epilogue (bias, activation) fused in.
+`conv[n, K/oc_bn, OH, OW, oc_bn]` with a register tile of `reg_n` output columns times
+`oc_tile` output channels held in vector registers (one broadcast of an input value per column,
+one vector FMA per weight vector of the tile; the tile spans several output-channel blocks or
+part of one, sized to the CPU's vector registers), then the result is unpacked to NCHW with the
+element-wise epilogue (bias, activation) fused in.
 
 A 3-D convolution (NCDHW input, OIDHW kernel) is the same with a depth axis before the rows:
 `data_vec[n, C/ic_bn, D', H', W', ic_bn]`, `conv[n, K/oc_bn, OD, OH, OW, oc_bn]`, its depth taps
@@ -13,6 +15,7 @@ one more reduction loop around the row taps (TVM's conv3d_NCDHWc).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +23,7 @@ import numpy as np
 
 from ... import te
 from ...autotune.space import ConfigSpace, Knob, divisors
-from ...schedule.primitives import check_positive_knobs
+from ...schedule.primitives import ScheduleError, check_positive_knobs
 from ...schedule.schedule import Schedule
 from ...schedule.stage import AttachKind
 from ...te.tensor import Tensor
@@ -36,6 +39,11 @@ class Conv2dConfig:
         ic_bn: input-channel block (the innermost packed dimension of the data).
         oc_bn: output-channel block (the vector lanes of the micro-kernel).
         reg_n: output columns per register tile.
+        oc_tile: output channels per register tile (`reg_n x oc_tile` accumulators): a
+            multiple of `oc_bn` spans that many blocks, each input value broadcast once
+            feeding all their weight vectors; a divisor of `oc_bn` computes a block in parts
+            (a 32-channel block as two 16-lane tiles where 16 AVX2 registers cannot hold
+            32 x reg_n accumulators); 0 is one block.
         pack_data: copy the input to the blocked layout even when there is no padding to add
             (with padding it is always copied).
         parallel: run the fused (n, channel block, row) loop on the thread pool.
@@ -46,9 +54,12 @@ class Conv2dConfig:
     reg_n: int = 8
     pack_data: bool = False
     parallel: bool = True
+    oc_tile: int = 0
 
     def check(self) -> None:
         check_positive_knobs(self, ("ic_bn", "oc_bn", "reg_n"), "conv2d")
+        if self.oc_tile < 0:
+            raise ScheduleError(f"conv2d: oc_tile must be >= 0, not {self.oc_tile}")
 
 
 @dataclass
@@ -228,23 +239,71 @@ def _per_axis(value: int | Sequence[int], nd: int, what: str) -> tuple[int, ...]
     return values
 
 
-def default_config(channels: int, filters: int, out_hw: tuple[int, ...]) -> Conv2dConfig:
-    """The hand-chosen knobs by layer shape (the default point of `config_space`), from a sweep
-    of ResNet-18's layers on an AVX-512 machine: 32 output channels per tile (two vectors), a
-    row tile that divides the output width, wider input-channel blocks for deep layers on
-    larger images (a 3-D convolution's by its output rows and columns). A stem convolution
-    (under 16 input channels: RGB images) reduces over so few values per tile that writing the
-    tile out to NCHW costs as much as computing it: 8 columns there (power-of-two vectors to
-    transpose; 14 ran 1.7x slower on MobileNet's 3->32 stem)."""
+def default_config(
+    channels: int,
+    filters: int,
+    out_hw: tuple[int, ...],
+    registers: tuple[int, int] | None = None,
+) -> Conv2dConfig:
+    """The hand-chosen knobs by layer shape (the default point of `config_space`): 32 output
+    channels per block where they divide the filters, wider input-channel blocks for deep
+    layers on larger images (a 3-D convolution's by its output rows and columns), and the
+    register tile of `register_tile` for the CPU's vector registers (`registers`: (lanes,
+    count), the host's by default). A stem convolution (under 16 input channels: RGB images)
+    reduces over so few values per tile that writing the tile out to NCHW costs as much as
+    computing it: 8 columns there (power-of-two vectors to transpose; 14 ran 1.7x slower on
+    MobileNet's 3->32 stem)."""
     oh, ow = out_hw[-2:]
     oc_bn = 32 if filters % 32 == 0 else 16
     ic_bn = 32 if channels >= 256 and oh >= 14 else 16
-    if ow % 8 == 0 and (ow <= 64 or channels < 16):
-        reg_n = 8
-    else:
-        reg_n = max([d for d in range(4, 15) if ow % d == 0], default=8)
     ic_bn, oc_bn = _block(channels, ic_bn), _block(filters, oc_bn)
-    return Conv2dConfig(ic_bn=ic_bn, oc_bn=oc_bn, reg_n=reg_n)
+    columns = 8 if channels < 16 and ow % 8 == 0 else None
+    reg_n, oc_tile = register_tile(ow, oc_bn, filters, registers, columns)
+    return Conv2dConfig(ic_bn=ic_bn, oc_bn=oc_bn, reg_n=reg_n, oc_tile=oc_tile)
+
+
+def register_tile(
+    ow: int,
+    oc_bn: int,
+    filters: int,
+    registers: tuple[int, int] | None = None,
+    columns: int | None = None,
+) -> tuple[int, int]:
+    """The default (reg_n, oc_tile) of a row of `ow` output columns in blocks of `oc_bn`
+    channels, for `registers` = (float32 lanes per vector, vector registers) (the host's:
+    `codegen.llvm_jit.vector_registers`).
+
+    A tile of `reg_n` columns by `v` weight vectors holds `reg_n * v` accumulators and needs
+    `v` weight vectors and one broadcast input value besides: `reg_n * v + v + 1` registers.
+    The rule takes the tile with the most accumulators that fits (enough independent FMAs to
+    cover their latency), of those with at least two weight vectors per broadcast value when
+    there are any (one loads as many values as it computes FMAs), ties to more weight vectors;
+    then evens the columns out over the row (7 as 4 + 3, not 6 + 1). Tile widths are whole
+    vectors that divide a block or are whole blocks (at most the filters). AVX2 (8 x 16): 6
+    columns x 16 channels, half of a 32-channel block (32 x 8 columns, the rule before, needed
+    32 registers for its accumulators alone and spilled; 1.2-2.4x slower on ResNet's layers);
+    AVX-512 (16 x 32): 14 columns x 32 channels. `columns` fixes reg_n. A block that is not
+    whole vectors (20 channels) keeps one block per tile, at most 8 columns."""
+    from ...codegen.llvm_jit import vector_registers
+
+    lanes, count = registers or vector_registers()
+    best: tuple[int, int, int, int] | None = None  # (accumulators, vectors, reg_n, channels)
+    for vecs in range(1, count - 1):
+        chans = vecs * lanes
+        if chans > filters or (chans % oc_bn and oc_bn % chans):
+            continue
+        reg_n = columns or min((count - 1 - vecs) // vecs, ow)
+        if reg_n < 1 or reg_n * vecs + vecs + 1 > count:
+            continue
+        key = (min(vecs, 2), reg_n * vecs, vecs)
+        if best is None or key > (min(best[1], 2), best[0], best[1]):
+            best = (reg_n * vecs, vecs, reg_n, chans)
+    if best is None:
+        return columns or min(8, ow), 0
+    _, _, reg_n, chans = best
+    if columns is None:
+        reg_n = -(-ow // -(-ow // reg_n))
+    return reg_n, 0 if chans == oc_bn else chans
 
 
 #: the most accumulator elements a register tile may hold (reg_n x oc_bn): beyond this the
@@ -253,15 +312,37 @@ MAX_TILE = 512
 
 
 def default_blocked_config(
-    channels: int, filters: int, out_hw: tuple[int, ...], blocks: tuple[int, int]
+    channels: int,
+    filters: int,
+    out_hw: tuple[int, ...],
+    blocks: tuple[int, int],
+    registers: tuple[int, int] | None = None,
 ) -> Conv2dConfig:
     """The default knobs of a conv2d whose channel blocks are given (`blocks` = (ic_bn,
     oc_bn): a layer of a blocked chain, `graph.passes.alter_layout`, whose input and output
-    blocks its neighbours share): `default_config`'s register tile, at most the output
-    width."""
-    d = default_config(channels, filters, out_hw)
-    return Conv2dConfig(ic_bn=blocks[0], oc_bn=blocks[1], reg_n=min(d.reg_n, out_hw[-1]),
-                        pack_data=d.pack_data, parallel=d.parallel)  # fmt: skip
+    blocks its neighbours share): `register_tile`'s register tile for those blocks (8 columns
+    for a stem, as `default_config`)."""
+    ow = out_hw[-1]
+    columns = 8 if channels < 16 and ow % 8 == 0 else None
+    reg_n, oc_tile = register_tile(ow, blocks[1], filters, registers, columns)
+    return Conv2dConfig(ic_bn=blocks[0], oc_bn=blocks[1], reg_n=reg_n, oc_tile=oc_tile)
+
+
+def with_blocks(
+    config: Conv2dConfig, blocks: tuple[int, int], ow: int, filters: int
+) -> Conv2dConfig:
+    """`config` on the channel blocks `blocks` (ic_bn, oc_bn) of a blocked chain: reg_n at
+    most the output width `ow`, the same register tile width in channels where it is whole
+    blocks or part of one of the new oc_bn, else `register_tile`'s tile."""
+    reg_n, chans = min(config.reg_n, ow), config.oc_tile or config.oc_bn
+    if _tile_misfit(chans, blocks[1]):
+        reg_n, chans = register_tile(ow, blocks[1], filters)
+    return dataclasses.replace(config, ic_bn=blocks[0], oc_bn=blocks[1], reg_n=reg_n,
+                               oc_tile=0 if chans == blocks[1] else chans)  # fmt: skip
+
+
+#: the widest register tile the tuner tries, in output channels
+MAX_OC_TILE = 128
 
 
 def config_space(
@@ -272,41 +353,61 @@ def config_space(
     blocks: tuple[int, int] | None = None,
 ) -> ConfigSpace:
     """The knobs a tuner searches for one conv2d (TVM's x86 NCHWc template): input- and
-    output-channel blocks (divisors of the channels), output columns per register tile, whether
-    the input is copied to the blocked layout (always, with padding: then a single choice),
-    and thread-pool use. The default point is `default_config`.
+    output-channel blocks (divisors of the channels), output columns and output channels
+    (`oc_tile`: several blocks or part of one, whole vectors of this CPU) per register tile,
+    whether the input is copied to the blocked layout (always, with padding: then a single
+    choice), and thread-pool use. The default point is `default_config`.
 
     With `blocks` (ic_bn, oc_bn), the kernel of a blocked chain: its input and output layouts
     are its neighbours' too, so the blocks are fixed (one choice each) and the other knobs
-    vary; the default point is `default_blocked_config`."""
-    ow = out_hw[1]
+    vary; the default point is `default_blocked_config`.
+
+    Tuning logs written before `oc_tile` existed meant one block per tile (0)."""
+    from ...codegen.llvm_jit import vector_registers
+
+    ow = out_hw[-1]
     d = default_config(channels, filters, out_hw)
     if blocks is not None:
         d = default_blocked_config(channels, filters, out_hw, blocks)
     regs = sorted({r for r in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16) if r <= ow} | {d.reg_n})
+    lanes = vector_registers()[0]
+    widths = range(lanes, min(filters, MAX_OC_TILE) + 1, lanes)
+    if blocks is not None:
+        widths = [w for w in widths if w != blocks[1] and not _tile_misfit(w, blocks[1])]
     knobs = [
         Knob("ic_bn", divisors(channels, 64) if blocks is None else (blocks[0],)),
         Knob("oc_bn", divisors(filters, 64) if blocks is None else (blocks[1],)),
         Knob("reg_n", tuple(regs)),
+        Knob("oc_tile", tuple(sorted({0, *widths, d.oc_tile}))),
         Knob("pack_data", (False, True) if padding == 0 else (False,)),
         Knob("parallel", (True, False)),
     ]
 
     def constraint(v: dict) -> str | None:
-        if v["reg_n"] * v["oc_bn"] > MAX_TILE:
-            return f"a register tile of reg_n x oc_bn > {MAX_TILE} accumulators"
+        tile = v["oc_tile"] or v["oc_bn"]
+        if v["oc_tile"] == v["oc_bn"]:
+            return "oc_tile equal to oc_bn is oc_tile 0 (one block)"
+        if _tile_misfit(tile, v["oc_bn"]):
+            return "an oc_tile that is neither a multiple nor a divisor of oc_bn"
+        if v["reg_n"] * tile > MAX_TILE:
+            return f"a register tile of reg_n x oc_tile > {MAX_TILE} accumulators"
         return None
 
-    default = {"ic_bn": d.ic_bn, "oc_bn": d.oc_bn, "reg_n": d.reg_n, "pack_data": d.pack_data,
-               "parallel": d.parallel}  # fmt: skip
-    return ConfigSpace("x86.conv2d_nchwc", knobs, default, constraint)
+    default = {"ic_bn": d.ic_bn, "oc_bn": d.oc_bn, "reg_n": d.reg_n, "oc_tile": d.oc_tile,
+               "pack_data": d.pack_data, "parallel": d.parallel}  # fmt: skip
+    return ConfigSpace("x86.conv2d_nchwc", knobs, default, constraint, added={"oc_tile": 0})
+
+
+def _tile_misfit(oc_tile: int, oc_bn: int) -> bool:
+    return bool(oc_tile % oc_bn and oc_bn % oc_tile)
 
 
 def config_from(values: dict) -> Conv2dConfig:
     """The `Conv2dConfig` of a point of `config_space`."""
     v = dict(values)
     return Conv2dConfig(ic_bn=int(v["ic_bn"]), oc_bn=int(v["oc_bn"]), reg_n=int(v["reg_n"]),
-                        pack_data=bool(v["pack_data"]), parallel=bool(v["parallel"]))  # fmt: skip
+                        oc_tile=int(v.get("oc_tile", 0)), pack_data=bool(v["pack_data"]),
+                        parallel=bool(v["parallel"]))  # fmt: skip
 
 
 def kernel_blocks(
@@ -361,8 +462,9 @@ def _pack_data(data: Tensor, pads: tuple[int, ...], ic_bn: int, blocked: bool) -
 
 
 def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> Schedule:
-    """The x86 schedule: parallel packing, `reg_n x oc_bn` register tiles written straight to
-    the NCHW output (the blocked result never goes to memory)."""
+    """The x86 schedule: parallel packing, `reg_n x oc_tile` register tiles (`oc_tile` 0: one
+    `oc_bn` block) written straight to the NCHW output (the blocked result never goes to
+    memory)."""
     config = config or Conv2dConfig()
     config.check()
     s = te.create_schedule(op.out.op)
@@ -371,29 +473,51 @@ def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> S
         s[op.data_vec].compute_inline()
     _schedule_packing(s, op, config)
     s[conv].set_scope("local")
+    blocks, lanes = _tile_split(conv.shape[-1], conv.shape[1], config.oc_tile)
     if op.blocked:  # the tile stored as it is: columns unrolled, channels in vector lanes
-        on, ko, *rows, ox, ki = out.op.axis
+        on, ok, *rows, ox, ki = out.op.axis
+        ko, kt = s[out].split(ok, factor=blocks)
+        kl, ki = s[out].split(ki, factor=lanes)
         xo, xi = s[out].split(ox, factor=config.reg_n)
-        s[out].reorder(on, ko, *rows, xo, xi, ki)
+        s[out].reorder(on, ko, *rows, xo, kl, kt, xi, ki)
         s[out].unroll(xi)
         s[out].vectorize(ki)
     else:
         on, ok, *rows, ox = out.op.axis  # rows: the output rows (a 3-D one's depth, then rows)
         ko, ki = s[out].split(ok, factor=op.oc_bn)
+        ko, kt = s[out].split(ko, factor=blocks)
+        kl, ki = s[out].split(ki, factor=lanes)
         xo, xi = s[out].split(ox, factor=config.reg_n)
-        s[out].reorder(on, ko, *rows, xo, ki, xi)
+        s[out].reorder(on, ko, *rows, xo, kl, kt, ki, xi)
         s[out].vectorize(xi)
     row = s[out].fuse(on, ko, *rows)
     if config.parallel:
         s[out].parallel(row)
-    s[conv].compute_at(s[out], xo)
-    lx, lki = conv.op.axis[-2:]
+    s[conv].compute_at(s[out], kl)  # the tile: `blocks` blocks x reg_n columns x `lanes` lanes
+    lkt, lx, lki = conv.op.axis[1], conv.op.axis[-2], conv.op.axis[-1]
     rc, *rtaps = conv.op.reduce_axis
     rco, rci = s[conv].split(rc, factor=op.ic_bn)
-    s[conv].reorder(rco, *rtaps, rci, lx, lki)
+    # one broadcast of an input value per column, then its FMAs on the tile's weight vectors
+    s[conv].reorder(rco, *rtaps, rci, lx, lkt, lki)
     s[conv].unroll(lx)
+    s[conv].unroll(lkt)
     s[conv].vectorize(lki)
     return s
+
+
+def _tile_split(oc_bn: int, n_blocks: int, oc_tile: int) -> tuple[int, int]:
+    """The register tile's (blocks, lanes) of `oc_tile` output channels: several whole blocks
+    (a multiple of `oc_bn`, at most the blocks there are), or part of one (a divisor of it);
+    0 is one block."""
+    if oc_tile == 0 or oc_tile == oc_bn:
+        return 1, oc_bn
+    if _tile_misfit(oc_tile, oc_bn):
+        raise ScheduleError(
+            f"conv2d: oc_tile must be 0, a multiple or a divisor of oc_bn ({oc_bn}), not {oc_tile}"
+        )
+    if oc_tile % oc_bn == 0:
+        return min(oc_tile // oc_bn, n_blocks), oc_bn
+    return 1, oc_tile
 
 
 def _schedule_packing(s: Schedule, op: Conv2dOp, config: Conv2dConfig) -> None:

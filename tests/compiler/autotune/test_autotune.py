@@ -223,9 +223,14 @@ def test_every_blocked_conv_config_computes_what_numpy_does(builder, local, layo
           "dil": 1, "dtype": "float32", "layout": layout, "blocks": blocks}  # fmt: skip
     task = Task("x86.conv2d_nchwc", wl, "llvm")
     assert [k.values for k in task.space.knobs[:2]] == [(blocks[0],), (blocks[1],)]
-    configs = [cfg.values for cfg in task.space]  # reg_n 1-6 (6 output columns) x parallel
+    # reg_n 1-6 (6 output columns) x oc_tile (0, part of the 16-channel block, both blocks:
+    # whole vectors of this CPU) x parallel
+    tiles = task.space.knobs[3].values
+    assert 0 in tiles and 32 in tiles and all(t % 16 == 0 or 16 % t == 0 for t in tiles)
+    configs = [cfg.values for cfg in task.space]
     results = measure(task, configs, builder, local)
-    assert len(results) == 6 * 2 and all(r.ok for r in results), [r.message for r in results]
+    assert len(results) == 6 * len(tiles) * 2, len(results)
+    assert all(r.ok for r in results), [r.message for r in results]
     assert task.build(configs[0]).expected.shape == (1, 2, 6, 6, 16)
     assert task.describe() == f"x86.conv2d_nchwc {c}x11x11 k32 3x3 s2 {layout} {blocks}"
 
@@ -305,6 +310,19 @@ def test_a_vta_log_written_with_the_retired_lowering_knob_still_loads(tmp_path):
         kern = conv2d(cfg, (1, 8, 6, 6), w, padding=1)
     assert tuning_workload(cfg, kern.workload, False) == TINY_CONV
     assert {k: getattr(kern.schedule, k) for k in values} == values
+
+
+def test_a_conv2d_log_written_before_the_oc_tile_knob_still_loads(tmp_path):
+    """A config without `oc_tile` meant one output-channel block per register tile."""
+    task = Task("x86.conv2d_nchwc", CONV, "llvm")
+    values = {k: v for k, v in task.space.default.values.items() if k != "oc_tile"}
+    path = tmp_path / "old.jsonl"
+    with TuningLog(path) as log:
+        log.write(task, MeasureResult(values, 1e-4, [1e-4]), 0)
+    assert load_best(path, "llvm") == {task.key: values}
+    assert task.space.from_values(values).values == {**values, "oc_tile": 0}
+    with pytest.raises(SpaceError, match="misses \\['reg_n'\\]"):
+        task.space.from_values({k: v for k, v in values.items() if k != "reg_n"})
 
 
 def test_log_round_trip_skips_bad_lines_and_picks_the_best(tmp_path):

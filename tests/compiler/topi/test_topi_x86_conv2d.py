@@ -10,7 +10,12 @@ from tensorforge.compiler.build import build
 from tensorforge.compiler.graph.ops.layout import from_blocked, to_blocked
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.topi.x86 import Conv2dConfig, conv2d_nchwc, schedule_conv2d_nchwc
-from tensorforge.compiler.topi.x86.conv2d import kernel_blocks, pack_kernel
+from tensorforge.compiler.topi.x86.conv2d import (
+    default_config,
+    kernel_blocks,
+    pack_kernel,
+    register_tile,
+)
 
 
 def conv2d_ref(a: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: int) -> np.ndarray:
@@ -173,3 +178,124 @@ def test_nchw_data_with_blocked_output_packs_it_inside() -> None:
     build(schedule_conv2d_nchwc(op), op.args, name="stem_b")(a, wp, out)
     want = conv2d_ref(a, wt, stride, pad, dil)
     np.testing.assert_allclose(from_blocked(out), want, rtol=1e-4, atol=1e-4)
+
+
+# ---- register tiles over several output-channel blocks, or part of one (oc_tile) ----------
+
+# (case, config): odd channels, strides, padding, dilation; tiles of 2 and 3 blocks whose
+# block count leaves a tail, half and a quarter of a block, wider than all the filters
+TILE_CASES = [
+    ((1, 17, 10, 10, 48, 3, 1, 1, 1), Conv2dConfig(ic_bn=8, oc_bn=16, reg_n=3, oc_tile=32)),
+    ((1, 6, 9, 11, 40, 3, 2, 0, 1), Conv2dConfig(ic_bn=3, oc_bn=8, reg_n=4, oc_tile=24)),
+    ((2, 8, 12, 12, 32, 3, 1, 2, 2), Conv2dConfig(ic_bn=8, oc_bn=32, reg_n=5, oc_tile=16)),
+    ((1, 16, 15, 15, 32, 1, 2, 0, 1), Conv2dConfig(ic_bn=16, oc_bn=32, reg_n=6, oc_tile=8)),
+    ((1, 4, 11, 11, 16, 7, 2, 3, 1), Conv2dConfig(oc_bn=8, reg_n=2, oc_tile=64, parallel=False)),
+]
+
+
+@pytest.mark.parametrize("case, config", TILE_CASES, ids=[str(c[1].oc_tile) for c in TILE_CASES])
+def test_oc_tile_register_tiles_match_numpy(case, config) -> None:
+    (a, w), out, geom = _run(case, config)
+    np.testing.assert_allclose(out, conv2d_ref(a, w, *geom), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("oc_tile", [8, 64])
+def test_oc_tile_in_the_blocked_layout_and_grouped_matches_numpy(oc_tile) -> None:
+    """A chain's kernel (blocked in and out) with a tile of part of a block, or of two blocks
+    that belong to different groups (each reads its own group's input blocks)."""
+    n, c, h, w, k, groups = 1, 32, 9, 9, 64, 2
+    ic_bn, oc_bn = 8, 16
+    config = Conv2dConfig(ic_bn=ic_bn, oc_bn=oc_bn, reg_n=4, oc_tile=oc_tile)
+    rng = np.random.default_rng(oc_tile)
+    a = rng.uniform(-1, 1, (n, c, h, w)).astype("float32")
+    wt = rng.uniform(-1, 1, (k, c // groups, 3, 3)).astype("float32")
+    ab, wp = to_blocked(a, ic_bn), pack_kernel(wt, ic_bn, oc_bn)
+    A, W = te.placeholder(ab.shape, name="A"), te.placeholder(wp.shape, name="W")
+    op = conv2d_nchwc(A, W, 1, 1, 1, config=config, groups=groups, blocked=True)
+    out = np.zeros(op.out.shape, "float32")
+    build(schedule_conv2d_nchwc(op, config), op.args, name="conv_t")(ab, wp, out)
+    half = k // groups
+    want = np.concatenate([conv2d_ref(a[:, g * 16 : g * 16 + 16], wt[g * half : (g + 1) * half],
+                                      1, 1, 1) for g in range(groups)], axis=1)  # fmt: skip
+    np.testing.assert_allclose(from_blocked(out), want, rtol=1e-4, atol=1e-4)
+
+
+def test_oc_tile_in_a_3d_convolution_matches_numpy() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (1, 8, 5, 6, 7)).astype("float32")
+    wt = rng.uniform(-1, 1, (24, 8, 3, 3, 3)).astype("float32")
+    config = Conv2dConfig(ic_bn=8, oc_bn=8, reg_n=3, oc_tile=16)
+    A, W = te.placeholder(a.shape, name="A"), te.placeholder(wt.shape, name="W")
+    op = conv2d_nchwc(A, W, 1, 1, config=config)
+    out = np.zeros(op.out.shape, "float32")
+    build(schedule_conv2d_nchwc(op, config), op.args, name="conv3d_t")(a, wt, out)
+    x = np.pad(a.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
+    view = np.lib.stride_tricks.sliding_window_view(x, (3, 3, 3), axis=(2, 3, 4))
+    want = np.einsum("ncdhwtrs,kctrs->nkdhw", view, wt.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_oc_tile_that_splits_no_block_is_named() -> None:
+    A, W = te.placeholder((1, 8, 6, 6), name="A"), te.placeholder((32, 8, 3, 3), name="W")
+    config = Conv2dConfig(oc_bn=16, oc_tile=24)
+    op = conv2d_nchwc(A, W, config=config)
+    with pytest.raises(ScheduleError, match="oc_tile must be 0, a multiple or a divisor of "
+                                            "oc_bn \\(16\\), not 24"):  # fmt: skip
+        schedule_conv2d_nchwc(op, config)
+    with pytest.raises(ScheduleError, match="oc_tile must be >= 0, not -1"):
+        Conv2dConfig(oc_tile=-1).check()
+
+
+REGISTERS = {"avx2": (8, 16), "avx512": (16, 32)}
+
+
+@pytest.mark.parametrize("isa", REGISTERS)
+@pytest.mark.parametrize("ow", [1, 2, 3, 7, 14, 17, 28, 35, 56, 112])
+@pytest.mark.parametrize("oc_bn, filters", [(32, 256), (16, 48), (8, 8), (32, 32)])
+def test_default_register_tile_fits_the_vector_registers(isa, ow, oc_bn, filters) -> None:
+    """The tile's accumulators, its weight vectors and one broadcast value fit the registers,
+    it splits no block unevenly, covers the row evenly and spans at most the filters."""
+    lanes, count = REGISTERS[isa]
+    reg_n, oc_tile = register_tile(ow, oc_bn, filters, (lanes, count))
+    if oc_bn < lanes:  # a block narrower than a vector: one block, the old 8 columns at most
+        assert (reg_n, oc_tile) == (min(8, ow), 0)
+        return
+    chans = oc_tile or oc_bn
+    vecs = chans // lanes
+    assert chans % lanes == 0 and (chans % oc_bn == 0 or oc_bn % chans == 0) and chans <= filters
+    assert 1 <= reg_n <= ow and reg_n * vecs + vecs + 1 <= count
+    tiles = -(-ow // reg_n)
+    assert reg_n * tiles - ow < tiles  # the row's tiles differ by at most one column
+
+
+def test_default_register_tile_on_avx2_halves_32_channel_blocks() -> None:
+    """16 ymm registers: 6 columns x 2 vectors (12 accumulators), not 32 channels x 8
+    columns (32); a 7-column row as 4 + 3."""
+    assert register_tile(56, 32, 256, REGISTERS["avx2"]) == (6, 16)
+    assert register_tile(7, 32, 512, REGISTERS["avx2"]) == (4, 16)
+    assert register_tile(28, 32, 128, REGISTERS["avx512"]) == (14, 0)
+    config = default_config(64, 128, (28, 28), REGISTERS["avx2"])
+    assert (config.oc_bn, config.reg_n, config.oc_tile) == (32, 6, 16)
+
+
+def test_vector_registers_follow_the_target_features() -> None:
+    from tensorforge.compiler.codegen.llvm_jit import vector_registers
+
+    assert vector_registers("llvm -mattr=+avx2,+avx512f,+fma") == (16, 32)
+    assert vector_registers("llvm -mattr=+avx2,+fma") == (8, 16)
+    assert vector_registers("llvm -mtriple=aarch64-linux-gnu") == (4, 32)
+    assert vector_registers("llvm -mtriple=armv7a-linux-gnueabihf -mattr=+neon") == (4, 16)
+    assert vector_registers() in ((16, 32), (8, 16), (4, 16), (4, 32))
+
+
+def test_a_config_moved_to_a_chains_blocks_keeps_its_tile_width() -> None:
+    """A grouped layer's config, chosen for its own blocks, on the chain's: the tile keeps its
+    channels (one 16-channel block is half of a 32-channel one), or is chosen again."""
+    from tensorforge.compiler.topi.x86.conv2d import with_blocks
+
+    moved = with_blocks(Conv2dConfig(ic_bn=16, oc_bn=16, reg_n=6), (32, 32), 28, 64)
+    assert (moved.ic_bn, moved.oc_bn, moved.reg_n, moved.oc_tile) == (32, 32, 6, 16)
+    moved = with_blocks(Conv2dConfig(oc_bn=32, reg_n=6, oc_tile=16), (8, 8), 4, 64)
+    assert (moved.oc_bn, moved.reg_n, moved.oc_tile) == (8, 4, 16)
+    moved = with_blocks(Conv2dConfig(oc_bn=16, reg_n=6, oc_tile=48), (32, 32), 28, 64)
+    assert moved.oc_bn == 32 and moved.oc_tile in (0, 8, 16, 64)
