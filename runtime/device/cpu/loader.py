@@ -62,6 +62,15 @@ _CPUINFO_SAME = set(
     "rdseed rtm serialize sse sse2 sse4.1 sse4.2 sse4a ssse3 tbm tsxldtrk vaes vpclmulqdq "
     "waitpkg wbnoinvd xop xsave xsavec xsaveopt".split()
 )
+#: LLVM x86 features of system and special-purpose instructions, which LLVM emits only for their
+#: own intrinsics and this compiler's kernels never call (xsaves is even privileged). A host need
+#: not have them: Linux leaves some out of /proc/cpuinfo where CPUID reports them (xsaves on
+#: AMD EPYC virtual machines), so requiring them refused every kernel built on such a host.
+NOT_EMITTED = frozenset(
+    "clflushopt cldemote clwb clzero enqcmd fsgsbase fxsr hreset invpcid kl lwp movdir64b "
+    "movdiri mwaitx pku ptwrite rdpid rdpru rdrnd rdseed rtm serialize sgx shstk tsxldtrk uintr "
+    "waitpkg wbnoinvd widekl xsave xsavec xsaveopt xsaves".split()
+)
 #: LLVM x86 features Linux does not list, read from CPUID the way LLVM's host detection does:
 #: present when every (leaf, subleaf, register (eax ebx ecx edx = 0..3), mask) is non-zero
 _CPUID_FEATURES = {
@@ -120,8 +129,9 @@ def _has_feature(name: str) -> bool | None:
 
 @functools.cache  # every kernel of a module carries the same string
 def missing_features(features: str) -> tuple[str, ...]:
-    """The '+' features of an LLVM feature string that this host lacks."""
-    need = sorted({f[1:] for f in features.split(",") if f.startswith("+")})
+    """The '+' features of an LLVM feature string that this host lacks (those of `NOT_EMITTED`
+    are not required: compiled kernels contain none of their instructions)."""
+    need = sorted({f[1:] for f in features.split(",") if f.startswith("+")} - NOT_EMITTED)
     if elf.NATIVE:
         known = {f: _has_feature(f) for f in need}
         if None not in known.values():
