@@ -49,6 +49,30 @@ def target_machine(target: Target | str) -> Any:
     )
 
 
+@functools.cache
+def vector_lanes(target: Target | str = "llvm", dtype_bits: int = 32) -> int:
+    """How many `dtype_bits`-wide numbers one of the target's widest SIMD registers holds: 16
+    float32s with AVX-512, 8 with AVX/AVX2, 4 on other x86-64, ARM NEON and anything unknown.
+    The host's features when compiling for it (unless `-mattr` names them), else `-mattr`'s.
+
+    Example:
+        >>> vector_lanes("llvm -mtriple=aarch64-linux-gnu")
+        4
+        >>> vector_lanes("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma")
+        8
+    """
+    target = Target.parse(target)
+    if target.kind != "llvm":
+        raise ValueError(f"target must be an llvm target, not {str(target)!r}")
+    features = target.mattr
+    if target.is_host and not features and target.mcpu in ("", "native"):
+        _init_native()
+        features = llvm.get_host_cpu_features().flatten()
+    have = {f[1:] for f in features.split(",") if f.startswith("+")}
+    bits = 512 if "avx512f" in have else 256 if "avx" in have else 128
+    return max(1, bits // dtype_bits)
+
+
 def optimize(module: ir.Module, tm: Any, context: Any = None) -> Any:
     """Parse, verify and run the O3 pipeline (with loop and SLP vectorization) on `module`, in
     `context` (an `llvm.create_context()`; default LLVM's global one, which keeps the types and

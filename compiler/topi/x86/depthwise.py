@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import te
-from ...schedule.primitives import check_positive_knobs
+from ...schedule.primitives import ScheduleError, check_positive_knobs
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 
@@ -26,14 +26,21 @@ Epilogue = Callable[..., te.Expr]  # (value, n, c, y, x) -> expression
 @dataclass(frozen=True)
 class DepthwiseConfig:
     """Knobs: `cb` channels per block (the vector lanes; reduced to a divisor of C), `reg_n`
-    output columns per register tile, thread-pool use over (n, channel block, row)."""
+    output columns per register tile, thread-pool use over (n, channel block, row). `vec`:
+    channels per register tile of a blocked kernel, one vector register's worth (the target's
+    float32 lanes, `codegen.llvm_jit.vector_lanes`); a block wider than that is computed as
+    `cb / vec` tiles one after the other, so that a tile's `reg_n` accumulators stay in
+    registers (0, or a `vec` that does not divide `cb`: the whole block in one tile)."""
 
     cb: int = 8
     reg_n: int = 8
     parallel: bool = True
+    vec: int = 0
 
     def check(self) -> None:
         check_positive_knobs(self, ("cb", "reg_n"), "depthwise")
+        if self.vec < 0:
+            raise ScheduleError(f"depthwise: knob vec must be >= 0, not {self.vec!r}")
 
 
 @dataclass
@@ -174,18 +181,23 @@ MIN_TASKS = 8
 
 def _schedule_blocked(op: DepthwiseOp, config: DepthwiseConfig) -> Schedule:
     """As `schedule_depthwise_nchwc`, the tile stored as it is: columns unrolled, channels in
-    vector lanes; the padded input block copied a vector at a time."""
+    vector lanes, one vector of channels (`config.vec`) per tile; the padded input block copied
+    a vector at a time."""
     s = te.create_schedule(op.out.op)
     conv, out = op.conv, op.out
     s[conv].set_scope("local")
     on, oc, oy, ox, ci = out.op.axis
     xo, xi = s[out].split(ox, factor=config.reg_n)
+    vec = config.vec if 0 < config.vec < op.cb and op.cb % config.vec == 0 else op.cb
+    # a 32-channel block on 8-lane AVX2 made a 7-column tile 28 accumulators, more than the 16
+    # vector registers: LLVM spilled them and the kernel ran at half speed
+    cio, ci = s[out].split(ci, factor=vec)
     # whole-vector blocks leave few (n, channel block) tasks (32 channels: one), so the rows are
     # cut into chunks too; each chunk copies the padded rows its windows read
     blocks = int(out.shape[0]) * int(out.shape[1])
     chunks = min(int(out.shape[2]), -(-MIN_TASKS // blocks))
     yo, yi = s[out].split(oy, nparts=chunks)
-    s[out].reorder(on, oc, yo, yi, xo, xi, ci)
+    s[out].reorder(on, oc, yo, yi, xo, cio, xi, ci)
     block = s[out].fuse(on, oc, yo)
     if config.parallel:
         s[out].parallel(block)
@@ -193,7 +205,7 @@ def _schedule_blocked(op: DepthwiseOp, config: DepthwiseConfig) -> Schedule:
     s[out].vectorize(ci)
     s[op.data_vec].compute_at(s[out], block)
     s[op.data_vec].vectorize(op.data_vec.op.axis[-1])
-    s[conv].compute_at(s[out], xo)
+    s[conv].compute_at(s[out], cio)
     _schedule_tile(s, conv)
     return s
 
