@@ -60,7 +60,7 @@ _CPUINFO_SAME = set(
     "avx512vbmi avx512vl bmi2 cldemote clflushopt clwb clzero cmov cx16 cx8 f16c fma fma4 "
     "fsgsbase fxsr gfni invpcid lwp mmx movbe movdir64b movdiri mwaitx pku popcnt rdpid rdpru "
     "rdseed rtm serialize sse sse2 sse4.1 sse4.2 sse4a ssse3 tbm tsxldtrk vaes vpclmulqdq "
-    "waitpkg wbnoinvd xop xsave xsavec xsaveopt".split()
+    "waitpkg wbnoinvd xop xsave xsavec xsaveopt xsaves".split()
 )
 #: LLVM x86 features of system and special-purpose instructions, which LLVM emits only for their
 #: own intrinsics and this compiler's kernels never call (xsaves is even privileged). A host need
@@ -76,9 +76,6 @@ NOT_EMITTED = frozenset(
 _CPUID_FEATURES = {
     "prefetchi": [(7, 1, 3, 1 << 14)],
     "avx10.1": [(7, 1, 3, 1 << 19), (0x24, 0, 1, 0xFF)],  # AVX10, version >= 1
-    # a supervisor-mode instruction that user code never runs: some VMs' kernels leave its
-    # flag out of /proc/cpuinfo while CPUID (and so LLVM's host features) has it
-    "xsaves": [(0xD, 1, 0, 1 << 3)],
 }
 # cpuid(leaf, subleaf, uint32 out[4]): push rbx; mov eax, edi; mov ecx, esi; mov r8, rdx; cpuid;
 # mov [r8], eax; mov [r8+4], ebx; mov [r8+8], ecx; mov [r8+12], edx; pop rbx; ret
