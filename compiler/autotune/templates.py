@@ -292,7 +292,7 @@ def _dw_blocked_lower(wl: dict, values: dict, target: str) -> Any:
     """The blocked kernel of a chain's depthwise layer (`layout` "NCHWc"): input, packed
     weights and output in blocks of `block` channels, as `graph.strategy.layout` builds it."""
     from .. import te
-    from ..codegen.llvm_jit import vector_lanes
+    from ..codegen.llvm_jit import vector_registers
     from ..tir import lower
     from ..topi.x86.depthwise import (
         DepthwiseConfig,
@@ -305,7 +305,7 @@ def _dw_blocked_lower(wl: dict, values: dict, target: str) -> Any:
     kernel = te.placeholder((c // cb, r, s_, cb), wl["dtype"], name="kernel")
     op = depthwise_conv2d_nchwc(data, kernel, _dw_out(wl), wl["pads"][:2], wl["strides"],
                                 wl["dil"], blocked=True)  # fmt: skip
-    vec = vector_lanes(target, np.dtype(wl["dtype"]).itemsize * 8)
+    vec = max(1, vector_registers(target)[0] * 4 // np.dtype(wl["dtype"]).itemsize)
     config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]), vec)
     return lower(schedule_depthwise_nchwc(op, config), op.args, name="tuned_depthwise")
 

@@ -49,28 +49,31 @@ def target_machine(target: Target | str) -> Any:
     )
 
 
-@functools.cache
-def vector_lanes(target: Target | str = "llvm", dtype_bits: int = 32) -> int:
-    """How many `dtype_bits`-wide numbers one of the target's widest SIMD registers holds: 16
-    float32s with AVX-512, 8 with AVX/AVX2, 4 on other x86-64, ARM NEON and anything unknown.
-    The host's features when compiling for it (unless `-mattr` names them), else `-mattr`'s.
-
-    Example:
-        >>> vector_lanes("llvm -mtriple=aarch64-linux-gnu")
-        4
-        >>> vector_lanes("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma")
-        8
-    """
+def vector_registers(target: Target | str = "llvm") -> tuple[int, int]:
+    """(float32 lanes per vector register, vector registers) of `target`'s CPU: what a
+    register-tiled micro-kernel may hold (`topi.x86.conv2d.register_tile`). The host's
+    features unless `-mattr` names them (AVX-512: 16 lanes x 32 zmm; AVX/AVX2: 8 x 16 ymm;
+    AArch64: 4 x 32; otherwise SSE's or 32-bit NEON's 4 x 16); another `-mcpu` alone is
+    taken as AVX2."""
     target = Target.parse(target)
-    if target.kind != "llvm":
-        raise ValueError(f"target must be an llvm target, not {str(target)!r}")
+    if target.triple.startswith("aarch64"):
+        return 4, 32
+    if target.triple or target.kind != "llvm":
+        return 4, 16
     features = target.mattr
-    if target.is_host and not features and target.mcpu in ("", "native"):
-        _init_native()
-        features = llvm.get_host_cpu_features().flatten()
-    have = {f[1:] for f in features.split(",") if f.startswith("+")}
-    bits = 512 if "avx512f" in have else 256 if "avx" in have else 128
-    return max(1, bits // dtype_bits)
+    if not features:
+        if target.mcpu not in ("", "native"):
+            return 8, 16
+        features = _host_features()
+    words = set(features.split(","))
+    if "+avx512f" in words:
+        return 16, 32
+    return (8, 16) if words & {"+avx", "+avx2"} else (4, 16)
+
+
+@functools.cache
+def _host_features() -> str:
+    return llvm.get_host_cpu_features().flatten()
 
 
 def optimize(module: ir.Module, tm: Any, context: Any = None) -> Any:

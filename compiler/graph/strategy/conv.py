@@ -406,9 +406,9 @@ def blocked_depthwise_config(
                           f"applied: the layer runs blocked (NCHW{block}c), tune its blocked "
                           f"task", stacklevel=2)  # fmt: skip
         values = depthwise_space(wl).default.values
-    from ...codegen.llvm_jit import vector_lanes  # llvmlite: only when compiling for a CPU
+    from ...codegen.llvm_jit import vector_registers  # llvmlite: only when compiling for a CPU
 
-    vec = vector_lanes(target, np.dtype(dtype).itemsize * 8)
+    vec = max(1, vector_registers(target)[0] * 4 // np.dtype(dtype).itemsize)
     return DepthwiseConfig(block, int(values["reg_n"]), bool(values["parallel"]), vec)
 
 

@@ -28,7 +28,7 @@ class DepthwiseConfig:
     """Knobs: `cb` channels per block (the vector lanes; reduced to a divisor of C), `reg_n`
     output columns per register tile, thread-pool use over (n, channel block, row). `vec`:
     channels per register tile of a blocked kernel, one vector register's worth (the target's
-    float32 lanes, `codegen.llvm_jit.vector_lanes`); a block wider than that is computed as
+    float32 lanes, `codegen.llvm_jit.vector_registers`); a block wider than that is computed as
     `cb / vec` tiles one after the other, so that a tile's `reg_n` accumulators stay in
     registers (0, or a `vec` that does not divide `cb`: the whole block in one tile)."""
 

@@ -9,7 +9,7 @@ import pytest
 
 from tensorforge.compiler import te
 from tensorforge.compiler.build import build
-from tensorforge.compiler.codegen.llvm_jit import vector_lanes
+from tensorforge.compiler.graph.strategy.conv import ConvView, blocked_depthwise_config
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.topi.x86.depthwise import (
     DepthwiseConfig,
@@ -69,25 +69,11 @@ def test_depthwise_vec_knob_is_checked() -> None:
         DepthwiseConfig(32, 8, True, -8).check()
 
 
-@pytest.mark.parametrize("target,bits,lanes", [
-    ("llvm -mtriple=x86_64-linux-gnu -mattr=+avx512f,+avx2,+avx", 32, 16),
-    ("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+avx,+fma", 32, 8),
-    ("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+avx", 64, 4),
-    ("llvm -mtriple=x86_64-linux-gnu -mattr=+sse4.2", 32, 4),
-    ("llvm -mtriple=aarch64-linux-gnu", 32, 4),
-])  # fmt: skip
-def test_vector_lanes_follow_the_target_features(target: str, bits: int, lanes: int) -> None:
-    assert vector_lanes(target, bits) == lanes
-
-
-def test_vector_lanes_of_the_host_match_its_features() -> None:
-    from tensorforge.runtime.device.cpu.loader import host_cpu
-
-    features = host_cpu()[1]
-    want = 16 if "+avx512f" in features else 8 if "+avx," in features + "," else 4
-    assert vector_lanes("llvm") == want
-
-
-def test_vector_lanes_refuse_other_targets() -> None:
-    with pytest.raises(ValueError, match="must be an llvm target, not 'cuda'"):
-        vector_lanes("cuda")
+@pytest.mark.parametrize("mattr,vec", [("+avx512f,+avx2,+avx", 16), ("+avx2,+avx,+fma", 8),
+                                        ("+sse4.2", 4)])  # fmt: skip
+def test_blocked_depthwise_tiles_are_one_target_vector_wide(mattr: str, vec: int) -> None:
+    view = ConvView((1, 64, 14, 14), (64, 1, 5, 5), (1, 64, 14, 14), (2, 2), (2, 2), (1, 1),
+                    (1, 1), 64, False)  # fmt: skip
+    config = blocked_depthwise_config(view, "float32", 32, f"llvm -mattr={mattr}")
+    assert (config.cb, config.vec) == (32, vec)
+    assert blocked_depthwise_config(view, "float64", 32, f"llvm -mattr={mattr}").vec == vec // 2
