@@ -14,6 +14,7 @@ from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.topi.x86.depthwise import (
     DepthwiseConfig,
     depthwise_conv2d_nchwc,
+    has_transcendental,
     schedule_depthwise_nchwc,
 )
 
@@ -62,6 +63,26 @@ def test_blocked_depthwise_vector_tiles_match_numpy(case) -> None:
     y = np.empty((1, c // cb, out, out, cb), np.float32)
     f(x, w, b, y)
     np.testing.assert_allclose(y, _numpy_blocked(x, w, b, k, stride, out), rtol=1e-5, atol=1e-5)
+
+
+def test_blocked_depthwise_silu_tile_matches_numpy() -> None:
+    """A transcendental epilogue (SiLU) keeps the tile's store loop rolled: same results."""
+    c, side, cb = 32, 10, 16
+    X = te.placeholder((1, c // cb, side, side, cb), name="X")
+    W = te.placeholder((c // cb, 3, 3, cb), name="W")
+    op = depthwise_conv2d_nchwc(X, W, (side, side), (1, 1), (1, 1), (1, 1), None,
+                                lambda v, *i: v * te.sigmoid(v), blocked=True)  # fmt: skip
+    assert has_transcendental(op.out)
+    f = build(schedule_depthwise_nchwc(op, DepthwiseConfig(cb, 4, True, 8)), op.args, name="dw")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, c // cb, side, side, cb)).astype(np.float32)
+    w = rng.standard_normal((c // cb, 3, 3, cb)).astype(np.float32)
+    y = np.empty_like(x)
+    f(x, w, y)
+    conv = _numpy_blocked(x, w, np.zeros(c, np.float32), 3, 1, side)  # ReLU'd: rebuild it
+    pre = _numpy_blocked(-x, w, np.zeros(c, np.float32), 3, 1, side)
+    conv = conv - pre  # relu(a) - relu(-a) = a
+    np.testing.assert_allclose(y, conv / (1 + np.exp(-conv)), rtol=1e-5, atol=1e-5)
 
 
 def test_depthwise_vec_knob_is_checked() -> None:
