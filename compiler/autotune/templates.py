@@ -283,15 +283,16 @@ def _dw_lower(wl: dict, values: dict, target: str) -> Any:
     from ..tir import lower
 
     if "layout" in wl:
-        return _dw_blocked_lower(wl, values)
+        return _dw_blocked_lower(wl, values, target)
     _, kernel = _dw_kernel(wl, values, _dw_weight(wl, 0))
     return lower(kernel.schedule, kernel.args, name="tuned_depthwise")
 
 
-def _dw_blocked_lower(wl: dict, values: dict) -> Any:
+def _dw_blocked_lower(wl: dict, values: dict, target: str) -> Any:
     """The blocked kernel of a chain's depthwise layer (`layout` "NCHWc"): input, packed
     weights and output in blocks of `block` channels, as `graph.strategy.layout` builds it."""
     from .. import te
+    from ..codegen.llvm_jit import vector_registers
     from ..tir import lower
     from ..topi.x86.depthwise import (
         DepthwiseConfig,
@@ -304,7 +305,8 @@ def _dw_blocked_lower(wl: dict, values: dict) -> Any:
     kernel = te.placeholder((c // cb, r, s_, cb), wl["dtype"], name="kernel")
     op = depthwise_conv2d_nchwc(data, kernel, _dw_out(wl), wl["pads"][:2], wl["strides"],
                                 wl["dil"], blocked=True)  # fmt: skip
-    config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]))
+    vec = max(1, vector_registers(target)[0] * 4 // np.dtype(wl["dtype"]).itemsize)
+    config = DepthwiseConfig(cb, int(values["reg_n"]), bool(values["parallel"]), vec)
     return lower(schedule_depthwise_nchwc(op, config), op.args, name="tuned_depthwise")
 
 
@@ -337,7 +339,7 @@ def _dw_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
     expected = depthwise_numpy(x, weight, wl["pads"], wl["strides"], wl["dil"])
     if "layout" in wl:  # the chain's blocked kernel: everything in blocks of `block` channels
         cb = int(wl["block"])
-        func = _dw_blocked_lower(wl, values)
+        func = _dw_blocked_lower(wl, values, target)
         inputs = [to_blocked(x, cb), pack_depthwise_kernel(weight, cb)]
         expected = to_blocked(expected, cb)
     else:

@@ -390,11 +390,13 @@ def depthwise_workload(view: ConvView, dtype: str, block: int | None = None) -> 
     return wl if block is None else {**wl, "layout": "NCHWc", "block": int(block)}
 
 
-def blocked_depthwise_config(view: ConvView, dtype: str, block: int) -> DepthwiseConfig:
+def blocked_depthwise_config(
+    view: ConvView, dtype: str, block: int, target: str = "llvm"
+) -> DepthwiseConfig:
     """The knobs of topi's depthwise kernel for a layer of a blocked chain (channel block
     `block`, the chain's): the tuned config of its blocked workload, else the default
-    `reg_n` and `parallel` of `depthwise_space`. A log's config of the NCHW kernel does not
-    apply (a warning names it)."""
+    `reg_n` and `parallel` of `depthwise_space`; register tiles one of `target`'s vectors
+    wide. A log's config of the NCHW kernel does not apply (a warning names it)."""
     wl = depthwise_workload(view, dtype, block)
     values = autotune_query("x86.depthwise_conv2d", wl)
     if values is None:
@@ -404,7 +406,10 @@ def blocked_depthwise_config(view: ConvView, dtype: str, block: int) -> Depthwis
                           f"applied: the layer runs blocked (NCHW{block}c), tune its blocked "
                           f"task", stacklevel=2)  # fmt: skip
         values = depthwise_space(wl).default.values
-    return DepthwiseConfig(block, int(values["reg_n"]), bool(values["parallel"]))
+    from ...codegen.llvm_jit import vector_registers  # llvmlite: only when compiling for a CPU
+
+    vec = max(1, vector_registers(target)[0] * 4 // np.dtype(dtype).itemsize)
+    return DepthwiseConfig(block, int(values["reg_n"]), bool(values["parallel"]), vec)
 
 
 def _conv_reduction(

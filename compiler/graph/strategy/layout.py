@@ -73,7 +73,7 @@ def _depthwise_nchwc(ctx: GroupContext, node: Node, tail: Tail, view: ConvView) 
     n, c, _, _ = view.x_shape
     r, s = view.w_shape[2:]
     cb = int(ctx.type_of(node.inputs[0]).shape[-1])
-    config = blocked_depthwise_config(view, "float32", cb)
+    config = blocked_depthwise_config(view, "float32", cb, ctx.target)
     data = ctx.as_tensor(node.inputs[0])
     kernel = ctx.as_tensor(node.inputs[1], (c // cb, r, s, cb))
     has_bias = len(node.inputs) > 2 and node.inputs[2]
