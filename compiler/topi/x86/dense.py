@@ -53,12 +53,32 @@ class DenseConfig:
             )
 
 
-def default_config(m: int) -> DenseConfig:
-    """The hand-chosen knobs (the default point of `config_space`): 32 columns per register
-    tile, no row blocking, and 6 rows, or 7, 8, 5 or 4 where that divides the rows and 6 does
-    not (a 7x7 image's 49 pixels as rows: no ragged last tile, 1.05-1.1x faster)."""
-    mr = next((r for r in (6, 7, 8, 5, 4) if m % r == 0), min(6, m))
-    return DenseConfig(mr=max(1, mr), bn=32)
+def default_config(m: int, registers: tuple[int, int] | None = None) -> DenseConfig:
+    """The hand-chosen knobs (the default point of `config_space`), fitted to `registers` =
+    (float32 lanes per vector, vector registers) (the host's: `codegen.llvm_jit.vector_registers`).
+
+    An `mr x bn` tile holds `mr * bn / lanes` accumulators and needs `bn / lanes` weight vectors
+    and one broadcast value besides; the rule keeps all of them in registers. Rows: 6, or 7, 8,
+    5 or 4 where that divides the rows and 6 does not (a 7x7 image's 49 pixels as rows: no
+    ragged last tile, 1.05-1.1x faster), the first that fits with 16-lane panels; columns: 32
+    per panel where that fits too, else 16. AVX-512 (16 x 32): 6 x 32 (7 x 32, 8 x 32); AVX2
+    (8 x 16): 6 x 16 (4 x 16 for 64 rows), 1 x 32 for one row. On AVX2 the 6 x 32 tile of
+    before needed 24 accumulators for 16 registers and spilled: 1.5x onnxruntime's time on
+    ViT's 196 x 768 x 768 against 1.0x for 6 x 16 (2026-11-25, AMD EPYC)."""
+    from ...codegen.llvm_jit import vector_registers
+
+    lanes, count = registers or vector_registers()
+
+    def fits(mr: int, bn: int) -> bool:
+        vecs = -(-bn // lanes)
+        return mr * vecs + vecs + 1 <= count
+
+    rows = [r for r in (6, 7, 8, 5, 4) if m % r == 0 and fits(r, 16)]
+    mr = rows[0] if rows else min(6, m)
+    while mr > 1 and not fits(mr, 16):
+        mr -= 1
+    mr = max(1, mr)
+    return DenseConfig(mr=mr, bn=32 if fits(mr, 32) else 16)
 
 
 def config_space(m: int, n: int, k: int) -> ConfigSpace:
