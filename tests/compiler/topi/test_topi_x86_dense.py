@@ -130,3 +130,35 @@ def test_prepacked_dense_with_a_transposed_output_matches_numpy(m: int, n: int, 
     build(s, op.args, name="dense_t")(a, panels, out)
     want = np.maximum(a @ w.T - np.arange(n, dtype="f4"), 0).T
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("registers", [(8, 16), (16, 32), (4, 16)], ids=["avx2", "avx512", "sse"])
+@pytest.mark.parametrize("m", [1, 2, 3, 49, 64, 196, 1000])
+def test_the_default_register_tile_fits_the_vector_registers(m, registers) -> None:
+    """Accumulators, weight vectors and the broadcast value fit in the registers (a 6 x 32
+    tile on AVX2's 16 ymm spilled), the rows divide m where a fitting row count does, and
+    AVX-512 keeps the 32-column panels."""
+    lanes, count = registers
+    config = default_config(m, registers)
+    vecs = -(-config.bn // lanes)
+    assert config.mr * vecs + vecs + 1 <= count
+    assert 1 <= config.mr <= m
+    v16 = -(-16 // lanes)  # weight vectors of a 16-column panel
+    if any(m % r == 0 and r * v16 + v16 + 1 <= count for r in (4, 5, 6, 7, 8)):
+        assert m % config.mr == 0
+    if registers == (16, 32):
+        assert config.bn == 32
+
+
+@pytest.mark.parametrize("registers", [(8, 16), (16, 32)], ids=["avx2", "avx512"])
+def test_dense_with_each_hosts_default_tile_matches_numpy(registers) -> None:
+    m, n, k = 49, 40, 24
+    rng = np.random.default_rng(7)
+    a, w = rng.uniform(-1, 1, (m, k)).astype("f4"), rng.uniform(-1, 1, (n, k)).astype("f4")
+    config = default_config(m, registers)
+    A, W = te.placeholder((m, k), name="A"), te.placeholder((n, k), name="W")
+    op = dense(A, W, config=config)
+    s = schedule_dense(op, config)
+    out = np.zeros((m, n), "f4")
+    build(s, op.args, name="dense_d")(a, w, out)
+    np.testing.assert_allclose(out, a @ w.T, rtol=1e-4, atol=1e-5)
