@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 from cpu_ops import LAYERS as RESNET18
 from cpu_ops import geomean, ort_session
-from machine import cpu_model
+from machine import cpu_model, worker_json
 
 NETS = {
     "resnet18": {f"r18.{k}": v for k, v in RESNET18.items()},
@@ -149,13 +148,7 @@ def worker(threads: int, names: list[str], rounds: int) -> dict:
 
 
 def run_worker(threads: int, names: list[str], rounds: int) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TF_NUM_THREADS=str(threads))
-    cmd = [sys.executable, __file__, "--worker", str(threads), "--layers", ",".join(names),
-           "--rounds", str(rounds)]  # fmt: skip
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"worker with {threads} thread(s) failed:\n{done.stderr}")
-    return json.loads(done.stdout.splitlines()[-1])
+    return worker_json(__file__, threads, "--layers", ",".join(names), "--rounds", str(rounds))
 
 
 def print_table(results: dict[int, dict], names: list[str]) -> None:

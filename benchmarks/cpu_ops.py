@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
-from machine import cpu_model
+from machine import cpu_model, worker_json
 
 # ResNet-18 conv layers (ReQuEST'18 Table 1): H=W, IC, OC, kernel, stride; padding = kernel // 2
 LAYERS = {
@@ -208,21 +207,7 @@ def worker(threads: int, layers: list[str]) -> dict:
 
 
 def run_worker(threads: int, layers: list[str]) -> dict:
-    env = dict(os.environ)
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_THREADS"):
-        env[var] = str(threads)
-    cmd = [
-        sys.executable,
-        __file__,
-        "--worker",
-        str(threads),
-        "--layers",
-        ",".join(layers) or "none",
-    ]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"worker with {threads} thread(s) failed:\n{done.stderr}")
-    return json.loads(done.stdout.splitlines()[-1])
+    return worker_json(__file__, threads, "--layers", ",".join(layers) or "none")
 
 
 def geomean(values: list[float]) -> float:

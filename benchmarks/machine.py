@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,3 +53,18 @@ def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return float(np.median(times) * 1e3)
+
+
+def worker_json(script: str, threads: int, *args: str) -> dict:
+    """Runs `script --worker THREADS ARGS...` in a child process with every thread-count
+    variable (OpenBLAS, OpenMP, MKL, TensorForge's pool) set to `threads`, and returns the JSON
+    object its last line of output prints. Each thread count gets a fresh process because the
+    libraries read those variables once."""
+    env = dict(os.environ)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_THREADS"):
+        env[var] = str(threads)
+    cmd = [sys.executable, script, "--worker", str(threads), *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"worker with {threads} thread(s) failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from machine import describe, median_ms
+from machine import describe, median_ms, worker_json
 
 Build = Callable[[str], Any]  # case name -> ONNX model
 
@@ -62,15 +59,7 @@ def _worker(build: Build, threads: int, cases: list[str], repeat: int) -> dict[s
 
 
 def _run_worker(script: str, threads: int, cases: list[str], repeat: int) -> dict:
-    env = dict(os.environ)
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "TF_NUM_THREADS"):
-        env[var] = str(threads)
-    cmd = [sys.executable, script, "--worker", str(threads), "--cases", ",".join(cases),
-           "--repeat", str(repeat)]  # fmt: skip
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"worker with {threads} thread(s) failed:\n{done.stderr}")
-    return json.loads(done.stdout.splitlines()[-1])
+    return worker_json(script, threads, "--cases", ",".join(cases), "--repeat", str(repeat))
 
 
 def print_table(results: dict[int, dict], cases: list[str]) -> None:

@@ -24,6 +24,18 @@ def run(image, inputs: dict, backend: str, **options):  # type: ignore[no-untype
         device.close()
 
 
+def _check_on_the_ladder(kern, x, cfg, rtl_simulator) -> None:
+    """The RTL's output equals the behavioural simulator's and the kernel's reference, and its
+    cycles the cycle-accurate simulator's."""
+    inputs = {"X": kern.pack(x)}
+    want, _ = run(kern.image, inputs, "sim")
+    _, timed = run(kern.image, inputs, "cyclesim", timing=matched_timing(cfg))
+    got, result = run(kern.image, inputs, "rtl", simulator=rtl_simulator)
+    assert np.array_equal(kern.unpack(got["Y"]), kern.reference(x))
+    assert np.array_equal(got["Y"], want["Y"])
+    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+
+
 @pytest.mark.rtl
 def test_every_instruction_type_on_rtl_equals_sim_and_cyclesim(rtl_simulator):
     rng = np.random.default_rng(5)
@@ -54,13 +66,7 @@ def test_a_per_channel_requantized_conv_on_rtl_equals_sim_and_cyclesim(rtl_simul
         rng.uniform(0.5, 2, 9) * 2**-11, cfg, acc_bounds=bounds, pre_shift=2
     )
     kern = conv2d(cfg, x.shape, w, b, padding=1, requant=p, vthreads=2)
-    inputs = {"X": kern.pack(x)}
-    want, _ = run(kern.image, inputs, "sim")
-    _, timed = run(kern.image, inputs, "cyclesim", timing=matched_timing(cfg))
-    got, result = run(kern.image, inputs, "rtl", simulator=rtl_simulator)
-    assert np.array_equal(kern.unpack(got["Y"]), kern.reference(x))
-    assert np.array_equal(got["Y"], want["Y"])
-    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+    _check_on_the_ladder(kern, x, cfg, rtl_simulator)
 
 
 @pytest.mark.rtl
@@ -106,10 +112,4 @@ def test_a_conv_with_requantizing_gemms_on_rtl_equals_sim_and_cyclesim(rtl_simul
     insns = kern.image.instructions()
     assert any(isinstance(i, GemmInsn) and i.requant for i in insns)
     assert not any(isinstance(i, AluInsn) for i in insns)
-    inputs = {"X": kern.pack(x)}
-    want, _ = run(kern.image, inputs, "sim")
-    _, timed = run(kern.image, inputs, "cyclesim", timing=matched_timing(cfg))
-    got, result = run(kern.image, inputs, "rtl", simulator=rtl_simulator)
-    assert np.array_equal(kern.unpack(got["Y"]), kern.reference(x))
-    assert np.array_equal(got["Y"], want["Y"])
-    assert result.cycles == timed.cycles, f"RTL {result.cycles} != sim/timing {timed.cycles}"
+    _check_on_the_ladder(kern, x, cfg, rtl_simulator)
