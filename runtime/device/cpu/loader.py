@@ -60,13 +60,15 @@ _CPUINFO_SAME = set(
     "avx512vbmi avx512vl bmi2 cldemote clflushopt clwb clzero cmov cx16 cx8 f16c fma fma4 "
     "fsgsbase fxsr gfni invpcid lwp mmx movbe movdir64b movdiri mwaitx pku popcnt rdpid rdpru "
     "rdseed rtm serialize sse sse2 sse4.1 sse4.2 sse4a ssse3 tbm tsxldtrk vaes vpclmulqdq "
-    "waitpkg wbnoinvd xop xsave xsavec xsaveopt xsaves".split()
+    "waitpkg wbnoinvd xop xsave xsavec xsaveopt".split()
 )
 #: LLVM x86 features Linux does not list, read from CPUID the way LLVM's host detection does:
 #: present when every (leaf, subleaf, register (eax ebx ecx edx = 0..3), mask) is non-zero
 _CPUID_FEATURES = {
     "prefetchi": [(7, 1, 3, 1 << 14)],
     "avx10.1": [(7, 1, 3, 1 << 19), (0x24, 0, 1, 0xFF)],  # AVX10, version >= 1
+    # a kernel may leave xsaves out of /proc/cpuinfo while CPUID has it (seen on a cloud VM)
+    "xsaves": [(0xD, 1, 0, 1 << 3)],
 }
 # cpuid(leaf, subleaf, uint32 out[4]): push rbx; mov eax, edi; mov ecx, esi; mov r8, rdx; cpuid;
 # mov [r8], eax; mov [r8+4], ebx; mov [r8+8], ecx; mov [r8+12], edx; pop rbx; ret
