@@ -4,8 +4,9 @@ On x86-64 Linux the objects of one module are linked by this package's own ELF l
 (`elf.Image`), without LLVM: importing llvmlite alone costs about 41 MiB of resident memory.
 Elsewhere (aarch64 boards, ...), and for an object the ELF loader refuses, they are linked into
 one MCJIT engine through llvmlite; `ObjectLoader.kind` says which ("elf" or "mcjit"). Either way
-`tf_parallel_launch` (parallel loops) resolves to the thread pool's and libc/libm symbols to the
-process's. The host must have the CPU features the code was compiled for (`check_host`).
+the parallel-loop entry points (`tf_parallel_for`, `tf_parallel_launch`) resolve to the thread
+pool's and libc/libm symbols to the process's. The host must have the CPU features the code was
+compiled for (`check_host`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from . import elf
+from . import elf, pool
 from .elf import ElfLinkError, LoaderError
-from .pool import LAUNCH_SYMBOL, launch_address
 
 __all__ = ["ElfLinkError", "LoaderError", "ObjectLoader", "check_host", "host_cpu", "host_triple"]
 
@@ -31,7 +31,8 @@ def _llvm() -> Any:
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    llvm.add_symbol(LAUNCH_SYMBOL, launch_address())
+    for name, address in pool.symbols().items():
+        llvm.add_symbol(name, address)
     return llvm
 
 
@@ -162,7 +163,7 @@ class ObjectLoader:
             labels = [*self._names, *(f"object {i}" for i in range(len(names), len(objects)))]
             try:
                 self._image: elf.Image | None = elf.Image(
-                    list(zip(labels, objects, strict=False)), {LAUNCH_SYMBOL: launch_address()}
+                    list(zip(labels, objects, strict=False)), pool.symbols()
                 )
                 self.kind = "elf"
                 return

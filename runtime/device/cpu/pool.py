@@ -1,17 +1,22 @@
 """The CPU thread pool for parallel loops: native worker threads, created once and reused.
 
-Compiled kernels outline each parallel loop into a task `void task(ptr closure, i32 task_id,
-i32 num_tasks)` and call `tf_parallel_launch(task, closure)`. The pool is itself LLVM IR (below):
+Compiled kernels outline each parallel loop of `extent` iterations into a task `void task(ptr
+closure, i32 task_id, i32 num_tasks)` that runs the iterations [task_id * extent / num_tasks,
+(task_id + 1) * extent / num_tasks), and call `tf_parallel_for(task, closure, extent)`; the pool
+picks num_tasks = min(extent, threads * tasks_per_thread). (`tf_parallel_launch(task, closure)`,
+one task per thread, is the ABI of objects built before; it stays.) The pool is itself LLVM IR:
 on x86-64 Linux loaded from the object shipped beside this file (built for any x86-64 by
 `python -m tensorforge.runtime.device.cpu.pool --emit`) by the ELF loader, elsewhere
 JIT-compiled once for the host, so a launch never touches Python or the GIL: the caller
 publishes the task and starts a new generation; then the caller and the workers claim task ids
 0..n-1 from one atomic ticket until none is left, and the caller waits only for tasks a worker
 has started. A worker that is slow to wake (the machine is busy) therefore never delays a
-launch: the caller runs its tasks. Workers poll the ticket for a while after each launch
+launch: the caller runs its tasks, and with several tasks per thread (4 by default) a late
+or slowed thread (another job took its core) leaves the rest of its share to the others.
+Workers poll the ticket for a while after each launch
 (back-to-back loops start fast), then sleep on a condition variable. A launch while the pool
-is busy (from inside a task, i.e. a nested parallel loop, or from another thread) runs its
-tasks serially.
+is busy (from inside a task, i.e. a nested parallel loop, or from another thread), on one
+thread, or of one task, runs the whole loop as one task on the calling thread.
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ from pathlib import Path
 
 from . import elf
 
-LAUNCH_SYMBOL = "tf_parallel_launch"
+LAUNCH_SYMBOL = "tf_parallel_launch"  # the first ABI: one task per thread
+FOR_SYMBOL = "tf_parallel_for"  # (task, closure, extent): what the code generator calls
 MAX_THREADS = 256
+TASKS_PER_THREAD = 4  # default tasks a parallel loop is cut into per thread (at most extent)
+MAX_TASKS_PER_THREAD = 64
 SPIN = 20000  # polls of the generation counter before a worker sleeps
 
 _POOL_IR = r"""
@@ -42,6 +50,7 @@ _POOL_IR = r"""
 @start_gen = internal global i32 0
 @nworkers = internal global i32 0
 @shutdown = internal global i32 0
+@tasks_per_thread = internal global i32 TASKS_PER_THREAD
 @mutex = internal global [64 x i8] zeroinitializer, align 64
 @cond = internal global [64 x i8] zeroinitializer, align 64
 @tids = internal global [MAXT x i64] zeroinitializer
@@ -87,21 +96,6 @@ out:
   %hi = lshr i64 %v, 32
   %g = trunc i64 %hi to i32
   ret i32 %g
-}
-
-define internal void @run_serial(ptr %task, ptr %closure, i32 %n) {
-entry:
-  br label %loop
-loop:
-  %t = phi i32 [0, %entry], [%t1, %body]
-  %c = icmp slt i32 %t, %n
-  br i1 %c, label %body, label %done
-body:
-  call void %task(ptr %closure, i32 %t, i32 %n)
-  %t1 = add i32 %t, 1
-  br label %loop
-done:
-  ret void
 }
 
 define internal void @wake_all() {
@@ -155,18 +149,22 @@ exit:
   ret ptr null
 }
 
-define void @tf_parallel_launch(ptr %task, ptr %closure) {
+; Run `task` as tasks 0..n-1 on the pool, or as one task (0 of 1) when the pool is busy (a
+; nested launch, or one from a second thread), has no workers or n is 1.
+define internal void @launch(ptr %task, ptr %closure, i32 %n) {
 entry:
   %nw = load i32, ptr @nworkers
-  %n = add i32 %nw, 1
+  %alone = icmp eq i32 %nw, 0
+  %one = icmp sle i32 %n, 1
+  %trivial = or i1 %alone, %one
+  br i1 %trivial, label %run_alone, label %claim_pool
+claim_pool:
   %was = atomicrmw xchg ptr @busy, i32 1 acquire
   %is_busy = icmp ne i32 %was, 0
-  %alone = icmp eq i32 %nw, 0
-  %serial = or i1 %is_busy, %alone
-  br i1 %serial, label %run_alone, label %launch
+  br i1 %is_busy, label %run_alone, label %launch
 run_alone:
-  call void @run_serial(ptr %task, ptr %closure, i32 %n)
-  br i1 %is_busy, label %ret, label %release
+  call void %task(ptr %closure, i32 0, i32 1)
+  ret void
 launch:
   store ptr %task, ptr @task
   store ptr %closure, ptr @closure
@@ -196,8 +194,36 @@ yield:
   br label %join
 release:
   store atomic i32 0, ptr @busy release, align 4
-  br label %ret
-ret:
+  ret void
+}
+
+; A loop of `extent` iterations: `task(closure, id, n)` runs the iterations
+; [id * extent / n, (id + 1) * extent / n), n = min(extent, threads * tasks_per_thread), so
+; that a thread that starts late or runs slower (another job took its core) leaves the rest
+; of its share to the others.
+define void @tf_parallel_for(ptr %task, ptr %closure, i32 %extent) {
+entry:
+  %nw = load i32, ptr @nworkers
+  %threads = add i32 %nw, 1
+  %per = load i32, ptr @tasks_per_thread
+  %cap = mul i32 %threads, %per
+  %less = icmp slt i32 %extent, %cap
+  %n = select i1 %less, i32 %extent, i32 %cap
+  call void @launch(ptr %task, ptr %closure, i32 %n)
+  ret void
+}
+
+; The first ABI (objects built before tf_parallel_for): one task per thread.
+define void @tf_parallel_launch(ptr %task, ptr %closure) {
+entry:
+  %nw = load i32, ptr @nworkers
+  %n = add i32 %nw, 1
+  call void @launch(ptr %task, ptr %closure, i32 %n)
+  ret void
+}
+
+define void @tf_pool_set_tasks_per_thread(i32 %per) {
+  store i32 %per, ptr @tasks_per_thread
   ret void
 }
 
@@ -267,6 +293,7 @@ def pool_ir(machine: str | None = None) -> str:
         .replace("PAUSE_CALL", call)
         .replace("MAXT", str(MAX_THREADS + 1))
         .replace("SPINS", str(SPIN))
+        .replace("TASKS_PER_THREAD", str(TASKS_PER_THREAD))
     )
 
 
@@ -320,7 +347,12 @@ class _NativePool:
             self.image = None
         self.kind = "elf" if self.image else "mcjit"
         address = self.image.address if self.image else self._jit()
-        self.launch = address(LAUNCH_SYMBOL)
+        self.symbols = {name: address(name) for name in (LAUNCH_SYMBOL, FOR_SYMBOL)}
+        self.launch = self.symbols[LAUNCH_SYMBOL]
+        self._per_thread = ctypes.CFUNCTYPE(None, ctypes.c_int32)(
+            address("tf_pool_set_tasks_per_thread")
+        )
+        self.tasks_per_thread = TASKS_PER_THREAD
         self._start = ctypes.CFUNCTYPE(None, ctypes.c_int32)(address("tf_pool_start"))
         self._stop = ctypes.CFUNCTYPE(None)(address("tf_pool_stop"))
         self.num_threads = 1
@@ -375,9 +407,33 @@ def num_threads() -> int:
     return _pool().num_threads
 
 
+def set_tasks_per_thread(tasks: int) -> None:
+    """Cut each parallel loop into up to `tasks` chunks per thread (at most its extent), which
+    the threads claim in turn: more balance the load when threads run at uneven speed, fewer
+    claim less often (1: one chunk per thread, static partitioning). Default 4.
+    """
+    if not isinstance(tasks, int) or not 1 <= tasks <= MAX_TASKS_PER_THREAD:
+        raise ValueError(
+            f"tasks per thread must be an int in [1, {MAX_TASKS_PER_THREAD}], not {tasks!r}"
+        )
+    pool = _pool()
+    pool._per_thread(tasks)
+    pool.tasks_per_thread = tasks
+
+
+def tasks_per_thread() -> int:
+    """The chunks per thread parallel loops are cut into (`set_tasks_per_thread`)."""
+    return _pool().tasks_per_thread
+
+
 def launch_address() -> int:
-    """The address of `tf_parallel_launch(task, closure)`, for JIT-compiled kernels."""
+    """The address of `tf_parallel_launch(task, closure)` (the first ABI)."""
     return _pool().launch
+
+
+def symbols() -> dict[str, int]:
+    """The pool's entry points kernels call, by name: what the loaders resolve them to."""
+    return dict(_pool().symbols)
 
 
 def main(argv: list[str] | None = None) -> None:
