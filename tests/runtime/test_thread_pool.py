@@ -1,7 +1,8 @@
 """The CPU thread pool: a parallel loop runs every iteration exactly once whatever the thread
 count, tasks per thread and extent; the pool cuts a loop into min(extent, threads x tasks per
-thread) tasks, each claimed once; the first ABI (one task per thread) still works; and no mix
-of nested launches, launches from several threads and pool resizes hangs."""
+thread) tasks, each claimed once, a thread's own block from the front and the others' from the
+back; the first ABI (one task per thread) still works; and no mix of nested launches, launches
+from several threads and pool resizes hangs."""
 
 from __future__ import annotations
 
@@ -82,6 +83,30 @@ def test_the_pool_cuts_a_loop_into_tasks_each_claimed_once(pool_settings, thread
         # a loop of one task, or a pool of one thread, runs as one task on the caller
         want = [(0, 1)] if n <= 1 or threads == 1 else [(k, n) for k in range(n)]
         assert sorted(calls) == want, f"extent {extent}"
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_each_thread_runs_its_own_block_from_the_front(pool_settings, threads):
+    # the caller is thread 0: of block 0 it runs a prefix (others take ids from the back only),
+    # of the others' blocks a suffix (it takes from their back)
+    cpu.set_num_threads(threads)
+    cpu.set_tasks_per_thread(4)
+    launch = _entry(cpu.FOR_SYMBOL, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
+    caller, n = threading.get_ident(), threads * 4
+    for _ in range(20):
+        mine: list[int] = []
+
+        def run(closure, task_id, num_tasks, mine=mine):
+            if threading.get_ident() == caller:
+                mine.append(task_id)
+
+        task = TASK(run)
+        launch(ctypes.cast(task, ctypes.c_void_p), None, n)
+        for j in range(threads):
+            block = range(j * n // threads, (j + 1) * n // threads)
+            ran = [t for t in mine if t in block]
+            want = list(block)[: len(ran)] if j == 0 else list(block)[len(block) - len(ran) :]
+            assert sorted(ran) == want, (j, mine)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])

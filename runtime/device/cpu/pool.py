@@ -8,13 +8,14 @@ one task per thread, is the ABI of objects built before; it stays.) The pool is 
 on x86-64 Linux loaded from the object shipped beside this file (built for any x86-64 by
 `python -m tensorforge.runtime.device.cpu.pool --emit`) by the ELF loader, elsewhere
 JIT-compiled once for the host, so a launch never touches Python or the GIL: the caller
-publishes the task and starts a new generation; then the caller and the workers claim task ids
-0..n-1 from one atomic ticket until none is left, and the caller waits only for tasks a worker
-has started. A worker that is slow to wake (the machine is busy) therefore never delays a
-launch: the caller runs its tasks, and with several tasks per thread (4 by default) a late
-or slowed thread (another job took its core) leaves the rest of its share to the others.
-Workers poll the ticket for a while after each launch
-(back-to-back loops start fast), then sleep on a condition variable. A launch while the pool
+publishes the task, deals its ids out as one block per thread and starts a new generation; then
+each thread (the caller is thread 0) claims its own block's ids from the front, then ids from
+the back of the others' blocks, until none is left, and the caller waits only for tasks a thread
+has started. At even speed each thread runs its own contiguous share (as a static partition
+would: cache-friendly from one kernel to the next), and a worker that is slow to wake or loses
+its core to another job holds a launch back only by the task it has started: the others take
+the rest of its block. Workers poll the generation for a while after each launch (back-to-back
+loops start fast), then sleep on a condition variable. A launch while the pool
 is busy (from inside a task, i.e. a nested parallel loop, or from another thread), on one
 thread, or of one task, runs the whole loop as one task on the calling thread.
 """
@@ -36,15 +37,21 @@ FOR_SYMBOL = "tf_parallel_for"  # (task, closure, extent): what the code generat
 MAX_THREADS = 256
 TASKS_PER_THREAD = 4  # default tasks a parallel loop is cut into per thread (at most extent)
 MAX_TASKS_PER_THREAD = 64
+assert MAX_THREADS * MAX_TASKS_PER_THREAD < 1 << 16  # a block word holds 16-bit task ids
 SPIN = 20000  # polls of the generation counter before a worker sleeps
 
 _POOL_IR = r"""
-; @ticket = generation << 32 | next unclaimed task: one atomic word, so a worker can only claim
-; a task of the launch whose task pointer it read (a claim of a finished launch fails).
+; @ticket = generation << 32: a launch starts a new generation, which wakes the workers.
+; The n tasks of a launch are cut into one block of ids per thread, @blocks[j] = generation << 32
+; | front << 16 | back: thread j claims its block's ids from the front, then takes ids from the
+; back of the others' blocks; a claim is a compare-and-swap of the one word, bounded by the word
+; itself and tagged with its launch, so a late worker can never claim a task of another launch.
 @task = internal global ptr null
 @closure = internal global ptr null
 @ntasks = internal global i32 0
 @ticket = internal global i64 0, align 64
+@blocks = internal global [MAXT x [8 x i64]] zeroinitializer, align 64
+@nblocks = internal global i32 0
 @done = internal global i32 0, align 64
 @busy = internal global i32 0, align 64
 @start_gen = internal global i32 0
@@ -71,31 +78,52 @@ define internal i32 @generation() {
   ret i32 %g
 }
 
-; Claim and run tasks of the current launch until none is left; returns its generation.
-define internal i32 @run_tasks() {
+; Claim and run tasks of the current launch as thread `self`: its own block's from the front,
+; then the other blocks' from the back, until none is left.
+define internal void @run_tasks(i32 %self) {
 entry:
-  br label %claim
-claim:
-  %v = load atomic i64, ptr @ticket acquire, align 8
-  %t = trunc i64 %v to i32
-  %task = load ptr, ptr @task
-  %closure = load ptr, ptr @closure
-  %n = load i32, ptr @ntasks
-  %left = icmp ult i32 %t, %n
-  br i1 %left, label %try, label %out
+  %nb = load atomic i32, ptr @nblocks acquire, align 4
+  br label %next_block
+next_block:
+  %d = phi i32 [0, %entry], [%d1, %block_empty]
+  %more = icmp ult i32 %d, %nb
+  br i1 %more, label %block, label %out
+block:
+  %sd = add i32 %self, %d
+  %b = urem i32 %sd, %nb
+  %own = icmp eq i32 %d, 0
+  %slot = getelementptr [MAXT x [8 x i64]], ptr @blocks, i32 0, i32 %b, i32 0
+  br label %try
 try:
-  %v1 = add i64 %v, 1
-  %pair = cmpxchg ptr @ticket, i64 %v, i64 %v1 acq_rel acquire
+  %w = load atomic i64, ptr %slot acquire, align 8
+  %fr_hi = lshr i64 %w, 16
+  %fr = and i64 %fr_hi, 65535
+  %bk = and i64 %w, 65535
+  %has = icmp ult i64 %fr, %bk
+  br i1 %has, label %cas, label %block_empty
+cas:
+  ; read after the word (its acquire): the launch the claim below belongs to
+  %task = load atomic ptr, ptr @task monotonic, align 8
+  %closure = load atomic ptr, ptr @closure monotonic, align 8
+  %n = load atomic i32, ptr @ntasks monotonic, align 4
+  %w_front = add i64 %w, 65536
+  %w_back = sub i64 %w, 1
+  %new = select i1 %own, i64 %w_front, i64 %w_back
+  %pair = cmpxchg ptr %slot, i64 %w, i64 %new acq_rel acquire
   %ok = extractvalue { i64, i1 } %pair, 1
-  br i1 %ok, label %work, label %claim
+  br i1 %ok, label %work, label %try
 work:
-  call void %task(ptr %closure, i32 %t, i32 %n)
+  %bk1 = sub i64 %bk, 1
+  %id64 = select i1 %own, i64 %fr, i64 %bk1
+  %id = trunc i64 %id64 to i32
+  call void %task(ptr %closure, i32 %id, i32 %n)
   %old = atomicrmw add ptr @done, i32 1 release
-  br label %claim
+  br label %try
+block_empty:
+  %d1 = add i32 %d, 1
+  br label %next_block
 out:
-  %hi = lshr i64 %v, 32
-  %g = trunc i64 %hi to i32
-  ret i32 %g
+  ret void
 }
 
 define internal void @wake_all() {
@@ -107,6 +135,8 @@ define internal void @wake_all() {
 
 define internal ptr @worker(ptr %arg) {
 entry:
+  %self64 = ptrtoint ptr %arg to i64
+  %self = trunc i64 %self64 to i32
   %start = load i32, ptr @start_gen
   br label %wait
 wait:
@@ -143,7 +173,8 @@ run:
   %is_stop = icmp ne i32 %stop, 0
   br i1 %is_stop, label %exit, label %work
 work:
-  %g = call i32 @run_tasks()
+  %g = call i32 @generation()
+  call void @run_tasks(i32 %self)
   br label %wait
 exit:
   ret ptr null
@@ -166,20 +197,43 @@ run_alone:
   call void %task(ptr %closure, i32 0, i32 1)
   ret void
 launch:
-  store ptr %task, ptr @task
-  store ptr %closure, ptr @closure
-  store i32 %n, ptr @ntasks
+  store atomic ptr %task, ptr @task monotonic, align 8
+  store atomic ptr %closure, ptr @closure monotonic, align 8
+  store atomic i32 %n, ptr @ntasks monotonic, align 4
   store atomic i32 0, ptr @done monotonic, align 4
   %g = call i32 @generation()
   %g1 = add i32 %g, 1
   %g64 = zext i32 %g1 to i64
   %fresh = shl i64 %g64, 32
+  %threads = add i32 %nw, 1
+  %threads64 = zext i32 %threads to i64
+  %n64 = zext i32 %n to i64
+  br label %cut
+cut:
+  ; block j holds the ids [j * n / threads, (j + 1) * n / threads)
+  %j = phi i32 [0, %launch], [%j1, %cut]
+  %j64 = zext i32 %j to i64
+  %j1 = add i32 %j, 1
+  %j164 = zext i32 %j1 to i64
+  %lo_n = mul i64 %j64, %n64
+  %lo = udiv i64 %lo_n, %threads64
+  %hi_n = mul i64 %j164, %n64
+  %hi = udiv i64 %hi_n, %threads64
+  %lo_sh = shl i64 %lo, 16
+  %word0 = or i64 %fresh, %lo_sh
+  %word = or i64 %word0, %hi
+  %slot = getelementptr [MAXT x [8 x i64]], ptr @blocks, i32 0, i32 %j, i32 0
+  store atomic i64 %word, ptr %slot release, align 8
+  %cut_more = icmp ult i32 %j1, %threads
+  br i1 %cut_more, label %cut, label %publish
+publish:
+  store atomic i32 %threads, ptr @nblocks release, align 4
   store atomic i64 %fresh, ptr @ticket release, align 8
   call void @wake_all()
-  %mine = call i32 @run_tasks()
+  call void @run_tasks(i32 0)
   br label %join
 join:
-  %k = phi i32 [0, %launch], [%k1, %join_next], [%k1, %yield]
+  %k = phi i32 [0, %publish], [%k1, %join_next], [%k1, %yield]
   %finished = load atomic i32, ptr @done acquire, align 4
   %all = icmp eq i32 %finished, %n
   br i1 %all, label %release, label %join_next
