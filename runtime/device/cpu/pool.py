@@ -465,6 +465,14 @@ def set_tasks_per_thread(tasks: int) -> None:
     """Cut each parallel loop into up to `tasks` chunks per thread (at most its extent), which
     the threads claim in turn: more balance the load when threads run at uneven speed, fewer
     claim less often (1: one chunk per thread, static partitioning). Default 4.
+
+    Raises:
+        ValueError: `tasks` is not an int in [1, 64].
+
+    Example:
+        >>> from tensorforge.runtime.device import cpu
+        >>> cpu.set_tasks_per_thread(4); cpu.tasks_per_thread()
+        4
     """
     if not isinstance(tasks, int) or not 1 <= tasks <= MAX_TASKS_PER_THREAD:
         raise ValueError(
