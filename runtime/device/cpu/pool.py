@@ -90,7 +90,9 @@ next_block:
   br i1 %more, label %block, label %out
 block:
   %sd = add i32 %self, %d
-  %b = urem i32 %sd, %nb
+  %wrap = icmp uge i32 %sd, %nb  ; (self + d) mod nb without a division (armv7 has none)
+  %sd_nb = sub i32 %sd, %nb
+  %b = select i1 %wrap, i32 %sd_nb, i32 %sd
   %own = icmp eq i32 %d, 0
   %slot = getelementptr [MAXT x [8 x i64]], ptr @blocks, i32 0, i32 %b, i32 0
   br label %try
@@ -206,19 +208,17 @@ launch:
   %g64 = zext i32 %g1 to i64
   %fresh = shl i64 %g64, 32
   %threads = add i32 %nw, 1
-  %threads64 = zext i32 %threads to i64
-  %n64 = zext i32 %n to i64
   br label %cut
 cut:
-  ; block j holds the ids [j * n / threads, (j + 1) * n / threads)
+  ; block j holds the ids [j * n / threads, (j + 1) * n / threads) (j * n < 2^23: 32-bit math)
   %j = phi i32 [0, %launch], [%j1, %cut]
-  %j64 = zext i32 %j to i64
   %j1 = add i32 %j, 1
-  %j164 = zext i32 %j1 to i64
-  %lo_n = mul i64 %j64, %n64
-  %lo = udiv i64 %lo_n, %threads64
-  %hi_n = mul i64 %j164, %n64
-  %hi = udiv i64 %hi_n, %threads64
+  %lo_n = mul i32 %j, %n
+  %lo32 = udiv i32 %lo_n, %threads
+  %hi_n = mul i32 %j1, %n
+  %hi32 = udiv i32 %hi_n, %threads
+  %lo = zext i32 %lo32 to i64
+  %hi = zext i32 %hi32 to i64
   %lo_sh = shl i64 %lo, 16
   %word0 = or i64 %fresh, %lo_sh
   %word = or i64 %word0, %hi
