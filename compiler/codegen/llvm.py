@@ -9,9 +9,9 @@ parameter buffer (arguments must not overlap). Loops run as follows:
   become vector loads/stores, others gathers and scatters); any other vectorized loop runs
   serially and is left to LLVM's loop vectorizer;
 - parallel (the outermost one of a nest): the body is outlined into a task
-  `void task(ptr closure, i32 task_id, i32 num_tasks)` that runs the contiguous chunk
-  [task_id * extent / num_tasks, (task_id + 1) * extent / num_tasks) of the iterations, started
-  through `tf_parallel_for(task, closure, extent)` (the runtime's thread pool picks num_tasks).
+  `void task(ptr closure, i32 task_id, i32 num_tasks)` that runs contiguous chunk `task_id` of
+  `num_tasks` near-equal chunks of the iterations (sizes differ by one at most), started through
+  `tf_parallel_for(task, closure, extent)` (the runtime's thread pool picks num_tasks).
 
 `Allocate` becomes a 64-byte aligned stack slot up to `STACK_LIMIT` bytes, else `aligned_alloc`.
 """
@@ -348,9 +348,9 @@ class CodeGenLLVM(ExprEmitter):
         return state.fn
 
     def task_body(self, name: str, s: For, cvars: list[Var], cbufs: list[Buffer]) -> ir.Function:
-        """The chunk `[task_id * extent / num_tasks, (task_id + 1) * extent / num_tasks)` of the
-        loop, run serially: chunks differ by one iteration at most (ceil-sized chunks left the
-        last ones short or empty: 10 iterations in 8 tasks were 5 of 2 and 3 of none)."""
+        """Chunk `task_id` of `num_tasks` near-equal chunks of the loop, run serially: they differ
+        by one iteration at most (ceil-sized chunks left the last ones short or empty: 10
+        iterations in 8 tasks were 5 of 2 and 3 of none)."""
         params = [scalar_type(v.dtype) for v in cvars] + [PTR] * len(cbufs) + [I32, I32]
         state = self.new_function(name, params, internal=True)
         state.fn.attributes.add("alwaysinline")
@@ -363,11 +363,14 @@ class CodeGenLLVM(ExprEmitter):
             state.bufs[buf] = arg
         bld = self.builder
         start, extent = self.emit(s.min), self.emit(s.extent)
-        tid, ntasks = (bld.sext(a, I64) for a in args[-2:])
-        wide = _to_i64(bld, extent)  # tid * extent in 64 bits: no overflow for i32 extents
+        tid, ntasks = (_resize(bld, a, extent.type) for a in args[-2:])
+        # extent = q * ntasks + r: the first r chunks get q + 1 iterations, the others q (no
+        # product that could overflow, and one division of the extent's own width)
+        q = bld.sdiv(extent, ntasks)
+        r = bld.sub(extent, bld.mul(q, ntasks))
         begin, end = (
-            _resize(bld, bld.sdiv(bld.mul(t, wide), ntasks), extent.type)
-            for t in (tid, bld.add(tid, I64(1)))
+            bld.add(bld.mul(t, q), _smin(bld, t, r))
+            for t in (tid, bld.add(tid, ir.Constant(extent.type, 1)))
         )
         self.serial_loop(s, bld.add(start, begin), bld.add(start, end))
         self.finish_function(state)
@@ -404,6 +407,10 @@ def _resize(bld: ir.IRBuilder, value: ir.Value, ty: ir.IntType) -> ir.Value:
     if value.type.width == ty.width:
         return value
     return bld.sext(value, ty) if ty.width > value.type.width else bld.trunc(value, ty)
+
+
+def _smin(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    return bld.select(bld.icmp_signed("<", a, b), a, b)
 
 
 def _byte_size(dtype: str) -> int:

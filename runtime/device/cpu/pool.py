@@ -1,10 +1,11 @@
 """The CPU thread pool for parallel loops: native worker threads, created once and reused.
 
 Compiled kernels outline each parallel loop of `extent` iterations into a task `void task(ptr
-closure, i32 task_id, i32 num_tasks)` that runs the iterations [task_id * extent / num_tasks,
-(task_id + 1) * extent / num_tasks), and call `tf_parallel_for(task, closure, extent)`; the pool
-picks num_tasks = min(extent, threads * tasks_per_thread). (`tf_parallel_launch(task, closure)`,
-one task per thread, is the ABI of objects built before; it stays.) The pool is itself LLVM IR:
+closure, i32 task_id, i32 num_tasks)` that runs contiguous chunk task_id of num_tasks near-equal
+chunks (the first extent mod num_tasks one iteration longer), and call `tf_parallel_for(task,
+closure, extent)`; the pool picks num_tasks = min(extent, threads * tasks_per_thread).
+(`tf_parallel_launch(task, closure)`, one task per thread, is the ABI of objects built before;
+it stays.) The pool is itself LLVM IR:
 on x86-64 Linux loaded from the object shipped beside this file (built for any x86-64 by
 `python -m tensorforge.runtime.device.cpu.pool --emit`) by the ELF loader, elsewhere
 JIT-compiled once for the host, so a launch never touches Python or the GIL: the caller
@@ -251,8 +252,8 @@ release:
   ret void
 }
 
-; A loop of `extent` iterations: `task(closure, id, n)` runs the iterations
-; [id * extent / n, (id + 1) * extent / n), n = min(extent, threads * tasks_per_thread), so
+; A loop of `extent` iterations: `task(closure, id, n)` runs chunk id of n near-equal chunks,
+; n = min(extent, threads * tasks_per_thread), so
 ; that a thread that starts late or runs slower (another job took its core) leaves the rest
 ; of its share to the others.
 define void @tf_parallel_for(ptr %task, ptr %closure, i32 %extent) {
