@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup iverilog opencl demo test test-fast bench lint clean
+.PHONY: setup iverilog opencl demo test test-fast bench lint clean pool
 
 setup: $(STAMP) iverilog opencl
 
@@ -47,6 +47,12 @@ test-fast: setup
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# The thread pool's prebuilt x86-64 object (runtime/device/cpu/pool_x86_64.o) and the hash of
+# the IR it came from, rebuilt after its IR changes (a test fails until then; meanwhile, and on
+# other machines, the pool JIT-compiles its IR).
+pool: setup
+	$(PY) -m tensorforge.runtime.device.cpu.pool --emit
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -9,8 +9,9 @@ parameter buffer (arguments must not overlap). Loops run as follows:
   become vector loads/stores, others gathers and scatters); any other vectorized loop runs
   serially and is left to LLVM's loop vectorizer;
 - parallel (the outermost one of a nest): the body is outlined into a task
-  `void task(ptr closure, i32 task_id, i32 num_tasks)` that runs one contiguous chunk of the
-  iterations, started through `tf_parallel_launch(task, closure)` (the runtime's thread pool).
+  `void task(ptr closure, i32 task_id, i32 num_tasks)` that runs contiguous chunk `task_id` of
+  `num_tasks` near-equal chunks of the iterations (sizes differ by one at most), started through
+  `tf_parallel_for(task, closure, extent)` (the runtime's thread pool picks num_tasks).
 
 `Allocate` becomes a 64-byte aligned stack slot up to `STACK_LIMIT` bytes, else `aligned_alloc`.
 """
@@ -57,7 +58,7 @@ from .llvm_expr import (
 ALIGN = 64
 STACK_LIMIT = 64 * 1024  # bytes; larger allocations go to the heap
 MAX_LANES = 64  # wider vectorized loops run serially (left to LLVM)
-LAUNCH = "tf_parallel_launch"
+LAUNCH = "tf_parallel_for"
 
 
 @dataclass
@@ -323,7 +324,10 @@ class CodeGenLLVM(ExprEmitter):
             bld.store(value, bld.gep(closure, [I32(k)], source_etype=I64))
         task = self.outline(s, cvars, cbufs)
         self.builder, self.state = bld, outer
-        bld.call(self.declare(LAUNCH, ir.VoidType(), [PTR, PTR]), [task, closure])
+        extent = _to_i64(bld, self.emit(s.extent))
+        big = bld.icmp_signed(">", extent, I64(2**31 - 1))  # tasks beyond i32 are never needed
+        extent = bld.trunc(bld.select(big, I64(2**31 - 1), extent), I32)
+        bld.call(self.declare(LAUNCH, ir.VoidType(), [PTR, PTR, I32]), [task, closure, extent])
 
     def outline(self, s: For, cvars: list[Var], cbufs: list[Buffer]) -> ir.Function:
         """`task(closure, task_id, num_tasks)`: unpacks the closure and calls the loop's body
@@ -344,7 +348,9 @@ class CodeGenLLVM(ExprEmitter):
         return state.fn
 
     def task_body(self, name: str, s: For, cvars: list[Var], cbufs: list[Buffer]) -> ir.Function:
-        """The chunk `[task_id * chunk, (task_id + 1) * chunk)` of the loop, run serially."""
+        """Chunk `task_id` of `num_tasks` near-equal chunks of the loop, run serially: they differ
+        by one iteration at most (ceil-sized chunks left the last ones short or empty: 10
+        iterations in 8 tasks were 5 of 2 and 3 of none)."""
         params = [scalar_type(v.dtype) for v in cvars] + [PTR] * len(cbufs) + [I32, I32]
         state = self.new_function(name, params, internal=True)
         state.fn.attributes.add("alwaysinline")
@@ -358,9 +364,14 @@ class CodeGenLLVM(ExprEmitter):
         bld = self.builder
         start, extent = self.emit(s.min), self.emit(s.extent)
         tid, ntasks = (_resize(bld, a, extent.type) for a in args[-2:])
-        chunk = bld.sdiv(bld.add(extent, bld.sub(ntasks, ir.Constant(extent.type, 1))), ntasks)
-        begin = _smin(bld, bld.mul(tid, chunk), extent)
-        end = _smin(bld, bld.add(begin, chunk), extent)
+        # extent = q * ntasks + r: the first r chunks get q + 1 iterations, the others q (no
+        # product that could overflow, and one division of the extent's own width)
+        q = bld.sdiv(extent, ntasks)
+        r = bld.sub(extent, bld.mul(q, ntasks))
+        begin, end = (
+            bld.add(bld.mul(t, q), _smin(bld, t, r))
+            for t in (tid, bld.add(tid, ir.Constant(extent.type, 1)))
+        )
         self.serial_loop(s, bld.add(start, begin), bld.add(start, end))
         self.finish_function(state)
         return state.fn

@@ -19,7 +19,8 @@ ELF_MACHINE = {"x86_64": 62, "armv7": 40, "arm": 40, "aarch64": 183}
 def _init_native() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    llvm.add_symbol(cpu.LAUNCH_SYMBOL, cpu.launch_address())
+    for name, address in cpu.pool_symbols().items():
+        llvm.add_symbol(name, address)
 
 
 @functools.cache

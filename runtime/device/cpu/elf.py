@@ -6,7 +6,7 @@ emits them (position independent, small code model) into this process without LL
 allocated sections are laid out in one anonymous mapping (code and read-only data, then the GOT
 slots and jump stubs, on pages that end read+execute; writable data on their own read+write
 pages; never both), symbols resolve to the objects' own definitions first, then to the
-`externals` given (the thread pool's `tf_parallel_launch`), then to the process's libc/libm, and
+`externals` given (the thread pool's entry points), then to the process's libc/libm, and
 the relocations are applied. A call to a far external symbol goes through a jump stub in the
 mapping (a 32-bit displacement cannot reach libm). Anything else is an `ElfLinkError` naming the
 object, section and symbol, raised before any code runs.

@@ -4,8 +4,9 @@ On x86-64 Linux the objects of one module are linked by this package's own ELF l
 (`elf.Image`), without LLVM: importing llvmlite alone costs about 41 MiB of resident memory.
 Elsewhere (aarch64 boards, ...), and for an object the ELF loader refuses, they are linked into
 one MCJIT engine through llvmlite; `ObjectLoader.kind` says which ("elf" or "mcjit"). Either way
-`tf_parallel_launch` (parallel loops) resolves to the thread pool's and libc/libm symbols to the
-process's. The host must have the CPU features the code was compiled for (`check_host`).
+the parallel-loop entry points (`tf_parallel_for`, `tf_parallel_launch`) resolve to the thread
+pool's and libc/libm symbols to the process's. The host must have the CPU features the code was
+compiled for (`check_host`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from . import elf
+from . import elf, pool
 from .elf import ElfLinkError, LoaderError
-from .pool import LAUNCH_SYMBOL, launch_address
 
 __all__ = ["ElfLinkError", "LoaderError", "ObjectLoader", "check_host", "host_cpu", "host_triple"]
 
@@ -31,7 +31,8 @@ def _llvm() -> Any:
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    llvm.add_symbol(LAUNCH_SYMBOL, launch_address())
+    for name, address in pool.symbols().items():
+        llvm.add_symbol(name, address)
     return llvm
 
 
@@ -60,7 +61,7 @@ _CPUINFO_SAME = set(
     "avx512vbmi avx512vl bmi2 cldemote clflushopt clwb clzero cmov cx16 cx8 f16c fma fma4 "
     "fsgsbase fxsr gfni invpcid lwp mmx movbe movdir64b movdiri mwaitx pku popcnt rdpid rdpru "
     "rdseed rtm serialize sse sse2 sse4.1 sse4.2 sse4a ssse3 tbm tsxldtrk vaes vpclmulqdq "
-    "waitpkg wbnoinvd xop xsave xsavec xsaveopt xsaves".split()
+    "waitpkg wbnoinvd xop xsave xsavec xsaveopt".split()
 )
 #: LLVM x86 features of system and special-purpose instructions, which LLVM emits only for their
 #: own intrinsics and this compiler's kernels never call (xsaves is even privileged). A host need
@@ -76,6 +77,8 @@ NOT_EMITTED = frozenset(
 _CPUID_FEATURES = {
     "prefetchi": [(7, 1, 3, 1 << 14)],
     "avx10.1": [(7, 1, 3, 1 << 19), (0x24, 0, 1, 0xFF)],  # AVX10, version >= 1
+    # a kernel may leave xsaves out of /proc/cpuinfo while CPUID has it (seen on a cloud VM)
+    "xsaves": [(0xD, 1, 0, 1 << 3)],
 }
 # cpuid(leaf, subleaf, uint32 out[4]): push rbx; mov eax, edi; mov ecx, esi; mov r8, rdx; cpuid;
 # mov [r8], eax; mov [r8+4], ebx; mov [r8+8], ecx; mov [r8+12], edx; pop rbx; ret
@@ -170,7 +173,7 @@ class ObjectLoader:
             labels = [*self._names, *(f"object {i}" for i in range(len(names), len(objects)))]
             try:
                 self._image: elf.Image | None = elf.Image(
-                    list(zip(labels, objects, strict=False)), {LAUNCH_SYMBOL: launch_address()}
+                    list(zip(labels, objects, strict=False)), pool.symbols()
                 )
                 self.kind = "elf"
                 return

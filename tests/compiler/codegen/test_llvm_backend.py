@@ -264,7 +264,7 @@ def test_object_files_have_the_target_elf_machine(target: str, elf_class: int, m
     s, args = _matmul_sched(16, "outer")
     obj = build_object(s, args, target=target, name="mm")
     assert elf_machine(obj) == (elf_class, machine)
-    assert b"mm" in obj and b"tf_parallel_launch" in obj  # the symbol and the pool import
+    assert b"mm" in obj and b"tf_parallel_for" in obj  # the symbol and the pool import
 
 
 def test_aarch64_assembly_uses_neon_fma() -> None:
