@@ -17,6 +17,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -92,13 +93,15 @@ def bench_gemm(n: int, threads: int, repeats: int) -> dict[str, float]:
 
     from tensorforge.compiler import te
     from tensorforge.compiler.build import build
-    from tensorforge.compiler.topi.x86 import DenseConfig, dense, schedule_dense
+    from tensorforge.compiler.topi.x86 import dense, schedule_dense
+    from tensorforge.compiler.topi.x86.dense import default_config
 
     rng = np.random.default_rng(0)
     a, b = rng.random((2, n, n), dtype=np.float32)
     c = np.empty((n, n), np.float32)
     A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
-    config = DenseConfig(parallel=threads > 1)
+    # the compile's default tile for this CPU (fitted to its vector registers)
+    config = dataclasses.replace(default_config(n), parallel=threads > 1)
     op = dense(A, B, weight_layout="KN", config=config)
     f = build(schedule_dense(op, config), op.args, name="gemm")
     f(a, b, c)
@@ -122,15 +125,16 @@ def bench_conv(name: str, threads: int, repeats: int) -> dict[str, float]:
 
     from tensorforge.compiler import te
     from tensorforge.compiler.build import build
-    from tensorforge.compiler.topi.x86 import Conv2dConfig, conv2d_nchwc, schedule_conv2d_nchwc
-    from tensorforge.compiler.topi.x86.conv2d import kernel_blocks, pack_kernel
+    from tensorforge.compiler.topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
+    from tensorforge.compiler.topi.x86.conv2d import default_config, kernel_blocks, pack_kernel
 
     hw, ic, oc, k, stride = LAYERS[name]
     pad = k // 2
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, ic, hw, hw), dtype=np.float32)
     w = rng.standard_normal((oc, ic, k, k), dtype=np.float32) * 0.1
-    config = Conv2dConfig(parallel=threads > 1)
+    out_hw = ((hw + 2 * pad - k) // stride + 1,) * 2
+    config = dataclasses.replace(default_config(ic, oc, out_hw), parallel=threads > 1)
     # Weights are constants: packed once ahead of time (as onnxruntime does at session creation).
     wp = pack_kernel(w, *kernel_blocks(ic, oc, config))
     X, W = te.placeholder(x.shape, name="x"), te.placeholder(wp.shape, name="w")
