@@ -1,5 +1,6 @@
 """Models quantized by onnxruntime's dynamic quantizer (DynamicQuantizeLinear, MatMulInteger,
-ConvInteger) compile to native code and compute what onnxruntime computes on them."""
+ConvInteger) compile to native code and compute the exact integer sums ONNX defines (onnx's
+reference evaluator), as onnxruntime does where its kernels are exact."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
+from onnx.reference import ReferenceEvaluator
 
 import tensorforge
 from tensorforge.compiler.frontend.onnx_builders import mlp, small_cnn
@@ -40,10 +42,16 @@ def test_dynamically_quantized_models_match_onnxruntime(
     ops = {n.op_type for n in model.graph.node}
     assert "DynamicQuantizeLinear" in ops and ops & {"MatMulInteger", "ConvInteger"}
     x = RNG.standard_normal(shape).astype(np.float32)
-    (want,) = _ort(model, {"x": x})
     (got,) = tensorforge.compile(model).run({"x": x}).values()
     # the same integer sums and scales; float32 rescaling may round differently in the last bit
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+    (exact,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max())
+    if not per_channel:
+        # onnxruntime agrees here; with per-channel weights (full int8 range) its u8 x s8
+        # kernels on CPUs without VNNI (AVX2) add pairs of products in saturating int16
+        # (vpmaddubsw) and drift up to 10% from the exact sums (seen on an AMD EPYC, 11-25)
+        (want,) = _ort(model, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
 
 
 def _dql_model(shape: tuple[int, ...]) -> onnx.ModelProto:
