@@ -172,6 +172,31 @@ class ExprEmitter:
     def emit_Cast(self, e: Cast) -> ir.Value:
         return self.convert(self.emit(e.value), e.value.dtype, e.dtype)
 
+    def _double_to_float_odd(self, v: ir.Value, lanes: int) -> ir.Value:
+        """float32 `v` rounded to odd (toward zero, the last bit set when inexact), so that
+        rounding it on to float16 gives the correctly rounded float16 of the double (24 bits
+        are at least float16's 11 + 2). A direct double -> half `fptrunc` is a call to
+        compiler-rt's `__truncdfhf2`, which the process does not have on CPUs without
+        AVX512-FP16 (the module crashed there)."""
+        b = self.builder
+        f32, i32 = vector_of(ir.FloatType(), lanes), vector_of(I32, lanes)
+        near = b.fptrunc(v, f32)
+        back = b.fpext(near, v.type)
+        bits = b.bitcast(near, i32)
+        # |near| > |v|: one step toward zero (the magnitude's bits minus 1; not for inf/NaN)
+        away = b.fcmp_ordered(">", self._fabs(back), self._fabs(v))
+        bits = b.select(away, b.sub(bits, self.constant("int32", 1, lanes)), bits)
+        inexact = b.fcmp_ordered("!=", b.fpext(b.bitcast(bits, f32), v.type), v)
+        bits = b.select(inexact, b.or_(bits, self.constant("int32", 1, lanes)), bits)
+        return b.bitcast(bits, f32)
+
+    def _fabs(self, v: ir.Value) -> ir.Value:
+        ty = v.type
+        name = f"llvm.fabs.v{ty.count}f64" if isinstance(ty, ir.VectorType) else "llvm.fabs.f64"
+        module = self.builder.module
+        fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(ty, [ty]), name)
+        return self.builder.call(fn, [v])
+
     def convert(self, v: ir.Value, src: str, dst: str) -> ir.Value:
         b, lanes = self.builder, lanes_of(v)
         to = vector_of(scalar_type(dst), lanes)
@@ -185,7 +210,11 @@ class ExprEmitter:
                 else b.icmp_unsigned("!=", v, zero)
             )
         if dt.is_float(src) and dt.is_float(dst):
-            return b.fpext(v, to) if dt.bits(dst) > dt.bits(src) else b.fptrunc(v, to)
+            if dt.bits(dst) > dt.bits(src):
+                return b.fpext(v, to)
+            if dt.bits(src) == 64 and dt.bits(dst) == 16:
+                return b.fptrunc(self._double_to_float_odd(v, lanes), to)
+            return b.fptrunc(v, to)
         if dt.is_float(src):
             # 8- and 16-bit results go through int32, as C casts do on x86 (onnxruntime's
             # static_cast, numpy's astype): an out-of-range value wraps, NaN and infinities
