@@ -9,6 +9,7 @@ whole-model test also runs them on), single-threaded.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -69,18 +70,44 @@ def _onnxruntime(model: onnx.ModelProto, feed: dict, optimize: bool = False) -> 
     return session.run(None, feed)
 
 
+@functools.cache
+def onnxruntime_int8_is_exact() -> bool:
+    """Whether this CPU's onnxruntime computes u8 x s8 sums exactly. On x86 without VNNI
+    (AVX2) its kernels add pairs of products in saturating int16 (vpmaddubsw): 255 * 127 * 2
+    = 64770 comes out as 32767 (seen on an AMD EPYC, 2026-11-25), and there it is no oracle."""
+    a = numpy_helper.from_array(np.full((1, 2), 255, np.uint8), "a")
+    b = numpy_helper.from_array(np.full((2, 1), 127, np.int8), "b")
+    consts = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in (
+        ("one", 1.0, np.float32), ("zu", 0, np.uint8), ("zs", 0, np.int8),
+        ("ys", 1000.0, np.float32))]  # fmt: skip
+    node = helper.make_node(
+        "QLinearMatMul", ["a", "one", "zu", "b", "one", "zs", "ys", "zu"], ["y"]
+    )
+    graph = helper.make_graph([node], "probe", [], [helper.make_tensor_value_info(
+        "y", TensorProto.UINT8, [1, 1])], [a, b, *consts])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = IR_VERSION
+    return int(_onnxruntime(model, {})[0][0, 0]) == 65  # round(64770 / 1000)
+
+
 def _assert_bit_exact(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> np.ndarray:
-    """Compiled == onnxruntime == run_graph, values and dtypes (NaN equal to NaN)."""
+    """Compiled == run_graph == onnxruntime, values and dtypes (NaN equal to NaN); onnxruntime
+    only where its int8 sums are exact on this CPU (`onnxruntime_int8_is_exact`)."""
     got = list(tensorforge.compile(model).run(feed).values())
-    want = _onnxruntime(model, feed)
     graph = from_onnx(model)
     with np.errstate(invalid="ignore"):
         ref = [run_graph(graph, feed)[o] for o in graph.outputs]
+    exact = onnxruntime_int8_is_exact() or not _int8_products(model)
+    want = _onnxruntime(model, feed) if exact else ref
     for g, w, r in zip(got, want, ref, strict=True):
         assert g.dtype == w.dtype == r.dtype
-        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(g, r)
         np.testing.assert_array_equal(r, w)
     return got[0]
+
+
+def _int8_products(model: onnx.ModelProto) -> bool:
+    return any(n.op_type in ("QLinearConv", "QLinearMatMul") for n in model.graph.node)
 
 
 def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
@@ -402,6 +429,12 @@ def test_quantized_cnn_compiled_equals_onnxruntime(gain: float) -> None:
         rng = np.random.default_rng(seed)
         feed = {"x": (rng.standard_normal((1, 8, 10, 10)) * gain).astype(np.float32)}
         got = list(module.run(feed).values())
+        graph = from_onnx(model)
+        ref = run_graph(graph, feed)
+        for g, name in zip(got, graph.outputs, strict=True):
+            np.testing.assert_array_equal(g, ref[name])
+        if not onnxruntime_int8_is_exact():
+            continue  # its saturating int16 pair sums are no oracle on this CPU
         for optimize in (False, True):
             for g, w in zip(got, _onnxruntime(model, feed, optimize), strict=True):
                 np.testing.assert_array_equal(g, w)
