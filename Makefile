@@ -39,11 +39,14 @@ opencl:
 demo: setup
 	$(VENV)/bin/tensorforge demo
 
+# One pytest worker per core (pytest-xdist); tests that build on each other share a group.
+XDIST := -n auto --dist loadgroup
+
 test: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q $(XDIST)
 
 test-fast: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not rtl and not slow"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q $(XDIST) -m "not rtl and not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -90,6 +90,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# The tour's lines build on each other in one folder (model.onnx, then model.tfm, ...): under
+# pytest-xdist (`make test` runs `-n auto --dist loadgroup`) they stay on one worker, in order.
+pytestmark = pytest.mark.xdist_group("readme_tour")
+
+
 @pytest.fixture(scope="module")
 def shell(tmp_path_factory):
     """Runs tour lines in one folder with this venv first on PATH; serves RPC in the background."""

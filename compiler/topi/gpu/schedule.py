@@ -7,7 +7,9 @@ schedule with one for thread blocks. Every stage that is not inlined or fused in
 is computed at the root and becomes one kernel launch (`compiler.codegen.gpu.split_kernels`):
 
 - a stage without a reduction that feeds others (a padding, a layout change) is inlined into
-  its readers, as TVM's GPU schedules do;
+  its readers, as TVM's GPU schedules do, unless inlining would multiply the readers' expression
+  trees past `INLINE_LIMIT` nodes (a coordinate rule read dozens of times per output, as
+  GridSample's reflection is): such a stage is computed once per element in its own kernel;
 - a reduction whose only reader is an element-wise output of its shape (a convolution and its
   bias + activation) is computed in registers (`local`) inside that output's thread: one kernel,
   no round trip through global memory;
@@ -32,7 +34,13 @@ from ...schedule.schedule import Schedule
 from ...schedule.stage import AttachKind, Stage
 from ...te.expr import ProducerLoad, Var
 from ...te.tensor import ComputeOp, Tensor
-from ...te.visitor import pre_order
+from ...te.visitor import children, pre_order
+
+INLINE_LIMIT = 4096
+"""Most expression-tree nodes a stage's reads may cost its readers once it is inlined (its
+size times the number of reads): past it the stage keeps its own kernel. Lowering, simplifying
+and printing walk expressions as trees, so the size a shared subexpression reaches by inlining
+is what they pay."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,45 @@ def _loads(op: ComputeOp) -> list[ProducerLoad]:
 
 def _uses(load: ProducerLoad, var: Var) -> bool:
     return any(n is var for index in load.indices for n in pre_order(index))
+
+
+def _tree_size(expr: Any, expanded: dict[int, int], memo: dict[int, int]) -> int:
+    """Nodes of `expr` counted as a tree (a shared subexpression once per use), a load of an
+    inlined producer counted as that producer's own size (`expanded`, by operation id)."""
+    key = id(expr)
+    if key not in memo:
+        own = 1
+        if isinstance(expr, ProducerLoad):
+            own = expanded.get(id(expr.producer.op), 1)
+        memo[key] = own + sum(_tree_size(c, expanded, memo) for c in children(expr))
+    return memo[key]
+
+
+def _reads(expr: Any, op: ComputeOp, memo: dict[int, int]) -> int:
+    """How many loads of `op`'s outputs `expr` makes, counted as a tree."""
+    key = id(expr)
+    if key not in memo:
+        own = int(isinstance(expr, ProducerLoad) and expr.producer.op is op)
+        memo[key] = own + sum(_reads(c, op, memo) for c in children(expr))
+    return memo[key]
+
+
+def _inline_cheap_stages(s: Schedule) -> None:
+    """Inline every injective intermediate stage whose reads cost at most `INLINE_LIMIT` nodes
+    (producers first, so a chain's sizes compound as they would)."""
+    expanded: dict[int, int] = {}
+    computes = [st for st in s.stages if st.is_compute]
+    for stage in computes:
+        op = stage.op
+        size = sum(_tree_size(b, expanded, {}) for b in op.bodies)
+        if not stage.is_output and not op.reduce_axis:
+            reads = sum(
+                _reads(b, op, {}) for other in computes if other is not stage
+                for b in other.op.bodies
+            )  # fmt: skip
+            if reads <= 1 or size * reads <= INLINE_LIMIT:
+                stage.compute_inline()
+                expanded[id(op)] = size
 
 
 def _reuse_axis(op: ComputeOp, block: int) -> int | None:
@@ -136,9 +183,7 @@ def schedule_auto(outputs: Sequence[Tensor], config: GPUScheduleConfig | None = 
     """A GPU schedule of the program computing `outputs` (see the module docstring)."""
     cfg = config or GPUScheduleConfig()
     s = te.create_schedule([t.op for t in outputs])
-    for stage in list(s.stages):
-        if stage.is_compute and not stage.is_output and not stage.op.reduce_axis:
-            stage.compute_inline()
+    _inline_cheap_stages(s)
     done: set[int] = set()
     for stage in list(s.stages):
         if not stage.is_compute or stage.attach is not AttachKind.ROOT or id(stage) in done:

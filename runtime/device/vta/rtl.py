@@ -127,7 +127,22 @@ def check_simulator(simulator: str) -> None:
 
 
 def _source_key(cfg: HWConfig, simulator: str) -> str:
+    """Hash of everything a build depends on: the config, the simulator, the sources of ``hw/``
+    and of this file, and the toolchain the build links to. A Verilator binary records the
+    absolute path of cocotb's VPI library (its RUNPATH), so a cache shared by two environments
+    (two checkouts, or a venv rebuilt elsewhere) must not hand one's build to the other."""
+    import cocotb
+
+    from ....hw.tools import find_tool
+
+    toolchain = [
+        sys.prefix,
+        str(Path(cocotb.__file__).resolve().parent),
+        getattr(cocotb, "__version__", ""),
+        str(find_tool(SIMULATORS[simulator]) or ""),
+    ]
     digest = hashlib.sha256(cfg.to_json().encode() + simulator.encode())
+    digest.update("\0".join(toolchain).encode())
     for path in sorted(_HW_DIR.rglob("*.py")):
         digest.update(path.relative_to(_HW_DIR).as_posix().encode() + path.read_bytes())
     digest.update(Path(__file__).read_bytes())

@@ -131,6 +131,35 @@ def test_reductions_become_kernels_with_workspace() -> None:
     np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
+def test_a_stage_read_many_times_keeps_its_kernel_instead_of_multiplying_the_tree() -> None:
+    """Each level of `h` reads the level below 3 times: inlined, level 8 would be a tree of
+    3**8 copies of the first (GridSample's reflection rule took minutes to compile that way).
+    The cheap level is inlined, the expensive ones become kernels of their own; numbers equal
+    numpy's."""
+    x = te.placeholder((64,), name="x")
+    levels = [te.compute((64,), lambda i: x[i] * 0.5 + 0.25, name="h0")]
+
+    def level(h, n):
+        return te.compute(
+            (64,), lambda i: te.select(h[i] > 0.0, h[i] - 1.0, h[i] + 1.0), name=f"h{n}"
+        )
+
+    for n in range(1, 8):
+        levels.append(level(levels[-1], n))
+    out = levels[-1]
+    s = schedule_auto([out], GPUScheduleConfig(threads=32))
+    program = split_kernels(lower(s, [x, out], name="levels"))
+    assert 1 < len(program.kernels) < 8
+    f = build_gpu(s, [x, out], "opencl", name="levels")
+    xv = RNG.standard_normal(64).astype("float32")
+    want = xv * np.float32(0.5) + np.float32(0.25)
+    for _ in range(7):
+        want = np.where(want > 0, want - np.float32(1), want + np.float32(1))
+    got = np.zeros(64, "float32")
+    f(xv, got)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 def test_too_many_threads_is_rejected_at_compile_time() -> None:
     x = te.placeholder((4096,), name="x")
     y = te.compute((4096,), lambda i: x[i] + 1.0, name="y")
