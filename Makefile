@@ -39,8 +39,10 @@ opencl:
 demo: setup
 	$(VENV)/bin/tensorforge demo
 
-# One pytest worker per core (pytest-xdist); tests that build on each other share a group.
-XDIST := -n auto --dist loadgroup
+# One pytest worker per core (pytest-xdist); tests that build on each other share a group. A
+# worker that crashes is not replaced: the run ends there, failed, naming the test (a
+# replacement worker was seen to get no work, and the run waited for it until killed).
+XDIST := -n auto --dist loadgroup --max-worker-restart 0
 
 test: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q $(XDIST)

@@ -507,8 +507,12 @@ def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> S
 
 def _tile_split(oc_bn: int, n_blocks: int, oc_tile: int) -> tuple[int, int]:
     """The register tile's (blocks, lanes) of `oc_tile` output channels: several whole blocks
-    (a multiple of `oc_bn`, at most the blocks there are), or part of one (a divisor of it);
-    0 is one block."""
+    (a multiple of `oc_bn`; the most up to `oc_tile // oc_bn` that divide the `n_blocks` there
+    are), or part of one (a divisor of it); 0 is one block.
+
+    A tile of blocks must divide the blocks: the last tile of a ragged split would compute
+    blocks past the output's from weights past the packed kernel's end (an out-of-bounds read
+    that crashed now and then: 3 blocks in tiles of 2)."""
     if oc_tile == 0 or oc_tile == oc_bn:
         return 1, oc_bn
     if _tile_misfit(oc_tile, oc_bn):
@@ -516,7 +520,8 @@ def _tile_split(oc_bn: int, n_blocks: int, oc_tile: int) -> tuple[int, int]:
             f"conv2d: oc_tile must be 0, a multiple or a divisor of oc_bn ({oc_bn}), not {oc_tile}"
         )
     if oc_tile % oc_bn == 0:
-        return min(oc_tile // oc_bn, n_blocks), oc_bn
+        wanted = min(oc_tile // oc_bn, n_blocks)
+        return max(b for b in range(1, wanted + 1) if n_blocks % b == 0), oc_bn
     return 1, oc_tile
 
 

@@ -11,6 +11,7 @@ from tensorforge.compiler.graph.ops.layout import from_blocked, to_blocked
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.topi.x86 import Conv2dConfig, conv2d_nchwc, schedule_conv2d_nchwc
 from tensorforge.compiler.topi.x86.conv2d import (
+    _tile_split,
     default_config,
     kernel_blocks,
     pack_kernel,
@@ -223,7 +224,7 @@ def test_oc_tile_in_the_blocked_layout_and_grouped_matches_numpy(oc_tile) -> Non
 def test_oc_tile_in_a_3d_convolution_matches_numpy() -> None:
     rng = np.random.default_rng(3)
     a = rng.uniform(-1, 1, (1, 8, 5, 6, 7)).astype("float32")
-    wt = rng.uniform(-1, 1, (24, 8, 3, 3, 3)).astype("float32")
+    wt = rng.uniform(-1, 1, (32, 8, 3, 3, 3)).astype("float32")  # 4 blocks in tiles of 2
     config = Conv2dConfig(ic_bn=8, oc_bn=8, reg_n=3, oc_tile=16)
     A, W = te.placeholder(a.shape, name="A"), te.placeholder(wt.shape, name="W")
     op = conv2d_nchwc(A, W, 1, 1, config=config)
@@ -233,6 +234,16 @@ def test_oc_tile_in_a_3d_convolution_matches_numpy() -> None:
     view = np.lib.stride_tricks.sliding_window_view(x, (3, 3, 3), axis=(2, 3, 4))
     want = np.einsum("ncdhwtrs,kctrs->nkdhw", view, wt.astype(np.float64))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_tile_of_blocks_divides_the_blocks() -> None:
+    """3 blocks are never tiled 2 at a time (the last tile would read weights past the packed
+    kernel's end); 4 blocks are, and a tile never exceeds the blocks there are."""
+    assert _tile_split(8, 3, 16) == (1, 8)
+    assert _tile_split(8, 4, 16) == (2, 8)
+    assert _tile_split(8, 6, 32) == (3, 8)
+    assert _tile_split(8, 2, 32) == (2, 8)
+    assert _tile_split(16, 5, 8) == (1, 8)
 
 
 def test_an_oc_tile_that_splits_no_block_is_named() -> None:
