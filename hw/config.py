@@ -265,9 +265,12 @@ class HWConfig:
         path = Path(spec)
         if path.suffix == ".json" or path.exists():
             try:
-                return cls.from_json(path.read_text())
+                return cls.from_json(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: not valid JSON: {e}") from None
+            except UnicodeDecodeError as e:  # a binary file given by mistake
+                raise ValueError(f"{path}: not a JSON HWConfig (byte {e.start} is not "
+                                 "UTF-8 text)") from None  # fmt: skip
         return cls.preset(str(spec))
 
 

@@ -46,6 +46,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def repeat_count(text: str) -> int:
+    """An argparse type: a number of timed runs, 1 to MAX_REPEAT (each keeps a time)."""
+    value = positive_int(text)
+    if value > MAX_REPEAT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_REPEAT:,}, not {value:,}")
+    return value
+
+
+#: the most profile runs one command takes (a larger count is a typo, not a measurement)
+MAX_REPEAT = 1_000_000
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensorforge",
@@ -203,7 +215,7 @@ def _model_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--token", default=None, help="--remote: the server's token")
     p.add_argument("--profile", action="store_true", help="print the per-layer profile table")
-    p.add_argument("--repeat", type=positive_int, default=10, help="profile runs (default: 10)")
+    p.add_argument("--repeat", type=repeat_count, default=10, help="profile runs (default: 10)")
     _tuning_log_arg(p)
 
 
@@ -266,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_outputs(args)
         return _dispatch(parser, args)
     except (ValueError, RuntimeError, OSError) as e:
         # Our errors name what went wrong; a traceback would bury that (--debug shows it).
@@ -342,6 +355,46 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _run_model(args)
     parser.print_help()
     return 2
+
+
+def _outputs(args: argparse.Namespace) -> dict[str, str]:
+    """The files this command line writes, flag -> path."""
+    command = (args.command, getattr(args, "sim_command", None))
+    flags = {"--trace": getattr(args, "trace", None), "--save": getattr(args, "save", None)}
+    if command in (("compile", None), ("sim", "trace")) or getattr(args, "plot", None):
+        flags["-o"] = args.output
+    return {flag: path for flag, path in flags.items() if path}
+
+
+def _inputs(args: argparse.Namespace) -> dict[str, str]:
+    """The files this command line reads, path -> what it is (for messages)."""
+    found = {getattr(args, key, None): what for key, what in
+             (("model", "the model"), ("program", "the program"), ("plot", "the log"),
+              ("space", "the space"))}  # fmt: skip
+    for flag in ("input", "calibrate", "tuning_log"):
+        for spec in getattr(args, flag, None) or []:
+            path = spec if flag == "tuning_log" else spec.partition("=")[2] or spec
+            found[path] = f"--{flag.replace('_', '-')} {spec}"
+    found.pop(None, None)
+    return found
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an output file that is one of the inputs (writing it would
+    lose the input) or an existing folder."""
+    import os
+
+    inputs = _inputs(args)
+    seen: dict[str, str] = {}
+    for flag, path in _outputs(args).items():
+        if os.path.isdir(path):
+            raise ValueError(f"{flag} {path} is a folder; give a file name to write")
+        for source, what in inputs.items():
+            if os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
+                raise ValueError(f"{flag} {path} would overwrite {what}; give another file name")
+        other = seen.setdefault(os.path.abspath(path), flag)
+        if other != flag:
+            raise ValueError(f"{flag} and {other} both name {path}; give each its own file")
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
@@ -431,13 +484,35 @@ def _print_config(cfg: object) -> int:
     return 0
 
 
+def load_array(file: str, flag: str = "--input") -> np.ndarray:
+    """One array saved by `np.save` (never unpickled), or a ValueError naming the flag and the
+    file: missing, a folder, empty, cut off, pickled objects, or an .npz archive."""
+    import zipfile
+
+    try:
+        value = np.load(file, allow_pickle=False)
+    except OSError as e:
+        raise ValueError(f"{flag} {file}: cannot read it: {e.strerror or e}") from None
+    except (EOFError, ValueError, zipfile.BadZipFile) as e:
+        why = "the file is empty" if isinstance(e, EOFError) else str(e)
+        raise ValueError(f"{flag} {file}: not a .npy array file ({why})") from None
+    if not isinstance(value, np.ndarray):  # an .npz archive of several arrays
+        names = list(value.files)
+        value.close()
+        raise ValueError(f"{flag} {file}: an .npz archive (of {names}), not one .npy array: "
+                         "save each input with np.save")  # fmt: skip
+    return value
+
+
 def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:
     inputs: dict[str, np.ndarray] = {}
     for spec in specs:
         name, sep, file = spec.partition("=")
         if not sep:
             raise ValueError(f"--input must be NAME=FILE.npy, not {spec!r}")
-        inputs[name] = np.load(file, allow_pickle=False)
+        if name in inputs:
+            raise ValueError(f"--input gives slot {name!r} twice")
+        inputs[name] = load_array(file)
     return inputs
 
 
@@ -523,7 +598,7 @@ def _load_model(args: argparse.Namespace, progress: bool = False):  # -> (Module
     from .compiler.target import Target
 
     target = Target.parse(args.target)  # a bad target fails before the model is read
-    proto, names, symbolic = _onnx_inputs(args.model)
+    names, symbolic = _onnx_inputs(args.model)
     inputs = _named_arrays(names, getattr(args, "input", []))
     shapes = {n: inputs[n].shape for n in symbolic if n in inputs}  # fix symbolic dims by data
     shapes.update(_shapes(names, args.shape))
@@ -531,8 +606,8 @@ def _load_model(args: argparse.Namespace, progress: bool = False):  # -> (Module
         if name not in shapes:
             raise ValueError(f"{args.model}: input {name!r} has symbolic dimensions; give its "
                              f"shape: --shape {name}=d0,d1,...")  # fmt: skip
-    graph = from_onnx(proto, input_shapes=shapes)
-    calibration = _named_arrays(names, args.calibrate) or None
+    graph = from_onnx(args.model, input_shapes=shapes)  # errors name the file
+    calibration = _named_arrays(names, args.calibrate, "--calibrate") or None
     if target.kind == "vta" and calibration is None and inputs:
         print("note: calibrating the int8 scales on the --input arrays (--calibrate to choose)")
         calibration = inputs
@@ -567,39 +642,39 @@ def _compile_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _onnx_inputs(path: str) -> tuple[object, list[str], list[str]]:
-    """The model, its input names, and the names of inputs with symbolic dimensions."""
-    import onnx
+def _onnx_inputs(path: str) -> tuple[list[str], list[str]]:
+    """The model's input names, and the names of inputs with symbolic dimensions (or no shape:
+    the --input arrays or --shape give them)."""
+    from .compiler.frontend.onnx import OnnxImportError, graph_inputs
 
     try:
-        proto = onnx.load(path)
-    except Exception as e:  # noqa: BLE001  (protobuf raises its own types)
-        raise ValueError(f"{path}: not an ONNX model or a module file: {e}") from None
-    weights = {t.name for t in proto.graph.initializer}
-    inputs = [v for v in proto.graph.input if v.name not in weights]
-    symbolic = [  # symbolic dimensions, or no shape at all: the --input arrays give them
-        v.name for v in inputs
-        if not v.type.tensor_type.HasField("shape")
-        or any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
-    ]  # fmt: skip
-    return proto, [v.name for v in inputs], symbolic
+        inputs = graph_inputs(path)
+    except OnnxImportError as e:
+        raise ValueError(f"{e} (nor is it a module file)") from None
+    symbolic = [name for name, dims in inputs.items() if dims is None or None in dims]
+    return list(inputs), symbolic
 
 
 def _split_spec(names: Sequence[str], spec: str, form: str) -> tuple[str, str]:
     """``NAME=VALUE`` -> (NAME, VALUE); a bare VALUE names the model's only input."""
     name, sep, value = spec.partition("=")
-    if sep:
-        return name, value
-    if len(names) != 1:
-        raise ValueError(f"give {form} for a model with inputs {list(names)}, not {spec!r}")
-    return names[0], spec
+    if not sep:
+        if len(names) != 1:
+            raise ValueError(f"give {form} for a model with inputs {list(names)}, not {spec!r}")
+        return names[0], spec
+    if name not in names:
+        raise ValueError(f"{form.split()[0]} {spec}: the model has no input {name!r}; its "
+                         f"inputs are {list(names)}")  # fmt: skip
+    return name, value
 
 
 def _shapes(names: Sequence[str], specs: list[str]) -> dict[str, tuple[int, ...]]:
     """--shape NAME=d0,d1,... (NAME= may be left off for a model with one input)."""
-    shapes = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for spec in specs:
         name, dims = _split_spec(names, spec, "--shape NAME=d0,d1,...")
+        if name in shapes:
+            raise ValueError(f"--shape gives input {name!r} twice")
         try:
             shapes[name] = tuple(int(d) for d in dims.split(","))
         except ValueError:
@@ -609,12 +684,16 @@ def _shapes(names: Sequence[str], specs: list[str]) -> dict[str, tuple[int, ...]
     return shapes
 
 
-def _named_arrays(names: Sequence[str], specs: list[str]) -> dict[str, np.ndarray]:
+def _named_arrays(
+    names: Sequence[str], specs: list[str], flag: str = "--input"
+) -> dict[str, np.ndarray]:
     """NAME=FILE.npy arrays (NAME= may be left off for a model with one input)."""
     arrays: dict[str, np.ndarray] = {}
     for spec in specs:
-        name, file = _split_spec(names, spec, "arrays as NAME=FILE.npy")
-        arrays[name] = np.load(file, allow_pickle=False)
+        name, file = _split_spec(names, spec, f"{flag} NAME=FILE.npy")
+        if name in arrays:
+            raise ValueError(f"{flag} gives input {name!r} twice")
+        arrays[name] = load_array(file, flag)
     return arrays
 
 

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
     space = HwSpace.from_json(args.space)  # errors name the field before anything runs
     names = _input_names(args.model)
     shapes = load_shapes(names, args.shape) or None
-    calibration = load_arrays(names, args.calibrate) or None
+    calibration = load_arrays(names, args.calibrate, "--calibrate") or None
     if calibration is None:
         calibration = _random_inputs(args.model, shapes or {})
         print("note: calibrating on random normal inputs (--calibrate to give real ones)")

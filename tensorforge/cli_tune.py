@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
     if target.kind not in ("llvm", "vta", "opencl", "cuda"):
         raise ValueError(f"tune targets must be llvm, vta, opencl or cuda, not {args.target!r}")
     names = _input_names(args.model)
-    calibration = load_arrays(names, args.calibrate) or None
+    calibration = load_arrays(names, args.calibrate, "--calibrate") or None
     shapes = load_shapes(names, args.shape) or None
     tasks = extract_tasks(args.model, str(target), shapes, calibration)
     if args.list or not tasks:

@@ -72,3 +72,90 @@ def test_bad_targets_are_one_line_errors(tmp_path, capsys, target, message) -> N
     err = _one_line_error(["compile", str(model), "-o", str(tmp_path / "m.tfm"), "--target",
                            target], capsys)  # fmt: skip
     assert message in err and not (tmp_path / "m.tfm").exists()
+
+
+@pytest.fixture
+def mlp_file(tmp_path):
+    model = tmp_path / "mlp.onnx"
+    model.write_bytes(mlp().SerializeToString())
+    return model
+
+
+def test_an_output_that_is_an_input_or_a_folder_is_refused_and_the_input_kept(
+    mlp_file, tmp_path, capsys
+) -> None:
+    before = mlp_file.read_bytes()
+    err = _one_line_error(["compile", str(mlp_file), "-o", str(mlp_file)], capsys)
+    assert f"-o {mlp_file} would overwrite the model" in err
+    assert mlp_file.read_bytes() == before
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((2, 64), np.float32))
+    err = _one_line_error(["run", str(mlp_file), "--input", str(x), "--trace", str(x)], capsys)
+    assert f"--trace {x} would overwrite --input {x}" in err
+    err = _one_line_error(["compile", str(mlp_file), "-o", str(tmp_path)], capsys)
+    assert f"-o {tmp_path} is a folder" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "not a .npy array file (the file is empty)"),
+        (b"\x93NUMPY\x01\x00v\x00{'descr'", "not a .npy array file (EOF"),
+        ("npz", "an .npz archive (of ['a']), not one .npy array"),
+        ("object", "not a .npy array file (Object arrays cannot be loaded"),
+        (None, "cannot read it: Is a directory"),
+    ],
+)
+def test_bad_npy_files_are_one_line_errors_naming_flag_and_file(
+    mlp_file, tmp_path, capsys, content, message
+) -> None:
+    x = tmp_path / "x.npy"
+    if content == "npz":
+        with open(x, "wb") as f:
+            np.savez(f, a=np.ones(2))
+    elif content == "object":
+        np.save(x, np.array([None, 1], dtype=object), allow_pickle=True)
+    elif content is None:
+        x.mkdir()
+    else:
+        x.write_bytes(content)
+    err = _one_line_error(["run", str(mlp_file), "--input", str(x)], capsys)
+    assert f"--input {x}: {message}" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--shape", "nope=2,64"], "--shape nope=2,64: the model has no input 'nope'; its inputs"),
+        (["--calibrate", "nope=x.npy"], "--calibrate nope=x.npy: the model has no input 'nope'"),
+        (["--input", "X", "--input", "X"], "--input gives input 'x' twice"),
+        (["--shape", "2,64", "--shape", "2,64"], "--shape gives input 'x' twice"),
+    ],
+)
+def test_arrays_and_shapes_must_name_each_model_input_once(
+    mlp_file, tmp_path, capsys, extra, message
+) -> None:
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((2, 64), np.float32))
+    argv = ["run", str(mlp_file), *(str(x) if a == "X" else a for a in extra)]
+    assert message in _one_line_error(argv, capsys)
+
+
+def test_files_of_the_wrong_kind_name_the_file(mlp_file, tmp_path, capsys) -> None:
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((2, 64), np.float32))
+    err = _one_line_error(["config", "--config", str(x)], capsys)
+    assert f"{x}: not a JSON HWConfig (byte 0 is not UTF-8 text)" in err
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    err = _one_line_error(["compile", str(empty), "-o", str(tmp_path / "m.tfm")], capsys)
+    assert f"{empty}: is not a valid ONNX model: the file is empty" in err
+    err = _one_line_error(["compile", str(mlp_file), "-o", str(tmp_path / "m.tfm"), "--shape",
+                           "x=2,3"], capsys)  # fmt: skip
+    assert f"{mlp_file}: input 'x'" in err and "<ModelProto>" not in err
+
+
+def test_profile_repeats_are_bounded(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "m.onnx", "--profile", "--repeat", "10000000000000000000000"])
+    assert info.value.code == 2 and "--repeat: must be at most 1,000,000" in capsys.readouterr().err

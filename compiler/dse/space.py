@@ -158,9 +158,12 @@ class HwSpace:
         if isinstance(data, str | Path):
             where = str(data)
             try:
-                text = Path(data).read_text()
+                text = Path(data).read_text(encoding="utf-8")
             except OSError as exc:
                 raise SpaceFileError(f"{data}: cannot read the space file: {exc}") from None
+            except UnicodeDecodeError as exc:  # a binary file given by mistake
+                raise SpaceFileError(f"{data}: not a JSON space file (byte {exc.start} is not "
+                                     "UTF-8 text)") from None  # fmt: skip
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:

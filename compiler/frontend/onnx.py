@@ -699,11 +699,34 @@ def from_onnx(
     return graph
 
 
+def graph_inputs(model: str | Path | bytes | onnx.ModelProto) -> dict[str, list[int | None] | None]:
+    """The model's inputs that are not weights, name -> dims (a symbolic dimension is None; an
+    input without a shape is None), read without the weights' bytes: what a caller needs to
+    name --input arrays and --shape dims before `from_onnx` reads the same file.
+
+    Raises:
+        OnnxImportError: as `from_onnx`, for a file that is missing, empty or not ONNX.
+    """
+    proto, _, weights = read_model(model)
+    if weights is not None:
+        weights.close()
+    initializers = {t.name for t in proto.graph.initializer}
+    out: dict[str, list[int | None] | None] = {}
+    for value in proto.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+        out[value.name] = dims if tensor.HasField("shape") else None
+    return out
+
+
 __all__ = [
     "OnnxImportError",
     "UnsupportedDtypeError",
     "UnsupportedOpError",
     "from_onnx",
+    "graph_inputs",
     "load_model",
     "read_model",
 ]
