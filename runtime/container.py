@@ -39,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
@@ -334,7 +335,12 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     """
     path = Path(path)
     folder = path.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    if path.name in ("", ".", "..") or path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "a folder, not a file to write", str(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:  # name the file asked for, not the temporary one
+        raise OSError(e.errno, e.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -344,9 +350,11 @@ def write_atomic(path: str | Path, data: bytes) -> None:
             mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_UMASK
             os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from None
         raise
     if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable
         with contextlib.suppress(OSError):

@@ -381,9 +381,13 @@ def _inputs(args: argparse.Namespace) -> dict[str, str]:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, an output file that is one of the inputs (writing it would
-    lose the input) or an existing folder."""
+    lose the input) or an existing folder, and an output folder that is a file."""
     import os
 
+    folder = getattr(args, "output_dir", None) or (args.command == "dse" and args.output)
+    if folder and os.path.exists(folder) and not os.path.isdir(folder):
+        flag = "--output-dir" if args.command == "sim" else "-o"
+        raise ValueError(f"{flag} {folder} is a file; give a folder to write into")
     inputs = _inputs(args)
     seen: dict[str, str] = {}
     for flag, path in _outputs(args).items():

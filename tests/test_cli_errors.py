@@ -159,3 +159,24 @@ def test_profile_repeats_are_bounded(capsys) -> None:
     with pytest.raises(SystemExit) as info:
         main(["run", "m.onnx", "--profile", "--repeat", "10000000000000000000000"])
     assert info.value.code == 2 and "--repeat: must be at most 1,000,000" in capsys.readouterr().err
+
+
+def test_an_output_folder_that_is_a_file_is_refused(tmp_path, capsys) -> None:
+    f = tmp_path / "x.npy"
+    f.write_bytes(b"keep")
+    err = _one_line_error(["sample", "-o", str(f)], capsys)
+    assert f"-o {f} is a file; give a folder to write into" in err
+    assert f.read_bytes() == b"keep"
+
+
+def test_rpc_serve_on_a_port_out_of_range_or_in_use(capsys) -> None:
+    import socket
+
+    err = _one_line_error(["rpc", "serve", "--port", "99999"], capsys)
+    assert "port must be an integer from 0 to 65535, not 99999" in err
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        err = _one_line_error(["rpc", "serve", "--port", str(port)], capsys)
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in err

@@ -24,6 +24,9 @@ import numpy as np
 from .codec import PayloadError, pack, unpack
 
 DEFAULT_PORT = 9091
+#: seconds to wait for a server to accept the connection (a dead or filtered address never
+#: answers at all: that is not worth the long wait for a run's answer)
+CONNECT_TIMEOUT = 10.0
 
 
 class RPCError(RuntimeError):
@@ -65,11 +68,16 @@ class RemoteSession:
         host, port: the server.
         token: the server's token (default: the ``TF_RPC_TOKEN`` environment variable).
         timeout: seconds to wait for each answer (a run's answer includes the run itself).
+        connect_timeout: seconds to wait for the server to accept a connection (at most
+            `timeout`).
     """
 
     def __init__(self, host: str, port: int = DEFAULT_PORT, token: str | None = None,
-                 timeout: float = 300.0) -> None:  # fmt: skip
+                 timeout: float = 300.0, connect_timeout: float = CONNECT_TIMEOUT
+                 ) -> None:  # fmt: skip
         self.host, self.port, self.timeout = host, int(port), float(timeout)
+        self.connect_timeout = min(float(connect_timeout), self.timeout)
+        self.max_request_bytes: int | None = None  # the server's limit, once `info` told it
         token = token if token is not None else os.environ.get("TF_RPC_TOKEN")
         if not token:
             raise ValueError("an RPC token is needed: pass token= or set TF_RPC_TOKEN (the "
@@ -85,8 +93,22 @@ class RemoteSession:
     def _request(self, method: str, path: str, body: bytes | None = None
                  ) -> tuple[bytes, str]:  # fmt: skip
         where = f"RPC server {self.host}:{self.port}"
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        if body is not None and self.max_request_bytes and len(body) > self.max_request_bytes:
+            limit = f"{self.max_request_bytes:,}"
+            raise RPCError("too_large", f"{where} takes requests of up to {limit} bytes, not "
+                           f"{len(body):,} ({method} {path})")  # fmt: skip
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
         try:
+            conn.connect()
+        except TimeoutError:
+            raise RPCError("connection", f"cannot reach {where}: no answer to the connection "
+                           f"within {self.connect_timeout:g} s") from None  # fmt: skip
+        except OSError as exc:
+            conn.close()
+            raise RPCError("connection", f"cannot reach {where}: {type(exc).__name__}: "
+                           f"{exc}") from None  # fmt: skip
+        try:
+            conn.sock.settimeout(self.timeout)
             headers = {"Authorization": f"Bearer {self.token}"}
             if body is not None:
                 headers["Content-Type"] = "application/octet-stream"
@@ -107,7 +129,8 @@ class RemoteSession:
                 err = json.loads(data)
                 kind, message = str(err["error"]), str(err["message"])
             except (ValueError, KeyError, TypeError):
-                kind, message = "http", data[:200].decode("utf-8", "replace")
+                text = data[:200].decode("utf-8", "replace").strip() or "(no body)"
+                kind, message = "http", f"{text}; is it a tensorforge RPC server?"
             raise RPCError(kind, f"{where}: {resp.status} {kind}: {message}")
         return data, ctype
 
@@ -121,7 +144,11 @@ class RemoteSession:
 
     def info(self) -> dict[str, Any]:
         """The server's protocol, device, accelerator config and limits."""
-        return self._json("GET", "/v1/info")
+        info = self._json("GET", "/v1/info")
+        limit = (info.get("limits") or {}).get("max_request_bytes")
+        if isinstance(limit, int) and limit > 0:
+            self.max_request_bytes = limit
+        return info
 
     def upload(self, data: bytes | str | Path, kind: str | None = None) -> str:
         """Send a module (.tfm) or program image (.tfp), by bytes or path; its id on the
@@ -179,14 +206,15 @@ class RemoteSession:
 
 
 def connect(host: str, port: int = DEFAULT_PORT, token: str | None = None,
-            timeout: float = 300.0) -> RemoteSession:  # fmt: skip
+            timeout: float = 300.0, connect_timeout: float = CONNECT_TIMEOUT
+            ) -> RemoteSession:  # fmt: skip
     """A session with the RPC server at host:port, checked with one `info` request.
 
     Raises:
         RPCError: the server cannot be reached, refuses the token, or is not a tensorforge
             RPC server.
     """
-    session = RemoteSession(host, port, token, timeout)
+    session = RemoteSession(host, port, token, timeout, connect_timeout)
     info = session.info()
     if not str(info.get("protocol", "")).startswith("tensorforge-rpc/"):
         raise RPCError("protocol", f"{host}:{port} is not a tensorforge RPC server")

@@ -124,13 +124,20 @@ class RPCServer:
 
             work_dir = tempfile.mkdtemp(prefix="tf_rpc_")
         self.work_dir = Path(work_dir).resolve()
+        if self.work_dir.exists() and not self.work_dir.is_dir():
+            raise ValueError(f"the work folder {work_dir} is a file, not a folder")
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._slots = threading.BoundedSemaphore(max_connections)
         self._pool_lock = threading.Lock()
         self._pool: Any = None
         self._thread: threading.Thread | None = None
         handler = type("Handler", (_Handler,), {"timeout": self.read_timeout, "rpc": self})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an integer from 0 to 65535, not {port!r}")
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), handler)
+        except OSError as e:  # in use, not an address of this machine, an unknown name
+            raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
         self.httpd.daemon_threads = True
 
     @property

@@ -136,3 +136,16 @@ def test_arrays_of_any_shape_are_packed_in_place_as_their_bytes():
     data = container.pack(MAGIC, 3, {}, [(str(k), a) for k, a in enumerate(arrays)], align=64)
     _, sections = container.unpack(data, MAGIC, 3, "f.bin", "test file", ValueError)
     assert [sections[str(k)] for k in range(3)] == [a.tobytes() for a in arrays]
+
+
+def test_write_atomic_errors_name_the_file_asked_for_and_leave_nothing(tmp_path) -> None:
+    """Not the temporary name: a user never asked for '.m.tfm.x1y2.tmp'."""
+    with pytest.raises(IsADirectoryError, match=f"a folder, not a file to write: '{tmp_path}'"):
+        container.write_atomic(tmp_path, b"data")
+    missing = tmp_path / "no" / "such" / "m.tfm"
+    with pytest.raises(FileNotFoundError, match=f"No such file or directory: '{missing}'$"):
+        container.write_atomic(missing, b"data")
+    (tmp_path / "m.tfm").mkdir()
+    with pytest.raises(IsADirectoryError, match="m.tfm'$"):
+        container.write_atomic(tmp_path / "m.tfm", b"data")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tfm"]

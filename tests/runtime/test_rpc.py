@@ -173,6 +173,19 @@ def test_request_size_is_bounded(tmp_path, kernel):
             r.upload(kernel.image.to_bytes())
         assert info.value.kind == "too_large" and "1,000" in str(info.value)
         assert r.info()["device"] == "sim"  # still serving
+        r.max_request_bytes = None  # a client that does not check first: the server refuses
+        with pytest.raises(RPCError) as info:
+            r.upload(kernel.image.to_bytes())
+        assert info.value.kind in ("too_large", "connection")
+        assert r.info()["device"] == "sim"
+
+
+def test_an_oversized_request_is_refused_before_it_is_sent(tmp_path):
+    with RPCServer("sim", port=0, token=TOKEN, max_request_bytes=1000,
+                   work_dir=tmp_path) as small:  # fmt: skip
+        r = connect(*small.address, token=TOKEN)
+        with pytest.raises(RPCError, match=r"takes requests of up to 1,000 bytes, not 2,005 "):
+            r.upload(b"TFMOD" + bytes(2000))
 
 
 def test_uploads_never_escape_the_work_folder(server, remote, kernel):
@@ -264,6 +277,63 @@ def test_unreachable_server_is_a_clear_error():
         connect("127.0.0.1", port, token=TOKEN, timeout=5)
     with pytest.raises(ValueError, match="token"):
         connect("127.0.0.1", port, token="")
+
+
+def test_an_address_that_never_accepts_times_out_with_a_clear_error():
+    """A dead or filtered address never answers the connection: the client gives up after its
+    connect time-out, not after the long wait meant for a run's answer."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    backlog = []
+    for _ in range(4):  # fill the accept queue: further connections are never answered
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        backlog.append(c)
+    start = time.monotonic()
+    try:
+        with pytest.raises(RPCError, match=f"cannot reach RPC server 127.0.0.1:{port}: no "
+                           "answer to the connection within 0.5 s"):  # fmt: skip
+            connect("127.0.0.1", port, token=TOKEN, timeout=60, connect_timeout=0.5)
+    finally:
+        for c in (*backlog, listener):
+            c.close()
+    assert time.monotonic() - start < 5
+
+
+def test_a_server_that_is_not_ours_is_named_as_such():
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), NotFound) as other:
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        try:
+            with pytest.raises(RPCError, match="404 http: .no body.; is it a tensorforge RPC"):
+                connect(*other.server_address[:2], token=TOKEN, timeout=10)
+        finally:
+            other.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("port", "message"),
+    [(99999, "port must be an integer from 0 to 65535, not 99999"), (-1, "not -1")],
+)
+def test_a_port_out_of_range_is_a_clear_error(tmp_path, port, message):
+    with pytest.raises(ValueError, match=message):
+        RPCServer("sim", port=port, token=TOKEN, work_dir=tmp_path)
 
 
 # ---- the command line ----------------------------------------------------------------------------
