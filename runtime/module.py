@@ -430,7 +430,8 @@ class Module:
         executor = self._load()
         quantized = any(k.kind == "vta" for k in self.kernels)
         for name in self.inputs:
-            value, spec = np.asarray(inputs[name]), self.tensors[name]
+            spec = self.tensors[name]
+            value = _as_input(inputs[name], spec.dtype)
             if value.shape != spec.shape or str(value.dtype) != spec.dtype:
                 raise ValueError(
                     f"input {name!r} must be {spec}, not {value.dtype}{list(value.shape)}"
@@ -446,7 +447,9 @@ class Module:
 
     def run(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> dict[str, np.ndarray]:
         """Run the model: input name -> array in (or, in the order of `inputs`, a list of arrays,
-        or one array for a one-input model), output name -> array (a fresh copy) out.
+        or one array for a one-input model), output name -> array (a fresh copy) out. An
+        array may have any strides or byte order; a nested list takes the input's dtype when
+        that keeps its values' kind (and, for integers, the values).
 
         One module owns one arena, so runs from several Python threads take turns (a lock);
         for runs in parallel, give each thread its own module
@@ -587,6 +590,22 @@ class Module:
             if isinstance(e, ModuleFormatError):
                 raise
             raise container.header_error(source, len(MAGIC), e, ModuleFormatError) from None
+
+
+def _as_input(value: Any, dtype: str) -> np.ndarray:
+    """An input value as an array: a non-native byte order becomes native (the same numbers),
+    and a list or scalar takes the input's dtype when numpy converts it without changing its
+    kind (a list of floats for a float32 input; never floats into an integer input)."""
+    if not isinstance(value, np.ndarray):
+        array = np.asarray(value)
+        if array.dtype.kind in "biuf" and np.can_cast(array.dtype, dtype, "same_kind"):
+            converted = array.astype(dtype)
+            exact = np.dtype(dtype).kind not in "iu" or np.array_equal(converted, array)
+            return converted if exact else array  # [300] is no int8: the dtype error says so
+        return array
+    if not value.dtype.isnative and value.dtype.newbyteorder("=") == np.dtype(dtype):
+        return value.astype(dtype)
+    return value
 
 
 def _payload_offset(data: bytes, header: Mapping[str, Any], name: str) -> int:

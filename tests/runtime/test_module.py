@@ -177,6 +177,29 @@ def test_inputs_are_checked(module: Module) -> None:
         module.run({"y": X})
 
 
+def test_inputs_of_any_layout_or_byte_order_and_nested_lists_give_the_same_outputs(
+    module: Module,
+) -> None:
+    (out,) = module.outputs
+    expected = module.run({"x": X})[out]
+    wide = np.zeros((2, 128), np.float32)
+    wide[:, ::2] = X
+    for value in (X.astype(">f4"), wide[:, ::2], np.asfortranarray(X), X.tolist()):
+        np.testing.assert_array_equal(module.run({"x": value})[out], expected)
+    with pytest.raises(ValueError, match=r"must be float32\[2, 64\], not >f8\[2, 64\]"):
+        module.run({"x": X.astype(">f8")})  # another precision: still the caller's choice
+    with pytest.raises(ValueError, match=r"must be float32\[2, 64\], not <U1\[2, 64\]"):
+        module.run({"x": [["a"] * 64] * 2})
+
+
+def test_a_list_is_never_converted_into_a_different_integer_value() -> None:
+    from tensorforge.runtime.module import _as_input
+
+    assert _as_input([[1, -2]], "int8").dtype == np.int8
+    assert _as_input([[300]], "int8").dtype == np.int64  # the dtype check then refuses it
+    assert _as_input([[1.5]], "int8").dtype == np.float64
+
+
 def test_inputs_may_be_one_array_or_a_list_in_input_order(module: Module) -> None:
     (out,) = module.outputs
     expected = module.run({"x": X})[out]
