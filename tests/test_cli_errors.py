@@ -64,7 +64,14 @@ def test_profile_prints_numbers_for_one_repeat(tmp_path, capsys) -> None:
 
 @pytest.mark.parametrize(
     ("target", "message"),
-    [("", "target must be a non-empty string"), ("vta -confg=tiny", "unknown option 'confg'")],
+    [
+        ("", "target must be a non-empty string"),
+        ("vta -confg=tiny", "unknown option 'confg'"),
+        ("llvm -mcpu=nope", "-mcpu=nope: LLVM knows no CPU 'nope' for"),  # LLVM aborted the run
+        ("llvm -mattr=+avx2,+nope", "-mattr: LLVM knows no feature(s) ['+nope']"),
+        ("vta -config=nope", "unknown HWConfig preset 'nope'"),
+        ("cuda -arch=sm_1", "must be a CUDA arch such as sm_80"),
+    ],
 )
 def test_bad_targets_are_one_line_errors(tmp_path, capsys, target, message) -> None:
     model = tmp_path / "mlp.onnx"

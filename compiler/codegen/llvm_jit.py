@@ -45,9 +45,47 @@ def target_machine(target: Target | str) -> Any:
     else:
         _init_all()
         triple, cpu_name, features, reloc = target.triple, target.mcpu, target.mattr, "pic"
+    if target.mcpu not in ("", "native") or target.mattr:
+        _check_known(target, triple, cpu_name, features)
     return llvm.Target.from_triple(triple).create_target_machine(
         cpu=cpu_name, features=features, opt=3, reloc=reloc, codemodel="default"
     )
+
+
+def _check_known(target: Target, triple: str, cpu_name: str, features: str) -> None:
+    notes = _llvm_notes(triple, cpu_name, features)
+    if "is not a recognized processor" in notes:
+        raise ValueError(
+            f"-mcpu={cpu_name}: LLVM knows no CPU {cpu_name!r} for {triple} (in "
+            f"{str(target)!r}); name one such as 'x86-64-v3', 'skylake' or 'cortex-a72', or "
+            "leave -mcpu off for this machine's CPU"
+        )
+    unknown = [f for f in features.split(",") if f and f"'{f}' is not a recognized" in notes]
+    if unknown:
+        raise ValueError(f"-mattr: LLVM knows no feature(s) {unknown} for {triple} (in "
+                         f"{str(target)!r}); features look like +avx2,+fma")  # fmt: skip
+
+
+@functools.cache
+def _llvm_notes(triple: str, cpu_name: str, features: str) -> str:
+    """What LLVM prints on stderr while making a target machine. It ignores an unknown CPU or
+    feature with only a note there, then builds for a bare CPU, which on x86-64 aborts the
+    whole process ("64-bit code requested on a subtarget that doesn't support it")."""
+    import os
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryFile() as err:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            llvm.Target.from_triple(triple).create_target_machine(cpu=cpu_name, features=features)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        return err.read().decode("utf-8", "replace")
 
 
 def vector_registers(target: Target | str = "llvm") -> tuple[int, int]:

@@ -92,6 +92,9 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
     tgt = Target.parse(target)
     if tgt.kind != "llvm" or not tgt.is_host:
         raise ValueError(f"compile_graph target must be an llvm target for this machine, not {tgt}")
+    from ..codegen.llvm_jit import target_machine
+
+    target_machine(tgt)  # an -mcpu or -mattr LLVM does not know fails here, before any work
     start = time.perf_counter()
     # chains of convolutions keep the blocked layout from one to the next (alter_layout)
     optimized = graph if is_optimized(graph) else optimize(graph, CPU_BLOCK, chains_only=True)
