@@ -90,6 +90,13 @@ def serve() -> None:
         return
     sys.path[:] = path
     os.environ.update(env)
+    try:
+        _serve_jobs(inp, out)
+    except BrokenPipeError:  # the parent is gone (killed): nobody reads a result or a trace
+        os._exit(0)  # (a normal exit would flush the pipe again and print that it failed)
+
+
+def _serve_jobs(inp: Any, out: Any) -> None:
     while True:
         try:
             job = _recv(inp)

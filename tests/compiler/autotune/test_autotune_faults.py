@@ -524,6 +524,24 @@ def test_pool_turns_unpicklable_jobs_and_results_into_errors_and_goes_on():
     assert _pool_children() - before == set()
 
 
+def test_a_worker_whose_tuner_was_killed_exits_quietly():
+    """SIGKILL of `tensorforge tune` leaves its workers writing into a closed pipe: each must
+    exit without a BrokenPipeError traceback on the terminal."""
+    from tensorforge.compiler.autotune.pool import _send
+
+    worker = subprocess.Popen([sys.executable, "-m", "tensorforge.compiler.autotune.pool"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)  # fmt: skip
+    _send(worker.stdin, (list(sys.path), {}))
+    worker.stdout.close()  # the reader is gone before the result comes
+    _send(worker.stdin, (time.sleep, (0.2,)))
+    _send(worker.stdin, None)
+    worker.stdin.close()
+    assert worker.wait(30) == 0
+    assert worker.stderr.read() == b""
+    worker.stderr.close()
+
+
 def test_pool_survives_noisy_jobs_killed_workers_and_large_results():
     with WorkerPool(1) as pool:
         out = pool.map(_noisy, [(1,), (2,)], timeout=60)
