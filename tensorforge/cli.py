@@ -274,9 +274,31 @@ def _device_options(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
     return backend, options
 
 
+def _format_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    line: str | None = None,
+) -> str:
+    """A warning as one line on the command line (not the file, line and source of the call
+    that warned, which mean nothing to a user of the command)."""
+    return f"tensorforge: warning: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import warnings
+
+    saved, warnings.formatwarning = warnings.formatwarning, _format_warning
+    try:
+        return _main(parser, args)
+    finally:
+        warnings.formatwarning = saved
+
+
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         _check_outputs(args)
         return _dispatch(parser, args)

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -187,3 +190,27 @@ def test_rpc_serve_on_a_port_out_of_range_or_in_use(capsys) -> None:
         port = busy.getsockname()[1]
         err = _one_line_error(["rpc", "serve", "--port", str(port)], capsys)
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in err
+
+
+def test_warnings_are_one_line_naming_the_problem_not_the_source(tmp_path, capsys) -> None:
+    from tensorforge.compiler.autotune.log import TuningLog
+    from tensorforge.compiler.autotune.measure import MeasureResult
+    from tensorforge.compiler.autotune.task import Task
+
+    task = Task("x86.dense", {"m": 1, "n": 8, "k": 8, "dtype": "float32", "prepacked": True},
+                "llvm")  # fmt: skip
+    log = tmp_path / "tune.jsonl"
+    with TuningLog(log) as f:
+        f.write(task, MeasureResult(task.space.default.values, 2e-6, [2e-6]), trial=0)
+    with open(log, "a") as f:
+        f.write("{not json\n")
+    with pytest.warns(UserWarning, match="skipped, not JSON"):  # recorded as ever under pytest
+        assert main(["tune", "--plot", str(log), "-o", str(tmp_path / "c.png")]) == 0
+    done = subprocess.run([sys.executable, "-m", "tensorforge.cli", "tune", "--plot", str(log),
+                           "-o", str(tmp_path / "c.png")], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stderr == f"tensorforge: warning: {log}:2: skipped, not JSON (Expecting "
+        "property name enclosed in double quotes)\n"
+    ), done.stderr
