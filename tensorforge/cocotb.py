@@ -245,10 +245,18 @@ class Testbench:
     async def run_module(self, module: Any, inputs: dict[str, np.ndarray]
                          ) -> tuple[dict[str, np.ndarray], dict[str, int]]:  # fmt: skip
         """Run a compiled module with its accelerator calls on this bench: (outputs, CYCLES of
-        each call)."""
+        each call). The module's device is this bench's afterwards (`use_device` to change it).
+        The default cycle limit of each call is 4x the cycle model's longest call plus 10,000
+        (`MAX_CYCLES` if the model cannot run it)."""
         from cocotb.task import bridge
 
         options = self._options()
+        try:
+            _, calls = self.expected_module(module, inputs)
+            limit = 4 * max(calls.values(), default=0) + 10_000
+        except Exception:  # noqa: BLE001 - the run itself then reports what is wrong
+            limit = MAX_CYCLES
+        self._limit = self.max_cycles or limit
 
         def job() -> tuple[dict[str, np.ndarray], dict[str, int]]:
             module.use_device("pynq", **options)
@@ -256,6 +264,33 @@ class Testbench:
             return outputs, {k: r.cycles for k, r in module.device_results().items()}
 
         return await bridge(job)()
+
+    def expected_module(self, module: Any, inputs: dict[str, np.ndarray]
+                        ) -> tuple[dict[str, np.ndarray], dict[str, int]]:  # fmt: skip
+        """The oracles of a compiled module: its outputs with the accelerator calls on the
+        functional simulator, and each call's cycles on the cycle model with this bench's RAM
+        latencies and buffer placement. Runs a copy: `module` keeps its device."""
+        from .runtime.device.vta.pynq_model import PAGE_PLACEMENT
+        from .runtime.device.vta.rtl import matched_timing
+        from .runtime.module import Module
+
+        copy = Module.from_bytes(module.to_bytes())
+        timing = matched_timing(self.config)
+        outputs = copy.use_device("cyclesim", timing=timing, **PAGE_PLACEMENT).run(inputs)
+        return outputs, {k: int(r.cycles) for k, r in copy.device_results().items()}
+
+    async def check_module(self, module: Any, inputs: dict[str, np.ndarray]
+                           ) -> tuple[dict[str, np.ndarray], dict[str, int]]:  # fmt: skip
+        """Run a compiled module and assert that its outputs equal the functional simulator's
+        and each accelerator call's CYCLES the cycle model's; returns (outputs, CYCLES per
+        call)."""
+        outputs, calls = await self.run_module(module, inputs)
+        want, cycles = self.expected_module(module, inputs)
+        _check_outputs(outputs, want)
+        if calls != cycles:
+            wrong = {k: (calls.get(k), v) for k, v in cycles.items() if calls.get(k) != v}
+            raise AssertionError(f"CYCLES of the accelerator calls (bench, model): {wrong}")
+        return outputs, calls
 
     def expected(self, image: Any, inputs: dict[str, np.ndarray]
                  ) -> tuple[dict[str, np.ndarray], int]:  # fmt: skip
@@ -276,14 +311,18 @@ class Testbench:
         CYCLES the cycle model's; returns the run's (outputs, RunResult)."""
         outputs, result = await self.run_program(image, inputs)
         want, cycles = self.expected(image, inputs)
-        for name, value in want.items():
-            if not np.array_equal(outputs[name], value):
-                bad = int(np.count_nonzero(outputs[name] != value))
-                raise AssertionError(f"output {name!r}: {bad} of {value.size} elements differ "
-                                     "from the functional simulator")  # fmt: skip
+        _check_outputs(outputs, want)
         if result.cycles != cycles:
             raise AssertionError(f"CYCLES {result.cycles} != {cycles} of the cycle model")
         return outputs, result
+
+
+def _check_outputs(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    for name, value in want.items():
+        if not np.array_equal(got[name], value):
+            bad = int(np.count_nonzero(got[name] != value))
+            raise AssertionError(f"output {name!r}: {bad} of {value.size} elements differ "
+                                 "from the functional simulator")  # fmt: skip
 
 
 def _offset(name: str) -> int:

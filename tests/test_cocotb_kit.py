@@ -128,6 +128,36 @@ def test_user_errors_end_with_clear_errors_not_hangs(tmp_path):
     assert run_tests("test_errors", "tiny", test_dir=folder) == 0
 
 
+USER_MODULE = """
+import cocotb
+import numpy as np
+import tensorforge
+from tensorforge.cocotb import Testbench
+from tensorforge.compiler.frontend.onnx_builders import small_cnn
+
+
+@cocotb.test()
+async def a_compiled_cnn_matches_the_simulators(dut):
+    tb = Testbench(dut, "tiny")
+    await tb.start()
+    model = small_cnn(8)
+    name = model.graph.input[0].name
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    module = tensorforge.compile(model, "vta -config=tiny -device=sim", calibration={name: x})
+    want = module.run({name: x})
+    outputs, calls = await tb.check_module(module, {name: x})
+    assert len(calls) == 3 and min(calls.values()) > 0, calls
+    for key, value in want.items():
+        assert np.array_equal(outputs[key], value), key
+"""
+
+
+def test_a_compiled_module_is_checked_against_both_models(tmp_path):
+    folder = write_testbench("tiny", tmp_path / "tb")
+    (folder / "test_module.py").write_text(USER_MODULE)
+    assert run_tests("test_module", "tiny", test_dir=folder) == 0
+
+
 def test_hardware_guide_sample_runs_as_written(tmp_path):
     """docs/hardware.md's sample test, copied from the page, passes."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "hardware.md").read_text()
