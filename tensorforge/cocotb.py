@@ -130,7 +130,7 @@ class Testbench:
 
     async def _read32(self, offset: int) -> int:
         """A register read; a CTRL read past the cycle limit after START raises LaunchError."""
-        value = int(await self.master.read_dword(offset))
+        value = int(await self._master().read_dword(offset))
         if offset != REGISTERS["CTRL"].offset or self._started_ns is None:
             return value
         if value & (Ctrl.DONE | Ctrl.ERROR):
@@ -151,9 +151,16 @@ class Testbench:
     async def _write32(self, offset: int, value: int) -> None:
         from cocotb.utils import get_sim_time
 
-        await self.master.write_dword(offset, value)
+        await self._master().write_dword(offset, value)
         if offset == REGISTERS["CTRL"].offset and value & Ctrl.START:
             self._started_ns = get_sim_time("ns")
+
+    def _master(self) -> Any:
+        if self.master is None:
+            raise RuntimeError(
+                "the registers need the bench started: call `await tb.start()` first"
+            )
+        return self.master
 
     def cycles_since_start(self) -> int:
         """Clock cycles simulated since the last START written to CTRL (0 before any)."""
@@ -190,8 +197,7 @@ class Testbench:
 
         from .hw.regmap import launch
 
-        if self.master is None:
-            raise RuntimeError("call `await tb.start()` first")
+        self._master()
         self._limit = self.max_cycles or MAX_CYCLES
         return await bridge(launch)(resume(self._read32), resume(self._write32), self.config,
                                     insn_addr, insn_count, timeout_s=self.timeout_s)  # fmt: skip

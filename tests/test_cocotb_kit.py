@@ -114,6 +114,8 @@ async def a_hung_launch_stops_at_max_cycles(dut):
 @cocotb.test()
 async def an_unknown_register_name_lists_the_names(dut):
     tb = Testbench(dut, "tiny")
+    message = await raises(tb.read_reg("HW_ID"), RuntimeError)  # not an AttributeError on None
+    assert "call `await tb.start()` first" in message, message
     await tb.start()
     message = await raises(tb.read_reg("CYCLES"), KeyError)
     assert "register name must be one of CTRL, STATUS" in message and "not 'CYCLES'" in message
@@ -121,8 +123,9 @@ async def an_unknown_register_name_lists_the_names(dut):
 
 
 def test_user_errors_end_with_clear_errors_not_hangs(tmp_path):
-    """A deadlocked program, an undefined opcode, a hung raw launch and a misspelt register:
-    each a clear error within seconds (a deadlock used to poll for `timeout_s`, 600 s)."""
+    """A deadlocked program, an undefined opcode, a hung raw launch, a misspelt register and a
+    register read before `start`: each a clear error within seconds (a deadlock used to poll
+    for `timeout_s`, 600 s)."""
     folder = write_testbench("tiny", tmp_path / "tb")
     (folder / "test_errors.py").write_text(USER_ERRORS)
     assert run_tests("test_errors", "tiny", test_dir=folder) == 0
