@@ -31,6 +31,7 @@ Needs cocotb and cocotbext-axi (the ``dev`` extra, or ``pip install cocotb cocot
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,10 @@ CLOCK_NS = 10
 MAX_CYCLES = 200_000
 
 
-def attach_memory(dut: Any, mem: Any) -> Any:
+def attach_memory(dut: Any, mem: Any, log_level: int = logging.WARNING) -> Any:
     """Put the DRAM model `mem` behind the top's AXI4 masters; the AXI-Lite master of its
-    registers."""
+    registers. The bus models log at `log_level` (``logging.INFO`` shows every transaction:
+    two lines per poll of CTRL)."""
     from cocotbext.axi import (
         AxiLiteBus,
         AxiLiteMaster,
@@ -66,6 +68,8 @@ def attach_memory(dut: Any, mem: Any) -> Any:
         AxiRamRead(bus, dut.clk, dut.rst, mem=mem)
     bus = AxiWriteBus.from_prefix(dut, "m_axi_store", bus_separator="__")
     AxiRamWrite(bus, dut.clk, dut.rst, mem=mem)
+    for port in ("s_axil", "m_axi_fetch", "m_axi_load", "m_axi_compute", "m_axi_store"):
+        logging.getLogger(f"cocotb.{dut._name}.{port}").setLevel(log_level)
     return AxiLiteMaster(
         AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst
     )
