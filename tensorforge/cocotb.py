@@ -100,6 +100,7 @@ class Testbench:
         self.max_cycles = max_cycles
         self._limit = max_cycles or MAX_CYCLES  # of the launch under way
         self._started_ns: float | None = None  # simulation time of the last START
+        self._unfinished: str | None = None  # how the last launch ended, unless with DONE
         self.mem = SparseMemory(1 << 32)
         self.master: Any = None
         self.board: Any = None
@@ -110,18 +111,27 @@ class Testbench:
         import cocotb
         from cocotb.clock import Clock
         from cocotb.task import resume
-        from cocotb.triggers import ClockCycles
 
         from .runtime.device.vta.pynq_model import BoardModel
 
         cocotb.start_soon(Clock(self.dut.clk, CLOCK_NS, unit="ns").start())
-        self.dut.rst.value = 1
         self.master = attach_memory(self.dut, self.mem)
+        await self.reset()
+        self.board = BoardModel(resume(self._read32), resume(self._write32), self.peek,
+                                self._flush)  # fmt: skip
+
+    async def reset(self) -> None:
+        """Reset the core (``rst`` for 3 cycles) and the bus models; DRAM keeps its contents.
+        Needed before the next launch after one that stopped on ERROR or hung: the core still
+        runs the rest of that program in the background (docs/hardware.md, Errors)."""
+        from cocotb.triggers import ClockCycles
+
+        self._master()
+        self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 3)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
-        self.board = BoardModel(resume(self._read32), resume(self._write32), self.peek,
-                                self._flush)  # fmt: skip
+        self._started_ns = self._unfinished = None
 
     # ---- stimulus ------------------------------------------------------------------------------
 
@@ -139,10 +149,12 @@ class Testbench:
             return value
         if value & (Ctrl.DONE | Ctrl.ERROR):
             self._started_ns = None
+            self._unfinished = "stopped with ERROR" if value & Ctrl.ERROR else None
             return value
         cycles = self.cycles_since_start()
         if cycles > self._limit:
             self._started_ns = None
+            self._unfinished = "hung"
             status = int(await self.master.read_dword(REGISTERS["STATUS"].offset))
             name = Status(status).name if status in Status._value2member_map_ else str(status)
             raise LaunchError(
@@ -155,9 +167,16 @@ class Testbench:
     async def _write32(self, offset: int, value: int) -> None:
         from cocotb.utils import get_sim_time
 
+        start = offset == REGISTERS["CTRL"].offset and bool(value & Ctrl.START)
+        if start and self._unfinished:
+            raise LaunchError(
+                f"the last launch {self._unfinished} and the core may still be running the rest "
+                "of that program: `await tb.reset()` before the next launch"
+            )
         await self._master().write_dword(offset, value)
-        if offset == REGISTERS["CTRL"].offset and value & Ctrl.START:
+        if start:
             self._started_ns = get_sim_time("ns")
+            self._unfinished = "did not finish"  # until a poll of CTRL sees DONE
 
     def _master(self) -> Any:
         if self.master is None:
@@ -238,7 +257,7 @@ class Testbench:
         try:
             return await bridge(job)()
         except DeviceError as exc:
-            if "hung" not in str(exc) and "did not finish" not in str(exc):
+            if "hung: no DONE" not in str(exc) and "did not finish within" not in str(exc):
                 raise
             raise DeviceError(f"{exc}; the cycle model: {verdict}") from None
 

@@ -91,6 +91,13 @@ async def a_deadlock_ends_with_the_models_verdict(dut):
     assert "hung: no DONE after 20001 clock cycles (limit 20000" in message, message
     assert "CTRL=BUSY, STATUS=OK; the cycle model: deadlock" in message, message
     assert "compute stage waits at instruction 1 (GEMM) to pop a token from s2g" in message
+    # the core still waits: the next launch is refused until a reset, then runs
+    message = await raises(tb.run_program(deadlocked(tb.config), {}), DeviceError)
+    assert message.endswith("the last launch hung and the core may still be running the rest of "
+                            "that program: `await tb.reset()` before the next launch"), message
+    await tb.reset()
+    tb.poke(0x2000_0000, bytes([3]) + bytes(15))  # FINISH
+    assert (await tb.launch(0x2000_0000, 1)).cycles > 0
 
 
 @cocotb.test()
@@ -101,6 +108,8 @@ async def a_raw_stream_with_an_undefined_opcode_stops_with_bad_opcode(dut):
     message = await raises(tb.launch(0x2000_0000, 1), LaunchError)
     assert "STATUS BAD_OPCODE" in message, message
     assert await tb.read_reg("STATUS") == 1
+    message = await raises(tb.launch(0x2000_0000, 1), LaunchError)
+    assert message.startswith("the last launch stopped with ERROR"), message
 
 
 @cocotb.test()
