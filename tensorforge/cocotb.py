@@ -31,6 +31,7 @@ Needs cocotb and cocotbext-axi (the ``dev`` extra, or ``pip install cocotb cocot
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -38,15 +39,21 @@ from typing import Any
 import numpy as np
 
 from .hw.config import HWConfig
-from .hw.regmap import REGISTERS
+from .hw.regmap import REGISTERS, Ctrl, LaunchError, LaunchResult, Status
 
 #: the clock period of the bench (ns)
 CLOCK_NS = 10
+#: clock cycles after START before a launch of a module's call or a raw stream is abandoned as
+#: hung, unless `Testbench(max_cycles=)` says otherwise; a hung core simulates at about 2,000
+#: cycles/s under Icarus, so this is a minute or two. A program image's default limit comes
+#: from the cycle model instead (`program_cycle_limit`).
+MAX_CYCLES = 200_000
 
 
-def attach_memory(dut: Any, mem: Any) -> Any:
+def attach_memory(dut: Any, mem: Any, log_level: int = logging.WARNING) -> Any:
     """Put the DRAM model `mem` behind the top's AXI4 masters; the AXI-Lite master of its
-    registers."""
+    registers. The bus models log at `log_level` (``logging.INFO`` shows every transaction:
+    two lines per poll of CTRL)."""
     from cocotbext.axi import (
         AxiLiteBus,
         AxiLiteMaster,
@@ -61,6 +68,8 @@ def attach_memory(dut: Any, mem: Any) -> Any:
         AxiRamRead(bus, dut.clk, dut.rst, mem=mem)
     bus = AxiWriteBus.from_prefix(dut, "m_axi_store", bus_separator="__")
     AxiRamWrite(bus, dut.clk, dut.rst, mem=mem)
+    for port in ("s_axil", "m_axi_fetch", "m_axi_load", "m_axi_compute", "m_axi_store"):
+        logging.getLogger(f"cocotb.{dut._name}.{port}").setLevel(log_level)
     return AxiLiteMaster(
         AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst
     )
@@ -73,14 +82,25 @@ class Testbench:
         dut: the cocotb handle of the exported top (``tf_top_<config>``).
         config: the HWConfig it was exported for (a preset name, JSON path or HWConfig).
         timeout_s: wall-clock seconds one launch may take (simulation is slow).
+        max_cycles: clock cycles after START before a launch is abandoned as hung (a program
+            that deadlocks on its tokens never sets DONE), checked at each poll of CTRL; by
+            default a program image gets `program_cycle_limit` and anything else `MAX_CYCLES`.
     """
 
-    def __init__(self, dut: Any, config: str | HWConfig, timeout_s: float = 600.0) -> None:
+    def __init__(self, dut: Any, config: str | HWConfig, timeout_s: float = 600.0,
+                 max_cycles: int | None = None) -> None:  # fmt: skip
         from cocotbext.axi.sparse_memory import SparseMemory
 
+        if timeout_s <= 0 or (max_cycles is not None and max_cycles <= 0):
+            raise ValueError(f"timeout_s and max_cycles must be positive, not {timeout_s!r}, "
+                             f"{max_cycles!r}")  # fmt: skip
         self.dut = dut
         self.config = HWConfig.load(config)
         self.timeout_s = float(timeout_s)
+        self.max_cycles = max_cycles
+        self._limit = max_cycles or MAX_CYCLES  # of the launch under way
+        self._started_ns: float | None = None  # simulation time of the last START
+        self._unfinished: str | None = None  # how the last launch ended, unless with DONE
         self.mem = SparseMemory(1 << 32)
         self.master: Any = None
         self.board: Any = None
@@ -91,27 +111,87 @@ class Testbench:
         import cocotb
         from cocotb.clock import Clock
         from cocotb.task import resume
-        from cocotb.triggers import ClockCycles
 
         from .runtime.device.vta.pynq_model import BoardModel
 
         cocotb.start_soon(Clock(self.dut.clk, CLOCK_NS, unit="ns").start())
-        self.dut.rst.value = 1
         self.master = attach_memory(self.dut, self.mem)
+        await self.reset()
+        self.board = BoardModel(resume(self._read32), resume(self._write32), self.peek,
+                                self._flush)  # fmt: skip
+
+    async def reset(self) -> None:
+        """Reset the core (``rst`` for 3 cycles) and the bus models; DRAM keeps its contents.
+        Needed before the next launch after one that stopped on ERROR or hung: the core still
+        runs the rest of that program in the background (docs/hardware.md, Errors)."""
+        from cocotb.triggers import ClockCycles
+
+        self._master()
+        self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 3)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
-        self.board = BoardModel(resume(self.master.read_dword), resume(self.master.write_dword),
-                                self.peek, self._flush)  # fmt: skip
+        self._started_ns = self._unfinished = None
 
     # ---- stimulus ------------------------------------------------------------------------------
 
     async def read_reg(self, name: str) -> int:
         """A register of hw/regmap.py by name (``tensorforge hw regs`` lists them)."""
-        return int(await self.master.read_dword(REGISTERS[name].offset))
+        return await self._read32(_offset(name))
 
     async def write_reg(self, name: str, value: int) -> None:
-        await self.master.write_dword(REGISTERS[name].offset, int(value))
+        await self._write32(_offset(name), int(value))
+
+    async def _read32(self, offset: int) -> int:
+        """A register read; a CTRL read past the cycle limit after START raises LaunchError."""
+        value = int(await self._master().read_dword(offset))
+        if offset != REGISTERS["CTRL"].offset or self._started_ns is None:
+            return value
+        if value & (Ctrl.DONE | Ctrl.ERROR):
+            self._started_ns = None
+            self._unfinished = "stopped with ERROR" if value & Ctrl.ERROR else None
+            return value
+        cycles = self.cycles_since_start()
+        if cycles > self._limit:
+            self._started_ns = None
+            self._unfinished = "hung"
+            status = int(await self.master.read_dword(REGISTERS["STATUS"].offset))
+            name = Status(status).name if status in Status._value2member_map_ else str(status)
+            raise LaunchError(
+                f"the accelerator (RTL under cocotb) hung: no DONE after {cycles} clock cycles "
+                f"(limit {self._limit}, Testbench(max_cycles=)); state: CTRL={_ctrl(value)}, "
+                f"STATUS={name}"
+            )
+        return value
+
+    async def _write32(self, offset: int, value: int) -> None:
+        from cocotb.utils import get_sim_time
+
+        start = offset == REGISTERS["CTRL"].offset and bool(value & Ctrl.START)
+        if start and self._unfinished:
+            raise LaunchError(
+                f"the last launch {self._unfinished} and the core may still be running the rest "
+                "of that program: `await tb.reset()` before the next launch"
+            )
+        await self._master().write_dword(offset, value)
+        if start:
+            self._started_ns = get_sim_time("ns")
+            self._unfinished = "did not finish"  # until a poll of CTRL sees DONE
+
+    def _master(self) -> Any:
+        if self.master is None:
+            raise RuntimeError(
+                "the registers need the bench started: call `await tb.start()` first"
+            )
+        return self.master
+
+    def cycles_since_start(self) -> int:
+        """Clock cycles simulated since the last START written to CTRL (0 before any)."""
+        from cocotb.utils import get_sim_time
+
+        if self._started_ns is None:
+            return 0
+        return int(get_sim_time("ns") - self._started_ns) // CLOCK_NS
 
     def poke(self, addr: int, data: bytes | np.ndarray) -> None:
         """Write DRAM at a physical address (what the accelerator's masters read)."""
@@ -128,6 +208,23 @@ class Testbench:
 
     # ---- runs ----------------------------------------------------------------------------------
 
+    async def launch(self, insn_addr: int, insn_count: int) -> LaunchResult:
+        """Run an instruction stream already in DRAM (`poke` it there) with the launch protocol
+        (`hw.regmap.launch`), for streams a program image cannot hold (an undefined opcode).
+
+        Raises:
+            LaunchError: the core stopped on an error (its STATUS), hung past `max_cycles`, or
+                took more than `timeout_s`.
+        """
+        from cocotb.task import bridge, resume
+
+        from .hw.regmap import launch
+
+        self._master()
+        self._limit = self.max_cycles or MAX_CYCLES
+        return await bridge(launch)(resume(self._read32), resume(self._write32), self.config,
+                                    insn_addr, insn_count, timeout_s=self.timeout_s)  # fmt: skip
+
     def _options(self) -> dict[str, Any]:
         if self.board is None:
             raise RuntimeError("call `await tb.start()` first")
@@ -136,12 +233,19 @@ class Testbench:
 
     async def run_program(self, image: Any, inputs: dict[str, np.ndarray]
                           ) -> tuple[dict[str, np.ndarray], Any]:  # fmt: skip
-        """Run a program image through the board driver: (output slots, RunResult)."""
+        """Run a program image through the board driver: (output slots, RunResult).
+
+        Raises:
+            DeviceError: the core stopped on an error (its STATUS) or hung; a hang's message
+                adds the functional simulator's verdict (a deadlock names the waiting stages).
+        """
         from cocotb.task import bridge
 
-        from .runtime.device.vta import LoadedProgram, open_device
+        from .runtime.device.vta import DeviceError, LoadedProgram, open_device
 
         options = self._options()
+        verdict, limit = self.program_cycle_limit(image, inputs)
+        self._limit = self.max_cycles or limit
 
         def job() -> tuple[dict[str, np.ndarray], Any]:
             device = open_device("pynq", self.config, **options)
@@ -150,15 +254,38 @@ class Testbench:
             finally:
                 device.close()
 
-        return await bridge(job)()
+        try:
+            return await bridge(job)()
+        except DeviceError as exc:
+            if "hung: no DONE" not in str(exc) and "did not finish within" not in str(exc):
+                raise
+            raise DeviceError(f"{exc}; the cycle model: {verdict}") from None
+
+    def program_cycle_limit(self, image: Any, inputs: dict[str, np.ndarray]) -> tuple[str, int]:
+        """The cycle model's verdict on a program and the default cycle limit of its launch:
+        4x the model's cycles plus 10,000 when the model runs it, else 20,000 (the RTL stops at
+        an erroneous instruction, and a program the model finds deadlocked hangs)."""
+        try:
+            _, cycles = self.expected(image, inputs)
+        except Exception as exc:  # noqa: BLE001 - its verdict is the message
+            return str(exc), 20_000
+        return f"finishes in {cycles} cycles", 4 * cycles + 10_000
 
     async def run_module(self, module: Any, inputs: dict[str, np.ndarray]
                          ) -> tuple[dict[str, np.ndarray], dict[str, int]]:  # fmt: skip
         """Run a compiled module with its accelerator calls on this bench: (outputs, CYCLES of
-        each call)."""
+        each call). The module's device is this bench's afterwards (`use_device` to change it).
+        The default cycle limit of each call is 4x the cycle model's longest call plus 10,000
+        (`MAX_CYCLES` if the model cannot run it)."""
         from cocotb.task import bridge
 
         options = self._options()
+        try:
+            _, calls = self.expected_module(module, inputs)
+            limit = 4 * max(calls.values(), default=0) + 10_000
+        except Exception:  # noqa: BLE001 - the run itself then reports what is wrong
+            limit = MAX_CYCLES
+        self._limit = self.max_cycles or limit
 
         def job() -> tuple[dict[str, np.ndarray], dict[str, int]]:
             module.use_device("pynq", **options)
@@ -166,6 +293,33 @@ class Testbench:
             return outputs, {k: r.cycles for k, r in module.device_results().items()}
 
         return await bridge(job)()
+
+    def expected_module(self, module: Any, inputs: dict[str, np.ndarray]
+                        ) -> tuple[dict[str, np.ndarray], dict[str, int]]:  # fmt: skip
+        """The oracles of a compiled module: its outputs with the accelerator calls on the
+        functional simulator, and each call's cycles on the cycle model with this bench's RAM
+        latencies and buffer placement. Runs a copy: `module` keeps its device."""
+        from .runtime.device.vta.pynq_model import PAGE_PLACEMENT
+        from .runtime.device.vta.rtl import matched_timing
+        from .runtime.module import Module
+
+        copy = Module.from_bytes(module.to_bytes())
+        timing = matched_timing(self.config)
+        outputs = copy.use_device("cyclesim", timing=timing, **PAGE_PLACEMENT).run(inputs)
+        return outputs, {k: int(r.cycles) for k, r in copy.device_results().items()}
+
+    async def check_module(self, module: Any, inputs: dict[str, np.ndarray]
+                           ) -> tuple[dict[str, np.ndarray], dict[str, int]]:  # fmt: skip
+        """Run a compiled module and assert that its outputs equal the functional simulator's
+        and each accelerator call's CYCLES the cycle model's; returns (outputs, CYCLES per
+        call)."""
+        outputs, calls = await self.run_module(module, inputs)
+        want, cycles = self.expected_module(module, inputs)
+        _check_outputs(outputs, want)
+        if calls != cycles:
+            wrong = {k: (calls.get(k), v) for k, v in cycles.items() if calls.get(k) != v}
+            raise AssertionError(f"CYCLES of the accelerator calls (bench, model): {wrong}")
+        return outputs, calls
 
     def expected(self, image: Any, inputs: dict[str, np.ndarray]
                  ) -> tuple[dict[str, np.ndarray], int]:  # fmt: skip
@@ -186,14 +340,28 @@ class Testbench:
         CYCLES the cycle model's; returns the run's (outputs, RunResult)."""
         outputs, result = await self.run_program(image, inputs)
         want, cycles = self.expected(image, inputs)
-        for name, value in want.items():
-            if not np.array_equal(outputs[name], value):
-                bad = int(np.count_nonzero(outputs[name] != value))
-                raise AssertionError(f"output {name!r}: {bad} of {value.size} elements differ "
-                                     "from the functional simulator")  # fmt: skip
+        _check_outputs(outputs, want)
         if result.cycles != cycles:
             raise AssertionError(f"CYCLES {result.cycles} != {cycles} of the cycle model")
         return outputs, result
+
+
+def _check_outputs(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    for name, value in want.items():
+        if not np.array_equal(got[name], value):
+            bad = int(np.count_nonzero(got[name] != value))
+            raise AssertionError(f"output {name!r}: {bad} of {value.size} elements differ "
+                                 "from the functional simulator")  # fmt: skip
+
+
+def _offset(name: str) -> int:
+    if name not in REGISTERS:
+        raise KeyError(f"register name must be one of {', '.join(REGISTERS)}, not {name!r}")
+    return REGISTERS[name].offset
+
+
+def _ctrl(value: int) -> str:
+    return "|".join(b.name for b in Ctrl if b != Ctrl.START and value & b) or "0"
 
 
 def run_tests(test_module: str, config: str | HWConfig, simulator: str = "icarus",

@@ -16,7 +16,8 @@ otherwise. ``TF_RTL_CASE`` names a JSON file written by the device:
 Device memory is one cocotbext-axi ``SparseMemory`` behind the four AXI4 masters (fetch, load,
 compute read through ``AxiRamRead``; store writes through ``AxiRamWrite``), set up by
 `tensorforge.cocotb.Testbench`, and the launch protocol is ``hw.regmap.launch`` itself over its
-``AxiLiteMaster`` (with a cycle limit on each poll, which the users' kit does not need).
+``AxiLiteMaster`` (with its own cycle limit on each poll, ``max_cycles``, and a report of
+the registers on a hang; the users' kit has its own limit, `Testbench(max_cycles=)`).
 """
 
 from __future__ import annotations
