@@ -393,12 +393,46 @@ def default_schedule(
     cands = candidate_schedules(cfg, wl, vthreads, residual)
     if vthreads > 1:
         cands = [s for s in cands if s.tiles(cfg, wl) > 1] or cands
+    if not cands and vthreads > 1:  # a second thread's buffers do not fit: one thread
+        return default_schedule(cfg, wl, 1, residual)
     if not cands:
-        raise ScheduleError(
-            f"no tiling of {wl} fits the SRAMs of HWConfig "
-            f"{cfg.name!r} with {vthreads} virtual thread(s)"
-        )
+        raise ScheduleError(f"no tiling of {wl} fits the SRAMs of HWConfig {cfg.name!r}: "
+                            f"{fit_problem(cfg, wl, residual)}")  # fmt: skip
     return min(cands, key=lambda s: (estimated_cycles(cfg, wl, s), -s.tile_h, -s.tile_oc))
+
+
+def fit_problem(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False) -> str | None:
+    """None when some schedule of `wl` fits the SRAMs and instruction fields of `cfg` (one
+    thread), else why the smallest tiles do not: a quick test for the partition, which must
+    leave such a layer on the CPU rather than fail to compile it.
+
+    The footprint grows with every knob, so the smallest tile (one block of each kind, weights
+    streamed) decides, except that ``tile_h`` must hold whole pooling windows and may not
+    cover only padding rows: every row count that passes ``check`` is tried.
+    """
+    first = None
+    for th in tile_sizes(wl.oh):
+        sched = Conv2dSchedule(1, th, 1, 1, 1, False)
+        try:
+            sched.check(cfg, wl)
+        except ScheduleError:
+            continue
+        if sched.fits(cfg, wl, residual):
+            return None
+        first = first or sched
+    if first is None:
+        return "no row tiling passes the schedule checks"
+    need = first.footprint(cfg, wl, residual=residual)
+    scopes = memory_scopes(cfg)
+    over = [f"{k} {need[k]} > {scopes[k].depth}" for k in need if need[k] > scopes[k].depth]
+    if over:
+        return (
+            f"the smallest tile ({first.tile_h} output row(s), one channel block each way) "
+            f"needs more SRAM entries than HWConfig {cfg.name!r} has: {', '.join(over)}"
+        )
+    return (f"a transfer or loop exceeds its instruction field (rows {wl.oh}, columns {wl.ow}, "
+            f"input width {wl.w}; at most {MAX_ITER} iterations and {MAX_XFER} elements a "
+            "transfer)")  # fmt: skip
 
 
 def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,
