@@ -251,3 +251,19 @@ def test_layers_beyond_the_srams_use_one_thread_stay_unfused_or_run_on_the_cpu()
     cpu = {node: why for node, op, where, why in module.stats["placement"] if where == "cpu"}
     assert sum("needs more SRAM entries than HWConfig 'tiny' has" in w for w in cpu.values()) == 2
     _check_bit_exact(module, q, inputs)
+
+
+def test_an_overlapping_max_pool_whose_rows_overflow_acc_runs_on_the_cpu():
+    rng = np.random.default_rng(6)
+    b = GraphBuilder("wide_pool")
+    x = b.add_input("x", (1, 16, 4, 200), "float32")
+    w = b.add_constant("w", (rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32))
+    (y,) = b.add_node("Relu", [b.add_node("Conv", [x, w])[0]])  # 200 columns fit INP and ACC
+    (y,) = b.add_node("MaxPool", [y], {"kernel_shape": (3, 3), "strides": (1, 1)})
+    inputs = {"x": rng.standard_normal((1, 16, 4, 200)).astype(np.float32)}
+    q = quantize_for(optimize(b.build([y])), TINY, inputs, "shift")
+    module = compile_graph_vta(q, "vta -vthreads=2", progress=False, config=TINY)
+    assert _kinds(module).count("vta") == 1  # the conv; 3 rows of 200 columns overflow ACC
+    (why,) = [why for _, op, _, why in module.stats["placement"] if op == "tf.qmaxpool"]
+    assert why.startswith("no tiling of the 4x200 max pooling fits HWConfig 'tiny'"), why
+    _check_bit_exact(module, q, inputs)
