@@ -267,3 +267,29 @@ def test_an_overlapping_max_pool_whose_rows_overflow_acc_runs_on_the_cpu():
     (why,) = [why for _, op, _, why in module.stats["placement"] if op == "tf.qmaxpool"]
     assert why.startswith("no tiling of the 4x200 max pooling fits HWConfig 'tiny'"), why
     _check_bit_exact(module, q, inputs)
+
+
+def test_an_add_whose_smaller_operand_rounds_away_runs_on_the_cpu():
+    """A residual add whose operands' scales are 2**17 apart: in mode mul the smaller one's
+    multiplier rounds to 0 (the add is the larger operand, requantized), which the conv's
+    fused epilogue cannot emit; the add stays a CPU kernel, bit-exact."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder("vanishing_skip")
+    x = b.add_input("x", (1, 16, 5, 5), "float32")
+    big = (rng.standard_normal((16, 16, 3, 3)) * 1e4).astype(np.float32)
+    small = (rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32)
+    (y,) = b.add_node("Conv", [x, b.add_constant("big", big)], {"pads": (1, 1, 1, 1)})
+    (s,) = b.add_node("Relu", [b.add_node("Conv", [x, b.add_constant("small", small)])[0]])
+    (y,) = b.add_node("Relu", [b.add_node("Add", [y, s])[0]])
+    inputs = {"x": rng.standard_normal((1, 16, 5, 5)).astype(np.float32)}
+    q = quantize_for(optimize(b.build([y])), TINY, inputs, "mul")
+    (add,) = [n for n in q.nodes if n.op == "tf.qadd"]
+    assert ("MUL", 0) in [
+        (add.attr(f"{side}_op"), add.attr(f"{side}_imm")) for side in ("lhs", "rhs")
+    ]
+    module = compile_graph_vta(q, "vta", progress=False, config=TINY)
+    labels = [
+        c.label for c, kind in zip(module.calls, _kinds(module), strict=True) if kind == "vta"
+    ]
+    assert len(labels) == 2 and not any("tf.qadd" in label for label in labels), labels
+    _check_bit_exact(module, q, inputs)

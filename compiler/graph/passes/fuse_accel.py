@@ -6,7 +6,9 @@ A group ``[conv]`` (target "vta") takes its output's only reader when that reade
 the accelerator and is
 
 - a ``tf.qadd`` whose other operand comes from elsewhere (the residual, loaded by the kernel
-  with ``LOAD ACC_8BIT``), and then
+  with ``LOAD ACC_8BIT``) and that scales neither operand by zero (a ``MUL 0``: one operand's
+  scale so far below the other's that it rounds away; the kernel's stage would be a constant,
+  which the ALU lowering does not take, so such an add runs on the CPU), and then
 - a ``tf.qmaxpool`` of a conv (not a dense) without padding whose window equals its stride (the
   non-overlapping pooling ``compiler.vta.conv2d(..., max_pool=...)`` fuses).
 
@@ -35,6 +37,13 @@ def is_fusable_pool(node: Node) -> bool:
     )
 
 
+def _scales_an_operand_to_zero(add: Node) -> bool:
+    a = add.attr_dict
+    return any(
+        a.get(f"{side}_op") == "MUL" and a.get(f"{side}_imm") == 0 for side in ("lhs", "rhs")
+    )
+
+
 def _only_reader(graph: Graph, value: str, readers: dict[str, list[Node]]) -> Node | None:
     users = readers.get(value, [])
     if value in graph.outputs or len(users) != 1 or not is_offloaded(users[0]):
@@ -51,7 +60,12 @@ def accelerator_chain(graph: Graph, anchor: Node, cfg: HWConfig | None = None) -
             readers.setdefault(value, []).append(node)
     chain = [anchor]
     nxt = _only_reader(graph, anchor.outputs[0], readers)
-    if nxt is not None and nxt.op == "tf.qadd" and nxt.inputs[0] != nxt.inputs[1]:
+    if (
+        nxt is not None
+        and nxt.op == "tf.qadd"
+        and nxt.inputs[0] != nxt.inputs[1]
+        and not _scales_an_operand_to_zero(nxt)
+    ):
         chain.append(nxt)
         nxt = _only_reader(graph, nxt.outputs[0], readers)
     if nxt is not None and anchor.op == "tf.qconv2d" and is_fusable_pool(nxt):
