@@ -430,9 +430,14 @@ def fit_problem(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False) -> st
             f"the smallest tile ({first.tile_h} output row(s), one channel block each way) "
             f"needs more SRAM entries than HWConfig {cfg.name!r} has: {', '.join(over)}"
         )
-    return (f"a transfer or loop exceeds its instruction field (rows {wl.oh}, columns {wl.ow}, "
-            f"input width {wl.w}; at most {MAX_ITER} iterations and {MAX_XFER} elements a "
-            "transfer)")  # fmt: skip
+    fields = [
+        (wl.ow, MAX_ITER, "output columns", "loop iterations"),
+        (first.tile_h * wl.ow, MAX_XFER, "output pixels of one row tile", "elements a transfer"),
+        (wl.oh * wl.ow, MAX_XFER, "output pixels (a store's row stride)", "elements a transfer"),
+        (wl.w, MAX_XFER, "input columns", "elements a transfer"),
+    ]
+    over = [f"{n} {what} > {limit} {unit}" for n, limit, what, unit in fields if n > limit]
+    return f"an instruction field overflows: {', '.join(over) or 'a loop or transfer'}"
 
 
 def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,

@@ -252,6 +252,10 @@ def test_fit_problem_names_the_sram_that_no_tiling_fits() -> None:
     )
     with pytest.raises(ScheduleError, match="fits the SRAMs of HWConfig 'tiny': the smallest"):
         default_schedule(cfg, wide, 2)
+    assert fit_problem(HWConfig.preset("pynq"), Conv2dWorkload(1, 16, 260, 260, 16, 1, 1)) == (
+        "an instruction field overflows: 67600 output pixels (a store's row stride) > 65535 "
+        "elements a transfer"
+    )
     # 1x1 with 200 columns fits alone (acc 200 + bias) but not with a residual tile beside it
     assert fit_problem(cfg, Conv2dWorkload(1, 16, 1, 200, 16, 1, 1)) is None
     assert "acc 404 > 256" in fit_problem(cfg, Conv2dWorkload(1, 16, 1, 200, 16, 1, 1), True)
