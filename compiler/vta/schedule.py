@@ -173,6 +173,7 @@ class Conv2dSchedule:
             )
         if self.vthreads not in (1, 2):
             raise ScheduleError(f"vthreads must be 1 or 2, not {self.vthreads!r}")
+        check_thread_tokens(cfg, self.vthreads)
         if self.tile_n > 1 and self.tile_h * wl.ow > 1:
             raise ScheduleError(
                 f"tile_n must be 1 when a tile has more than one output pixel "
@@ -244,6 +245,18 @@ class Conv2dSchedule:
         f = self.footprint(cfg, wl, residual=residual)
         scopes = memory_scopes(cfg)
         return all(f[k] <= scopes[k].depth for k in f) and _encodable(self, cfg, wl)
+
+
+def check_thread_tokens(cfg: HWConfig, vthreads: int) -> None:
+    """Raise ScheduleError when `cfg`'s token queues cannot hold a token per virtual thread:
+    with one-token queues, two threads' streams deadlock (one thread's compute waits to push a
+    token the load stage has not yet popped, while the fetch of that load waits behind it)."""
+    if vthreads > cfg.dep_queue_depth:
+        raise ScheduleError(
+            f"{vthreads} virtual threads need token queues of at least {vthreads} entries (a "
+            f"token per thread), but HWConfig {cfg.name!r} has dep_queue_depth="
+            f"{cfg.dep_queue_depth}"
+        )
 
 
 def input_rows(wl: Conv2dWorkload, h0: int, th: int) -> tuple[int, int]:

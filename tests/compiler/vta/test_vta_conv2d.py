@@ -17,6 +17,7 @@ from tensorforge.compiler.vta import (
     candidate_schedules,
     conv2d,
     default_schedule,
+    max_pool2d,
 )
 from tensorforge.compiler.vta.schedule import fit_problem
 from tensorforge.hw.config import HWConfig
@@ -259,3 +260,20 @@ def test_fit_problem_names_the_sram_that_no_tiling_fits() -> None:
     # 1x1 with 200 columns fits alone (acc 200 + bias) but not with a residual tile beside it
     assert fit_problem(cfg, Conv2dWorkload(1, 16, 1, 200, 16, 1, 1)) is None
     assert "acc 404 > 256" in fit_problem(cfg, Conv2dWorkload(1, 16, 1, 200, 16, 1, 1), True)
+
+
+def test_one_token_queues_take_one_virtual_thread() -> None:
+    # With dep_queue_depth=1 (and a short command queue) two threads' streams deadlock: the
+    # compiler's token check rejected every default 2-thread conv2d on such a config.
+    cfg = HWConfig.preset("tiny").replace(name="tiny_q1", insn_queue_depth=4, dep_queue_depth=1)
+    wl = Conv2dWorkload(1, 16, 9, 9, 16, 3, 3, 2, 2, 1, 1)
+    with pytest.raises(ScheduleError, match="dep_queue_depth=1"):
+        Conv2dSchedule(tile_h=1, vthreads=2).check(cfg, wl)
+    assert default_schedule(cfg, wl, 2).vthreads == 1
+    x, w, b = _operands(5, (1, 16, 9, 9), (16, 16, 3, 3))
+    for kern in (
+        conv2d(cfg, x.shape, w, b, stride=2, padding=1, shift=12, vthreads=2),
+        max_pool2d(cfg, (1, 16, 9, 9), 3, 2, vthreads=2),
+    ):
+        out, _ = kern.run(x, "sim")
+        assert np.array_equal(out, kern.reference(x))
