@@ -281,9 +281,14 @@ class Task:
         if "c" in w and "k" in w and "r" in w:
             return (f"{self.template} {w['c']}x{w['h']}x{w['w']} k{w['k']} {w['r']}x{w['s']} "
                     f"s{w['stride']}{blocked}")  # fmt: skip
-        if "ic" in w:
+        if "ic" in w:  # the accelerator's conv2d/dense; groups and a fused pooling tell apart
+            # tasks of one shape (e.g. vta.conv2d 48x9x9 oc48 3x3 s1 g3 +pool2x2 +res)
+            groups = f" g{w['groups']}" if w.get("groups", 1) > 1 else ""
+            pool = (f" +pool{w['pool_h']}x{w['pool_w']}"
+                    if w.get("pool_h", 1) * w.get("pool_w", 1) > 1 else "")  # fmt: skip
+            res = " +res" if w.get("residual") else ""
             return (f"{self.template} {w['ic']}x{w['h']}x{w['w']} oc{w['oc']} {w['kh']}x{w['kw']}"
-                    f" s{w['stride_h']}{' +res' if w.get('residual') else ''}")  # fmt: skip
+                    f" s{w['stride_h']}{groups}{pool}{res}")  # fmt: skip
         if "m" in w:
             return f"{self.template} {w['m']}x{w['k']} n{w['n']}"
         if "x" in w and "w" in w:  # the GPU convolutions, e.g. gpu.conv2d 8x14x14 k16 3x3 s1x1 g2

@@ -203,7 +203,7 @@ def compile_graph_vta(
     weights, depthwise = weight_scales(tgt, mode), depthwise_placement(tgt)
     start = time.perf_counter()
     q = quantize_for(graph, cfg, calibration, mode, weights, depthwise)
-    q = fuse_accelerator_ops(fuse_ops(q))
+    q = fuse_accelerator_ops(fuse_ops(q), cfg)
     packed = packed_tensors(q, cfg)
     stored = plan_memory(storage_graph(q, packed))  # the arena holds packed tensors blocked
     t_opt = time.perf_counter() - start

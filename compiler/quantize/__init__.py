@@ -21,6 +21,7 @@ from .calibrate import AbsMaxObserver, EntropyObserver, PercentileObserver
 from .reference import conv2d_int8, conv2d_nchw, dense_int8, max_pool2d_int8
 from .requant import AluStep, RequantParams, apply_requant, default_mode, requant_params
 from .scheme import (
+    AccumulatorRangeError,
     QTensor,
     choose_scale,
     dequantize,
@@ -33,6 +34,7 @@ from .scheme import (
 
 __all__ = [
     "AbsMaxObserver",
+    "AccumulatorRangeError",
     "AluStep",
     "EntropyObserver",
     "PercentileObserver",

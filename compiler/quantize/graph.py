@@ -41,6 +41,7 @@ from .requant import (
 )
 from .residual import add_params
 from .scheme import (
+    AccumulatorRangeError,
     QTensor,
     choose_scale,
     qrange,
@@ -485,6 +486,12 @@ class _Emitter:
                     s_in * qw.scale / s_out, self.cfg, mode=self.mode, relu=unit.relu,
                     acc_bound=_acc_bound(qw.values, qb, self.cfg),
                 )  # fmt: skip
+        except AccumulatorRangeError as exc:  # no int8 form at these scales: stays float
+            warnings.warn(f"quantize_graph: node {name!r} ({unit.node.op}) stays float: {exc}",
+                          stacklevel=2)  # fmt: skip
+            for node in unit.nodes:
+                self._emit_float(_Unit("float", (node,), node.outputs[0]))
+            return
         except ValueError as exc:
             raise ValueError(f"quantize_graph: node {name!r} ({unit.node.op}): {exc}") from exc
         inputs = [self.qvalue(x), self.b.add_constant(self.fresh(f"{name}.qweight"), qw.values)]
@@ -538,7 +545,7 @@ def _per_channel_requant(
         np.int64
     )
     if np.abs(bias).max(initial=0) >= 2 ** (cfg.acc_width - 1):
-        raise ValueError(
+        raise AccumulatorRangeError(
             f"the bias with the rounding term must fit {cfg.acc_width}-bit accumulators"
         )
     return params, bias.astype(np.int32)

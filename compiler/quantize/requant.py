@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...hw.isa import ALU_IMM_WIDTH, AluOp, alu_apply
-from .scheme import qrange
+from .scheme import AccumulatorRangeError, qrange
 
 if TYPE_CHECKING:
     from ...hw.config import HWConfig
@@ -253,7 +253,7 @@ def _multiplier(ratio: float, acc_width: int, acc_bound: int | None) -> tuple[in
     # Half the accumulator range for the product leaves room for the rounding constant.
     limit = min(IMM_MAX, (1 << (acc_width - 2)) // acc_bound)
     if limit < 1:
-        raise ValueError(
+        raise AccumulatorRangeError(
             f"acc_bound must be <= 2**{acc_width - 2} for requant mode 'mul', not {acc_bound!r}"
         )
     exact = Fraction(ratio)
@@ -282,7 +282,7 @@ def _check_no_overflow(
     if rounding and shift > 0:
         peak += 1 << (min(shift, ALU_IMM_WIDTH - 1) - 1)
     if peak > (1 << (acc_width - 1)) - 1:
-        raise ValueError(
+        raise AccumulatorRangeError(
             f"acc_bound * ratio must fit {acc_width}-bit accumulators, not "
             f"{acc_bound} * {multiplier} * 2**{-shift}" + (" + rounding" if rounding else "")
         )

@@ -83,6 +83,12 @@ def dequantize(q: np.ndarray, scale: float) -> np.ndarray:
     return (np.asarray(q, dtype=np.float64) * scale).astype(np.float32)
 
 
+class AccumulatorRangeError(ValueError):
+    """A layer's integer values cannot fit the accumulators at its calibrated scales (a bias,
+    or the accumulator bound times the requantization multiplier): the layer has no int8 form,
+    and ``quantize_graph`` leaves it float."""
+
+
 @dataclass(frozen=True)
 class QTensor:
     """An integer tensor and the scale that maps it to real values (``real = scale * values``);
@@ -148,8 +154,8 @@ def quantize_bias(b: np.ndarray, acc_scale: float | np.ndarray, acc_width: int =
     per-channel weight scales ``acc_scale`` is one scale per channel.
 
     Raises:
-        ValueError: if a rounded bias does not fit a signed ``acc_width``-bit integer (the
-            accumulator scale is too fine for this bias).
+        AccumulatorRangeError: if a rounded bias does not fit a signed ``acc_width``-bit
+            integer (the accumulator scale is too fine for this bias).
     """
     scales = np.asarray(acc_scale, dtype=np.float64)
     if not (np.all(np.isfinite(scales)) and np.all(scales > 0)):
@@ -159,7 +165,7 @@ def quantize_bias(b: np.ndarray, acc_scale: float | np.ndarray, acc_width: int =
     if q.size and (q.min() < lo or q.max() > hi):
         at = int(np.argmax(np.abs(q)))
         scale = float(np.broadcast_to(scales, q.shape)[at])
-        raise ValueError(
+        raise AccumulatorRangeError(
             f"quantized bias must fit {acc_width}-bit accumulators [{lo}, {hi}], not "
             f"{float(q[at]):.0f} (bias {float(np.asarray(b).reshape(-1)[at])!r} / acc_scale "
             f"{scale!r}" + (f", channel {at})" if scales.ndim else ")")

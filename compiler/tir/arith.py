@@ -224,12 +224,31 @@ class Analyzer:
         lo, hi = self._lin_interval(rest)
         if lo is not None and hi is not None and lo // c == hi // c:
             return quotient.plus(_Lin(const=lo // c))
+        scaled = self._scaled_floordiv(rest, c, dtype)
+        if scaled is not None:
+            return quotient.plus(scaled)
         inner = _single_atom(rest)
         if isinstance(inner, BinOp) and inner.op is Op.FLOORDIV and _const_of(inner.b) > 0:
             merged = BinOp(Op.FLOORDIV, inner.a, IntImm(_const_of(inner.b) * c, dtype), dtype)
             return quotient.plus(_Lin.atom(merged))
         atom = BinOp(Op.FLOORDIV, rest.to_expr(dtype), IntImm(c, dtype), dtype)
         return quotient.plus(_Lin.atom(atom))
+
+    def _scaled_floordiv(self, rest: _Lin, c: int, dtype: str) -> _Lin | None:
+        """(n*a + b) // c as a // (c/n) when n divides c and 0 <= b < n (`a` the terms whose
+        coefficients n divides, `b` the others): a split loop's index (outer * factor + inner)
+        divided by a multiple of the factor depends on the outer variables alone, so a tile's
+        bounds stay exact (a grouped conv's input block ``(o // q) * r`` over a tile of output
+        blocks inside one group, virtual threads included)."""
+        for n in sorted({math.gcd(coeff, c) for _, coeff in rest.terms.values()}, reverse=True):
+            if n < 2:
+                continue
+            aligned = {k: [a, coeff // n] for k, (a, coeff) in rest.terms.items() if coeff % n == 0}
+            others = _Lin({k: v for k, v in rest.terms.items() if k not in aligned}, rest.const)
+            lo, hi = self._lin_interval(others)
+            if lo is not None and hi is not None and 0 <= lo and hi < n:
+                return self._floordiv(_Lin(aligned), c // n, dtype)
+        return None
 
     def _floormod(self, lin: _Lin, c: int, dtype: str) -> _Lin:
         if c == 1:

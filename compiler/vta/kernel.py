@@ -182,6 +182,11 @@ def _requant(
         steps += [("residual lhs", residual.lhs), ("residual rhs", residual.rhs)]
         steps += [("residual requant", s) for s in residual.requant.steps]
     for what, step in steps:
+        if step is not None and step.op == AluOp.MUL and step.imm == 0:
+            raise ValueError(
+                f"{op} {what} step MUL 0 must not reach the accelerator (its ALU stage would be "
+                "a constant): leave the operation on the CPU"
+            )
         if step is not None and step.op == AluOp.MUL and not cfg.alu_mul:
             raise ValueError(
                 f"{op} {what} step MUL {step.imm} needs the ALU MUL extension, but HWConfig "

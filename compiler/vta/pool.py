@@ -43,7 +43,7 @@ from .layout import blocks, pack_nchw, unpack_nchw
 from .lower import VTA_PIPELINE, lower_to_tile_program
 from .passes import MAX_ITER
 from .reference import max_pool2d_reference
-from .schedule import tile_sizes
+from .schedule import check_thread_tokens, tile_sizes
 from .tile import TileProgram
 
 __all__ = ["PoolKernel", "PoolSchedule", "PoolWorkload", "default_pool_schedule", "max_pool2d"]
@@ -118,6 +118,7 @@ class PoolSchedule:
                 )
         if self.vthreads not in (1, 2):
             raise ScheduleError(f"vthreads must be 1 or 2, not {self.vthreads!r}")
+        check_thread_tokens(cfg, self.vthreads)
         if self.vthreads > 1 and self.thread_axis(cfg, wl) is None:
             raise ScheduleError(
                 f"max_pool2d: {self.vthreads} virtual threads need a dimension with an even "
@@ -169,6 +170,7 @@ def default_pool_schedule(cfg: HWConfig, wl: PoolWorkload, vthreads: int = 1) ->
     ]
     if vthreads > 1:
         cands = [s for s in cands if s.tiles(cfg, wl) > 1 and s.thread_axis(cfg, wl) is not None]
+        cands = cands if vthreads <= cfg.dep_queue_depth else []  # a token per thread
         if not cands:
             return default_pool_schedule(cfg, wl, 1)
     if not cands:

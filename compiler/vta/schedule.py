@@ -173,6 +173,7 @@ class Conv2dSchedule:
             )
         if self.vthreads not in (1, 2):
             raise ScheduleError(f"vthreads must be 1 or 2, not {self.vthreads!r}")
+        check_thread_tokens(cfg, self.vthreads)
         if self.tile_n > 1 and self.tile_h * wl.ow > 1:
             raise ScheduleError(
                 f"tile_n must be 1 when a tile has more than one output pixel "
@@ -244,6 +245,18 @@ class Conv2dSchedule:
         f = self.footprint(cfg, wl, residual=residual)
         scopes = memory_scopes(cfg)
         return all(f[k] <= scopes[k].depth for k in f) and _encodable(self, cfg, wl)
+
+
+def check_thread_tokens(cfg: HWConfig, vthreads: int) -> None:
+    """Raise ScheduleError when `cfg`'s token queues cannot hold a token per virtual thread:
+    with one-token queues, two threads' streams deadlock (one thread's compute waits to push a
+    token the load stage has not yet popped, while the fetch of that load waits behind it)."""
+    if vthreads > cfg.dep_queue_depth:
+        raise ScheduleError(
+            f"{vthreads} virtual threads need token queues of at least {vthreads} entries (a "
+            f"token per thread), but HWConfig {cfg.name!r} has dep_queue_depth="
+            f"{cfg.dep_queue_depth}"
+        )
 
 
 def input_rows(wl: Conv2dWorkload, h0: int, th: int) -> tuple[int, int]:
@@ -393,12 +406,51 @@ def default_schedule(
     cands = candidate_schedules(cfg, wl, vthreads, residual)
     if vthreads > 1:
         cands = [s for s in cands if s.tiles(cfg, wl) > 1] or cands
+    if not cands and vthreads > 1:  # a second thread's buffers do not fit: one thread
+        return default_schedule(cfg, wl, 1, residual)
     if not cands:
-        raise ScheduleError(
-            f"no tiling of {wl} fits the SRAMs of HWConfig "
-            f"{cfg.name!r} with {vthreads} virtual thread(s)"
-        )
+        raise ScheduleError(f"no tiling of {wl} fits the SRAMs of HWConfig {cfg.name!r}: "
+                            f"{fit_problem(cfg, wl, residual)}")  # fmt: skip
     return min(cands, key=lambda s: (estimated_cycles(cfg, wl, s), -s.tile_h, -s.tile_oc))
+
+
+def fit_problem(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False) -> str | None:
+    """None when some schedule of `wl` fits the SRAMs and instruction fields of `cfg` (one
+    thread), else why the smallest tiles do not: a quick test for the partition, which must
+    leave such a layer on the CPU rather than fail to compile it.
+
+    The footprint grows with every knob, so the smallest tile (one block of each kind, weights
+    streamed) decides, except that ``tile_h`` must hold whole pooling windows and may not
+    cover only padding rows: every row count that passes ``check`` is tried.
+    """
+    first = None
+    for th in tile_sizes(wl.oh):
+        sched = Conv2dSchedule(1, th, 1, 1, 1, False)
+        try:
+            sched.check(cfg, wl)
+        except ScheduleError:
+            continue
+        if sched.fits(cfg, wl, residual):
+            return None
+        first = first or sched
+    if first is None:
+        return "no row tiling passes the schedule checks"
+    need = first.footprint(cfg, wl, residual=residual)
+    scopes = memory_scopes(cfg)
+    over = [f"{k} {need[k]} > {scopes[k].depth}" for k in need if need[k] > scopes[k].depth]
+    if over:
+        return (
+            f"the smallest tile ({first.tile_h} output row(s), one channel block each way) "
+            f"needs more SRAM entries than HWConfig {cfg.name!r} has: {', '.join(over)}"
+        )
+    fields = [
+        (wl.ow, MAX_ITER, "output columns", "loop iterations"),
+        (first.tile_h * wl.ow, MAX_XFER, "output pixels of one row tile", "elements a transfer"),
+        (wl.oh * wl.ow, MAX_XFER, "output pixels (a store's row stride)", "elements a transfer"),
+        (wl.w, MAX_XFER, "input columns", "elements a transfer"),
+    ]
+    over = [f"{n} {what} > {limit} {unit}" for n, limit, what, unit in fields if n > limit]
+    return f"an instruction field overflows: {', '.join(over) or 'a loop or transfer'}"
 
 
 def config_space(cfg: HWConfig, wl: Conv2dWorkload, residual: bool = False,

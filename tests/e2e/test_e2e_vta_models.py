@@ -214,3 +214,82 @@ def test_the_accelerator_compile_guide_example_runs(tmp_path):
     namespace: dict = {}
     exec(compile(source, str(doc), "exec"), namespace)  # noqa: S102  (our own doc)
     assert json.loads((tmp_path / "digits_trace.json").read_text())["otherData"]["layers"] == 3
+
+
+def _beyond_the_srams_graph():
+    """On tiny: a 7x7 conv whose input rows fit INP for one virtual thread, not two; 1x1 convs
+    over 200 columns that fit alone but not with a fused residual add (a second ACC tile);
+    then 768 columns (no tile fits INP) and a dense with 1100 outputs (its bias vector
+    alone overflows ACC)."""
+    rng = np.random.default_rng(5)
+
+    def weight(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+    b = GraphBuilder("beyond_the_srams")
+    x = b.add_input("x", (1, 16, 15, 15), "float32")
+    (y,) = b.add_node("Conv", [x, b.add_constant("w7", weight(16, 16, 7, 7))],
+                      {"strides": (2, 2), "pads": (3, 3, 3, 3)})  # fmt: skip
+    (y,) = b.add_node("Relu", [y])  # (1, 16, 8, 8)
+    (y,) = b.add_node("Reshape", [y, b.add_constant("s64", np.array([1, 16, 1, 64]))])
+    (y,) = b.add_node("Tile", [y, b.add_constant("t", np.array([1, 1, 1, 3]))])  # 192 columns
+    (z,) = b.add_node("Conv", [y, b.add_constant("w1", weight(16, 16, 1, 1))])
+    (y,) = b.add_node("Relu", [b.add_node("Add", [z, y])[0]])
+    (y,) = b.add_node("Tile", [y, b.add_constant("t3", np.array([1, 1, 1, 4]))])  # 768
+    (y,) = b.add_node("Conv", [y, b.add_constant("w2", weight(16, 16, 1, 1))])
+    (y,) = b.add_node("Flatten", [b.add_node("GlobalAveragePool", [y])[0]])
+    (y,) = b.add_node("MatMul", [y, b.add_constant("wd", weight(1100, 16).T.copy())])
+    return b.build([y]), {"x": rng.standard_normal((1, 16, 15, 15)).astype(np.float32)}
+
+
+def test_layers_beyond_the_srams_use_one_thread_stay_unfused_or_run_on_the_cpu():
+    graph, inputs = _beyond_the_srams_graph()
+    q = quantize_for(optimize(graph), TINY, inputs, "shift")
+    module = compile_graph_vta(q, "vta -vthreads=2", progress=False, config=TINY)
+    vta = [c.label for c, kind in zip(module.calls, _kinds(module), strict=True) if kind == "vta"]
+    assert len(vta) == 2 and not any("+" in label for label in vta), vta  # 7x7; 1x1 unfused
+    cpu = {node: why for node, op, where, why in module.stats["placement"] if where == "cpu"}
+    assert sum("needs more SRAM entries than HWConfig 'tiny' has" in w for w in cpu.values()) == 2
+    _check_bit_exact(module, q, inputs)
+
+
+def test_an_overlapping_max_pool_whose_rows_overflow_acc_runs_on_the_cpu():
+    rng = np.random.default_rng(6)
+    b = GraphBuilder("wide_pool")
+    x = b.add_input("x", (1, 16, 4, 200), "float32")
+    w = b.add_constant("w", (rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32))
+    (y,) = b.add_node("Relu", [b.add_node("Conv", [x, w])[0]])  # 200 columns fit INP and ACC
+    (y,) = b.add_node("MaxPool", [y], {"kernel_shape": (3, 3), "strides": (1, 1)})
+    inputs = {"x": rng.standard_normal((1, 16, 4, 200)).astype(np.float32)}
+    q = quantize_for(optimize(b.build([y])), TINY, inputs, "shift")
+    module = compile_graph_vta(q, "vta -vthreads=2", progress=False, config=TINY)
+    assert _kinds(module).count("vta") == 1  # the conv; 3 rows of 200 columns overflow ACC
+    (why,) = [why for _, op, _, why in module.stats["placement"] if op == "tf.qmaxpool"]
+    assert why.startswith("no tiling of the 4x200 max pooling fits HWConfig 'tiny'"), why
+    _check_bit_exact(module, q, inputs)
+
+
+def test_an_add_whose_smaller_operand_rounds_away_runs_on_the_cpu():
+    """A residual add whose operands' scales are 2**17 apart: in mode mul the smaller one's
+    multiplier rounds to 0 (the add is the larger operand, requantized), which the conv's
+    fused epilogue cannot emit; the add stays a CPU kernel, bit-exact."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder("vanishing_skip")
+    x = b.add_input("x", (1, 16, 5, 5), "float32")
+    big = (rng.standard_normal((16, 16, 3, 3)) * 1e4).astype(np.float32)
+    small = (rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32)
+    (y,) = b.add_node("Conv", [x, b.add_constant("big", big)], {"pads": (1, 1, 1, 1)})
+    (s,) = b.add_node("Relu", [b.add_node("Conv", [x, b.add_constant("small", small)])[0]])
+    (y,) = b.add_node("Relu", [b.add_node("Add", [y, s])[0]])
+    inputs = {"x": rng.standard_normal((1, 16, 5, 5)).astype(np.float32)}
+    q = quantize_for(optimize(b.build([y])), TINY, inputs, "mul")
+    (add,) = [n for n in q.nodes if n.op == "tf.qadd"]
+    assert ("MUL", 0) in [
+        (add.attr(f"{side}_op"), add.attr(f"{side}_imm")) for side in ("lhs", "rhs")
+    ]
+    module = compile_graph_vta(q, "vta", progress=False, config=TINY)
+    labels = [
+        c.label for c, kind in zip(module.calls, _kinds(module), strict=True) if kind == "vta"
+    ]
+    assert len(labels) == 2 and not any("tf.qadd" in label for label in labels), labels
+    _check_bit_exact(module, q, inputs)

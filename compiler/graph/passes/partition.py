@@ -90,7 +90,14 @@ def _place_conv(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
         return CPU, problem
     o, group = graph.types[node.inputs[1]].shape[0], node.attr_dict.get("group", 1)
     if group > 1:
-        return _place_grouped(cfg, c, o, group)
+        target, reason = _place_grouped(cfg, c, o, group)
+        if target == CPU:
+            return target, reason
+    problem = fit_problem(graph, [node], cfg)
+    if problem:
+        return CPU, problem
+    if group > 1:
+        return target, reason
     return ACCEL, (
         f"GEMM {_data_layout(cfg)} x {_weight_layout(cfg)} "
         f"(C {c}->{_padded(c, cfg.block_in)}, O {o}->{_padded(o, cfg.block_out)}), "
@@ -121,7 +128,7 @@ def _place_dense(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
     m, k = graph.types[node.inputs[1]].shape
     if k < cfg.block_in:
         return CPU, f"reduction length {k} < block_in {cfg.block_in}"
-    problem = _requant_problem(node, cfg)
+    problem = _requant_problem(node, cfg) or fit_problem(graph, [node], cfg)
     if problem:
         return CPU, problem
     return ACCEL, (
@@ -138,12 +145,47 @@ def _place_add(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
 def _place_pool(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
     pads = node.attr("pads")
     if not any(pads):
-        return ACCEL, "ALU MAX over the window"
+        problem = fit_problem(graph, [node], cfg)
+        return (CPU, problem) if problem else (ACCEL, "ALU MAX over the window")
     producer = graph.producers().get(node.inputs[0])
     non_negative = producer is not None and producer.attr_dict.get("out_lo", -1) >= 0
     if non_negative and max(pads) <= MAX_PAD and pads[:2] == pads[2:]:
         return ACCEL, "ALU MAX; zero padding is exact (input >= 0 after a fused ReLU)"
     return CPU, f"padding {pads} needs -inf fill (input may be negative)"
+
+
+def fit_problem(graph: Graph, nodes: list[Node], cfg: HWConfig) -> str | None:
+    """None when the accelerator kernel of `nodes` (a conv/dense with the add and max pooling
+    fused after it, or a lone max pooling without padding) has a tiling that fits the SRAMs and
+    instruction fields of `cfg`, else why not (the partition and the accelerator fusion leave
+    such a layer on the CPU, or unfused, instead of failing to compile it)."""
+    from ...vta.pool import PoolSchedule, PoolWorkload  # the accelerator's code generator
+    from ...vta.schedule import Conv2dWorkload
+    from ...vta.schedule import fit_problem as conv_fit_problem
+
+    anchor = nodes[0]
+    x = graph.types[anchor.inputs[0]].shape
+    if anchor.op == "tf.qmaxpool":
+        (kh, kw), (sh, sw) = anchor.attr("kernel_shape"), anchor.attr("strides")
+        wl = PoolWorkload(*x, kh, kw, sh, sw)
+        if PoolSchedule().fits(cfg, wl):
+            return None
+        return (f"no tiling of the {x[2]}x{x[3]} max pooling fits HWConfig {cfg.name!r}: one "
+                f"output row needs {PoolSchedule().acc_elements(wl)} ACC elements of "
+                f"{cfg.acc_depth} (or a transfer exceeds its field)")  # fmt: skip
+    a = anchor.attr_dict
+    scales = bool(a.get("channel_multipliers"))
+    pool = next((n for n in nodes[1:] if n.op == "tf.qmaxpool"), None)
+    window = tuple(pool.attr("kernel_shape")) if pool else (1, 1)
+    residual = any(n.op == "tf.qadd" for n in nodes[1:])
+    w = graph.types[anchor.inputs[1]].shape
+    if anchor.op == "tf.qdense":
+        wl = Conv2dWorkload(x[0], x[1], 1, 1, w[0], 1, 1, channel_scales=scales)
+    else:
+        (sh, sw), (top, left, _, _) = a["strides"], a["pads"]
+        wl = Conv2dWorkload(*x, w[0], w[2], w[3], sh, sw, top, left, *window, scales,
+                            a.get("group", 1))  # fmt: skip
+    return conv_fit_problem(cfg, wl, residual)
 
 
 def _place_boundary(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:

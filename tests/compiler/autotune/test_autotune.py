@@ -283,6 +283,10 @@ def test_a_depthwise_vta_task_is_extracted_with_its_groups_and_measured(builder,
     assert wl == {**TINY_CONV, "groups": 8}
     task = Task("vta.conv2d", wl, "vta -config=tiny")
     assert task.flops == 2 * 8 * 36 * 9  # one input channel per output channel
+    assert task.describe() == "vta.conv2d 8x6x6 oc8 3x3 s1 g8"  # not the dense conv's name
+    pooled = Task("vta.conv2d", {**TINY_CONV, "pool_h": 2, "pool_w": 2, "residual": True},
+                  "vta -config=tiny")  # fmt: skip
+    assert pooled.describe() == "vta.conv2d 8x6x6 oc8 3x3 s1 +pool2x2 +res"
     configs = [c.values for c in task.space][:4]
     results = measure(task, configs, builder, cyclesim)
     assert configs and all(r.ok for r in results), [r.message for r in results]

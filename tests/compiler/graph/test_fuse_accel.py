@@ -71,3 +71,25 @@ def test_resnet_convs_absorb_their_residual_adds():
 def test_the_pass_needs_fused_groups():
     with pytest.raises(ValueError, match="needs a fused graph"):
         fuse_accelerator_ops(_digits())
+
+
+def test_with_the_config_an_add_whose_fused_kernel_overflows_acc_is_not_absorbed():
+    # 1x1 convs over 200 columns on tiny: each fits ACC alone (200 + bias), not with the
+    # residual operand's second ACC tile (400 + bias of 256 entries).
+    from tensorforge.compiler.graph import GraphBuilder
+
+    rng = np.random.default_rng(2)
+    b = GraphBuilder("wide_residual")
+    x = b.add_input("x", (1, 16, 1, 200), "float32")
+    w1, w2 = (b.add_constant(f"w{i}", rng.standard_normal((16, 16, 1, 1)).astype(np.float32))
+              for i in (1, 2))  # fmt: skip
+    (y,) = b.add_node("Conv", [x, w1])
+    (z,) = b.add_node("Conv", [y, w2])
+    (z,) = b.add_node("Add", [z, y])
+    graph = optimize(b.build([z]))
+    tiny = HWConfig.preset("tiny")
+    calib = {"x": rng.standard_normal((1, 16, 1, 200)).astype(np.float32)}
+    before = fuse_ops(partition_graph(quantize_graph(graph, calib, tiny, mode="shift"), tiny))
+    assert ["conv_1", "add"] in _groups(fuse_accelerator_ops(before))  # no config: fused
+    after = fuse_accelerator_ops(before, tiny)
+    assert ["conv_1"] in _groups(after) and ["add"] in _groups(after)

@@ -293,6 +293,30 @@ def test_matmul_bias_relu_becomes_one_qdense_and_softmax_stays_float() -> None:
     assert re.search(r"\n  matmul\s+tf.qdense .* vta ", report)
 
 
+@pytest.mark.parametrize("mode", ["mul", "shift"])
+def test_a_layer_whose_bias_overflows_the_accumulators_stays_float(mode: str) -> None:
+    """Inputs of about 1e-6 and weights of about 0.1 give an accumulator scale near 1e-10, at
+    which a bias of 1 is about 1e10: no int32 form. That layer stays float (with a warning
+    naming it); the next one, with a bias at its own scale, is still int8."""
+    rng = np.random.default_rng(8)
+    b = GraphBuilder("tiny_inputs")
+    x = b.add_input("x", (1, 16, 4, 4), "float32")
+    for i in (1, 2):
+        w = b.add_constant(f"w{i}", (rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32))
+        bias = b.add_constant(f"b{i}", np.full(16, 1.0, np.float32))
+        (x,) = b.add_node("Relu", [b.add_node("Conv", [x, w, bias], name=f"conv{i}")[0]])
+    graph = b.build([x])
+    xs = (rng.standard_normal((1, 16, 4, 4)) * 1e-6).astype(np.float32)
+    with pytest.warns(UserWarning, match="node 'conv1' .Conv. stays float: quantized bias must"):
+        q = quantize_graph(graph, {"x": xs}, _cfg(True), mode=mode)
+    verify_graph(q)
+    assert [n.op for n in q.nodes][:2] == ["Conv", "Relu"] and "tf.qconv2d" in [
+        n.op for n in q.nodes
+    ]
+    want, got = run_graph(graph, {"x": xs})[x], run_graph(q, {"x": xs})[x]
+    np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
+
+
 @pytest.mark.parametrize(("alu_mul", "mode"), [(True, "mul"), (False, "shift")])
 def test_default_mode_is_the_most_accurate_the_config_runs(
     float_graph, split, alu_mul: bool, mode: str

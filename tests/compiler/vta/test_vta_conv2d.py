@@ -17,7 +17,9 @@ from tensorforge.compiler.vta import (
     candidate_schedules,
     conv2d,
     default_schedule,
+    max_pool2d,
 )
+from tensorforge.compiler.vta.schedule import fit_problem
 from tensorforge.hw.config import HWConfig
 from tensorforge.runtime.device.vta import LoadedProgram, open_device
 from tensorforge.runtime.program import ProgramImage
@@ -230,3 +232,48 @@ def test_random_conv2d_with_a_random_fitting_schedule_is_bit_exact(  # type: ign
                   schedule=s)  # fmt: skip
     out, _ = kern.run(x)
     assert np.array_equal(out, kern.reference(x)), s
+
+
+def test_default_schedule_falls_back_to_one_thread_where_two_do_not_fit() -> None:
+    # A 7x7 conv on tiny: one thread's input rows (7 x 21 of 256) fit INP, two threads' do not.
+    cfg = HWConfig.preset("tiny")
+    wl = Conv2dWorkload(1, 16, 15, 15, 12, 7, 7, 2, 2, 3, 3)
+    assert not candidate_schedules(cfg, wl, 2) and fit_problem(cfg, wl) is None
+    assert default_schedule(cfg, wl, 2).vthreads == 1
+    x, w, b = _operands(4, (1, 16, 15, 15), (12, 16, 7, 7))
+    _check(conv2d(cfg, x.shape, w, b, stride=2, padding=3, shift=12, vthreads=2), x)
+
+
+def test_fit_problem_names_the_sram_that_no_tiling_fits() -> None:
+    cfg = HWConfig.preset("tiny")
+    wide = Conv2dWorkload(1, 16, 2, 600, 16, 1, 1)  # one output row: 600 of 256 INP entries
+    assert fit_problem(cfg, wide) == (
+        "the smallest tile (1 output row(s), one channel block each way) needs more SRAM "
+        "entries than HWConfig 'tiny' has: inp 600 > 256, acc 604 > 256"
+    )
+    with pytest.raises(ScheduleError, match="fits the SRAMs of HWConfig 'tiny': the smallest"):
+        default_schedule(cfg, wide, 2)
+    assert fit_problem(HWConfig.preset("pynq"), Conv2dWorkload(1, 16, 260, 260, 16, 1, 1)) == (
+        "an instruction field overflows: 67600 output pixels (a store's row stride) > 65535 "
+        "elements a transfer"
+    )
+    # 1x1 with 200 columns fits alone (acc 200 + bias) but not with a residual tile beside it
+    assert fit_problem(cfg, Conv2dWorkload(1, 16, 1, 200, 16, 1, 1)) is None
+    assert "acc 404 > 256" in fit_problem(cfg, Conv2dWorkload(1, 16, 1, 200, 16, 1, 1), True)
+
+
+def test_one_token_queues_take_one_virtual_thread() -> None:
+    # With dep_queue_depth=1 (and a short command queue) two threads' streams deadlock: the
+    # compiler's token check rejected every default 2-thread conv2d on such a config.
+    cfg = HWConfig.preset("tiny").replace(name="tiny_q1", insn_queue_depth=4, dep_queue_depth=1)
+    wl = Conv2dWorkload(1, 16, 9, 9, 16, 3, 3, 2, 2, 1, 1)
+    with pytest.raises(ScheduleError, match="dep_queue_depth=1"):
+        Conv2dSchedule(tile_h=1, vthreads=2).check(cfg, wl)
+    assert default_schedule(cfg, wl, 2).vthreads == 1
+    x, w, b = _operands(5, (1, 16, 9, 9), (16, 16, 3, 3))
+    for kern in (
+        conv2d(cfg, x.shape, w, b, stride=2, padding=1, shift=12, vthreads=2),
+        max_pool2d(cfg, (1, 16, 9, 9), 3, 2, vthreads=2),
+    ):
+        out, _ = kern.run(x, "sim")
+        assert np.array_equal(out, kern.reference(x))

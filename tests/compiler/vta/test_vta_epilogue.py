@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorforge.compiler.quantize import conv2d_int8, dense_int8, requant_params
-from tensorforge.compiler.quantize.requant import requant_params_per_channel
+from tensorforge.compiler.quantize.requant import AluStep, requant_params_per_channel
 from tensorforge.compiler.quantize.residual import add_int8, add_params
 from tensorforge.compiler.vta import Conv2dWorkload, candidate_schedules, conv2d, dense
 from tensorforge.compiler.vta.tile import Alu, Store
@@ -284,3 +284,14 @@ def test_random_epilogues_on_random_schedules_match_the_oracle(  # type: ignore[
         want = add_int8(want, r, add)
     out, _ = kern.run(x, residual=r)
     assert np.array_equal(out, want), s
+
+
+def test_a_residual_operand_scaled_by_zero_is_refused_with_the_step_named() -> None:
+    # mode "mul" rounds the smaller ratio's multiplier to 0 when the ratios are 2**16 apart:
+    # that operand vanishes, and its ALU stage would be a constant the lowering cannot emit.
+    cfg = HWConfig.preset("tiny")
+    add = add_params(1.0, 2.0**-17, cfg, mode="mul")
+    assert add.rhs == AluStep(AluOp.MUL, 0)
+    x, w, b = _conv_operands(5, cfg)
+    with pytest.raises(ValueError, match="conv2d residual rhs step MUL 0 must not reach the acc"):
+        conv2d(cfg, x.shape, w, b, padding=1, shift=10, residual=add)

@@ -154,3 +154,22 @@ def test_grouped_conv2d_on_blocks_wider_out_than_in(c: int, o: int, groups: int,
     ref = kern.reference(x)
     assert np.unique(ref).size > 2
     assert np.array_equal(out, ref)
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_a_tile_of_part_of_a_wide_group_loads_only_that_groups_input_blocks(vthreads: int) -> None:
+    """3 groups of 16 channels on tiny (4 output blocks each) in tiles of 2 output blocks: the
+    input block (o // 4) * 4 + ic of a tile is one group's, and the INP buffer holds that
+    group's rows only (the bound inference once took the tile across two groups: 9 blocks of
+    input rows, 189 of 256 entries per thread for a one-row tile, an INP overflow the
+    schedule's footprint did not predict)."""
+    cfg = HWConfig.preset("tiny")
+    x, w, b = _operands(5, 48, 48, 3, 3, hw=5)
+    wl = Conv2dWorkload(1, 48, 5, 5, 48, 3, 3, pad_h=1, pad_w=1, groups=3)
+    for tile_h in (1, 5):
+        sched = Conv2dSchedule(tile_h=tile_h, tile_oc=2, tile_ic=2, vthreads=vthreads)
+        assert sched.fits(cfg, wl)
+        kern = conv2d(cfg, x.shape, w, b, padding=1, shift=10, groups=3, schedule=sched)
+        out, _ = kern.run(x, "sim")
+        ref = kern.reference(x)
+        assert np.unique(ref).size > 2 and np.array_equal(out, ref)
