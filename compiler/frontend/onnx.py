@@ -560,13 +560,32 @@ class _Importer:
                 self.builder.add_constant(out, np.asarray(value))
         return True
 
-    def check_outputs(self, graph: Graph) -> None:
+    def distinct_outputs(self) -> list[str]:
+        """The model's output names, a repeated one given its own copy (an Identity).
+
+        A module that returns one tensor twice (`return y, y`) exports one value listed as
+        two outputs; the compiled Module names each output once, so the copy keeps both.
+        """
+        names: list[str] = []
         for value in self.model.graph.output:
+            name = value.name
+            if name in names:
+                copy, k = f"{name}_1", 1
+                while copy in self.builder.types:
+                    k += 1
+                    copy = f"{name}_{k}"
+                self.builder.add_node("Identity", [name], name=f"{copy}/copy", outputs=[copy])
+                name = copy
+            names.append(name)
+        return names
+
+    def check_outputs(self, graph: Graph) -> None:
+        for value, name in zip(self.model.graph.output, graph.outputs, strict=True):
             tensor = value.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
             if not tensor.HasField("shape") or None in dims:
                 continue
-            ours = graph.types[value.name]
+            ours = graph.types[name]
             if tuple(dims) != ours.shape:
                 raise OnnxImportError(
                     f"{self.where}: output {value.name!r} must have the declared shape "
@@ -694,7 +713,7 @@ def from_onnx(
         except UnsupportedOpError as exc:  # a variant the op's type inference refused
             items = [(op, name, opset if v is None else v) for op, name, v in exc.items]
             raise UnsupportedOpError(items, where=where) from None
-    graph = importer.builder.build(o.name for o in proto.graph.output)
+    graph = importer.builder.build(importer.distinct_outputs())
     importer.check_outputs(graph)
     return graph
 
