@@ -364,6 +364,7 @@ class _Importer:
         self.model, self.where, self.opset, self.weights = model, where, opset, weights
         self.builder = GraphBuilder(model.graph.name or "main")
         self.scopes: list[dict[str, str]] = []  # the If branches being inlined (`_inline_if`)
+        self.branch_results: set[str] = set()  # outputs of Ifs inlined at import
 
     def add_inputs(
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
@@ -506,6 +507,7 @@ class _Importer:
         for out, result in zip(node.output, results, strict=True):
             if out:
                 self.builder.add_node("Identity", [result], name=f"{name}/{out}", outputs=[out])
+                self.branch_results.add(out)
 
     def _resolve(self, value: str) -> str:
         """A value's name in the graph, seen from the innermost If branch being inlined."""
@@ -580,10 +582,14 @@ class _Importer:
         return names
 
     def check_outputs(self, graph: Graph) -> None:
+        """Each output has the shape the model declares, but an If's: its shape is the taken
+        branch's, and torch's TorchScript exporter declares the other one's at times
+        (scatter_reduce's guard on a 0-d input declares the flattened shape), which
+        onnxruntime accepts too."""
         for value, name in zip(self.model.graph.output, graph.outputs, strict=True):
             tensor = value.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-            if not tensor.HasField("shape") or None in dims:
+            if not tensor.HasField("shape") or None in dims or value.name in self.branch_results:
                 continue
             ours = graph.types[name]
             if tuple(dims) != ours.shape:

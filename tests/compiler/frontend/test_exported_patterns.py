@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
@@ -42,3 +43,70 @@ def test_a_value_returned_twice_is_two_outputs() -> None:
     x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     got = _check(model, {"x": x})
     assert list(got)[:2] == ["x", "y"]
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements_with_computed_indices(reduction: str) -> None:
+    # torch's scatter / scatter_add / scatter_reduce at the positions of a TopK (a sampler's
+    # top-k filter): the indices are computed at run time; updates smaller than the data off
+    # the axis leave the other rows alone
+    nodes = [
+        oh.make_node("TopK", ["x", "k"], ["top", "where"], axis=1),
+        oh.make_node("Slice", ["where", "zero", "two", "zero"], ["rows"]),
+        oh.make_node("Slice", ["u", "zero", "two", "zero"], ["part"]),
+        oh.make_node("ScatterElements", ["x", "rows", "part"], ["y"], axis=1, reduction=reduction),
+    ]
+    ints = {"k": [2], "zero": [0], "two": [2]}
+    model = _model(
+        nodes,
+        [_float("x", [3, 7]), _float("u", [3, 2])],
+        [_float("y", [3, 7])],
+        [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()],
+        opset=18,
+    )
+    rng = np.random.default_rng(1)
+    x, u = (rng.standard_normal(s).astype(np.float32) for s in ((3, 7), (3, 2)))
+    _check(model, {"x": x, "u": u})
+
+
+def test_scatter_elements_repeated_index_keeps_the_last_update() -> None:
+    nodes = [oh.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=0)]
+    model = _model(
+        nodes,
+        [
+            _float("x", [4, 2]),
+            oh.make_tensor_value_info("i", TensorProto.INT64, [3, 2]),
+            _float("u", [3, 2]),
+        ],
+        [_float("y", [4, 2])],
+    )
+    x = np.zeros((4, 2), np.float32)
+    u = np.arange(6, dtype=np.float32).reshape(3, 2) + 1
+    i = np.array([[1, -1], [1, 0], [2, -1]], np.int64)  # negative: from the end
+    got = _check(model, {"x": x, "i": i, "u": u})
+    np.testing.assert_array_equal(got["y"], [[0, 4], [3, 0], [5, 0], [0, 6]])
+
+
+def test_an_if_output_may_declare_the_branch_not_taken() -> None:
+    # torch's TorchScript exporter guards scatter_reduce on a 0-d input with an If whose
+    # condition is a constant; the output is declared with the flattening branch's shape
+    flat = oh.make_graph(
+        [oh.make_node("Reshape", ["y", "minus_one"], ["f"])], "then", [], [_float("f", [6])]
+    )
+    keep = oh.make_graph([oh.make_node("Identity", ["y"], ["k"])], "else", [], [_float("k", None)])
+    nodes = [
+        oh.make_node("Relu", ["x"], ["y"]),
+        oh.make_node("If", ["is_scalar"], ["out"], then_branch=flat, else_branch=keep),
+    ]
+    model = _model(
+        nodes,
+        [_float("x", [2, 3])],
+        [_float("out", [6])],
+        [
+            numpy_helper.from_array(np.array(False), "is_scalar"),
+            numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+        ],
+    )
+    x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+    got = tensorforge.compile(model).run(x)
+    np.testing.assert_array_equal(got["out"], np.maximum(x, 0))
