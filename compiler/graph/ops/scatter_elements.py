@@ -19,7 +19,7 @@ import numpy as np
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
-from .indexing import SCATTER_REDUCTIONS
+from .indexing import SCATTER_COMBINE, SCATTER_REDUCTIONS, scatter_neutral
 from .shape import normalize_axis
 
 
@@ -80,15 +80,6 @@ def scatter_elements(
     return out
 
 
-def _lowest(dtype: str, largest: bool) -> Any:
-    kind = np.dtype(dtype)
-    if kind.kind == "f":
-        return -np.inf if largest else np.inf
-    if kind == np.bool_:
-        return not largest
-    return np.iinfo(kind).min if largest else np.iinfo(kind).max
-
-
 def _expand(b: GraphBuilder, node: Node) -> None:
     e = Emitter(b, node)
     data, indices, updates = node.inputs
@@ -122,13 +113,9 @@ def _expand(b: GraphBuilder, node: Node) -> None:
         out = e.add("Where", [e.add("GreaterOrEqual", [writer, zero]), taken, data_t])
     else:
         spread = e.add("Unsqueeze", [upd, e.ints([-2], "axes")])  # [..., 1, m]
-        op, neutral, combine = {
-            "add": ("ReduceSum", 0, "Add"),
-            "mul": ("ReduceProd", 1, "Mul"),
-            "max": ("ReduceMax", _lowest(dtype, True), "Max"),
-            "min": ("ReduceMin", _lowest(dtype, False), "Min"),
-        }[reduction]
-        masked = e.add("Where", [hit, spread, e.const(neutral, "neutral", dtype)])
+        op, combine = SCATTER_COMBINE[reduction]
+        neutral = e.const(scatter_neutral(reduction, dtype), "neutral", dtype)
+        masked = e.add("Where", [hit, spread, neutral])
         total = e.add(op, [masked, last], {"keepdims": 0})
         out = e.add(combine, [data_t, total])  # the neutral value keeps unreached data
     e.add("Transpose", [out], {"perm": back}, outputs=[node.outputs[0]])

@@ -110,3 +110,30 @@ def test_an_if_output_may_declare_the_branch_not_taken() -> None:
     x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
     got = tensorforge.compile(model).run(x)
     np.testing.assert_array_equal(got["out"], np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_scatter_nd_with_computed_indices(reduction: str) -> None:
+    # torch's `y[rows, 1] = v` / index_put_(accumulate=True) with rows computed at run time
+    # (an ArgMax here): ScatterND whose indices are no constant; a repeated row keeps the
+    # last update (none) or combines them
+    nodes = [
+        oh.make_node("ArgMax", ["x"], ["best"], axis=1, keepdims=1),  # [4, 1] in [0, 5)
+        oh.make_node("Mod", ["best", "three"], ["row"]),
+        oh.make_node("Concat", ["row", "one"], ["at"], axis=1),  # [4, 2]: (row, 1)
+        oh.make_node("ScatterND", ["d", "at", "v"], ["y"], reduction=reduction),
+    ]
+    model = _model(
+        nodes,
+        [_float("x", [4, 5]), _float("d", [3, 4, 2]), _float("v", [4, 2])],
+        [_float("y", [3, 4, 2])],
+        [
+            numpy_helper.from_array(np.array(3, np.int64), "three"),
+            numpy_helper.from_array(np.ones((4, 1), np.int64), "one"),
+        ],
+        opset=18,
+    )
+    rng = np.random.default_rng(3)
+    x = np.array([[0, 9, 0, 0, 0], [0, 0, 0, 9, 0], [9, 0, 0, 0, 0], [0, 0, 0, 0, 9]], np.float32)
+    feeds = {"x": x, "d": rng.standard_normal((3, 4, 2)), "v": rng.standard_normal((4, 2))}
+    _check(model, {k: np.asarray(v, np.float32) for k, v in feeds.items()})
