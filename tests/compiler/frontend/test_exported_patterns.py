@@ -137,3 +137,32 @@ def test_scatter_nd_with_computed_indices(reduction: str) -> None:
     x = np.array([[0, 9, 0, 0, 0], [0, 0, 0, 9, 0], [9, 0, 0, 0, 0], [0, 0, 0, 0, 9]], np.float32)
     feeds = {"x": x, "d": rng.standard_normal((3, 4, 2)), "v": rng.standard_normal((4, 2))}
     _check(model, {k: np.asarray(v, np.float32) for k, v in feeds.items()})
+
+
+@pytest.mark.parametrize(
+    "scale,transform,rounding",
+    [
+        (0.6, "asymmetric", "floor"),  # F.interpolate(scale_factor=0.6, mode="nearest")
+        (0.7, "asymmetric", "floor"),
+        (0.6, "half_pixel", "round_prefer_floor"),  # mode="nearest-exact"
+        (1.4, "pytorch_half_pixel", "round_prefer_ceil"),
+    ],
+)
+def test_nearest_resize_sizes_and_picks_as_float32_does(scale, transform, rounding) -> None:  # noqa: ANN001
+    # the output length and a nearest pick's source coordinate are computed in float32
+    # (onnxruntime; torch agrees from its unrounded factor): 10 * 0.7f is 7 there but
+    # 6.99999988 in float64 (one row short), 3 / 0.6f is 5 but 4.9999998 (the pixel before)
+    nodes = [
+        oh.make_node(
+            "Resize",
+            ["x", "", "scales"],
+            ["y"],
+            mode="nearest",
+            coordinate_transformation_mode=transform,
+            nearest_mode=rounding,
+        )
+    ]
+    scales = numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "scales")
+    model = _model(nodes, [_float("x", [1, 2, 10, 13])], [_float("y", None)], [scales])
+    x = np.arange(260, dtype=np.float32).reshape(1, 2, 10, 13)
+    _check(model, {"x": x})
