@@ -166,3 +166,38 @@ def test_nearest_resize_sizes_and_picks_as_float32_does(scale, transform, roundi
     model = _model(nodes, [_float("x", [1, 2, 10, 13])], [_float("y", None)], [scales])
     x = np.arange(260, dtype=np.float32).reshape(1, 2, 10, 13)
     _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("rows_only", [False, True])
+def test_masked_assignment_through_nonzero_is_a_where(rows_only: bool) -> None:
+    # torch's exporter writes `x[mask] = v` as ScatterND at Transpose(NonZero(mask)) of v
+    # expanded to the (run-time) count of the mask: a Where in effect. With a mask over the
+    # rows only (`x[rows] = v`) each update is a row.
+    mask_shape = [4] if rows_only else [4, 3]
+    nodes = [
+        oh.make_node("NonZero", ["mask"], ["nz"]),
+        oh.make_node("Transpose", ["nz"], ["at"], perm=[1, 0]),
+        oh.make_node("Reshape", ["mask", "minus_one"], ["flat"]),
+        oh.make_node("Cast", ["flat"], ["mask_int"], to=TensorProto.INT64),
+        oh.make_node("ReduceSum", ["mask_int"], ["count"], keepdims=1),
+        oh.make_node("Concat", ["count", "row"] if rows_only else ["count"], ["shape"], axis=0),
+        oh.make_node("Expand", ["v", "shape"], ["spread"]),
+        oh.make_node("ScatterND", ["x", "at", "spread"], ["y"]),
+    ]
+    model = _model(
+        nodes,
+        [_float("x", [4, 3]), oh.make_tensor_value_info("mask", TensorProto.BOOL, mask_shape)],
+        [_float("y", [4, 3])],
+        [
+            numpy_helper.from_array(np.array(-1.5, np.float32), "v"),
+            numpy_helper.from_array(np.array([3], np.int64), "row"),
+            numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+        ],
+    )
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    mask = rng.standard_normal(mask_shape) > 0
+    got = _check(model, {"x": x, "mask": mask})
+    want = x.copy()
+    want[mask] = -1.5
+    np.testing.assert_array_equal(got["y"], want)
