@@ -518,7 +518,7 @@ class _Importer:
         return value
 
     def _adjust(self, op: str, attrs: dict, inputs: list, outputs: list, name: str) -> dict:
-        for key in ("to", "output_dtype"):
+        for key in ("to", "output_dtype", "dtype"):  # (EyeLike's dtype; ConstantOfShape's is below)
             if key in attrs and isinstance(attrs[key], int):
                 attrs[key] = (
                     np_dtype(attrs[key], f"{self.where}: {op} {key} (node {name!r})")

@@ -1,8 +1,9 @@
-"""Ops that generate or move data by index: ConstantOfShape, Range, Tile, Trilu, CumSum and
-ScatterND (the shape arithmetic and mask building that exported transformers carry).
+"""Ops that generate or move data by index: ConstantOfShape, EyeLike, Range, Tile, Trilu, CumSum
+and ScatterND (the shape arithmetic and mask building that exported transformers carry).
 
 ConstantOfShape's shape and Range's bounds decide output shapes, so they must be constants;
-such nodes then always fold at compile time. ScatterND lowers with constant indices (a table
+such nodes then always fold at compile time, as EyeLike (torch.diag's ones on the diagonal)
+does: it reads only its input's static shape. ScatterND lowers with constant indices (a table
 of the update written at each position); indices computed at run time (torch's
 `x[rows, cols] = v` with computed rows) are expanded: each position of the data's leading
 dims compares itself with every update row's linear position and takes the last match (or
@@ -151,6 +152,35 @@ SCATTER_REDUCTIONS = {
     "max": np.maximum,
     "min": np.minimum,
 }
+
+
+def _eye_like_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    if len(types[0].shape) != 2:
+        raise ValueError(f"EyeLike input must be 2-D, not shape {types[0].shape}")
+    dtype = attrs["dtype"] or types[0].dtype
+    return [TensorType(types[0].shape, check_dtype(dtype, "EyeLike.dtype"))]
+
+
+def _eye_like(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return np.eye(*x.shape, k=attrs["k"], dtype=attrs["dtype"] or x.dtype)
+
+
+def _expand_eye_like(b: GraphBuilder, node: Node) -> None:
+    e = Emitter(b, node)
+    (x,) = node.inputs
+    attrs = node.attr_dict
+    eye = np.eye(*e.shape(x), k=attrs.get("k", 0), dtype=attrs.get("dtype") or e.dtype(x))
+    e.rename(e.const(eye, "eye"), node.outputs[0])
+
+
+register(
+    "EyeLike",
+    Pattern.OPAQUE,
+    _eye_like_type,
+    _eye_like,
+    attrs={"k": 0, "dtype": None},
+    expand=_expand_eye_like,
+)
 
 
 def scatter_neutral(reduction: str, dtype: str) -> Any:

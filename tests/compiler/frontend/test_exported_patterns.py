@@ -201,3 +201,22 @@ def test_masked_assignment_through_nonzero_is_a_where(rows_only: bool) -> None:
     want = x.copy()
     want[mask] = -1.5
     np.testing.assert_array_equal(got["y"], want)
+
+
+def test_eye_like_of_a_computed_value() -> None:
+    # torch.diag(v) / torch.diagonal through the dynamo exporter: EyeLike of a run-time value,
+    # which reads only its static shape
+    nodes = [
+        oh.make_node("Relu", ["x"], ["r"]),
+        oh.make_node("EyeLike", ["r"], ["eye"], k=1),
+        oh.make_node("EyeLike", ["r"], ["eye_int"], dtype=TensorProto.INT64),
+        oh.make_node("Mul", ["eye", "x"], ["y"]),
+    ]
+    model = _model(
+        nodes,
+        [_float("x", [3, 4])],
+        [_float("y", [3, 4]), oh.make_tensor_value_info("eye_int", TensorProto.INT64, [3, 4])],
+    )
+    x = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+    got = _check(model, {"x": x})
+    np.testing.assert_array_equal(got["eye_int"], np.eye(3, 4, dtype=np.int64))
