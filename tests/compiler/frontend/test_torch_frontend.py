@@ -112,3 +112,11 @@ def test_patterns_users_write_match_torch():
     assert len(got) == len(want)
     for ours, theirs in zip(got, want, strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+
+
+def test_export_leaves_the_modules_training_mode_as_it_was():
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.BatchNorm1d(4))
+    net.train()
+    net[2].eval()  # a frozen batch norm inside a model being trained
+    from_torch(net, (torch.randn(2, 4),))
+    assert [m.training for m in net.modules()] == [True, True, True, False]
