@@ -19,7 +19,7 @@ import numpy as np
 from ..ir import GraphBuilder, Node, TensorType, check_dtype
 from ..registry import Pattern, register
 from .emit import Emitter
-from .shape import int_list, normalize_axis
+from .shape import SHAPE_ONLY_OPS, int_list, normalize_axis
 
 
 def _constant_of_shape_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
@@ -246,10 +246,28 @@ def _scatter(attrs: dict[str, Any], data: np.ndarray, indices: Any, updates: Any
     return out
 
 
+def _is_constant_later(b: GraphBuilder, value: str) -> bool:
+    """Whether `value` is a constant or computed from constants and shapes alone (so that
+    fold_constants, which runs after the expansions, makes it one)."""
+    producers = {out: n for n in b.nodes for out in n.outputs if out}
+    todo, seen = [value], set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name in b.constants:
+            continue
+        seen.add(name)
+        node = producers.get(name)
+        if node is None:  # a graph input
+            return False
+        if node.op not in SHAPE_ONLY_OPS:
+            todo.extend(i for i in node.inputs if i)
+    return True
+
+
 def _expand_scatter_nd(b: GraphBuilder, node: Node) -> bool:
     """Run-time indices only (module docstring); constant ones keep the node (False)."""
     data, indices, updates = node.inputs
-    if indices in b.constants:
+    if _is_constant_later(b, indices):  # fold_constants makes it one: the table lowering
         return False
     e = Emitter(b, node)
     shape, ishape, dtype = e.shape(data), e.shape(indices), e.dtype(data)
