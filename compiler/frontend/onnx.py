@@ -31,6 +31,7 @@ from ...runtime import ndarray as nd
 from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, check_shape
 from ..graph.ops.shape import SHAPE_ONLY_OPS
 from ..graph.registry import ONNX_OPSETS, UnsupportedOpError, get_op, is_registered
+from .onnx_patterns import rewrite_masked_assignments
 from .onnx_upgrade import OLDEST_OPSET, upgrade
 from .onnx_weights import Span, WireError, read_span, strip_raw_data
 
@@ -364,6 +365,7 @@ class _Importer:
         self.model, self.where, self.opset, self.weights = model, where, opset, weights
         self.builder = GraphBuilder(model.graph.name or "main")
         self.scopes: list[dict[str, str]] = []  # the If branches being inlined (`_inline_if`)
+        self.branch_results: set[str] = set()  # outputs of Ifs inlined at import
 
     def add_inputs(
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
@@ -506,6 +508,7 @@ class _Importer:
         for out, result in zip(node.output, results, strict=True):
             if out:
                 self.builder.add_node("Identity", [result], name=f"{name}/{out}", outputs=[out])
+                self.branch_results.add(out)
 
     def _resolve(self, value: str) -> str:
         """A value's name in the graph, seen from the innermost If branch being inlined."""
@@ -515,7 +518,7 @@ class _Importer:
         return value
 
     def _adjust(self, op: str, attrs: dict, inputs: list, outputs: list, name: str) -> dict:
-        for key in ("to", "output_dtype"):
+        for key in ("to", "output_dtype", "dtype"):  # (EyeLike's dtype; ConstantOfShape's is below)
             if key in attrs and isinstance(attrs[key], int):
                 attrs[key] = (
                     np_dtype(attrs[key], f"{self.where}: {op} {key} (node {name!r})")
@@ -560,13 +563,36 @@ class _Importer:
                 self.builder.add_constant(out, np.asarray(value))
         return True
 
-    def check_outputs(self, graph: Graph) -> None:
+    def distinct_outputs(self) -> list[str]:
+        """The model's output names, a repeated one given its own copy (an Identity).
+
+        A module that returns one tensor twice (`return y, y`) exports one value listed as
+        two outputs; the compiled Module names each output once, so the copy keeps both.
+        """
+        names: list[str] = []
         for value in self.model.graph.output:
+            name = value.name
+            if name in names:
+                copy, k = f"{name}_1", 1
+                while copy in self.builder.types:
+                    k += 1
+                    copy = f"{name}_{k}"
+                self.builder.add_node("Identity", [name], name=f"{copy}/copy", outputs=[copy])
+                name = copy
+            names.append(name)
+        return names
+
+    def check_outputs(self, graph: Graph) -> None:
+        """Each output has the shape the model declares, but an If's: its shape is the taken
+        branch's, and torch's TorchScript exporter declares the other one's at times
+        (scatter_reduce's guard on a 0-d input declares the flattened shape), which
+        onnxruntime accepts too."""
+        for value, name in zip(self.model.graph.output, graph.outputs, strict=True):
             tensor = value.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-            if not tensor.HasField("shape") or None in dims:
+            if not tensor.HasField("shape") or None in dims or value.name in self.branch_results:
                 continue
-            ours = graph.types[value.name]
+            ours = graph.types[name]
             if tuple(dims) != ours.shape:
                 raise OnnxImportError(
                     f"{self.where}: output {value.name!r} must have the declared shape "
@@ -672,6 +698,7 @@ def from_onnx(
     try:
         if proto.functions:  # model-local functions (exporters' modules): inlined, as by ORT
             proto = _inline_functions(proto, where)
+        proto = rewrite_masked_assignments(proto)  # x[mask] = v: a Where, not NonZero
         opset = default_opset(proto, where)
         if opset < MIN_OPSET:  # the converter rewrites initializers: read the model whole
             if weights is not None:
@@ -694,7 +721,7 @@ def from_onnx(
         except UnsupportedOpError as exc:  # a variant the op's type inference refused
             items = [(op, name, opset if v is None else v) for op, name, v in exc.items]
             raise UnsupportedOpError(items, where=where) from None
-    graph = importer.builder.build(o.name for o in proto.graph.output)
+    graph = importer.builder.build(importer.distinct_outputs())
     importer.check_outputs(graph)
     return graph
 

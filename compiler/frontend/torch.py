@@ -31,7 +31,8 @@ OPSET = 17
 def export_onnx(
     module: Any, example_inputs: Sequence[Any], input_names: Sequence[str] | None = None
 ) -> onnx.ModelProto:
-    """Export ``module`` (put in eval mode) to an ONNX ModelProto with torch's exporter.
+    """Export ``module`` (in eval mode for the export; its modules' modes are put back after)
+    to an ONNX ModelProto with torch's exporter.
 
     Raises:
         ImportError: torch is not installed (says how to install it).
@@ -50,7 +51,8 @@ def export_onnx(
     names = list(input_names or [f"input{i}" for i in range(len(inputs))])
     if len(names) != len(inputs):
         raise ValueError(f"input_names must name {len(inputs)} inputs, not {len(names)}")
-    module = module.eval()
+    training = {m: m.training for m in module.modules()}  # put back after the export
+    module.eval()
     try:
         # Not under no_grad: inference mode switches some modules (TransformerEncoderLayer)
         # to fused fast paths that have no ONNX form.
@@ -72,6 +74,8 @@ def export_onnx(
                 )
         finally:
             logger.setLevel(level)
+            for m, mode in training.items():
+                m.training = mode
         proto = program.model_proto
     except Exception as e:  # torch raises many types; keep its message, drop its traceback
         raise ValueError(

@@ -61,8 +61,9 @@ class OpSpec:
     outputs: tuple[int, int] = (1, 1)
     const_inputs: tuple[int, ...] = ()
     # a composite op: `expand(builder, node)` adds ops that compute its outputs (same names) to
-    # a `GraphBuilder`; `passes.expand_composites` calls it, so no back-end lowers the op itself
-    expand: Callable[[Any, Node], None] | None = None
+    # a `GraphBuilder`; `passes.expand_composites` calls it, so no back-end lowers the op itself.
+    # An op that lowers in some forms returns False, adding nothing, for those: the node stays.
+    expand: Callable[[Any, Node], bool | None] | None = None
 
     def normalize_attrs(self, attrs: dict[str, Any], where: str) -> dict[str, AttrValue]:
         """Fill defaults, reject unknown or missing attributes, coerce lists to tuples."""

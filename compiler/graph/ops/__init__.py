@@ -16,6 +16,7 @@ from . import (  # noqa: F401
     reduce_extra,
     resize,
     rnn,
+    scatter_elements,
     shape,
     space,
     topk,

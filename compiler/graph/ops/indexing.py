@@ -1,8 +1,13 @@
-"""Ops that generate or move data by index: ConstantOfShape, Range, Tile, Trilu, CumSum and
-ScatterND (the shape arithmetic and mask building that exported transformers carry).
+"""Ops that generate or move data by index: ConstantOfShape, EyeLike, Range, Tile, Trilu, CumSum
+and ScatterND (the shape arithmetic and mask building that exported transformers carry).
 
 ConstantOfShape's shape and Range's bounds decide output shapes, so they must be constants;
-such nodes then always fold at compile time."""
+such nodes then always fold at compile time, as EyeLike (torch.diag's ones on the diagonal)
+does: it reads only its input's static shape. ScatterND lowers with constant indices (a table
+of the update written at each position); indices computed at run time (torch's
+`x[rows, cols] = v` with computed rows) are expanded: each position of the data's leading
+dims compares itself with every update row's linear position and takes the last match (or
+reduces the matches), as `scatter_elements` does along one axis."""
 
 from __future__ import annotations
 
@@ -11,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import TensorType, check_dtype
+from ..ir import GraphBuilder, Node, TensorType, check_dtype
 from ..registry import Pattern, register
-from .shape import int_list, normalize_axis
+from .emit import Emitter
+from .shape import SHAPE_ONLY_OPS, int_list, normalize_axis
 
 
 def _constant_of_shape_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
@@ -148,6 +154,58 @@ SCATTER_REDUCTIONS = {
 }
 
 
+def _eye_like_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    if len(types[0].shape) != 2:
+        raise ValueError(f"EyeLike input must be 2-D, not shape {types[0].shape}")
+    dtype = attrs["dtype"] or types[0].dtype
+    return [TensorType(types[0].shape, check_dtype(dtype, "EyeLike.dtype"))]
+
+
+def _eye_like(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return np.eye(*x.shape, k=attrs["k"], dtype=attrs["dtype"] or x.dtype)
+
+
+def _expand_eye_like(b: GraphBuilder, node: Node) -> None:
+    e = Emitter(b, node)
+    (x,) = node.inputs
+    attrs = node.attr_dict
+    eye = np.eye(*e.shape(x), k=attrs.get("k", 0), dtype=attrs.get("dtype") or e.dtype(x))
+    e.rename(e.const(eye, "eye"), node.outputs[0])
+
+
+register(
+    "EyeLike",
+    Pattern.OPAQUE,
+    _eye_like_type,
+    _eye_like,
+    attrs={"k": 0, "dtype": None},
+    expand=_expand_eye_like,
+)
+
+
+def scatter_neutral(reduction: str, dtype: str) -> Any:
+    """The value that leaves `reduction` of the data unchanged: 0 (add), 1 (mul), the lowest
+    (max) or highest (min) value of `dtype`."""
+    if reduction in ("add", "mul"):
+        return int(reduction == "mul")
+    largest = reduction == "max"
+    kind = np.dtype(dtype)
+    if kind.kind == "f":
+        return -np.inf if largest else np.inf
+    if kind == np.bool_:
+        return not largest
+    return np.iinfo(kind).min if largest else np.iinfo(kind).max
+
+
+#: each reduction's ReduceX over the matching updates and the op that combines it with the data
+SCATTER_COMBINE = {
+    "add": ("ReduceSum", "Add"),
+    "mul": ("ReduceProd", "Mul"),
+    "max": ("ReduceMax", "Max"),
+    "min": ("ReduceMin", "Min"),
+}
+
+
 def scatter_positions(data_shape: tuple[int, ...], indices: np.ndarray) -> np.ndarray:
     """ScatterND's indices as non-negative positions in data's leading dims, [rows, k]."""
     k = indices.shape[-1]
@@ -188,6 +246,65 @@ def _scatter(attrs: dict[str, Any], data: np.ndarray, indices: Any, updates: Any
     return out
 
 
+def _is_constant_later(b: GraphBuilder, value: str) -> bool:
+    """Whether `value` is a constant or computed from constants and shapes alone (so that
+    fold_constants, which runs after the expansions, makes it one)."""
+    producers = {out: n for n in b.nodes for out in n.outputs if out}
+    todo, seen = [value], set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name in b.constants:
+            continue
+        seen.add(name)
+        node = producers.get(name)
+        if node is None:  # a graph input
+            return False
+        if node.op not in SHAPE_ONLY_OPS:
+            todo.extend(i for i in node.inputs if i)
+    return True
+
+
+def _expand_scatter_nd(b: GraphBuilder, node: Node) -> bool:
+    """Run-time indices only (module docstring); constant ones keep the node (False)."""
+    data, indices, updates = node.inputs
+    if _is_constant_later(b, indices):  # fold_constants makes it one: the table lowering
+        return False
+    e = Emitter(b, node)
+    shape, ishape, dtype = e.shape(data), e.shape(indices), e.dtype(data)
+    k, reduction = ishape[-1], node.attr_dict["reduction"]
+    rows, rest = math.prod(ishape[:-1]), list(shape[k:])
+    count = math.prod(shape[:k])
+    idx = indices if e.dtype(indices) == "int64" else e.add("Cast", [indices], {"to": "int64"})
+    idx = e.reshape(idx, [rows, k])
+    dims, zero = e.const(np.array(shape[:k], np.int64), "dims"), e.const(0, "zero", "int64")
+    idx = e.add("Where", [e.add("Less", [idx, zero]), e.add("Add", [idx, dims]), idx])
+    strides = np.array([math.prod(shape[i + 1 : k]) for i in range(k)], np.int64)
+    linear = e.reduce_sum(e.add("Mul", [idx, e.const(strides, "strides")]), [1])  # [rows]
+    position = e.const(np.arange(count, dtype=np.int64).reshape(count, 1), "position")
+    hit = e.add("Equal", [e.add("Unsqueeze", [linear, e.ints([0], "axes")]), position])
+    flat_data = e.reshape(data, [count, *rest])
+    flat_updates = e.reshape(updates, [rows, *rest])
+    lanes = [1] * len(rest)
+    if reduction == "none":  # the last update row written at each position
+        ramp = e.const(np.arange(rows, dtype=np.int64), "ramp")
+        minus = e.const(-1, "minus", "int64")
+        writer = e.add("Where", [hit, ramp, minus])
+        writer = e.add("ReduceMax", [writer, e.ints([1], "axes")], {"keepdims": 0})
+        taken = e.add("Gather", [flat_updates, e.add("Max", [writer, zero])], {"axis": 0})
+        written = e.reshape(e.add("GreaterOrEqual", [writer, zero]), [count, *lanes])
+        out = e.add("Where", [written, taken, flat_data])
+    else:
+        reduce, combine = SCATTER_COMBINE[reduction]
+        spread = e.add("Unsqueeze", [flat_updates, e.ints([0], "axes")])  # [1, rows, *rest]
+        mask = e.reshape(hit, [count, rows, *lanes])
+        neutral = e.const(scatter_neutral(reduction, dtype), "neutral", dtype)
+        masked = e.add("Where", [mask, spread, neutral])
+        total = e.add(reduce, [masked, e.ints([1], "axes")], {"keepdims": 0})
+        out = e.add(combine, [flat_data, total])
+    e.add("Reshape", [out, e.ints(list(shape), "shape")], outputs=[node.outputs[0]])
+    return True
+
+
 register(
     "ScatterND",
     Pattern.INJECTIVE,
@@ -195,4 +312,5 @@ register(
     _scatter,
     inputs=(3, 3),
     attrs={"reduction": "none"},
+    expand=_expand_scatter_nd,
 )

@@ -88,7 +88,9 @@ def _scales_and_shape(
         if any(s <= 0 for s in given_scales):
             raise ValueError(f"Resize scales must be positive, not {given_scales}")
         for a, s in zip(axes, given_scales, strict=True):
-            factor[a], out[a] = s, math.floor(s * shape[a])
+            # in float32, as onnxruntime (and torch, in float64 from the unrounded factor):
+            # 10 * 0.7f is 7 there, 6.99999988 in float64
+            factor[a], out[a] = s, math.floor(np.float32(s) * np.float32(shape[a]))
         return factor, out
     targets = [int(s) for s in given_sizes]
     if any(t < 0 for t in targets) or any(shape[a] == 0 for a in axes):
@@ -106,9 +108,17 @@ def _scales_and_shape(
 
 
 def _source_coords(
-    mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float]
+    mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float], single: bool
 ) -> np.ndarray:
-    """The input coordinate of each output position (the coordinate transformation)."""
+    """The input coordinate of each output position (the coordinate transformation); in
+    float32 when `single`, as onnxruntime and torch compute it: a nearest pick is decided by
+    that rounding (scale 0.6: 3 / 0.6f is 4.9999998 in float64 and 5 in float32)."""
+    if single and mode in ("asymmetric", "half_pixel", "pytorch_half_pixel"):
+        y32, s32, half = np.arange(out_len, dtype=np.float32), np.float32(scale), np.float32(0.5)
+        if mode == "asymmetric":
+            return (y32 / s32).astype(np.float64)
+        if mode == "half_pixel" or scale * in_len != 1:
+            return ((y32 + half) / s32 - half).astype(np.float64)
     y = np.arange(out_len, dtype=np.float64)
     length = scale * in_len  # the output length before truncation
     if mode == "align_corners":
@@ -182,7 +192,7 @@ def _axis_taps(
     attrs: dict[str, Any], axis: int, in_len: int, out_len: int, scale: float, roi: tuple
 ) -> AxisTaps:
     mode = _choice(attrs, "coordinate_transformation_mode", COORDINATE_MODES)
-    x = _source_coords(mode, out_len, in_len, scale, roi)
+    x = _source_coords(mode, out_len, in_len, scale, roi, attrs["mode"] == "nearest")
     if attrs["mode"] == "nearest":
         index, weight = _nearest(x, attrs["nearest_mode"])[:, None], None
     else:

@@ -18,27 +18,29 @@ def expand_composites(graph: Graph) -> Graph:
     Before: `%y = Einsum[equation="bij,bjk->bik"](%a, %b)`
     After:  `%y0 = MatMul(%a, %b); %y = Transpose[perm=(0, 1, 2)](%y0)`
     """
-    while any(get_op(n.op).expand for n in graph.nodes):
-        graph = _expand_once(graph)
-    return graph
+    while True:
+        graph, changed = _expand_once(graph)
+        if not changed:
+            return graph
 
 
-def _expand_once(graph: Graph) -> Graph:
+def _expand_once(graph: Graph) -> tuple[Graph, bool]:
     b = GraphBuilder(graph.name)
     for name in graph.inputs:
         ty = graph.types[name]
         b.add_input(name, ty.shape, ty.dtype)
     for name, value in graph.constants.items():
         b.add_constant(name, value, copy=False)  # graph constants are immutable: shared
+    changed = False
     for node in graph.nodes:
         expand = get_op(node.op).expand
-        if expand is not None:
-            expand(b, node)
+        if expand is not None and expand(b, node) is not False:
+            changed = True
         else:
             b.add_node(
                 node.op, node.inputs, node.attr_dict, name=node.name, outputs=list(node.outputs)
             )
-    return b.build(graph.outputs)
+    return (b.build(graph.outputs) if changed else graph), changed
 
 
 __all__ = ["expand_composites"]

@@ -82,3 +82,41 @@ def test_compile_takes_a_torch_module_with_example_inputs():
         tensorforge.compile(net)
     with pytest.raises(ValueError, match="example_inputs belong to a torch.nn.Module"):
         tensorforge.compile(small_cnn(), example_inputs=(x,))
+
+
+class _UserPatterns(torch.nn.Module):
+    """What users write that once failed: a value returned twice, a whole sort, a scatter at
+    computed positions, a masked assignment, a nearest resize by a non-integer factor."""
+
+    def forward(self, x, mask):  # noqa: ANN001, ANN201
+        y = x * 2
+        rows = x.flatten(1)  # 300 values a row: more than TopK's selection steps
+        values, order = torch.sort(rows, dim=-1, descending=True)
+        filtered = rows.scatter(1, rows.topk(3).indices, 0.0)  # a sampler's top-k filter
+        masked = x.clone()
+        masked[mask] = -1.0  # exported as ScatterND at NonZero(mask)
+        small = torch.nn.functional.interpolate(x, scale_factor=0.7, mode="nearest")
+        return y, y, values, order, filtered, masked, small
+
+
+def test_patterns_users_write_match_torch():
+    import tensorforge
+
+    torch.manual_seed(3)
+    x = torch.randn(2, 3, 10, 10)
+    mask = x > 0.5
+    net = _UserPatterns()
+    with torch.no_grad():
+        want = [w.numpy() for w in net(x, mask)]
+    got = list(tensorforge.compile(net, example_inputs=(x, mask)).run([x, mask]).values())
+    assert len(got) == len(want)
+    for ours, theirs in zip(got, want, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+
+
+def test_export_leaves_the_modules_training_mode_as_it_was():
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.BatchNorm1d(4))
+    net.train()
+    net[2].eval()  # a frozen batch norm inside a model being trained
+    from_torch(net, (torch.randn(2, 4),))
+    assert [m.training for m in net.modules()] == [True, True, True, False]

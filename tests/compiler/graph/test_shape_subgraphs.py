@@ -14,7 +14,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tensorforge
 from tensorforge.compiler.frontend import OnnxImportError, from_onnx
-from tensorforge.compiler.tir.stmt import LoweringError
 
 B, S, D = 2, 8, 16
 SHAPE_OPS = {  # (Unsqueeze also reshapes q and v: it stays)
@@ -192,14 +191,23 @@ def test_range_of_too_many_values_names_the_node() -> None:
         from_onnx(model)
 
 
-def test_scatternd_of_runtime_indices_names_the_node() -> None:
+def test_scatternd_of_runtime_indices_is_computed() -> None:
+    # run-time indices (torch's index_put with computed rows) are expanded, not refused
     inputs = [
         ("data", TensorProto.FLOAT, [4, 3]),
         ("indices", TensorProto.INT64, [2, 1]),
         ("updates", TensorProto.FLOAT, [2, 3]),
     ]
-    with pytest.raises(LoweringError, match="ScatterND node 'n0' must be a constant"):
-        tensorforge.compile(_one_node_model("ScatterND", inputs))
+    model = _one_node_model("ScatterND", inputs)
+    rng = np.random.default_rng(0)
+    feed = {
+        "data": rng.standard_normal((4, 3)).astype(np.float32),
+        "indices": np.array([[-1], [1]], np.int64),
+        "updates": rng.standard_normal((2, 3)).astype(np.float32),
+    }
+    want = feed["data"].copy()
+    want[[3, 1]] = feed["updates"]  # index -1 is the last row
+    np.testing.assert_array_equal(tensorforge.compile(model).run(feed)["out"], want)
 
 
 @pytest.mark.parametrize("fmod", [0, 1])

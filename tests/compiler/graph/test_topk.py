@@ -1,5 +1,6 @@
-"""TopK (a classifier's top-5, a sampler's smallest-k) compiled, against onnxruntime; ties take
-the lower index first; a K the step-by-step selection does not take is refused by name."""
+"""TopK (a classifier's top-5, a sampler's smallest-k, a whole sort: torch.sort and argsort)
+compiled, against onnxruntime; ties take the lower index first; an axis too long to rank is
+refused by name."""
 
 from __future__ import annotations
 
@@ -10,21 +11,22 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 import tensorforge
-from tensorforge.compiler.graph.ops.topk import MAX_K
+from tensorforge.compiler.graph.ops.topk import MAX_K, MAX_SORT_N
 from tensorforge.compiler.tir.stmt import LoweringError
 
 
-def _model(shape: tuple[int, ...], k: int, axis: int, largest: int):  # noqa: ANN202
+def _model(shape: tuple[int, ...], k: int, axis: int, largest: int, dtype=TensorProto.FLOAT):  # noqa: ANN001, ANN202
+    head = "Softmax" if dtype == TensorProto.FLOAT else "Identity"
     nodes = [
-        oh.make_node("Softmax", ["x"], ["p"], axis=axis),
+        oh.make_node(head, ["x"], ["p"], **({"axis": axis} if head == "Softmax" else {})),
         oh.make_node("TopK", ["p", "k"], ["values", "indices"], axis=axis, largest=largest),
     ]
     graph = oh.make_graph(
         nodes,
         "head",
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [oh.make_tensor_value_info("x", dtype, shape)],
         [
-            oh.make_tensor_value_info("values", TensorProto.FLOAT, None),
+            oh.make_tensor_value_info("values", dtype, None),
             oh.make_tensor_value_info("indices", TensorProto.INT64, None),
         ],
         [numpy_helper.from_array(np.array([k], np.int64), "k")],
@@ -45,6 +47,27 @@ def test_topk_matches_onnxruntime(shape, k, axis, largest) -> None:  # noqa: ANN
     np.testing.assert_array_equal(got["indices"], want[1])
 
 
-def test_a_k_beyond_the_selection_steps_is_refused() -> None:
-    with pytest.raises(LoweringError, match=rf"K={MAX_K + 1} is more than the {MAX_K}"):
-        tensorforge.compile(_model((1, 500), MAX_K + 1, -1, 1))
+@pytest.mark.parametrize(
+    "shape,k,axis,largest,dtype",
+    [
+        ((3, 80), 80, -1, 1, np.float32),  # torch.sort(descending=True) exports TopK, K = n
+        ((70, 2), MAX_K + 1, 0, 0, np.float32),  # argsort along axis 0, first K
+        ((2, 100), 70, 1, 1, np.int64),
+    ],
+)
+def test_a_k_beyond_the_selection_steps_sorts_by_rank(shape, k, axis, largest, dtype) -> None:  # noqa: ANN001
+    onnx_type = TensorProto.FLOAT if dtype == np.float32 else TensorProto.INT64
+    model = _model(shape, k, axis, largest, onnx_type)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape) if dtype == np.float32 else rng.integers(-5, 5, shape)
+    x = x.astype(dtype)
+    x.reshape(-1)[:6] = x.reshape(-1)[7]  # ties: the lower index comes first
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = tensorforge.compile(model).run(x)
+    np.testing.assert_allclose(got["values"], want[0], rtol=1e-6)  # Softmax's rounding
+    np.testing.assert_array_equal(got["indices"], want[1])
+
+
+def test_an_axis_too_long_to_rank_is_refused() -> None:
+    with pytest.raises(LoweringError, match=rf"K={MAX_K + 1} over an axis of {MAX_SORT_N + 1}"):
+        tensorforge.compile(_model((1, MAX_SORT_N + 1), MAX_K + 1, -1, 1))

@@ -1,0 +1,153 @@
+"""Rewrites of exporters' ONNX idioms that need a data-dependent shape as written but not in
+effect, applied to the model before import.
+
+torch's exporter writes `x[mask] = v` (index_put with a boolean mask) as
+`ScatterND(x, Transpose(NonZero(mask)), Reshape(Expand(v, count)))`: NonZero's output length is
+the number of true elements, known only at run time, but the whole is `Where(mask, v, x)` (the
+mask broadcast over the dims it does not index), which has static shapes.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+#: ops through which a one-element value is only broadcast or reshaped into the updates
+_BROADCASTS = ("Expand", "Reshape", "Identity")
+
+
+def rewrite_masked_assignments(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`ScatterND(data, Transpose[1, 0](NonZero(mask)), broadcast(v))` -> `Where(mask', v, data)`.
+
+    Returns the model itself when it has no such node, else a rewritten copy without the
+    nodes only the rewritten ones read (the run-time count of the mask).
+
+    Before: `%i = NonZero(%m); %t = Transpose[perm=[1, 0]](%i); %y = ScatterND(%x, %t, %u)`
+    After:  `%y = Where(%m', %v', %x)` with `%m'` the mask reshaped to the data's rank.
+    """
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output if out}
+    scalars = _one_element_values(graph)
+    rewrites: dict[int, list[onnx.NodeProto]] = {}
+    for index, node in enumerate(graph.node):
+        found = _masked_assignment(node, producer, scalars)
+        if found is not None:
+            rewrites[index] = _where_nodes(node, *found)
+    if not rewrites:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    nodes: list[onnx.NodeProto] = []
+    for index, node in enumerate(graph.node):
+        nodes.extend(rewrites.get(index, [node]))
+    del copy.graph.node[:]
+    copy.graph.node.extend(_live(nodes, [o.name for o in graph.output]))
+    return copy
+
+
+def _one_element_values(graph: onnx.GraphProto) -> set[str]:
+    """Values known to hold one element: initializers and Constant outputs of that size, and
+    inputs and intermediate values declared so."""
+    known = {t.name for t in graph.initializer if _size(t.dims) == 1}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute:
+            attr = node.attribute[0]
+            if attr.name in ("value_float", "value_int") or (
+                attr.name == "value" and _size(attr.t.dims) == 1
+            ):
+                known.add(node.output[0])
+    for value in [*graph.input, *graph.value_info]:
+        dims = value.type.tensor_type.shape.dim
+        if value.type.tensor_type.HasField("shape") and all(d.dim_value == 1 for d in dims):
+            known.add(value.name)
+    return known
+
+
+def _size(dims) -> int:  # noqa: ANN001
+    size = 1
+    for d in dims:
+        size *= d
+    return size
+
+
+def _masked_assignment(
+    node: onnx.NodeProto, producer: dict[str, onnx.NodeProto], scalars: set[str]
+) -> tuple[str, str] | None:
+    """(mask, one-element value) when `node` is a masked assignment, else None."""
+    if node.op_type != "ScatterND" or len(node.input) != 3:
+        return None
+    if any(a.name == "reduction" and a.s not in (b"", b"none") for a in node.attribute):
+        return None
+    transpose = producer.get(node.input[1])
+    if transpose is None or transpose.op_type != "Transpose":
+        return None
+    if [list(a.ints) for a in transpose.attribute if a.name == "perm"] != [[1, 0]]:
+        return None
+    nonzero = producer.get(transpose.input[0])
+    if nonzero is None or nonzero.op_type != "NonZero":
+        return None
+    value = node.input[2]
+    while value not in scalars:
+        source = producer.get(value)
+        if source is None or source.op_type not in _BROADCASTS:
+            return None
+        value = source.input[0]
+    return nonzero.input[0], value
+
+
+def _where_nodes(node: onnx.NodeProto, mask: str, value: str) -> list[onnx.NodeProto]:
+    """The Where, the value as a scalar, and the mask with ones appended to its shape up to the
+    data's rank (shape arithmetic the importer folds)."""
+    data, out = node.input[0], node.output[0]
+
+    def name(hint: str) -> str:
+        return f"{out}/masked_{hint}"
+
+    def ints(hint: str, values: list[int]) -> onnx.NodeProto:
+        tensor = helper.make_tensor(name(hint), onnx.TensorProto.INT64, [len(values)], values)
+        return helper.make_node("Constant", [], [name(hint)], name=name(hint), value=tensor)
+
+    def op(kind: str, inputs: list[str], hint: str, **attrs: object) -> onnx.NodeProto:
+        return helper.make_node(kind, inputs, [name(hint)], name=name(hint), **attrs)
+
+    return [
+        ints("scalar_shape", []),
+        ints("one", [1]),
+        op("Reshape", [value, name("scalar_shape")], "scalar"),
+        op("Shape", [mask], "mask_shape"),
+        op("Shape", [data], "data_shape"),
+        op("Size", [name("mask_shape")], "mask_rank"),
+        op("Size", [name("data_shape")], "data_rank"),
+        op("Sub", [name("data_rank"), name("mask_rank")], "lanes"),
+        op("Reshape", [name("lanes"), name("one")], "lanes_1d"),
+        op("Expand", [name("one"), name("lanes_1d")], "ones"),
+        op("Concat", [name("mask_shape"), name("ones")], "shape", axis=0),
+        op("Cast", [mask], "mask_bool", to=onnx.TensorProto.BOOL),  # NonZero takes any type
+        op("Reshape", [name("mask_bool"), name("shape")], "mask"),
+        helper.make_node(
+            "Where", [name("mask"), name("scalar"), data], [out], name=node.name or out
+        ),
+    ]
+
+
+def _live(nodes: list[onnx.NodeProto], outputs: list[str]) -> list[onnx.NodeProto]:
+    """`nodes` (in order) without those no output needs (an If's branches read outer values
+    that are not its inputs)."""
+    needed, keep = set(outputs), []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed.update(_reads(node))
+    return keep[::-1]
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    names = {i for i in node.input if i}
+    for attr in node.attribute:
+        for graph in [attr.g] if attr.HasField("g") else list(attr.graphs):
+            for inner in graph.node:
+                names |= _reads(inner)
+    return names
+
+
+__all__ = ["rewrite_masked_assignments"]

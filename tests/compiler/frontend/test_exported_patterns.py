@@ -1,0 +1,222 @@
+"""ONNX patterns that torch's exporters write, rebuilt with onnx.helper (no torch needed), compiled
+and checked against onnxruntime: each was a failure of a model users bring from PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+import tensorforge
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17):  # noqa: ANN001, ANN202
+    graph = oh.make_graph(nodes, "exported", inputs, outputs, list(initializers))
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+
+
+def _float(name: str, shape) -> object:  # noqa: ANN001
+    return oh.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _check(model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:  # noqa: ANN001
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    module = tensorforge.compile(model)
+    got = module.run(feeds)
+    assert len(got) == len(want)
+    for ours, theirs in zip(got.values(), want, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    return got
+
+
+def test_a_value_returned_twice_is_two_outputs() -> None:
+    # `return y, y` (and `return x, y, y` with x the input): one value listed as two outputs
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4) / 10, "w")
+    model = _model(
+        [oh.make_node("MatMul", ["x", "w"], ["y"])],
+        [_float("x", [2, 3])],
+        [_float("x", [2, 3]), _float("y", [2, 4]), _float("y", [2, 4]), _float("x", [2, 3])],
+        [w],
+    )
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    got = _check(model, {"x": x})
+    assert list(got)[:2] == ["x", "y"]
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements_with_computed_indices(reduction: str) -> None:
+    # torch's scatter / scatter_add / scatter_reduce at the positions of a TopK (a sampler's
+    # top-k filter): the indices are computed at run time; updates smaller than the data off
+    # the axis leave the other rows alone
+    nodes = [
+        oh.make_node("TopK", ["x", "k"], ["top", "where"], axis=1),
+        oh.make_node("Slice", ["where", "zero", "two", "zero"], ["rows"]),
+        oh.make_node("Slice", ["u", "zero", "two", "zero"], ["part"]),
+        oh.make_node("ScatterElements", ["x", "rows", "part"], ["y"], axis=1, reduction=reduction),
+    ]
+    ints = {"k": [2], "zero": [0], "two": [2]}
+    model = _model(
+        nodes,
+        [_float("x", [3, 7]), _float("u", [3, 2])],
+        [_float("y", [3, 7])],
+        [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()],
+        opset=18,
+    )
+    rng = np.random.default_rng(1)
+    x, u = (rng.standard_normal(s).astype(np.float32) for s in ((3, 7), (3, 2)))
+    _check(model, {"x": x, "u": u})
+
+
+def test_scatter_elements_repeated_index_keeps_the_last_update() -> None:
+    nodes = [oh.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=0)]
+    model = _model(
+        nodes,
+        [
+            _float("x", [4, 2]),
+            oh.make_tensor_value_info("i", TensorProto.INT64, [3, 2]),
+            _float("u", [3, 2]),
+        ],
+        [_float("y", [4, 2])],
+    )
+    x = np.zeros((4, 2), np.float32)
+    u = np.arange(6, dtype=np.float32).reshape(3, 2) + 1
+    i = np.array([[1, -1], [1, 0], [2, -1]], np.int64)  # negative: from the end
+    got = _check(model, {"x": x, "i": i, "u": u})
+    np.testing.assert_array_equal(got["y"], [[0, 4], [3, 0], [5, 0], [0, 6]])
+
+
+def test_an_if_output_may_declare_the_branch_not_taken() -> None:
+    # torch's TorchScript exporter guards scatter_reduce on a 0-d input with an If whose
+    # condition is a constant; the output is declared with the flattening branch's shape
+    flat = oh.make_graph(
+        [oh.make_node("Reshape", ["y", "minus_one"], ["f"])], "then", [], [_float("f", [6])]
+    )
+    keep = oh.make_graph([oh.make_node("Identity", ["y"], ["k"])], "else", [], [_float("k", None)])
+    nodes = [
+        oh.make_node("Relu", ["x"], ["y"]),
+        oh.make_node("If", ["is_scalar"], ["out"], then_branch=flat, else_branch=keep),
+    ]
+    model = _model(
+        nodes,
+        [_float("x", [2, 3])],
+        [_float("out", [6])],
+        [
+            numpy_helper.from_array(np.array(False), "is_scalar"),
+            numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+        ],
+    )
+    x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+    got = tensorforge.compile(model).run(x)
+    np.testing.assert_array_equal(got["out"], np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_scatter_nd_with_computed_indices(reduction: str) -> None:
+    # torch's `y[rows, 1] = v` / index_put_(accumulate=True) with rows computed at run time
+    # (an ArgMax here): ScatterND whose indices are no constant; a repeated row keeps the
+    # last update (none) or combines them
+    nodes = [
+        oh.make_node("ArgMax", ["x"], ["best"], axis=1, keepdims=1),  # [4, 1] in [0, 5)
+        oh.make_node("Mod", ["best", "three"], ["row"]),
+        oh.make_node("Concat", ["row", "one"], ["at"], axis=1),  # [4, 2]: (row, 1)
+        oh.make_node("ScatterND", ["d", "at", "v"], ["y"], reduction=reduction),
+    ]
+    model = _model(
+        nodes,
+        [_float("x", [4, 5]), _float("d", [3, 4, 2]), _float("v", [4, 2])],
+        [_float("y", [3, 4, 2])],
+        [
+            numpy_helper.from_array(np.array(3, np.int64), "three"),
+            numpy_helper.from_array(np.ones((4, 1), np.int64), "one"),
+        ],
+        opset=18,
+    )
+    rng = np.random.default_rng(3)
+    x = np.array([[0, 9, 0, 0, 0], [0, 0, 0, 9, 0], [9, 0, 0, 0, 0], [0, 0, 0, 0, 9]], np.float32)
+    feeds = {"x": x, "d": rng.standard_normal((3, 4, 2)), "v": rng.standard_normal((4, 2))}
+    _check(model, {k: np.asarray(v, np.float32) for k, v in feeds.items()})
+
+
+@pytest.mark.parametrize(
+    "scale,transform,rounding",
+    [
+        (0.6, "asymmetric", "floor"),  # F.interpolate(scale_factor=0.6, mode="nearest")
+        (0.7, "asymmetric", "floor"),
+        (0.6, "half_pixel", "round_prefer_floor"),  # mode="nearest-exact"
+        (1.4, "pytorch_half_pixel", "round_prefer_ceil"),
+    ],
+)
+def test_nearest_resize_sizes_and_picks_as_float32_does(scale, transform, rounding) -> None:  # noqa: ANN001
+    # the output length and a nearest pick's source coordinate are computed in float32
+    # (onnxruntime; torch agrees from its unrounded factor): 10 * 0.7f is 7 there but
+    # 6.99999988 in float64 (one row short), 3 / 0.6f is 5 but 4.9999998 (the pixel before)
+    nodes = [
+        oh.make_node(
+            "Resize",
+            ["x", "", "scales"],
+            ["y"],
+            mode="nearest",
+            coordinate_transformation_mode=transform,
+            nearest_mode=rounding,
+        )
+    ]
+    scales = numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "scales")
+    model = _model(nodes, [_float("x", [1, 2, 10, 13])], [_float("y", None)], [scales])
+    x = np.arange(260, dtype=np.float32).reshape(1, 2, 10, 13)
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("rows_only", [False, True])
+def test_masked_assignment_through_nonzero_is_a_where(rows_only: bool) -> None:
+    # torch's exporter writes `x[mask] = v` as ScatterND at Transpose(NonZero(mask)) of v
+    # expanded to the (run-time) count of the mask: a Where in effect. With a mask over the
+    # rows only (`x[rows] = v`) each update is a row.
+    mask_shape = [4] if rows_only else [4, 3]
+    nodes = [
+        oh.make_node("NonZero", ["mask"], ["nz"]),
+        oh.make_node("Transpose", ["nz"], ["at"], perm=[1, 0]),
+        oh.make_node("Reshape", ["mask", "minus_one"], ["flat"]),
+        oh.make_node("Cast", ["flat"], ["mask_int"], to=TensorProto.INT64),
+        oh.make_node("ReduceSum", ["mask_int"], ["count"], keepdims=1),
+        oh.make_node("Concat", ["count", "row"] if rows_only else ["count"], ["shape"], axis=0),
+        oh.make_node("Expand", ["v", "shape"], ["spread"]),
+        oh.make_node("ScatterND", ["x", "at", "spread"], ["y"]),
+    ]
+    model = _model(
+        nodes,
+        [_float("x", [4, 3]), oh.make_tensor_value_info("mask", TensorProto.BOOL, mask_shape)],
+        [_float("y", [4, 3])],
+        [
+            numpy_helper.from_array(np.array(-1.5, np.float32), "v"),
+            numpy_helper.from_array(np.array([3], np.int64), "row"),
+            numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+        ],
+    )
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    mask = rng.standard_normal(mask_shape) > 0
+    got = _check(model, {"x": x, "mask": mask})
+    want = x.copy()
+    want[mask] = -1.5
+    np.testing.assert_array_equal(got["y"], want)
+
+
+def test_eye_like_of_a_computed_value() -> None:
+    # torch.diag(v) / torch.diagonal through the dynamo exporter: EyeLike of a run-time value,
+    # which reads only its static shape
+    nodes = [
+        oh.make_node("Relu", ["x"], ["r"]),
+        oh.make_node("EyeLike", ["r"], ["eye"], k=1),
+        oh.make_node("EyeLike", ["r"], ["eye_int"], dtype=TensorProto.INT64),
+        oh.make_node("Mul", ["eye", "x"], ["y"]),
+    ]
+    model = _model(
+        nodes,
+        [_float("x", [3, 4])],
+        [_float("y", [3, 4]), oh.make_tensor_value_info("eye_int", TensorProto.INT64, [3, 4])],
+    )
+    x = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+    got = _check(model, {"x": x})
+    np.testing.assert_array_equal(got["eye_int"], np.eye(3, 4, dtype=np.int64))
