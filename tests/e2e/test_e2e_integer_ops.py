@@ -75,3 +75,24 @@ def test_pow_of_an_integer_base_truncates_like_onnxruntime(base: type, exponent:
     if np.dtype(exponent).kind == "f":  # fractional powers truncate toward zero
         y = np.array([0.5, 3, -1, 2, 30, 3, 8.5, 2.5, 19], exponent)
     _assert_all_equal_onnxruntime(_model([("Pow", "pow")], x, y), {"x": x, "y": y})
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_reduce_mean_truncates_in_its_own_type_like_onnxruntime(dtype: type) -> None:
+    """An integer ReduceMean is the integer sum divided by the count in the input's type (the
+    mean was a float64 division whose result did not match the int output buffer)."""
+    x = np.random.default_rng(5).integers(-50, 50, (3, 4, 5)).astype(dtype)
+    node = helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=0)
+    graph = helper.make_graph(
+        [node],
+        "integer_mean",
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info("mean", helper.np_dtype_to_tensor_dtype(x.dtype), None)],
+        [onnx.numpy_helper.from_array(np.array([0, -1], np.int64), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
+    got = tensorforge.compile(model).run({"x": x})["mean"]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
