@@ -694,7 +694,8 @@ def from_onnx(
         except UnsupportedOpError as exc:  # a variant the op's type inference refused
             items = [(op, name, opset if v is None else v) for op, name, v in exc.items]
             raise UnsupportedOpError(items, where=where) from None
-    graph = importer.builder.build(o.name for o in proto.graph.output)
+    # a value listed twice as a graph output is one output (Module.run returns them by name)
+    graph = importer.builder.build(dict.fromkeys(o.name for o in proto.graph.output))
     importer.check_outputs(graph)
     return graph
 
