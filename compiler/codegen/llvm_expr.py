@@ -82,6 +82,16 @@ def lanes_of(value: ir.Value) -> int:
     return value.type.count if isinstance(value.type, ir.VectorType) else 1
 
 
+def _is_trap_free_divisor(b: ir.Value, unsigned: bool) -> bool:
+    """Whether `b` is a constant integer divisor that cannot trap: neither 0 nor, signed, -1
+    (the index arithmetic's divisors are such constants and keep their plain division)."""
+    if not isinstance(b, ir.Constant):
+        return False
+    values = b.constant if isinstance(b.constant, list | tuple) else [b.constant]
+    values = [v.constant if isinstance(v, ir.Constant) else v for v in values]
+    return all(isinstance(v, int) and v != 0 and (unsigned or v != -1) for v in values)
+
+
 @dataclass
 class VectorLoop:
     """The loop being vectorized: its variable stands for `base + <0, 1, ..., lanes-1>`."""
@@ -283,11 +293,35 @@ class ExprEmitter:
             return bld.select(self.compare("<", b, a, dtype), b, a)
         if op is Op.MAX:
             return bld.select(self.compare(">", b, a, dtype), b, a)
+        if not _is_trap_free_divisor(b, unsigned):
+            return self.guarded_divide(op, a, b, dtype, unsigned)
+        return self.divide(op, a, b, unsigned)
+
+    def divide(self, op: Op, a: ir.Value, b: ir.Value, unsigned: bool) -> ir.Value:
+        bld = self.builder
         if unsigned:
             return bld.udiv(a, b) if op in (Op.DIV, Op.FLOORDIV) else bld.urem(a, b)
         if op is Op.DIV:
             return bld.sdiv(a, b)
         return self.floor_divmod(op, a, b)
+
+    def guarded_divide(
+        self, op: Op, a: ir.Value, b: ir.Value, dtype: str, unsigned: bool
+    ) -> ir.Value:
+        """An integer division by a divisor known only at run time. x86's div traps (SIGFPE:
+        the whole process) on a zero divisor and on a signed minimum divided by -1; here a
+        quotient or remainder by 0 is 0 (numpy's) and a signed division by -1 is the negation
+        (wrapping at the minimum, numpy's) with remainder 0."""
+        bld, lanes = self.builder, lanes_of(a)
+        zero, one = self.constant(dtype, 0, lanes), self.constant(dtype, 1, lanes)
+        by_zero = bld.icmp_unsigned("==", b, zero)
+        if unsigned:
+            return bld.select(by_zero, zero, self.divide(op, a, bld.select(by_zero, one, b), True))
+        by_minus_one = bld.icmp_signed("==", b, self.constant(dtype, -1, lanes))
+        safe = bld.select(bld.or_(by_zero, by_minus_one), one, b)
+        by_minus_one_result = zero if op is Op.FLOORMOD else bld.sub(zero, a)
+        result = bld.select(by_minus_one, by_minus_one_result, self.divide(op, a, safe, False))
+        return bld.select(by_zero, zero, result)
 
     def floor_divmod(self, op: Op, a: ir.Value, b: ir.Value) -> ir.Value:
         """Floor division/modulo from C's truncating ones: adjust when the signs differ."""

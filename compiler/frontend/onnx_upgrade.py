@@ -9,6 +9,11 @@ enlarging and the ceiling when shrinking. The converter emits an opset-13 Resize
 (0.21 relative error on a bilinear x2 upsample). The upgraded Resize nodes are matched to the
 original ones by order and get `coordinate_transformation_mode="asymmetric"` and, for nearest,
 `nearest_mode` "floor" or "ceil".
+
+The converter also leaves Hardmax as it is, though opset 13 changed its meaning like Softmax's
+(which the converter does rewrite): before, `axis` flattened the input to 2-D at that axis and
+the hardmax ran over the whole trailing block. Each old Hardmax becomes Flatten(axis), a
+Hardmax over the last axis, and a Reshape back to the input's shape.
 """
 
 from __future__ import annotations
@@ -107,7 +112,37 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
         node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
         if nearest is not None:
             node.attribute.append(helper.make_attribute("nearest_mode", nearest))
+    if opset < _NEW_HARDMAX:
+        _coerce_hardmax(new.graph)
     return new
+
+
+#: the opset whose Hardmax (like Softmax and LogSoftmax) stopped flattening to 2-D
+_NEW_HARDMAX = 13
+
+
+def _coerce_hardmax(graph: onnx.GraphProto) -> None:
+    """Rewrite each default-domain Hardmax of `graph` (and its subgraphs) with the old 2-D
+    semantics: Flatten(x, axis) -> Hardmax(axis=-1) -> Reshape(Shape(x))."""
+    nodes = []
+    for i, node in enumerate(graph.node):
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                _coerce_hardmax(sub)
+        if node.op_type != "Hardmax" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        (x,), (y,) = node.input, node.output
+        tmp = f"{y}__hardmax{i}"
+        nodes += [
+            helper.make_node("Flatten", [x], [f"{tmp}_2d"], axis=axis),
+            helper.make_node("Hardmax", [f"{tmp}_2d"], [f"{tmp}_max"], node.name, axis=-1),
+            helper.make_node("Shape", [x], [f"{tmp}_shape"]),
+            helper.make_node("Reshape", [f"{tmp}_max", f"{tmp}_shape"], [y]),
+        ]
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 __all__ = ["OLDEST_OPSET", "upgrade"]

@@ -104,6 +104,11 @@ class GroupContext:
         if const is not None and const.size == 1:
             scalar = te.const(const.reshape(()).item(), ty.dtype)
             return Lazy(ty.shape, ty.dtype, lambda idx: scalar)
+        bound = self.params.get(value)
+        if bound is not None and tuple(bound.shape) != (tuple(ty.shape) or (1,)):
+            # already a parameter viewed with another shape (an anchor's operand as a GEMM's
+            # 2-D matrix, read again by the tail at its own shape): read those same bytes
+            return reshape_lazy(tensor_lazy(bound), ty.shape)
         t = self.param(value)
         if not ty.shape:  # a 0-d value is passed as one element
             return Lazy((), ty.dtype, lambda idx: t[0])
@@ -297,7 +302,10 @@ def lower_group(
         sched, out_tensors = _lower_anchored(ctx, nodes, anchor_at, outputs)
     for t in ctx.inline:
         sched[t].compute_inline()
-    params = tuple(ctx.params)
+    # a parameter the computes never read (Gather's indices along an axis of size 1, where
+    # every index is 0) is left out: it is no operation of the schedule
+    staged = {id(stage.op) for stage in sched.stages}
+    params = tuple(p for p, t in ctx.params.items() if id(t.op) in staged)
     args = [ctx.params[p] for p in params] + out_tensors
     return Kernel(name or group.name, sched, args, params, outputs, ctx.constants, group.nodes)
 

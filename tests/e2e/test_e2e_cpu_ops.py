@@ -203,7 +203,17 @@ def _softmaxes(b: GraphBuilder) -> str:
     return b.add_node("Add", [b.add_node("Add", [s1, s2])[0], s3])[0]
 
 
+def _unread_indices(b: GraphBuilder) -> str:
+    """Gather along an axis of size 1 reads no index (each must be 0 or -1): its kernel has an
+    indices parameter that no compute reads, which once stopped the lowering with a KeyError."""
+    x = b.add_input("x", (4, 3), "float32")
+    (r,) = b.add_node("Reshape", [x, b.add_constant("shape", np.array([4, 1, 3]))])
+    (g,) = b.add_node("Gather", [r, b.add_constant("idx", np.array([0, -1]))], {"axis": 1})
+    return b.add_node("MatMul", [g, b.add_constant("w", _w(3, 6))])[0]
+
+
 CASES: dict[str, Callable[[GraphBuilder], str]] = {
+    "unread_indices": _unread_indices,
     "softmaxes": _softmaxes,
     "unary_chain": _unary_chain,
     "where_cast": _where_cast,

@@ -75,3 +75,78 @@ def test_pow_of_an_integer_base_truncates_like_onnxruntime(base: type, exponent:
     if np.dtype(exponent).kind == "f":  # fractional powers truncate toward zero
         y = np.array([0.5, 3, -1, 2, 30, 3, 8.5, 2.5, 19], exponent)
     _assert_all_equal_onnxruntime(_model([("Pow", "pow")], x, y), {"x": x, "y": y})
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_reduce_mean_truncates_in_its_own_type_like_onnxruntime(dtype: type) -> None:
+    """An integer ReduceMean is the integer sum divided by the count in the input's type (the
+    mean was a float64 division whose result did not match the int output buffer)."""
+    x = np.random.default_rng(5).integers(-50, 50, (3, 4, 5)).astype(dtype)
+    node = helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=0)
+    graph = helper.make_graph(
+        [node],
+        "integer_mean",
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info("mean", helper.np_dtype_to_tensor_dtype(x.dtype), None)],
+        [onnx.numpy_helper.from_array(np.array([0, -1], np.int64), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
+    got = tensorforge.compile(model).run({"x": x})["mean"]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+_TRAPS = """
+import json, sys
+import numpy as np
+from onnx import helper
+import tensorforge
+from tensorforge.compiler.frontend.onnx_builders import IR_VERSION
+dtype, a, b = np.dtype(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+elem = helper.np_dtype_to_tensor_dtype(dtype)
+nodes = [helper.make_node("Div", ["a", "b"], ["div"]),
+         helper.make_node("Mod", ["a", "b"], ["mod"]),
+         helper.make_node("Mod", ["a", "b"], ["fmod"], fmod=1)]
+graph = helper.make_graph(
+    nodes, "traps",
+    [helper.make_tensor_value_info(n, elem, (len(a),)) for n in "ab"],
+    [helper.make_tensor_value_info(n, elem, (len(a),)) for n in ("div", "mod", "fmod")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+out = tensorforge.compile(model).run({"a": np.array(a, dtype), "b": np.array(b, dtype)})
+print(json.dumps({k: v.tolist() for k, v in out.items()}))
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint32])
+def test_integer_division_by_zero_or_minus_one_does_not_trap(dtype: type) -> None:
+    """Run-time integer divisors of 0 (and, signed, the minimum over -1) made x86's div raise
+    SIGFPE and kill the process (onnxruntime's too): they give numpy's 0 quotient and remainder
+    by 0 and the wrapped negation by -1. In a child process, so a trap is a failure."""
+    import json
+    import subprocess
+    import sys
+
+    info = np.iinfo(dtype)
+    signed = info.min < 0
+    a = [info.min, info.min, 7, -7, 0, 5, info.max] if signed else [info.max, 7, 0, 5]
+    b = [-1, 0, 0, -2, 0, 3, -1] if signed else [0, 0, 0, 3]
+    run = subprocess.run(
+        [sys.executable, "-c", _TRAPS, np.dtype(dtype).name, json.dumps(a), json.dumps(b)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+
+    def wrap(v: int) -> int:
+        return (v - info.min) % (info.max - info.min + 1) + info.min
+
+    def trunc_div(x: int, y: int) -> int:
+        return 0 if y == 0 else wrap(abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1))
+
+    assert got["div"] == [trunc_div(x, y) for x, y in zip(a, b, strict=True)]
+    assert got["mod"] == [0 if y == 0 else x % y for x, y in zip(a, b, strict=True)]
+    assert got["fmod"] == [
+        0 if y == 0 else wrap(x - trunc_div(x, y) * y) for x, y in zip(a, b, strict=True)
+    ]

@@ -131,7 +131,9 @@ def _source_coords(
             return np.full(out_len, (hi - lo) * (in_len - 1) / 2 + lo * (in_len - 1))
         return y * (hi - lo) * (in_len - 1) / (length - 1) + lo * (in_len - 1)
     if mode == "pytorch_half_pixel" and length == 1:
-        return np.full(out_len, -0.5)
+        # the spec's `length_resized > 1 ? ... : 0` (onnxruntime's; onnx's reference evaluator
+        # takes -0.5, which only a cubic resize to one sample can tell from 0)
+        return np.zeros(out_len)
     offset = 0.0
     if mode == "half_pixel_symmetric":
         offset = in_len / 2 * (1 - out_len / length)

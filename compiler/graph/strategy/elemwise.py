@@ -332,9 +332,15 @@ def _gather(ctx: GroupContext, node: Node) -> list[Lazy]:
     axis = dict(node.attrs)["axis"] % len(x.shape)
     rank = len(ind.shape)
 
+    n = x.shape[axis]
+
     def fn(idx: Index) -> Any:
-        i = ind(idx[axis : axis + rank]).astype("int32")
-        i = te.select(i < 0, i + x.shape[axis], i)
+        i = ind(idx[axis : axis + rank])
+        i = te.select(i < 0, i + n, i)
+        # an index out of [-n, n) (an error in onnxruntime) is clamped into the axis, as TVM's
+        # take does: the kernel never reads outside the data (a run-time index of 10**9 read
+        # far past it and crashed); clamped in the index's own type, then narrowed
+        i = te.max(te.min(i, te.const(n - 1, i.dtype)), te.const(0, i.dtype)).astype("int32")
         return x(idx[:axis] + (i,) + idx[axis + rank :])
 
     return [Lazy(shape, dtype, fn)]

@@ -15,6 +15,7 @@ from ...topi.x86 import (  # the x86 operator library
 )
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Lazy, Tail, reshape_lazy
+from .elemwise import broadcast_read
 from .nn import Result, full_attrs, gpu_row_config, rows_of
 
 
@@ -142,10 +143,20 @@ def row_mean(rows: int, cols: int, read: Callable[[Any, Any], Any]) -> tuple[lis
 
 
 def _ln_affine(ctx: GroupContext, node: Node, cols: int) -> tuple[Lazy, Lazy | None]:
-    """LayerNormalization's scale and (optional) bias, each read as a row of `cols`."""
-    scale = reshape_lazy(ctx.get(node.inputs[1]), (cols,))
+    """LayerNormalization's scale and (optional) bias, each read as a row of `cols`: each is
+    broadcast to the normalized shape first (ONNX lets them be any shape that broadcasts to it,
+    a `[1, W]` scale of `[H, W]` rows)."""
+    shape = ctx.type_of(node.inputs[0]).shape
+    inner = shape[full_attrs(node)["axis"] % len(shape) :]
+
+    def row(name: str) -> Lazy:
+        src = ctx.get(name)
+        if src.shape != inner:
+            src = Lazy(inner, src.dtype, broadcast_read(src, inner))
+        return reshape_lazy(src, (cols,))
+
     has_bias = len(node.inputs) > 2 and node.inputs[2]
-    return scale, reshape_lazy(ctx.get(node.inputs[2]), (cols,)) if has_bias else None
+    return row(node.inputs[1]), row(node.inputs[2]) if has_bias else None
 
 
 def _layer_norm_stats(ctx: GroupContext, node: Node, wanted: Sequence[str]) -> Result:

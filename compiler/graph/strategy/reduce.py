@@ -207,13 +207,21 @@ def _reduce(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         value = x(tuple(src))
         return _REDUCERS[node.op](value, axis=list(raxes.values())) if raxes else value
 
-    count = float(np.prod([x.shape[a] for a in axes])) if axes else 1.0
-    post = (lambda v, i: v / count) if node.op == "ReduceMean" else None
+    count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    post = _mean_of(count, x.dtype) if node.op == "ReduceMean" else None
     lead = len(x.shape) - len(axes)
     if ctx.gpu and set(axes) == set(range(lead, len(x.shape))) and count > gpu_reduce.MIN_ROW:
         return _gpu_reduce(ctx, node, tail, x, lead, post)
     red = te.compute(shape, body, name="reduce")
     return reduce_kernel(red, tail, post)
+
+
+def _mean_of(count: int, dtype: str) -> Any:
+    """The mean's division of a sum of `count` values: an integer mean truncates as the integer
+    sum divided in its own type (onnxruntime's), and an empty integer one is 0, not a trap."""
+    if np.dtype(dtype).kind in "iu":
+        return lambda v, i: v / te.const(max(count, 1), v.dtype)
+    return lambda v, i: v / float(count)
 
 
 def _gpu_reduce(ctx: GroupContext, node: Node, tail: Tail, x: Lazy, lead: int, post: Any) -> Result:

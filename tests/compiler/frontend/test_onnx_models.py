@@ -123,3 +123,28 @@ def test_mobilenet_v2_has_the_papers_topology() -> None:
         v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.value_info
     }
     assert shapes[convs[-1].output[0]] == [1, 1280, 7, 7]
+
+
+@pytest.mark.parametrize("outputs", [["r", "r"], ["x", "r", "x"]])
+def test_a_value_listed_twice_as_graph_output_keeps_every_output(outputs: list[str]) -> None:
+    """onnxruntime runs a graph that lists an output twice and returns it at each position; the
+    module does too (the repeat gets its own name), instead of refusing it with 'outputs must
+    be distinct'."""
+    import tensorforge
+
+    f = onnx.TensorProto.FLOAT
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["r"])],
+        "twice",
+        [onnx.helper.make_tensor_value_info("x", f, (2, 3))],
+        [onnx.helper.make_tensor_value_info(o, f, (2, 3)) for o in outputs],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    x = _inputs(model)["x"]
+    want = _onnxruntime(model, {"x": x})
+    got = tensorforge.compile(model).run({"x": x})
+    assert len(got) == len(outputs)
+    assert list(got)[: len(dict.fromkeys(outputs))] == list(dict.fromkeys(outputs))
+    for value, expected in zip(got.values(), want, strict=True):
+        np.testing.assert_array_equal(value, expected)

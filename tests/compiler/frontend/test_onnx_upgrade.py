@@ -80,6 +80,15 @@ def test_opset11_ops_whose_inputs_were_attributes() -> None:
     _check(_model(nodes, X.shape, 11, inits), X)
 
 
+@pytest.mark.parametrize("opset", [11, 12])
+@pytest.mark.parametrize("axis", [None, 0, 2, -1, -3])
+def test_old_hardmax_keeps_its_2d_coercion(opset: int, axis: int | None) -> None:
+    """Before opset 13 Hardmax flattened to 2-D at `axis` (one 1 per batch of C*H*W values, not
+    per row of C): onnx's converter leaves the node as it is, the importer rewrites it."""
+    node = oh.make_node("Hardmax", ["x"], ["y"], **({} if axis is None else {"axis": axis}))
+    _check(_model([node], X.shape, opset), X)
+
+
 def test_a_file_with_large_weights_is_upgraded_whole(tmp_path: Path) -> None:
     """The in-place weight reader indexes initializers; an upgraded model is read whole."""
     w = RNG.standard_normal((64, 2, 3, 3)).astype(np.float32)  # past the in-place threshold

@@ -58,3 +58,42 @@ def test_operands_computed_after_the_anchor_match_onnxruntime(anchor, target) ->
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     got = tensorforge.compile(model, target=target, progress=False).run(feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _residual(anchor: str, through: str | None):
+    """`anchor(x) + x` (or of `through(x)`): the anchor reads x as a GEMM's 2-D matrix, the
+    tail at x's own shape."""
+    rng = np.random.default_rng(2)
+    f = TensorProto.FLOAT
+    if anchor == "Conv1x1":  # NCHW viewed as [C, H*W]
+        x_shape, w = (1, 4, 3, 5), rng.standard_normal((4, 4, 1, 1))
+        nodes = [helper.make_node("Conv", ["x", "w"], ["m"])]
+    else:  # leading dims folded into rows
+        x_shape, w = (2, 3, 4), rng.standard_normal((4, 4))
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["m"])]
+    if through:
+        nodes.append(helper.make_node(through, ["x"], ["r"]))
+    nodes.append(helper.make_node("Add", ["m", "r" if through else "x"], ["y"]))
+    graph = helper.make_graph(
+        nodes, "residual", [helper.make_tensor_value_info("x", f, x_shape)],
+        [helper.make_tensor_value_info("y", f, None)],
+        [numpy_helper.from_array(w.astype(np.float32), "w")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
+@pytest.mark.parametrize("through", [None, "Sigmoid"])
+@pytest.mark.parametrize("anchor", ["MatMul", "Conv1x1"])
+def test_the_anchors_own_operand_read_again_by_the_tail(anchor, through, target) -> None:
+    """The same input bound once as the anchor's [rows, k] matrix and read again at its own
+    shape by the epilogue (a residual around a linear layer) was refused: 'value must be read
+    with one shape per kernel'."""
+    if target == "opencl":
+        pytest.importorskip("pyopencl")
+    model = _residual(anchor, through)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = tensorforge.compile(model, target=target).run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

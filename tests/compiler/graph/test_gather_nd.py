@@ -39,3 +39,57 @@ def test_gather_nd_with_run_time_indices(data: tuple, indices: tuple, batch_dims
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x, "i": i})
     got = tensorforge.compile(model).run({"x": x, "i": i})["y"]
     np.testing.assert_array_equal(got, want)
+
+
+_OUT_OF_RANGE = """
+import json, sys
+import numpy as np
+from onnx import TensorProto, helper as oh
+import tensorforge
+op, index = sys.argv[1], int(sys.argv[2])
+x = np.arange(12, dtype=np.float32).reshape(3, 4)
+if op == "Gather":
+    i, attrs = np.array([[0, index], [2, -1]], np.int64), {"axis": 0}
+elif op == "GatherElements":
+    i, attrs = np.array([[0, index, 1, 3]] * 3, np.int64), {"axis": 1}
+else:
+    i, attrs = np.array([[0, 1], [index, 2]], np.int64), {}
+graph = oh.make_graph(
+    [oh.make_node(op, ["x", "i"], ["y"], **attrs)], "oob",
+    [oh.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+     oh.make_tensor_value_info("i", TensorProto.INT64, i.shape)],
+    [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+print(json.dumps(tensorforge.compile(model).run({"x": x, "i": i})["y"].tolist()))
+"""
+
+
+@pytest.mark.parametrize("index", [10**9, -(10**9), 2**32 + 1])
+@pytest.mark.parametrize("op", ["Gather", "GatherElements", "GatherND"])
+def test_run_time_indices_out_of_range_never_read_outside_the_data(op, index) -> None:
+    """An index outside [-n, n) is an error for onnxruntime; the kernels have no error channel,
+    so it is clamped into its axis (TVM's take) and the kernel never reads past the data (an
+    index of 10**9 read far outside it and crashed the process; 2**32 + 1 wrapped to 1). In a
+    child process, so a crash is a failure."""
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", _OUT_OF_RANGE, op, str(index)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = np.array(json.loads(run.stdout.strip().splitlines()[-1]), np.float32)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    if op == "Gather":  # rows clamped into [0, 3)
+        np.testing.assert_array_equal(got, x[[[0, 2 if index > 0 else 0], [2, 2]]])
+        return
+    # GatherElements and GatherND gather from the flat data: the in-range picks are exact, the
+    # out-of-range one is some element of the data
+    bad = (slice(None), 1) if op == "GatherElements" else (1,)
+    want = x[:, [0, 0, 1, 3]] if op == "GatherElements" else np.array([1, 0], np.float32)
+    keep = np.ones(got.shape, bool)
+    keep[bad] = False
+    np.testing.assert_array_equal(got[keep], want[keep])
+    assert np.isin(got[bad], x).all()

@@ -87,3 +87,29 @@ def test_rows_far_from_zero_keep_their_spread(stats: bool) -> None:
     exact = (wide - wide.mean(-1, keepdims=True)) / np.sqrt(wide.var(-1, keepdims=True) + 1e-5)
     y = tensorforge.compile(model).run({"x": x})["y"]
     assert np.abs(y - exact).max() / np.abs(exact).max() < 2e-4  # float32 rounding of x itself
+
+
+@pytest.mark.parametrize("stats", [False, True], ids=["y_only", "with_statistics"])
+@pytest.mark.parametrize(("scale", "bias"), [((1, 4), (5, 1)), ((4,), None), ((), (1, 1))])
+def test_scale_and_bias_broadcast_to_the_normalized_shape(stats, scale, bias) -> None:
+    """ONNX lets Scale and B be any shape that broadcasts to the normalized shape ([5, 4] over
+    the last two axes here), as the Mul and Add of its function body do."""
+    rng = np.random.default_rng(3)
+    outs = ["y", "mean", "inv"] if stats else ["y"]
+    inits = [numpy_helper.from_array(rng.standard_normal(scale).astype(np.float32), "s")]
+    if bias is not None:
+        inits.append(numpy_helper.from_array(rng.standard_normal(bias).astype(np.float32), "b"))
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"][: len(inits) + 1], outs, axis=-2)
+    graph = helper.make_graph(
+        [node],
+        "broadcast",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    x = rng.standard_normal(SHAPE).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = tensorforge.compile(model).run({"x": x})
+    for name, value in zip(outs, want, strict=True):
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5)

@@ -9,6 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import tensorforge
+from tensorforge.compiler.frontend import from_onnx
+from tensorforge.compiler.graph import run_graph
 
 SHAPES = {1: (2, 3, 17), 2: (2, 3, 11, 9), 3: (1, 3, 7, 9, 8)}
 CASES = [
@@ -73,5 +75,31 @@ def test_pool_matches_onnxruntime(op, attrs, target) -> None:
     model = _model(op, attrs, shape)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = tensorforge.compile(model, target=target).run({"x": x})["z"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
+@pytest.mark.parametrize(
+    ("op", "attrs", "shape"),
+    [
+        ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}, (1, 2, 1, 3)),
+        ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}, (2, 3, 1, 1)),
+        ("AveragePool", {"kernel_shape": [4], "strides": [3], "pads": [1, 1]}, (1, 2, 1)),
+        (
+            "AveragePool",
+            {"kernel_shape": [3, 3], "strides": [2, 2], "count_include_pad": 1},
+            (1, 2, 2, 3),
+        ),
+    ],
+)  # fmt: skip
+def test_ceil_mode_window_larger_than_the_input(op, attrs, shape, target) -> None:
+    """In ceil mode a window may hang over the input's end: a 2x2 pool of a 1x1 map has one
+    output (ONNX's ceil formula, onnxruntime and PyTorch), not an import error."""
+    model = _model(op, {**attrs, "ceil_mode": 1}, shape)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    graph = from_onnx(model)
+    np.testing.assert_allclose(run_graph(graph, {"x": x})["z"], want, rtol=1e-5, atol=1e-6)
     got = tensorforge.compile(model, target=target).run({"x": x})["z"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

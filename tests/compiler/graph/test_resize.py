@@ -133,3 +133,27 @@ def test_resize_to_an_impossible_size_fails_before_building_tables() -> None:
     )
     with pytest.raises(OnnxImportError, match="Resize node 'up'.*MAX_TENSOR_BYTES"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize("mode", ["cubic", "linear", "nearest"])
+@pytest.mark.parametrize("sizes", [(2, 3, 1, 4), (2, 3, 3, 1), (2, 3, 1, 1)])
+def test_pytorch_half_pixel_to_one_sample_reads_coordinate_zero(mode, sizes) -> None:
+    """pytorch_half_pixel maps every output of an axis resized to length 1 to input coordinate
+    0 (the spec's `length_resized > 1 ? ... : 0`, onnxruntime's); -0.5 gave a cubic resize
+    another value."""
+    node = helper.make_node(
+        "Resize", ["x", "", "", "sizes"], ["y"], mode=mode,
+        coordinate_transformation_mode="pytorch_half_pixel",
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "one_sample",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(sizes, np.int64), "sizes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    x = np.random.default_rng(4).standard_normal(SHAPE).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
