@@ -201,6 +201,28 @@ def test_every_depthwise_config_computes_what_numpy_does(builder, local):
     assert task.describe() == "x86.depthwise_conv2d 8x9x11 3x3 s2"
 
 
+def test_a_depthwise_task_has_the_end_pads_its_graph_asks_for(builder, local):
+    """ONNX allows a bottom/right pad that no output reads; the graph's workload has only the
+    pads the output reads, so a task keeping the extra pad named a workload no compile asks
+    for, and every config of it failed to lower. It is refused; the graph's one is measured."""
+    from tensorforge.compiler.autotune.templates import _dw_graph
+    from tensorforge.compiler.graph.lower_te import lower_group
+
+    wl = {"n": 2, "c": 7, "h": 9, "w": 6, "r": 3, "s": 3, "pads": [0, 1, 2, 1],
+          "strides": [2, 2], "dil": [1, 1], "dtype": "float32"}  # fmt: skip
+    with pytest.raises(TaskError, match=r"must end with the padding its output reads, \[2, 0\]"):
+        Task("x86.depthwise_conv2d", wl, "llvm")
+    graph = _dw_graph(wl, np.ones((7, 1, 3, 3), np.float32))
+    with TaskRecorder() as rec:
+        lower_group(graph, graph.groups[0])
+    ((template, asked),) = rec.workloads.values()
+    assert asked == {**wl, "pads": [0, 1, 2, 0]}
+    task = Task(template, asked, "llvm")
+    configs = [c.values for c in task.space][::5]
+    results = measure(task, configs, builder, local)
+    assert all(r.ok for r in results), [r.message for r in results]
+
+
 def test_grouped_conv_configs_compute_what_numpy_does(builder, local):
     """A grouped conv2d workload (`groups`): blocks of one group's channels, checked against
     the grouped numpy oracle; the tasks a grouped model yields carry it."""
