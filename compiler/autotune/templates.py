@@ -377,6 +377,9 @@ def _dw_check(wl: dict) -> None:
     if (layout is None) != (block is None) or layout not in (None, "NCHWc"):
         raise TaskError(f"x86.depthwise_conv2d workload field 'layout' must be 'NCHWc' with "
                         f"a 'block', or both left out, not {layout!r} and {block!r}")  # fmt: skip
+    if wl["c"] < 2:  # the graph lowers a one-channel "depthwise" conv as a plain conv2d
+        raise TaskError(f"x86.depthwise_conv2d workload field 'c' must be at least 2 (one "
+                        f"channel is an x86.conv2d_nchwc workload), not {wl['c']}")  # fmt: skip
     if block is not None and wl["c"] % block:
         raise TaskError(f"x86.depthwise_conv2d workload field 'block' {block} must divide the "
                         f"channels c={wl['c']}")  # fmt: skip
