@@ -223,6 +223,23 @@ def test_a_depthwise_task_has_the_end_pads_its_graph_asks_for(builder, local):
     assert all(r.ok for r in results), [r.message for r in results]
 
 
+def test_an_integer_depthwise_space_offers_only_the_kernel_it_runs(builder, local):
+    """The strategy lowers integer depthwise convs by rows whatever the layout knob says, so
+    the "nchwc" points of an int8 space were 24 copies of the "rows" default's program; the
+    space has "rows" only, and each of its points is exact against numpy."""
+    wl = {"n": 2, "c": 5, "h": 6, "w": 7, "r": 3, "s": 3, "pads": [1, 1, 1, 1],
+          "strides": [1, 2], "dil": [1, 1], "dtype": "int8"}  # fmt: skip
+    task = Task("x86.depthwise_conv2d", wl, "llvm")
+    default = task.space.default.values
+    as_nchwc = {**default, "layout": "nchwc", "cb": 16, "reg_n": 1}
+    assert str(task.lower(as_nchwc)) == str(task.lower(default))
+    configs = [c.values for c in task.space]
+    assert {v["layout"] for v in configs} == {"rows"} and len(configs) == 16
+    results = measure(task, configs, builder, local)
+    assert all(r.ok for r in results), [r.message for r in results]
+    assert task.build(default).rtol == task.build(default).atol == 0  # exact
+
+
 def test_grouped_conv_configs_compute_what_numpy_does(builder, local):
     """A grouped conv2d workload (`groups`): blocks of one group's channels, checked against
     the grouped numpy oracle; the tasks a grouped model yields carry it."""
