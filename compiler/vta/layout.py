@@ -62,7 +62,8 @@ def group_blocks(cfg: HWConfig, ic: int, oc: int, groups: int) -> tuple[int, int
     only in part, its weight tile is zero outside them (block-diagonal).
 
     Raises:
-        ValueError: ``groups`` does not divide the channels, or the spans fit no block.
+        ValueError: ``groups`` does not divide the channels, the spans fit no block, or the
+            last output block's span would end past the input channels.
 
     Example:
         >>> cfg = HWConfig.preset("pynq")                     # 16 x 16 blocks
