@@ -250,6 +250,7 @@ def test_grouped_conv_configs_compute_what_numpy_does(builder, local):
     results = measure(task, configs, builder, local)
     assert configs and all(r.ok for r in results), [r.message for r in results]
     assert all(v["ic_bn"] <= 8 and v["oc_bn"] <= 8 for v in configs)  # divisors of 8 per group
+    assert task.describe() == "x86.conv2d_nchwc 24x7x7 k24 3x3 s1 g3"  # vs the ungrouped one
 
 
 @pytest.mark.parametrize("layout, blocks", [("NCHWc", [8, 16]), ("NCHW-NCHWc", [3, 16])])
