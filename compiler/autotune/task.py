@@ -275,12 +275,13 @@ class Task:
         """A short human name, e.g. ``x86.conv2d_nchwc 64x56x56 k64 3x3 s1``."""
         w = self.workload
         blocked = f" {w['layout']} {w.get('blocks', w.get('block'))}" if "layout" in w else ""
+        groups = f" g{w['groups']}" if "groups" in w else ""  # two tasks may differ by it alone
         if self.template == "x86.depthwise_conv2d":
             return (f"{self.template} {w['c']}x{w['h']}x{w['w']} {w['r']}x{w['s']} "
                     f"s{w['strides'][0]}{blocked}")  # fmt: skip
         if "c" in w and "k" in w and "r" in w:
             return (f"{self.template} {w['c']}x{w['h']}x{w['w']} k{w['k']} {w['r']}x{w['s']} "
-                    f"s{w['stride']}{blocked}")  # fmt: skip
+                    f"s{w['stride']}{groups}{blocked}")  # fmt: skip
         if "ic" in w:  # the accelerator's conv2d/dense; groups and a fused pooling tell apart
             # tasks of one shape (e.g. vta.conv2d 48x9x9 oc48 3x3 s1 g3 +pool2x2 +res)
             groups = f" g{w['groups']}" if w.get("groups", 1) > 1 else ""
@@ -293,7 +294,6 @@ class Task:
             return f"{self.template} {w['m']}x{w['k']} n{w['n']}"
         if "x" in w and "w" in w:  # the GPU convolutions, e.g. gpu.conv2d 8x14x14 k16 3x3 s1x1 g2
             dims = lambda v: "x".join(str(d) for d in v)  # noqa: E731
-            groups = f" g{w['groups']}" if "groups" in w else ""
             return (f"{self.template} {dims(w['x'][1:])} k{w['w'][0]} {dims(w['w'][2:])} "
                     f"s{dims(w['strides'])}{groups}")  # fmt: skip
         return self.key

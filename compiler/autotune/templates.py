@@ -377,12 +377,31 @@ def _dw_check(wl: dict) -> None:
     if (layout is None) != (block is None) or layout not in (None, "NCHWc"):
         raise TaskError(f"x86.depthwise_conv2d workload field 'layout' must be 'NCHWc' with "
                         f"a 'block', or both left out, not {layout!r} and {block!r}")  # fmt: skip
+    if wl["c"] < 2:  # the graph lowers a one-channel "depthwise" conv as a plain conv2d
+        raise TaskError(f"x86.depthwise_conv2d workload field 'c' must be at least 2 (one "
+                        f"channel is an x86.conv2d_nchwc workload), not {wl['c']}")  # fmt: skip
     if block is not None and wl["c"] % block:
         raise TaskError(f"x86.depthwise_conv2d workload field 'block' {block} must divide the "
                         f"channels c={wl['c']}")  # fmt: skip
     n, c, h, w, r, s_ = (wl[f] for f in ("n", "c", "h", "w", "r", "s"))
     check_elements("x86.depthwise_conv2d", {"data": (n, c, h, w), "weight": (c, 1, r, s_),
                                             "output": (n, c, *_dw_out(wl))})  # fmt: skip
+    _check_dw_end_pads(wl)
+
+
+def _check_dw_end_pads(wl: dict) -> None:
+    """The bottom and right pads must be those the last output row and column read, as the
+    graph's workload has them (`strategy.conv.depthwise_workload`): a larger pad that no output
+    reads gives the same convolution under another key, one no compile ever asks for, so no
+    config of it could be lowered by the graph's template."""
+    from ..graph.strategy.nn import pads_after
+
+    spans = ((wl["r"], wl["s"]), wl["pads"][:2], wl["strides"], wl["dil"], (wl["h"], wl["w"]))
+    ends = pads_after(_dw_out(wl), *spans)
+    if list(wl["pads"][2:]) != ends:
+        raise TaskError(f"x86.depthwise_conv2d workload field 'pads' {wl['pads']} must end with "
+                        f"the padding its output reads, {ends} (bottom, right), not "
+                        f"{wl['pads'][2:]}")  # fmt: skip
 
 
 register(Template("x86.depthwise_conv2d", "llvm", "s", _dw_space, _dw_build, _dw_flops,

@@ -62,7 +62,8 @@ def group_blocks(cfg: HWConfig, ic: int, oc: int, groups: int) -> tuple[int, int
     only in part, its weight tile is zero outside them (block-diagonal).
 
     Raises:
-        ValueError: ``groups`` does not divide the channels, or the spans fit no block.
+        ValueError: ``groups`` does not divide the channels, the spans fit no block, or the
+            last output block's span would end past the input channels.
 
     Example:
         >>> cfg = HWConfig.preset("pynq")                     # 16 x 16 blocks
@@ -85,14 +86,31 @@ def group_blocks(cfg: HWConfig, ic: int, oc: int, groups: int) -> tuple[int, int
     else:
         span, share = 0, 0
     if span and span % bi == 0:
-        return share, span // bi
+        return _check_reads(cfg, ic, oc, cg, og, share, span // bi)
     if span and bi % span == 0:
-        return share * (bi // span), 1
+        return _check_reads(cfg, ic, oc, cg, og, share * (bi // span), 1)
     raise ValueError(
         f"conv2d groups of {cg} input -> {og} output channels must fit the channel blocks: an "
         f"output block of {bo} must lie in one group or hold whole groups, and the input "
         f"channels it reads must be whole blocks of {bi} or divide one"
     )
+
+
+def _check_reads(
+    cfg: HWConfig, ic: int, oc: int, cg: int, og: int, q: int, r: int
+) -> tuple[int, int]:
+    """``(q, r)`` when the last output block's ``r`` input blocks lie in the input: an output
+    block that holds whole groups reads the span of a full block's groups, so where the last
+    block holds fewer (the groups are not a multiple of a block's), it would read past the
+    input channels."""
+    end = ((blocks(oc, cfg.block_out) - 1) // q + 1) * r
+    if end > blocks(ic, cfg.block_in):
+        raise ValueError(
+            f"conv2d groups of {cg} input -> {og} output channels must fill the last output "
+            f"block of {cfg.block_out}: its input span of {r} blocks of {cfg.block_in} would "
+            f"end at block {end}, past the {blocks(ic, cfg.block_in)} of the {ic} input channels"
+        )
+    return q, r
 
 
 def pack_grouped(cfg: HWConfig, w: np.ndarray, groups: int) -> np.ndarray:

@@ -53,17 +53,21 @@ def depthwise_space(wl: dict[str, Any]) -> ConfigSpace:
     and 5x5, level at 3x3 on 56x56 and 112x112), `ReduceConfig()`'s knobs for "rows".
 
     A blocked workload (`layout` "NCHWc", a layer of a blocked chain) has its chain's `block`
-    as its only `cb` and "nchwc" as its only layout: `reg_n` and `parallel` vary."""
+    as its only `cb` and "nchwc" as its only layout: `reg_n` and `parallel` vary. An integer
+    one (int8/int16) has "rows" only: the strategy lowers every integer depthwise conv as the
+    reduction, so "nchwc" points would all be the same program as the "rows" default."""
     out_w = _out_width(wl)
     b = default_depthwise_config(wl["c"], out_w)
     regs = tuple(sorted({1, 2, 4, 7, 8, 14, 16} & set(range(1, out_w + 1)) | {b.reg_n}))
     d, block = ReduceConfig(), wl.get("block")
     layouts, blocks = (("nchwc", "rows"), (8, 16, 32)) if block is None else (("nchwc",), (block,))
+    if block is None and wl["dtype"] not in FLOATS:  # the strategy reduces other dtypes by rows
+        layouts = ("rows",)
     rows_knobs = ((4, 8, 16, 32), (False, True)) if block is None else ((d.lanes,), (False,))
     knobs = [Knob("layout", layouts), Knob("cb", blocks), Knob("reg_n", regs),
              Knob("lanes", rows_knobs[0]), Knob("parallel", (True, False)),
              Knob("unroll_taps", rows_knobs[1])]  # fmt: skip
-    default = {"layout": "nchwc", "cb": block or 8, "reg_n": b.reg_n, "lanes": d.lanes,
+    default = {"layout": layouts[0], "cb": block or 8, "reg_n": b.reg_n, "lanes": d.lanes,
                "parallel": d.parallel, "unroll_taps": d.unroll_taps}  # fmt: skip
 
     def constraint(v: dict) -> str | None:  # each layout's knobs vary, the other's stay put

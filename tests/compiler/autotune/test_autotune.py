@@ -201,6 +201,45 @@ def test_every_depthwise_config_computes_what_numpy_does(builder, local):
     assert task.describe() == "x86.depthwise_conv2d 8x9x11 3x3 s2"
 
 
+def test_a_depthwise_task_has_the_end_pads_its_graph_asks_for(builder, local):
+    """ONNX allows a bottom/right pad that no output reads; the graph's workload has only the
+    pads the output reads, so a task keeping the extra pad named a workload no compile asks
+    for, and every config of it failed to lower. It is refused; the graph's one is measured."""
+    from tensorforge.compiler.autotune.templates import _dw_graph
+    from tensorforge.compiler.graph.lower_te import lower_group
+
+    wl = {"n": 2, "c": 7, "h": 9, "w": 6, "r": 3, "s": 3, "pads": [0, 1, 2, 1],
+          "strides": [2, 2], "dil": [1, 1], "dtype": "float32"}  # fmt: skip
+    with pytest.raises(TaskError, match=r"must end with the padding its output reads, \[2, 0\]"):
+        Task("x86.depthwise_conv2d", wl, "llvm")
+    graph = _dw_graph(wl, np.ones((7, 1, 3, 3), np.float32))
+    with TaskRecorder() as rec:
+        lower_group(graph, graph.groups[0])
+    ((template, asked),) = rec.workloads.values()
+    assert asked == {**wl, "pads": [0, 1, 2, 0]}
+    task = Task(template, asked, "llvm")
+    configs = [c.values for c in task.space][::5]
+    results = measure(task, configs, builder, local)
+    assert all(r.ok for r in results), [r.message for r in results]
+
+
+def test_an_integer_depthwise_space_offers_only_the_kernel_it_runs(builder, local):
+    """The strategy lowers integer depthwise convs by rows whatever the layout knob says, so
+    the "nchwc" points of an int8 space were 24 copies of the "rows" default's program; the
+    space has "rows" only, and each of its points is exact against numpy."""
+    wl = {"n": 2, "c": 5, "h": 6, "w": 7, "r": 3, "s": 3, "pads": [1, 1, 1, 1],
+          "strides": [1, 2], "dil": [1, 1], "dtype": "int8"}  # fmt: skip
+    task = Task("x86.depthwise_conv2d", wl, "llvm")
+    default = task.space.default.values
+    as_nchwc = {**default, "layout": "nchwc", "cb": 16, "reg_n": 1}
+    assert str(task.lower(as_nchwc)) == str(task.lower(default))
+    configs = [c.values for c in task.space]
+    assert {v["layout"] for v in configs} == {"rows"} and len(configs) == 16
+    results = measure(task, configs, builder, local)
+    assert all(r.ok for r in results), [r.message for r in results]
+    assert task.build(default).rtol == task.build(default).atol == 0  # exact
+
+
 def test_grouped_conv_configs_compute_what_numpy_does(builder, local):
     """A grouped conv2d workload (`groups`): blocks of one group's channels, checked against
     the grouped numpy oracle; the tasks a grouped model yields carry it."""
@@ -211,6 +250,7 @@ def test_grouped_conv_configs_compute_what_numpy_does(builder, local):
     results = measure(task, configs, builder, local)
     assert configs and all(r.ok for r in results), [r.message for r in results]
     assert all(v["ic_bn"] <= 8 and v["oc_bn"] <= 8 for v in configs)  # divisors of 8 per group
+    assert task.describe() == "x86.conv2d_nchwc 24x7x7 k24 3x3 s1 g3"  # vs the ungrouped one
 
 
 @pytest.mark.parametrize("layout, blocks", [("NCHWc", [8, 16]), ("NCHW-NCHWc", [3, 16])])

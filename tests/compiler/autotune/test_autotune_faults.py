@@ -327,6 +327,8 @@ _BAD_WORKLOADS = [
     ("x86.depthwise_conv2d", {"pads": [1, 1]}, "field 'pads' must be a list of 4 ints"),
     ("x86.depthwise_conv2d", {"strides": "ab"}, "field 'strides' must be a list of 2 ints"),
     ("x86.depthwise_conv2d", {"dil": [-1, -1]}, "field 'dil' must be a list of 2 ints"),
+    ("x86.depthwise_conv2d", {"c": 1}, "field 'c' must be at least 2 (one channel is an"),
+    ("x86.depthwise_conv2d", {"pads": [1, 1, 1, 2]}, "must end with the padding its output reads"),
     ("vta.conv2d", {"ic": 10**12}, "field 'ic' must be an int"),
     ("vta.conv2d", {"h": "6"}, "field 'h' must be an int"),
     ("vta.conv2d", {"pad_h": 99}, "pad_h must be in [0, 15]"),

@@ -137,6 +137,25 @@ def test_grouped_convs_that_fit_no_block_mapping_stay_float_when_compiled() -> N
     assert placement["expand"][1] == placement["project"][1] == "vta"
 
 
+def test_grouped_conv_whose_last_output_block_holds_too_few_groups_stays_on_the_cpu() -> None:
+    """3 groups of 4 -> 1 channels on tiny's 4-channel blocks: a block holds 4 groups, so its
+    input span (4 blocks) passes the 3 the input has. Partition placed it on the accelerator
+    and the weight packing raised IndexError; it stays a float Conv, equal to the float graph."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder("short_groups")
+    x = b.add_input("x", (1, 12, 5, 5), "float32")
+    w = b.add_constant("w", rng.standard_normal((3, 4, 3, 3)).astype(np.float32) / 4)
+    (y,) = b.add_node("Conv", [x, w], {"pads": (1, 1, 1, 1), "group": 3}, name="grouped")
+    graph = b.build([b.add_node("Relu", [y])[0]])
+    feed = {"x": rng.standard_normal((8, 12, 5, 5)).astype(np.float32)}
+    module = compile_graph_vta(graph, "vta -config=tiny", feed, progress=False)
+    placement = {row[0]: (row[1], row[2]) for row in module.stats["placement"]}
+    assert placement["grouped"] == ("Conv", "cpu")
+    one = {"x": feed["x"][:1]}
+    (want,) = run_graph(optimize(graph), one).values()
+    np.testing.assert_allclose(module.run(one)[module.outputs[0]], want, rtol=1e-5, atol=1e-5)
+
+
 def test_qconv2d_with_groups_that_do_not_divide_is_refused_with_the_shapes() -> None:
     from tensorforge.compiler.graph.ops.qnn import requant_attrs
     from tensorforge.compiler.quantize.requant import requant_params

@@ -173,3 +173,23 @@ def test_a_tile_of_part_of_a_wide_group_loads_only_that_groups_input_blocks(vthr
         out, _ = kern.run(x, "sim")
         ref = kern.reference(x)
         assert np.unique(ref).size > 2 and np.array_equal(out, ref)
+
+
+def test_groups_that_leave_the_last_output_block_short_are_refused_or_exact() -> None:
+    """Whole groups per output block: a block's input span is that of a full block's groups, so
+    where the last block holds fewer groups it read input blocks past the input (an IndexError
+    in the weight packing, for every tuning config): refused like any groups that fit no
+    block. A short last block whose span stays in the input is exact."""
+    with pytest.raises(ValueError, match="must fill the last output block of 4: its input span"):
+        group_blocks(HWConfig.preset("tiny"), 12, 3, 3)  # 3 groups, a block holds 4
+    with pytest.raises(ValueError, match="end at block 24, past the 12 of the 192 input"):
+        conv2d(HWConfig.preset("pynq"), (1, 192, 4, 4), np.zeros((8, 48, 3, 3), np.int8),
+               groups=4)  # fmt: skip
+    cfg = HWConfig.preset("pynq")
+    assert group_blocks(cfg, 56, 14, 7) == (1, 4)  # 7 groups of 8 -> 2: 4 input blocks, all real
+    x, w, b = _operands(9, 56, 14, 7, 3)
+    kern = conv2d(cfg, x.shape, w, b, padding=1, shift=9, groups=7, vthreads=2)
+    out, _ = kern.run(x, "sim")
+    ref = kern.reference(x)
+    assert np.unique(ref).size > 2
+    assert np.array_equal(out, ref)
