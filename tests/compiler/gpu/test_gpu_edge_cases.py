@@ -70,3 +70,22 @@ def test_folded_grids_compile_with_nvrtc() -> None:
     module = tensorforge.compile(_many_blocks_models()["depthwise"], target="cuda -arch=sm_80")
     payload = json.loads(module.kernels[0].payload)
     assert "block_fold" in payload["source"] and ".target sm_80" in payload["ptx"]
+
+
+@pytest.mark.parametrize("target", ["opencl", "llvm"])
+@pytest.mark.parametrize("n", [10, 100])  # 100: the row template (`gpu.row_reduce`)
+def test_max_and_min_of_infinite_rows_are_infinite(n: int, target: str) -> None:
+    """A max-reduction's identity is -inf, not the lowest finite float (TVM's): a row of -inf
+    (a fully masked attention row) has max -inf (a max pool's padding stays the lowest finite
+    value: onnxruntime's)."""
+    x = np.full((3, n), -np.inf, np.float32)
+    x[1] = RNG.standard_normal(n)
+    nodes = [helper.make_node("ReduceMax", ["x"], ["hi"], axes=[1], keepdims=0),
+             helper.make_node("Neg", ["x"], ["nx"]),
+             helper.make_node("ReduceMin", ["nx"], ["lo"], axes=[1], keepdims=0),
+             helper.make_node("Unsqueeze", ["x", "ax"], ["x4"]),
+             helper.make_node("MaxPool", ["x4"], ["pool"], kernel_shape=[1, 3],
+                              pads=[0, 1, 0, 1])]  # fmt: skip
+    outs = [("hi", F32, [3]), ("lo", F32, [3]), ("pool", F32, [1, 1, 3, n])]
+    model = _model(nodes, [("x", F32, [3, n])], outs, [("ax", np.array([0, 1], np.int64))])
+    _check(model, {"x": x}, target)
