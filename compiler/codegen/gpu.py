@@ -53,6 +53,8 @@ from ..tir.stmt import (
 from .gpu_source import DIALECTS, program_source
 
 AXES = "xyz"
+MAX_ELEMENTS = 2**31 - 1
+"""The most elements of one buffer: kernels index with `int` (their loop variables' int32)."""
 
 
 class GPULimitError(LoweringError):
@@ -219,6 +221,12 @@ def fold_grid(kernel: DeviceKernel, limits: Limits) -> DeviceKernel:
 def check_limits(program: GPUProgram, limits: Limits, device: str = "the target") -> None:
     """Raise `GPULimitError` for a kernel that exceeds `limits`, naming it and the limit."""
     for k in program.kernels:
+        for buf in k.params:
+            if buf.size > MAX_ELEMENTS:
+                raise GPULimitError(
+                    f"kernel {k.name!r}: buffer {buf.name!r} has {buf.size} elements, more than "
+                    f"the {MAX_ELEMENTS} that a kernel's 32-bit indices address"
+                )
         if k.threads > limits.max_threads:
             raise GPULimitError(
                 f"kernel {k.name!r} needs {k.threads} threads per block {list(k.block)}, more than "
@@ -257,6 +265,7 @@ def gpu_payload(program: GPUProgram, target: Target) -> dict[str, Any]:
     source = program_source(list(program.kernels), DIALECTS[target.kind])
     index = {id(b): i for i, b in enumerate(program.buffers)}
     payload: dict[str, Any] = {
+        "offset_bits": 64,  # OpenCL's buffer offsets are `long`s
         "dialect": target.kind,
         "target": str(target),
         "source": source,

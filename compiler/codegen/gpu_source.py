@@ -89,7 +89,7 @@ class Dialect:
     types: dict[str, str]
     math_suffix: str  # float32 math function suffix ("f" for CUDA's expf)
     index: dict[str, str]  # "blockIdx.x" -> expression
-    offset_params: bool  # buffers passed as (base pointer, element offset)
+    offset_params: bool  # buffers passed as (base pointer, element offset: a 64-bit long)
     prelude: str = ""
     fp16_prelude: str = ""
 
@@ -650,7 +650,7 @@ def _print_kernel(kernel: DeviceKernel, dialect: Dialect) -> tuple[str, dict[str
         if buf.dtype == "float16":
             p.uses_fp16 = dialect is CUDA
         if dialect.offset_params:
-            params += [f"{dialect.global_ptr}{ty}* {name}_b", f"const int {name}_o"]
+            params += [f"{dialect.global_ptr}{ty}* {name}_b", f"const long {name}_o"]
             setup.append(f"{dialect.global_ptr}{ty}* {name} = {name}_b + {name}_o;")
         else:
             params.append(f"{ty}* {name}")

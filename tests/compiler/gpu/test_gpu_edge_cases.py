@@ -89,3 +89,47 @@ def test_max_and_min_of_infinite_rows_are_infinite(n: int, target: str) -> None:
     outs = [("hi", F32, [3]), ("lo", F32, [3]), ("pool", F32, [1, 1, 3, n])]
     model = _model(nodes, [("x", F32, [3, n])], outs, [("ax", np.array([0, 1], np.int64))])
     _check(model, {"x": x}, target)
+
+
+def test_buffers_past_32bit_indices_are_refused_by_name() -> None:
+    """Kernels index with `int`: a tensor of 2**31 elements or more would wrap (and write out of
+    bounds on a GPU) instead of running; compiling it names the kernel and the buffer."""
+    from tensorforge.compiler.codegen.gpu import GPULimitError
+
+    shape = [65536, 32769]
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, shape)],
+                   [("y", F32, shape)])  # fmt: skip
+    for target in ("opencl", "cuda"):
+        with pytest.raises(GPULimitError, match=r"relu.*buffer '\w+' has 2147549184 elements"):
+            tensorforge.compile(model, target=target)
+
+
+def _doubling(n: int):
+    from tensorforge.compiler import te
+    from tensorforge.compiler.codegen.gpu import gpu_payload, split_kernels
+    from tensorforge.compiler.target import Target
+    from tensorforge.compiler.tir import lower
+
+    a = te.placeholder((n,), name="a")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="b")
+    s = te.create_schedule(b.op)
+    bx, tx = s[b].split(b.op.axis[0], factor=32)
+    s[b].bind(bx, te.thread_axis("blockIdx.x"))
+    s[b].bind(tx, te.thread_axis("threadIdx.x"))
+    return gpu_payload(split_kernels(lower(s, [a, b], name="dbl")), Target.parse("opencl"))
+
+
+def test_opencl_arena_offsets_are_64bit_and_old_payloads_still_run() -> None:
+    """An arena may hold more than 2**31 elements on a large GPU: OpenCL kernels take `long`
+    offsets (`offset_bits` 64); a payload saved before (no `offset_bits`, `int` offsets) runs."""
+    from tensorforge.runtime.device.gpu import GPUFunction
+
+    payload = _doubling(100)
+    assert payload["offset_bits"] == 64 and "const long" in payload["source"]
+    old = {k: v for k, v in payload.items() if k != "offset_bits"}
+    old["source"] = payload["source"].replace("const long", "const int")
+    a = RNG.standard_normal(100).astype(np.float32)
+    for p in (payload, old):
+        out = np.zeros(100, np.float32)
+        GPUFunction(p)(a, out)
+        np.testing.assert_array_equal(out, a * 2)
