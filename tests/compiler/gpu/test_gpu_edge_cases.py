@@ -133,3 +133,49 @@ def test_opencl_arena_offsets_are_64bit_and_old_payloads_still_run() -> None:
         out = np.zeros(100, np.float32)
         GPUFunction(p)(a, out)
         np.testing.assert_array_equal(out, a * 2)
+
+
+def _wide_conv(xs, ws, ys, dtype=F32, **attrs):
+    np_dtype = np.float64 if dtype == TensorProto.DOUBLE else np.float32
+    w = RNG.standard_normal(ws).astype(np_dtype)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+    return _model([node], [("x", dtype, xs)], [("y", dtype, ys)], [("w", w)])
+
+
+WIDE_CONVS = {  # dilated kernels whose input windows outgrow a tile's shared memory
+    "depthwise_f64": ([1, 4, 100, 100], [4, 1, 7, 7], [1, 4, 26, 26],
+                      {"group": 4, "strides": [2, 2], "dilations": [8, 8]}, TensorProto.DOUBLE),
+    "depthwise_one_output_too_wide": ([1, 4, 140, 140], [4, 1, 9, 9], [1, 4, 4, 4],
+                                      {"group": 4, "strides": [3, 3], "dilations": [16, 16]}, F32),
+    "direct_one_row_too_wide": ([1, 2, 140, 140], [3, 2, 9, 9], [1, 3, 12, 12],
+                                {"dilations": [16, 16]}, F32),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WIDE_CONVS)
+def test_conv_tiles_shrink_or_fall_back_to_gemm_to_fit_shared_memory(name: str) -> None:
+    """A default tile stages at most 16 KiB (doubles count 8 bytes); a window that exceeds the
+    target even for one output row uses the implicit GEMM, whose tiles do not grow with it.
+    (These were `GPULimitError`s for the default config.)"""
+    xs, ws, ys, attrs, dtype = WIDE_CONVS[name]
+    model = _wide_conv(xs, ws, ys, dtype, **attrs)
+    x = RNG.standard_normal(xs).astype(np.float64 if dtype == TensorProto.DOUBLE else np.float32)
+    (want,) = tensorforge.compile(model, target="llvm").run({"x": x}).values()
+    (got,) = tensorforge.compile(model, target="opencl").run({"x": x}).values()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    tensorforge.compile(model, target="cuda")  # within 48 KiB too (NVRTC where installed)
+
+
+def test_a_tuned_conv_tile_over_this_targets_shared_memory_falls_back_to_the_default() -> None:
+    from tensorforge.compiler.autotune.dispatch import ApplyBest, TaskRecorder
+
+    model = _wide_conv([1, 8, 60, 60], [4, 8, 7, 7], [1, 4, 42, 42], dilations=[3, 3])
+    with TaskRecorder() as rec:
+        tensorforge.compile(model, target="opencl -max_shared=65536")
+    (key,) = rec.workloads  # the same workload on every shared-memory limit
+    big = {"tk": 1, "ty": 8, "tx": 32, "vthread": 2, "c_tile": 8}  # 44 KiB, tuned on 64 KiB
+    with ApplyBest({key: big}):
+        module = tensorforge.compile(model, target="opencl")
+    x = RNG.standard_normal([1, 8, 60, 60]).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
