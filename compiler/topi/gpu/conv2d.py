@@ -164,8 +164,8 @@ def direct_default(
     the tile's shared memory exceeds `DIRECT_SHARED_BUDGET`."""
     oc, c = int(w_shape[0]) // geo.groups, int(w_shape[1])
     out = geo.out
-    tx = 16 if out[-1] > 8 else 8
-    ty = min(4, out[-2])
+    tx = min(16 if out[-1] > 8 else 8, max_threads)
+    ty = max(1, min(4, out[-2], max_threads // tx))
     tk = 1
     while tk < 8 and 2 * tk <= oc and 2 * tk * ty * tx <= max_threads:
         tk *= 2
@@ -323,7 +323,7 @@ def depthwise_default(
     """A tile no larger than the output, 16 columns (8 for narrow outputs) by up to 16 rows;
     fewer rows, then columns, while its input window exceeds `DIRECT_SHARED_BUDGET` (a large
     dilated kernel's window spans far more inputs than the tile has outputs)."""
-    tx = 16 if out[1] > 8 else 8
+    tx = min(16 if out[1] > 8 else 8, max_threads)
     ty = 1
     while ty < 16 and ty < out[0] and 2 * ty * tx <= max_threads:
         ty *= 2

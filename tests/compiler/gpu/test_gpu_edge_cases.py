@@ -179,3 +179,33 @@ def test_a_tuned_conv_tile_over_this_targets_shared_memory_falls_back_to_the_def
     x = RNG.standard_normal([1, 8, 60, 60]).astype(np.float32)
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
     np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def _template_models():
+    """One model per GPU template (direct, 3-D direct, implicit GEMM and depthwise convs,
+    dense, batched MatMul, row reduction), at sizes whose tiles do not divide."""
+    w = {n: RNG.standard_normal(s).astype(np.float32) for n, s in
+         {"w2": [6, 5, 3, 3], "w3": [4, 2, 3, 3, 3], "w1": [7, 5, 1, 1], "wd": [5, 1, 3, 3],
+          "wm": [13, 70]}.items()}  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w2"], ["direct"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["v", "w3"], ["direct3d"], pads=[1] * 6),
+             helper.make_node("Conv", ["x", "w1"], ["gemm"]),
+             helper.make_node("Conv", ["x", "wd"], ["depthwise"], group=5, pads=[1, 1, 1, 1]),
+             helper.make_node("Gemm", ["m", "wm"], ["dense"], transB=1),
+             helper.make_node("MatMul", ["a", "b"], ["bmm"]),
+             helper.make_node("Softmax", ["m"], ["softmax"], axis=-1)]  # fmt: skip
+    inputs = [("x", F32, [2, 5, 17, 19]), ("v", F32, [1, 2, 5, 9, 9]), ("m", F32, [33, 70]),
+              ("a", F32, [2, 17, 9]), ("b", F32, [2, 9, 21])]  # fmt: skip
+    outputs = [("direct", F32, [2, 6, 17, 19]), ("direct3d", F32, [1, 4, 5, 9, 9]),
+               ("gemm", F32, [2, 7, 17, 19]), ("depthwise", F32, [2, 5, 17, 19]),
+               ("dense", F32, [33, 13]), ("bmm", F32, [2, 17, 21]),
+               ("softmax", F32, [33, 70])]  # fmt: skip
+    return _model(nodes, inputs, outputs, list(w.items()))
+
+
+@pytest.mark.parametrize("threads", [1, 32])
+def test_default_tiles_fit_a_small_thread_limit(threads: int) -> None:
+    """Every template's default block fits `-max_threads` (the direct, depthwise and dense
+    defaults had 64, 16 and 16 threads whatever the limit: a `GPULimitError`)."""
+    model = _template_models()
+    _check(model, _feeds(model), f"opencl -max_threads={threads}", rtol=1e-4, atol=1e-4)
