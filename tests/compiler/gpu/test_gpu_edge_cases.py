@@ -210,3 +210,14 @@ def test_default_tiles_fit_a_small_thread_limit(threads: int) -> None:
     defaults had 64, 16 and 16 threads whatever the limit: a `GPULimitError`)."""
     model = _template_models()
     _check(model, _feeds(model), f"opencl -max_threads={threads}", rtol=1e-4, atol=1e-4)
+
+
+def test_a_payload_with_another_offset_width_is_refused() -> None:
+    from tensorforge.runtime.device.gpu import GPUError, parse_payload
+
+    payload = _doubling(100)
+    parse_payload(json.dumps(payload).encode(), "dbl")
+    for bits in (16, "64", True):
+        data = json.dumps({**payload, "offset_bits": bits}).encode()
+        with pytest.raises(GPUError, match="offset_bits must be 32 or 64"):
+            parse_payload(data, "dbl")
