@@ -221,3 +221,36 @@ def test_a_payload_with_another_offset_width_is_refused() -> None:
         data = json.dumps({**payload, "offset_bits": bits}).encode()
         with pytest.raises(GPUError, match="offset_bits must be 32 or 64"):
             parse_payload(data, "dbl")
+
+
+def _deep_models():
+    """Expressions as deep as their operands (a Concat or Sum of 300, a chain of 400 element-
+    wise ops): past Python's recursion (a RecursionError compiling, on every target) and past
+    the 256 bracket levels of clang and NVRTC (an OpenCL build failure at load)."""
+    k = 300
+    widths = [1 + i % 3 for i in range(k)]
+    concat = _model([helper.make_node("Concat", [f"x{i}" for i in range(k)], ["c"], axis=1),
+                     helper.make_node("Relu", ["c"], ["y"])],
+                    [(f"x{i}", F32, [2, w]) for i, w in enumerate(widths)],
+                    [("y", F32, [2, sum(widths)])])  # fmt: skip
+    variadic = _model([helper.make_node(op, [f"x{i}" for i in range(k)], [op]) for op in
+                       ("Sum", "Max", "Mean")], [(f"x{i}", F32, [3, 5]) for i in range(k)],
+                      [(op, F32, [3, 5]) for op in ("Sum", "Max", "Mean")])  # fmt: skip
+    chain = [helper.make_node("Add" if i % 2 else "Mul", [f"t{i}", "c"], [f"t{i + 1}"])
+             for i in range(400)]  # fmt: skip
+    chain = _model(chain, [("t0", F32, [3, 5]), ("c", F32, [5])], [("t400", F32, [3, 5])])
+    return {"concat": concat, "variadic": variadic, "chain": chain}
+
+
+@pytest.mark.parametrize(("name", "target"), [
+    ("concat", "opencl"), ("variadic", "opencl"), ("chain", "opencl"),
+    ("variadic", "llvm"), ("chain", "llvm"),  # (the CPU's 300-way Concat takes a minute)
+])  # fmt: skip
+def test_wide_and_deep_expressions_compile_and_match(name: str, target: str) -> None:
+    model = _deep_models()[name]
+    feeds = _feeds(model)
+    if name == "chain":
+        feeds["c"] = (RNG.random(5) * 0.02 + 0.99).astype(np.float32)  # bounded over 400 steps
+    _check(model, feeds, target, rtol=1e-4, atol=1e-4)
+    if target == "opencl":
+        tensorforge.compile(model, target="cuda")  # NVRTC where installed
