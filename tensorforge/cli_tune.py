@@ -97,6 +97,10 @@ def run(args: argparse.Namespace, load_arrays: Any, load_shapes: Any) -> int:
         )
     if target.kind == "vta" and runner_name == "local":
         raise ValueError("--runner local times CPU code; accelerator tasks need cyclesim or rtl")
+    if target.kind in ("opencl", "cuda") and runner_name == "local":
+        from .runtime.device.gpu import open_device
+
+        open_device(target.kind)  # none here: a GPUError naming what is missing, before any trial
     try:
         with _measurers(runner_name, args, target.kind) as (builder, runner):
             summaries = tune_tasks(tasks, args.trials, builder, runner, log=args.log,

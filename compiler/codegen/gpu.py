@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ from ..tir.stmt import (
 from .gpu_source import DIALECTS, program_source
 
 AXES = "xyz"
+MAX_ELEMENTS = 2**31 - 1
+"""The most elements of one buffer: kernels index with `int` (their loop variables' int32)."""
 
 
 class GPULimitError(LoweringError):
@@ -86,6 +89,9 @@ class DeviceKernel:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
+    fold: tuple[int, int, int] | None = None
+    """When the launch folds block indices into x (`fold_grid`): the body's grid extents along
+    x, y and z (x exact; y and z rounded up to whole launches, the excess blocks guarded)."""
 
     @property
     def threads(self) -> int:
@@ -93,7 +99,9 @@ class DeviceKernel:
 
     @property
     def launch_extents(self) -> dict[str, int]:
-        extents = {f"blockIdx.{a}": n for a, n in zip(AXES, self.grid, strict=True)}
+        """The extent of each block and thread index as the body sees it."""
+        grid = self.grid if self.fold is None else self.fold
+        extents = {f"blockIdx.{a}": n for a, n in zip(AXES, grid, strict=True)}
         extents.update({f"threadIdx.{a}": n for a, n in zip(AXES, self.block, strict=True)})
         return extents
 
@@ -192,9 +200,33 @@ def _np_dtype(dtype: str) -> str:
     return "uint8" if dtype == "bool" else dtype
 
 
+def fold_grid(kernel: DeviceKernel, limits: Limits) -> DeviceKernel:
+    """`kernel` launched with its y and z block counts past `limits.max_grid` folded into x.
+
+    The body keeps its block indices: with `fy` (`fz`) launches of `gy / fy` blocks along y
+    (z), block `(x, y, z)` of the launch is `(x % gx, y + gy' * (x / gx % fy), z + gz' * (x / gx
+    / fy))` of the body (`gpu_source` prints the arithmetic); the blocks past the body's extent
+    are idle (the printer's guards, uniform per block, so barriers stay legal). A batched
+    MatMul of 70000 matrices, or a depthwise convolution of 64 images x 1152 channels, binds
+    more blocks to z than CUDA's 65535.
+    """
+    gx, gy, gz = kernel.grid
+    fy, fz = (-(-g // top) for g, top in zip((gy, gz), limits.max_grid[1:], strict=True))
+    if fy == 1 and fz == 1:
+        return kernel
+    py, pz = -(-gy // fy), -(-gz // fz)
+    return dataclasses.replace(kernel, grid=(gx * fy * fz, py, pz), fold=(gx, py * fy, pz * fz))
+
+
 def check_limits(program: GPUProgram, limits: Limits, device: str = "the target") -> None:
     """Raise `GPULimitError` for a kernel that exceeds `limits`, naming it and the limit."""
     for k in program.kernels:
+        for buf in k.params:
+            if buf.size > MAX_ELEMENTS:
+                raise GPULimitError(
+                    f"kernel {k.name!r}: buffer {buf.name!r} has {buf.size} elements, more than "
+                    f"the {MAX_ELEMENTS} that a kernel's 32-bit indices address"
+                )
         if k.threads > limits.max_threads:
             raise GPULimitError(
                 f"kernel {k.name!r} needs {k.threads} threads per block {list(k.block)}, more than "
@@ -226,10 +258,14 @@ def gpu_payload(program: GPUProgram, target: Target) -> dict[str, Any]:
     """
     if target.kind not in DIALECTS:
         raise ValueError(f"GPU target must be cuda or opencl, not {target.kind!r}")
-    check_limits(program, Limits.of(target), f"target {target}")
+    limits = Limits.of(target)
+    kernels = tuple(fold_grid(k, limits) for k in program.kernels)
+    program = dataclasses.replace(program, kernels=kernels)
+    check_limits(program, limits, f"target {target}")
     source = program_source(list(program.kernels), DIALECTS[target.kind])
     index = {id(b): i for i, b in enumerate(program.buffers)}
     payload: dict[str, Any] = {
+        "offset_bits": 64,  # OpenCL's buffer offsets are `long`s
         "dialect": target.kind,
         "target": str(target),
         "source": source,

@@ -89,7 +89,7 @@ class Dialect:
     types: dict[str, str]
     math_suffix: str  # float32 math function suffix ("f" for CUDA's expf)
     index: dict[str, str]  # "blockIdx.x" -> expression
-    offset_params: bool  # buffers passed as (base pointer, element offset)
+    offset_params: bool  # buffers passed as (base pointer, element offset: a 64-bit long)
     prelude: str = ""
     fp16_prelude: str = ""
 
@@ -213,12 +213,16 @@ class _Names:
         found = self.by_id.get(id(node))
         if found is not None:
             return found
+        self.by_id[id(node)] = unique = self.fresh(name)
+        return unique
+
+    def fresh(self, name: str) -> str:
+        """A name no other variable has (for the printer's own variables)."""
         base = c_name(name)
         unique, n = base, 1
         while unique in self.taken:
             unique, n = f"{base}_{n}", n + 1
         self.taken.add(unique)
-        self.by_id[id(node)] = unique
         return unique
 
 
@@ -232,6 +236,7 @@ class KernelPrinter:
         self.uses_fp16 = False
         self.lines: list[str] = []
         self.launch: dict[str, int] = {}
+        self.index = dict(dialect.index)  # thread tag -> its C expression in this kernel
 
     # ---- types -------------------------------------------------------------------------------
 
@@ -553,12 +558,12 @@ class KernelPrinter:
         extent = self.expr(s.extent)
         lo = self.expr(s.min)
         if s.kind is ForKind.THREAD_BINDING:
-            if s.thread_tag not in self.d.index:
+            if s.thread_tag not in self.index:
                 raise LoweringError(
                     f"{self.d.name} codegen: loop {s.var.name!r} is bound to {s.thread_tag!r}, "
                     "which GPU kernels do not have (virtual threads are injected before)"
                 )
-            index = self.d.index[s.thread_tag]
+            index = self.index[s.thread_tag]
             start = index if const_int(s.min) == 0 else f"({lo} + {index})"
             n = const_int(s.extent)
             guard = n is None or n < self.launch.get(s.thread_tag, 0)
@@ -645,12 +650,14 @@ def _print_kernel(kernel: DeviceKernel, dialect: Dialect) -> tuple[str, dict[str
         if buf.dtype == "float16":
             p.uses_fp16 = dialect is CUDA
         if dialect.offset_params:
-            params += [f"{dialect.global_ptr}{ty}* {name}_b", f"const int {name}_o"]
+            params += [f"{dialect.global_ptr}{ty}* {name}_b", f"const long {name}_o"]
             setup.append(f"{dialect.global_ptr}{ty}* {name} = {name}_b + {name}_o;")
         else:
             params.append(f"{ty}* {name}")
     for s in setup:
         p.emit(s, 1)
+    if kernel.fold is not None:
+        _unfold_blocks(p, kernel.fold, kernel.grid)
     # shared arrays at kernel scope (OpenCL requires it of __local), once per buffer (a copied
     # nest allocates the same buffer again); aligned for vector and tensor-core accesses
     shared = {
@@ -665,6 +672,20 @@ def _print_kernel(kernel: DeviceKernel, dialect: Dialect) -> tuple[str, dict[str
     p.stmt(kernel.body, 1)
     head = f"{dialect.kernel_prefix} void {c_name(kernel.name)}({', '.join(params)}) {{"
     return "\n".join([head, *p.lines, "}"]) + "\n", p.helpers, p.uses_fp16
+
+
+def _unfold_blocks(p: KernelPrinter, fold: tuple[int, int, int], grid: tuple[int, ...]) -> None:
+    """The body's block indices of a launch whose y and z blocks are folded into x
+    (`codegen.gpu.fold_grid`), as `const int`s that the thread loops then read."""
+    bx, by, bz = (p.d.index[f"blockIdx.{a}"] for a in _INDEX_AXES)
+    gx, fy = fold[0], fold[1] // grid[1]
+    names = [p.names.fresh(f"block_{a}") for a in _INDEX_AXES]
+    rest = p.names.fresh("block_fold")
+    p.emit(f"const int {rest} = {bx} / {gx};", 1)
+    p.emit(f"const int {names[0]} = {bx} % {gx};", 1)
+    p.emit(f"const int {names[1]} = {by} + {grid[1]} * ({rest} % {fy});", 1)
+    p.emit(f"const int {names[2]} = {bz} + {grid[2]} * ({rest} / {fy});", 1)
+    p.index.update({f"blockIdx.{a}": n for a, n in zip(_INDEX_AXES, names, strict=True)})
 
 
 def program_source(kernels: list[DeviceKernel], dialect: Dialect) -> str:

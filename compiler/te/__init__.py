@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from .dtype import DTYPES
+from .dtype import highest as _highest
+from .dtype import lowest as _lowest
 from .dtype import max_value as _max_value
 from .dtype import min_value as _min_value
 from .expr import (
@@ -108,6 +110,16 @@ def min_value(dtype: str) -> Expr:
     return const(_min_value(dtype), dtype)
 
 
+def lowest(dtype: str) -> Expr:
+    """The identity of a max-reduction as a constant: -inf for floats, else `min_value`."""
+    return const(_lowest(dtype), dtype)
+
+
+def highest(dtype: str) -> Expr:
+    """The identity of a min-reduction as a constant: +inf for floats, else `max_value`."""
+    return const(_highest(dtype), dtype)
+
+
 def create_schedule(ops: Any) -> Any:
     """A schedule for the given output operation(s) or tensor(s); see `schedule.Schedule`."""
     from ..schedule import create_schedule as _create  # schedule builds on te: import late
@@ -168,9 +180,11 @@ __all__ = [
     "floor",
     "fmod",
     "if_then_else",
+    "highest",
     "log",
     "log1p",
     "log2",
+    "lowest",
     "max",
     "max_value",
     "min",

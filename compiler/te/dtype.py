@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # The dtypes every layer understands, by name. Vectors are loop kinds, never dtypes.
@@ -74,6 +76,17 @@ def min_value(dtype: str) -> int | float | bool:
         return False
     info = np.iinfo(dtype) if is_int(dtype) else np.finfo(dtype)
     return int(info.min) if is_int(dtype) else float(info.min)
+
+
+def lowest(dtype: str) -> int | float | bool:
+    """The identity of a max-reduction: -inf for a float dtype (a row of -inf has max -inf,
+    not the lowest finite value that TVM's identity gives), `min_value` otherwise."""
+    return -math.inf if is_float(dtype) else min_value(dtype)
+
+
+def highest(dtype: str) -> int | float | bool:
+    """The identity of a min-reduction: +inf for a float dtype, `max_value` otherwise."""
+    return math.inf if is_float(dtype) else max_value(dtype)
 
 
 def wrap_int(value: int, dtype: str) -> int:

@@ -116,6 +116,6 @@ def comm_reducer(
 
 
 sum = comm_reducer(lambda x, y: x + y, lambda t: const(0, t), name="sum")  # noqa: A001
-max = comm_reducer(max_expr, lambda t: const(dt.min_value(t), t), name="max")  # noqa: A001
-min = comm_reducer(min_expr, lambda t: const(dt.max_value(t), t), name="min")  # noqa: A001
+max = comm_reducer(max_expr, lambda t: const(dt.lowest(t), t), name="max")  # noqa: A001
+min = comm_reducer(min_expr, lambda t: const(dt.highest(t), t), name="min")  # noqa: A001
 prod = comm_reducer(lambda x, y: x * y, lambda t: const(1, t), name="prod")

@@ -7,7 +7,10 @@ Rules (phase 0 then phase 1, nodes in topological order):
   the post-dominator is injective, a reduction, or a group anchored by an out-fusable op;
 - an injective op (phase 1) fuses with its post-dominator when every group on the way, the
   post-dominator's included, is at most injective (so not into a reduction's group);
-- reductions and opaque ops start groups but never fuse into later ones.
+- reductions and opaque ops start groups but never fuse into later ones;
+- a group holds at most `MAX_FUSE_NODES` nodes (TVM's max_fuse_depth): a kernel's expression
+  nests about one level per fused op, and a chain of 400 element-wise ops nested past the
+  recursion of the expression visitors and the 256 bracket levels of clang and NVRTC.
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ class FusedGroup:
     pattern: Pattern
 
 
+MAX_FUSE_NODES = 64
+
+
 class _Group:
-    __slots__ = ("parent", "pattern")
+    __slots__ = ("parent", "pattern", "size")
 
     def __init__(self, pattern: Pattern) -> None:
         self.parent: _Group | None = None
         self.pattern = pattern
+        self.size = 1  # nodes in the group (kept at its root)
 
     def root(self) -> _Group:
         group = self
@@ -118,6 +125,22 @@ class _Partitioner:
 
         return all(visit(c) for c, _ in self.edges[src])
 
+    def _fits(self, src: int, sink: int) -> bool:
+        """Whether the group `_commit(src, sink)` would make has at most `MAX_FUSE_NODES`."""
+        roots = {id(self.groups[sink].root()): self.groups[sink].root()}
+        visited: set[int] = set()
+
+        def visit(i: int) -> None:
+            if i == sink or i in visited:
+                return
+            visited.add(i)
+            roots.setdefault(id(self.groups[i].root()), self.groups[i].root())
+            for c, _ in self.edges[i]:
+                visit(c)
+
+        visit(src)
+        return sum(g.size for g in roots.values()) <= MAX_FUSE_NODES
+
     def _commit(self, src: int, sink: int) -> None:
         target, visited = self.groups[sink], set()
 
@@ -137,6 +160,7 @@ class _Partitioner:
         if child is not parent:
             child.parent = parent
             parent.pattern = max(child.pattern, parent.pattern)
+            parent.size += child.size
 
     def run(self) -> None:
         for phase in (0, 1):
@@ -151,14 +175,18 @@ class _Partitioner:
             return
         if group.pattern == Pattern.OUT_ELEMWISE_FUSABLE:
             if phase == 0 and dom.pattern == Pattern.ELEMWISE:
-                if self._check_path(i, dom.parent, lambda k, sink: k <= Pattern.BROADCAST):
+                if self._check_path(
+                    i, dom.parent, lambda k, sink: k <= Pattern.BROADCAST
+                ) and self._fits(i, dom.parent):
                     self._commit(i, dom.parent)
         elif group.pattern <= Pattern.BROADCAST:
             if dom.pattern <= Pattern.INJECTIVE or dom.pattern == Pattern.COMM_REDUCE:
-                if self._check_path(i, dom.parent, _broadcast_path):
+                if self._check_path(i, dom.parent, _broadcast_path) and self._fits(i, dom.parent):
                     self._commit(i, dom.parent)
         elif group.pattern == Pattern.INJECTIVE and phase == 1:
-            if self._check_path(i, dom.parent, lambda k, sink: k <= Pattern.INJECTIVE):
+            if self._check_path(
+                i, dom.parent, lambda k, sink: k <= Pattern.INJECTIVE
+            ) and self._fits(i, dom.parent):
                 self._commit(i, dom.parent)
 
     def result(self) -> tuple[FusedGroup, ...]:

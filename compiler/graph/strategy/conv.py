@@ -175,12 +175,18 @@ def _gpu_conv(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         v = v + bias((i[1],)) if bias is not None else v
         return tail.epilogue(v, i)
 
+    limits = Limits.of(Target.parse(ctx.target))
+    limit, dtype = limits.max_threads, x.dtype
     template = gpu_conv.template_for(w_shape, geo.groups, geo.out)
-    limit = Limits.of(Target.parse(ctx.target)).max_threads
-    tuned = autotune_query(template, gpu_conv.workload_of(template, x_shape, w_shape, geo,
-                                                          x.dtype, limit))  # fmt: skip
-    config = (gpu_conv.config_of(template, tuned) if tuned
-              else gpu_conv.default_of(template, w_shape, geo, limit))  # fmt: skip
+    default = gpu_conv.default_of(template, w_shape, geo, limit, dtype)
+    if not gpu_conv.fits_shared(template, w_shape, geo, default, dtype, limits.max_shared):
+        template = "gpu.conv2d_gemm"  # even its smallest window would not fit: tiles that do
+        default = gpu_conv.default_of(template, w_shape, geo, limit, dtype)
+    wl = gpu_conv.workload_of(template, x_shape, w_shape, geo, dtype, limit)
+    tuned = autotune_query(template, wl)
+    config = gpu_conv.config_of(template, tuned) if tuned else default
+    if not gpu_conv.fits_shared(template, w_shape, geo, config, dtype, limits.max_shared):
+        config = default  # tuned for a target with more shared memory (`-max_shared`)
     epi = epilogue if bias is not None or tail.nodes else None
     out, s = gpu_conv.conv2d(template, x, w, geo, config, epi)
     return s, [out]

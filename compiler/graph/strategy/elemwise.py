@@ -55,8 +55,19 @@ def _nary(fn: Callable[..., Any]) -> Rule:
     return rule
 
 
+# Past this many operands a variadic op (Sum, Max, Min, Mean) or a Concat is combined as a
+# balanced tree: a chain of 300 nests 300 deep, past the recursion of the expression visitors
+# (a RecursionError) and the 256 bracket levels of clang (OpenCL) and NVRTC; a tree nests 9.
+WIDE = 16
+
+
 def _fold(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    """`fn` over the operands: left to right (the reference's order), or pairwise when wide."""
+
     def combine(*values: Any) -> Any:
+        if len(values) > WIDE:
+            half = len(values) // 2
+            return fn(combine(*values[:half]), combine(*values[half:]))
         result = values[0]
         for v in values[1:]:
             result = fn(result, v)
@@ -262,16 +273,22 @@ def _concat(ctx: GroupContext, node: Node) -> list[Lazy]:
     axis = dict(node.attrs)["axis"] % len(shape)
     parts = [x for x in _inputs(ctx, node) if x is not None and x.shape[axis] > 0]
 
-    def fn(idx: Index) -> Any:
-        starts = np.cumsum([0] + [p.shape[axis] for p in parts])
-        value = None  # the first part, then each later part from its start on
-        for part, start in zip(parts, starts[:-1], strict=True):
-            shifted = idx[:axis] + (idx[axis] - int(start),) + idx[axis + 1 :]
-            read = part(shifted)
-            value = read if value is None else te.if_then_else(idx[axis] >= int(start), read, value)
+    starts = [int(s) for s in np.cumsum([0] + [p.shape[axis] for p in parts])]
+
+    def read(idx: Index, k: int) -> Any:
+        shifted = idx[:axis] + (idx[axis] - starts[k],) + idx[axis + 1 :]
+        return parts[k](shifted)
+
+    def pick(idx: Index, lo: int, hi: int) -> Any:  # parts lo..hi-1: halves when wide
+        if hi - lo > WIDE:
+            mid = (lo + hi) // 2
+            return te.if_then_else(idx[axis] >= starts[mid], pick(idx, mid, hi), pick(idx, lo, mid))
+        value = read(idx, lo)  # the first part, then each later part from its start on
+        for k in range(lo + 1, hi):
+            value = te.if_then_else(idx[axis] >= starts[k], read(idx, k), value)
         return value
 
-    return [Lazy(shape, dtype, fn)]
+    return [Lazy(shape, dtype, lambda idx: pick(idx, 0, len(parts)))]
 
 
 def _slices(ctx: GroupContext, node: Node, x: Lazy, index: tuple, k: int = 0) -> Lazy:

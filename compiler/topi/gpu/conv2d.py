@@ -146,27 +146,32 @@ class DirectConvConfig:
     c_tile: int = 4
 
 
-# What a default direct tile may stage in shared memory (float32): half of OpenCL's default
+# What a default direct or depthwise tile may stage in shared memory: half of OpenCL's default
 # limit, so that a large kernel (a 3-D stem's 7x7x7 window) still fits every target's default.
 DIRECT_SHARED_BUDGET = 16 * 1024
 
 
+def staged_bytes(dtype: str) -> int:
+    """Bytes per value a tile stages in shared memory (float16 is staged as float on OpenCL)."""
+    return 8 if dtype.endswith("64") else 4
+
+
 def direct_default(
-    w_shape: Sequence[int], geo: Geometry, max_threads: int = 256
+    w_shape: Sequence[int], geo: Geometry, max_threads: int = 256, dtype: str = "float32"
 ) -> DirectConvConfig:
     """16 (8 for narrow outputs) columns by 4 rows of threads, the channel threads that fit
     (and that one group's output channels fill); fewer staged input channels, then rows, while
     the tile's shared memory exceeds `DIRECT_SHARED_BUDGET`."""
     oc, c = int(w_shape[0]) // geo.groups, int(w_shape[1])
     out = geo.out
-    tx = 16 if out[-1] > 8 else 8
-    ty = min(4, out[-2])
+    tx = min(16 if out[-1] > 8 else 8, max_threads)
+    ty = max(1, min(4, out[-2], max_threads // tx))
     tk = 1
     while tk < 8 and 2 * tk <= oc and 2 * tk * ty * tx <= max_threads:
         tk *= 2
     vthread = 2 if oc >= 4 * tk else 1
     config = DirectConvConfig(tk, ty, tx, vthread, min(4, c))
-    while direct_shared_bytes(w_shape, geo, config) > DIRECT_SHARED_BUDGET:
+    while direct_shared_bytes(w_shape, geo, config, dtype) > DIRECT_SHARED_BUDGET:
         if config.c_tile > 1:
             config = replace(config, c_tile=config.c_tile // 2)
         elif config.ty > 1:
@@ -176,21 +181,25 @@ def direct_default(
     return config
 
 
-def direct_shared_bytes(w_shape: Sequence[int], geo: Geometry, config: DirectConvConfig) -> int:
-    """The float32 bytes a direct tile stages in shared memory: the input window of `c_tile`
-    channels (every tap of the leading axes, `ty` rows and `tx` columns of outputs) and the
-    weights of `tk * vthread` output channels."""
+def direct_shared_bytes(
+    w_shape: Sequence[int], geo: Geometry, config: DirectConvConfig, dtype: str = "float32"
+) -> int:
+    """The bytes a direct tile stages in shared memory: the input window of `c_tile` channels
+    (every tap of the leading axes, `ty` rows and `tx` columns of outputs) and the weights of
+    `tk * vthread` output channels."""
     kernel = [int(d) for d in w_shape[2:]]
     tiles = [1] * (len(kernel) - 2) + [config.ty, config.tx]
     spans = zip(tiles, geo.strides, kernel, geo.dil, strict=True)
     window = math.prod((t - 1) * s + (k - 1) * d + 1 for t, s, k, d in spans)
     weights = config.tk * config.vthread * math.prod(kernel)
-    return 4 * config.c_tile * (window + weights)
+    return staged_bytes(dtype) * config.c_tile * (window + weights)
 
 
-def direct_config_space(w_shape: Sequence[int], geo: Geometry, max_threads: int) -> ConfigSpace:
+def direct_config_space(
+    w_shape: Sequence[int], geo: Geometry, max_threads: int, dtype: str = "float32"
+) -> ConfigSpace:
     """The `gpu.conv2d` knobs; blocks over `max_threads` threads are rejected."""
-    d = direct_default(w_shape, geo, max_threads)
+    d = direct_default(w_shape, geo, max_threads, dtype)
     knobs = [
         Knob("tk", tuple(sorted({1, 2, 4, 8} | {d.tk}))),
         Knob("ty", tuple(sorted({1, 2, 4, 8} | {d.ty}))),
@@ -304,17 +313,50 @@ class DepthwiseConfig:
     tx: int = 16
 
 
-def depthwise_default(out: tuple[int, int], max_threads: int = 256) -> DepthwiseConfig:
-    """A tile no larger than the output, 16 columns (8 for narrow outputs) by up to 16 rows."""
-    tx = 16 if out[1] > 8 else 8
+def depthwise_default(
+    out: tuple[int, int],
+    max_threads: int = 256,
+    w_shape: Sequence[int] = (1, 1, 1, 1),
+    geo: Geometry | None = None,
+    dtype: str = "float32",
+) -> DepthwiseConfig:
+    """A tile no larger than the output, 16 columns (8 for narrow outputs) by up to 16 rows;
+    fewer rows, then columns, while its input window exceeds `DIRECT_SHARED_BUDGET` (a large
+    dilated kernel's window spans far more inputs than the tile has outputs)."""
+    tx = min(16 if out[1] > 8 else 8, max_threads)
     ty = 1
     while ty < 16 and ty < out[0] and 2 * ty * tx <= max_threads:
         ty *= 2
-    return DepthwiseConfig(ty, tx)
+    config = DepthwiseConfig(ty, tx)
+    while geo is not None and depthwise_shared_bytes(w_shape, geo, config, dtype) > (
+        DIRECT_SHARED_BUDGET
+    ):
+        if config.ty == 1 and config.tx == 1:
+            break  # one output's window: the target's limit decides (`fits_shared`)
+        half = {"ty": config.ty // 2} if config.ty > 1 else {"tx": config.tx // 2}
+        config = replace(config, **half)
+    return config
 
 
-def depthwise_config_space(out: tuple[int, int], max_threads: int) -> ConfigSpace:
-    d = depthwise_default(out, max_threads)
+def depthwise_shared_bytes(
+    w_shape: Sequence[int], geo: Geometry, config: DepthwiseConfig, dtype: str = "float32"
+) -> int:
+    """The bytes a depthwise tile stages in shared memory: its input window."""
+    tiles = (min(config.ty, geo.out[0]), min(config.tx, geo.out[1]))
+    spans = zip(tiles, geo.strides, w_shape[2:], geo.dil, strict=True)
+    return staged_bytes(dtype) * math.prod(
+        (t - 1) * s + (int(k) - 1) * d + 1 for t, s, k, d in spans
+    )
+
+
+def depthwise_config_space(
+    out: tuple[int, int],
+    max_threads: int,
+    w_shape: Sequence[int] = (1, 1, 1, 1),
+    geo: Geometry | None = None,
+    dtype: str = "float32",
+) -> ConfigSpace:
+    d = depthwise_default(out, max_threads, w_shape, geo, dtype)
     knobs = [Knob("ty", tuple(sorted({1, 2, 4, 8, 16} | {d.ty}))),
              Knob("tx", tuple(sorted({8, 16, 32} | {d.tx})))]  # fmt: skip
 
@@ -371,20 +413,35 @@ def config_space_of(template: str, wl: dict) -> ConfigSpace:
     """The knobs of a convolution template for workload `wl`."""
     geo, limit = geometry_of(wl), int(wl["max_threads"])
     if template == "gpu.depthwise_conv2d":
-        return depthwise_config_space(geo.out, limit)
+        return depthwise_config_space(geo.out, limit, wl["w"], geo, str(wl["dtype"]))
     if template == "gpu.conv2d_gemm":
         return conv2d_config_space(wl["w"], geo, limit)
-    return direct_config_space(wl["w"], geo, limit)
+    return direct_config_space(wl["w"], geo, limit, str(wl["dtype"]))
 
 
-def default_of(template: str, w_shape: Sequence[int], geo: Geometry, limit: int) -> Any:
+def default_of(
+    template: str, w_shape: Sequence[int], geo: Geometry, limit: int, dtype: str = "float32"
+) -> Any:
     """The default config of a convolution template (`config_space_of`'s default)."""
     if template == "gpu.depthwise_conv2d":
-        return depthwise_default(geo.out, limit)
+        return depthwise_default(geo.out, limit, w_shape, geo, dtype)
     if template == "gpu.conv2d_gemm":
         m, n, _ = gemm_shape(w_shape, geo)
         return gpu_dense.default_config(m, n, limit)
-    return direct_default(w_shape, geo, limit)
+    return direct_default(w_shape, geo, limit, dtype)
+
+
+def fits_shared(
+    template: str, w_shape: Sequence[int], geo: Geometry, config: Any, dtype: str, limit: int
+) -> bool:
+    """Whether `config`'s shared-memory tiles fit `limit` bytes. The implicit GEMM's always do
+    (its tiles do not grow with the kernel); a direct or depthwise window may not, as the
+    window of a 9x9 kernel dilated by 16 does even for one output."""
+    if template == "gpu.depthwise_conv2d":
+        return depthwise_shared_bytes(w_shape, geo, config, dtype) <= limit
+    if template == "gpu.conv2d":
+        return direct_shared_bytes(w_shape, geo, config, dtype) <= limit
+    return True
 
 
 def config_of(template: str, values: dict) -> Any:

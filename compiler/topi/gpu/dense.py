@@ -40,9 +40,10 @@ class DenseGPUConfig:
 
 
 def default_config(m: int, n: int, max_threads: int = 256) -> DenseGPUConfig:
-    """A sound default: few row threads for few rows (a batch-1 layer), 16x16 blocks otherwise."""
+    """A sound default: few row threads for few rows (a batch-1 layer), 16x16 blocks otherwise;
+    within `max_threads` threads."""
     ty = 1
-    while ty < 16 and ty < m:
+    while ty < 16 and ty < m and 2 * ty <= max_threads:
         ty *= 2
     tx = max(1, min(16 if ty > 2 else 64, max_threads // ty))
     vthread = 2 if m >= 32 and n >= 64 else 1

@@ -107,6 +107,7 @@ def parse_payload(data: bytes, kernel: str) -> dict[str, Any]:
                 for v in sizes:
                     _count(v, 1, 2**31 - 1, f"kernel {name}: {field} size")
             _count(k.get("shared_bytes"), 0, 1 << 30, f"kernel {name}: shared_bytes")
+        _need(payload.get("offset_bits", 32) in (32, 64), "offset_bits must be 32 or 64")
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
         raise GPUError(f"kernel {kernel!r}: GPU program payload is damaged: {e}") from None
     return payload

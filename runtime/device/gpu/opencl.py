@@ -35,9 +35,12 @@ def platforms() -> list[tuple[str, list[str]]]:
 class _Program:
     """A built program and its kernel objects, one per name."""
 
-    def __init__(self, program: Any) -> None:
+    def __init__(self, program: Any, offset_bits: int = 32) -> None:
         self.program = program
         self.kernels: dict[str, Any] = {}
+        # element offsets into the arena: 64-bit since an arena may pass 2**31 elements (a
+        # module saved before then declares `const int` offsets and has no `offset_bits`)
+        self.offset = np.int64 if offset_bits == 64 else np.int32
 
 
 class OpenCLDevice:
@@ -89,7 +92,8 @@ class OpenCLDevice:
     def build(self, payload: dict[str, Any]) -> Any:
         cl = self.cl
         try:
-            return _Program(cl.Program(self.context, payload["source"]).build())
+            program = cl.Program(self.context, payload["source"]).build()
+            return _Program(program, payload.get("offset_bits", 32))
         except cl.RuntimeError as e:
             raise GPUError(f"OpenCL build failed on {self.info.name!r}: {e}") from None
 
@@ -117,7 +121,7 @@ class OpenCLDevice:
             k = program.kernels[kernel] = self.cl.Kernel(program.program, kernel)
         values: list[Any] = []
         for buf, byte_offset, itemsize in args:
-            values += [buf, np.int32(byte_offset // itemsize)]
+            values += [buf, program.offset(byte_offset // itemsize)]
         k.set_args(*values)
         global_size = tuple(g * b for g, b in zip(grid, block, strict=True))
         self.cl.enqueue_nd_range_kernel(self.queue, k, global_size, tuple(block))

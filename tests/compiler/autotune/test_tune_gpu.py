@@ -179,3 +179,23 @@ def test_gpu_grouped_1d_and_3d_conv_tasks_tuned_on_opencl_and_applied(
     x = rng.standard_normal((1, 3, 4, 9, 9)).astype(np.float32)
     (task,) = _tune_and_apply(three_d, "conv3d", builder, tmp_path, 2, {"x": x})
     assert task.template == "gpu.conv2d" and task.workload["out"] == [4, 9, 9]
+
+
+def test_tuning_for_a_gpu_kind_this_machine_lacks_stops_before_any_trial(tmp_path, capsys):
+    """No CUDA driver here: `tune --target cuda` says so once instead of logging every trial
+    as a failed run."""
+    import pytest
+
+    from tensorforge.cli import main
+    from tensorforge.runtime.device.gpu import GPUError, open_device
+
+    try:
+        open_device("cuda")
+        pytest.skip("this machine has a CUDA device")
+    except GPUError:
+        pass
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(mlp().SerializeToString())
+    log = tmp_path / "cuda.jsonl"
+    assert main(["tune", str(path), "--target", "cuda", "--trials", "2", "--log", str(log)]) != 0
+    assert "no CUDA driver" in capsys.readouterr().err and not log.exists()

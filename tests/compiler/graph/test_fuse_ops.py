@@ -136,3 +136,21 @@ def test_matmul_absorbs_bias_add_and_gelu_chain() -> None:
     (t,) = b.add_node("Transpose", [g], name="t")
     # the transpose is injective, not elementwise: it stays out of the matmul's group
     assert _groups(fuse_ops(b.build([t]))) == [("mm", "bias", "gelu"), ("t",)]
+
+
+def test_a_long_elementwise_chain_fuses_in_groups_of_at_most_max_fuse_nodes() -> None:
+    """Before: 150 Relu/Neg in a chain (one group: an expression 150 deep). After: 64 + 64 + 22
+    nodes, consecutive, computing the same."""
+    from tensorforge.compiler.graph.passes.fuse_ops import MAX_FUSE_NODES
+
+    b = GraphBuilder("chain")
+    y = b.add_input("x", (3, 5), "float32")
+    for i in range(150):
+        (y,) = b.add_node("Relu" if i % 2 else "Neg", [y], name=f"n{i}")
+    graph = b.build([y])
+    fused = fuse_ops(graph)
+    sizes = [len(g) for g in _groups(fused)]
+    assert sizes == [MAX_FUSE_NODES, MAX_FUSE_NODES, 150 - 2 * MAX_FUSE_NODES]
+    assert [n for g in _groups(fused) for n in g] == [f"n{i}" for i in range(150)]
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(run_graph(fused, {"x": x})[y], run_graph(graph, {"x": x})[y])
