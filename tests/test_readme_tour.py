@@ -91,11 +91,15 @@ def _free_port() -> int:
 
 
 # The tour's lines build on each other in one folder (model.onnx, then model.tfm, ...): under
-# pytest-xdist (`make test` runs `-n auto --dist loadgroup`) they stay on one worker, in order.
+# pytest-xdist (`make test` runs `-n auto --dist loadgroup`) they stay on one worker. That
+# worker may run other modules' tests between them (a run of 11-28 did: `sample` ran, the folder
+# went with the module-scoped fixture, and every later line found no model.onnx), so the
+# folder lives for the session and each line first runs the earlier lines this folder has not
+# seen.
 pytestmark = pytest.mark.xdist_group("readme_tour")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shell(tmp_path_factory):
     """Runs tour lines in one folder with this venv first on PATH; serves RPC in the background."""
     cwd = tmp_path_factory.mktemp("tour")
@@ -104,6 +108,7 @@ def shell(tmp_path_factory):
     state = {"server": None, "port": _free_port()}
 
     def run(line: str) -> subprocess.CompletedProcess:
+        run.done.add(line)
         line = _with_budget(line)
         if line.startswith("tensorforge rpc serve"):
             server = subprocess.Popen(
@@ -118,6 +123,7 @@ def shell(tmp_path_factory):
                               text=True, timeout=900)  # fmt: skip
 
     run.cwd = cwd
+    run.done = set()
     yield run
     if state["server"] is not None:
         state["server"].terminate()
@@ -145,12 +151,26 @@ def test_the_tour_has_the_documented_commands():
         assert any(needle in line for line in lines), needle
 
 
+def _runs_here(line: str) -> bool:
+    """Whether this interpreter has the extra the line needs."""
+    import importlib.util
+
+    needs = {"--target opencl": "pyopencl", "hw testbench": "cocotb"}
+    return all(importlib.util.find_spec(m) for key, m in needs.items() if key in line)
+
+
 @pytest.mark.parametrize("line", tour_lines())
 def test_tour_line_runs_as_written(shell, line):
     if "--target opencl" in line:
         pytest.importorskip("pyopencl", reason="the OpenCL line needs the [gpu] extra")
     if "hw testbench" in line:
         pytest.importorskip("cocotb", reason="the cocotb line needs the [hw] extra")
+    for earlier in tour_lines()[: tour_lines().index(line)]:  # what this line builds on
+        if earlier not in shell.done and _runs_here(earlier):
+            before = shell(earlier)
+            assert before.returncode == 0, f"{line}: the earlier line {earlier!r} failed\n" + (
+                f"{before.stdout[-3000:]}\n{before.stderr[-3000:]}"
+            )
     done = shell(line)
     assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     for key, files in LEAVES.items():

@@ -49,7 +49,10 @@ def _check(graph, stays: dict[str, int]) -> None:
     want = run_graph(graph, {"x": x})
     got = compile_graph(graph, progress=False).run({"x": x})
     for name in graph.outputs:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+        # float32 sums in another order: errors scale with the output's magnitude (values up
+        # to ~200 after five random layers; a 0.73 among them was 3e-4 off on an AVX2 host)
+        scale = float(np.abs(want[name]).max())
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5 * scale)
 
 
 def _dense_block(widths: list[int], growth: int, side: int = 9):
