@@ -38,6 +38,11 @@ def _first_batch(calibration: Any) -> Mapping[str, Any]:
     return calibration[0]
 
 
+# the partition's reasons for a layer that no accelerator tiling fits (`partition.fit_problem`)
+_UNFIT = ("needs more SRAM entries", "an instruction field overflows", "no row tiling passes",
+          "no tiling of the")  # fmt: skip
+
+
 def model_cycles(model: Any, target: str, calibration: Any, tuning_log: Path | None,
                  input_shapes: Mapping[str, Any] | None = None) -> dict[str, int]:  # fmt: skip
     """Cycles and GEMM MAC steps of one run of `model`'s accelerator calls on cyclesim."""
@@ -45,6 +50,12 @@ def model_cycles(model: Any, target: str, calibration: Any, tuning_log: Path | N
 
     module = api.compile(model, target, input_shapes=input_shapes, calibration=calibration,
                          tuning_log=tuning_log)  # fmt: skip
+    unfit = [f"{node}: {why}" for node, op, where, why in module.stats.get("placement", ())
+             if where == "cpu" and any(w in why for w in _UNFIT)]  # fmt: skip
+    if unfit:  # its cycles would leave those layers out: not comparable with the others'
+        raise ValueError(f"{len(unfit)} layer(s) fit no tiling of this config's SRAMs or "
+                         f"instruction fields and would run on the CPU: "
+                         f"{'; '.join(unfit)}")  # fmt: skip
     module.run(_first_batch(calibration))
     results = module.device_results().values()
     return {
