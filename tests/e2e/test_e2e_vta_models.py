@@ -41,6 +41,11 @@ def _kinds(module: Module) -> list[str]:
     return [by_name[c.kernel] for c in module.calls]
 
 
+def _vta_labels(module: Module) -> list[str]:
+    """The labels of the module's accelerator calls, in call order."""
+    return [c.label for c, kind in zip(module.calls, _kinds(module), strict=True) if kind == "vta"]
+
+
 def _check_bit_exact(module: Module, q, inputs) -> np.ndarray:
     got = module.run(inputs)[module.outputs[0]]
     want = run_graph(q, inputs)[q.outputs[0]]
@@ -76,7 +81,7 @@ def test_resnet18_on_the_accelerator_equals_the_int8_graph(mode):
     calib = [{"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(4)]
     q = quantize_for(optimize(from_onnx(resnet18(32))), PYNQ, calib, mode)
     module = tensorforge.compile(q, target="vta -config=pynq")
-    vta = [c.label for c, kind in zip(module.calls, _kinds(module), strict=True) if kind == "vta"]
+    vta = _vta_labels(module)
     # every conv but the 3-channel stem and the classifier; each block's add fused into a conv
     assert len(vta) == 20 and sum("+tf.qadd" in label for label in vta) == 8
     assert module.stats["offloaded_macs"] > 0.9
@@ -133,7 +138,7 @@ def test_a_standalone_pool_and_a_dense_with_a_residual_add_are_bit_exact():
     graph, inputs = _pool_and_skip_graph()
     q = quantize_for(optimize(graph), TINY, inputs, "shift")
     module = compile_graph_vta(q, "vta -vthreads=2", progress=False, config=TINY)
-    vta = [c.label for c, kind in zip(module.calls, _kinds(module), strict=True) if kind == "vta"]
+    vta = _vta_labels(module)
     assert any(label.startswith("tf.qmaxpool") for label in vta), vta
     assert any(label.startswith("tf.qdense+tf.qadd") for label in vta), vta
     _check_bit_exact(module, q, inputs)
@@ -246,7 +251,7 @@ def test_layers_beyond_the_srams_use_one_thread_stay_unfused_or_run_on_the_cpu()
     graph, inputs = _beyond_the_srams_graph()
     q = quantize_for(optimize(graph), TINY, inputs, "shift")
     module = compile_graph_vta(q, "vta -vthreads=2", progress=False, config=TINY)
-    vta = [c.label for c, kind in zip(module.calls, _kinds(module), strict=True) if kind == "vta"]
+    vta = _vta_labels(module)
     assert len(vta) == 2 and not any("+" in label for label in vta), vta  # 7x7; 1x1 unfused
     cpu = {node: why for node, op, where, why in module.stats["placement"] if where == "cpu"}
     assert sum("needs more SRAM entries than HWConfig 'tiny' has" in w for w in cpu.values()) == 2
