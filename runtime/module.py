@@ -400,6 +400,8 @@ class Module:
         if isinstance(inputs, Mapping):
             return inputs
         names = list(self.inputs)
+        if isinstance(inputs, (list, tuple)) and len(names) == 1 and self._is_value(inputs):
+            return {names[0]: inputs}  # a one-input model's value as a nested list (x.tolist())
         if isinstance(inputs, (list, tuple)):
             if len(inputs) != len(names):
                 raise ValueError(
@@ -417,6 +419,17 @@ class Module:
             f"inputs must be a dict name -> array (or one array, or a list of arrays in the "
             f"order {names}), not {type(inputs).__name__}"
         )
+
+    def _is_value(self, inputs: list | tuple) -> bool:
+        """Whether a list is the one input's value itself rather than a list of inputs: its
+        nested shape is the input's (a list of inputs has one more leading axis, so the two
+        readings never both fit)."""
+        (name,) = self.inputs
+        try:
+            shape = np.shape(inputs)
+        except ValueError:  # ragged: not an array's value
+            return False
+        return shape == tuple(self.tensors[name].shape)
 
     def _bind_inputs(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> Executor:
         inputs = self._named_inputs(inputs)

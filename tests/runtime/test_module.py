@@ -206,8 +206,13 @@ def test_inputs_may_be_one_array_or_a_list_in_input_order(module: Module) -> Non
     np.testing.assert_array_equal(module.run(X)[out], expected)
     np.testing.assert_array_equal(module.run([X])[out], expected)
     np.testing.assert_array_equal(module.run((X,))[out], expected)
+    # one input's value as a nested list: its shape tells it from a list of inputs
+    np.testing.assert_array_equal(module.run(X.tolist())[out], expected)
+    np.testing.assert_array_equal(module.run([X.tolist()])[out], expected)
     with pytest.raises(ValueError, match=r"takes 1 input\(s\) \['x'\], not 2 values"):
         module.run([X, X])
+    with pytest.raises(ValueError, match=r"takes 1 input\(s\) \['x'\], not 3 values"):
+        module.run([X, X, X])  # three inputs of the right shape are not one input of [3, 2, 64]
     with pytest.raises(TypeError, match=r"inputs must be a dict .* not str"):
         module.run("x")
 
