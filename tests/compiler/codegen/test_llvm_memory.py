@@ -60,3 +60,47 @@ def test_free_pass_manager_frees_once(monkeypatch: pytest.MonkeyPatch) -> None:
     llvm_jit.free_pass_manager(mpm)  # a second call (or the collector) frees nothing twice
     del mpm
     assert len(freed) == 1
+
+
+_FAILING_OPTIMIZATIONS = r"""
+import gc
+import llvmlite.binding as llvm
+from llvmlite import ir
+from tensorforge.compiler.codegen import llvm_jit
+
+module = ir.Module(name="m")
+fn = ir.Function(module, ir.FunctionType(ir.IntType(32), [ir.IntType(32)]), name="f")
+ir.IRBuilder(fn.append_basic_block()).ret(fn.args[0])
+
+
+class BrokenMachine:  # fails after the module is parsed into the context
+    @property
+    def triple(self):
+        raise RuntimeError("no triple")
+
+
+kept = []
+for _ in range(300):
+    context = llvm.create_context()
+    try:
+        llvm_jit.optimize(module, BrokenMachine(), context)
+    except RuntimeError as exc:
+        cycle = [exc]
+        cycle.append(cycle)  # the traceback (and the module in its frame) in a reference cycle
+    del context, cycle
+    gc.collect()
+print("survived")
+"""
+
+
+def test_a_failed_optimization_frees_its_module_before_its_context() -> None:
+    """The garbage collector may free a context before a module parsed into it (a traceback
+    in a reference cycle holds both), and freeing a context deletes its modules: the module's
+    own free was then a double free, a native crash in whatever test collected next."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", _FAILING_OPTIMIZATIONS], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0 and "survived" in run.stdout, (run.returncode, run.stderr[-2000:])
