@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ...runtime import ndarray as nd
 from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.cpu.loader import host_cpu
 from ...runtime.module import Call, KernelImage, Module, TensorSpec
@@ -158,11 +159,19 @@ def last_readers(order: list[tuple[FusedGroup, list[Any]]]) -> dict[int, list[st
 
 
 def drop_constants(graph: Graph, spent: Sequence[str], kept: Mapping[str, Any]) -> Graph:
-    """`graph` without the constants among `spent` (values no later kernel reads) that the
-    module does not keep (`kept`: a kernel reads them as they are) and that are not outputs:
-    the original of each pre-packed weight, freed as soon as its packed copy is built rather
-    than at the end of the compile (the two together were the compile's peak memory)."""
-    done = {v for v in spent if v in graph.constants and v not in kept and v not in graph.outputs}
+    """`graph` without the constants among `spent` (values no later kernel reads) that are not
+    outputs: the original of each pre-packed weight, freed as soon as its packed copy is built
+    rather than at the end of the compile (the two together were the compile's peak memory),
+    and the blocked views of alter_layout, whose OIHW weights go with them once the module has
+    its aligned copy. A constant the module keeps (`kept`) as the graph's own array is kept
+    there too (dropping it would free nothing)."""
+    done = {
+        v
+        for v in spent
+        if v in graph.constants
+        and v not in graph.outputs
+        and (v not in kept or kept[v] is not graph.constants[v])
+    }
     if not done:
         return graph
     return graph.replace(constants={n: a for n, a in graph.constants.items() if n not in done})
@@ -195,9 +204,20 @@ def build_cpu_group(
     times[0] += t1 - t0
     times[1] += time.perf_counter() - t1
     for name in kernel.params:
-        if name in kernel.constants or name in graph.constants:
-            constants[name] = kernel.constants.get(name, graph.constants.get(name))
+        if name in kernel.constants:
+            constants[name] = kernel.constants[name]
+        elif name in graph.constants and name not in constants:
+            constants[name] = module_constant(graph.constants[name])
     return image, Call(image.name, kernel.bindings, call_label(graph, kernel))
+
+
+def module_constant(value: Any) -> Any:
+    """A graph constant as the module keeps it: read-only, C-contiguous and 64-byte aligned.
+    The constant itself when it is so; a view (alter_layout's blocked weights,
+    `GraphBuilder.add_constant(view=True)`) is copied here, when its kernel is built."""
+    array = nd.aligned(value)
+    array.setflags(write=False)
+    return array
 
 
 def _triple() -> str:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler.frontend import from_onnx
-from tensorforge.compiler.frontend.onnx_builders import mlp
+from tensorforge.compiler.frontend.onnx_builders import OnnxModelBuilder, mlp
 from tensorforge.compiler.graph import compile as compile_mod
 from tensorforge.compiler.graph.compile import (
     compile_graph,
@@ -24,6 +24,7 @@ from tensorforge.compiler.graph.compile import (
 from tensorforge.compiler.graph.ir import GraphBuilder
 from tensorforge.compiler.graph.ops.layout import pack_weight
 from tensorforge.compiler.graph.passes import group_order, optimize
+from tensorforge.compiler.graph.passes.alter_layout import CPU_BLOCK
 from tensorforge.compiler.graph.reference import run_graph
 from tensorforge.compiler.topi.x86.dense import pack_panels
 from tensorforge.runtime import ndarray as nd
@@ -190,3 +191,69 @@ def test_the_heap_is_trimmed_after_every_kernel(monkeypatch: pytest.MonkeyPatch)
     assert len(trims) == module.stats["kernels"] + 1
     got = module.run({"x": X})["softmax_12"]
     np.testing.assert_allclose(got, run_graph(from_onnx(mlp()), {"x": X})["softmax_12"], rtol=1e-5)
+
+
+def _conv_chain() -> object:
+    """Two 3x3 convolutions with ReLU (no batch norm: the imported weights are the ones that
+    alter_layout blocks), global pooling and a dense layer."""
+    b = OnnxModelBuilder("conv_chain")
+    x = b.op("Relu", [b.conv(b.input("x", (1, 3, 16, 16)), 3, 16, 3)])
+    x = b.op("Relu", [b.conv(x, 16, 32, 3, stride=2)])
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    return b.model([b.dense(x, 32, 10)])
+
+
+def _is_view(array: np.ndarray) -> bool:
+    return array.base is not None and not array.flags.c_contiguous
+
+
+def test_blocked_weights_are_views_until_their_kernel_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """alter_layout's blocked weights share the imported OIHW weights' memory (the weights are
+    held once while the graph is optimized); the module gets one aligned copy of each, made as
+    its kernel is built, and the view leaves the working graph then. Oracles: `pack_weight`'s
+    element order (numpy) and the reference executor on the imported graph."""
+    imported = from_onnx(_conv_chain())
+    oihw = {n.name: imported.constants[n.inputs[1]] for n in imported.nodes if n.op == "Conv"}
+    graph = optimize(imported, CPU_BLOCK, chains_only=True)
+    packed = {n.inputs[1]: n for n in graph.nodes if n.op == "ConvNCHWc"}
+    assert len(packed) == len(oihw) == 2
+    for name, node in packed.items():
+        view = graph.constants[name]
+        assert np.shares_memory(view, oihw[node.name]) and not view.flags.writeable
+        block_in, block_out = view.shape[4], view.shape[5]
+        want = pack_weight(oihw[node.name], block_in, block_out)
+        np.testing.assert_array_equal(view, want)
+    seen: list[set[str]] = []
+    real = compile_mod.build_cpu_group
+
+    def build(graph, group, k, *args):  # noqa: ANN001, ANN202  (records, then builds)
+        seen.append({n for n, v in graph.constants.items() if _is_view(v)})
+        return real(graph, group, k, *args)
+
+    monkeypatch.setattr(compile_mod, "build_cpu_group", build)
+    module = compile_graph(graph, progress=False)
+    assert seen[0] == set(packed) and not seen[-1]  # each view gone once its kernel is built
+    for name, node in packed.items():
+        kept = module.constants[name]
+        assert kept.flags.c_contiguous and nd.aligned(kept) is kept and not kept.flags.writeable
+        assert not np.shares_memory(kept, oihw[node.name])
+        np.testing.assert_array_equal(kept, graph.constants[name])
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = run_graph(imported, {"x": x})
+    got = module.run({"x": x})
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)
+
+
+def test_a_view_constant_must_be_a_read_only_view() -> None:
+    b = GraphBuilder("g")
+    w = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match="constant 'w' must be a read-only view"):
+        b.add_constant("w", w, view=True)  # a new array: no view
+    with pytest.raises(ValueError, match="constant 't' must be a read-only view"):
+        b.add_constant("t", w.T, view=True)  # a view of a writable array
+    w.setflags(write=False)
+    b.add_constant("t", w.T, view=True)
+    assert np.shares_memory(b.constants["t"], w)
