@@ -132,18 +132,20 @@ def test_pack_panels_packs_into_one_aligned_buffer(n: int, k: int, bn: int, layo
     assert nd.aligned(got) is got
 
 
-def test_a_compile_without_a_progress_bar_never_imports_tqdm(tmp_path) -> None:  # noqa: ANN001
+def test_a_compile_without_a_progress_bar_never_imports_tqdm_or_openssl(tmp_path) -> None:  # noqa: ANN001
     """tqdm (and the multiprocessing lock a disabled bar still makes) stays out of a process
-    that compiles without `progress`; the outputs are checked against the reference executor."""
+    that compiles without `progress`, and so does hashlib's OpenSSL (`_hashlib`: only saving or
+    loading a module needs it); the outputs are checked against the reference executor. The
+    model is a file, as users compile it (building one with onnx's helpers imports hashlib)."""
     np.save(tmp_path / "x.npy", X)
+    (tmp_path / "mlp.onnx").write_bytes(mlp().SerializeToString())
     script = (
         "import sys, numpy as np, tensorforge\n"
-        "from tensorforge.compiler.frontend.onnx_builders import mlp\n"
-        "out = tensorforge.compile(mlp()).run({'x': np.load(sys.argv[1])})\n"
+        "out = tensorforge.compile(sys.argv[3]).run({'x': np.load(sys.argv[1])})\n"
         "np.save(sys.argv[2], out['softmax_12'])\n"
-        "print(sorted(m for m in ('tqdm', 'multiprocessing') if m in sys.modules))\n"
+        "print(sorted(m for m in ('tqdm', 'multiprocessing', '_hashlib') if m in sys.modules))\n"
     )
-    args = [str(tmp_path / "x.npy"), str(tmp_path / "y.npy")]
+    args = [str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), str(tmp_path / "mlp.onnx")]
     done = subprocess.run(
         [sys.executable, "-c", script, *args], capture_output=True, text=True, check=True
     )
@@ -163,8 +165,8 @@ def test_progress_bar_shows_the_kernels_and_leaves_the_results_alone(capsys) -> 
 
 
 def test_pack_weight_is_a_view_and_the_graph_constant_the_one_copy() -> None:
-    """The blocked weight alter_layout stores is one aligned read-only copy made straight from
-    the OIHW weights (oracle: numpy's reshape-transpose, written out element by element)."""
+    """A blocked weight made a constant (without `view=True`) is one aligned read-only copy
+    made straight from the OIHW weights (oracle: numpy's reshape-transpose, copied)."""
     w = np.random.default_rng(3).standard_normal((8, 6, 3, 3)).astype(np.float32)
     view = pack_weight(w, 3, 4)
     assert np.shares_memory(view, w)  # no contiguous copy made first
