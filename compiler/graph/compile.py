@@ -100,6 +100,9 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
     # chains of convolutions keep the blocked layout from one to the next (alter_layout)
     optimized = graph if is_optimized(graph) else optimize(graph, CPU_BLOCK, chains_only=True)
     del graph  # weights the folds replaced go now, unless the caller keeps the graph
+    for name in view_constants(optimized):  # alter_layout's blocked weights: copied one by
+        # one, each OIHW weight freed as its copy is made, before LLVM's code pages load
+        optimized = materialize_view(optimized, name)
     t_opt = time.perf_counter() - start
     meta = cpu_meta(tgt)
     kernels, calls, constants = [], [], {}
@@ -159,22 +162,35 @@ def last_readers(order: list[tuple[FusedGroup, list[Any]]]) -> dict[int, list[st
 
 
 def drop_constants(graph: Graph, spent: Sequence[str], kept: Mapping[str, Any]) -> Graph:
-    """`graph` without the constants among `spent` (values no later kernel reads) that are not
-    outputs: the original of each pre-packed weight, freed as soon as its packed copy is built
-    rather than at the end of the compile (the two together were the compile's peak memory),
-    and the blocked views of alter_layout, whose OIHW weights go with them once the module has
-    its aligned copy. A constant the module keeps (`kept`) as the graph's own array is kept
-    there too (dropping it would free nothing)."""
-    done = {
-        v
-        for v in spent
-        if v in graph.constants
-        and v not in graph.outputs
-        and (v not in kept or kept[v] is not graph.constants[v])
-    }
+    """`graph` without the constants among `spent` (values no later kernel reads) that the
+    module does not keep (`kept`: a kernel reads them as they are) and that are not outputs:
+    the original of each pre-packed weight, freed as soon as its packed copy is built rather
+    than at the end of the compile (the two together were the compile's peak memory)."""
+    done = {v for v in spent if v in graph.constants and v not in kept and v not in graph.outputs}
     if not done:
         return graph
     return graph.replace(constants={n: a for n, a in graph.constants.items() if n not in done})
+
+
+def view_constants(graph: Graph) -> list[str]:
+    """The constants of `graph` that are views, not aligned arrays of their own (alter_layout's
+    blocked weights, `GraphBuilder.add_constant(view=True)`)."""
+    return [name for name, array in graph.constants.items() if not _is_aligned(array)]
+
+
+def _is_aligned(array: Any) -> bool:
+    return array.flags.c_contiguous and array.ctypes.data % nd.ALIGNMENT == 0
+
+
+def materialize_view(graph: Graph, name: str) -> Graph:
+    """`graph` with view constant `name` replaced by an aligned read-only copy. When the caller
+    holds no other reference to `graph`, the array under the view (an OIHW weight) is freed as
+    the new graph replaces it: copying the views one by one holds one weight twice at most.
+    Before, alter_layout copied every weight while the imported graph held the originals: the
+    whole model's weights twice (ResNet-50's compile peak)."""
+    copy = nd.aligned(graph.constants[name])
+    copy.setflags(write=False)
+    return graph.replace(constants={**graph.constants, name: copy})
 
 
 def cpu_meta(target: Target) -> dict[str, Any]:
@@ -204,20 +220,9 @@ def build_cpu_group(
     times[0] += t1 - t0
     times[1] += time.perf_counter() - t1
     for name in kernel.params:
-        if name in kernel.constants:
-            constants[name] = kernel.constants[name]
-        elif name in graph.constants and name not in constants:
-            constants[name] = module_constant(graph.constants[name])
+        if name in kernel.constants or name in graph.constants:
+            constants[name] = kernel.constants.get(name, graph.constants.get(name))
     return image, Call(image.name, kernel.bindings, call_label(graph, kernel))
-
-
-def module_constant(value: Any) -> Any:
-    """A graph constant as the module keeps it: read-only, C-contiguous and 64-byte aligned.
-    The constant itself when it is so; a view (alter_layout's blocked weights,
-    `GraphBuilder.add_constant(view=True)`) is copied here, when its kernel is built."""
-    array = nd.aligned(value)
-    array.setflags(write=False)
-    return array
 
 
 def _triple() -> str:

@@ -255,8 +255,8 @@ class GraphBuilder:
         `value` is a rearranging view of a read-only constant (alter_layout's blocked weights,
         `ops.layout.pack_weight`) and is kept as a read-only view of it: no second copy of the
         weights while the graph is optimized. Code that hands constants to native code copies
-        such a view into aligned memory (`ndarray.aligned`) when it needs it: `compile_graph`
-        as it builds each kernel, `Module` and the executor for any constant."""
+        such a view into aligned memory (`ndarray.aligned`): `compile_graph` after `optimize`,
+        one view at a time, and `Module` and the executor for any constant."""
         array = np.asarray(value)
         dtype = check_dtype(str(array.dtype), f"constant {name!r}")
         if view and (array.base is None or array.flags.writeable):

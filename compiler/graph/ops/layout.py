@@ -29,8 +29,8 @@ def from_blocked(x: np.ndarray) -> np.ndarray:
 
 def pack_weight(w: np.ndarray, block_in: int, block_out: int) -> np.ndarray:
     """OIHW -> (O/bo, I/bi, H, W, bi, bo), as a strided view of `w` (no copy: alter_layout
-    keeps it as a view constant, `GraphBuilder.add_constant(view=True)`, and the compile copies
-    it once into aligned memory as it builds the kernel that reads it)."""
+    keeps it as a view constant, `GraphBuilder.add_constant(view=True)`, and `compile_graph`
+    copies it once into aligned memory after `optimize`, freeing `w` then)."""
     o, i, kh, kw = w.shape
     packed = w.reshape(o // block_out, block_out, i // block_in, block_in, kh, kw)
     return packed.transpose(0, 2, 4, 5, 3, 1)

@@ -95,8 +95,8 @@ class _Rewriter:
         depthwise = _is_depthwise(self.graph, node)
         if depthwise:  # (C/b, 1, KH, KW, 1, b): each block's channels read their own block
             bi = 1
-        # a view of the OIHW weight: copied into its blocked layout when its kernel is built
-        # (compile_graph), so the weights are held once while the graph is optimized
+        # a view of the OIHW weight, copied into its blocked layout by compile_graph once the
+        # imported graph is gone: the weights are held once while the graph is optimized
         packed = pack_weight(consts[node.inputs[1]], bi, bo)
         w = self.b.add_constant(self.b.fresh(f"{node.name}_w_packed"), packed, view=True)
         x = node.inputs[0]

@@ -205,17 +205,11 @@ def _conv_chain() -> object:
     return b.model([b.dense(x, 32, 10)])
 
 
-def _is_view(array: np.ndarray) -> bool:
-    return array.base is not None and not array.flags.c_contiguous
-
-
-def test_blocked_weights_are_views_until_their_kernel_is_built(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_blocked_weights_are_views_until_optimize_returns(monkeypatch: pytest.MonkeyPatch) -> None:
     """alter_layout's blocked weights share the imported OIHW weights' memory (the weights are
-    held once while the graph is optimized); the module gets one aligned copy of each, made as
-    its kernel is built, and the view leaves the working graph then. Oracles: `pack_weight`'s
-    element order (numpy) and the reference executor on the imported graph."""
+    held once while the graph is optimized); compile_graph copies them one by one into aligned
+    memory before any kernel is built, and the module keeps those copies. Oracles:
+    `pack_weight`'s element order (numpy) and the reference executor on the imported graph."""
     imported = from_onnx(_conv_chain())
     oihw = {n.name: imported.constants[n.inputs[1]] for n in imported.nodes if n.op == "Conv"}
     graph = optimize(imported, CPU_BLOCK, chains_only=True)
@@ -225,18 +219,27 @@ def test_blocked_weights_are_views_until_their_kernel_is_built(
         view = graph.constants[name]
         assert np.shares_memory(view, oihw[node.name]) and not view.flags.writeable
         block_in, block_out = view.shape[4], view.shape[5]
-        want = pack_weight(oihw[node.name], block_in, block_out)
-        np.testing.assert_array_equal(view, want)
-    seen: list[set[str]] = []
-    real = compile_mod.build_cpu_group
+        np.testing.assert_array_equal(view, pack_weight(oihw[node.name], block_in, block_out))
+    assert compile_mod.view_constants(graph) == list(packed)
+    copied: list[str] = []
+    real_copy = compile_mod.materialize_view
 
-    def build(graph, group, k, *args):  # noqa: ANN001, ANN202  (records, then builds)
-        seen.append({n for n, v in graph.constants.items() if _is_view(v)})
-        return real(graph, group, k, *args)
+    def materialize(graph, name):  # noqa: ANN001, ANN202  (records, then copies)
+        assert compile_mod.view_constants(graph)[0] == name  # the others are still views
+        copied.append(name)
+        return real_copy(graph, name)
 
+    views_at_build: list[list[str]] = []
+    real_build = compile_mod.build_cpu_group
+
+    def build(graph, *args):  # noqa: ANN001, ANN202  (records, then builds)
+        views_at_build.append(compile_mod.view_constants(graph))
+        return real_build(graph, *args)
+
+    monkeypatch.setattr(compile_mod, "materialize_view", materialize)
     monkeypatch.setattr(compile_mod, "build_cpu_group", build)
     module = compile_graph(graph, progress=False)
-    assert seen[0] == set(packed) and not seen[-1]  # each view gone once its kernel is built
+    assert copied == list(packed) and not any(views_at_build)
     for name, node in packed.items():
         kept = module.constants[name]
         assert kept.flags.c_contiguous and nd.aligned(kept) is kept and not kept.flags.writeable
