@@ -185,9 +185,8 @@ def _is_aligned(array: Any) -> bool:
 def materialize_view(graph: Graph, name: str) -> Graph:
     """`graph` with view constant `name` replaced by an aligned read-only copy. When the caller
     holds no other reference to `graph`, the array under the view (an OIHW weight) is freed as
-    the new graph replaces it: copying the views one by one holds one weight twice at most.
-    Before, alter_layout copied every weight while the imported graph held the originals: the
-    whole model's weights twice (ResNet-50's compile peak)."""
+    the new graph replaces it: copying the views one by one holds one weight twice at most
+    (docs/cpu_backend.md, "Memory while compiling")."""
     copy = nd.aligned(graph.constants[name])
     copy.setflags(write=False)
     return graph.replace(constants={**graph.constants, name: copy})
