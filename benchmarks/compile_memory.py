@@ -63,8 +63,8 @@ def tensorforge_stages(path: Path, side: int) -> None:
     from tensorforge.compiler.graph import compile as compile_mod
 
     show("compiler modules")
-    graph = from_onnx(path)
-    show(f"model imported ({sum(a.nbytes for a in graph.constants.values()) / 2**20:.1f} MiB)")
+    graphs = [from_onnx(path)]  # handed over below: compile_graph frees what it no longer needs
+    show(f"model imported ({sum(a.nbytes for a in graphs[0].constants.values()) / 2**20:.1f} MiB)")
     built = compile_mod.build_cpu_group
 
     def build(*args: object, **kwargs: object) -> object:
@@ -74,8 +74,7 @@ def tensorforge_stages(path: Path, side: int) -> None:
         return result
 
     compile_mod.build_cpu_group = build
-    module = compile_mod.compile_graph(graph, progress=False)
-    del graph
+    module = compile_mod.compile_graph(graphs.pop(), progress=False)
     show(f"module built ({module.stats['kernels']} kernels)")
     module.run(_input(module.inputs[0], side))
     show("one run")

@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
-import hmac
 import json
 import os
 import struct
@@ -78,6 +76,9 @@ def canonical_json(value: Any) -> bytes:
 
 def _hasher(magic: bytes, version: int, header: dict[str, Any]) -> Any:
     """SHA-256 fed with what comes before the payload: magic, version, header without digest."""
+    import hashlib  # here, not at import: OpenSSL's libcrypto (3 MiB resident) loads with it,
+    # and a process that compiles and runs a module without saving or loading one needs none
+
     body = canonical_json({k: v for k, v in header.items() if k != DIGEST_KEY})
     h = hashlib.sha256(magic)
     h.update(struct.pack("<IQ", version, len(body)))
@@ -264,6 +265,8 @@ def unpack(
         if not isinstance(recorded, str) or not recorded.startswith(DIGEST_PREFIX):
             raise fail(fixed, f"checksum missing: the header must record a {DIGEST_PREFIX} digest")
         actual = digest(magic, found, header, payload)
+        import hmac  # with hashlib (`_hasher`)
+
         if not hmac.compare_digest(recorded.encode(), actual.encode()):
             raise fail(
                 fixed, "checksum mismatch: the file is damaged (its header records "

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ...runtime import ndarray as nd
 from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.cpu.loader import host_cpu
 from ...runtime.module import Call, KernelImage, Module, TensorSpec
@@ -99,6 +100,9 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
     # chains of convolutions keep the blocked layout from one to the next (alter_layout)
     optimized = graph if is_optimized(graph) else optimize(graph, CPU_BLOCK, chains_only=True)
     del graph  # weights the folds replaced go now, unless the caller keeps the graph
+    for name in view_constants(optimized):  # alter_layout's blocked weights: copied one by
+        # one, each OIHW weight freed as its copy is made, before LLVM's code pages load
+        optimized = materialize_view(optimized, name)
     t_opt = time.perf_counter() - start
     meta = cpu_meta(tgt)
     kernels, calls, constants = [], [], {}
@@ -166,6 +170,26 @@ def drop_constants(graph: Graph, spent: Sequence[str], kept: Mapping[str, Any]) 
     if not done:
         return graph
     return graph.replace(constants={n: a for n, a in graph.constants.items() if n not in done})
+
+
+def view_constants(graph: Graph) -> list[str]:
+    """The constants of `graph` that are views, not aligned arrays of their own (alter_layout's
+    blocked weights, `GraphBuilder.add_constant(view=True)`)."""
+    return [name for name, array in graph.constants.items() if not _is_aligned(array)]
+
+
+def _is_aligned(array: Any) -> bool:
+    return array.flags.c_contiguous and array.ctypes.data % nd.ALIGNMENT == 0
+
+
+def materialize_view(graph: Graph, name: str) -> Graph:
+    """`graph` with view constant `name` replaced by an aligned read-only copy. When the caller
+    holds no other reference to `graph`, the array under the view (an OIHW weight) is freed as
+    the new graph replaces it: copying the views one by one holds one weight twice at most
+    (docs/cpu_backend.md, "Memory while compiling")."""
+    copy = nd.aligned(graph.constants[name])
+    copy.setflags(write=False)
+    return graph.replace(constants={**graph.constants, name: copy})
 
 
 def cpu_meta(target: Target) -> dict[str, Any]:

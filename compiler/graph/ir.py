@@ -162,6 +162,8 @@ class Graph:
     """A whole model: inputs, constants, nodes (topological order), outputs and all types.
 
     `groups` (from `fuse_ops`) and `memory_plan` (from `plan_memory`) are optional annotations.
+    Constants are read-only arrays, C-contiguous and 64-byte aligned, except the views that
+    `GraphBuilder.add_constant(view=True)` keeps (alter_layout's blocked weights).
     """
 
     name: str
@@ -244,13 +246,25 @@ class GraphBuilder:
         self.inputs.append(name)
         return name
 
-    def add_constant(self, name: str, value: np.ndarray | float | int, *, copy: bool = True) -> str:
+    def add_constant(
+        self, name: str, value: np.ndarray | float | int, *, copy: bool = True, view: bool = False
+    ) -> str:
         """Define constant `name`: a read-only, aligned copy of `value`; with `copy=False` an
         array that already is one (read-only, C-contiguous, 64-byte aligned) and that nothing
-        else writes, e.g. the ONNX importer's own buffer, is kept as it is."""
+        else writes, e.g. the ONNX importer's own buffer, is kept as it is. With `view=True`,
+        `value` is a rearranging view of a read-only constant (alter_layout's blocked weights,
+        `ops.layout.pack_weight`) and is kept as a read-only view of it: no second copy of the
+        weights while the graph is optimized. Code that hands constants to native code copies
+        such a view into aligned memory (`ndarray.aligned`): `compile_graph` after `optimize`,
+        one view at a time, and `Module` and the executor for any constant."""
         array = np.asarray(value)
         dtype = check_dtype(str(array.dtype), f"constant {name!r}")
+        if view and (array.base is None or array.flags.writeable):
+            raise ValueError(f"constant {name!r} must be a read-only view of an array")
         self._define(name, TensorType(array.shape, dtype))
+        if view:
+            self.constants[name] = array
+            return name
         frozen = not array.flags.writeable and array is nd.aligned(array)
         self.constants[name] = array if frozen and not copy else _frozen_array(array)
         return name

@@ -28,9 +28,9 @@ def from_blocked(x: np.ndarray) -> np.ndarray:
 
 
 def pack_weight(w: np.ndarray, block_in: int, block_out: int) -> np.ndarray:
-    """OIHW -> (O/bo, I/bi, H, W, bi, bo), as a strided view of `w`: the one copy is the
-    graph constant made of it (`GraphBuilder.add_constant` writes it into its aligned buffer),
-    not a contiguous copy first and that copy again."""
+    """OIHW -> (O/bo, I/bi, H, W, bi, bo), as a strided view of `w` (no copy: alter_layout
+    keeps it as a view constant, `GraphBuilder.add_constant(view=True)`, and `compile_graph`
+    copies it once into aligned memory after `optimize`, freeing `w` then)."""
     o, i, kh, kw = w.shape
     packed = w.reshape(o // block_out, block_out, i // block_in, block_in, kh, kw)
     return packed.transpose(0, 2, 4, 5, 3, 1)

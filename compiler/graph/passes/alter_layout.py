@@ -95,9 +95,10 @@ class _Rewriter:
         depthwise = _is_depthwise(self.graph, node)
         if depthwise:  # (C/b, 1, KH, KW, 1, b): each block's channels read their own block
             bi = 1
-        w = self.b.add_constant(
-            self.b.fresh(f"{node.name}_w_packed"), pack_weight(consts[node.inputs[1]], bi, bo)
-        )
+        # a view of the OIHW weight, copied into its blocked layout by compile_graph once the
+        # imported graph is gone: the weights are held once while the graph is optimized
+        packed = pack_weight(consts[node.inputs[1]], bi, bo)
+        w = self.b.add_constant(self.b.fresh(f"{node.name}_w_packed"), packed, view=True)
         x = node.inputs[0]
         if in_ch < 8 and not depthwise and x not in self.blocked and self.flows is not None:
             data = self.need_plain(x)  # an RGB stem packs its input itself (no transform)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
 import platform
 from collections.abc import Callable
@@ -353,7 +352,17 @@ def pool_ir(machine: str | None = None) -> str:
 
 
 def ir_digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The SHA-256 (hex) of `text`, by CPython's own SHA-256 where it has one (as `random`
+    does for SHA-512): hashlib would load OpenSSL's libcrypto, 3 MiB of resident pages, into
+    every process that runs a module, for this one digest of a few KiB."""
+    try:
+        from _sha2 import sha256  # CPython 3.12 and later
+    except ImportError:
+        try:
+            from _sha256 import sha256  # CPython 3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256(text.encode()).hexdigest()
 
 
 #: The pool built for any x86-64 (baseline features) and the sha256 of the IR it was built from,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler.frontend import from_onnx
-from tensorforge.compiler.frontend.onnx_builders import mlp
+from tensorforge.compiler.frontend.onnx_builders import OnnxModelBuilder, mlp
 from tensorforge.compiler.graph import compile as compile_mod
 from tensorforge.compiler.graph.compile import (
     compile_graph,
@@ -24,6 +24,7 @@ from tensorforge.compiler.graph.compile import (
 from tensorforge.compiler.graph.ir import GraphBuilder
 from tensorforge.compiler.graph.ops.layout import pack_weight
 from tensorforge.compiler.graph.passes import group_order, optimize
+from tensorforge.compiler.graph.passes.alter_layout import CPU_BLOCK
 from tensorforge.compiler.graph.reference import run_graph
 from tensorforge.compiler.topi.x86.dense import pack_panels
 from tensorforge.runtime import ndarray as nd
@@ -131,18 +132,20 @@ def test_pack_panels_packs_into_one_aligned_buffer(n: int, k: int, bn: int, layo
     assert nd.aligned(got) is got
 
 
-def test_a_compile_without_a_progress_bar_never_imports_tqdm(tmp_path) -> None:  # noqa: ANN001
+def test_a_compile_without_a_progress_bar_never_imports_tqdm_or_openssl(tmp_path) -> None:  # noqa: ANN001
     """tqdm (and the multiprocessing lock a disabled bar still makes) stays out of a process
-    that compiles without `progress`; the outputs are checked against the reference executor."""
+    that compiles without `progress`, and so does hashlib's OpenSSL (`_hashlib`: only saving or
+    loading a module needs it); the outputs are checked against the reference executor. The
+    model is a file, as users compile it (building one with onnx's helpers imports hashlib)."""
     np.save(tmp_path / "x.npy", X)
+    (tmp_path / "mlp.onnx").write_bytes(mlp().SerializeToString())
     script = (
         "import sys, numpy as np, tensorforge\n"
-        "from tensorforge.compiler.frontend.onnx_builders import mlp\n"
-        "out = tensorforge.compile(mlp()).run({'x': np.load(sys.argv[1])})\n"
+        "out = tensorforge.compile(sys.argv[3]).run({'x': np.load(sys.argv[1])})\n"
         "np.save(sys.argv[2], out['softmax_12'])\n"
-        "print(sorted(m for m in ('tqdm', 'multiprocessing') if m in sys.modules))\n"
+        "print(sorted(m for m in ('tqdm', 'multiprocessing', '_hashlib') if m in sys.modules))\n"
     )
-    args = [str(tmp_path / "x.npy"), str(tmp_path / "y.npy")]
+    args = [str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), str(tmp_path / "mlp.onnx")]
     done = subprocess.run(
         [sys.executable, "-c", script, *args], capture_output=True, text=True, check=True
     )
@@ -162,8 +165,8 @@ def test_progress_bar_shows_the_kernels_and_leaves_the_results_alone(capsys) -> 
 
 
 def test_pack_weight_is_a_view_and_the_graph_constant_the_one_copy() -> None:
-    """The blocked weight alter_layout stores is one aligned read-only copy made straight from
-    the OIHW weights (oracle: numpy's reshape-transpose, written out element by element)."""
+    """A blocked weight made a constant (without `view=True`) is one aligned read-only copy
+    made straight from the OIHW weights (oracle: numpy's reshape-transpose, copied)."""
     w = np.random.default_rng(3).standard_normal((8, 6, 3, 3)).astype(np.float32)
     view = pack_weight(w, 3, 4)
     assert np.shares_memory(view, w)  # no contiguous copy made first
@@ -190,3 +193,72 @@ def test_the_heap_is_trimmed_after_every_kernel(monkeypatch: pytest.MonkeyPatch)
     assert len(trims) == module.stats["kernels"] + 1
     got = module.run({"x": X})["softmax_12"]
     np.testing.assert_allclose(got, run_graph(from_onnx(mlp()), {"x": X})["softmax_12"], rtol=1e-5)
+
+
+def _conv_chain() -> object:
+    """Two 3x3 convolutions with ReLU (no batch norm: the imported weights are the ones that
+    alter_layout blocks), global pooling and a dense layer."""
+    b = OnnxModelBuilder("conv_chain")
+    x = b.op("Relu", [b.conv(b.input("x", (1, 3, 16, 16)), 3, 16, 3)])
+    x = b.op("Relu", [b.conv(x, 16, 32, 3, stride=2)])
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    return b.model([b.dense(x, 32, 10)])
+
+
+def test_blocked_weights_are_views_until_optimize_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """alter_layout's blocked weights share the imported OIHW weights' memory (the weights are
+    held once while the graph is optimized); compile_graph copies them one by one into aligned
+    memory before any kernel is built, and the module keeps those copies. Oracles:
+    `pack_weight`'s element order (numpy) and the reference executor on the imported graph."""
+    imported = from_onnx(_conv_chain())
+    oihw = {n.name: imported.constants[n.inputs[1]] for n in imported.nodes if n.op == "Conv"}
+    graph = optimize(imported, CPU_BLOCK, chains_only=True)
+    packed = {n.inputs[1]: n for n in graph.nodes if n.op == "ConvNCHWc"}
+    assert len(packed) == len(oihw) == 2
+    for name, node in packed.items():
+        view = graph.constants[name]
+        assert np.shares_memory(view, oihw[node.name]) and not view.flags.writeable
+        block_in, block_out = view.shape[4], view.shape[5]
+        np.testing.assert_array_equal(view, pack_weight(oihw[node.name], block_in, block_out))
+    assert compile_mod.view_constants(graph) == list(packed)
+    copied: list[str] = []
+    real_copy = compile_mod.materialize_view
+
+    def materialize(graph, name):  # noqa: ANN001, ANN202  (records, then copies)
+        assert compile_mod.view_constants(graph)[0] == name  # the others are still views
+        copied.append(name)
+        return real_copy(graph, name)
+
+    views_at_build: list[list[str]] = []
+    real_build = compile_mod.build_cpu_group
+
+    def build(graph, *args):  # noqa: ANN001, ANN202  (records, then builds)
+        views_at_build.append(compile_mod.view_constants(graph))
+        return real_build(graph, *args)
+
+    monkeypatch.setattr(compile_mod, "materialize_view", materialize)
+    monkeypatch.setattr(compile_mod, "build_cpu_group", build)
+    module = compile_graph(graph, progress=False)
+    assert copied == list(packed) and not any(views_at_build)
+    for name, node in packed.items():
+        kept = module.constants[name]
+        assert kept.flags.c_contiguous and nd.aligned(kept) is kept and not kept.flags.writeable
+        assert not np.shares_memory(kept, oihw[node.name])
+        np.testing.assert_array_equal(kept, graph.constants[name])
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = run_graph(imported, {"x": x})
+    got = module.run({"x": x})
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)
+
+
+def test_a_view_constant_must_be_a_read_only_view() -> None:
+    b = GraphBuilder("g")
+    w = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match="constant 'w' must be a read-only view"):
+        b.add_constant("w", w, view=True)  # a new array: no view
+    with pytest.raises(ValueError, match="constant 't' must be a read-only view"):
+        b.add_constant("t", w.T, view=True)  # a view of a writable array
+    w.setflags(write=False)
+    b.add_constant("t", w.T, view=True)
+    assert np.shares_memory(b.constants["t"], w)

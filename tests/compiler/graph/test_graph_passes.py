@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorforge.compiler.graph import GraphBuilder, run_graph
+from tensorforge.compiler.graph import GraphBuilder, ir, run_graph
 from tensorforge.compiler.graph.passes import (
     eliminate_dead_code,
     fold_batch_norm,
     fold_constants,
 )
 from tensorforge.compiler.graph.verify import verify_graph
+from tensorforge.runtime import ndarray as nd
 
 RNG = np.random.default_rng(0)
 
@@ -73,6 +74,25 @@ def test_fold_batch_norm_into_conv() -> None:
         conv = after.nodes[0]
         assert conv.name == "conv" and conv.outputs == ("bn",) and len(conv.inputs) == 3
         _same_results(before, after, RNG.standard_normal((1, 3, 6, 6)).astype(np.float32), 1e-5)
+
+
+def test_fold_batch_norm_writes_each_weight_once(monkeypatch) -> None:  # noqa: ANN001
+    """The folded weight is the one array the new graph keeps: aligned, read-only and never
+    copied again (`Graph` copies a writable constant), and bit-identical to numpy's float64
+    product rounded to float32 (the oracle)."""
+    b = GraphBuilder()
+    x = b.add_input("x", (1, 3, 6, 6), "float32")
+    before = b.build([_conv_bn(b, x, True)])
+    copied: list[tuple[int, ...]] = []
+    real = ir._frozen_array
+    monkeypatch.setattr(ir, "_frozen_array", lambda a: copied.append(a.shape) or real(a))
+    after = fold_batch_norm(before)
+    assert (4, 3, 3, 3) not in copied
+    weight = after.constants[after.nodes[0].inputs[1]]
+    assert not weight.flags.writeable and nd.aligned(weight) is weight
+    c = {k: v.astype(np.float64) for k, v in before.constants.items()}
+    factor = c["p0"] / np.sqrt(c["p3"] + before.nodes[1].attr("epsilon"))
+    np.testing.assert_array_equal(weight, (c["w"] * factor[:, None, None, None]).astype(np.float32))
 
 
 def test_fold_batch_norm_keeps_a_conv_output_that_is_also_used_elsewhere() -> None:
