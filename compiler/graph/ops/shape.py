@@ -391,6 +391,8 @@ def _reduce(fn: Any) -> tuple[Any, Any]:
             return x.copy()
         if x.size == 0 and fn in (np.max, np.min):  # an empty max is the dtype's lowest value
             return np.full(out.shape, _extreme(x.dtype, fn is np.max), x.dtype)
+        if x.size == 0 and fn is np.mean:  # an empty mean is 0, as onnxruntime's
+            return np.zeros(out.shape, x.dtype)
         wide = x.astype(np.float64) if x.dtype.kind == "f" else x
         return np.asarray(fn(wide, axis=axes, keepdims=bool(attrs["keepdims"]))).astype(x.dtype)
 
