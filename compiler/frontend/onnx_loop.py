@@ -59,31 +59,13 @@ def unroll_loop(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dic
             that runs zero times (its shape is unknown), a body that does not fit the node.
     """
     body: onnx.GraphProto = attrs["body"]
-    given = list(node.input) + ["", ""]
-    trip_name, cond_name, initial = given[0], given[1], list(node.input[2:])
-    trips = _scalar(importer, trip_name) if trip_name else None
-    cond = _scalar(importer, cond_name) if cond_name else None
-    if trip_name and trips is None:
-        raise _refuse(importer, "Loop with a trip count computed at run time", name)
-    if cond_name and cond is None:
-        raise _refuse(importer, "Loop with a condition computed at run time", name)
-    if not trip_name and not cond_name:
-        raise _refuse(importer, "Loop with neither a trip count nor a condition", name)
-    carried = len(initial)
-    if len(body.input) != 2 + carried or len(body.output) < 1 + carried:
-        raise _error(
-            f"{importer.where}: Loop node {name!r} has {carried} loop-carried values, so its body "
-            f"must have {2 + carried} inputs and at least {1 + carried} outputs, not "
-            f"{len(body.input)} and {len(body.output)}"
-        )
-    from .onnx import unsupported_nodes
-
-    missing = unsupported_nodes(body.node, importer.opset)
-    if missing:
-        raise UnsupportedOpError(missing, where=f"{importer.where}: Loop node {name!r}")
+    trip_name, cond_name = (list(node.input) + ["", ""])[:2]
+    trips, cond = _bounds(importer, name, trip_name, cond_name)
+    carried = len(node.input[2:])
+    _check_body(importer, name, body, carried, len(node.output))
     limit = None if trips is None else int(trips.reshape(()))
     running = True if cond is None else bool(cond.reshape(()))
-    values, scans, i = initial, [[] for _ in body.output[1 + carried :]], 0
+    values, scans, i = list(node.input[2:]), [[] for _ in body.output[1 + carried :]], 0
     size = max(len(body.node), 1)
     if not cond_name and limit is not None and limit * size > UNROLL_LIMIT:
         raise _too_big(importer, name, limit, size)
@@ -107,6 +89,44 @@ def unroll_loop(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dic
     for out, parts in zip(outputs[carried:], scans, strict=True):
         if out:
             _stack(importer, name, out, parts)
+
+
+def _bounds(
+    importer: _Importer, name: str, trip_name: str, cond_name: str
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The Loop's trip count and initial condition, each a constant or absent (None)."""
+    trips = _scalar(importer, trip_name) if trip_name else None
+    cond = _scalar(importer, cond_name) if cond_name else None
+    if trip_name and trips is None:
+        raise _refuse(importer, "Loop with a trip count computed at run time", name)
+    if cond_name and cond is None:
+        raise _refuse(importer, "Loop with a condition computed at run time", name)
+    if not trip_name and not cond_name:
+        raise _refuse(importer, "Loop with neither a trip count nor a condition", name)
+    return trips, cond
+
+
+def _check_body(
+    importer: _Importer, name: str, body: onnx.GraphProto, carried: int, outputs: int
+) -> None:
+    """The body fits the node (iteration, condition, carried values in; condition, carried
+    values, scan outputs out) and every op in it is one the importer converts."""
+    from .onnx import unsupported_nodes  # (onnx.py imports this module)
+
+    if len(body.input) != 2 + carried or len(body.output) < 1 + carried:
+        raise _error(
+            f"{importer.where}: Loop node {name!r} has {carried} loop-carried values, so its body "
+            f"must have {2 + carried} inputs and at least {1 + carried} outputs, not "
+            f"{len(body.input)} and {len(body.output)}"
+        )
+    if outputs > len(body.output) - 1:
+        raise _error(
+            f"{importer.where}: Loop node {name!r} has {outputs} outputs, more than the "
+            f"{len(body.output) - 1} its body gives (carried values and scan outputs)"
+        )
+    missing = unsupported_nodes(body.node, importer.opset)
+    if missing:
+        raise UnsupportedOpError(missing, where=f"{importer.where}: Loop node {name!r}")
 
 
 def _too_big(importer: _Importer, name: str, limit: int | None, size: int) -> Exception:

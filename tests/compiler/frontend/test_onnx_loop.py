@@ -126,6 +126,17 @@ def test_loop_decided_at_run_time_is_refused_by_name() -> None:
         from_onnx(model)
 
 
+def test_loop_body_that_does_not_fit_the_node_is_refused_by_name() -> None:
+    model = _for_model(4)
+    model.graph.node[-1].output.append("extra")
+    with pytest.raises(OnnxImportError, match="'loop' has 3 outputs, more than the 2"):
+        from_onnx(model)
+    model = _for_model(4)
+    model.graph.node[-1].input.append("acc0")
+    with pytest.raises(OnnxImportError, match="'loop' has 2 loop-carried values"):
+        from_onnx(model)
+
+
 def _while_model(limit: int) -> onnx.ModelProto:
     """As torch's dynamo exporter writes a loop over bags: no trip count, a counter carried,
     `cond = counter + 1 < limit`, each iteration appending a row to a sequence that
