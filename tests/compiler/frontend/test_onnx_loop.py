@@ -6,6 +6,7 @@ both of its exporters write it, runs against torch and onnxruntime."""
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import onnx
@@ -137,15 +138,25 @@ def test_loop_body_that_does_not_fit_the_node_is_refused_by_name() -> None:
         from_onnx(model)
 
 
+def _branch(name: str, op: str, x: str, out: str) -> onnx.GraphProto:
+    return oh.make_graph([oh.make_node(op, [x], [out])], name, [], [_value(out, F, None)])
+
+
 def _while_model(limit: int) -> onnx.ModelProto:
     """As torch's dynamo exporter writes a loop over bags: no trip count, a counter carried,
-    `cond = counter + 1 < limit`, each iteration appending a row to a sequence that
-    ConcatFromSequence joins after the loop."""
+    `cond = counter + 1 < limit`, an If on the counter (Exp of the first row, Neg of the
+    others), each iteration appending a row to a sequence that ConcatFromSequence joins after
+    the loop."""
     body = oh.make_graph(
         [
             oh.make_node("Gather", ["x", "k"], ["row"], axis=0),
             oh.make_node("Unsqueeze", ["row", "axes"], ["row2"]),
-            oh.make_node("Exp", ["row2"], ["e"]),
+            oh.make_node("Equal", ["k", "zero"], ["at_first"]),
+            oh.make_node(
+                "If", ["at_first"], ["e"],
+                then_branch=_branch("first", "Exp", "row2", "e1"),
+                else_branch=_branch("later", "Neg", "row2", "e2"),
+            ),
             oh.make_node("SequenceInsert", ["seq", "e"], ["seq_out"]),
             oh.make_node("Add", ["k", "one"], ["k_out"]),
             oh.make_node("Less", ["k_out", "limit"], ["c_out"]),
@@ -200,16 +211,81 @@ def test_unrolling_past_the_cap_names_the_trip_count_and_the_cap() -> None:
         from_onnx(model)
 
 
-# EmbeddingBag through torch's two exporters: a Loop over the bags. The bags' sizes decide the
-# shapes of each iteration's rows, so the offsets are bound as constants.
-
-torch = pytest.importorskip("torch", reason="torch is an optional extra: pip install '.[torch]'")
-
 INDICES = np.array([1, 2, 4, 5, 4, 3, 2, 9, 0, 7], np.int64)
 OFFSETS = np.array([0, 2, 2, 6], np.int64)  # an empty bag (2:2) too
 
 
+def _embedding_bag_model(reduce: str) -> onnx.ModelProto:
+    """torch's TorchScript exporter's EmbeddingBag with offsets, rebuilt with onnx.helper: a
+    Loop over the bags (trip count from the offsets' shape), each slicing its indices
+    `indices[offsets[i]:ends[i]]`, gathering their rows and reducing them to one."""
+    body = oh.make_graph(
+        [
+            oh.make_node("Gather", ["starts", "i"], ["start"], axis=0),
+            oh.make_node("Gather", ["ends", "i"], ["end"], axis=0),
+            oh.make_node("Unsqueeze", ["start", "axis0"], ["start1"]),
+            oh.make_node("Unsqueeze", ["end", "axis0"], ["end1"]),
+            oh.make_node("Slice", ["indices", "start1", "end1", "axis0"], ["bag"]),
+            oh.make_node("Gather", ["weight", "bag"], ["rows"], axis=0),
+            oh.make_node(reduce, ["rows", "axis0"], ["row"], keepdims=0)
+            if reduce == "ReduceSum"  # (the others' axes are an attribute before opset 18)
+            else oh.make_node(reduce, ["rows"], ["row"], axes=[0], keepdims=0),
+            oh.make_node("Cast", ["true"], ["c_out"], to=B),
+        ],
+        "bag_body",
+        [_value("i", I64, []), _value("c", B, [])],
+        [_value("c_out", B, []), _value("row", F, None)],
+    )
+    nodes = [
+        oh.make_node("Shape", ["indices"], ["n_shape"]),
+        oh.make_node("Gather", ["n_shape", "zero"], ["n"], axis=0),
+        oh.make_node("Unsqueeze", ["n", "axis0"], ["n1"]),
+        oh.make_node("Concat", ["offsets", "n1"], ["starts"], axis=0),
+        oh.make_node("Slice", ["starts", "one", "big", "axis0"], ["ends"]),
+        oh.make_node("Shape", ["ends"], ["bags_shape"]),
+        oh.make_node("Gather", ["bags_shape", "zero"], ["bags"], axis=0),
+        oh.make_node("Loop", ["bags", "true"], ["y"], body=body, name="/Loop"),
+    ]
+    inits = {
+        "weight": np.linspace(-1, 1, 30, dtype=np.float32).reshape(10, 3) ** 3,
+        "zero": np.array(0, np.int64),
+        "axis0": np.array([0], np.int64),
+        "one": np.array([1], np.int64),
+        "big": np.array([2**62], np.int64),
+        "true": np.array(True),
+    }
+    inputs = [_value("indices", I64, [len(INDICES)]), _value("offsets", I64, [len(OFFSETS)])]
+    return _model(nodes, inputs, [_value("y", F, None)], inits)
+
+
+@pytest.mark.parametrize("reduce", ["ReduceSum", "ReduceMean", "ReduceMax"])
+def test_embedding_bag_loop_as_torchscript_writes_it(reduce: str) -> None:
+    model = _embedding_bag_model(reduce)
+    _check(model, {"indices": INDICES}, {"offsets": OFFSETS})
+    weight = numpy_helper.to_array(model.graph.initializer[0])
+    ends = [*OFFSETS[1:], len(INDICES)]
+    fn = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max}[reduce]
+    graph = from_onnx(model, constant_inputs={"offsets": OFFSETS})
+    got = tensorforge.compile(graph).run({"indices": INDICES})["y"]
+    for bag, (start, end) in enumerate(zip(OFFSETS, ends, strict=True)):
+        if end > start:  # (an empty bag: the reduction's empty value, checked by _check)
+            want = fn(weight[INDICES[start:end]], axis=0)
+            np.testing.assert_allclose(got[bag], want, rtol=1e-6)
+
+
+def test_embedding_bag_with_offsets_at_run_time_is_refused_by_name() -> None:
+    with pytest.raises(OnnxImportError, match="Slice node '/Loop/0/.*must be a constant"):
+        from_onnx(_embedding_bag_model("ReduceSum"))
+
+
+# EmbeddingBag through torch's two exporters: a Loop over the bags. The bags' sizes decide the
+# shapes of each iteration's rows, so the offsets are bound as constants.
+
+
 def _embedding_bag(mode: str, dynamo: bool) -> tuple[onnx.ModelProto, np.ndarray]:
+    torch = pytest.importorskip(
+        "torch", reason="torch is an optional extra: pip install '.[torch]'"
+    )
     torch.manual_seed(0)
     bag = torch.nn.EmbeddingBag(10, 3, mode=mode).eval()
     args = (torch.from_numpy(INDICES), torch.from_numpy(OFFSETS))
@@ -225,8 +301,8 @@ def _embedding_bag(mode: str, dynamo: bool) -> tuple[onnx.ModelProto, np.ndarray
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_embedding_bag_matches_torch_and_onnxruntime(mode: str, dynamo: bool) -> None:
-    pytest.importorskip("onnxscript") if dynamo else None
-    import warnings
+    if dynamo:
+        pytest.importorskip("onnxscript")
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -240,9 +316,3 @@ def test_embedding_bag_matches_torch_and_onnxruntime(mode: str, dynamo: bool) ->
     # empty max is -inf in onnxruntime (and here): that row is the exporter's, not compared
     rows = [0, 2, 3] if mode == "max" and not dynamo else [0, 1, 2, 3]
     np.testing.assert_allclose(got[rows], want[rows], rtol=1e-5, atol=1e-6)
-
-
-def test_embedding_bag_with_offsets_at_run_time_is_refused_by_name() -> None:
-    model, _ = _embedding_bag("sum", dynamo=False)
-    with pytest.raises(OnnxImportError, match="Slice node '/Loop/0/.*must be a constant"):
-        from_onnx(model)
