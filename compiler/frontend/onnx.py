@@ -49,6 +49,13 @@ _AXES_ATTR_UNTIL_18 = {
 # math): integers, and the bools and floats exporters compute shapes through (Equal -> Where
 # before an Expand; Cast to float, Mul by a scale, Floor, Cast back before a Resize).
 _FOLD_LIMIT = 64
+# Integer results (offsets, positions) up to this many elements fold too: a Loop unrolled at
+# import slices by them in each iteration (EmbeddingBag's offsets: one per bag).
+_FOLD_LIMIT_INT = 4096
+
+
+def _fold_limit(dtype: str) -> int:
+    return _FOLD_LIMIT_INT if np.dtype(dtype).kind in "iu" else _FOLD_LIMIT
 
 
 class OnnxImportError(ValueError):
@@ -577,7 +584,7 @@ class _Importer:
         probe.types, probe.constants = dict(self.builder.types), dict(consts)
         probe.add_node(op, inputs, attrs, name=name, outputs=outputs)
         types = [probe.types[o] for o in outputs if o]
-        if not all(t.size <= _FOLD_LIMIT for t in types):
+        if not all(t.size <= _fold_limit(t.dtype) for t in types):
             return False
         node = probe.nodes[-1]
         if op in SHAPE_ONLY_OPS:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 # The most body nodes one Loop may unroll to (trip count x nodes in its body): past it the graph
 # grows without bound; such a loop wants a run-time loop, which the graph IR does not have.
-UNROLL_LIMIT = 4096
+# (Compile time grows with it: EmbeddingBag's 200 bags, 800 nodes, compile in about 30 s.)
+UNROLL_LIMIT = 2048
 SEQUENCE_OPS = ("SequenceEmpty", "SequenceConstruct", "SequenceInsert", "ConcatFromSequence")
 
 

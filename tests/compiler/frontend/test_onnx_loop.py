@@ -18,6 +18,7 @@ from onnx import helper as oh
 import tensorforge
 from tensorforge.compiler.frontend import OnnxImportError, UnsupportedOpError, from_onnx
 from tensorforge.compiler.frontend.onnx_loop import UNROLL_LIMIT
+from tensorforge.compiler.graph import run_graph
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
@@ -271,6 +272,20 @@ def test_embedding_bag_loop_as_torchscript_writes_it(reduce: str) -> None:
         if end > start:  # (an empty bag: the reduction's empty value, checked by _check)
             want = fn(weight[INDICES[start:end]], axis=0)
             np.testing.assert_allclose(got[bag], want, rtol=1e-6)
+
+
+def test_embedding_bag_of_more_bags_than_import_folds_floats() -> None:
+    """70 bags: the offsets (71 int64) fold at import, where the loop slices by them."""
+    offsets = np.arange(70, dtype=np.int64) * 2
+    indices = np.random.default_rng(5).integers(0, 10, 143)
+    model = _embedding_bag_model("ReduceSum")
+    for value, array in zip(model.graph.input, (indices, offsets), strict=True):
+        value.type.tensor_type.shape.dim[0].dim_value = len(array)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(
+        None, {"indices": indices, "offsets": offsets}
+    )
+    graph = from_onnx(model, constant_inputs={"offsets": offsets})
+    np.testing.assert_allclose(run_graph(graph, {"indices": indices})["y"], want, rtol=1e-6)
 
 
 def test_embedding_bag_with_offsets_at_run_time_is_refused_by_name() -> None:
