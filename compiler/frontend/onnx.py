@@ -536,9 +536,12 @@ class _Importer:
 
     def alias(self, value: str, out: str, name: str) -> None:
         """Give `value` (a tensor or a sequence) the further name `out`."""
+        outputs = {v.name for v in self.model.graph.output}
         if value in self.sequences:
             self.sequences[out] = self.sequences[value]
-        else:  # a node, not a folded constant: a graph output stays a node's output
+        elif value in self.builder.constants and out not in outputs:  # shape math reads it
+            self.builder.add_constant(out, self.builder.constants[value])
+        else:  # a graph output stays a node's output
             self.builder.add_node("Identity", [value], name=name, outputs=[out])
 
     def emit(self, op: str, inputs: list[str], outputs: list[str], name: str, **attrs) -> None:

@@ -139,6 +139,30 @@ def test_loop_body_that_does_not_fit_the_node_is_refused_by_name() -> None:
         from_onnx(model)
 
 
+def test_loop_computing_a_shape_that_a_reshape_reads() -> None:
+    """A carried value that folds (a dim doubled twice) is a constant after the loop."""
+    body = oh.make_graph(
+        [oh.make_node("Mul", ["d", "two"], ["d2"]), oh.make_node("Identity", ["c"], ["c_out"])],
+        "double",
+        [_value("i", I64, []), _value("c", B, []), _value("d", I64, [1])],
+        [_value("c_out", B, []), _value("d2", I64, [1])],
+    )
+    nodes = [
+        oh.make_node("Loop", ["trips", "true", "one"], ["cols"], body=body),
+        oh.make_node("Concat", ["minus_one", "cols"], ["shape"], axis=0),
+        oh.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    inits = {
+        "trips": np.array(2, np.int64),
+        "true": np.array(True),
+        "one": np.array([1], np.int64),
+        "two": np.array(2, np.int64),
+        "minus_one": np.array([-1], np.int64),
+    }
+    model = _model(nodes, [_value("x", F, [4, 3])], [_value("y", F, None)], inits)
+    _check(model, {"x": X})
+
+
 def _branch(name: str, op: str, x: str, out: str) -> onnx.GraphProto:
     return oh.make_graph([oh.make_node(op, [x], [out])], name, [], [_value(out, F, None)])
 
