@@ -31,6 +31,7 @@ from ...runtime import ndarray as nd
 from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, check_shape
 from ..graph.ops.shape import SHAPE_ONLY_OPS
 from ..graph.registry import ONNX_OPSETS, UnsupportedOpError, get_op, is_registered
+from .onnx_loop import SEQUENCE_OPS, convert_sequence_op, unroll_loop
 from .onnx_patterns import rewrite_masked_assignments
 from .onnx_upgrade import OLDEST_OPSET, upgrade
 from .onnx_weights import Span, WireError, read_span, strip_raw_data
@@ -38,7 +39,7 @@ from .onnx_weights import Span, WireError, read_span, strip_raw_data
 # The op definitions the importer implements are those of opsets 13 to 21.
 MIN_OPSET, MAX_OPSET = ONNX_OPSETS
 # Ops the importer turns into something else than a node of the same name.
-_SPECIAL = {"Constant", "Dropout", "If"}
+_SPECIAL = {"Constant", "Dropout", "If", "Loop", *SEQUENCE_OPS}
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
 _AXES_ATTR_UNTIL_18 = {
     "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
@@ -48,6 +49,13 @@ _AXES_ATTR_UNTIL_18 = {
 # math): integers, and the bools and floats exporters compute shapes through (Equal -> Where
 # before an Expand; Cast to float, Mul by a scale, Floor, Cast back before a Resize).
 _FOLD_LIMIT = 64
+# Integer results (offsets, positions) up to this many elements fold too: a Loop unrolled at
+# import slices by them in each iteration (EmbeddingBag's offsets: one per bag).
+_FOLD_LIMIT_INT = 4096
+
+
+def _fold_limit(dtype: str) -> int:
+    return _FOLD_LIMIT_INT if np.dtype(dtype).kind in "iu" else _FOLD_LIMIT
 
 
 class OnnxImportError(ValueError):
@@ -254,7 +262,7 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
         return "BatchNormalization in training mode"
     if node.op_type == "Dropout" and (len(outputs) > 1 or len([i for i in node.input if i]) > 2):
         return "Dropout with a mask output or training_mode"
-    if node.op_type != "If" and any(
+    if node.op_type not in ("If", "Loop") and any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
     ):
         return f"{node.op_type} with a subgraph"
@@ -263,14 +271,15 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
 
 def unsupported_ops(model: onnx.ModelProto, opset: int) -> list[tuple[str, str, int | None]]:
     """(op type, node name, opset) of every node the importer cannot convert, in model order
-    (an If's branches are checked when the branch taken is known: `_Importer._inline_if`)."""
+    (an If's branches are checked when the branch taken is known, `_Importer._inline_if`, and a
+    Loop's body when it is unrolled, `onnx_loop.unroll_loop`)."""
     return unsupported_nodes(model.graph.node, opset)
 
 
 def unsupported_nodes(
     nodes: Sequence[onnx.NodeProto], opset: int
 ) -> list[tuple[str, str, int | None]]:
-    """`unsupported_ops` of a list of nodes (a graph's or an If branch's)."""
+    """`unsupported_ops` of a list of nodes (a graph's, an If branch's or a Loop body's)."""
     found: list[tuple[str, str, int | None]] = []
     for i, node in enumerate(nodes):
         name = node.name or f"{node.op_type}_{i}"
@@ -364,8 +373,9 @@ class _Importer:
     ) -> None:
         self.model, self.where, self.opset, self.weights = model, where, opset, weights
         self.builder = GraphBuilder(model.graph.name or "main")
-        self.scopes: list[dict[str, str]] = []  # the If branches being inlined (`_inline_if`)
+        self.scopes: list[dict[str, str]] = []  # the If branches and Loop bodies being inlined
         self.branch_results: set[str] = set()  # outputs of Ifs inlined at import
+        self.sequences: dict[str, tuple[str, ...]] = {}  # sequence values: their items' names
 
     def add_inputs(
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
@@ -453,6 +463,15 @@ class _Importer:
         if node.op_type == "If":
             self._inline_if(name, node, attrs)
             return
+        if node.op_type == "Loop":
+            unroll_loop(self, name, node, attrs)
+            return
+        if node.op_type in SEQUENCE_OPS:
+            convert_sequence_op(self, name, node, attrs)
+            return
+        if node.op_type == "Identity" and node.input[0] in self.sequences:
+            self.sequences[node.output[0]] = self.sequences[node.input[0]]
+            return
         types = self.builder.types
         dtypes = [types[i].dtype if i in types else None for i in node.input]
         check_node_types(node, self.opset, name, dtypes, self.where)
@@ -484,31 +503,50 @@ class _Importer:
                 f"{self.where}: If node {name!r} has {len(node.output)} outputs but its branch "
                 f"{branch.name!r} {len(branch.output)}"
             )
-        renamed: dict[str, str] = {}  # this branch's values -> their names in the graph
+        results = self.convert_subgraph(branch, name, {})
+        for out, result in zip(node.output, results, strict=True):
+            if out:
+                self.alias(result, out, f"{name}/{out}")
+                self.branch_results.add(out)
+
+    def convert_subgraph(self, graph: onnx.GraphProto, prefix: str, renamed: dict) -> list[str]:
+        """Convert the nodes of an If branch or one Loop iteration's body, their values renamed
+        apart from the graph's (`renamed` starts with the body's inputs bound); the graph names
+        of its outputs. Node names are `prefix/name`."""
 
         def local(value: str) -> str:
-            renamed[value] = self.builder.fresh(f"{name}/{value}")
+            renamed[value] = self.builder.fresh(f"{prefix}/{value}")
             return renamed[value]
 
-        self.scopes.append(renamed)  # a nested If's branches see this one's values
+        self.scopes.append(renamed)  # nested Ifs and Loops see this one's values
         try:
-            for init in branch.initializer:
-                where = f"{self.where}: If node {name!r} initializer {init.name!r}"
+            for init in graph.initializer:
+                where = f"{self.where}: node {prefix!r} initializer {init.name!r}"
                 self.builder.add_constant(local(init.name), _checked_array(init, where))
-            for index, inner in enumerate(branch.node):
+            for index, inner in enumerate(graph.node):
                 copy = onnx.NodeProto()
                 copy.CopyFrom(inner)
-                copy.name = f"{name}/{inner.name or f'{inner.op_type}_{index}'}"
+                copy.name = f"{prefix}/{inner.name or f'{inner.op_type}_{index}'}"
                 copy.input[:] = [self._resolve(v) for v in inner.input]
                 copy.output[:] = [local(v) if v else v for v in inner.output]
                 self.convert(index, copy)
-            results = [self._resolve(r.name) for r in branch.output]
+            return [self._resolve(r.name) for r in graph.output]
         finally:
             self.scopes.pop()
-        for out, result in zip(node.output, results, strict=True):
-            if out:
-                self.builder.add_node("Identity", [result], name=f"{name}/{out}", outputs=[out])
-                self.branch_results.add(out)
+
+    def alias(self, value: str, out: str, name: str) -> None:
+        """Give `value` (a tensor or a sequence) the further name `out`."""
+        outputs = {v.name for v in self.model.graph.output}
+        if value in self.sequences:
+            self.sequences[out] = self.sequences[value]
+        elif value in self.builder.constants and out not in outputs:  # shape math reads it
+            self.builder.add_constant(out, self.builder.constants[value])
+        else:  # a graph output stays a node's output
+            self.builder.add_node("Identity", [value], name=name, outputs=[out])
+
+    def emit(self, op: str, inputs: list[str], outputs: list[str], name: str, **attrs) -> None:
+        """Convert a node the importer writes itself (folded when its inputs are constants)."""
+        self.convert(0, helper.make_node(op, inputs, outputs, name=name, **attrs))
 
     def _resolve(self, value: str) -> str:
         """A value's name in the graph, seen from the innermost If branch being inlined."""
@@ -549,7 +587,7 @@ class _Importer:
         probe.types, probe.constants = dict(self.builder.types), dict(consts)
         probe.add_node(op, inputs, attrs, name=name, outputs=outputs)
         types = [probe.types[o] for o in outputs if o]
-        if not all(t.size <= _FOLD_LIMIT for t in types):
+        if not all(t.size <= _fold_limit(t.dtype) for t in types):
             return False
         node = probe.nodes[-1]
         if op in SHAPE_ONLY_OPS:
@@ -572,6 +610,10 @@ class _Importer:
         names: list[str] = []
         for value in self.model.graph.output:
             name = value.name
+            if name in self.sequences:
+                raise UnsupportedOpError(
+                    [("a sequence as a model output", name, self.opset)], where=self.where
+                )
             if name in names:
                 copy, k = f"{name}_1", 1
                 while copy in self.builder.types:

@@ -157,10 +157,23 @@ def _arg_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorTy
 
 
 def _arg(fn: Callable) -> Callable:
+    largest = fn is np.argmax
+
     def compute(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-        """The index of the first (or with select_last_index the last) extreme along axis."""
+        """The index of the first (or with select_last_index the last) extreme along axis; NaN
+        as onnxruntime's scan from the first element has it: a NaN there wins (index 0), a NaN
+        anywhere else loses."""
         axis = attrs["axis"] % x.ndim
-        if attrs["select_last_index"]:
+        if x.dtype.kind == "f":
+            clean = np.where(np.isnan(x), -np.inf if largest else np.inf, x)
+            hit = x == (np.max if largest else np.min)(clean, axis=axis, keepdims=True)
+            if attrs["select_last_index"]:
+                index = x.shape[axis] - 1 - np.argmax(np.flip(hit, axis), axis=axis)
+            else:
+                index = np.argmax(hit, axis=axis)
+            first = np.isnan(np.take(x, 0, axis=axis))
+            index = np.where(first, 0, index)
+        elif attrs["select_last_index"]:
             index = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis)
         else:
             index = fn(x, axis=axis)
@@ -178,14 +191,26 @@ def _iota(e: Emitter, n: int, axis: int, rank: int) -> str:
 
 def _emit_arg(e: Emitter, x: str, axis: int, largest: bool, last: bool, **kw: Any) -> str:
     """The index (int64, axis kept) of the extreme of `x` along `axis`: the extreme, where `x`
-    equals it its index and elsewhere a value that loses, then the smallest (or largest) index."""
+    equals it its index and elsewhere a value that loses, then the smallest (or largest) index.
+    A float NaN goes as in onnxruntime's scan from the first element: first, it wins (index 0);
+    anywhere else it loses (so a row of NaN only gives 0, not an index past the axis)."""
     shape = e.shape(x)
     axes = e.ints([axis], "axes")
-    extreme = e.add("ReduceMax" if largest else "ReduceMin", [x, axes], {"keepdims": 1})
+    floating = np.dtype(e.dtype(x)).kind == "f"
+    numbers = x
+    if floating:  # the extreme of the numbers alone (NaN never equals it)
+        worst = e.const(-np.inf if largest else np.inf, "worst", e.dtype(x))
+        numbers = e.add("Where", [e.add("IsNaN", [x]), worst, x])
+    extreme = e.add("ReduceMax" if largest else "ReduceMin", [numbers, axes], {"keepdims": 1})
     hit = e.add("Equal", [x, extreme])
     losing = e.const(-1 if last else shape[axis], "no_index", "int64")
     index = e.add("Where", [hit, _iota(e, shape[axis], axis, len(shape)), losing])
-    return e.add("ReduceMax" if last else "ReduceMin", [index, axes], {"keepdims": 1}, **kw)
+    if not floating:
+        return e.add("ReduceMax" if last else "ReduceMin", [index, axes], {"keepdims": 1}, **kw)
+    index = e.add("ReduceMax" if last else "ReduceMin", [index, axes], {"keepdims": 1})
+    first = e.add("Slice", [x, e.ints([0], "start"), e.ints([1], "end"), axes])
+    zero = e.const(0, "zero", "int64")
+    return e.add("Where", [e.add("IsNaN", [first]), zero, index], **kw)
 
 
 def _expand_arg(b: GraphBuilder, node: Node) -> None:
@@ -214,13 +239,15 @@ def _hardmax_type(attrs: dict[str, Any], types: list, consts: list) -> list[Tens
 
 
 def hardmax(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    """1 at the first largest element along axis, 0 elsewhere."""
+    """1 at the first largest element along axis, 0 elsewhere; a row whose first element is NaN
+    is all 0 (onnxruntime's: its max is that NaN, which no element equals)."""
     axis = attrs["axis"] % x.ndim
     if x.size == 0:
         return np.zeros_like(x)
-    index = np.expand_dims(np.argmax(x, axis=axis), axis)
+    argmax = _arg(np.argmax)
+    index = argmax({"axis": axis, "keepdims": 1, "select_last_index": 0}, x)
     positions = np.arange(x.shape[axis]).reshape([-1] + [1] * (x.ndim - axis - 1))
-    return (positions == index).astype(x.dtype)
+    return ((positions == index) & ~np.isnan(x)).astype(x.dtype)
 
 
 def _expand_hardmax(b: GraphBuilder, node: Node) -> None:
@@ -230,6 +257,8 @@ def _expand_hardmax(b: GraphBuilder, node: Node) -> None:
     axis = node.attr_dict["axis"] % len(shape)
     index = _emit_arg(e, x, axis, largest=True, last=False)
     hit = e.add("Equal", [_iota(e, shape[axis], axis, len(shape)), index])
+    if np.dtype(e.dtype(x)).kind == "f":  # a first NaN's index 0 marks no element
+        hit = e.add("And", [hit, e.add("Not", [e.add("IsNaN", [x])])])
     e.add("Cast", [hit], {"to": e.dtype(x)}, outputs=[node.outputs[0]])
 
 

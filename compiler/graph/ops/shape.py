@@ -391,10 +391,27 @@ def _reduce(fn: Any) -> tuple[Any, Any]:
             return x.copy()
         if x.size == 0 and fn in (np.max, np.min):  # an empty max is the dtype's lowest value
             return np.full(out.shape, _extreme(x.dtype, fn is np.max), x.dtype)
+        if x.size == 0 and fn is np.mean:  # an empty mean is 0, as onnxruntime's
+            return np.zeros(out.shape, x.dtype)
         wide = x.astype(np.float64) if x.dtype.kind == "f" else x
+        if x.dtype.kind == "f" and fn in (np.max, np.min):  # NaN: `_nan_first`
+            return _nan_first(wide, axes, fn, attrs).astype(x.dtype)
         return np.asarray(fn(wide, axis=axes, keepdims=bool(attrs["keepdims"]))).astype(x.dtype)
 
     return infer, compute
+
+
+def _nan_first(x: np.ndarray, axes: Any, fn: Any, attrs: dict[str, Any]) -> np.ndarray:
+    """ReduceMax/ReduceMin of floats as onnxruntime's scan from the first element has NaN: the
+    extreme of the numbers, but a NaN first in the reduced range is the result (so a range of
+    NaN only is NaN). Its vectorized scan lets a NaN in some other places win too: not
+    followed (docs/graph.md)."""
+    keep = bool(attrs["keepdims"])
+    worst = -np.inf if fn is np.max else np.inf
+    extreme = fn(np.where(np.isnan(x), worst, x), axis=axes, keepdims=True)
+    first = x[tuple(slice(0, 1) if a in axes else slice(None) for a in range(x.ndim))]
+    out = np.where(np.isnan(first), first, extreme)
+    return out if keep else np.squeeze(out, axis=axes)
 
 
 REDUCE_ATTRS = {"keepdims": 1, "noop_with_empty_axes": 0}

@@ -8,6 +8,9 @@ length) ranks every element instead: its rank is the number of elements that go 
 or equal at a lower index), a sum over the axis of a pairwise comparison; output position p takes
 the element whose rank is p. That costs n * n comparisons per row of n, so an axis past
 `MAX_SORT_N` is refused by name.
+
+NaN ranks as the largest value, above +inf, NaNs among themselves by index (onnxruntime's
+order): first with largest=1, last with largest=0.
 """
 
 from __future__ import annotations
@@ -50,13 +53,17 @@ def _topk_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorT
 
 
 def topk(attrs: dict[str, Any], x: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """numpy: a stable sort (ties keep the lower index first), the first K."""
+    """numpy: a stable sort (ties keep the lower index first; NaN the largest), the first K."""
     k, axis = _k_and_axis(attrs, x.shape, k, "TopK")
-    if attrs["largest"]:  # descending with ties by ascending index: sort the reversed axis
-        n = x.shape[axis]
-        order = np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
-        order = n - 1 - order
-    else:
+    if attrs["largest"]:  # descending with ties by ascending index: a stable sort of the keys
+        # negated (NaN still last in numpy's sort: put it first by its own key)
+        keys = np.negative(x) if x.dtype.kind == "f" else None
+        if keys is None:
+            order = np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+            order = x.shape[axis] - 1 - order
+        else:
+            order = np.lexsort((np.where(np.isnan(x), 0, keys), ~np.isnan(x)), axis=axis)
+    else:  # numpy's sort puts NaN last, in index order
         order = np.argsort(x, axis=axis, kind="stable")
     index = np.take(order, np.arange(k), axis=axis)
     return np.take_along_axis(x, index, axis=axis), index.astype(np.int64)
@@ -95,28 +102,42 @@ def expand(b: GraphBuilder, node: Node) -> None:
     worst = e.const(np.asarray(worst_value, dtype), "worst")
     axes = e.ints([axis], "axis")
     best = "ReduceMax" if largest else "ReduceMin"
-    values, indices = [], []
+    nan = e.add("IsNaN", [x]) if kind.kind == "f" else None  # NaNs: taken apart, by index
+    indices = []
     taken = None
     for step in range(k):
-        pool = x if taken is None else e.add("Where", [taken, worst, x])
+        out = nan if taken is None else (taken if nan is None else e.add("Or", [taken, nan]))
+        pool = x if out is None else e.add("Where", [out, worst, x])
         value = e.add(best, [pool, axes], {"keepdims": 1})
         hit = e.add("Equal", [pool, value])
-        if taken is not None:
-            hit = e.add("And", [hit, e.add("Not", [taken])])
+        if out is not None:
+            hit = e.add("And", [hit, e.add("Not", [out])])
         index = e.add("ReduceMin", [e.add("Where", [hit, iota, beyond]), axes], {"keepdims": 1})
-        values.append(value)
+        if nan is not None:
+            index = _nan_first_or_last(e, nan, taken, index, iota, beyond, axes, largest)
         indices.append(index)
         if step + 1 < k:
             now = e.add("Equal", [iota, index])
             taken = now if taken is None else e.add("Or", [taken, now])
+    index = indices[0] if len(indices) == 1 else e.add("Concat", indices, {"axis": axis})
     out_values, out_indices = (node.outputs + ("", ""))[:2]
-    for parts, out in ((values, out_values), (indices, out_indices)):
-        if not out:
-            continue
-        if len(parts) == 1:
-            e.rename(parts[0], out)
-        else:
-            e.add("Concat", parts, {"axis": axis}, outputs=[out])
+    if out_values:
+        e.add("GatherElements", [x, index], {"axis": axis}, outputs=[out_values])
+    if out_indices:
+        e.rename(index, out_indices)
+
+
+def _nan_first_or_last(
+    e: Emitter, nan: str, taken: str | None, index: str, iota: str, beyond: str, axes: str,
+    largest: bool,
+) -> str:  # fmt: skip
+    """One selection step's index with NaN the largest value: the lowest-indexed NaN not taken
+    yet comes before any number when largest, after all of them (`index` is `beyond`) else."""
+    left = nan if taken is None else e.add("And", [nan, e.add("Not", [taken])])
+    first_nan = e.add("ReduceMin", [e.add("Where", [left, iota, beyond]), axes], {"keepdims": 1})
+    if largest:
+        return e.add("Where", [e.add("Less", [first_nan, beyond]), first_nan, index])
+    return e.add("Where", [e.add("Less", [index, beyond]), index, first_nan])
 
 
 def _expand_by_rank(e: Emitter, node: Node, k: int, axis: int) -> None:
@@ -129,9 +150,17 @@ def _expand_by_rank(e: Emitter, node: Node, k: int, axis: int) -> None:
     n = e.shape(xt)[-1]
     mine = e.add("Unsqueeze", [xt, e.ints([-1], "axes")])  # [..., n, 1]: element i
     other = e.add("Unsqueeze", [xt, e.ints([-2], "axes")])  # [..., 1, n]: element j
-    better = e.add("Greater" if dict(node.attrs)["largest"] else "Less", [other, mine])
+    largest = bool(dict(node.attrs)["largest"])
+    better = e.add("Greater" if largest else "Less", [other, mine])
+    same = e.add("Equal", [other, mine])
+    if np.dtype(e.dtype(x)).kind == "f":  # NaN is the largest value, equal to another NaN
+        nan_j, nan_i = e.add("IsNaN", [other]), e.add("IsNaN", [mine])
+        # largest: j goes first when j is NaN and i is not; else when i is NaN and j is not
+        ahead, behind = (nan_j, nan_i) if largest else (nan_i, nan_j)
+        better = e.add("Or", [better, e.add("And", [ahead, e.add("Not", [behind])])])
+        same = e.add("Or", [same, e.add("And", [nan_j, nan_i])])
     lower = e.const(np.tri(n, k=-1, dtype=bool), "lower")  # [i, j]: j < i
-    before = e.add("Or", [better, e.add("And", [e.add("Equal", [other, mine]), lower])])
+    before = e.add("Or", [better, e.add("And", [same, lower])])
     rank = e.reduce_sum(e.add("Cast", [before], {"to": "int64"}), [-1])  # [..., n]
     position = e.const(np.arange(k, dtype=np.int64).reshape(k, 1), "position")
     at = e.add("Equal", [e.add("Unsqueeze", [rank, e.ints([-2], "axes")]), position])

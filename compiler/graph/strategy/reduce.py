@@ -209,11 +209,33 @@ def _reduce(ctx: GroupContext, node: Node, tail: Tail) -> Result:
 
     count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
     post = _mean_of(count, x.dtype) if node.op == "ReduceMean" else None
+    if node.op in ("ReduceMax", "ReduceMin") and np.dtype(x.dtype).kind == "f" and raxes:
+        post = _nan_first(x, tuple(raxes), bool(attrs["keepdims"]))
     lead = len(x.shape) - len(axes)
     if ctx.gpu and set(axes) == set(range(lead, len(x.shape))) and count > gpu_reduce.MIN_ROW:
         return _gpu_reduce(ctx, node, tail, x, lead, post)
     red = te.compute(shape, body, name="reduce")
     return reduce_kernel(red, tail, post)
+
+
+def _nan_first(x: Lazy, axes: tuple[int, ...], keepdims: bool) -> Any:
+    """A max/min's NaN rule (onnxruntime's scan from the first element): the reduction skips
+    NaN (the comparison it folds with keeps the running value), but a NaN first in the
+    reduced range is the result, so a range of NaN only gives NaN."""
+
+    def post(v: Any, i: Index) -> Any:
+        it, src = iter(i), []
+        for a in range(len(x.shape)):
+            if a in axes:
+                src.append(0)
+                if keepdims:
+                    next(it)
+            else:
+                src.append(next(it))
+        first = x(tuple(src))
+        return te.select(first != first, first, v)
+
+    return post
 
 
 def _mean_of(count: int, dtype: str) -> Any:

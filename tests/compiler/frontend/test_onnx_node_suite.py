@@ -37,7 +37,7 @@ EXTRA_OPS = (
     "Acosh Atanh DynamicQuantizeLinear ConvInteger MatMulInteger TopK GatherND GridSample "
     "InstanceNormalization GroupNormalization LpNormalization MeanVarianceNormalization LRN "
     "ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMax ArgMin Hardmax "
-    "DepthToSpace SpaceToDepth OneHot GatherElements ScatterElements EyeLike"
+    "DepthToSpace SpaceToDepth OneHot GatherElements ScatterElements EyeLike Loop"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
@@ -60,8 +60,12 @@ def _cases() -> dict[str, list]:
 
 def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """Models written at an opset below 13 move to 13 when the op's definition is unchanged;
-    None when it changed (the case tests an opset the importer does not support)."""
+    None when it changed (the case tests an opset the importer does not support). A Loop
+    (whose definition at 13 only admits sequences) stays as written: its body's ops are the
+    importer's to upgrade (`onnx_upgrade`)."""
     op = model.graph.node[0].op_type
+    if op == "Loop":
+        return model
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version < 13:
             if onnx.defs.get_schema(op, 13).since_version > imp.version:
@@ -71,12 +75,15 @@ def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def _shape_inputs(model: onnx.ModelProto, inputs: list) -> dict[str, np.ndarray]:
-    """Inputs to bind as constants: int64 inputs after an op's first (shapes, axes, indices)
-    and any input the op's registry entry requires constant (Resize's float scales and roi)."""
+    """Inputs to bind as constants: int64 inputs after an op's first (shapes, axes, indices),
+    any input the op's registry entry requires constant (Resize's float scales and roi) and a
+    Loop's trip count and condition (it is unrolled at import)."""
     names = [v.name for v in model.graph.input]
     later = {name for node in model.graph.node for name in node.input[1:]}
     deciding = set()
     for node in model.graph.node:
+        if node.op_type == "Loop":
+            deciding.update(node.input[:2])
         if is_registered(node.op_type):
             spec = get_op(node.op_type)
             deciding.update(node.input[i] for i in spec.const_inputs if i < len(node.input))

@@ -71,3 +71,47 @@ def test_a_k_beyond_the_selection_steps_sorts_by_rank(shape, k, axis, largest, d
 def test_an_axis_too_long_to_rank_is_refused() -> None:
     with pytest.raises(LoweringError, match=rf"K={MAX_K + 1} over an axis of {MAX_SORT_N + 1}"):
         tensorforge.compile(_model((1, MAX_SORT_N + 1), MAX_K + 1, -1, 1))
+
+
+def _plain(shape: tuple[int, ...], k: int, axis: int, largest: int):  # noqa: ANN202
+    """TopK straight on the input (no Softmax in front: NaN and inf reach it as they are)."""
+    model = _model(shape, k, axis, largest)
+    del model.graph.node[0]
+    model.graph.node[0].input[0] = "x"
+    return model
+
+
+# NaN ranks as the largest value (onnxruntime's order), NaNs among themselves by index; +-inf
+# and ties (0.0 and -0.0 among them) by index too
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 2.0, -1.0], np.float32)
+
+
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
+@pytest.mark.parametrize("k", [1, 5, MAX_K + 6])
+@pytest.mark.parametrize("largest", [1, 0])
+def test_nan_ranks_largest_as_in_onnxruntime(target: str, k: int, largest: int) -> None:
+    x = np.random.default_rng(2).choice(SPECIALS, size=(3, MAX_K + 6))
+    x[0, :] = np.nan  # a row of NaNs only: index order
+    model = _plain(x.shape, k, 1, largest)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = tensorforge.compile(model, target=target).run(x)
+    np.testing.assert_array_equal(got["indices"], want[1])
+    np.testing.assert_array_equal(got["values"], want[0])  # (NaN matches NaN)
+
+
+def test_sort_of_a_torch_tensor_with_nan_matches_torch_and_onnxruntime() -> None:
+    torch = pytest.importorskip("torch")
+    from tensorforge.compiler.frontend import export_onnx
+
+    class Sort(torch.nn.Module):
+        def forward(self, x):  # noqa: ANN001, ANN202
+            return torch.sort(x, dim=-1, descending=True)
+
+    x = np.random.default_rng(3).choice(SPECIALS, size=(2, 9))
+    model = export_onnx(Sort(), (torch.from_numpy(x),))
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"input0": x})
+    got = list(tensorforge.compile(model).run({"input0": x}).values())
+    values, _ = Sort()(torch.from_numpy(x))
+    for result, ort_result in zip(got, want, strict=True):
+        np.testing.assert_array_equal(result, ort_result)
+    np.testing.assert_array_equal(got[0], values.numpy())  # (torch's sort of ties: unstable)

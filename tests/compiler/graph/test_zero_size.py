@@ -121,3 +121,21 @@ def test_zero_size_operand_of_a_data_dependent_node_is_refused_by_name() -> None
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
     with pytest.raises(LoweringError, match=r"input '(a|b)' of node 'gemm0' \(Gemm\) must have"):
         tensorforge.compile(model)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd"])
+def test_reduction_over_an_empty_axis_matches_onnxruntime(op: str) -> None:
+    """An empty mean is 0 in onnxruntime (and torch's EmbeddingBag's empty bag), not NaN."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 3])
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)],
+        "empty_reduce",
+        [x],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("axes", [0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    feed = {"x": np.zeros((0, 3), np.float32)}
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    got = tensorforge.compile(model).run(feed)["y"]
+    np.testing.assert_array_equal(got, want)

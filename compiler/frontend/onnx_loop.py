@@ -1,0 +1,231 @@
+"""ONNX Loop unrolled at import, and the sequences exporters thread through one, as lists.
+
+A Loop whose trip count is a constant (or folds from static shapes) and whose condition folds to
+a constant in every iteration becomes copies of its body, one per iteration: loop-carried values
+threaded from one copy to the next, scan outputs stacked along a new axis 0. torch's TorchScript
+exporter writes EmbeddingBag with offsets as such a Loop; its dynamo exporter writes a while-loop
+(no trip count, a condition computed from a loop-carried counter) that appends to a sequence.
+
+Sequences (SequenceEmpty, SequenceConstruct, SequenceInsert, ConcatFromSequence) exist only at
+import: a sequence is a tuple of value names, and ConcatFromSequence becomes a Concat of them.
+A sequence that leaves the graph (a model output) is refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from ..graph.registry import UnsupportedOpError
+
+if TYPE_CHECKING:
+    from .onnx import _Importer
+
+# The most body nodes one Loop may unroll to (trip count x nodes in its body): past it the graph
+# grows without bound; such a loop wants a run-time loop, which the graph IR does not have.
+# (Compile time grows with it: EmbeddingBag's 200 bags, 800 nodes, compile in about 30 s.)
+UNROLL_LIMIT = 2048
+SEQUENCE_OPS = ("SequenceEmpty", "SequenceConstruct", "SequenceInsert", "ConcatFromSequence")
+
+
+def _error(message: str) -> Exception:
+    from .onnx import OnnxImportError  # (onnx.py imports this module)
+
+    return OnnxImportError(message)
+
+
+def _refuse(importer: _Importer, what: str, name: str) -> UnsupportedOpError:
+    return UnsupportedOpError([(what, name, importer.opset)], where=importer.where)
+
+
+def _scalar(importer: _Importer, value: str) -> np.ndarray | None:
+    """The one-element constant `value`, or None when it is computed at run time."""
+    array = importer.builder.constants.get(value)
+    return array if array is not None and array.size == 1 else None
+
+
+def unroll_loop(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dict) -> None:
+    """Convert Loop `node` as its body repeated: `for i in range(M) while cond: v = body(i, v)`.
+
+    Before: `%v_out, %scan = Loop[body: (i, c, v) -> (c', v + 1, v * 2)](3, true, %v0)`
+    After:  three copies of the body, `%v_out = Identity(%v3)`,
+            `%scan = Concat[axis=0](Unsqueeze(%v0 * 2), Unsqueeze(%v1 * 2), Unsqueeze(%v2 * 2))`
+
+    Raises:
+        UnsupportedOpError: a trip count or condition computed at run time, or no trip count
+            and no condition (a loop without end), naming the node.
+        OnnxImportError: more than UNROLL_LIMIT unrolled body nodes, a scan output of a loop
+            that runs zero times (its shape is unknown), a body that does not fit the node.
+    """
+    body: onnx.GraphProto = attrs["body"]
+    trip_name, cond_name = (list(node.input) + ["", ""])[:2]
+    trips, cond = _bounds(importer, name, trip_name, cond_name)
+    carried = len(node.input[2:])
+    _check_body(importer, name, body, carried, len(node.output))
+    limit = None if trips is None else int(trips.reshape(()))
+    running = True if cond is None else bool(cond.reshape(()))
+    values, scans, i = list(node.input[2:]), [[] for _ in body.output[1 + carried :]], 0
+    size = max(len(body.node), 1)
+    if not cond_name and limit is not None and limit * size > UNROLL_LIMIT:
+        raise _too_big(importer, name, limit, size)
+    while running and (limit is None or i < limit):
+        if (i + 1) * size > UNROLL_LIMIT:  # a condition might have ended it sooner
+            raise _too_big(importer, name, limit, size)
+        results = _iteration(importer, name, body, i, running, values)
+        values = results[1 : 1 + carried]
+        for parts, part in zip(scans, results[1 + carried :], strict=True):
+            parts.append(part)
+        if cond_name:  # the condition out is honoured when the node has a condition in
+            folded = _scalar(importer, results[0])
+            if folded is None:
+                raise _refuse(importer, "Loop whose body computes its condition at run time", name)
+            running = bool(folded.reshape(()))
+        i += 1
+    outputs = list(node.output) + [""] * (len(body.output) - 1 - len(node.output))
+    for out, value in zip(outputs[:carried], values, strict=True):
+        if out:
+            importer.alias(value, out, f"{name}/{out}")
+    for out, parts in zip(outputs[carried:], scans, strict=True):
+        if out:
+            _stack(importer, name, out, parts)
+
+
+def _bounds(
+    importer: _Importer, name: str, trip_name: str, cond_name: str
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The Loop's trip count and initial condition, each a constant or absent (None)."""
+    trips = _scalar(importer, trip_name) if trip_name else None
+    cond = _scalar(importer, cond_name) if cond_name else None
+    if trip_name and trips is None:
+        raise _refuse(importer, "Loop with a trip count computed at run time", name)
+    if cond_name and cond is None:
+        raise _refuse(importer, "Loop with a condition computed at run time", name)
+    if not trip_name and not cond_name:
+        raise _refuse(importer, "Loop with neither a trip count nor a condition", name)
+    return trips, cond
+
+
+def _check_body(
+    importer: _Importer, name: str, body: onnx.GraphProto, carried: int, outputs: int
+) -> None:
+    """The body fits the node (iteration, condition, carried values in; condition, carried
+    values, scan outputs out) and every op in it is one the importer converts."""
+    from .onnx import unsupported_nodes  # (onnx.py imports this module)
+
+    if len(body.input) != 2 + carried or len(body.output) < 1 + carried:
+        raise _error(
+            f"{importer.where}: Loop node {name!r} has {carried} loop-carried values, so its body "
+            f"must have {2 + carried} inputs and at least {1 + carried} outputs, not "
+            f"{len(body.input)} and {len(body.output)}"
+        )
+    if outputs > len(body.output) - 1:
+        raise _error(
+            f"{importer.where}: Loop node {name!r} has {outputs} outputs, more than the "
+            f"{len(body.output) - 1} its body gives (carried values and scan outputs)"
+        )
+    missing = unsupported_nodes(body.node, importer.opset)
+    if missing:
+        raise UnsupportedOpError(missing, where=f"{importer.where}: Loop node {name!r}")
+
+
+def _too_big(importer: _Importer, name: str, limit: int | None, size: int) -> Exception:
+    trips = "none (a while loop)" if limit is None else limit
+    return _error(
+        f"{importer.where}: Loop node {name!r} (trip count {trips}, {size} body nodes) unrolls "
+        f"to more than the cap of {UNROLL_LIMIT} nodes"
+    )
+
+
+def _iteration(
+    importer: _Importer, name: str, body: onnx.GraphProto, i: int, running: bool, values: list
+) -> list[str]:
+    """Convert one copy of `body` (iteration `i`); the graph names of its outputs."""
+    prefix = f"{name}/{i}"
+    renamed: dict[str, str] = {}
+    builder = importer.builder
+    iteration = builder.add_constant(builder.fresh(f"{prefix}/iter"), np.array(i, np.int64))
+    cond = builder.add_constant(builder.fresh(f"{prefix}/cond"), np.array(running))
+    renamed[body.input[0].name], renamed[body.input[1].name] = iteration, cond
+    renamed.update({inp.name: value for inp, value in zip(body.input[2:], values, strict=True)})
+    return importer.convert_subgraph(body, prefix, renamed)
+
+
+def _stack(importer: _Importer, name: str, out: str, parts: list[str]) -> None:
+    """Scan output `out`: the iterations' values stacked along a new axis 0."""
+    if not parts:
+        raise _error(
+            f"{importer.where}: Loop node {name!r} runs zero times, so its scan output {out!r} "
+            "has no static shape"
+        )
+    axes = importer.builder.add_constant(
+        importer.builder.fresh(f"{name}/{out}/axes"), np.array([0], np.int64)
+    )
+    rows = []
+    for k, part in enumerate(parts):
+        row = importer.builder.fresh(f"{name}/{out}/{k}")
+        importer.emit("Unsqueeze", [part, axes], [row], f"{name}/{out}/unsqueeze_{k}")
+        rows.append(row)
+    importer.emit("Concat", rows, [out], f"{name}/{out}/concat", axis=0)
+
+
+def convert_sequence_op(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dict) -> None:
+    """A sequence op at import: SequenceEmpty/Construct/Insert make a tuple of value names,
+    ConcatFromSequence a Concat (after an Unsqueeze of each with `new_axis=1`)."""
+    seqs, op, out = importer.sequences, node.op_type, node.output[0]
+    if op == "SequenceEmpty":
+        seqs[out] = ()
+    elif op == "SequenceConstruct":
+        seqs[out] = tuple(node.input)
+    elif op == "SequenceInsert":
+        items = list(_sequence(importer, name, node.input[0]))
+        at = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        position = len(items) if at is None else _position(importer, name, at, len(items))
+        items.insert(position, node.input[1])
+        seqs[out] = tuple(items)
+    else:
+        _concat_from_sequence(importer, name, node, attrs)
+
+
+def _sequence(importer: _Importer, name: str, value: str) -> tuple[str, ...]:
+    if value not in importer.sequences:
+        raise _error(
+            f"{importer.where}: {name!r} must take a sequence made at import (SequenceEmpty, "
+            f"SequenceConstruct, SequenceInsert), not {value!r}"
+        )
+    return importer.sequences[value]
+
+
+def _position(importer: _Importer, name: str, at: str, length: int) -> int:
+    folded = _scalar(importer, at)
+    if folded is None:
+        raise _refuse(importer, "SequenceInsert at a position computed at run time", name)
+    position = int(folded.reshape(()))
+    if not -length <= position <= length:
+        raise _error(
+            f"{importer.where}: SequenceInsert node {name!r} position must lie in "
+            f"[{-length}, {length}], not {position}"
+        )
+    return position + length if position < 0 else position
+
+
+def _concat_from_sequence(
+    importer: _Importer, name: str, node: onnx.NodeProto, attrs: dict[str, Any]
+) -> None:
+    items = _sequence(importer, name, node.input[0])
+    if not items:
+        raise _error(f"{importer.where}: ConcatFromSequence node {name!r} has an empty sequence")
+    axis = attrs.get("axis")
+    if axis is None:
+        raise _error(f"{importer.where}: ConcatFromSequence node {name!r} must have an axis")
+    if attrs.get("new_axis", 0):
+        axes = importer.builder.add_constant(
+            importer.builder.fresh(f"{name}/axes"), np.array([axis], np.int64)
+        )
+        rows = []
+        for k, item in enumerate(items):
+            rows.append(importer.builder.fresh(f"{name}/{k}"))
+            importer.emit("Unsqueeze", [item, axes], [rows[-1]], f"{name}/unsqueeze_{k}")
+        items = tuple(rows)
+    importer.emit("Concat", list(items), [node.output[0]], name, axis=axis)
