@@ -27,6 +27,7 @@ from ...schedule.primitives import ScheduleError, check_positive_knobs
 from ...schedule.schedule import Schedule
 from ...schedule.stage import AttachKind
 from ...te.tensor import Tensor
+from .depthwise import has_transcendental
 
 Epilogue = Callable[..., te.Expr]  # (value, n, k, y, x) -> expression
 
@@ -480,7 +481,8 @@ def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> S
         kl, ki = s[out].split(ki, factor=lanes)
         xo, xi = s[out].split(ox, factor=config.reg_n)
         s[out].reorder(on, ko, *rows, xo, kl, kt, xi, ki)
-        s[out].unroll(xi)
+        if not has_transcendental(out):  # see `has_transcendental`: rolled, exp code is smaller
+            s[out].unroll(xi)
         s[out].vectorize(ki)
     else:
         on, ok, *rows, ox = out.op.axis  # rows: the output rows (a 3-D one's depth, then rows)

@@ -156,6 +156,37 @@ def test_blocked_in_and_out_matches_numpy(case, config) -> None:
     np.testing.assert_allclose(from_blocked(out), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        Conv2dConfig(ic_bn=16, oc_bn=32, reg_n=5),
+        Conv2dConfig(ic_bn=8, oc_bn=16, reg_n=4, oc_tile=8),
+    ],
+    ids=["5-columns-of-13", "half-block-tiles"],
+)
+def test_blocked_silu_epilogue_matches_numpy(config) -> None:
+    """A transcendental epilogue (SiLU) on a blocked conv stores its tile with the column loop
+    rolled: ragged last tiles (13 columns in tiles of 5) and tiles of part of a block keep every
+    value; large activations (|x| ~ 100, where e^-x once went subnormal) too."""
+    c, h, k = 16, 13, 64
+    ic_bn, oc_bn = kernel_blocks(c, k, config)
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (1, c, h, h)).astype("float32")
+    wt = (rng.uniform(-1, 1, (k, c, 3, 3)) * 8).astype("float32")
+    b = rng.uniform(-1, 1, k).astype("float32")
+    ab, wp = to_blocked(a, ic_bn), pack_kernel(wt, ic_bn, oc_bn)
+    A, W = te.placeholder(ab.shape, name="A"), te.placeholder(wp.shape, name="W")
+    B = te.placeholder((k,), name="bias")
+    op = conv2d_nchwc(A, W, 1, 1, 1, B, lambda v, *_: v * te.sigmoid(v), config, blocked=True)
+    f = build(schedule_conv2d_nchwc(op, config), op.args, name="conv_silu")
+    out = np.zeros(op.out.shape, "float32")
+    f(ab, wp, b, out)
+    ref = conv2d_ref(a, wt, 1, 1, 1) + b[None, :, None, None]
+    assert np.abs(ref).max() > 60
+    want = ref / (1 + np.exp(-ref))
+    np.testing.assert_allclose(from_blocked(out), want, rtol=1e-4, atol=1e-4)
+
+
 def test_blocked_data_must_match_the_packed_kernel() -> None:
     A = te.placeholder((1, 2, 5, 5, 8), name="A")
     W = te.placeholder((1, 4, 3, 3, 4, 16), name="W")  # packed for 4-channel input blocks
