@@ -308,6 +308,9 @@ def test_default_register_tile_fits_the_vector_registers(isa, ow, oc_bn, filters
     assert 1 <= reg_n <= ow and reg_n * vecs + vecs + 1 <= count
     tiles = -(-ow // reg_n)
     assert reg_n * tiles - ow < tiles  # the row's tiles differ by at most one column
+    assert _tile_split(oc_bn, filters // oc_bn, oc_tile)[0] * oc_bn >= min(chans, oc_bn)
+    if chans > oc_bn:  # whole blocks that divide the filters' blocks: `_tile_split` keeps them
+        assert (filters // oc_bn) % (chans // oc_bn) == 0
 
 
 def test_default_register_tile_on_avx2_halves_32_channel_blocks() -> None:
@@ -318,6 +321,20 @@ def test_default_register_tile_on_avx2_halves_32_channel_blocks() -> None:
     assert register_tile(28, 32, 128, REGISTERS["avx512"]) == (14, 0)
     config = default_config(64, 128, (28, 28), REGISTERS["avx2"])
     assert (config.oc_bn, config.reg_n, config.oc_tile) == (32, 6, 16)
+
+
+def test_default_register_tile_on_avx512_keeps_one_block_on_narrow_rows() -> None:
+    """32 zmm registers, 32-channel blocks: a 7- or 8-wide row takes one block by the whole
+    row (14 or 16 accumulators), not 4 columns x 3 blocks (measured 1.3-1.4x slower); a tile
+    spans several 16-channel blocks only in counts that divide the filters' blocks (5 of 5,
+    3 of 3; 2 of 5 would be cut to 1 by `_tile_split`)."""
+    avx512 = REGISTERS["avx512"]
+    assert register_tile(7, 32, 512, avx512) == (7, 0)
+    assert register_tile(8, 32, 384, avx512) == (8, 0)
+    assert register_tile(14, 32, 256, avx512) == (14, 0)
+    assert register_tile(14, 16, 80, avx512) == (5, 80)
+    assert register_tile(28, 16, 48, avx512) == (7, 48)
+    assert register_tile(7, 16, 256, avx512) == (7, 32)
 
 
 def test_vector_registers_follow_the_target_features() -> None:
