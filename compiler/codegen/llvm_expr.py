@@ -23,7 +23,7 @@ from ..te.expr import (
     Var,
 )
 from ..tir.stmt import Buffer, BufferLoad, LoweringError
-from .llvm_math import exp_f32
+from .llvm_math import exp_f32, sigmoid_f32
 
 I1, I8, I16 = ir.IntType(1), ir.IntType(8), ir.IntType(16)
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -363,6 +363,8 @@ class ExprEmitter:
         one = self.constant(dtype, 1.0, lanes_of(args[0]))
         if name == "rsqrt":
             return bld.fdiv(one, self.math_call("sqrt", args, dtype), flags=fm)
+        if name == "sigmoid" and dtype == "float32":
+            return sigmoid_f32(bld, args[0])
         if name == "sigmoid":
             neg = bld.fsub(self.constant(dtype, 0.0, lanes_of(args[0])), args[0], flags=fm)
             denom = bld.fadd(one, self.math_call("exp", [neg], dtype), flags=fm)

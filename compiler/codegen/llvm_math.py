@@ -48,22 +48,56 @@ def _pow2(bld: ir.IRBuilder, n: ir.Value, float_ty: ir.Type) -> ir.Value:
     return bld.bitcast(bld.shl(biased, _splat(n.type, 23)), float_ty)
 
 
-def exp_f32(bld: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """e^x of a float32 scalar or vector `x`, as vector arithmetic."""
+def _exp_parts(bld: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(e^r, n) with e^x = e^r * 2^n, of an `x` already clamped to [X_MIN, X_MAX]."""
     ty = x.type
     c = lambda v: _splat(ty, v)  # noqa: E731
-    clamped = bld.select(bld.fcmp_ordered(">", x, c(X_MAX)), c(X_MAX), x)
-    clamped = bld.select(bld.fcmp_ordered("<", clamped, c(X_MIN)), c(X_MIN), clamped)
-    nf = _intrinsic(bld, "roundeven", bld.fmul(clamped, c(LOG2E), flags=_FLAGS))
-    r = bld.fsub(clamped, bld.fmul(nf, c(LN2_HI), flags=_FLAGS), flags=_FLAGS)
+    nf = _intrinsic(bld, "roundeven", bld.fmul(x, c(LOG2E), flags=_FLAGS))
+    r = bld.fsub(x, bld.fmul(nf, c(LN2_HI), flags=_FLAGS), flags=_FLAGS)
     r = bld.fsub(r, bld.fmul(nf, c(LN2_LO), flags=_FLAGS), flags=_FLAGS)
     p = c(EXP_POLY[0])
     for coef in EXP_POLY[1:]:
         p = bld.fadd(bld.fmul(p, r, flags=_FLAGS), c(coef), flags=_FLAGS)
     r2 = bld.fmul(r, r, flags=_FLAGS)
     e = bld.fadd(bld.fadd(bld.fmul(p, r2, flags=_FLAGS), r, flags=_FLAGS), c(1.0), flags=_FLAGS)
-    n = bld.fptosi(nf, _int_type(ty))
+    return e, bld.fptosi(nf, _int_type(ty))
+
+
+def _clamp(bld: ir.IRBuilder, x: ir.Value, low: float, high: float) -> ir.Value:
+    """`x` limited to [low, high]; NaN stays NaN (ordered compares)."""
+    c = lambda v: _splat(x.type, v)  # noqa: E731
+    x = bld.select(bld.fcmp_ordered(">", x, c(high)), c(high), x)
+    return bld.select(bld.fcmp_ordered("<", x, c(low)), c(low), x)
+
+
+def exp_f32(bld: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """e^x of a float32 scalar or vector `x`, as vector arithmetic."""
+    ty = x.type
+    e, n = _exp_parts(bld, _clamp(bld, x, X_MIN, X_MAX))
     half = bld.ashr(n, _splat(n.type, 1))
     e = bld.fmul(e, _pow2(bld, half, ty), flags=_FLAGS)
     e = bld.fmul(e, _pow2(bld, bld.sub(n, half), ty), flags=_FLAGS)
     return bld.select(bld.fcmp_unordered("uno", x, x), x, e)
+
+
+#: |x| beyond which sigmoid_f32 saturates: e^-80 is still a normal float32 (e^-87.3 is the
+#: smallest), and 1 / (1 + e^-80) rounds to 1.0 as the exact value does
+SIGMOID_X_MAX = 80.0
+
+
+def sigmoid_f32(bld: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """1 / (1 + e^-x) of a float32 scalar or vector `x`, its exponent clamped to +-80 so that no
+    lane computes a subnormal: past 87 e^-x scaled into the subnormals, arithmetic that takes a
+    slow microcode path on x86 (a SiLU epilogue over activations of magnitude ~100 ran 2x
+    slower). Saturated lanes: 1.0 above 80 (exact in float32) and 1.8e-35 below -80 (exact
+    values under 1.8e-35); NaN stays NaN."""
+    ty = x.type
+    c = lambda v: _splat(ty, v)  # noqa: E731
+    neg = bld.fsub(c(0.0), x, flags=_FLAGS)
+    # within +-80 the scale 2^n (|n| <= 116) is one normal power of two: no clamps or split
+    # scaling of exp_f32's full range (a SiLU over 512k floats: 0.31 -> 0.19 ns each, onnxruntime
+    # 0.16)
+    e, n = _exp_parts(bld, _clamp(bld, neg, -SIGMOID_X_MAX, SIGMOID_X_MAX))
+    e = bld.fmul(e, _pow2(bld, n, ty), flags=_FLAGS)
+    s = bld.fdiv(c(1.0), bld.fadd(c(1.0), e, flags=_FLAGS), flags=_FLAGS)
+    return bld.select(bld.fcmp_unordered("uno", x, x), x, s)

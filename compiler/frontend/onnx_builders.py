@@ -1,7 +1,7 @@
 """Small ONNX models with fixed random weights, written with onnx.helper: an MLP, a small CNN,
-ResNet-18, MobileNetV2 (and two of its blocks alone), an EfficientNet MBConv block, a 1-D audio
-CNN, video ResNet (r3d) blocks, a transformer encoder layer and a quantized CNN (tests and
-benchmarks).
+ResNet-18, MobileNetV2 (and two of its blocks alone), EfficientNet-B0 (and one MBConv block
+alone), a 1-D audio CNN, video ResNet (r3d) blocks, a transformer encoder layer and a quantized
+CNN (tests and benchmarks).
 
 >>> model = mlp()
 >>> [i.name for i in model.graph.input]
@@ -318,6 +318,48 @@ def mobilenet_v2(size: int = 224, classes: int = 1000, width: float = 1.0) -> on
     x = b.conv_bn(x, cin, last, 1, act="Relu6")
     x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
     return b.model([b.dense(x, last, classes)])
+
+
+# EfficientNet-B0's MBConv stages (Tan and Le 2019, Table 1): expansion t, kernel k, stride s
+# of the first repeat, channels c, repeats n.
+EFFICIENTNET_B0_STAGES = (
+    (1, 3, 1, 16, 1),
+    (6, 3, 2, 24, 2),
+    (6, 5, 2, 40, 2),
+    (6, 3, 2, 80, 3),
+    (6, 5, 1, 112, 3),
+    (6, 5, 2, 192, 4),
+    (6, 3, 1, 320, 1),
+)
+
+
+def _mbconv(b: OnnxModelBuilder, x: str, cin: int, cout: int, k: int, stride: int, t: int) -> str:
+    """An MBConv block as torchvision writes it: expansion 1x1 + batch norm + SiLU (absent when
+    `t` is 1), depthwise k x k + batch norm + SiLU, squeeze-excitation to a quarter of the
+    block's input channels, projection 1x1 + batch norm, the residual add where shapes allow."""
+    hidden = cin * t
+    y = silu(b, b.bn(b.conv(x, cin, hidden, 1), hidden)) if t != 1 else x
+    y = silu(b, b.bn(b.conv(y, hidden, hidden, k, stride, group=hidden), hidden))
+    y = squeeze_excitation(b, y, hidden, max(1, cin // 4))
+    y = b.bn(b.conv(y, hidden, cout, 1), cout)
+    return b.op("Add", [y, x]) if stride == 1 and cin == cout else y
+
+
+def efficientnet_b0(size: int = 224, classes: int = 1000) -> onnx.ModelProto:
+    """EfficientNet-B0, batch 1, NCHW input 3 x size x size: a 3x3/2 stem to 32 channels +
+    batch norm + SiLU, the 16 MBConv blocks of `EFFICIENTNET_B0_STAGES`, a 1x1 conv to 1280 +
+    batch norm + SiLU, global average pooling and the classifier Gemm."""
+    b = OnnxModelBuilder("efficientnet_b0")
+    x = b.input("x", (1, 3, size, size))
+    x = silu(b, b.bn(b.conv(x, 3, 32, 3, stride=2), 32))
+    cin = 32
+    for t, k, stride, cout, repeats in EFFICIENTNET_B0_STAGES:
+        for r in range(repeats):
+            x = _mbconv(b, x, cin, cout, k, stride if r == 0 else 1, t)
+            cin = cout
+    x = silu(b, b.bn(b.conv(x, cin, 1280, 1), 1280))
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    return b.model([b.dense(x, 1280, classes)])
 
 
 def transformer_encoder(

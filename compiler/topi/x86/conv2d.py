@@ -27,6 +27,7 @@ from ...schedule.primitives import ScheduleError, check_positive_knobs
 from ...schedule.schedule import Schedule
 from ...schedule.stage import AttachKind
 from ...te.tensor import Tensor
+from .depthwise import has_transcendental
 
 Epilogue = Callable[..., te.Expr]  # (value, n, k, y, x) -> expression
 
@@ -277,33 +278,47 @@ def register_tile(
     `v` weight vectors and one broadcast input value besides: `reg_n * v + v + 1` registers.
     The rule takes the tile with the most accumulators that fits (enough independent FMAs to
     cover their latency), of those with at least two weight vectors per broadcast value when
-    there are any (one loads as many values as it computes FMAs), ties to more weight vectors;
-    then evens the columns out over the row (7 as 4 + 3, not 6 + 1). Tile widths are whole
-    vectors that divide a block or are whole blocks (at most the filters). AVX2 (8 x 16): 6
-    columns x 16 channels, half of a 32-channel block (32 x 8 columns, the rule before, needed
-    32 registers for its accumulators alone and spilled; 1.2-2.4x slower on ResNet's layers);
-    AVX-512 (16 x 32): 14 columns x 32 channels. `columns` fixes reg_n. A block that is not
-    whole vectors (20 channels) keeps one block per tile, at most 8 columns."""
+    there are any (one loads as many values as it computes FMAs), then of those that span
+    several blocks only to reach those two vectors (`_spans_blocks`), ties to more weight
+    vectors; then evens the columns out over the row (7 as 4 + 3, not 6 + 1). Tile widths are
+    whole vectors that divide a block or are whole blocks (at most the filters). AVX2 (8 x 16):
+    6 columns x 16 channels, half of a 32-channel block (32 x 8 columns, the rule before,
+    needed 32 registers for its accumulators alone and spilled; 1.2-2.4x slower on ResNet's
+    layers); AVX-512 (16 x 32): 14 columns x 32 channels, 7 x 32 on 7-wide rows (the rule
+    before took 4 columns x 3 blocks there, cut to 2 blocks by `_tile_split`: 1.3-1.4x slower
+    on 7- and 8-wide 3x3 layers of 384-512 channels, 1.02-1.06x on 1x1 and strided ones).
+    `columns` fixes reg_n. A block that is not whole vectors (20 channels) keeps one block per
+    tile, at most 8 columns."""
     from ...codegen.llvm_jit import vector_registers
 
     lanes, count = registers or vector_registers()
-    best: tuple[int, int, int, int] | None = None  # (accumulators, vectors, reg_n, channels)
+    best: tuple[tuple, int, int] | None = None  # (key, reg_n, channels)
     for vecs in range(1, count - 1):
         chans = vecs * lanes
         if chans > filters or (chans % oc_bn and oc_bn % chans):
             continue
+        if chans > oc_bn and (filters // oc_bn) % (chans // oc_bn):
+            continue  # `_tile_split` would cut it to fewer blocks than counted here
         reg_n = columns or min((count - 1 - vecs) // vecs, ow)
         if reg_n < 1 or reg_n * vecs + vecs + 1 > count:
             continue
-        key = (min(vecs, 2), reg_n * vecs, vecs)
-        if best is None or key > (min(best[1], 2), best[0], best[1]):
-            best = (reg_n * vecs, vecs, reg_n, chans)
+        key = (min(vecs, 2), not _spans_blocks(vecs, lanes, oc_bn), reg_n * vecs, vecs)
+        if best is None or key > best[0]:
+            best = (key, reg_n, chans)
     if best is None:
         return columns or min(8, ow), 0
-    _, _, reg_n, chans = best
+    _, reg_n, chans = best
     if columns is None:
         reg_n = -(-ow // -(-ow // reg_n))
     return reg_n, 0 if chans == oc_bn else chans
+
+
+def _spans_blocks(vecs: int, lanes: int, oc_bn: int) -> bool:
+    """Whether a tile of `vecs` weight vectors covers more output channels than one block and
+    more than the two vectors per broadcast value: measured slower than a one-block tile of
+    more columns on AVX-512 (AMD Zen 5, 2026-11-29), even where that tile held fewer
+    accumulators (7 x 32 against 4 x 64 on a 7-wide row)."""
+    return vecs * lanes > max(oc_bn, 2 * lanes)
 
 
 #: the most accumulator elements a register tile may hold (reg_n x oc_bn): beyond this the
@@ -480,7 +495,8 @@ def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> S
         kl, ki = s[out].split(ki, factor=lanes)
         xo, xi = s[out].split(ox, factor=config.reg_n)
         s[out].reorder(on, ko, *rows, xo, kl, kt, xi, ki)
-        s[out].unroll(xi)
+        if not has_transcendental(out):  # see `has_transcendental`: rolled, exp code is smaller
+            s[out].unroll(xi)
         s[out].vectorize(ki)
     else:
         on, ok, *rows, ox = out.op.axis  # rows: the output rows (a 3-D one's depth, then rows)

@@ -234,3 +234,31 @@ def test_float32_exp_is_vector_code_within_an_ulp_of_numpy(lanes: int) -> None:
         np.testing.assert_array_equal(got[~normal & ~np.isnan(x) & (x > 0)], np.inf)
         assert np.all(got[~normal & (x < 0)] <= np.finfo(np.float32).tiny)
     assert np.isnan(got[np.isnan(x)]).all()
+
+
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_float32_sigmoid_saturates_without_subnormals(lanes: int) -> None:
+    """float32 sigmoid matches numpy's (double) 1 / (1 + e^-x) closely for |x| <= 80 and
+    saturates beyond: exactly 1.0 above (as the exact value rounds), at most e^-80 below, never
+    a subnormal (a slow path on x86); monotone; NaN kept."""
+    specials = [np.inf, -np.inf, np.nan, 0.0, 79.9, 80.0, 87.5, 104.0, -80.0, -87.5, -104.0]
+    x = np.concatenate([np.linspace(-300, 300, 30011), specials]).astype(np.float32)
+    A = te.placeholder(x.shape, name="A")
+    B = te.compute(x.shape, lambda i: te.sigmoid(A[i]), name="B")
+    s = te.create_schedule(B.op)
+    if lanes > 1:
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
+    got = np.empty_like(x)
+    build(s, [A, B], name="sigmoid32")(x, got)
+    with np.errstate(over="ignore"):
+        want = 1 / (1 + np.exp(-x.astype(np.float64)))
+    inside = np.abs(x) <= 80
+    np.testing.assert_allclose(got[inside], want[inside], rtol=4 * 2**-23, atol=0)
+    np.testing.assert_array_equal(got[x > 80], 1.0)
+    low = got[x < -80]
+    assert np.all((low > 0) & (low <= np.float32(np.exp(-80.0)) * 1.001))
+    finite = got[~np.isnan(x)]
+    assert not np.any((finite != 0) & (np.abs(finite) < np.finfo(np.float32).tiny))
+    order = np.argsort(x[~np.isnan(x)], kind="stable")
+    assert np.all(np.diff(finite[order]) >= 0)
+    assert np.isnan(got[np.isnan(x)]).all()

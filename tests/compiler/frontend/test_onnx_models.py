@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from tensorforge.compiler.frontend import from_onnx
-from tensorforge.compiler.frontend.onnx_builders import MODELS, quantized_cnn
+from tensorforge.compiler.frontend.onnx_builders import MODELS, efficientnet_b0, quantized_cnn
 from tensorforge.compiler.graph import run_graph
 from tensorforge.compiler.graph.passes import optimize
 from tensorforge.compiler.graph.verify import verify_graph
@@ -123,6 +123,25 @@ def test_mobilenet_v2_has_the_papers_topology() -> None:
         v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.value_info
     }
     assert shapes[convs[-1].output[0]] == [1, 1280, 7, 7]
+
+
+def test_efficientnet_b0_has_the_papers_topology() -> None:
+    """Tan and Le 2019, Table 1: 16 MBConv blocks (16 depthwise convolutions, 4 with stride 2,
+    a squeeze-excitation's two 1x1 convolutions in each), 81 convolutions, a residual add in
+    each repeated block (9), and torchvision's parameter count (batch norm scale and bias
+    counted, running statistics not)."""
+    model = efficientnet_b0()
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    nodes = model.graph.node
+    convs = [n for n in nodes if n.op_type == "Conv"]
+    attrs = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in convs]
+    depthwise = [a for a in attrs if a["group"] > 1]
+    assert len(convs) == 81 and len(depthwise) == 16
+    assert [a["strides"][0] for a in depthwise].count(2) == 4
+    assert sum(n.op_type == "Add" for n in nodes) == 9
+    weights = [inits[i].size for n in nodes if n.op_type in ("Conv", "Gemm") for i in n.input[1:]]
+    norms = [2 * inits[n.input[1]].size for n in nodes if n.op_type == "BatchNormalization"]
+    assert sum(weights) + sum(norms) == 5_288_548
 
 
 @pytest.mark.parametrize("outputs", [["r", "r"], ["x", "r", "x"]])

@@ -12,6 +12,7 @@ from tensorforge.compiler.build import build
 from tensorforge.compiler.graph.strategy.conv import ConvView, blocked_depthwise_config
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.topi.x86.depthwise import (
+    COPY_BUDGET,
     DepthwiseConfig,
     depthwise_conv2d_nchwc,
     has_transcendental,
@@ -41,6 +42,8 @@ CASES = [  # channels, side, taps, stride, block, reg_n, vec
     (32, 10, 3, 1, 32, 8, 0),  # 0: the whole block in one tile
     (24, 8, 3, 1, 8, 8, 16),  # vec above the block: the block
     (48, 8, 3, 1, 16, 8, 3),  # vec not dividing the block: the block
+    (96, 112, 3, 2, 32, 8, 16),  # copies over COPY_BUDGET: 7 row chunks of 3 blocks
+    (32, 75, 5, 1, 32, 5, 8),  # 79 padded rows of 32 channels: chunks of 5 rows
 ]
 
 
@@ -98,3 +101,17 @@ def test_blocked_depthwise_tiles_are_one_target_vector_wide(mattr: str, vec: int
     config = blocked_depthwise_config(view, "float32", 32, f"llvm -mattr={mattr}")
     assert (config.cb, config.vec) == (32, vec)
     assert blocked_depthwise_config(view, "float64", 32, f"llvm -mattr={mattr}").vec == vec // 2
+
+
+def test_blocked_depthwise_cuts_large_copies_into_row_chunks(monkeypatch) -> None:
+    """A channel block whose padded input exceeds `COPY_BUDGET` per task is cut into more row
+    chunks, a divisor of the output rows; results are checked by the cases above."""
+    from tensorforge.compiler.topi.x86 import depthwise
+
+    X = te.placeholder((1, 3, 112, 112, 32), name="X")
+    W = te.placeholder((3, 3, 3, 32), name="W")
+    op = depthwise_conv2d_nchwc(X, W, (56, 56), (1, 1), (2, 2), (1, 1), blocked=True)
+    assert depthwise._row_chunks(op, 3) == 7  # 113 rows of 32 x 113 floats: 17 rows a chunk
+    assert -(-113 // 7) * 113 * 32 * 4 <= COPY_BUDGET
+    monkeypatch.setattr(depthwise, "COPY_BUDGET", 1 << 30)
+    assert depthwise._row_chunks(op, 3) == 3
