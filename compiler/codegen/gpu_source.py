@@ -10,6 +10,9 @@ math functions and how fp16 is spelled. Semantics follow the LLVM back-end's
 - arithmetic on int8/int16/uint8/uint16 wraps to the type (a cast after each operation, C
   promotes; uint16 + - * run in unsigned int, where a product cannot overflow a signed int);
 - unsigned types wrap modulo 2**bits, compare, divide and shift right as unsigned;
+- `<<` and `>>` (`Op.SHL`/`Op.SHR`) are numpy's at every amount (helper functions: an amount
+  past the width, or negative, gives 0 or the sign bits, where C is undefined); the
+  `shift_left`/`shift_right` intrinsics, whose amounts are in range, are C's shifts;
 - `min`/`max` of floats keep the first operand when a comparison with NaN fails (as `select`);
 - `round` is half-to-even (`rint`), `rsqrt` is `1/sqrt`, `sigmoid` is `1/(1+exp(-x))`;
 - bool buffers hold one byte per element (as numpy), bool values are C truths.
@@ -187,10 +190,24 @@ _MATH = {
 _NARROW_INTS = ("int8", "uint8", "int16", "uint16", "bool")
 
 
+# Words a kernel's names must not be: C and C++ keywords (NVRTC compiles C++, where `and`, `or`,
+# `xor`, `not`, `bitand`, ... are operators) and OpenCL C's scalar type names and qualifiers
+_RESERVED = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char class compl
+    const constexpr continue default delete do double else enum explicit export extern false
+    float for friend goto if inline int long mutable namespace new noexcept not not_eq nullptr
+    operator or or_eq private protected public register restrict return short signed sizeof
+    static struct switch template this throw true try typedef typeid typename union unsigned
+    using virtual void volatile while xor xor_eq uchar ushort uint ulong half size_t kernel
+    global local constant __kernel __global __local __constant __private""".split()
+)
+
+
 def c_name(name: str) -> str:
-    """A C identifier for `name` (other characters become `_`)."""
+    """A C identifier for `name` (other characters become `_`; a keyword gets a `_`)."""
     ident = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return ident if ident and not ident[0].isdigit() else "v_" + ident
+    ident = ident if ident and not ident[0].isdigit() else "v_" + ident
+    return ident + "_" if ident in _RESERVED else ident
 
 
 def memory_type(dialect: Dialect, dtype: str, scope: str = "global") -> str:
@@ -345,6 +362,10 @@ class KernelPrinter:
             text = f"({a} / {b})"
         elif op in (Op.MIN, Op.MAX):
             text = f"{self.helper(op.value, dtype)}({a}, {b})"
+        elif op in (Op.BIT_AND, Op.BIT_OR, Op.BIT_XOR) and dt.is_int(dtype):
+            text = f"({a} {op.value} {b})"
+        elif op in (Op.SHL, Op.SHR) and dt.is_int(dtype):
+            text = f"{self.helper('shl' if op is Op.SHL else 'shr', dtype)}({a}, {b})"
         elif op in (Op.FLOORDIV, Op.FLOORMOD):
             if dt.is_float(dtype):
                 fn = f"floor{self.d.math_suffix if dtype == 'float32' else ''}"
@@ -355,8 +376,10 @@ class KernelPrinter:
             else:
                 kind = "floordiv" if op is Op.FLOORDIV else "floormod"
                 text = f"{self.helper(kind, dtype)}({a}, {b})"
-        else:  # pragma: no cover - Op is closed
-            raise LoweringError(f"{self.d.name} codegen: operator {op} is not supported")
+        else:
+            raise LoweringError(
+                f"{self.d.name} codegen: operator {op.value} of {dtype} is not supported"
+            )
         return f"(({self.ctype(dtype)}){text})" if dtype in _NARROW_INTS else text
 
     def helper(self, kind: str, dtype: str) -> str:
@@ -377,13 +400,28 @@ class KernelPrinter:
                     "ushort h; vstore_half_rte(a, 0, (__private half*)&h); "
                     "return vload_half(0, (__private const half*)&h);"
                 ),
-            }[kind]
+            }.get(kind) or self._shift_body(kind, dtype)
             if dtype == "float16" and self.d is CUDA and kind in ("min", "max"):
                 cmp = "<" if kind == "min" else ">"
                 body = f"return __half2float(b) {cmp} __half2float(a) ? b : a;"
             args = f"{t} a" if kind == "round" else f"{t} a, {t} b"
             self.helpers[name] = f"{p} {t} {name}({args}) {{ {body} }}"
         return name
+
+    def _shift_body(self, kind: str, dtype: str) -> str:
+        """numpy's shift at every amount (C's `<<`/`>>` by the width or more, or by a negative
+        amount, are undefined; OpenCL masks the amount): the amount read as unsigned, one past
+        the width giving 0 or the sign bits (a signed `>>` by bits - 1). A left shift runs in
+        the unsigned type (a signed one that overflows is undefined in C); C promotes 8- and
+        16-bit operands to int, where their shifts below the width cannot overflow."""
+        t, width = self.ctype(dtype), dt.bits(dtype)
+        unsigned = self.ctype(dtype if dt.is_uint(dtype) else "u" + dtype)
+        in_range = f"b < {width}" if dt.is_uint(dtype) else f"b >= 0 && b < {width}"
+        if kind == "shl":
+            return f"return ({in_range}) ? ({t})(({unsigned})a << b) : ({t})0;"
+        if dt.is_uint(dtype):
+            return f"return ({in_range}) ? ({t})(a >> b) : ({t})0;"
+        return f"return ({t})(a >> (({in_range}) ? b : {width - 1}));"
 
     def expr_Call(self, e: Call) -> str:
         if e.name == "if_then_else":

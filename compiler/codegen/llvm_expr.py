@@ -278,6 +278,8 @@ class ExprEmitter:
             return bld.select(bld.fcmp_ordered("<", b, a), b, a)
         if op is Op.MAX:
             return bld.select(bld.fcmp_ordered(">", b, a), b, a)
+        if op not in (Op.FLOORDIV, Op.FLOORMOD):
+            raise LoweringError(f"llvm codegen: {op.value} of {dtype} operands is not defined")
         q = self.math_call("floor", [bld.fdiv(a, b, flags=fm)], dtype)
         if op is Op.FLOORDIV:
             return q
@@ -293,9 +295,28 @@ class ExprEmitter:
             return bld.select(self.compare("<", b, a, dtype), b, a)
         if op is Op.MAX:
             return bld.select(self.compare(">", b, a, dtype), b, a)
+        bitwise = {Op.BIT_AND: bld.and_, Op.BIT_OR: bld.or_, Op.BIT_XOR: bld.xor}
+        if op in bitwise:
+            return bitwise[op](a, b)
+        if op in (Op.SHL, Op.SHR):
+            return self.checked_shift(op, a, b, dtype)
         if not _is_trap_free_divisor(b, unsigned):
             return self.guarded_divide(op, a, b, dtype, unsigned)
         return self.divide(op, a, b, unsigned)
+
+    def checked_shift(self, op: Op, x: ir.Value, n: ir.Value, dtype: str) -> ir.Value:
+        """`x << n` / `x >> n` at every amount, as numpy and onnxruntime: LLVM's shl/lshr/ashr
+        by `bits` or more are poison, so the amount is read as unsigned and one past the
+        width gives 0 (`<<`, unsigned `>>`) or the sign bits (signed `>>`: an ashr by
+        bits - 1). In range, the masked amount is the amount itself."""
+        bld, lanes = self.builder, lanes_of(x)
+        width = dt.bits(dtype)
+        in_range = bld.icmp_unsigned("<", n, self.constant(dtype, width, lanes))
+        if op is Op.SHR and not dt.is_uint(dtype):
+            return bld.ashr(x, bld.select(in_range, n, self.constant(dtype, width - 1, lanes)))
+        masked = bld.and_(n, self.constant(dtype, width - 1, lanes))
+        shifted = bld.shl(x, masked) if op is Op.SHL else bld.lshr(x, masked)
+        return bld.select(in_range, shifted, self.constant(dtype, 0, lanes))
 
     def divide(self, op: Op, a: ir.Value, b: ir.Value, unsigned: bool) -> ir.Value:
         bld = self.builder

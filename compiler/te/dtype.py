@@ -97,3 +97,14 @@ def wrap_int(value: int, dtype: str) -> int:
         return value & mask
     half = 1 << (width - 1)
     return ((value + half) & mask) - half
+
+
+def shift_int(x: int, n: int, dtype: str, left: bool) -> int:
+    """numpy's `x << n` (`left`) or `x >> n` for integers of `dtype`, at every amount: `n` is
+    read as unsigned (a negative one is huge), and `n >= bits` shifts every bit out, giving 0,
+    or -1 for a right shift of a negative `x` (its sign bits). A left shift wraps at the width;
+    a right shift is arithmetic for signed `x`, logical for unsigned (whose values are >= 0).
+    onnxruntime's BitShift gives the same (ONNX BitShift-28 specifies it)."""
+    if 0 <= n < bits(dtype):
+        return wrap_int(x << n, dtype) if left else x >> n
+    return -1 if not left and x < 0 else 0

@@ -35,11 +35,32 @@ class Op(enum.Enum):
     # logical: bool operands and result
     AND = "&&"
     OR = "||"
+    # bitwise: integer operands, the result has their (promoted) dtype. `&`, `|` and `^` of two
+    # bools build AND, OR and NE instead, and `~` of a bool a `Not`; `~x` of an integer is
+    # `x ^ -1` (all ones). Shifts are numpy's at every amount: the amount is read as unsigned,
+    # and one of `bits` or more shifts every bit out (0, or -1 for `>>` of a negative x).
+    BIT_AND = "&"
+    BIT_OR = "|"
+    BIT_XOR = "^"
+    SHL = "<<"
+    SHR = ">>"  # arithmetic for signed operands, logical for unsigned
 
 
 ARITH_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.FLOORMOD, Op.MIN, Op.MAX)
 COMPARE_OPS = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
 LOGIC_OPS = (Op.AND, Op.OR)
+BITWISE_OPS = (Op.BIT_AND, Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR)
+SHIFT_OPS = (Op.SHL, Op.SHR)
+# what each bitwise operator is called in errors
+BITWISE_NAMES = {
+    Op.BIT_AND: "bitwise and",
+    Op.BIT_OR: "bitwise or",
+    Op.BIT_XOR: "bitwise xor",
+    Op.SHL: "left shift",
+    Op.SHR: "right shift",
+}
+# the bitwise operators of two bools, as logical ones (a bool xor is !=)
+_LOGICAL_OF = {Op.BIT_AND: Op.AND, Op.BIT_OR: Op.OR, Op.BIT_XOR: Op.NE}
 
 
 class CallKind(enum.Enum):
@@ -142,6 +163,40 @@ class ExprOps:
     def __ge__(self, other: Any) -> Expr:
         return binary(Op.GE, self, other)
 
+    # bitwise on integers; on two bools `&`, `|`, `^` and `~` are and, or, xor and not
+    def __and__(self, other: Any) -> Expr:
+        return binary(Op.BIT_AND, self, other)
+
+    def __rand__(self, other: Any) -> Expr:
+        return binary(Op.BIT_AND, other, self)
+
+    def __or__(self, other: Any) -> Expr:
+        return binary(Op.BIT_OR, self, other)
+
+    def __ror__(self, other: Any) -> Expr:
+        return binary(Op.BIT_OR, other, self)
+
+    def __xor__(self, other: Any) -> Expr:
+        return binary(Op.BIT_XOR, self, other)
+
+    def __rxor__(self, other: Any) -> Expr:
+        return binary(Op.BIT_XOR, other, self)
+
+    def __lshift__(self, other: Any) -> Expr:
+        return binary(Op.SHL, self, other)
+
+    def __rlshift__(self, other: Any) -> Expr:
+        return binary(Op.SHL, other, self)
+
+    def __rshift__(self, other: Any) -> Expr:
+        return binary(Op.SHR, self, other)
+
+    def __rrshift__(self, other: Any) -> Expr:
+        return binary(Op.SHR, other, self)
+
+    def __invert__(self) -> Expr:
+        return bitwise_not(self)
+
     def astype(self, dtype: str) -> Expr:
         return cast(self, dtype)
 
@@ -161,15 +216,6 @@ class Expr(ExprOps):
 
     def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
         return binary(Op.NE, self, other)
-
-    def __and__(self, other: Any) -> Expr:
-        return binary(Op.AND, self, other)
-
-    def __or__(self, other: Any) -> Expr:
-        return binary(Op.OR, self, other)
-
-    def __invert__(self) -> Expr:
-        return logical_not(self)
 
     __hash__ = object.__hash__
 
@@ -372,9 +418,31 @@ def binary(op: Op, a: Any, b: Any) -> Expr:
             if not dt.is_bool(side.dtype):
                 raise TypeError(f"operands of {op.value} must be bool, not {side.dtype!r}")
         return BinOp(op, a, b, "bool")
+    if op in BITWISE_OPS:
+        return _bitwise(op, a, b)
     common = dt.promote(a.dtype, b.dtype)
     a, b = cast(a, common), cast(b, common)
     return BinOp(op, a, b, "bool" if op in COMPARE_OPS else common)
+
+
+def _bitwise(op: Op, a: Expr, b: Expr) -> Expr:
+    """`a <op> b` for a bitwise `op`: integers (bools promote as numpy does), or two bools for
+    `&`, `|`, `^` (the logical operators); floats are a TypeError naming the operator."""
+    what = f"{op.value} ({BITWISE_NAMES[op]})"
+    for side in (a, b):
+        if dt.is_float(side.dtype):
+            raise TypeError(f"operands of {what} must be integers or bools, not {side.dtype!r}")
+    if dt.is_bool(a.dtype) and dt.is_bool(b.dtype):
+        if op in SHIFT_OPS:
+            raise TypeError(f"operands of {what} must be integers, not two bools; cast one first")
+        return BinOp(_LOGICAL_OF[op], a, b, "bool")
+    common = dt.promote(a.dtype, b.dtype)
+    if not dt.is_int(common):  # int64 with uint64: numpy's common type is float64
+        raise TypeError(
+            f"operands of {what} must have a common integer dtype, not {a.dtype!r} and "
+            f"{b.dtype!r} (numpy's is {common!r}); cast one first"
+        )
+    return BinOp(op, cast(a, common), cast(b, common), common)
 
 
 def logical_not(a: Any) -> Expr:
@@ -382,6 +450,16 @@ def logical_not(a: Any) -> Expr:
     if not dt.is_bool(a.dtype):
         raise TypeError(f"operand of logical not must be bool, not {a.dtype!r}")
     return Not(a)
+
+
+def bitwise_not(a: Any) -> Expr:
+    """`~a`: every bit flipped (`a ^ -1`) for an integer, the logical not of a bool."""
+    a = as_expr(a)
+    if dt.is_bool(a.dtype):
+        return Not(a)
+    if not dt.is_int(a.dtype):
+        raise TypeError(f"operand of ~ (bitwise not) must be an integer or bool, not {a.dtype!r}")
+    return BinOp(Op.BIT_XOR, a, const(-1, a.dtype), a.dtype)
 
 
 def all_of(*conds: Any) -> Expr:

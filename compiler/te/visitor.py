@@ -129,6 +129,8 @@ def structural_equal(a: Expr, b: Expr) -> bool:
 
 # ---- printer ------------------------------------------------------------------------------------
 
+# Binding strength, loosest first; the bitwise operators bind between comparisons and
+# arithmetic, as in Python (`a & b == c` is `(a & b) == c`; C binds them below comparisons)
 _PRECEDENCE = {
     Op.OR: 1,
     Op.AND: 2,
@@ -138,14 +140,20 @@ _PRECEDENCE = {
     Op.LE: 4,
     Op.GT: 4,
     Op.GE: 4,
-    Op.ADD: 5,
-    Op.SUB: 5,
-    Op.MUL: 6,
-    Op.DIV: 6,
-    Op.FLOORDIV: 6,
-    Op.FLOORMOD: 6,
+    Op.BIT_OR: 5,
+    Op.BIT_XOR: 6,
+    Op.BIT_AND: 7,
+    Op.SHL: 8,
+    Op.SHR: 8,
+    Op.ADD: 9,
+    Op.SUB: 9,
+    Op.MUL: 10,
+    Op.DIV: 10,
+    Op.FLOORDIV: 10,
+    Op.FLOORMOD: 10,
 }
-_ATOM = 10
+_UNARY = 11  # `!x`, a negative literal
+ATOM = 14  # the binding of a name, a call, a load: never parenthesized
 
 
 class ExprPrinter:
@@ -160,33 +168,33 @@ class ExprPrinter:
     def _visit(self, expr: Expr) -> tuple[str, int]:
         method = getattr(self, "visit_" + type(expr).__name__, None)
         if method is None:
-            return f"<{type(expr).__name__}>", _ATOM
+            return f"<{type(expr).__name__}>", ATOM
         return method(expr)
 
     def _args(self, exprs: tuple[Expr, ...]) -> str:
         return ", ".join(self.print(e) for e in exprs)
 
     def visit_Var(self, e: Var) -> tuple[str, int]:
-        return self.name_of(e), _ATOM
+        return self.name_of(e), ATOM
 
     def visit_IntImm(self, e: IntImm) -> tuple[str, int]:
         if dt.is_bool(e.dtype):
-            return str(bool(e.value)), _ATOM
+            return str(bool(e.value)), ATOM
         if e.dtype == dt.INDEX_DTYPE:
-            return str(e.value), _ATOM if e.value >= 0 else 7
-        return f"{e.dtype}({e.value})", _ATOM
+            return str(e.value), ATOM if e.value >= 0 else _UNARY
+        return f"{e.dtype}({e.value})", ATOM
 
     def visit_FloatImm(self, e: FloatImm) -> tuple[str, int]:
         if e.dtype == "float32" and math.isfinite(e.value):
-            return f"{e.value!r}f", _ATOM if e.value >= 0 else 7
-        return f"{e.dtype}({e.value!r})", _ATOM
+            return f"{e.value!r}f", ATOM if e.value >= 0 else _UNARY
+        return f"{e.dtype}({e.value!r})", ATOM
 
     def visit_Cast(self, e: Cast) -> tuple[str, int]:
-        return f"{e.dtype}({self.print(e.value)})", _ATOM
+        return f"{e.dtype}({self.print(e.value)})", ATOM
 
     def visit_BinOp(self, e: BinOp) -> tuple[str, int]:
         if e.op in (Op.MIN, Op.MAX):
-            return f"{e.op.value}({self.print(e.a)}, {self.print(e.b)})", _ATOM
+            return f"{e.op.value}({self.print(e.a)}, {self.print(e.b)})", ATOM
         prec = _PRECEDENCE[e.op]
         a, pa = self._visit(e.a)
         b, pb = self._visit(e.b)
@@ -199,24 +207,24 @@ class ExprPrinter:
 
     def visit_Not(self, e: Not) -> tuple[str, int]:
         a, pa = self._visit(e.a)
-        return "!" + (a if pa >= 7 else f"({a})"), 7
+        return "!" + (a if pa >= _UNARY else f"({a})"), _UNARY
 
     def visit_Select(self, e: Select) -> tuple[str, int]:
-        return f"select({self._args((e.condition, e.true_value, e.false_value))})", _ATOM
+        return f"select({self._args((e.condition, e.true_value, e.false_value))})", ATOM
 
     def visit_Call(self, e: Call) -> tuple[str, int]:
         prefix = "@" if e.kind is CallKind.EXTERN else ""
-        return f"{prefix}{e.name}({self._args(e.args)})", _ATOM
+        return f"{prefix}{e.name}({self._args(e.args)})", ATOM
 
     def visit_Reduce(self, e: Reduce) -> tuple[str, int]:
         axes = ", ".join(self.name_of(iv.var) for iv in e.axis)
         text = f"{e.combiner.name}({self.print(e.source)}, axis=[{axes}]"
         if not (isinstance(e.condition, IntImm) and e.condition.value == 1):
             text += f", where={self.print(e.condition)}"
-        return text + ")", _ATOM
+        return text + ")", ATOM
 
     def visit_ProducerLoad(self, e: ProducerLoad) -> tuple[str, int]:
-        return f"{e.producer.name}[{self._args(e.indices)}]", _ATOM
+        return f"{e.producer.name}[{self._args(e.indices)}]", ATOM
 
 
 def expr_to_str(expr: Expr) -> str:

@@ -15,7 +15,20 @@ from typing import Any
 import numpy as np
 
 from ..te import dtype as dt
-from ..te.expr import BinOp, Call, Cast, Expr, FloatImm, IntImm, Not, Op, Select, Var, const
+from ..te.expr import (
+    BITWISE_OPS,
+    BinOp,
+    Call,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Not,
+    Op,
+    Select,
+    Var,
+    const,
+)
 from ..te.visitor import ExprMutator, pre_order, structural_key
 
 Interval = tuple[int | None, int | None]  # inclusive; None is unbounded
@@ -286,6 +299,11 @@ class Analyzer:
                 return (0, c - 1)
         if isinstance(atom, BinOp) and atom.op is Op.MUL:
             return _mul_interval(self.interval(atom.a), self.interval(atom.b))
+        if isinstance(atom, BinOp) and atom.op is Op.BIT_AND:
+            # x & m with a mask m >= 0 keeps only m's bits: in [0, m] whatever x is
+            masks = [c.value for c in (atom.a, atom.b) if isinstance(c, IntImm) and c.value >= 0]
+            if masks:
+                return (0, min(masks))
         if isinstance(atom, BinOp) and atom.op in (Op.MIN, Op.MAX):
             (al, ah), (bl, bh) = self.interval(atom.a), self.interval(atom.b)
             pick = min if atom.op is Op.MIN else max
@@ -401,6 +419,8 @@ class _Simplifier(ExprMutator):
             return self._compare(e.op, a, b)
         if e.op in (Op.MIN, Op.MAX) and _is_index(a):
             return self._min_max(e.op, a, b)
+        if e.op in BITWISE_OPS:
+            return _bitwise(e, a, b)
         if isinstance(a, FloatImm) and isinstance(b, FloatImm):
             value = _fold_float(e.op, a.value, b.value)
             if isinstance(value, bool):
@@ -511,6 +531,36 @@ def _logic(op: Op, a: Expr, b: Expr) -> Expr:
         if _is_bool_const(x, not absorbing):
             return y
     return BinOp(op, a, b, "bool")
+
+
+def _bitwise(e: BinOp, a: Expr, b: Expr) -> Expr:
+    """A bitwise operation of two constants folded (at the dtype's width, shifts by numpy's
+    rules at every amount: `dt.shift_int`), and the identities of 0 and all ones: x & 0 = 0,
+    x & ~0 = x | 0 = x ^ 0 = x << 0 = x >> 0 = x, x | ~0 = ~0, 0 << n = 0 >> n = 0."""
+    dtype = e.dtype
+    if isinstance(a, IntImm) and isinstance(b, IntImm):
+        x, n = a.value, b.value
+        if e.op in (Op.SHL, Op.SHR):
+            return IntImm(dt.shift_int(x, n, dtype, e.op is Op.SHL), dtype)
+        value = {Op.BIT_AND: x & n, Op.BIT_OR: x | n, Op.BIT_XOR: x ^ n}[e.op]
+        return IntImm(dt.wrap_int(value, dtype), dtype)
+    ones = dt.wrap_int(-1, dtype)
+    if e.op in (Op.SHL, Op.SHR):
+        if _is_const_int(b, 0) or _is_const_int(a, 0):
+            return a
+    else:
+        for x, y in ((a, b), (b, a)):
+            if _is_const_int(y, 0):
+                return y if e.op is Op.BIT_AND else x
+            if _is_const_int(y, ones) and e.op is not Op.BIT_XOR:
+                return x if e.op is Op.BIT_AND else y
+    if a is e.a and b is e.b:
+        return e
+    return BinOp(e.op, a, b, dtype)
+
+
+def _is_const_int(expr: Expr, value: int) -> bool:
+    return isinstance(expr, IntImm) and not dt.is_bool(expr.dtype) and expr.value == value
 
 
 def _exact_difference(d: _Lin, lo: int | None, hi: int | None, dtype: str) -> bool:

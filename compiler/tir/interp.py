@@ -179,6 +179,12 @@ _FLOAT_OPS: dict[Op, Callable[[Any, Any], Any]] = {
     Op.FLOORDIV: lambda a, b: float(math.floor(_fdiv(a, b))),
     Op.FLOORMOD: lambda a, b: a - math.floor(_fdiv(a, b)) * b if b else math.nan,
 }
+# bitwise operators of two integers of one dtype: the result stays in the dtype's range
+_BIT_OPS: dict[Op, Callable[[int, int], int]] = {
+    Op.BIT_AND: lambda a, b: a & b,
+    Op.BIT_OR: lambda a, b: a | b,
+    Op.BIT_XOR: lambda a, b: a ^ b,
+}
 _CMP_OPS: dict[Op, Callable[[Any, Any], bool]] = {
     Op.EQ: lambda a, b: a == b,
     Op.NE: lambda a, b: a != b,
@@ -266,6 +272,12 @@ class _Compiler(_BlockCompiler):
         if e.op in _CMP_OPS:
             cmp = _CMP_OPS[e.op]
             return lambda env: cmp(fa(env), fb(env))
+        if e.op in (Op.SHL, Op.SHR):  # numpy's at every amount (`dt.shift_int`)
+            left, dtype, shift = e.op is Op.SHL, e.dtype, dt.shift_int
+            return lambda env: shift(fa(env), fb(env), dtype, left)
+        if e.op in _BIT_OPS:
+            bop = _BIT_OPS[e.op]
+            return lambda env: bop(fa(env), fb(env))
         if dt.is_float(e.dtype):
             fop = _FLOAT_OPS[e.op]
             return lambda env: fop(fa(env), fb(env))

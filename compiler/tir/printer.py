@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..schedule.stage import ForKind
 from ..te.expr import Expr, IntImm, Var
-from ..te.visitor import ExprPrinter
+from ..te.visitor import ATOM, ExprPrinter
 from .stmt import (
     Allocate,
     AttrStmt,
@@ -49,11 +49,11 @@ class _Names:
 
 class _LoopPrinter(ExprPrinter):
     def visit_BufferLoad(self, e: BufferLoad) -> tuple[str, int]:
-        return f"{e.buffer.name}[{self._args(e.indices)}]", 10
+        return f"{e.buffer.name}[{self._args(e.indices)}]", ATOM
 
     def visit_BufferPtr(self, e: BufferPtr) -> tuple[str, int]:
         offset = self.print(e.offset)
-        return f'{e.buffer.name}.access_ptr("{e.mask}", {offset}, {e.extent})', 10
+        return f'{e.buffer.name}.access_ptr("{e.mask}", {offset}, {e.extent})', ATOM
 
 
 def _buffer_decl(buf: Buffer) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from ..schedule.stage import ForKind
 from ..te import dtype as dt
 from ..te.expr import (
+    BITWISE_OPS,
     COMPARE_OPS,
     LOGIC_OPS,
     BinOp,
@@ -99,6 +100,8 @@ def _check_binop(e: BinOp, scope: _Scope) -> str | None:
         return None if e.dtype == "bool" else f"{e.op.value} must yield 'bool', not {e.dtype!r}"
     if e.dtype == "bool":  # back-ends define no arithmetic on bool (min/max of bools are && / ||)
         return f"arithmetic {e.op.value} must not be of bool operands"
+    if e.op in BITWISE_OPS and not dt.is_int(e.dtype):
+        return f"bitwise {e.op.value} must be of integer operands, not {e.dtype!r}"
     if e.dtype != e.a.dtype:
         return f"{e.op.value} must yield {e.a.dtype!r}, not {e.dtype!r}"
     return None

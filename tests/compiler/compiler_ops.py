@@ -303,6 +303,68 @@ def unsigned_inputs(dtype: str, n: int = 37, seed: int = 0) -> list[np.ndarray]:
     return [a, np.maximum(b, 1)]
 
 
+# ---- integer bitwise operators: every dtype, numpy as the oracle ------------------------------
+
+INTEGERS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def bitwise_ops(dtype: str, n: int = 37) -> tuple[list[te.Tensor], list[te.Tensor], Callable]:
+    """(inputs A, B and shift amounts S, one output per operation, numpy reference). `& | ^ ~`
+    of values over the whole range (negatives of signed types), `<<` and `>>` by amounts past
+    the width and (signed) negative ones, which numpy defines (0, or the sign bits of a right
+    shift), literals (a mask, the type's all-ones, a constant amount past the width), an int32
+    loop index in a bitwise expression, and a mixed chain."""
+    bits = np.iinfo(dtype).bits
+    A, B = te.placeholder((n,), dtype, name="A"), te.placeholder((n,), dtype, name="B")
+    S = te.placeholder((n,), dtype, name="S")
+    exprs: dict[str, Callable[[Any, Any, Any, Any], Any]] = {
+        "and": lambda i, a, b, s: a & b,
+        "or": lambda i, a, b, s: a | b,
+        "xor": lambda i, a, b, s: a ^ b,
+        "not": lambda i, a, b, s: ~a,
+        "shl": lambda i, a, b, s: a << s,
+        "shr": lambda i, a, b, s: a >> s,
+        "literals": lambda i, a, b, s: ((a & 0x5A) | 3) ^ -1,
+        "shift_past_width": lambda i, a, b, s: (a << (bits + 1)) | (a >> (bits + 1)),
+        "index": lambda i, a, b, s: a ^ (i & 7).astype(dtype),
+        "chain": lambda i, a, b, s: ~((a << 1) & (b >> 2)) + (a ^ b),
+    }
+    outs = [_indexed(f, A, B, S, name) for name, f in exprs.items()]
+
+    def reference(a: np.ndarray, b: np.ndarray, s: np.ndarray) -> list[np.ndarray]:
+        t = a.dtype.type
+        i = np.arange(n).astype(dtype)
+        with np.errstate(over="ignore"):
+            return [
+                a & b, a | b, a ^ b, ~a, a << s, a >> s,
+                ((a & t(0x5A)) | t(3)) ^ ~t(0),
+                (a << t(bits + 1)) | (a >> t(bits + 1)),
+                a ^ (i & t(7)),
+                ~((a << t(1)) & (b >> t(2))) + (a ^ b),
+            ]  # fmt: skip
+
+    return [A, B, S], outs, reference
+
+
+def _indexed(f: Callable, A: te.Tensor, B: te.Tensor, S: te.Tensor, name: str) -> te.Tensor:
+    return te.compute(A.shape, lambda i: f(i, A[i], B[i], S[i]), name=name)
+
+
+def bitwise_inputs(dtype: str, n: int = 37, seed: int = 0) -> list[np.ndarray]:
+    """A and B over the whole range of `dtype` (its edges included), S amounts of 0 to twice the
+    width, the edges of the width, the type's maximum and, signed, -1 and the minimum."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    a, b = (rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True) for _ in range(2))
+    edges = [0, 1, -1, info.min, info.max] if info.min else [0, 1, info.max, info.max >> 1]
+    a[: len(edges)] = b[-len(edges) :] = np.array(edges, dtype)
+    s = rng.integers(0, 2 * info.bits + 1, n).astype(dtype)
+    amounts = [0, 1, info.bits - 1, info.bits, info.bits + 1, info.max]
+    amounts += [-1, info.min] if info.min else []
+    s[: len(amounts)] = np.array(amounts, dtype)
+    return [a, b, s]
+
+
 def per_channel_requant(
     acc: np.ndarray,
     multipliers: Any,

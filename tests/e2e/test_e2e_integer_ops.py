@@ -1,7 +1,7 @@
 """Integer ONNX arithmetic compiled for the CPU and for OpenCL (PoCL) equals onnxruntime bit for
 bit: unsigned types over their whole range (wraparound, division past the signed range), MatMul
-of 32/64-bit integers (summed in their own type), and Pow of an integer base (raised in float64
-and truncated, as onnxruntime's std::pow)."""
+of 32/64-bit integers (summed in their own type), Pow of an integer base (raised in float64
+and truncated, as onnxruntime's std::pow), and the bitwise ops and BitShift (every amount)."""
 
 from __future__ import annotations
 
@@ -150,3 +150,77 @@ def test_integer_division_by_zero_or_minus_one_does_not_trap(dtype: type) -> Non
     assert got["fmod"] == [
         0 if y == 0 else wrap(x - trunc_div(x, y) * y) for x, y in zip(a, b, strict=True)
     ]
+
+
+INTEGERS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+def _full_range(dtype: type, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Values over the whole range of `dtype`, its edges (0, 1, -1, the minimum, the maximum)
+    first."""
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(seed).integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    edges = [0, 1, info.max, info.min] + ([-1] if info.min else [info.max >> 1])
+    x.reshape(-1)[: len(edges)] = np.array(edges, dtype)
+    return x
+
+
+def _bitwise_model(
+    nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], consts: dict[str, np.ndarray]
+) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype
+    graph = helper.make_graph(
+        nodes,
+        "bitwise",
+        [helper.make_tensor_value_info(n, elem(v.dtype), v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info(n, elem(next(iter(inputs.values())).dtype), None)
+         for n in outputs],
+        [onnx.numpy_helper.from_array(v, n) for n, v in consts.items()],
+    )  # fmt: skip
+    opset = [helper.make_opsetid("", 18)]
+    model = helper.make_model(graph, opset_imports=opset, ir_version=IR_VERSION)
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=lambda t: np.dtype(t).name)
+def test_bitwise_ops_fuse_into_one_kernel_and_match_onnxruntime(dtype: type) -> None:
+    """BitwiseAnd/Or/Xor/Not of negative values (signed), broadcast operands ((4, 17) and a
+    (17,) constant against (3, 4, 17)) and the neighbouring Add and Mul: one fused kernel."""
+    x, y = _full_range(dtype, (3, 4, 17), 1), _full_range(dtype, (4, 17), 2)
+    mask = _full_range(dtype, (17,), 3)
+    make = helper.make_node
+    nodes = [
+        make("BitwiseAnd", ["x", "y"], ["and"]),
+        make("BitwiseOr", ["and", "mask"], ["or"]),
+        make("Mul", ["or", "x"], ["mul"]),
+        make("BitwiseXor", ["mul", "y"], ["xor"]),
+        make("BitwiseNot", ["xor"], ["not"]),
+        make("Add", ["not", "x"], ["out"]),
+    ]
+    model = _bitwise_model(nodes, {"x": x, "y": y}, ["out"], {"mask": mask})
+    _assert_all_equal_onnxruntime(model, {"x": x, "y": y})
+    for target in ("llvm", "opencl"):
+        assert len(tensorforge.compile(model, target=target).calls) == 1, target
+
+
+@pytest.mark.parametrize("dtype", INTEGERS[4:], ids=lambda t: np.dtype(t).name)
+def test_bitshift_matches_onnxruntime_at_every_amount(dtype: type) -> None:
+    """BitShift (opset 11's unsigned types) by 0 to twice the width and the type's maximum: an
+    amount of the width or more gives 0, as onnxruntime (and numpy) give, where C and LLVM
+    are undefined; broadcast amounts, a constant amount past the width, and a shift fused
+    with the BitwiseAnd after it."""
+    bits = np.iinfo(dtype).bits
+    amounts = np.array([*range(2 * bits + 2), np.iinfo(dtype).max], dtype)
+    x = _full_range(dtype, (3, amounts.size), bits)
+    make = helper.make_node
+    nodes = [
+        make("BitShift", ["x", "s"], ["left"], direction="LEFT"),
+        make("BitShift", ["x", "s"], ["right"], direction="RIGHT"),
+        make("BitShift", ["x", "past"], ["gone"], direction="LEFT"),
+        make("BitShift", ["x", "one"], ["half"], direction="RIGHT"),
+        make("BitwiseAnd", ["half", "x"], ["masked"]),
+    ]
+    consts = {"past": np.array(bits, dtype), "one": np.array([1], dtype)}
+    model = _bitwise_model(nodes, {"x": x, "s": amounts}, ["left", "right", "gone", "masked"],
+                           consts)  # fmt: skip
+    _assert_all_equal_onnxruntime(model, {"x": x, "s": amounts})

@@ -1,5 +1,5 @@
-"""Elementwise and broadcasting ops: activations, arithmetic, rounding, comparisons, logic, Clip,
-Cast, Where, Identity."""
+"""Elementwise and broadcasting ops: activations, arithmetic, rounding, comparisons, logic,
+integer bitwise ops and shifts, Clip, Cast, Where, Identity."""
 
 from __future__ import annotations
 
@@ -221,6 +221,49 @@ for _name, _fn in {**_COMPARE, **_LOGIC}.items():
         lambda a, x, y, fn=_fn: fn(x, y),
         inputs=(2, 2),
     )
+
+
+def _integer_operands(op: str, types: list) -> None:
+    for t in types:
+        if t is not None and not t.dtype.startswith(("int", "uint")):
+            raise ValueError(f"{op} inputs must be integers, not {t.dtype}")
+
+
+def _bitwise_type(op: str) -> Any:
+    def infer(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+        _integer_operands(op, types)
+        return broadcast_type(attrs, types, consts)
+
+    return infer
+
+
+# ONNX's integer bitwise ops (opset 18: every signed and unsigned integer type, no bool; And, Or,
+# Xor and Not are the bool ones)
+for _name, _fn in {
+    "BitwiseAnd": np.bitwise_and,
+    "BitwiseOr": np.bitwise_or,
+    "BitwiseXor": np.bitwise_xor,
+}.items():
+    register(_name, Pattern.BROADCAST, _bitwise_type(_name), _binary(_fn), inputs=(2, 2))
+register("BitwiseNot", Pattern.ELEMWISE, _bitwise_type("BitwiseNot"), lambda a, x: np.invert(x))
+
+
+def _bitshift_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    if attrs["direction"] not in ("LEFT", "RIGHT"):
+        raise ValueError(f"BitShift direction must be LEFT or RIGHT, not {attrs['direction']!r}")
+    return _bitwise_type("BitShift")(attrs, types, consts)
+
+
+def _bitshift(attrs: dict[str, Any], x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """numpy's shifts, which define every amount as ONNX's BitShift-28 does (and onnxruntime
+    gives): Y read as unsigned, one of the width or more shifts every bit out (0, or -1 for a
+    right shift of a negative X). BitShift-11 has unsigned types only; 28 adds the signed."""
+    shift = np.left_shift if attrs["direction"] == "LEFT" else np.right_shift
+    return shift(x, y).astype(x.dtype)
+
+
+register("BitShift", Pattern.BROADCAST, _bitshift_type, _bitshift, inputs=(2, 2),
+         attrs={"direction": REQUIRED})  # fmt: skip
 
 
 def _variadic(fn: Any) -> Any:

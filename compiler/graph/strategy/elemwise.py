@@ -437,6 +437,14 @@ def _pad_index(j: Any, n: int, mode: str) -> Any:
     return te.select(t < n, t, period - t)
 
 
+def _bitshift(ctx: GroupContext, node: Node) -> list[Lazy]:
+    """`<<` / `>>` of the te layer: numpy's shifts at every amount, as ONNX BitShift (an amount
+    of the width or more, or a negative one, shifts every bit out: 0, or -1 for `>>` of a
+    negative X)."""
+    left = node.attr("direction") == "LEFT"
+    return _nary(lambda x, y: x << y if left else x >> y)(ctx, node)
+
+
 ELEMENTWISE: dict[str, Rule] = {
     "Relu": _unary(lambda x, a: te.max(x, _zero(x))),
     "Identity": _unary(lambda x, a: x),
@@ -505,6 +513,11 @@ ELEMENTWISE: dict[str, Rule] = {
     "And": _nary(lambda a, b: a & b),
     "Or": _nary(lambda a, b: a | b),
     "Xor": _nary(lambda a, b: a != b),
+    "BitwiseAnd": _nary(lambda a, b: a & b),
+    "BitwiseOr": _nary(lambda a, b: a | b),
+    "BitwiseXor": _nary(lambda a, b: a ^ b),
+    "BitwiseNot": _unary(lambda x, a: ~x),
+    "BitShift": _bitshift,
     "Clip": _clip,
     "Cast": _cast,
     "CastLike": _cast,

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from compiler_ops import UNSIGNED, unsigned_inputs, unsigned_ops
+from compiler_ops import (
+    INTEGERS,
+    UNSIGNED,
+    bitwise_inputs,
+    bitwise_ops,
+    unsigned_inputs,
+    unsigned_ops,
+)
 
 from tensorforge.compiler import te, tir
 from tensorforge.compiler.build import build
@@ -91,17 +98,29 @@ def test_integer_expressions_are_bit_exact(name: str, dtype: str, vectorize: boo
 @pytest.mark.parametrize("dtype", UNSIGNED)
 def test_unsigned_integers_wrap_divide_and_compare_like_numpy(dtype: str, vectorize: bool) -> None:
     inputs, outs, reference = unsigned_ops(dtype, N)
+    _check_native_and_interpreted(inputs, outs, unsigned_inputs(dtype, N), reference, vectorize)
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["serial", "vector"])
+@pytest.mark.parametrize("dtype", INTEGERS)
+def test_bitwise_operators_match_numpy_at_every_shift_amount(dtype: str, vectorize: bool) -> None:
+    """& | ^ ~ << >> of every integer type: negative values, shifts by the width or more and by
+    negative amounts (numpy's 0 or sign bits, where LLVM's shl/lshr/ashr are poison)."""
+    inputs, outs, reference = bitwise_ops(dtype, N)
+    _check_native_and_interpreted(inputs, outs, bitwise_inputs(dtype, N), reference, vectorize)
+
+
+def _check_native_and_interpreted(inputs, outs, arrays, reference, vectorize: bool) -> None:
     s = te.create_schedule([t.op for t in outs])
     if vectorize:
         for t in outs:
             _, inner = s[t].split(t.op.axis[0], factor=8)
             s[t].vectorize(inner)
-    func = tir.lower(s, [*inputs, *outs], name="unsigned")
-    a, b = unsigned_inputs(dtype, N)
+    func = tir.lower(s, [*inputs, *outs], name="ops")
     native, interp = ([np.zeros(N, t.dtype) for t in outs] for _ in range(2))
-    build(func)(a, b, *native)
-    tir.interpret(func, [a, b, *interp])
-    for t, got_n, got_i, want in zip(outs, native, interp, reference(a, b), strict=True):
+    build(func)(*arrays, *native)
+    tir.interpret(func, [*arrays, *interp])
+    for t, got_n, got_i, want in zip(outs, native, interp, reference(*arrays), strict=True):
         np.testing.assert_array_equal(got_n, want, err_msg=f"native {t.name}")
         np.testing.assert_array_equal(got_i, want, err_msg=f"interpreter {t.name}")
 

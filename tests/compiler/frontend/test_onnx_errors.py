@@ -148,3 +148,45 @@ def test_from_torch_without_torch_says_how_to_install(monkeypatch: pytest.Monkey
     wanted = r"from_torch needs torch, which is not installed: pip install 'tensorforge\[torch\]'"
     with pytest.raises(ImportError, match=wanted):
         from_torch(object(), ())
+
+
+def _typed_model(op: str, dtype: int, opset: int, **attrs) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "x"], ["y"], name="n", **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", dtype, [4])],
+        [helper.make_tensor_value_info("y", dtype, None)],
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION
+    )
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype", "opset", "attrs", "message"),
+    [
+        # opset 11's BitShift has unsigned types only (onnxruntime refuses the model too)
+        ("BitShift", TensorProto.INT32, 18, {"direction": "LEFT"}, r"at opset 18\), not int32"),
+        ("BitwiseAnd", TensorProto.FLOAT, 18, {}, r"BitwiseAnd node 'n': .* not float32"),
+        ("BitwiseXor", TensorProto.BOOL, 18, {}, r"BitwiseXor node 'n': .* not bool"),
+        ("BitShift", TensorProto.UINT8, 18, {"direction": "UP"}, "direction must be LEFT or RIGHT"),
+        ("BitShift", TensorProto.UINT8, 18, {}, "attribute 'direction' of BitShift must be given"),
+    ],
+)
+def test_bitwise_ops_refuse_types_and_attributes_onnx_does_not_allow(
+    op: str, dtype: int, opset: int, attrs: dict, message: str
+) -> None:
+    with pytest.raises(Exception, match=message) as info:
+        from_onnx(_typed_model(op, dtype, opset, **attrs))
+    assert info.type.__name__ in ("OnnxImportError", "GraphError")
+
+
+def test_signed_bitshift_of_opset_28_imports_with_numpys_semantics() -> None:
+    """BitShift-28 adds the signed types (its inputs are unchanged, so it imports): an amount
+    past the width or negative gives the sign bits (-1 for a negative value shifted right)."""
+    if onnx.defs.onnx_opset_version() < 28:
+        pytest.skip("the installed onnx has no opset 28")
+    graph = from_onnx(_typed_model("BitShift", TensorProto.INT8, 28, direction="RIGHT"))
+    x = np.array([-128, -1, 64, 100], np.int8)
+    (out,) = run_graph(graph, {"x": x}).values()
+    np.testing.assert_array_equal(out, [-1, -1, 0, 0])  # x >> x: -128 and -1 are past 8 bits

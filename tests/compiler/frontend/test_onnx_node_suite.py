@@ -37,7 +37,8 @@ EXTRA_OPS = (
     "Acosh Atanh DynamicQuantizeLinear ConvInteger MatMulInteger TopK GatherND GridSample "
     "InstanceNormalization GroupNormalization LpNormalization MeanVarianceNormalization LRN "
     "ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMax ArgMin Hardmax "
-    "DepthToSpace SpaceToDepth OneHot GatherElements ScatterElements EyeLike Loop"
+    "DepthToSpace SpaceToDepth OneHot GatherElements ScatterElements EyeLike Loop "
+    "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"

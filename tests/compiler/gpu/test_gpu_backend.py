@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from compiler_ops import UNSIGNED, unsigned_inputs, unsigned_ops
+from compiler_ops import (
+    INTEGERS,
+    UNSIGNED,
+    bitwise_inputs,
+    bitwise_ops,
+    unsigned_inputs,
+    unsigned_ops,
+)
 
 from tensorforge.compiler import te
 from tensorforge.compiler.build import build_gpu
@@ -83,6 +90,20 @@ def test_unsigned_integers_wrap_divide_and_compare_like_numpy(dtype: str) -> Non
     got = [np.zeros(64, t.dtype) for t in outs]
     f(a, b, *got)
     for t, g, want in zip(outs, got, reference(a, b), strict=True):
+        np.testing.assert_array_equal(g, want, err_msg=t.name)
+
+
+@pytest.mark.parametrize("dtype", INTEGERS)
+def test_bitwise_operators_match_numpy_at_every_shift_amount(dtype: str) -> None:
+    """& | ^ ~ of every integer type (negative values too) and << >> by amounts past the width
+    and negative ones, where C is undefined and OpenCL masks the amount: numpy's 0 or sign bits
+    (the shift helpers)."""
+    inputs, outs, reference = bitwise_ops(dtype, 64)
+    f = _auto(outs, [*inputs, *outs])
+    arrays = bitwise_inputs(dtype, 64)
+    got = [np.zeros(64, t.dtype) for t in outs]
+    f(*arrays, *got)
+    for t, g, want in zip(outs, got, reference(*arrays), strict=True):
         np.testing.assert_array_equal(g, want, err_msg=t.name)
 
 

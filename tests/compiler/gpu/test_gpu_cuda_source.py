@@ -8,7 +8,7 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
-from compiler_ops import UNSIGNED, unsigned_inputs, unsigned_ops
+from compiler_ops import INTEGERS, UNSIGNED, bitwise_ops, unsigned_inputs, unsigned_ops
 
 import tensorforge
 from tensorforge.compiler import te
@@ -46,6 +46,15 @@ def test_fp16_arithmetic_compiles_for_cuda() -> None:
     s = schedule_auto([y], GPUScheduleConfig(threads=128))
     payload = gpu_payload(split_kernels(lower(s, [x, y], name="h")), Target.parse("cuda"))
     assert "__half" in payload["source"] and "h_k0" in payload["ptx"]
+
+
+@pytest.mark.parametrize("dtype", INTEGERS)
+def test_bitwise_operators_compile_for_cuda(dtype: str) -> None:
+    inputs, outs, _ = bitwise_ops(dtype, 64)
+    s = schedule_auto(outs, GPUScheduleConfig(threads=64))
+    payload = gpu_payload(split_kernels(lower(s, [*inputs, *outs], name="b")), Target.parse("cuda"))
+    assert f"tf_shl_{dtype}(" in payload["source"] and f"tf_shr_{dtype}(" in payload["source"]
+    assert ".visible .entry b_k0(" in payload["ptx"]
 
 
 def _unsigned_schedule(dtype: str):

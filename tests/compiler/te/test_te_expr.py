@@ -20,6 +20,56 @@ def test_binary_ops_promote_dtypes_like_numpy() -> None:
     assert (te.var("i") < 3).dtype == "bool"
 
 
+def test_bitwise_operators_type_like_numpy_and_print_like_python() -> None:
+    a8, u8, i = te.var("a", "int8"), te.var("u", "uint8"), te.var("i")
+    assert (a8 & u8).dtype == "int16"  # promoted as numpy
+    assert (a8 | 1).dtype == (a8 ^ 1).dtype == (a8 << 1).dtype == (a8 >> 1).dtype == "int8"
+    assert (3 & i).dtype == (1 << i).dtype == "int32"  # reflected, a Python int on the left
+    assert repr(~u8) == "u ^ uint8(255)"  # all ones: the unsigned maximum
+    assert repr(~i) == "i ^ -1"
+    assert repr((i | 1) ^ i & 3) == "(i | 1) ^ i & 3"  # & binds tighter than ^, ^ than |
+    assert repr((i & 7) == 1) == "i & 7 == 1"  # and tighter than a comparison, as in Python
+    assert repr(i << i + 1) == "i << i + 1" and repr((i << 2) + 1) == "(i << 2) + 1"
+    k = te.compute((4,), lambda j: j, name="K").op.axis[0]
+    assert repr(k & 1) == "j & 1" and repr(~k) == "j ^ -1"  # an IterVar stands for its variable
+
+
+def test_bitwise_operators_of_two_bools_are_logical() -> None:
+    p, q = te.var("p", "bool"), te.var("q", "bool")
+    assert [repr(e) for e in (p & q, p | q, p ^ q, ~p)] == ["p && q", "p || q", "p != q", "!p"]
+    assert (p & 1).dtype == "int32"  # a bool with an integer: numpy promotes
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda i, f: i & f,
+            r"operands of & \(bitwise and\) must be integers or bools, not 'float32'",
+        ),
+        (lambda i, f: f | 1, r"operands of \| \(bitwise or\) must be integers or bools"),
+        (lambda i, f: i ^ 1.5, r"operands of \^ \(bitwise xor\) must be integers or bools"),
+        (lambda i, f: i << f, r"operands of << \(left shift\) must be integers or bools"),
+        (lambda i, f: f >> 2, r"operands of >> \(right shift\) must be integers or bools"),
+        (
+            lambda i, f: ~f,
+            r"operand of ~ \(bitwise not\) must be an integer or bool, not 'float32'",
+        ),
+        (
+            lambda i, f: (i > 0) << (i > 1),
+            r"operands of << \(left shift\) must be integers, not two",
+        ),
+        (
+            lambda i, f: te.var("s", "int64") & te.var("u", "uint64"),
+            r"must have a common integer dtype, not 'int64' and 'uint64' \(numpy's is 'float64'\)",
+        ),
+    ],
+)
+def test_bitwise_operators_refuse_floats_naming_the_operator(build, message) -> None:
+    with pytest.raises(TypeError, match=message):
+        build(te.var("i"), te.var("f", "float32"))
+
+
 def test_casts_select_and_intrinsics_have_expected_dtypes() -> None:
     x = te.var("x", "float32")
     assert te.cast(x, "int8").dtype == "int8"

@@ -77,13 +77,40 @@ def index_exprs(draw: st.DrawFn, depth: int = 3) -> te.Expr:
         if draw(st.booleans()):
             return draw(st.sampled_from(VARS))
         return te.const(draw(st.integers(-9, 9)))
-    op = draw(st.sampled_from(["+", "-", "*", "//", "%", "min", "max"]))
+    op = draw(st.sampled_from(["+", "-", "*", "//", "%", "min", "max", *BITWISE]))
     a = draw(index_exprs(depth - 1))
     if op in ("//", "%", "*"):
         c = draw(st.integers(1, 6))
         return {"//": a // c, "%": a % c, "*": a * c}[op]
+    if op in BITWISE:
+        return _bitwise(draw, op, a, index_exprs(depth - 1), "int32")
     b = draw(index_exprs(depth - 1))
     return {"+": a + b, "-": a - b, "min": te.min(a, b), "max": te.max(a, b)}[op]
+
+
+BITWISE = ("&", "|", "^", "~", "<<", ">>")
+
+
+def _bitwise(draw: st.DrawFn, op: str, a: te.Expr, other: st.SearchStrategy, dtype: str):
+    """`a <op> b`: b another expression, a constant (a mask, 0, all ones), or for shifts an
+    amount in or past the width (or negative: numpy reads it as unsigned). For int32, which
+    the simplifier takes as exact (its overflow is outside the IR's contract), a left shift
+    stays small: by 0 to 3, or by the width or more (0), or by another expression % 4."""
+    if op == "~":
+        return ~a
+    bits = np.iinfo(dtype).bits
+    exact = dtype == "int32"
+    if op in ("<<", ">>"):
+        big = [] if exact and op == "<<" else [bits - 1]
+        amounts = st.sampled_from([0, 1, 3, *big, bits, bits + 5, -1])
+        if draw(st.booleans()):
+            b = te.const(draw(amounts), dtype)
+        else:
+            b = draw(other) % 4 if exact and op == "<<" else draw(other)
+        return a << b if op == "<<" else a >> b
+    masks = st.sampled_from([0, 1, 6, 255, -1, -8])
+    b = te.const(draw(masks), dtype) if draw(st.booleans()) else draw(other)
+    return {"&": a & b, "|": a | b, "^": a ^ b}[op]
 
 
 @settings(max_examples=200, deadline=None)
@@ -112,16 +139,19 @@ WRAPPING = {t: (te.var("u", t), te.var("v", t)) for t in ("uint32", "uint8", "in
 
 @st.composite
 def wrapping_exprs(draw: st.DrawFn, dtype: str, depth: int = 3) -> te.Expr:
-    """Expressions of `dtype` (constants 0..9 of that dtype) with + - * // % min max."""
+    """Expressions of `dtype` (constants 0..9 of that dtype) with + - * // % min max and the
+    bitwise operators."""
     if depth == 0 or draw(st.booleans()):
         if draw(st.booleans()):
             return draw(st.sampled_from(WRAPPING[dtype]))
         return te.const(draw(st.integers(0, 9)), dtype)
-    op = draw(st.sampled_from(["+", "-", "*", "//", "%", "min", "max"]))
+    op = draw(st.sampled_from(["+", "-", "*", "//", "%", "min", "max", *BITWISE]))
     a = draw(wrapping_exprs(dtype, depth - 1))
     if op in ("//", "%"):
         c = draw(st.integers(1, 6))
         return a // c if op == "//" else a % c
+    if op in BITWISE:
+        return _bitwise(draw, op, a, wrapping_exprs(dtype, depth - 1), dtype)
     b = draw(wrapping_exprs(dtype, depth - 1))
     table = {"+": a + b, "-": a - b, "*": a * b, "min": te.min(a, b), "max": te.max(a, b)}
     return table[op]
@@ -154,3 +184,63 @@ def test_wrapping_comparisons_are_not_rewritten_as_differences() -> None:
     assert ANA.interval(u + 1) == (None, None)
     a, b = WRAPPING["int8"]
     assert _evaluate(ANA.simplify(a < b), {a: 100, b: -100}) is False
+
+
+INTEGERS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_NUMPY_BITWISE = {
+    "&": np.bitwise_and,
+    "|": np.bitwise_or,
+    "^": np.bitwise_xor,
+    "<<": np.left_shift,
+    ">>": np.right_shift,
+}
+
+
+@st.composite
+def constant_bitwise_cases(draw: st.DrawFn) -> tuple[str, str, int, int]:
+    dtype = draw(st.sampled_from(INTEGERS))
+    info = np.iinfo(dtype)
+    values = st.integers(int(info.min), int(info.max))
+    op = draw(st.sampled_from(list(_NUMPY_BITWISE)))
+    # a shift amount: any value of the type (negative ones too), or one near the width
+    amounts = st.one_of(values, st.integers(0, 2 * info.bits))
+    return dtype, op, draw(values), draw(amounts if op in ("<<", ">>") else values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=constant_bitwise_cases())
+def test_bitwise_operators_of_constants_fold_to_what_numpy_gives(case) -> None:
+    """At each dtype's width; shifts by the width or more, or by a negative amount, give numpy's
+    0 or sign bits (onnxruntime's too)."""
+    dtype, op, x, y = case
+    a, b = te.const(x, dtype), te.const(y, dtype)
+    expr = {"&": a & b, "|": a | b, "^": a ^ b, "<<": a << b, ">>": a >> b}[op]
+    folded = ANA.simplify(expr)
+    want = _NUMPY_BITWISE[op](np.array(x).astype(dtype), np.array(y).astype(dtype))
+    assert isinstance(folded, te.IntImm) and folded.dtype == dtype
+    assert folded.value == int(want), f"{dtype} {x} {op} {y}"
+    assert _evaluate(expr, {}) == int(want)  # the interpreter agrees, unfolded
+    assert ANA.simplify(~a).value == int(~np.array(x).astype(dtype))
+
+
+def test_bitwise_identities_and_mask_intervals() -> None:
+    u = te.var("u", "uint8")
+    cases = [
+        (k & 0, "0"),
+        (k | 0, "k"),
+        (0 ^ k, "k"),
+        (k & -1, "k"),
+        (k | -1, "-1"),
+        (k << 0, "k"),
+        (te.const(0) >> k, "0"),
+        (u & 255, "u"),
+        (u | 255, "uint8(255)"),
+        ((k & 7) < 8, "True"),
+        ((k & 7) >= 0, "True"),
+        ((k | 7) < 8, "k | 7 < 8"),  # no bound: k may be anything
+        (k ^ 3 ^ 3, "k ^ 3 ^ 3"),  # kept as written
+    ]
+    for expr, expected in cases:
+        assert repr(ANA.simplify(expr)) == expected
+    assert ANA.interval((k & 12) + 1) == (1, 13)
+    assert ANA.interval(k & -4) == (None, None)  # a negative mask keeps the sign bit

@@ -122,3 +122,26 @@ def test_unknown_extern_calls_are_reported_and_registered_ones_run() -> None:
     tir.register_extern("triple", lambda x: 3 * x)
     tir.interpret(f, [a, b])
     assert b.tolist() == [3, 6, 9]
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["loops", "gpu_threads"])
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint64"])
+def test_bitwise_operators_and_shifts_at_every_amount_are_numpys(dtype: str, gpu: bool) -> None:
+    """& | ^ ~ on negative values, << >> by amounts past the width or negative (read as
+    unsigned: 0, or -1 for >> of a negative value), in the interpreter with no back-end, as
+    plain loops and as a GPU schedule (blocks and threads: interp_gpu)."""
+    from compiler_ops import bitwise_inputs, bitwise_ops
+
+    from tensorforge.compiler.topi.gpu import GPUScheduleConfig, schedule_auto
+
+    inputs, outs, reference = bitwise_ops(dtype, 29)
+    if gpu:
+        sched = schedule_auto(outs, GPUScheduleConfig(threads=8))
+    else:
+        sched = te.create_schedule([t.op for t in outs])
+    f = tir.lower(sched, [*inputs, *outs])
+    arrays = bitwise_inputs(dtype, 29, seed=3)
+    got = [np.zeros(29, dtype) for _ in outs]
+    tir.interpret(f, [*arrays, *got])
+    for t, g, want in zip(outs, got, reference(*arrays), strict=True):
+        np.testing.assert_array_equal(g, want, err_msg=t.name)

@@ -241,6 +241,14 @@ def test_remove_no_op_drops_empty_loops_self_copies_and_dead_buffers() -> None:
             tir.Evaluate(BinOp(Op.ADD, te.const(1), te.const(2), "int64")),
             r"\+ must yield 'int32', not 'int64'",
         ),
+        (
+            tir.Evaluate(BinOp(Op.BIT_AND, te.const(True), te.const(False), "bool")),
+            "arithmetic & must not be of bool operands",
+        ),
+        (
+            tir.Evaluate(BinOp(Op.SHL, te.const(1.0), te.const(2.0), "float32")),
+            "bitwise << must be of integer operands, not 'float32'",
+        ),
     ],
 )
 def test_verifier_reports_broken_invariants(body, message) -> None:
