@@ -30,9 +30,11 @@ from ...runtime import ndarray as nd
 from .. import te
 from ..schedule.schedule import Schedule
 from ..te.tensor import Tensor
+from ..te.visitor import children
 from ..tir.stmt import LoweringError
 from .ir import Graph, Node
 from .passes.fuse_ops import FusedGroup
+from .registry import Pattern
 
 Index = tuple[Any, ...]
 
@@ -261,6 +263,76 @@ def run_rule(ctx: GroupContext, node: Node) -> None:
     for name, lazy in zip(node.outputs, rule(ctx, node), strict=False):
         if name:
             ctx.lazies[name] = lazy
+
+
+def tree_size(expr: Any) -> int:
+    """The nodes of `expr` counted as a tree (a shared subexpression once per use): what the
+    expression visitors walk. One pass over the DAG, memoized by node identity."""
+    return _tree_counts(expr, ())[0]
+
+
+def _tree_counts(expr: Any, leaves: Sequence[Any]) -> tuple[int, list[int]]:
+    """`expr`'s tree size and how many times each of `leaves` (by identity) occurs in it."""
+    slot = {id(v): k for k, v in enumerate(leaves)}
+    done: dict[int, tuple[int, list[int]]] = {}
+    stack = [expr]
+    while stack:
+        node = stack[-1]
+        kids = list(children(node))
+        todo = [k for k in kids if id(k) not in done]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        size, uses = 1, [0] * len(leaves)
+        if id(node) in slot:
+            uses[slot[id(node)]] = 1
+        for kid in kids:
+            size += done[id(kid)][0]
+            uses = [a + b for a, b in zip(uses, done[id(kid)][1], strict=True)]
+        done[id(node)] = (size, uses)
+    return done[id(expr)]
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How a node's inlined expression grows: `own` nodes of its own, plus `reads[k]` copies of
+    input k's expression (0 for a constant or absent input)."""
+
+    own: int
+    reads: tuple[int, ...]
+
+    def size(self, inputs: Sequence[int]) -> int:
+        """The tree size of the node's value given each input's tree size."""
+        return self.own + sum(r * n for r, n in zip(self.reads, inputs, strict=True))
+
+
+def expression_growth(graph: Graph, node: Node) -> Growth | None:
+    """`node`'s `Growth`, from its lowering rule applied to one symbolic leaf per input (the
+    largest over its outputs); None for an anchor or an op whose rule refuses it."""
+    rule = _rules()[0].get(node.op)
+    if rule is None:
+        return None
+    ctx = GroupContext(graph, FusedGroup(node.name, (node.name,), Pattern.ELEMWISE))
+    leaves: dict[str, Any] = {}
+    for k, name in enumerate(node.inputs):
+        if name and name not in graph.constants and name not in leaves:
+            ty = graph.types[name]
+            leaves[name] = leaf = te.var(f"leaf{k}", ty.dtype)
+            ctx.lazies[name] = Lazy(ty.shape, ty.dtype, lambda _idx, v=leaf: v)
+    try:
+        lazies = rule(ctx, node)
+        exprs = [lz(tuple(te.var(f"i{d}") for d in range(len(lz.shape)))) for lz in lazies]
+    except Exception:  # noqa: BLE001 (the lowering reports it with the group; fuse as before)
+        return None
+    own, reads = 0, [0] * len(node.inputs)
+    for expr in exprs:
+        size, uses = _tree_counts(expr, list(leaves.values()))
+        own = max(own, size - sum(uses))
+        for k, name in enumerate(node.inputs):
+            if name in leaves:
+                reads[k] = max(reads[k], uses[list(leaves).index(name)])
+    return Growth(own, tuple(reads))
 
 
 def group_outputs(graph: Graph, nodes: Sequence[Node]) -> tuple[str, ...]:

@@ -10,15 +10,24 @@ Rules (phase 0 then phase 1, nodes in topological order):
 - reductions and opaque ops start groups but never fuse into later ones;
 - a group holds at most `MAX_FUSE_NODES` nodes (TVM's max_fuse_depth): a kernel's expression
   nests about one level per fused op, and a chain of 400 element-wise ops nested past the
-  recursion of the expression visitors and the 256 bracket levels of clang and NVRTC.
+  recursion of the expression visitors and the 256 bracket levels of clang and NVRTC;
+- a group's inlined expressions stay within `MAX_EXPR_NODES` counted as trees: an op that reads
+  its operand n times (the erf polynomial reads it 21 times) copies the operand's expression n
+  times into every visitor's walk, so a chain of such ops grows as n^depth (three Erfs: 20 s to
+  compile, ten: never). Each op's growth comes from its lowering rule
+  (`lower_te.expression_growth`); the group ends where the next op would pass the budget.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..ir import Graph, GraphError, Node
 from ..registry import Pattern, get_op
+
+if TYPE_CHECKING:
+    from ..lower_te import Growth
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,15 +40,19 @@ class FusedGroup:
 
 
 MAX_FUSE_NODES = 64
+# Tree nodes of any value's inlined expression in a group: a Conv + bias + Gelu epilogue is ~300,
+# one Erf after another 3,300 (1 s to compile), three 68,000 (20 s).
+MAX_EXPR_NODES = 2048
 
 
 class _Group:
-    __slots__ = ("parent", "pattern", "size")
+    __slots__ = ("members", "parent", "pattern", "size")
 
-    def __init__(self, pattern: Pattern) -> None:
+    def __init__(self, pattern: Pattern, index: int) -> None:
         self.parent: _Group | None = None
         self.pattern = pattern
         self.size = 1  # nodes in the group (kept at its root)
+        self.members = [index]  # node indices in the group (kept at its root)
 
     def root(self) -> _Group:
         group = self
@@ -62,8 +75,10 @@ class _Partitioner:
         self.index = {n.name: i for i, n in enumerate(graph.nodes)}
         self.patterns = [get_op(n.op).pattern for n in graph.nodes]
         self.edges = self._edges()
-        self.groups = [_Group(p) for p in self.patterns]
+        self.groups = [_Group(p, i) for i, p in enumerate(self.patterns)]
         self.dom = self._post_dominators()
+        self.producer = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs if o}
+        self.growth: dict[int, Growth | None] = {}  # node index -> its growth, when first needed
 
     def _edges(self) -> list[list[tuple[int, Pattern]]]:
         """For each node, (consumer index, edge pattern) in consumer order."""
@@ -139,7 +154,26 @@ class _Partitioner:
                 visit(c)
 
         visit(src)
-        return sum(g.size for g in roots.values()) <= MAX_FUSE_NODES
+        if sum(g.size for g in roots.values()) > MAX_FUSE_NODES:
+            return False
+        return self._expr_nodes(sorted(i for g in roots.values() for i in g.members))
+
+    def _expr_nodes(self, members: list[int]) -> bool:
+        """Whether every value of a group of `members` (in topological order) has an inlined
+        expression of at most `MAX_EXPR_NODES` tree nodes."""
+        sizes: dict[int, int] = {}
+        for i in members:
+            if i not in self.growth:
+                self.growth[i] = expression_growth(self.graph, self.nodes[i])
+            growth = self.growth[i]
+            if growth is None:  # an anchor (a real compute) or an op the lowering refuses
+                sizes[i] = 1
+                continue
+            inputs = [sizes.get(self.producer.get(v, -1), 1) for v in self.nodes[i].inputs]
+            sizes[i] = growth.size(inputs)
+            if sizes[i] > MAX_EXPR_NODES:
+                return False
+        return True
 
     def _commit(self, src: int, sink: int) -> None:
         target, visited = self.groups[sink], set()
@@ -161,6 +195,7 @@ class _Partitioner:
             child.parent = parent
             parent.pattern = max(child.pattern, parent.pattern)
             parent.size += child.size
+            parent.members += child.members
 
     def run(self) -> None:
         for phase in (0, 1):
@@ -202,6 +237,14 @@ class _Partitioner:
             names = tuple(self.nodes[i].name for i in idx)
             groups.append(FusedGroup(f"fused_{k}_{ops}", names, roots[key].pattern))
         return tuple(groups)
+
+
+def expression_growth(graph: Graph, node: Node) -> Growth | None:
+    # the lowering's rules say how each op's expression grows; imported here, as the lowering
+    # imports this module (its `FusedGroup`)
+    from ..lower_te import expression_growth as growth
+
+    return growth(graph, node)
 
 
 def _broadcast_path(kind: Pattern, is_sink: bool) -> bool:

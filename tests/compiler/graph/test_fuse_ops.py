@@ -154,3 +154,49 @@ def test_a_long_elementwise_chain_fuses_in_groups_of_at_most_max_fuse_nodes() ->
     assert [n for g in _groups(fused) for n in g] == [f"n{i}" for i in range(150)]
     x = RNG.standard_normal((3, 5)).astype(np.float32)
     np.testing.assert_array_equal(run_graph(fused, {"x": x})[y], run_graph(graph, {"x": x})[y])
+
+
+def _rereading_chain(ops: list[str]) -> tuple[object, str]:
+    b = GraphBuilder("rereading")
+    y = b.add_input("x", (1, 64), "float32")
+    for i, op in enumerate(ops):
+        (y,) = b.add_node(op, [y], name=f"n{i}")
+    return b.build([y]), y
+
+
+def test_a_chain_of_ops_rereading_their_operand_splits_before_its_expression_explodes() -> None:
+    """Before: 10 Erfs in one group, each reading its operand 21 times (an expression tree of
+    21^10 nodes; compiling never finished). After: groups whose kernels' expressions, counted as
+    trees, stay within MAX_EXPR_NODES, computing the same."""
+    from tensorforge.compiler.graph.lower_te import lower_group, tree_size
+    from tensorforge.compiler.graph.passes.fuse_ops import MAX_EXPR_NODES
+
+    graph, y = _rereading_chain(["Erf"] * 10)
+    fused = fuse_ops(graph)
+    assert [n for g in _groups(fused) for n in g] == [f"n{i}" for i in range(10)]
+    assert len(fused.groups) > 1
+    for group in fused.groups:
+        kernel = lower_group(fused, group)
+        assert tree_size(kernel.args[-1].op.body) <= MAX_EXPR_NODES
+    x = RNG.uniform(-3, 3, (1, 64)).astype(np.float32)
+    np.testing.assert_array_equal(run_graph(fused, {"x": x})[y], run_graph(graph, {"x": x})[y])
+
+
+def test_expression_growth_counts_operand_reads_from_the_lowering_rule() -> None:
+    from tensorforge.compiler.graph.lower_te import expression_growth
+
+    graph, _ = _rereading_chain(["Relu", "HardSwish", "Erf"])
+    reads = [expression_growth(graph, n).reads for n in graph.nodes]
+    assert reads[:2] == [(1,), (2,)] and reads[2][0] > 10
+
+
+def test_conv_bias_gelu_still_fuses_under_the_expression_budget() -> None:
+    b = GraphBuilder()
+    x = b.add_input("x", (1, 4, 8, 8), "float32")
+    w = b.add_constant("w", RNG.standard_normal((8, 4, 3, 3)).astype(np.float32))
+    (c,) = b.add_node("Conv", [x, w], name="conv")
+    (a,) = b.add_node(
+        "Add", [c, b.add_constant("b", np.ones((1, 8, 1, 1), np.float32))], name="bias"
+    )
+    (g,) = b.add_node("Gelu", [a], name="gelu")
+    assert _groups(fuse_ops(b.build([g]))) == [("conv", "bias", "gelu")]
