@@ -30,8 +30,14 @@ def _init_all() -> None:
     llvm.initialize_all_asmprinters()
 
 
-def target_machine(target: Target | str) -> Any:
-    """An llvmlite TargetMachine for `target` (the host's CPU and features unless told)."""
+def target_machine(target: Target | str, jit: bool = False) -> Any:
+    """An llvmlite TargetMachine for `target` (the host's CPU and features unless told).
+
+    `jit`: for code MCJIT loads (`JITModule`), in x86-64's large code model. MCJIT maps each
+    section on its own, so a kernel's constant pool can land more than 2 GiB from its code in a
+    long-lived process whose address space has holes, and the small model's 32-bit RIP-relative
+    references then abort the process in LLVM's relocation ("isInt<32>(RealOffset)"). The ELF
+    loader maps an object's sections together, so objects keep the small model."""
     target = Target.parse(target)
     if target.kind != "llvm":
         raise ValueError(f"target must be an llvm target, not {str(target)!r}")
@@ -47,8 +53,9 @@ def target_machine(target: Target | str) -> Any:
         triple, cpu_name, features, reloc = target.triple, target.mcpu, target.mattr, "pic"
     if target.mcpu not in ("", "native") or target.mattr:
         _check_known(target, triple, cpu_name, features)
+    codemodel = "large" if jit and triple.startswith("x86_64") else "default"
     return llvm.Target.from_triple(triple).create_target_machine(
-        cpu=cpu_name, features=features, opt=3, reloc=reloc, codemodel="default"
+        cpu=cpu_name, features=features, opt=3, reloc=reloc, codemodel=codemodel
     )
 
 
@@ -163,7 +170,7 @@ class JITModule:
     """Machine code for the host, loaded in this process (kept alive by this object)."""
 
     def __init__(self, module: ir.Module, target: Target | str = "llvm") -> None:
-        self.tm = target_machine(target)
+        self.tm = target_machine(target, jit=True)
         self.llvm_module = optimize(module, self.tm)
         self.engine = llvm.create_mcjit_compiler(self.llvm_module, self.tm)
         self.engine.finalize_object()

@@ -428,7 +428,11 @@ class _NativePool:
         llvm.initialize_native_asmprinter()
         mod = llvm.parse_assembly(pool_ir())
         mod.verify()
-        tm = llvm.Target.from_default_triple().create_target_machine(opt=2, reloc="pic")
+        # x86-64's large code model: MCJIT maps code and constants apart (llvm_jit.target_machine)
+        large = platform.machine().lower() in ("x86_64", "amd64")
+        tm = llvm.Target.from_default_triple().create_target_machine(
+            opt=2, reloc="pic", codemodel="large" if large else "default"
+        )
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         self.engine.finalize_object()
         return self.engine.get_function_address
