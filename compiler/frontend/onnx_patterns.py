@@ -5,6 +5,10 @@ torch's exporter writes `x[mask] = v` (index_put with a boolean mask) as
 `ScatterND(x, Transpose(NonZero(mask)), Reshape(Expand(v, count)))`: NonZero's output length is
 the number of true elements, known only at run time, but the whole is `Where(mask, v, x)` (the
 mask broadcast over the dims it does not index), which has static shapes.
+
+Older exporters (PyTorch at opsets 7-11, Caffe2's converter) give Dropout a mask output and
+MaxPool an Indices output that nothing reads; those outputs are dropped, so that the node is
+the inference-time op the importer implements (onnxruntime computes the same first output).
 """
 
 from __future__ import annotations
@@ -42,6 +46,42 @@ def rewrite_masked_assignments(model: onnx.ModelProto) -> onnx.ModelProto:
         nodes.extend(rewrites.get(index, [node]))
     del copy.graph.node[:]
     copy.graph.node.extend(_live(nodes, [o.name for o in graph.output]))
+    return copy
+
+
+#: ops whose optional outputs past the first do not change the first, when nothing reads them
+#: (BatchNormalization's do: with them onnxruntime normalizes by the batch's statistics)
+_UNREAD_OUTPUTS_DROPPED = ("Dropout", "MaxPool")
+
+
+def drop_unread_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Dropout's mask and MaxPool's Indices blanked where no node or graph output reads them.
+
+    Returns the model itself when there are none, else a copy.
+
+    Before: `%y, %mask = Dropout(%x)` (`%mask` read by nothing)
+    After:  `%y = Dropout(%x)`
+    """
+    graph = model.graph
+    read = {o.name for o in graph.output}
+    for node in graph.node:
+        read |= _reads(node)
+    found = [
+        (index, slot)
+        for index, node in enumerate(graph.node)
+        if node.op_type in _UNREAD_OUTPUTS_DROPPED and node.domain in ("", "ai.onnx")
+        for slot, out in enumerate(node.output)
+        if slot and out and out not in read
+    ]
+    if not found:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for index, slot in found:
+        copy.graph.node[index].output[slot] = ""
+    for node in copy.graph.node:  # trailing blank outputs are left out, as exporters write them
+        while len(node.output) > 1 and not node.output[-1]:
+            del node.output[-1]
     return copy
 
 
@@ -150,4 +190,4 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-__all__ = ["rewrite_masked_assignments"]
+__all__ = ["drop_unread_outputs", "rewrite_masked_assignments"]

@@ -75,6 +75,8 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
         OnnxImportError: naming `where`, when onnx's converter fails (with its reason) or a
             nearest resize both enlarges and shrinks.
     """
+    if model.ir_version < _IR_INITIALIZERS_APART:
+        model = _with_ir_version(model, _IR_INITIALIZERS_APART)
     consts = _constants(model.graph)
     old = [  # opset 11 gave Resize its coordinate modes: only older ones need the rule
         n
@@ -115,6 +117,20 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
     if opset < _NEW_HARDMAX:
         _coerce_hardmax(new.graph)
     return new
+
+
+#: the IR version from which initializers need not be listed as graph inputs: the converter
+#: refuses an IR-3 model whose initializers are not ("Input w is undefined!"), though onnxruntime
+#: runs it, and nothing else the converter does depends on the IR version
+_IR_INITIALIZERS_APART = 4
+
+
+def _with_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto:
+    """A copy of `model` (the caller's is left as it is) declaring `ir_version`."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.ir_version = ir_version
+    return copy
 
 
 #: the opset whose Hardmax (like Softmax and LogSoftmax) stopped flattening to 2-D

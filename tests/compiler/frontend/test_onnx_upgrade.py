@@ -13,7 +13,7 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 import tensorforge
-from tensorforge.compiler.frontend import OnnxImportError, from_onnx
+from tensorforge.compiler.frontend import OnnxImportError, UnsupportedOpError, from_onnx
 
 RNG = np.random.default_rng(0)
 
@@ -111,3 +111,50 @@ def test_too_old_or_inexpressible_models_are_refused_by_name(tmp_path: Path) -> 
     both = oh.make_node("Upsample", ["x", "scales"], ["y"], mode="nearest", name="up")
     with pytest.raises(OnnxImportError, match=r"nearest 'up' both enlarges and shrinks"):
         from_onnx(_model([both], X.shape, 9, [("scales", scales)]))
+
+
+@pytest.mark.parametrize("opset", [7, 8])
+def test_ir3_model_whose_initializers_are_not_graph_inputs(opset: int) -> None:
+    """IR 3 listed initializers as graph inputs; files re-saved without them still run in
+    onnxruntime, and onnx's converter would refuse them ("Input w is undefined!")."""
+    nodes = [
+        oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=2),
+        oh.make_node("Add", ["c", "bias"], ["s"]),
+        oh.make_node("Gather", ["s", "i"], ["y"], axis=3),
+    ]
+    inits = [
+        ("w", RNG.standard_normal((4, 1, 3, 3)).astype(np.float32)),
+        ("b", RNG.standard_normal(4).astype(np.float32)),
+        ("bias", RNG.standard_normal((4, 1, 1)).astype(np.float32)),
+        ("i", np.array([-1, 0, 2], np.int64)),
+    ]
+    model = _model(nodes, X.shape, opset, inits, ir_version=3)
+    _check(model, X)
+    assert model.ir_version == 3  # the caller's model is not changed
+
+
+@pytest.mark.parametrize("opset", [8, 10, 12])
+def test_unread_dropout_mask_and_maxpool_indices_are_left_out(opset: int) -> None:
+    """Exporters gave Dropout a mask and MaxPool an Indices output that nothing reads; the
+    node computes its first output as at inference (a read one is still refused by name)."""
+    nodes = [
+        oh.make_node("Dropout", ["x"], ["d", "mask"], **({"ratio": 0.3} if opset < 12 else {})),
+        oh.make_node("MaxPool", ["d"], ["y", "idx"], kernel_shape=[2, 2], name="pool"),
+    ]
+    _check(_model(nodes, X.shape, opset), X)
+    model = _model(nodes, X.shape, opset)
+    model.graph.output.append(oh.make_tensor_value_info("idx", TensorProto.INT64, None))
+    with pytest.raises(UnsupportedOpError, match=r"MaxPool with Indices output \(node 'pool'"):
+        from_onnx(model)
+
+
+def test_batchnorm_with_training_outputs_is_refused_not_run_as_inference() -> None:
+    """With its mean and variance outputs an opset-7 BatchNormalization normalizes by the
+    batch's statistics in onnxruntime, read or not: refused, never the running statistics."""
+    stats = [("s", 1.0), ("b", 0.0), ("m", 0.0), ("v", 1.0)]
+    inits = [(k, np.full(2, v, np.float32)) for k, v in stats]
+    node = oh.make_node(
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "m1", "v1", "sm", "sv"], name="bn"
+    )
+    with pytest.raises(UnsupportedOpError, match=r"BatchNormalization in training mode .*'bn'"):
+        from_onnx(_model([node], X.shape, 7, inits))
