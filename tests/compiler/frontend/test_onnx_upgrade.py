@@ -158,3 +158,20 @@ def test_batchnorm_with_training_outputs_is_refused_not_run_as_inference() -> No
     )
     with pytest.raises(UnsupportedOpError, match=r"BatchNormalization in training mode .*'bn'"):
         from_onnx(_model([node], X.shape, 7, inits))
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [(2.0, 1.5), (0.6, 0.6), (3.0, 0.5)])
+def test_opset11_resize_tf_half_pixel_for_nn(mode: str, scales: tuple) -> None:
+    """tf2onnx's nearest resizes at opsets 11-12 map output pixel i to (i + 0.5) / scale (the
+    mode was removed at 13; the converter keeps it)."""
+    sc = np.array([1.0, 1.0, *scales], np.float32)
+    node = oh.make_node(
+        "Resize",
+        ["x", "roi", "scales"],
+        ["y"],
+        mode=mode,
+        coordinate_transformation_mode="tf_half_pixel_for_nn",
+    )
+    x = RNG.standard_normal((1, 2, 10, 11)).astype(np.float32)
+    _check(_model([node], x.shape, 11, [("roi", np.zeros(0, np.float32)), ("scales", sc)]), x)
