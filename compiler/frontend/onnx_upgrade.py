@@ -14,6 +14,12 @@ The converter also leaves Hardmax as it is, though opset 13 changed its meaning 
 (which the converter does rewrite): before, `axis` flattened the input to 2-D at that axis and
 the hardmax ran over the whole trailing block. Each old Hardmax becomes Flatten(axis), a
 Hardmax over the last axis, and a Reshape back to the input's shape.
+
+Before the upgrade, the experimental ops that opsets 7-9 still define (and onnxruntime still
+runs) but the converter has no schema for are rewritten: ImageScaler (tiny-YOLOv2's and Emotion
+FERPlus's first node) into Mul and Add, Scale into Mul, Crop by borders into Slice; a node whose
+op the model's opset does not define (Affine, a centre Crop, a misspelt op) is listed by name
+in an UnsupportedOpError instead of failing inside the converter.
 """
 
 from __future__ import annotations
@@ -74,9 +80,16 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
     Raises:
         OnnxImportError: naming `where`, when onnx's converter fails (with its reason) or a
             nearest resize both enlarges and shrinks.
+        UnsupportedOpError: listing the nodes whose op `opset` does not define (the
+            experimental ops removed at opset 10 but ImageScaler, Scale and Crop by borders).
     """
     if model.ir_version < _IR_INITIALIZERS_APART:
         model = _with_ir_version(model, _IR_INITIALIZERS_APART)
+    if any(
+        n.op_type in _REMOVED_REWRITES and n.domain in ("", "ai.onnx") for n in model.graph.node
+    ):
+        model = _rewrite_removed_ops(model, opset)
+    _check_schemas(model.graph, where, opset)
     consts = _constants(model.graph)
     old = [  # opset 11 gave Resize its coordinate modes: only older ones need the rule
         n
@@ -130,6 +143,94 @@ def _with_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     copy.ir_version = ir_version
+    return copy
+
+
+def _check_schemas(graph: onnx.GraphProto, where: str, opset: int) -> None:
+    """Every default-domain node of `graph` has an op that `opset` defines (the converter
+    would fail on the first one without, with an assertion's text)."""
+    from ..graph.registry import UnsupportedOpError
+
+    missing = []
+    for i, node in enumerate(graph.node):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            missing.append((node.op_type, node.name or f"{node.op_type}_{i}", opset))
+    if missing:
+        raise UnsupportedOpError(missing, where=where)
+
+
+def _image_scaler(node: onnx.NodeProto, attrs: dict, tmp: str) -> list[onnx.NodeProto]:
+    """ImageScaler: y = scale * x + bias[c] over NCHW."""
+    scale = np.array(attrs.get("scale", 1.0), np.float32)
+    bias = np.array(attrs.get("bias", [0.0]), np.float32).reshape(1, -1, 1, 1)
+    return [
+        _constant(f"{tmp}_scale", scale),
+        _constant(f"{tmp}_bias", bias),
+        helper.make_node("Mul", [node.input[0], f"{tmp}_scale"], [f"{tmp}_scaled"]),
+        helper.make_node("Add", [f"{tmp}_scaled", f"{tmp}_bias"], [node.output[0]], node.name),
+    ]
+
+
+def _scale(node: onnx.NodeProto, attrs: dict, tmp: str) -> list[onnx.NodeProto]:
+    """Scale: y = scale * x."""
+    factor = np.array(attrs.get("scale", 1.0), np.float32)
+    return [
+        _constant(f"{tmp}_scale", factor),
+        helper.make_node("Mul", [node.input[0], f"{tmp}_scale"], [node.output[0]], node.name),
+    ]
+
+
+def _crop(node: onnx.NodeProto, attrs: dict, tmp: str) -> list[onnx.NodeProto] | None:
+    """Crop by `border` (left, top, right, bottom) over NCHW: a Slice of H and W (a centre
+    crop to `scale` is left to the refusal)."""
+    border = list(attrs.get("border", []))
+    if "scale" in attrs or len(border) != 4:
+        return None
+    left, top, right, bottom = border
+    ends = [-bottom if bottom else _END, -right if right else _END]
+    return [
+        helper.make_node(
+            "Slice",
+            node.input[:1],
+            node.output[:1],
+            node.name,
+            starts=[top, left],
+            ends=ends,
+            axes=[2, 3],
+        )  # fmt: skip
+    ]
+
+
+_END = 2**63 - 1
+#: experimental ops that opsets 7-9 still defined and onnxruntime still runs, rewritten into
+#: standard ones before the upgrade (opset 10 removed them; the converter knows none)
+_REMOVED_REWRITES = {"ImageScaler": _image_scaler, "Scale": _scale, "Crop": _crop}
+
+
+def _constant(name: str, value: np.ndarray) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name))
+
+
+def _rewrite_removed_ops(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """A copy of `model` with its ImageScaler, Scale and Crop nodes written in standard ops
+    (tiny-YOLOv2 and Emotion FERPlus begin with an ImageScaler)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    nodes = []
+    for i, node in enumerate(copy.graph.node):
+        rewrite = _REMOVED_REWRITES.get(node.op_type)
+        if rewrite is None or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        new = rewrite(node, attrs, f"{node.output[0]}__{node.op_type.lower()}{i}")
+        nodes += [node] if new is None else new
+    del copy.graph.node[:]
+    copy.graph.node.extend(nodes)
     return copy
 
 

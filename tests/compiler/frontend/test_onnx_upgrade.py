@@ -175,3 +175,24 @@ def test_opset11_resize_tf_half_pixel_for_nn(mode: str, scales: tuple) -> None:
     )
     x = RNG.standard_normal((1, 2, 10, 11)).astype(np.float32)
     _check(_model([node], x.shape, 11, [("roi", np.zeros(0, np.float32)), ("scales", sc)]), x)
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_experimental_image_scaler_scale_and_crop_are_rewritten(opset: int) -> None:
+    """tiny-YOLOv2 and Emotion FERPlus (opsets 7-8) begin with an ImageScaler; it, Scale and
+    Crop by borders were experimental ops that opset 10 removed and the converter knows not."""
+    nodes = [
+        oh.make_node("ImageScaler", ["x"], ["a"], scale=0.5, bias=[1.0, -2.0]),
+        oh.make_node("Scale", ["a"], ["b"], scale=3.0),
+        oh.make_node("Crop", ["b"], ["y"], border=[1, 2, 0, 1]),
+    ]
+    _check(_model(nodes, X.shape, opset), X)
+
+
+def test_ops_an_old_opset_does_not_define_are_listed_by_name() -> None:
+    nodes = [
+        oh.make_node("Affine", ["x"], ["a"], name="aff", alpha=2.0),
+        oh.make_node("Crop", ["a"], ["y"], name="centre", border=[1, 1, 1, 1], scale=[2, 2]),
+    ]
+    with pytest.raises(UnsupportedOpError, match=r"Affine .*'aff', opset 8\).*\n.*Crop .*'centre'"):
+        from_onnx(_model(nodes, X.shape, 8))
