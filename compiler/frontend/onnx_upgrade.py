@@ -17,7 +17,9 @@ Hardmax over the last axis, and a Reshape back to the input's shape.
 
 Before the upgrade, the experimental ops that opsets 7-9 still define (and onnxruntime still
 runs) but the converter has no schema for are rewritten: ImageScaler (tiny-YOLOv2's and Emotion
-FERPlus's first node) into Mul and Add, Scale into Mul, Crop by borders into Slice; a node whose
+FERPlus's first node) into Mul and Add, Scale into Mul, Crop by borders into Slice, and a
+per-activation (spatial=0) BatchNormalization, which the converter refuses, into element-wise
+ops; a node whose
 op the model's opset does not define (Affine, a centre Crop, a misspelt op) is listed by name
 in an UnsupportedOpError instead of failing inside the converter.
 """
@@ -85,10 +87,9 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
     """
     if model.ir_version < _IR_INITIALIZERS_APART:
         model = _with_ir_version(model, _IR_INITIALIZERS_APART)
-    if any(
-        n.op_type in _REMOVED_REWRITES and n.domain in ("", "ai.onnx") for n in model.graph.node
-    ):
-        model = _rewrite_removed_ops(model, opset)
+    rewritten = (*_REMOVED_REWRITES, *_VARIANT_REWRITES)
+    if any(n.op_type in rewritten and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        model = _rewrite_old_ops(model)
     _check_schemas(model.graph, where, opset)
     consts = _constants(model.graph)
     old = [  # opset 11 gave Resize its coordinate modes: only older ones need the rule
@@ -205,29 +206,58 @@ def _crop(node: onnx.NodeProto, attrs: dict, tmp: str) -> list[onnx.NodeProto] |
     ]
 
 
+def _batchnorm_per_activation(
+    node: onnx.NodeProto, attrs: dict, tmp: str, consts: dict[str, np.ndarray]
+) -> list[onnx.NodeProto] | None:
+    """BatchNormalization with spatial=0 (opsets 7-8: one mean per activation, parameters of
+    the input's shape past the batch, as onnxruntime requires) written out element-wise:
+    y = (x - mean) / sqrt(var + epsilon) * scale + bias. The converter refuses spatial=0."""
+    outputs = [o for o in node.output if o]
+    scale = consts.get(node.input[1]) if len(node.input) == 5 else None
+    if attrs.get("spatial", 1) != 0 or len(outputs) != 1 or scale is None or scale.ndim < 2:
+        return None  # (the converter names what it refuses)
+    x, _, bias, mean, var = node.input
+    eps = np.array(attrs.get("epsilon", 1e-5), np.float32)
+    return [
+        _constant(f"{tmp}_eps", eps),
+        helper.make_node("Sub", [x, mean], [f"{tmp}_centred"]),
+        helper.make_node("Add", [var, f"{tmp}_eps"], [f"{tmp}_var"]),
+        helper.make_node("Sqrt", [f"{tmp}_var"], [f"{tmp}_std"]),
+        helper.make_node("Div", [f"{tmp}_centred", f"{tmp}_std"], [f"{tmp}_normed"]),
+        helper.make_node("Mul", [f"{tmp}_normed", node.input[1]], [f"{tmp}_scaled"]),
+        helper.make_node("Add", [f"{tmp}_scaled", bias], outputs, node.name),
+    ]
+
+
 _END = 2**63 - 1
 #: experimental ops that opsets 7-9 still defined and onnxruntime still runs, rewritten into
 #: standard ones before the upgrade (opset 10 removed them; the converter knows none)
 _REMOVED_REWRITES = {"ImageScaler": _image_scaler, "Scale": _scale, "Crop": _crop}
+#: old variants of ops the converter refuses, rewritten the same way
+_VARIANT_REWRITES = {"BatchNormalization": _batchnorm_per_activation}
 
 
 def _constant(name: str, value: np.ndarray) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name))
 
 
-def _rewrite_removed_ops(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
-    """A copy of `model` with its ImageScaler, Scale and Crop nodes written in standard ops
-    (tiny-YOLOv2 and Emotion FERPlus begin with an ImageScaler)."""
+def _rewrite_old_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` with its ImageScaler, Scale and Crop nodes and its per-activation
+    BatchNormalizations written in standard ops (tiny-YOLOv2 and Emotion FERPlus begin with
+    an ImageScaler)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    arrays = {t.name: numpy_helper.to_array(t) for t in copy.graph.initializer}
     nodes = []
     for i, node in enumerate(copy.graph.node):
-        rewrite = _REMOVED_REWRITES.get(node.op_type)
-        if rewrite is None or node.domain not in ("", "ai.onnx"):
+        removed = _REMOVED_REWRITES.get(node.op_type)
+        variant = _VARIANT_REWRITES.get(node.op_type)
+        if (removed is None and variant is None) or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        new = rewrite(node, attrs, f"{node.output[0]}__{node.op_type.lower()}{i}")
+        tmp = f"{node.output[0]}__{node.op_type.lower()}{i}"
+        new = removed(node, attrs, tmp) if removed else variant(node, attrs, tmp, arrays)
         nodes += [node] if new is None else new
     del copy.graph.node[:]
     copy.graph.node.extend(nodes)

@@ -196,3 +196,17 @@ def test_ops_an_old_opset_does_not_define_are_listed_by_name() -> None:
     ]
     with pytest.raises(UnsupportedOpError, match=r"Affine .*'aff', opset 8\).*\n.*Crop .*'centre'"):
         from_onnx(_model(nodes, X.shape, 8))
+
+
+@pytest.mark.parametrize("opset", [7, 8])
+def test_per_activation_batchnorm_spatial_0(opset: int) -> None:
+    """spatial=0 (opsets 7-8) normalizes each activation with parameters of shape (C, H, W);
+    onnx's converter refuses it, so it is written out element-wise first."""
+    shape = X.shape[1:]
+    params = [RNG.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    var = np.abs(RNG.standard_normal(shape)).astype(np.float32) + 0.5
+    inits = list(zip(["s", "b", "m"], params, strict=True)) + [("v", var)]
+    node = oh.make_node(
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], spatial=0, epsilon=1e-3
+    )
+    _check(_model([node], X.shape, opset, inits), X)
