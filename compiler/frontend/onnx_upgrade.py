@@ -7,7 +7,7 @@ Before opset 11, Upsample and Resize mapped output pixel `i` to input coordinate
 enlarging and the ceiling when shrinking. The converter emits an opset-13 Resize without a
 `coordinate_transformation_mode`, so it would default to "half_pixel" and move every sample
 (0.21 relative error on a bilinear x2 upsample). The upgraded Resize nodes are matched to the
-original ones by order and get `coordinate_transformation_mode="asymmetric"` and, for nearest,
+original ones by order (subgraphs' too) and get `coordinate_transformation_mode="asymmetric"` and, for nearest,
 `nearest_mode` "floor" or "ceil".
 
 The converter also leaves Hardmax as it is, though opset 13 changed its meaning like Softmax's
@@ -41,20 +41,59 @@ _OLD_RESIZE = 10
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """Values of the initializers and Constant nodes (small ones only: scales, sizes)."""
     found = {t.name: t for t in graph.initializer if np.prod(t.dims) <= 16}
-    for node in graph.node:
+    for node in _all_nodes(graph):
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             found[node.output[0]] = node.attribute[0].t
     return {name: numpy_helper.to_array(t) for name, t in found.items()}
 
 
-def _old_scales(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> np.ndarray | None:
-    """The scales of an opset-7-10 Upsample/Resize: an attribute until opset 9, then input 1."""
+def _old_scales(
+    node: onnx.NodeProto, consts: dict[str, np.ndarray], graph: onnx.GraphProto, opset: int
+) -> np.ndarray | None:
+    """The scales of an opset-7-10 Upsample/Resize: an attribute until opset 9, then input 1
+    (a constant, or computed from constants alone: exporters' Concat of Constants)."""
     for attr in node.attribute:
         if attr.name == "scales":
             return np.asarray(attr.floats, np.float64)
-    if len(node.input) > 1 and node.input[1] in consts:
+    if len(node.input) < 2:
+        return None
+    if node.input[1] in consts:
         return consts[node.input[1]].astype(np.float64)
-    return None
+    value = _evaluate(graph, node.input[1], opset)
+    return None if value is None else value.astype(np.float64)
+
+
+def _model_at(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _evaluate(graph: onnx.GraphProto, name: str, opset: int) -> np.ndarray | None:
+    """The value of `name` when the top-level nodes computing it read only small initializers
+    and Constant nodes (onnx's reference evaluator runs them); else None."""
+    producer = {o: n for n in graph.node for o in n.output if o}
+    small = {t.name: t for t in graph.initializer if np.prod(t.dims) <= 16}
+    needed, inits, todo = [], {}, [name]
+    while todo:
+        value = todo.pop()
+        if value in small:
+            inits[value] = small[value]
+        elif value in producer and producer[value] not in needed:
+            needed.append(producer[value])
+            todo += [i for i in producer[value].input if i]
+        elif value not in producer:
+            return None  # a graph input, or a large weight
+    order = [n for n in graph.node if n in needed]
+    if any(a.type in (a.GRAPH, a.GRAPHS) for n in order for a in n.attribute):
+        return None
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        out = helper.make_value_info(name, onnx.TypeProto())
+        sub = helper.make_graph(order, "scales", [], [out], list(inits.values()))
+        (value,) = ReferenceEvaluator(_model_at(sub, opset)).run(None, {})
+    except Exception:  # noqa: BLE001  (anything it cannot run leaves the default rule)
+        return None
+    return np.asarray(value)
 
 
 def _nearest_mode(scales: np.ndarray | None, where: str, name: str) -> str:
@@ -94,7 +133,7 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
     consts = _constants(model.graph)
     old = [  # opset 11 gave Resize its coordinate modes: only older ones need the rule
         n
-        for n in model.graph.node
+        for n in _all_nodes(model.graph)
         if n.op_type in _RESIZES and n.domain in ("", "ai.onnx") and opset <= _OLD_RESIZE
     ]
     rules = []
@@ -105,7 +144,9 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
         mode = mode.decode() if isinstance(mode, bytes) else str(mode)
         name = node.name or f"{node.op_type}_{i}"
         rules.append(
-            _nearest_mode(_old_scales(node, consts), where, name) if mode == "nearest" else None
+            _nearest_mode(_old_scales(node, consts, model.graph, opset), where, name)
+            if mode == "nearest"
+            else None
         )
     try:
         new = version_converter.convert_version(model, target)
@@ -114,7 +155,7 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
             f"{where}: opset {opset} could not be upgraded to opset {target} by onnx's version "
             f"converter: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
         ) from None
-    resizes = [n for n in new.graph.node if n.op_type == "Resize" and opset <= _OLD_RESIZE]
+    resizes = [n for n in _all_nodes(new.graph) if n.op_type == "Resize" and opset <= _OLD_RESIZE]
     if len(resizes) != len(old):
         raise onnx_import_error(
             f"{where}: upgrading opset {opset} to {target} turned {len(old)} Upsample/Resize "
@@ -130,7 +171,30 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
             node.attribute.append(helper.make_attribute("nearest_mode", nearest))
     if opset < _NEW_HARDMAX:
         _coerce_hardmax(new.graph)
+    _keep_declared_types(new.graph, model.graph)
     return new
+
+
+def _keep_declared_types(new: onnx.GraphProto, old: onnx.GraphProto) -> None:
+    """The graph outputs and value_info as the model declared them: the converter's shape
+    inference writes what it infers into them (a wrong intermediate value_info, which
+    onnxruntime ignores, would become a wrong declared output shape)."""
+    for out, declared in zip(new.output, old.output, strict=True):
+        out.type.CopyFrom(declared.type)
+    del new.value_info[:]
+    new.value_info.extend(old.value_info)
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes of `graph` and of its subgraphs (If branches, Loop bodies), each node before
+    its subgraphs' nodes: one order, the same before and after the converter."""
+    found = []
+    for node in graph.node:
+        found.append(node)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                found += _all_nodes(sub)
+    return found
 
 
 #: the IR version from which initializers need not be listed as graph inputs: the converter

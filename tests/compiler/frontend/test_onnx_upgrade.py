@@ -210,3 +210,48 @@ def test_per_activation_batchnorm_spatial_0(opset: int) -> None:
         "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], spatial=0, epsilon=1e-3
     )
     _check(_model([node], X.shape, opset, inits), X)
+
+
+def test_old_resize_in_an_if_branch_keeps_its_coordinate_rule() -> None:
+    """The converter upgrades subgraphs too; their Upsample nodes get the old rule as well."""
+    branches = {
+        key: oh.make_graph(
+            [oh.make_node("Upsample", ["x", "scales"], [key], mode=mode)],
+            key,
+            [],
+            [oh.make_tensor_value_info(key, TensorProto.FLOAT, None)],
+        )  # fmt: skip
+        for key, mode in (("then", "linear"), ("else", "nearest"))
+    }
+    nodes = [
+        oh.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(True))),
+        oh.make_node(
+            "If", ["c"], ["y"], then_branch=branches["then"], else_branch=branches["else"]
+        ),
+    ]
+    scales = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    _check(_model(nodes, X.shape, 9, [("scales", scales)]), X)
+
+
+@pytest.mark.parametrize("scale", [0.6, 1.7])
+def test_opset10_nearest_resize_with_scales_computed_from_constants(scale: float) -> None:
+    """Exporters concatenate Constant nodes into the scales: they are evaluated to choose the
+    old nearest rounding (the ceiling when shrinking)."""
+    ones, factors = np.ones(2, np.float32), np.full(2, scale, np.float32)
+    nodes = [
+        oh.make_node("Constant", [], ["a"], value=numpy_helper.from_array(ones)),
+        oh.make_node("Constant", [], ["b"], value=numpy_helper.from_array(factors)),
+        oh.make_node("Concat", ["a", "b"], ["scales"], axis=0),
+        oh.make_node("Resize", ["x", "scales"], ["y"], mode="nearest"),
+    ]
+    x = RNG.standard_normal((1, 2, 10, 11)).astype(np.float32)
+    _check(_model(nodes, x.shape, 10), x)
+
+
+def test_a_wrong_intermediate_value_info_does_not_become_the_output_shape() -> None:
+    """onnxruntime ignores a value_info that contradicts the graph; the converter's shape
+    inference would write it into the declared output, which the importer then checks."""
+    nodes = [oh.make_node("Relu", ["x"], ["a"]), oh.make_node("Neg", ["a"], ["y"])]
+    model = _model(nodes, X.shape, 9)
+    model.graph.value_info.append(oh.make_tensor_value_info("a", TensorProto.FLOAT, [2, 2]))
+    _check(model, X)
