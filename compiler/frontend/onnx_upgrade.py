@@ -7,8 +7,8 @@ Before opset 11, Upsample and Resize mapped output pixel `i` to input coordinate
 enlarging and the ceiling when shrinking. The converter emits an opset-13 Resize without a
 `coordinate_transformation_mode`, so it would default to "half_pixel" and move every sample
 (0.21 relative error on a bilinear x2 upsample). The upgraded Resize nodes are matched to the
-original ones by order (subgraphs' too) and get `coordinate_transformation_mode="asymmetric"` and, for nearest,
-`nearest_mode` "floor" or "ceil".
+original ones by order (subgraphs' too) and get `coordinate_transformation_mode="asymmetric"`
+and, for nearest, `nearest_mode` "floor" or "ceil".
 
 The converter also leaves Hardmax as it is, though opset 13 changed its meaning like Softmax's
 (which the converter does rewrite): before, `axis` flattened the input to 2-D at that axis and
@@ -170,7 +170,7 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
         if nearest is not None:
             node.attribute.append(helper.make_attribute("nearest_mode", nearest))
     if opset < _NEW_HARDMAX:
-        _coerce_hardmax(new.graph)
+        _coerce_hardmax(new.graph, _value_names(new.graph))
     _keep_declared_types(new.graph, model.graph)
     return new
 
@@ -312,6 +312,7 @@ def _rewrite_old_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     arrays = {t.name: numpy_helper.to_array(t) for t in copy.graph.initializer}
+    taken = _value_names(copy.graph)
     nodes = []
     for i, node in enumerate(copy.graph.node):
         removed = _REMOVED_REWRITES.get(node.op_type)
@@ -320,7 +321,7 @@ def _rewrite_old_ops(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes.append(node)
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        tmp = f"{node.output[0]}__{node.op_type.lower()}{i}"
+        tmp = _prefix(f"{node.output[0]}__{node.op_type.lower()}{i}", taken)
         new = removed(node, attrs, tmp) if removed else variant(node, attrs, tmp, arrays)
         nodes += [node] if new is None else new
     del copy.graph.node[:]
@@ -328,24 +329,42 @@ def _rewrite_old_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def _value_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value name of `graph` and its subgraphs."""
+    names = {v.name for v in [*graph.input, *graph.output, *graph.initializer]}
+    for node in _all_nodes(graph):
+        names.update(node.input)
+        names.update(node.output)
+    return names
+
+
+def _prefix(base: str, taken: set[str]) -> str:
+    """`base`, lengthened until no name in `taken` starts with it (the names a rewrite makes
+    from it are then new), and taken."""
+    while any(name.startswith(base) for name in taken):
+        base += "_"
+    taken.add(base)
+    return base
+
+
 #: the opset whose Hardmax (like Softmax and LogSoftmax) stopped flattening to 2-D
 _NEW_HARDMAX = 13
 
 
-def _coerce_hardmax(graph: onnx.GraphProto) -> None:
+def _coerce_hardmax(graph: onnx.GraphProto, taken: set[str]) -> None:
     """Rewrite each default-domain Hardmax of `graph` (and its subgraphs) with the old 2-D
     semantics: Flatten(x, axis) -> Hardmax(axis=-1) -> Reshape(Shape(x))."""
     nodes = []
     for i, node in enumerate(graph.node):
         for attr in node.attribute:
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                _coerce_hardmax(sub)
+                _coerce_hardmax(sub, taken)
         if node.op_type != "Hardmax" or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
         (x,), (y,) = node.input, node.output
-        tmp = f"{y}__hardmax{i}"
+        tmp = _prefix(f"{y}__hardmax{i}", taken)
         nodes += [
             helper.make_node("Flatten", [x], [f"{tmp}_2d"], axis=axis),
             helper.make_node("Hardmax", [f"{tmp}_2d"], [f"{tmp}_max"], node.name, axis=-1),

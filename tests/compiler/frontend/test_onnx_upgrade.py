@@ -255,3 +255,19 @@ def test_a_wrong_intermediate_value_info_does_not_become_the_output_shape() -> N
     model = _model(nodes, X.shape, 9)
     model.graph.value_info.append(oh.make_tensor_value_info("a", TensorProto.FLOAT, [2, 2]))
     _check(model, X)
+
+
+def test_values_the_rewrites_add_do_not_clash_with_the_models_names() -> None:
+    """The nodes written for an ImageScaler or an old Hardmax get names no value has."""
+    nodes = [
+        oh.make_node("ImageScaler", ["x"], ["a"], scale=2.0, bias=[1.0, -1.0]),
+        oh.make_node("Add", ["a", "a__imagescaler0_scale"], ["b"]),
+        oh.make_node("Hardmax", ["b"], ["y"], axis=1),
+        oh.make_node("Relu", ["b"], ["y__hardmax2_2d"]),
+    ]
+    model = _model(nodes, X.shape, 8, [("a__imagescaler0_scale", X[0, 0, 0])])
+    model.graph.output.append(oh.make_tensor_value_info("y__hardmax2_2d", TensorProto.FLOAT, None))
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": X})
+    got = tensorforge.compile(model).run({"x": X})
+    for y, w in zip(got.values(), want, strict=True):
+        np.testing.assert_allclose(y, w, rtol=1e-5, atol=1e-6)
