@@ -232,7 +232,9 @@ register("Gather", Pattern.INJECTIVE, _gather_type, _gather, inputs=(2, 2), attr
 
 
 def squeezed(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
-    if axes is None:
+    """`shape` without `axes` (each of size 1); no axes, or an empty list of them (an old
+    file's `axes=[]`, which onnxruntime reads as absent at every opset), drops every 1."""
+    if axes is None or not int_list(axes):
         return tuple(d for d in shape if d != 1)
     drop = {normalize_axis(a, len(shape), "Squeeze axis") for a in int_list(axes)}
     for a in sorted(drop):

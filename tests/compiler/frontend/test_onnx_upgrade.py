@@ -271,3 +271,15 @@ def test_values_the_rewrites_add_do_not_clash_with_the_models_names() -> None:
     got = tensorforge.compile(model).run({"x": X})
     for y, w in zip(got.values(), want, strict=True):
         np.testing.assert_allclose(y, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opset", [9, 11, 13])
+def test_squeeze_with_an_empty_axes_list_drops_every_unit_dim(opset: int) -> None:
+    """`axes=[]` (an attribute before 13, an empty input after) reads as no axes in
+    onnxruntime: every dim of size 1 goes."""
+    node = oh.make_node("Squeeze", ["x", "axes"] if opset >= 13 else ["x"], ["y"])
+    inits = [("axes", np.zeros(0, np.int64))] if opset >= 13 else []
+    if opset < 13:
+        node.attribute.append(oh.make_attribute("axes", [], attr_type=onnx.AttributeProto.INTS))
+    x = RNG.standard_normal((1, 3, 1, 4)).astype(np.float32)
+    _check(_model([node], x.shape, opset, inits), x)
