@@ -9,12 +9,13 @@ mask broadcast over the dims it does not index), which has static shapes.
 Older exporters (PyTorch at opsets 7-11, Caffe2's converter) give Dropout a mask output and
 MaxPool an Indices output that nothing reads; those outputs are dropped, so that the node is
 the inference-time op the importer implements (onnxruntime computes the same first output).
+A Dropout's `training_mode` input that is a constant false is dropped for the same reason.
 """
 
 from __future__ import annotations
 
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 #: ops through which a one-element value is only broadcast or reshaped into the updates
 _BROADCASTS = ("Expand", "Reshape", "Identity")
@@ -83,6 +84,44 @@ def drop_unread_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
         while len(node.output) > 1 and not node.output[-1]:
             del node.output[-1]
     return copy
+
+
+def drop_false_training_modes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Dropout's `training_mode` input left out where it is a constant false (an initializer
+    or a Constant node), as some exporters write an inference model's Dropout.
+
+    Returns the model itself when there are none, else a copy.
+
+    Before: `%y = Dropout(%x, %ratio, %false)`
+    After:  `%y = Dropout(%x, %ratio)`
+    """
+    graph = model.graph
+    false = _false_constants(graph)
+    found = [
+        index
+        for index, node in enumerate(graph.node)
+        if node.op_type == "Dropout"
+        and node.domain in ("", "ai.onnx")
+        and len(node.input) > 2
+        and node.input[2] in false
+    ]
+    if not found:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for index in found:
+        del copy.graph.node[index].input[2:]
+    return copy
+
+
+def _false_constants(graph: onnx.GraphProto) -> set[str]:
+    """Names of the graph's one-element constants that are false."""
+    tensors = {t.name: t for t in graph.initializer if _size(t.dims) == 1}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            if _size(node.attribute[0].t.dims) == 1:
+                tensors[node.output[0]] = node.attribute[0].t
+    return {n for n, t in tensors.items() if not numpy_helper.to_array(t).reshape(-1)[0]}
 
 
 def _one_element_values(graph: onnx.GraphProto) -> set[str]:
@@ -190,4 +229,4 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-__all__ = ["drop_unread_outputs", "rewrite_masked_assignments"]
+__all__ = ["drop_false_training_modes", "drop_unread_outputs", "rewrite_masked_assignments"]
