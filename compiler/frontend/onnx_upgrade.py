@@ -1,6 +1,6 @@
 """Models of opsets 7 to 12 (the ONNX model zoo's, older exporters') upgraded to opset 13 by
-onnx's own version converter before import, with the one semantic the converter drops put
-back: a Resize made from an opset-7-10 Upsample or Resize gets that op's coordinate rule.
+onnx's own version converter before import, with the semantics the converter drops put back:
+a Resize made from an opset-7-10 Upsample or Resize gets that op's coordinate rule.
 
 Before opset 11, Upsample and Resize mapped output pixel `i` to input coordinate `i / scale`
 (what opset 11 calls "asymmetric"), and onnxruntime's nearest mode takes the floor of it when
@@ -19,9 +19,10 @@ Before the upgrade, the experimental ops that opsets 7-9 still define (and onnxr
 runs) but the converter has no schema for are rewritten: ImageScaler (tiny-YOLOv2's and Emotion
 FERPlus's first node) into Mul and Add, Scale into Mul, Crop by borders into Slice, and a
 per-activation (spatial=0) BatchNormalization, which the converter refuses, into element-wise
-ops; a node whose
-op the model's opset does not define (Affine, a centre Crop, a misspelt op) is listed by name
-in an UnsupportedOpError instead of failing inside the converter.
+ops; a node whose op the model's opset does not define (Affine, a centre Crop, a misspelt op)
+is listed by name in an UnsupportedOpError instead of failing inside the converter. IR-3 files
+whose initializers are not also graph inputs are converted as IR 4 (the converter refuses them),
+and the declared output and value_info types are kept (its shape inference overwrites them).
 """
 
 from __future__ import annotations
