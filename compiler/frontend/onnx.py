@@ -32,7 +32,11 @@ from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, chec
 from ..graph.ops.shape import SHAPE_ONLY_OPS
 from ..graph.registry import ONNX_OPSETS, UnsupportedOpError, get_op, is_registered
 from .onnx_loop import SEQUENCE_OPS, convert_sequence_op, unroll_loop
-from .onnx_patterns import rewrite_masked_assignments
+from .onnx_patterns import (
+    drop_false_training_modes,
+    drop_unread_outputs,
+    rewrite_masked_assignments,
+)
 from .onnx_upgrade import OLDEST_OPSET, upgrade
 from .onnx_weights import Span, WireError, read_span, strip_raw_data
 
@@ -741,6 +745,8 @@ def from_onnx(
         if proto.functions:  # model-local functions (exporters' modules): inlined, as by ORT
             proto = _inline_functions(proto, where)
         proto = rewrite_masked_assignments(proto)  # x[mask] = v: a Where, not NonZero
+        proto = drop_unread_outputs(proto)  # exporters' unread Dropout masks, MaxPool indices
+        proto = drop_false_training_modes(proto)  # Dropout(x, ratio, false): inference
         opset = default_opset(proto, where)
         if opset < MIN_OPSET:  # the converter rewrites initializers: read the model whole
             if weights is not None:

@@ -5,12 +5,17 @@ torch's exporter writes `x[mask] = v` (index_put with a boolean mask) as
 `ScatterND(x, Transpose(NonZero(mask)), Reshape(Expand(v, count)))`: NonZero's output length is
 the number of true elements, known only at run time, but the whole is `Where(mask, v, x)` (the
 mask broadcast over the dims it does not index), which has static shapes.
+
+Older exporters (PyTorch at opsets 7-11, Caffe2's converter) give Dropout a mask output and
+MaxPool an Indices output that nothing reads; those outputs are dropped, so that the node is
+the inference-time op the importer implements (onnxruntime computes the same first output).
+A Dropout's `training_mode` input that is a constant false is dropped for the same reason.
 """
 
 from __future__ import annotations
 
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 #: ops through which a one-element value is only broadcast or reshaped into the updates
 _BROADCASTS = ("Expand", "Reshape", "Identity")
@@ -43,6 +48,80 @@ def rewrite_masked_assignments(model: onnx.ModelProto) -> onnx.ModelProto:
     del copy.graph.node[:]
     copy.graph.node.extend(_live(nodes, [o.name for o in graph.output]))
     return copy
+
+
+#: ops whose optional outputs past the first do not change the first, when nothing reads them
+#: (BatchNormalization's do: with them onnxruntime normalizes by the batch's statistics)
+_UNREAD_OUTPUTS_DROPPED = ("Dropout", "MaxPool")
+
+
+def drop_unread_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Dropout's mask and MaxPool's Indices blanked where no node or graph output reads them.
+
+    Returns the model itself when there are none, else a copy.
+
+    Before: `%y, %mask = Dropout(%x)` (`%mask` read by nothing)
+    After:  `%y = Dropout(%x)`
+    """
+    graph = model.graph
+    read = {o.name for o in graph.output}
+    for node in graph.node:
+        read |= _reads(node)
+    found = [
+        (index, slot)
+        for index, node in enumerate(graph.node)
+        if node.op_type in _UNREAD_OUTPUTS_DROPPED and node.domain in ("", "ai.onnx")
+        for slot, out in enumerate(node.output)
+        if slot and out and out not in read
+    ]
+    if not found:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for index, slot in found:
+        copy.graph.node[index].output[slot] = ""
+    for node in copy.graph.node:  # trailing blank outputs are left out, as exporters write them
+        while len(node.output) > 1 and not node.output[-1]:
+            del node.output[-1]
+    return copy
+
+
+def drop_false_training_modes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Dropout's `training_mode` input left out where it is a constant false (an initializer
+    or a Constant node), as some exporters write an inference model's Dropout.
+
+    Returns the model itself when there are none, else a copy.
+
+    Before: `%y = Dropout(%x, %ratio, %false)`
+    After:  `%y = Dropout(%x, %ratio)`
+    """
+    graph = model.graph
+    false = _false_constants(graph)
+    found = [
+        index
+        for index, node in enumerate(graph.node)
+        if node.op_type == "Dropout"
+        and node.domain in ("", "ai.onnx")
+        and len(node.input) > 2
+        and node.input[2] in false
+    ]
+    if not found:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for index in found:
+        del copy.graph.node[index].input[2:]
+    return copy
+
+
+def _false_constants(graph: onnx.GraphProto) -> set[str]:
+    """Names of the graph's one-element constants that are false."""
+    tensors = {t.name: t for t in graph.initializer if _size(t.dims) == 1}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            if _size(node.attribute[0].t.dims) == 1:
+                tensors[node.output[0]] = node.attribute[0].t
+    return {n for n, t in tensors.items() if not numpy_helper.to_array(t).reshape(-1)[0]}
 
 
 def _one_element_values(graph: onnx.GraphProto) -> set[str]:
@@ -150,4 +229,4 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-__all__ = ["rewrite_masked_assignments"]
+__all__ = ["drop_false_training_modes", "drop_unread_outputs", "rewrite_masked_assignments"]

@@ -1,19 +1,28 @@
 """Models of opsets 7 to 12 (the ONNX model zoo's, older exporters') upgraded to opset 13 by
-onnx's own version converter before import, with the one semantic the converter drops put
-back: a Resize made from an opset-7-10 Upsample or Resize gets that op's coordinate rule.
+onnx's own version converter before import, with the semantics the converter drops put back:
+a Resize made from an opset-7-10 Upsample or Resize gets that op's coordinate rule.
 
 Before opset 11, Upsample and Resize mapped output pixel `i` to input coordinate `i / scale`
 (what opset 11 calls "asymmetric"), and onnxruntime's nearest mode takes the floor of it when
 enlarging and the ceiling when shrinking. The converter emits an opset-13 Resize without a
 `coordinate_transformation_mode`, so it would default to "half_pixel" and move every sample
 (0.21 relative error on a bilinear x2 upsample). The upgraded Resize nodes are matched to the
-original ones by order and get `coordinate_transformation_mode="asymmetric"` and, for nearest,
-`nearest_mode` "floor" or "ceil".
+original ones by order (subgraphs' too) and get `coordinate_transformation_mode="asymmetric"`
+and, for nearest, `nearest_mode` "floor" or "ceil".
 
 The converter also leaves Hardmax as it is, though opset 13 changed its meaning like Softmax's
 (which the converter does rewrite): before, `axis` flattened the input to 2-D at that axis and
 the hardmax ran over the whole trailing block. Each old Hardmax becomes Flatten(axis), a
 Hardmax over the last axis, and a Reshape back to the input's shape.
+
+Before the upgrade, the experimental ops that opsets 7-9 still define (and onnxruntime still
+runs) but the converter has no schema for are rewritten: ImageScaler (tiny-YOLOv2's and Emotion
+FERPlus's first node) into Mul and Add, Scale into Mul, Crop by borders into Slice, and a
+per-activation (spatial=0) BatchNormalization, which the converter refuses, into element-wise
+ops; a node whose op the model's opset does not define (Affine, a centre Crop, a misspelt op)
+is listed by name in an UnsupportedOpError instead of failing inside the converter. IR-3 files
+whose initializers are not also graph inputs are converted as IR 4 (the converter refuses them),
+and the declared output and value_info types are kept (its shape inference overwrites them).
 """
 
 from __future__ import annotations
@@ -33,20 +42,59 @@ _OLD_RESIZE = 10
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """Values of the initializers and Constant nodes (small ones only: scales, sizes)."""
     found = {t.name: t for t in graph.initializer if np.prod(t.dims) <= 16}
-    for node in graph.node:
+    for node in _all_nodes(graph):
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             found[node.output[0]] = node.attribute[0].t
     return {name: numpy_helper.to_array(t) for name, t in found.items()}
 
 
-def _old_scales(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> np.ndarray | None:
-    """The scales of an opset-7-10 Upsample/Resize: an attribute until opset 9, then input 1."""
+def _old_scales(
+    node: onnx.NodeProto, consts: dict[str, np.ndarray], graph: onnx.GraphProto, opset: int
+) -> np.ndarray | None:
+    """The scales of an opset-7-10 Upsample/Resize: an attribute until opset 9, then input 1
+    (a constant, or computed from constants alone: exporters' Concat of Constants)."""
     for attr in node.attribute:
         if attr.name == "scales":
             return np.asarray(attr.floats, np.float64)
-    if len(node.input) > 1 and node.input[1] in consts:
+    if len(node.input) < 2:
+        return None
+    if node.input[1] in consts:
         return consts[node.input[1]].astype(np.float64)
-    return None
+    value = _evaluate(graph, node.input[1], opset)
+    return None if value is None else value.astype(np.float64)
+
+
+def _model_at(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _evaluate(graph: onnx.GraphProto, name: str, opset: int) -> np.ndarray | None:
+    """The value of `name` when the top-level nodes computing it read only small initializers
+    and Constant nodes (onnx's reference evaluator runs them); else None."""
+    producer = {o: n for n in graph.node for o in n.output if o}
+    small = {t.name: t for t in graph.initializer if np.prod(t.dims) <= 16}
+    needed, inits, todo = [], {}, [name]
+    while todo:
+        value = todo.pop()
+        if value in small:
+            inits[value] = small[value]
+        elif value in producer and producer[value] not in needed:
+            needed.append(producer[value])
+            todo += [i for i in producer[value].input if i]
+        elif value not in producer:
+            return None  # a graph input, or a large weight
+    order = [n for n in graph.node if n in needed]
+    if any(a.type in (a.GRAPH, a.GRAPHS) for n in order for a in n.attribute):
+        return None
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        out = helper.make_value_info(name, onnx.TypeProto())
+        sub = helper.make_graph(order, "scales", [], [out], list(inits.values()))
+        (value,) = ReferenceEvaluator(_model_at(sub, opset)).run(None, {})
+    except Exception:  # noqa: BLE001  (anything it cannot run leaves the default rule)
+        return None
+    return np.asarray(value)
 
 
 def _nearest_mode(scales: np.ndarray | None, where: str, name: str) -> str:
@@ -74,11 +122,19 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
     Raises:
         OnnxImportError: naming `where`, when onnx's converter fails (with its reason) or a
             nearest resize both enlarges and shrinks.
+        UnsupportedOpError: listing the nodes whose op `opset` does not define (the
+            experimental ops removed at opset 10 but ImageScaler, Scale and Crop by borders).
     """
+    if model.ir_version < _IR_INITIALIZERS_APART:
+        model = _with_ir_version(model, _IR_INITIALIZERS_APART)
+    rewritten = (*_REMOVED_REWRITES, *_VARIANT_REWRITES)
+    if any(n.op_type in rewritten and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        model = _rewrite_old_ops(model)
+    _check_schemas(model.graph, where, opset)
     consts = _constants(model.graph)
     old = [  # opset 11 gave Resize its coordinate modes: only older ones need the rule
         n
-        for n in model.graph.node
+        for n in _all_nodes(model.graph)
         if n.op_type in _RESIZES and n.domain in ("", "ai.onnx") and opset <= _OLD_RESIZE
     ]
     rules = []
@@ -89,7 +145,9 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
         mode = mode.decode() if isinstance(mode, bytes) else str(mode)
         name = node.name or f"{node.op_type}_{i}"
         rules.append(
-            _nearest_mode(_old_scales(node, consts), where, name) if mode == "nearest" else None
+            _nearest_mode(_old_scales(node, consts, model.graph, opset), where, name)
+            if mode == "nearest"
+            else None
         )
     try:
         new = version_converter.convert_version(model, target)
@@ -98,7 +156,7 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
             f"{where}: opset {opset} could not be upgraded to opset {target} by onnx's version "
             f"converter: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
         ) from None
-    resizes = [n for n in new.graph.node if n.op_type == "Resize" and opset <= _OLD_RESIZE]
+    resizes = [n for n in _all_nodes(new.graph) if n.op_type == "Resize" and opset <= _OLD_RESIZE]
     if len(resizes) != len(old):
         raise onnx_import_error(
             f"{where}: upgrading opset {opset} to {target} turned {len(old)} Upsample/Resize "
@@ -113,28 +171,201 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
         if nearest is not None:
             node.attribute.append(helper.make_attribute("nearest_mode", nearest))
     if opset < _NEW_HARDMAX:
-        _coerce_hardmax(new.graph)
+        _coerce_hardmax(new.graph, _value_names(new.graph))
+    _keep_declared_types(new.graph, model.graph)
     return new
+
+
+def _keep_declared_types(new: onnx.GraphProto, old: onnx.GraphProto) -> None:
+    """The graph outputs and value_info as the model declared them: the converter's shape
+    inference writes what it infers into them (a wrong intermediate value_info, which
+    onnxruntime ignores, would become a wrong declared output shape)."""
+    for out, declared in zip(new.output, old.output, strict=True):
+        out.type.CopyFrom(declared.type)
+    del new.value_info[:]
+    new.value_info.extend(old.value_info)
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes of `graph` and of its subgraphs (If branches, Loop bodies), each node before
+    its subgraphs' nodes: one order, the same before and after the converter."""
+    found = []
+    for node in graph.node:
+        found.append(node)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                found += _all_nodes(sub)
+    return found
+
+
+#: the IR version from which initializers need not be listed as graph inputs: the converter
+#: refuses an IR-3 model whose initializers are not ("Input w is undefined!"), though onnxruntime
+#: runs it, and nothing else the converter does depends on the IR version
+_IR_INITIALIZERS_APART = 4
+
+
+def _with_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto:
+    """A copy of `model` (the caller's is left as it is) declaring `ir_version`."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.ir_version = ir_version
+    return copy
+
+
+def _check_schemas(graph: onnx.GraphProto, where: str, opset: int) -> None:
+    """Every default-domain node of `graph` has an op that `opset` defines (the converter
+    would fail on the first one without, with an assertion's text)."""
+    from ..graph.registry import UnsupportedOpError
+
+    missing = []
+    for i, node in enumerate(graph.node):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            missing.append((node.op_type, node.name or f"{node.op_type}_{i}", opset))
+    if missing:
+        raise UnsupportedOpError(missing, where=where)
+
+
+def _image_scaler(node: onnx.NodeProto, attrs: dict, tmp: str) -> list[onnx.NodeProto]:
+    """ImageScaler: y = scale * x + bias[c] over NCHW."""
+    scale = np.array(attrs.get("scale", 1.0), np.float32)
+    bias = np.array(attrs.get("bias", [0.0]), np.float32).reshape(1, -1, 1, 1)
+    return [
+        _constant(f"{tmp}_scale", scale),
+        _constant(f"{tmp}_bias", bias),
+        helper.make_node("Mul", [node.input[0], f"{tmp}_scale"], [f"{tmp}_scaled"]),
+        helper.make_node("Add", [f"{tmp}_scaled", f"{tmp}_bias"], [node.output[0]], node.name),
+    ]
+
+
+def _scale(node: onnx.NodeProto, attrs: dict, tmp: str) -> list[onnx.NodeProto]:
+    """Scale: y = scale * x."""
+    factor = np.array(attrs.get("scale", 1.0), np.float32)
+    return [
+        _constant(f"{tmp}_scale", factor),
+        helper.make_node("Mul", [node.input[0], f"{tmp}_scale"], [node.output[0]], node.name),
+    ]
+
+
+def _crop(node: onnx.NodeProto, attrs: dict, tmp: str) -> list[onnx.NodeProto] | None:
+    """Crop by `border` (left, top, right, bottom) over NCHW: a Slice of H and W (a centre
+    crop to `scale` is left to the refusal)."""
+    border = list(attrs.get("border", []))
+    if "scale" in attrs or len(border) != 4:
+        return None
+    left, top, right, bottom = border
+    ends = [-bottom if bottom else _END, -right if right else _END]
+    return [
+        helper.make_node(
+            "Slice",
+            node.input[:1],
+            node.output[:1],
+            node.name,
+            starts=[top, left],
+            ends=ends,
+            axes=[2, 3],
+        )  # fmt: skip
+    ]
+
+
+def _batchnorm_per_activation(
+    node: onnx.NodeProto, attrs: dict, tmp: str, consts: dict[str, np.ndarray]
+) -> list[onnx.NodeProto] | None:
+    """BatchNormalization with spatial=0 (opsets 7-8: one mean per activation, parameters of
+    the input's shape past the batch, as onnxruntime requires) written out element-wise:
+    y = (x - mean) / sqrt(var + epsilon) * scale + bias. The converter refuses spatial=0."""
+    outputs = [o for o in node.output if o]
+    scale = consts.get(node.input[1]) if len(node.input) == 5 else None
+    if attrs.get("spatial", 1) != 0 or len(outputs) != 1 or scale is None or scale.ndim < 2:
+        return None  # (the converter names what it refuses)
+    x, _, bias, mean, var = node.input
+    eps = np.array(attrs.get("epsilon", 1e-5), np.float32)
+    return [
+        _constant(f"{tmp}_eps", eps),
+        helper.make_node("Sub", [x, mean], [f"{tmp}_centred"]),
+        helper.make_node("Add", [var, f"{tmp}_eps"], [f"{tmp}_var"]),
+        helper.make_node("Sqrt", [f"{tmp}_var"], [f"{tmp}_std"]),
+        helper.make_node("Div", [f"{tmp}_centred", f"{tmp}_std"], [f"{tmp}_normed"]),
+        helper.make_node("Mul", [f"{tmp}_normed", node.input[1]], [f"{tmp}_scaled"]),
+        helper.make_node("Add", [f"{tmp}_scaled", bias], outputs, node.name),
+    ]
+
+
+_END = 2**63 - 1
+#: experimental ops that opsets 7-9 still defined and onnxruntime still runs, rewritten into
+#: standard ones before the upgrade (opset 10 removed them; the converter knows none)
+_REMOVED_REWRITES = {"ImageScaler": _image_scaler, "Scale": _scale, "Crop": _crop}
+#: old variants of ops the converter refuses, rewritten the same way
+_VARIANT_REWRITES = {"BatchNormalization": _batchnorm_per_activation}
+
+
+def _constant(name: str, value: np.ndarray) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name))
+
+
+def _rewrite_old_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` with its ImageScaler, Scale and Crop nodes and its per-activation
+    BatchNormalizations written in standard ops (tiny-YOLOv2 and Emotion FERPlus begin with
+    an ImageScaler)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    arrays = {t.name: numpy_helper.to_array(t) for t in copy.graph.initializer}
+    taken = _value_names(copy.graph)
+    nodes = []
+    for i, node in enumerate(copy.graph.node):
+        removed = _REMOVED_REWRITES.get(node.op_type)
+        variant = _VARIANT_REWRITES.get(node.op_type)
+        if (removed is None and variant is None) or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        tmp = _prefix(f"{node.output[0]}__{node.op_type.lower()}{i}", taken)
+        new = removed(node, attrs, tmp) if removed else variant(node, attrs, tmp, arrays)
+        nodes += [node] if new is None else new
+    del copy.graph.node[:]
+    copy.graph.node.extend(nodes)
+    return copy
+
+
+def _value_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value name of `graph` and its subgraphs."""
+    names = {v.name for v in [*graph.input, *graph.output, *graph.initializer]}
+    for node in _all_nodes(graph):
+        names.update(node.input)
+        names.update(node.output)
+    return names
+
+
+def _prefix(base: str, taken: set[str]) -> str:
+    """`base`, lengthened until no name in `taken` starts with it (the names a rewrite makes
+    from it are then new), and taken."""
+    while any(name.startswith(base) for name in taken):
+        base += "_"
+    taken.add(base)
+    return base
 
 
 #: the opset whose Hardmax (like Softmax and LogSoftmax) stopped flattening to 2-D
 _NEW_HARDMAX = 13
 
 
-def _coerce_hardmax(graph: onnx.GraphProto) -> None:
+def _coerce_hardmax(graph: onnx.GraphProto, taken: set[str]) -> None:
     """Rewrite each default-domain Hardmax of `graph` (and its subgraphs) with the old 2-D
     semantics: Flatten(x, axis) -> Hardmax(axis=-1) -> Reshape(Shape(x))."""
     nodes = []
     for i, node in enumerate(graph.node):
         for attr in node.attribute:
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                _coerce_hardmax(sub)
+                _coerce_hardmax(sub, taken)
         if node.op_type != "Hardmax" or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
         (x,), (y,) = node.input, node.output
-        tmp = f"{y}__hardmax{i}"
+        tmp = _prefix(f"{y}__hardmax{i}", taken)
         nodes += [
             helper.make_node("Flatten", [x], [f"{tmp}_2d"], axis=axis),
             helper.make_node("Hardmax", [f"{tmp}_2d"], [f"{tmp}_max"], node.name, axis=-1),

@@ -36,6 +36,15 @@ def window_geometry(
     nd = len(spatial)
     strides = list(attrs.get("strides") or (1,) * nd)
     dilations = list(attrs.get("dilations") or (1,) * nd)
+    given = {"kernel_shape": kernel, "strides": strides, "dilations": dilations}
+    if attrs.get("auto_pad", "NOTSET") == "NOTSET" and attrs.get("pads"):
+        given["pads"] = list(attrs["pads"])
+    for key, values in given.items():
+        if len(values) != (2 * nd if key == "pads" else nd):
+            raise ValueError(
+                f"{key} must have {'two values' if key == 'pads' else 'one value'} per spatial "
+                f"dim ({nd} for an input of rank {nd + 2}), not {list(values)}"
+            )
     extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -153,6 +162,15 @@ def transpose_geometry(
     nd = len(spatial)
     strides = list(attrs.get("strides") or (1,) * nd)
     dilations = list(attrs.get("dilations") or (1,) * nd)
+    given = {"kernel_shape": kernel, "strides": strides, "dilations": dilations}
+    if attrs.get("auto_pad", "NOTSET") == "NOTSET" and attrs.get("pads"):
+        given["pads"] = list(attrs["pads"])
+    for key, values in given.items():
+        if len(values) != (2 * nd if key == "pads" else nd):
+            raise ValueError(
+                f"{key} must have {'two values' if key == 'pads' else 'one value'} per spatial "
+                f"dim ({nd} for an input of rank {nd + 2}), not {list(values)}"
+            )
     out_pad = list(attrs.get("output_padding") or (0,) * nd)
     full = [
         s * (n - 1) + op + (k - 1) * d + 1

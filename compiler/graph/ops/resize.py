@@ -28,6 +28,7 @@ COORDINATE_MODES = (
     "align_corners",
     "asymmetric",
     "tf_crop_and_resize",
+    "tf_half_pixel_for_nn",  # opsets 11 and 12 only (tf2onnx's nearest resizes): (y + 0.5) / s
 )
 ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
 
@@ -107,16 +108,22 @@ def _scales_and_shape(
     return factor, out
 
 
+#: coordinate modes whose nearest picks onnxruntime computes in float32
+_SINGLE_MODES = ("asymmetric", "half_pixel", "pytorch_half_pixel", "tf_half_pixel_for_nn")
+
+
 def _source_coords(
     mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float], single: bool
 ) -> np.ndarray:
     """The input coordinate of each output position (the coordinate transformation); in
     float32 when `single`, as onnxruntime and torch compute it: a nearest pick is decided by
     that rounding (scale 0.6: 3 / 0.6f is 4.9999998 in float64 and 5 in float32)."""
-    if single and mode in ("asymmetric", "half_pixel", "pytorch_half_pixel"):
+    if single and mode in _SINGLE_MODES:
         y32, s32, half = np.arange(out_len, dtype=np.float32), np.float32(scale), np.float32(0.5)
         if mode == "asymmetric":
             return (y32 / s32).astype(np.float64)
+        if mode == "tf_half_pixel_for_nn":
+            return ((y32 + half) / s32).astype(np.float64)
         if mode == "half_pixel" or scale * in_len != 1:
             return ((y32 + half) / s32 - half).astype(np.float64)
     y = np.arange(out_len, dtype=np.float64)
@@ -125,6 +132,8 @@ def _source_coords(
         return np.zeros(out_len) if length == 1 else y * (in_len - 1) / (length - 1)
     if mode == "asymmetric":
         return y / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (y + 0.5) / scale
     if mode == "tf_crop_and_resize":
         lo, hi = roi
         if length == 1:

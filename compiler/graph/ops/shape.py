@@ -207,9 +207,18 @@ register(
 )
 
 
+def check_index_range(op: str, indices: np.ndarray | None, n: int, axis: int) -> None:
+    """Constant indices of `op` along an axis of size `n` lie in [-n, n-1] (checked once, at
+    type inference: onnxruntime rejects the rest; computed ones are not checked)."""
+    if indices is not None and indices.size and (indices.min() < -n or indices.max() >= n):
+        bad = indices[(indices < -n) | (indices >= n)].reshape(-1)[0]
+        raise ValueError(f"{op} indices must be in [{-n}, {n - 1}] along axis {axis}, not {bad}")
+
+
 def _gather_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     data, idx = types[0].shape, types[1].shape
     axis = normalize_axis(attrs["axis"], len(data), "Gather axis")
+    check_index_range("Gather", consts[1], data[axis], axis)
     return [TensorType((*data[:axis], *idx, *data[axis + 1 :]), types[0].dtype)]
 
 
@@ -223,7 +232,9 @@ register("Gather", Pattern.INJECTIVE, _gather_type, _gather, inputs=(2, 2), attr
 
 
 def squeezed(shape: tuple[int, ...], axes: Any) -> tuple[int, ...]:
-    if axes is None:
+    """`shape` without `axes` (each of size 1); no axes, or an empty list of them (an old
+    file's `axes=[]`, which onnxruntime reads as absent at every opset), drops every 1."""
+    if axes is None or not int_list(axes):
         return tuple(d for d in shape if d != 1)
     drop = {normalize_axis(a, len(shape), "Squeeze axis") for a in int_list(axes)}
     for a in sorted(drop):

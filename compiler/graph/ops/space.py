@@ -13,7 +13,7 @@ import numpy as np
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import REQUIRED, Pattern, register
 from .emit import Emitter
-from .shape import normalize_axis
+from .shape import check_index_range, normalize_axis
 
 # ---- DepthToSpace, SpaceToDepth -------------------------------------------------------------
 
@@ -183,24 +183,15 @@ def _gather_elements_type(attrs: dict[str, Any], types: list, consts: list) -> l
         )
     if data[axis] == 0 and 0 not in indices:
         raise ValueError(f"GatherElements cannot index the empty axis {axis} of shape {data}")
-    _check_range(consts[1], data[axis], axis)
+    check_index_range("GatherElements", consts[1], data[axis], axis)
     return [TensorType(indices, types[0].dtype)]
-
-
-def _check_range(indices: np.ndarray | None, n: int, axis: int) -> None:
-    """Constant indices are checked once; computed ones are not (as Gather's)."""
-    if indices is not None and indices.size and (indices.min() < -n or indices.max() >= n):
-        bad = indices[(indices < -n) | (indices >= n)].reshape(-1)[0]
-        raise ValueError(
-            f"GatherElements indices must be in [{-n}, {n - 1}] along axis {axis}, not {bad}"
-        )
 
 
 def gather_elements(attrs: dict[str, Any], data: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """`out[i...] = data[i...]` with the axis coordinate replaced by `indices[i...]`."""
     axis = attrs["axis"] % data.ndim
     n = data.shape[axis]
-    _check_range(indices, n, axis)
+    check_index_range("GatherElements", indices, n, axis)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + n, indices)
     return data[tuple(coords)]

@@ -220,3 +220,20 @@ def test_eye_like_of_a_computed_value() -> None:
     x = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
     got = _check(model, {"x": x})
     np.testing.assert_array_equal(got["eye_int"], np.eye(3, 4, dtype=np.int64))
+
+
+@pytest.mark.parametrize("opset", [12, 13])
+@pytest.mark.parametrize("constant_node", [False, True])
+def test_dropout_with_a_constant_false_training_mode_is_inference(
+    opset: int, constant_node: bool
+) -> None:
+    """Dropout(x, ratio, training_mode=false), its mask unread: the identity, as onnxruntime."""
+    false = numpy_helper.from_array(np.array(False), "train")
+    nodes = [oh.make_node("Dropout", ["x", "ratio", "train"], ["y", "mask"])]
+    inits = [numpy_helper.from_array(np.array(0.4, np.float32), "ratio")]
+    if constant_node:
+        nodes.insert(0, oh.make_node("Constant", [], ["train"], value=false))
+    else:
+        inits.append(false)
+    model = _model(nodes, [_float("x", [2, 5])], [_float("y", [2, 5])], inits, opset=opset)
+    _check(model, {"x": np.arange(10, dtype=np.float32).reshape(2, 5)})

@@ -149,6 +149,23 @@ def test_expand_with_a_negative_dim_is_rejected() -> None:
         from_onnx(model)
 
 
+@pytest.mark.parametrize("indices", [[3], [0, -4], [[1, 2], [9, 0]]])
+def test_gather_with_constant_indices_out_of_range_names_the_node(indices: list) -> None:
+    """onnxruntime refuses such a model when it runs; a compiled one would read past the axis."""
+    node = helper.make_node("Gather", ["x", "i"], ["y"], name="take", axis=0)
+    model = _model([node], [_vi("x", [3, 4])], [_ints("i", indices)])
+    with pytest.raises(OnnxImportError, match=r"Gather node 'take': .*\[-3, 2\] along axis 0"):
+        from_onnx(model)
+
+
+def test_gather_with_negative_constant_indices_in_range_still_works() -> None:
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=1)
+    model = _model([node], [_vi("x", [3, 4])], [_ints("i", [-1, 0, -4])])
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (y,) = run_graph(from_onnx(model), {"x": x}).values()
+    np.testing.assert_array_equal(y, x[:, [3, 0, 0]])
+
+
 def test_concat_whose_total_passes_the_limit_names_the_node() -> None:
     # each input is legal (2**39 float32 = 2 TiB), three of them are not; nothing is allocated
     big = 2**39

@@ -53,8 +53,23 @@ def test_all_unsupported_ops_are_listed_in_one_error() -> None:
 
 def test_unsupported_variant_of_a_supported_op_is_listed() -> None:
     node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="pool", kernel_shape=[1])
+    model = _model([node], shape=[1, 2, 3])
+    model.graph.output.append(helper.make_tensor_value_info("idx", TensorProto.INT64, None))
     with pytest.raises(UnsupportedOpError, match=r"MaxPool with Indices output \(node 'pool'"):
+        from_onnx(model)  # (an Indices output nothing reads is left out: onnx_patterns)
+
+
+def test_window_attributes_of_the_wrong_length_are_named() -> None:
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[1])
+    with pytest.raises(OnnxImportError, match=r"'pool': kernel_shape must have one value per "):
         from_onnx(_model([node]))
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", strides=[1])
+    model = _model([node], shape=[1, 2, 3, 3])
+    model.graph.initializer.append(
+        onnx.numpy_helper.from_array(np.ones((1, 2, 1, 1), np.float32), "w")
+    )
+    with pytest.raises(OnnxImportError, match=r"'conv': strides must have one value per "):
+        from_onnx(model)
 
 
 def test_malformed_file_names_the_file(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 import tensorforge
-from tensorforge.compiler.frontend import OnnxImportError, from_onnx
+from tensorforge.compiler.frontend import OnnxImportError, UnsupportedOpError, from_onnx
 
 RNG = np.random.default_rng(0)
 
@@ -111,3 +111,175 @@ def test_too_old_or_inexpressible_models_are_refused_by_name(tmp_path: Path) -> 
     both = oh.make_node("Upsample", ["x", "scales"], ["y"], mode="nearest", name="up")
     with pytest.raises(OnnxImportError, match=r"nearest 'up' both enlarges and shrinks"):
         from_onnx(_model([both], X.shape, 9, [("scales", scales)]))
+
+
+@pytest.mark.parametrize("opset", [7, 8])
+def test_ir3_model_whose_initializers_are_not_graph_inputs(opset: int) -> None:
+    """IR 3 listed initializers as graph inputs; files re-saved without them still run in
+    onnxruntime, and onnx's converter would refuse them ("Input w is undefined!")."""
+    nodes = [
+        oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=2),
+        oh.make_node("Add", ["c", "bias"], ["s"]),
+        oh.make_node("Gather", ["s", "i"], ["y"], axis=3),
+    ]
+    inits = [
+        ("w", RNG.standard_normal((4, 1, 3, 3)).astype(np.float32)),
+        ("b", RNG.standard_normal(4).astype(np.float32)),
+        ("bias", RNG.standard_normal((4, 1, 1)).astype(np.float32)),
+        ("i", np.array([-1, 0, 2], np.int64)),
+    ]
+    model = _model(nodes, X.shape, opset, inits, ir_version=3)
+    _check(model, X)
+    assert model.ir_version == 3  # the caller's model is not changed
+
+
+@pytest.mark.parametrize("opset", [8, 10, 12])
+def test_unread_dropout_mask_and_maxpool_indices_are_left_out(opset: int) -> None:
+    """Exporters gave Dropout a mask and MaxPool an Indices output that nothing reads; the
+    node computes its first output as at inference (a read one is still refused by name)."""
+    nodes = [
+        oh.make_node("Dropout", ["x"], ["d", "mask"], **({"ratio": 0.3} if opset < 12 else {})),
+        oh.make_node("MaxPool", ["d"], ["y", "idx"], kernel_shape=[2, 2], name="pool"),
+    ]
+    _check(_model(nodes, X.shape, opset), X)
+    model = _model(nodes, X.shape, opset)
+    model.graph.output.append(oh.make_tensor_value_info("idx", TensorProto.INT64, None))
+    with pytest.raises(UnsupportedOpError, match=r"MaxPool with Indices output \(node 'pool'"):
+        from_onnx(model)
+
+
+def test_batchnorm_with_training_outputs_is_refused_not_run_as_inference() -> None:
+    """With its mean and variance outputs an opset-7 BatchNormalization normalizes by the
+    batch's statistics in onnxruntime, read or not: refused, never the running statistics."""
+    stats = [("s", 1.0), ("b", 0.0), ("m", 0.0), ("v", 1.0)]
+    inits = [(k, np.full(2, v, np.float32)) for k, v in stats]
+    node = oh.make_node(
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "m1", "v1", "sm", "sv"], name="bn"
+    )
+    with pytest.raises(UnsupportedOpError, match=r"BatchNormalization in training mode .*'bn'"):
+        from_onnx(_model([node], X.shape, 7, inits))
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [(2.0, 1.5), (0.6, 0.6), (3.0, 0.5)])
+def test_opset11_resize_tf_half_pixel_for_nn(mode: str, scales: tuple) -> None:
+    """tf2onnx's nearest resizes at opsets 11-12 map output pixel i to (i + 0.5) / scale (the
+    mode was removed at 13; the converter keeps it)."""
+    sc = np.array([1.0, 1.0, *scales], np.float32)
+    node = oh.make_node(
+        "Resize",
+        ["x", "roi", "scales"],
+        ["y"],
+        mode=mode,
+        coordinate_transformation_mode="tf_half_pixel_for_nn",
+    )
+    x = RNG.standard_normal((1, 2, 10, 11)).astype(np.float32)
+    _check(_model([node], x.shape, 11, [("roi", np.zeros(0, np.float32)), ("scales", sc)]), x)
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_experimental_image_scaler_scale_and_crop_are_rewritten(opset: int) -> None:
+    """tiny-YOLOv2 and Emotion FERPlus (opsets 7-8) begin with an ImageScaler; it, Scale and
+    Crop by borders were experimental ops that opset 10 removed and the converter knows not."""
+    nodes = [
+        oh.make_node("ImageScaler", ["x"], ["a"], scale=0.5, bias=[1.0, -2.0]),
+        oh.make_node("Scale", ["a"], ["b"], scale=3.0),
+        oh.make_node("Crop", ["b"], ["y"], border=[1, 2, 0, 1]),
+    ]
+    _check(_model(nodes, X.shape, opset), X)
+
+
+def test_ops_an_old_opset_does_not_define_are_listed_by_name() -> None:
+    nodes = [
+        oh.make_node("Affine", ["x"], ["a"], name="aff", alpha=2.0),
+        oh.make_node("Crop", ["a"], ["y"], name="centre", border=[1, 1, 1, 1], scale=[2, 2]),
+    ]
+    with pytest.raises(UnsupportedOpError, match=r"Affine .*'aff', opset 8\).*\n.*Crop .*'centre'"):
+        from_onnx(_model(nodes, X.shape, 8))
+
+
+@pytest.mark.parametrize("opset", [7, 8])
+def test_per_activation_batchnorm_spatial_0(opset: int) -> None:
+    """spatial=0 (opsets 7-8) normalizes each activation with parameters of shape (C, H, W);
+    onnx's converter refuses it, so it is written out element-wise first."""
+    shape = X.shape[1:]
+    params = [RNG.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    var = np.abs(RNG.standard_normal(shape)).astype(np.float32) + 0.5
+    inits = list(zip(["s", "b", "m"], params, strict=True)) + [("v", var)]
+    node = oh.make_node(
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], spatial=0, epsilon=1e-3
+    )
+    _check(_model([node], X.shape, opset, inits), X)
+
+
+def test_old_resize_in_an_if_branch_keeps_its_coordinate_rule() -> None:
+    """The converter upgrades subgraphs too; their Upsample nodes get the old rule as well."""
+    branches = {
+        key: oh.make_graph(
+            [oh.make_node("Upsample", ["x", "scales"], [key], mode=mode)],
+            key,
+            [],
+            [oh.make_tensor_value_info(key, TensorProto.FLOAT, None)],
+        )  # fmt: skip
+        for key, mode in (("then", "linear"), ("else", "nearest"))
+    }
+    nodes = [
+        oh.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(True))),
+        oh.make_node(
+            "If", ["c"], ["y"], then_branch=branches["then"], else_branch=branches["else"]
+        ),
+    ]
+    scales = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    _check(_model(nodes, X.shape, 9, [("scales", scales)]), X)
+
+
+@pytest.mark.parametrize("scale", [0.6, 1.7])
+def test_opset10_nearest_resize_with_scales_computed_from_constants(scale: float) -> None:
+    """Exporters concatenate Constant nodes into the scales: they are evaluated to choose the
+    old nearest rounding (the ceiling when shrinking)."""
+    ones, factors = np.ones(2, np.float32), np.full(2, scale, np.float32)
+    nodes = [
+        oh.make_node("Constant", [], ["a"], value=numpy_helper.from_array(ones)),
+        oh.make_node("Constant", [], ["b"], value=numpy_helper.from_array(factors)),
+        oh.make_node("Concat", ["a", "b"], ["scales"], axis=0),
+        oh.make_node("Resize", ["x", "scales"], ["y"], mode="nearest"),
+    ]
+    x = RNG.standard_normal((1, 2, 10, 11)).astype(np.float32)
+    _check(_model(nodes, x.shape, 10), x)
+
+
+def test_a_wrong_intermediate_value_info_does_not_become_the_output_shape() -> None:
+    """onnxruntime ignores a value_info that contradicts the graph; the converter's shape
+    inference would write it into the declared output, which the importer then checks."""
+    nodes = [oh.make_node("Relu", ["x"], ["a"]), oh.make_node("Neg", ["a"], ["y"])]
+    model = _model(nodes, X.shape, 9)
+    model.graph.value_info.append(oh.make_tensor_value_info("a", TensorProto.FLOAT, [2, 2]))
+    _check(model, X)
+
+
+def test_values_the_rewrites_add_do_not_clash_with_the_models_names() -> None:
+    """The nodes written for an ImageScaler or an old Hardmax get names no value has."""
+    nodes = [
+        oh.make_node("ImageScaler", ["x"], ["a"], scale=2.0, bias=[1.0, -1.0]),
+        oh.make_node("Add", ["a", "a__imagescaler0_scale"], ["b"]),
+        oh.make_node("Hardmax", ["b"], ["y"], axis=1),
+        oh.make_node("Relu", ["b"], ["y__hardmax2_2d"]),
+    ]
+    model = _model(nodes, X.shape, 8, [("a__imagescaler0_scale", X[0, 0, 0])])
+    model.graph.output.append(oh.make_tensor_value_info("y__hardmax2_2d", TensorProto.FLOAT, None))
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": X})
+    got = tensorforge.compile(model).run({"x": X})
+    for y, w in zip(got.values(), want, strict=True):
+        np.testing.assert_allclose(y, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opset", [9, 11, 13])
+def test_squeeze_with_an_empty_axes_list_drops_every_unit_dim(opset: int) -> None:
+    """`axes=[]` (an attribute before 13, an empty input after) reads as no axes in
+    onnxruntime: every dim of size 1 goes."""
+    node = oh.make_node("Squeeze", ["x", "axes"] if opset >= 13 else ["x"], ["y"])
+    inits = [("axes", np.zeros(0, np.int64))] if opset >= 13 else []
+    if opset < 13:
+        node.attribute.append(oh.make_attribute("axes", [], attr_type=onnx.AttributeProto.INTS))
+    x = RNG.standard_normal((1, 3, 1, 4)).astype(np.float32)
+    _check(_model([node], x.shape, opset, inits), x)
