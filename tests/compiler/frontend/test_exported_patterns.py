@@ -220,3 +220,38 @@ def test_eye_like_of_a_computed_value() -> None:
     x = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
     got = _check(model, {"x": x})
     np.testing.assert_array_equal(got["eye_int"], np.eye(3, 4, dtype=np.int64))
+
+
+@pytest.mark.parametrize(
+    "image,block,attrs",
+    [
+        ([4, 5], [2, 3], {"strides": [1, 2], "pads": [1, 1, 1, 1]}),  # nn.Fold(padding, stride)
+        ([7, 6], [3, 2], {"strides": [2, 2], "dilations": [2, 1]}),  # blocks short of the edge
+        ([5, 4, 3], [2, 2, 1], {"pads": [0, 1, 0, 1, 0, 0]}),  # a volume
+    ],
+)
+def test_col2im_sums_the_overlapping_blocks(image, block, attrs) -> None:  # noqa: ANN001
+    # torch's F.fold / nn.Fold through the dynamo exporter: Col2Im (opset 18) with constant
+    # image and block shapes
+    nd = len(image)
+    strides, dilations = attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd)
+    pads = attrs.get("pads", [0] * 2 * nd)
+    blocks = np.prod(
+        [
+            (i + pads[a] + pads[nd + a] - dilations[a] * (k - 1) - 1) // strides[a] + 1
+            for a, (i, k) in enumerate(zip(image, block, strict=True))
+        ]
+    )
+    depth = 3 * int(np.prod(block))
+    model = _model(
+        [oh.make_node("Col2Im", ["x", "image", "block"], ["y"], **attrs)],
+        [_float("x", [2, depth, int(blocks)])],
+        [_float("y", [2, 3, *image])],
+        [
+            numpy_helper.from_array(np.array(image, np.int64), "image"),
+            numpy_helper.from_array(np.array(block, np.int64), "block"),
+        ],
+        opset=18,
+    )
+    x = np.random.default_rng(6).standard_normal((2, depth, int(blocks))).astype(np.float32)
+    _check(model, {"x": x})

@@ -120,3 +120,13 @@ def test_export_leaves_the_modules_training_mode_as_it_was():
     net[2].eval()  # a frozen batch norm inside a model being trained
     from_torch(net, (torch.randn(2, 4),))
     assert [m.training for m in net.modules()] == [True, True, True, False]
+
+
+def test_fold_of_unfold_matches_torch():
+    # F.unfold exports as gathers, F.fold as Col2Im (opset 18): overlapping patches summed
+    class FoldBack(torch.nn.Module):
+        def forward(self, x):  # noqa: ANN001, ANN202
+            cols = torch.nn.functional.unfold(x, (3, 2), padding=1, stride=(2, 1))
+            return torch.nn.functional.fold(cols * 2, (7, 6), (3, 2), padding=1, stride=(2, 1))
+
+    _check(FoldBack(), (2, 3, 7, 6))
