@@ -255,3 +255,25 @@ def test_col2im_sums_the_overlapping_blocks(image, block, attrs) -> None:  # noq
     )
     x = np.random.default_rng(6).standard_normal((2, depth, int(blocks))).astype(np.float32)
     _check(model, {"x": x})
+
+
+@pytest.mark.parametrize(
+    "mode,scales",
+    [("linear", [1, 1, 1.5, 0.6]), ("cubic", [1, 1, 1.5, 0.6]), ("linear", [1, 1, 2, 1.5, 2])],
+)
+def test_align_corners_resize_to_a_fractional_length(mode: str, scales) -> None:  # noqa: ANN001
+    # F.interpolate(scale_factor=..., align_corners=True) through either exporter: Resize by
+    # scales whose lengths are not whole (3 * 1.5 = 4.5 rows); the corners map onto the
+    # truncated output's, as in torch and onnxruntime
+    shape = [1, 2, 3, 5] if len(scales) == 4 else [1, 1, 2, 3, 3]
+    node = oh.make_node(
+        "Resize",
+        ["x", "", "scales"],
+        ["y"],
+        mode=mode,
+        coordinate_transformation_mode="align_corners",
+    )
+    scale = numpy_helper.from_array(np.array(scales, np.float32), "scales")
+    model = _model([node], [_float("x", shape)], [_float("y", None)], [scale])
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    _check(model, {"x": x})

@@ -130,3 +130,25 @@ def test_fold_of_unfold_matches_torch():
             return torch.nn.functional.fold(cols * 2, (7, 6), (3, 2), padding=1, stride=(2, 1))
 
     _check(FoldBack(), (2, 3, 7, 6))
+
+
+def test_align_corners_interpolation_by_a_fractional_factor_matches_torch():
+    # 3 * 1.5 = 4.5 rows: torch maps the 4 output rows' corners onto the input's
+    class Up(torch.nn.Module):
+        def forward(self, x, v):  # noqa: ANN001, ANN202
+            f = torch.nn.functional.interpolate
+            return (
+                f(x, scale_factor=1.5, mode="bilinear", align_corners=True),
+                f(x, scale_factor=(1.5, 0.7), mode="bicubic", align_corners=True),
+                f(v, scale_factor=(2, 1.5, 2), mode="trilinear", align_corners=True),
+            )
+
+    torch.manual_seed(4)
+    x, v = torch.randn(1, 2, 3, 5), torch.randn(1, 1, 2, 3, 3)
+    net = Up()
+    with torch.no_grad():
+        want = [w.numpy() for w in net(x, v)]
+    graph = optimize(from_torch(net, (x, v)))
+    got = run_graph(graph, {graph.inputs[0]: x.numpy(), graph.inputs[1]: v.numpy()})
+    for name, theirs in zip(graph.outputs, want, strict=True):
+        np.testing.assert_allclose(got[name], theirs, rtol=1e-5, atol=1e-5)
