@@ -277,3 +277,35 @@ def test_align_corners_resize_to_a_fractional_length(mode: str, scales) -> None:
     model = _model([node], [_float("x", shape)], [_float("y", None)], [scale])
     x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
     _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_training_mode_batch_norm_uses_the_batch_statistics(running: bool) -> None:
+    # torch's BatchNorm with track_running_stats=False normalizes by the batch's statistics in
+    # eval mode too: the TorchScript exporter writes BatchNormalization(training_mode=1) with
+    # the running statistics as further (unused) outputs
+    outputs = ["y", "mean_out", "var_out"] if running else ["y"]  # the graph's
+    node = oh.make_node(
+        "BatchNormalization",
+        ["x", "scale", "bias", "mean", "var"],
+        ["y", "mean_out", "var_out"],
+        epsilon=1e-3,
+        momentum=0.8,
+        training_mode=1,
+    )
+    rng = np.random.default_rng(8)
+    params = {
+        "scale": rng.uniform(0.5, 2, 3),
+        "bias": rng.standard_normal(3),
+        "mean": rng.standard_normal(3),
+        "var": rng.uniform(0.5, 2, 3),
+    }
+    model = _model(
+        [node],
+        [_float("x", [2, 3, 4, 5])],
+        [_float("y", [2, 3, 4, 5])] + [_float(v, [3]) for v in outputs[1:]],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in params.items()],
+        opset=15,
+    )
+    x = (rng.standard_normal((2, 3, 4, 5)) * 3 + 1).astype(np.float32)
+    _check(model, {"x": x})
