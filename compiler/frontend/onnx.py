@@ -246,12 +246,23 @@ def _changed_definition(op: str, opset: int) -> int | None:
     return None
 
 
+def _is_training_batch_norm(node: onnx.NodeProto, opset: int) -> bool:
+    """A BatchNormalization that normalizes by its batch's statistics: `training_mode=1`
+    (opset 14 on), or below opset 14 (where there is no such attribute) one with the running
+    statistics outputs, as torch's TorchScript exporter writes at opsets 9 to 13."""
+    if node.op_type != "BatchNormalization":
+        return False
+    if any(a.name == "training_mode" and a.i for a in node.attribute):
+        return True
+    return opset < 14 and len([o for o in node.output if o]) > 1
+
+
 def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | None:
     """A description if `node` uses a variant of a supported op that is not implemented."""
     if (changed := _changed_definition(node.op_type, opset)) is not None:
         return f"{node.op_type} as redefined at opset {changed}"
     outputs = [o for o in node.output if o]
-    training = any(a.name == "training_mode" and a.i for a in node.attribute)
+    training = _is_training_batch_norm(node, opset)
     if node.op_type == "MaxPool" and len(outputs) > 1:
         return "MaxPool with Indices output"
     if node.op_type == "GridSample" and any(
@@ -479,14 +490,26 @@ class _Importer:
         op = node.op_type
         if op == "Dropout":  # inference: identity (the mask output is unsupported)
             op, inputs, outputs, attrs = "Identity", inputs[:1], outputs[:1], {}
-        if op == "BatchNormalization" and attrs.get("training_mode"):
-            running = outputs[1:]
+        if _is_training_batch_norm(node, self.opset):
+            self._refuse_saved_statistics(name, outputs[3:])
+            running = outputs[1:3]
             inputs[3:5], outputs = self._batch_statistics(name, inputs, running, attrs), outputs[:1]
             attrs["training_mode"] = 0
         attrs = self._adjust(op, attrs, inputs, outputs, name)
         if self._fold(op, name, inputs, outputs, attrs):
             return
         self.builder.add_node(op, inputs, attrs, name=name, outputs=outputs)
+
+    def _refuse_saved_statistics(self, name: str, saved: list[str]) -> None:
+        """BatchNormalization-9's saved mean and variance (for a backward pass) have no
+        definition to follow: refused by name when something reads them, else dropped."""
+        graph = self.model.graph
+        read = {v for n in graph.node for v in n.input} | {v.name for v in graph.output}
+        if any(v and v in read for v in saved):
+            raise UnsupportedOpError(
+                [("BatchNormalization with saved statistics outputs", name, self.opset)],
+                where=self.where,
+            )
 
     def _batch_statistics(self, name: str, inputs: list, running: list, attrs: dict) -> list[str]:
         """The per-channel mean and (biased) variance of the input over the batch and spatial

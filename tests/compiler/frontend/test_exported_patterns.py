@@ -10,6 +10,7 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 import tensorforge
+from tensorforge.compiler.frontend import UnsupportedOpError
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):  # noqa: ANN001, ANN202
@@ -309,3 +310,23 @@ def test_training_mode_batch_norm_uses_the_batch_statistics(running: bool) -> No
     )
     x = (rng.standard_normal((2, 3, 4, 5)) * 3 + 1).astype(np.float32)
     _check(model, {"x": x})
+
+
+def test_batch_norm_below_opset_14_with_statistics_outputs_is_training_mode() -> None:
+    # the same module through the TorchScript exporter at opsets 9 to 13: BatchNormalization-9
+    # has no training_mode; its five outputs (the saved statistics unread) say it
+    rng = np.random.default_rng(9)
+    params = {k: rng.uniform(0.5, 2, 3).astype(np.float32) for k in ("s", "b", "m", "v")}
+    outs = ["y", "running_mean", "running_var", "saved_mean", "saved_var"]
+    model = _model(
+        [oh.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], outs, momentum=0.7)],
+        [_float("x", [2, 3, 4])],
+        [_float("y", [2, 3, 4])],
+        [numpy_helper.from_array(v, k) for k, v in params.items()],
+        opset=13,
+    )
+    x = (rng.standard_normal((2, 3, 4)) * 2 - 1).astype(np.float32)
+    _check(model, {"x": x})
+    model.graph.output.append(_float("saved_var", [3]))
+    with pytest.raises(UnsupportedOpError, match="saved statistics outputs"):
+        tensorforge.compile(model)
