@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import (  # noqa: F401
+    affine_grid,
     col2im,
     einsum,
     elemwise,

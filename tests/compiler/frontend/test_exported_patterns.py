@@ -330,3 +330,24 @@ def test_batch_norm_below_opset_14_with_statistics_outputs_is_training_mode() ->
     model.graph.output.append(_float("saved_var", [3]))
     with pytest.raises(UnsupportedOpError, match="saved statistics outputs"):
         tensorforge.compile(model)
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("size", [[2, 3, 4, 5], [2, 1, 3, 2, 4]])
+def test_affine_grid_of_a_computed_matrix(size, align_corners: int) -> None:  # noqa: ANN001
+    # F.affine_grid through the TorchScript exporter at opset 20 (a spatial transformer): the
+    # affine matrices come from the network, the size is constant
+    nd = len(size) - 2
+    nodes = [
+        oh.make_node("Tanh", ["t"], ["theta"]),
+        oh.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align_corners),
+    ]
+    model = _model(
+        nodes,
+        [_float("t", [2, nd, nd + 1])],
+        [_float("grid", [2, *size[2:], nd])],
+        [numpy_helper.from_array(np.array(size, np.int64), "size")],
+        opset=20,
+    )
+    t = np.random.default_rng(10).standard_normal((2, nd, nd + 1)).astype(np.float32)
+    _check(model, {"t": t})

@@ -38,7 +38,7 @@ EXTRA_OPS = (
     "InstanceNormalization GroupNormalization LpNormalization MeanVarianceNormalization LRN "
     "ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMax ArgMin Hardmax "
     "DepthToSpace SpaceToDepth OneHot GatherElements ScatterElements EyeLike Loop "
-    "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Col2Im"
+    "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Col2Im AffineGrid"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"

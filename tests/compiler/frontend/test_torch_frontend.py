@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorforge.compiler.frontend import from_torch
+from tensorforge.compiler.frontend import from_onnx, from_torch
 from tensorforge.compiler.graph import run_graph
 from tensorforge.compiler.graph.passes import optimize
 
@@ -152,3 +152,25 @@ def test_align_corners_interpolation_by_a_fractional_factor_matches_torch():
     got = run_graph(graph, {graph.inputs[0]: x.numpy(), graph.inputs[1]: v.numpy()})
     for name, theirs in zip(graph.outputs, want, strict=True):
         np.testing.assert_allclose(got[name], theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_affine_grid_matches_torch():
+    # F.affine_grid exports (TorchScript exporter, opset 20) as AffineGrid; an axis of one
+    # position with align_corners is torch's 0 (onnxruntime and onnx's reference disagree)
+    import io
+
+    import onnx
+
+    class Grid(torch.nn.Module):
+        def forward(self, theta):  # noqa: ANN001, ANN202
+            f = torch.nn.functional.affine_grid
+            return f(theta, (2, 1, 3, 4), False), f(theta, (2, 1, 1, 5), True)
+
+    theta = torch.randn(2, 2, 3)
+    buffer = io.BytesIO()
+    torch.onnx.export(Grid(), (theta,), buffer, dynamo=False, opset_version=20)
+    model = onnx.load_from_string(buffer.getvalue())
+    assert [n.op_type for n in model.graph.node].count("AffineGrid") == 2
+    got = run_graph(graph := optimize(from_onnx(model)), {graph.inputs[0]: theta.numpy()})
+    for name, want in zip(graph.outputs, Grid()(theta), strict=True):
+        np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-5, atol=1e-6)
