@@ -174,3 +174,21 @@ def test_affine_grid_matches_torch():
     got = run_graph(graph := optimize(from_onnx(model)), {graph.inputs[0]: theta.numpy()})
     for name, want in zip(graph.outputs, Grid()(theta), strict=True):
         np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_exported_reductions_are_valid_for_onnxruntime():
+    # exported at opset 17 (converted down from torch's 18), torch.var / logsumexp / prod
+    # carried ReduceMean's opset-18 noop_with_empty_axes, which onnxruntime refuses to load
+    import onnxruntime as ort
+
+    from tensorforge.compiler.frontend.torch import export_onnx
+
+    class Stats(torch.nn.Module):
+        def forward(self, x):  # noqa: ANN001, ANN202
+            return torch.var(x, 1), torch.logsumexp(x, 0), x.prod(1), torch.linalg.norm(x)
+
+    x = torch.randn(3, 5)
+    model = export_onnx(Stats(), (x,))
+    got = ort.InferenceSession(model.SerializeToString()).run(None, {"input0": x.numpy()})
+    for ours, want in zip(got, Stats()(x), strict=True):
+        np.testing.assert_allclose(ours, want.numpy(), rtol=1e-5, atol=1e-6)
