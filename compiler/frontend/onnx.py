@@ -250,20 +250,31 @@ def _changed_definition(op: str, opset: int) -> int | None:
     return None
 
 
+def _is_training_batch_norm(node: onnx.NodeProto, opset: int) -> bool:
+    """A BatchNormalization that normalizes by its batch's statistics: `training_mode=1`
+    (opset 14 on), or below opset 14 (where there is no such attribute) one with the running
+    statistics outputs, as torch's TorchScript exporter writes at opsets 9 to 13."""
+    if node.op_type != "BatchNormalization":
+        return False
+    if any(a.name == "training_mode" and a.i for a in node.attribute):
+        return True
+    return opset < 14 and len([o for o in node.output if o]) > 1
+
+
 def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | None:
     """A description if `node` uses a variant of a supported op that is not implemented."""
     if (changed := _changed_definition(node.op_type, opset)) is not None:
         return f"{node.op_type} as redefined at opset {changed}"
     outputs = [o for o in node.output if o]
-    training = any(a.name == "training_mode" and a.i for a in node.attribute)
+    training = _is_training_batch_norm(node, opset)
     if node.op_type == "MaxPool" and len(outputs) > 1:
         return "MaxPool with Indices output"
     if node.op_type == "GridSample" and any(
         a.name == "mode" and a.s in (b"cubic", b"bicubic") for a in node.attribute
     ):
         return "GridSample with cubic interpolation"
-    if node.op_type == "BatchNormalization" and (len(outputs) > 1 or training):
-        return "BatchNormalization in training mode"
+    if node.op_type == "BatchNormalization" and len(outputs) > 1 and not training:
+        return "BatchNormalization with running statistics outputs in inference mode"
     if node.op_type == "Dropout" and (len(outputs) > 1 or len([i for i in node.input if i]) > 2):
         return "Dropout with a mask output or training_mode"
     if node.op_type not in ("If", "Loop") and any(
@@ -483,10 +494,65 @@ class _Importer:
         op = node.op_type
         if op == "Dropout":  # inference: identity (the mask output is unsupported)
             op, inputs, outputs, attrs = "Identity", inputs[:1], outputs[:1], {}
+        if _is_training_batch_norm(node, self.opset):
+            self._refuse_saved_statistics(name, outputs[3:])
+            running = outputs[1:3]
+            inputs[3:5], outputs = self._batch_statistics(name, inputs, running, attrs), outputs[:1]
+            attrs["training_mode"] = 0
         attrs = self._adjust(op, attrs, inputs, outputs, name)
         if self._fold(op, name, inputs, outputs, attrs):
             return
         self.builder.add_node(op, inputs, attrs, name=name, outputs=outputs)
+
+    def _refuse_saved_statistics(self, name: str, saved: list[str]) -> None:
+        """BatchNormalization-9's saved mean and variance (for a backward pass) have no
+        definition to follow: refused by name when something reads them, else dropped."""
+        graph = self.model.graph
+        read = {v for n in graph.node for v in n.input} | {v.name for v in graph.output}
+        if any(v and v in read for v in saved):
+            raise UnsupportedOpError(
+                [("BatchNormalization with saved statistics outputs", name, self.opset)],
+                where=self.where,
+            )
+
+    def _batch_statistics(self, name: str, inputs: list, running: list, attrs: dict) -> list[str]:
+        """The per-channel mean and (biased) variance of the input over the batch and spatial
+        axes: what a training-mode BatchNormalization normalizes by (torch's BatchNorm with
+        `track_running_stats=False`, which uses them in eval mode too, exports so). The
+        `running` outputs asked for get ONNX's `input * momentum + batch * (1 - momentum)`."""
+        x = inputs[0]
+        shape = self.builder.types[x].shape
+        axes = self.builder.add_constant(
+            self.builder.fresh(f"{name}_axes"), np.array([0, *range(2, len(shape))], np.int64)
+        )
+        channels = self.builder.add_constant(
+            self.builder.fresh(f"{name}_channels"), np.array([shape[1]], np.int64)
+        )
+
+        def value(hint: str) -> str:
+            return self.builder.fresh(f"{name}_{hint}")
+
+        mean, dev, sq, var = value("mean"), value("dev"), value("sq"), value("var")
+        flat_mean, flat_var = value("batch_mean"), value("batch_var")
+        self.emit("ReduceMean", [x, axes], [mean], f"{name}/mean", keepdims=1)
+        self.emit("Sub", [x, mean], [dev], f"{name}/dev")
+        self.emit("Mul", [dev, dev], [sq], f"{name}/sq")
+        self.emit("ReduceMean", [sq, axes], [var], f"{name}/var", keepdims=1)
+        self.emit("Reshape", [mean, channels], [flat_mean], f"{name}/batch_mean")
+        self.emit("Reshape", [var, channels], [flat_var], f"{name}/batch_var")
+        dtype = self.builder.types[x].dtype
+        keep, take = (
+            self.builder.add_constant(value(hint), np.array(v, dtype))
+            for hint, v in (("momentum", attrs.get("momentum", 0.9)),
+                            ("complement", 1 - attrs.get("momentum", 0.9)))
+        )  # fmt: skip
+        for out, old, batch in zip(running, inputs[3:5], (flat_mean, flat_var), strict=False):
+            if out:
+                kept, taken = value("kept"), value("taken")
+                self.emit("Mul", [old, keep], [kept], f"{name}/{out}_kept")
+                self.emit("Mul", [batch, take], [taken], f"{name}/{out}_taken")
+                self.emit("Add", [kept, taken], [out], f"{name}/{out}")
+        return [flat_mean, flat_var]
 
     def _inline_if(self, name: str, node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
         """An If whose condition is known at import (shape tests on static shapes, exporters'

@@ -1,7 +1,7 @@
 """PyTorch importer: a module and example inputs -> the graph IR, through torch's ONNX export.
 
 torch is an optional extra (`pip install 'tensorforge[torch]'`, which brings onnxscript too).
-The module is exported in eval mode with torch's torch.export-based ONNX exporter at opset 17
+The module is exported in eval mode with torch's torch.export-based ONNX exporter at opset 18
 (the older TorchScript exporter fails on modules such as TransformerEncoderLayer), and the ONNX
 model goes through ``from_onnx``, so both frontends share one importer and one op list.
 
@@ -25,7 +25,10 @@ import onnx
 from ..graph.ir import Graph
 from .onnx import from_onnx
 
-OPSET = 17
+# torch's exporter writes opset 18; converting down to 17 left opset-18 attributes on the
+# reductions (ReduceMean's noop_with_empty_axes: torch.var, std, logsumexp, prod), which
+# onnxruntime rejects, and opset-18 ops (Col2Im) as they were
+OPSET = 18
 
 
 def export_onnx(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from . import (  # noqa: F401
+    affine_grid,
+    col2im,
     einsum,
     elemwise,
     gather_nd,

@@ -129,7 +129,10 @@ def _source_coords(
     y = np.arange(out_len, dtype=np.float64)
     length = scale * in_len  # the output length before truncation
     if mode == "align_corners":
-        return np.zeros(out_len) if length == 1 else y * (in_len - 1) / (length - 1)
+        # the output's own (truncated) length, as onnxruntime and torch take it: with a scale
+        # making 4.5 rows of 3 they map row 3 to input row 2 (onnx's reference evaluator divides
+        # by 3.5, a silent shift of every row for torch's `align_corners=True` exports)
+        return np.zeros(out_len) if out_len == 1 else y * (in_len - 1) / (out_len - 1)
     if mode == "asymmetric":
         return y / scale
     if mode == "tf_half_pixel_for_nn":

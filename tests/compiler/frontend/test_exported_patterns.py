@@ -10,6 +10,7 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 import tensorforge
+from tensorforge.compiler.frontend import UnsupportedOpError
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):  # noqa: ANN001, ANN202
@@ -237,3 +238,133 @@ def test_dropout_with_a_constant_false_training_mode_is_inference(
         inits.append(false)
     model = _model(nodes, [_float("x", [2, 5])], [_float("y", [2, 5])], inits, opset=opset)
     _check(model, {"x": np.arange(10, dtype=np.float32).reshape(2, 5)})
+
+
+@pytest.mark.parametrize(
+    "image,block,attrs",
+    [
+        ([4, 5], [2, 3], {"strides": [1, 2], "pads": [1, 1, 1, 1]}),  # nn.Fold(padding, stride)
+        ([7, 6], [3, 2], {"strides": [2, 2], "dilations": [2, 1]}),  # blocks short of the edge
+        ([5, 4, 3], [2, 2, 1], {"pads": [0, 1, 0, 1, 0, 0]}),  # a volume
+    ],
+)
+def test_col2im_sums_the_overlapping_blocks(image, block, attrs) -> None:  # noqa: ANN001
+    # torch's F.fold / nn.Fold through the dynamo exporter: Col2Im (opset 18) with constant
+    # image and block shapes
+    nd = len(image)
+    strides, dilations = attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd)
+    pads = attrs.get("pads", [0] * 2 * nd)
+    blocks = np.prod(
+        [
+            (i + pads[a] + pads[nd + a] - dilations[a] * (k - 1) - 1) // strides[a] + 1
+            for a, (i, k) in enumerate(zip(image, block, strict=True))
+        ]
+    )
+    depth = 3 * int(np.prod(block))
+    model = _model(
+        [oh.make_node("Col2Im", ["x", "image", "block"], ["y"], **attrs)],
+        [_float("x", [2, depth, int(blocks)])],
+        [_float("y", [2, 3, *image])],
+        [
+            numpy_helper.from_array(np.array(image, np.int64), "image"),
+            numpy_helper.from_array(np.array(block, np.int64), "block"),
+        ],
+        opset=18,
+    )
+    x = np.random.default_rng(6).standard_normal((2, depth, int(blocks))).astype(np.float32)
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize(
+    "mode,scales",
+    [("linear", [1, 1, 1.5, 0.6]), ("cubic", [1, 1, 1.5, 0.6]), ("linear", [1, 1, 2, 1.5, 2])],
+)
+def test_align_corners_resize_to_a_fractional_length(mode: str, scales) -> None:  # noqa: ANN001
+    # F.interpolate(scale_factor=..., align_corners=True) through either exporter: Resize by
+    # scales whose lengths are not whole (3 * 1.5 = 4.5 rows); the corners map onto the
+    # truncated output's, as in torch and onnxruntime
+    shape = [1, 2, 3, 5] if len(scales) == 4 else [1, 1, 2, 3, 3]
+    node = oh.make_node(
+        "Resize",
+        ["x", "", "scales"],
+        ["y"],
+        mode=mode,
+        coordinate_transformation_mode="align_corners",
+    )
+    scale = numpy_helper.from_array(np.array(scales, np.float32), "scales")
+    model = _model([node], [_float("x", shape)], [_float("y", None)], [scale])
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_training_mode_batch_norm_uses_the_batch_statistics(running: bool) -> None:
+    # torch's BatchNorm with track_running_stats=False normalizes by the batch's statistics in
+    # eval mode too: the TorchScript exporter writes BatchNormalization(training_mode=1) with
+    # the running statistics as further (unused) outputs
+    outputs = ["y", "mean_out", "var_out"] if running else ["y"]  # the graph's
+    node = oh.make_node(
+        "BatchNormalization",
+        ["x", "scale", "bias", "mean", "var"],
+        ["y", "mean_out", "var_out"],
+        epsilon=1e-3,
+        momentum=0.8,
+        training_mode=1,
+    )
+    rng = np.random.default_rng(8)
+    params = {
+        "scale": rng.uniform(0.5, 2, 3),
+        "bias": rng.standard_normal(3),
+        "mean": rng.standard_normal(3),
+        "var": rng.uniform(0.5, 2, 3),
+    }
+    model = _model(
+        [node],
+        [_float("x", [2, 3, 4, 5])],
+        [_float("y", [2, 3, 4, 5])] + [_float(v, [3]) for v in outputs[1:]],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in params.items()],
+        opset=15,
+    )
+    x = (rng.standard_normal((2, 3, 4, 5)) * 3 + 1).astype(np.float32)
+    _check(model, {"x": x})
+
+
+def test_batch_norm_below_opset_14_with_statistics_outputs_is_training_mode() -> None:
+    # the same module through the TorchScript exporter at opsets 9 to 13: BatchNormalization-9
+    # has no training_mode; its five outputs (the saved statistics unread) say it
+    rng = np.random.default_rng(9)
+    params = {k: rng.uniform(0.5, 2, 3).astype(np.float32) for k in ("s", "b", "m", "v")}
+    outs = ["y", "running_mean", "running_var", "saved_mean", "saved_var"]
+    model = _model(
+        [oh.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], outs, momentum=0.7)],
+        [_float("x", [2, 3, 4])],
+        [_float("y", [2, 3, 4])],
+        [numpy_helper.from_array(v, k) for k, v in params.items()],
+        opset=13,
+    )
+    x = (rng.standard_normal((2, 3, 4)) * 2 - 1).astype(np.float32)
+    _check(model, {"x": x})
+    model.graph.output.append(_float("saved_var", [3]))
+    with pytest.raises(UnsupportedOpError, match="saved statistics outputs"):
+        tensorforge.compile(model)
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("size", [[2, 3, 4, 5], [2, 1, 3, 2, 4]])
+def test_affine_grid_of_a_computed_matrix(size, align_corners: int) -> None:  # noqa: ANN001
+    # F.affine_grid through the TorchScript exporter at opset 20 (a spatial transformer): the
+    # affine matrices come from the network, the size is constant
+    nd = len(size) - 2
+    nodes = [
+        oh.make_node("Tanh", ["t"], ["theta"]),
+        oh.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align_corners),
+    ]
+    model = _model(
+        nodes,
+        [_float("t", [2, nd, nd + 1])],
+        [_float("grid", [2, *size[2:], nd])],
+        [numpy_helper.from_array(np.array(size, np.int64), "size")],
+        opset=20,
+    )
+    t = np.random.default_rng(10).standard_normal((2, nd, nd + 1)).astype(np.float32)
+    _check(model, {"t": t})

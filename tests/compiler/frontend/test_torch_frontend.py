@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorforge.compiler.frontend import from_torch
+from tensorforge.compiler.frontend import from_onnx, from_torch
 from tensorforge.compiler.graph import run_graph
 from tensorforge.compiler.graph.passes import optimize
 
@@ -120,3 +120,75 @@ def test_export_leaves_the_modules_training_mode_as_it_was():
     net[2].eval()  # a frozen batch norm inside a model being trained
     from_torch(net, (torch.randn(2, 4),))
     assert [m.training for m in net.modules()] == [True, True, True, False]
+
+
+def test_fold_of_unfold_matches_torch():
+    # F.unfold exports as gathers, F.fold as Col2Im (opset 18): overlapping patches summed
+    class FoldBack(torch.nn.Module):
+        def forward(self, x):  # noqa: ANN001, ANN202
+            cols = torch.nn.functional.unfold(x, (3, 2), padding=1, stride=(2, 1))
+            return torch.nn.functional.fold(cols * 2, (7, 6), (3, 2), padding=1, stride=(2, 1))
+
+    _check(FoldBack(), (2, 3, 7, 6))
+
+
+def test_align_corners_interpolation_by_a_fractional_factor_matches_torch():
+    # 3 * 1.5 = 4.5 rows: torch maps the 4 output rows' corners onto the input's
+    class Up(torch.nn.Module):
+        def forward(self, x, v):  # noqa: ANN001, ANN202
+            f = torch.nn.functional.interpolate
+            return (
+                f(x, scale_factor=1.5, mode="bilinear", align_corners=True),
+                f(x, scale_factor=(1.5, 0.7), mode="bicubic", align_corners=True),
+                f(v, scale_factor=(2, 1.5, 2), mode="trilinear", align_corners=True),
+            )
+
+    torch.manual_seed(4)
+    x, v = torch.randn(1, 2, 3, 5), torch.randn(1, 1, 2, 3, 3)
+    net = Up()
+    with torch.no_grad():
+        want = [w.numpy() for w in net(x, v)]
+    graph = optimize(from_torch(net, (x, v)))
+    got = run_graph(graph, {graph.inputs[0]: x.numpy(), graph.inputs[1]: v.numpy()})
+    for name, theirs in zip(graph.outputs, want, strict=True):
+        np.testing.assert_allclose(got[name], theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_affine_grid_matches_torch():
+    # F.affine_grid exports (TorchScript exporter, opset 20) as AffineGrid; an axis of one
+    # position with align_corners is torch's 0 (onnxruntime and onnx's reference disagree)
+    import io
+
+    import onnx
+
+    class Grid(torch.nn.Module):
+        def forward(self, theta):  # noqa: ANN001, ANN202
+            f = torch.nn.functional.affine_grid
+            return f(theta, (2, 1, 3, 4), False), f(theta, (2, 1, 1, 5), True)
+
+    theta = torch.randn(2, 2, 3)
+    buffer = io.BytesIO()
+    torch.onnx.export(Grid(), (theta,), buffer, dynamo=False, opset_version=20)
+    model = onnx.load_from_string(buffer.getvalue())
+    assert [n.op_type for n in model.graph.node].count("AffineGrid") == 2
+    got = run_graph(graph := optimize(from_onnx(model)), {graph.inputs[0]: theta.numpy()})
+    for name, want in zip(graph.outputs, Grid()(theta), strict=True):
+        np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_exported_reductions_are_valid_for_onnxruntime():
+    # exported at opset 17 (converted down from torch's 18), torch.var / logsumexp / prod
+    # carried ReduceMean's opset-18 noop_with_empty_axes, which onnxruntime refuses to load
+    import onnxruntime as ort
+
+    from tensorforge.compiler.frontend.torch import export_onnx
+
+    class Stats(torch.nn.Module):
+        def forward(self, x):  # noqa: ANN001, ANN202
+            return torch.var(x, 1), torch.logsumexp(x, 0), x.prod(1), torch.linalg.norm(x)
+
+    x = torch.randn(3, 5)
+    model = export_onnx(Stats(), (x,))
+    got = ort.InferenceSession(model.SerializeToString()).run(None, {"input0": x.numpy()})
+    for ours, want in zip(got, Stats()(x), strict=True):
+        np.testing.assert_allclose(ours, want.numpy(), rtol=1e-5, atol=1e-6)
