@@ -29,11 +29,11 @@ def _same_pads(size: int, stride: int, extent: int, upper: bool) -> tuple[int, i
     return (small, total - small, out) if upper else (total - small, small, out)
 
 
-def window_geometry(
-    attrs: dict[str, Any], spatial: tuple[int, ...], kernel: tuple[int, ...], ceil: bool = False
-) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
-    """(pads_begin, pads_end, strides, dilations, output sizes) of a sliding-window op."""
-    nd = len(spatial)
+def _window_attrs(
+    attrs: dict[str, Any], nd: int, kernel: tuple[int, ...]
+) -> tuple[list[int], list[int]]:
+    """(strides, dilations) of a sliding-window op over `nd` spatial dims (default 1), each
+    window attribute checked to hold one value per spatial dim (pads two)."""
     strides = list(attrs.get("strides") or (1,) * nd)
     dilations = list(attrs.get("dilations") or (1,) * nd)
     given = {"kernel_shape": kernel, "strides": strides, "dilations": dilations}
@@ -45,6 +45,15 @@ def window_geometry(
                 f"{key} must have {'two values' if key == 'pads' else 'one value'} per spatial "
                 f"dim ({nd} for an input of rank {nd + 2}), not {list(values)}"
             )
+    return strides, dilations
+
+
+def window_geometry(
+    attrs: dict[str, Any], spatial: tuple[int, ...], kernel: tuple[int, ...], ceil: bool = False
+) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """(pads_begin, pads_end, strides, dilations, output sizes) of a sliding-window op."""
+    nd = len(spatial)
+    strides, dilations = _window_attrs(attrs, nd, kernel)
     extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -160,17 +169,7 @@ def transpose_geometry(
 ) -> tuple[list[int], list[int]]:
     """(pads_begin, output sizes) of ConvTranspose, following the ONNX definition."""
     nd = len(spatial)
-    strides = list(attrs.get("strides") or (1,) * nd)
-    dilations = list(attrs.get("dilations") or (1,) * nd)
-    given = {"kernel_shape": kernel, "strides": strides, "dilations": dilations}
-    if attrs.get("auto_pad", "NOTSET") == "NOTSET" and attrs.get("pads"):
-        given["pads"] = list(attrs["pads"])
-    for key, values in given.items():
-        if len(values) != (2 * nd if key == "pads" else nd):
-            raise ValueError(
-                f"{key} must have {'two values' if key == 'pads' else 'one value'} per spatial "
-                f"dim ({nd} for an input of rank {nd + 2}), not {list(values)}"
-            )
+    strides, dilations = _window_attrs(attrs, nd, kernel)
     out_pad = list(attrs.get("output_padding") or (0,) * nd)
     full = [
         s * (n - 1) + op + (k - 1) * d + 1
