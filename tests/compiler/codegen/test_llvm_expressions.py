@@ -231,18 +231,23 @@ def test_round_breaks_ties_to_even_like_numpy_rint(vectorize: bool) -> None:
     np.testing.assert_array_equal(interp, np.rint(values))
 
 
+def _unary_kernel(fn, x: np.ndarray, lanes: int, name: str):  # noqa: ANN001, ANN202
+    """A kernel B[i] = fn(A[i]) over `x`'s shape, vectorized by `lanes` when more than 1."""
+    A = te.placeholder(x.shape, name="A")
+    B = te.compute(x.shape, lambda i: fn(A[i]), name="B")
+    s = te.create_schedule(B.op)
+    if lanes > 1:
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
+    return build(s, [A, B], name=name)
+
+
 @pytest.mark.parametrize("lanes", [1, 16])
 def test_float32_exp_is_vector_code_within_an_ulp_of_numpy(lanes: int) -> None:
     """float32 exp is a polynomial in vector registers (no libm call per lane): within 1 ulp of
     numpy's (double-precision) exp across the whole range, inf/0 beyond it, NaN kept."""
     specials = [np.inf, -np.inf, np.nan, 0.0, -0.0, 88.72, 88.73, -87.3, -103.9, -104.5, -200.0]
     x = np.concatenate([np.linspace(-110, 95, 20011), specials]).astype(np.float32)
-    A = te.placeholder(x.shape, name="A")
-    B = te.compute(x.shape, lambda i: te.exp(A[i]), name="B")
-    s = te.create_schedule(B.op)
-    if lanes > 1:
-        s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
-    f = build(s, [A, B], name="exp32")
+    f = _unary_kernel(te.exp, x, lanes, "exp32")
     got = np.empty_like(x)
     f(x, got)
     assert "expf" not in f.assembly()
@@ -262,13 +267,8 @@ def test_float32_sigmoid_saturates_without_subnormals(lanes: int) -> None:
     a subnormal (a slow path on x86); monotone; NaN kept."""
     specials = [np.inf, -np.inf, np.nan, 0.0, 79.9, 80.0, 87.5, 104.0, -80.0, -87.5, -104.0]
     x = np.concatenate([np.linspace(-300, 300, 30011), specials]).astype(np.float32)
-    A = te.placeholder(x.shape, name="A")
-    B = te.compute(x.shape, lambda i: te.sigmoid(A[i]), name="B")
-    s = te.create_schedule(B.op)
-    if lanes > 1:
-        s[B].vectorize(s[B].split(B.op.axis[0], factor=lanes)[1])
     got = np.empty_like(x)
-    build(s, [A, B], name="sigmoid32")(x, got)
+    _unary_kernel(te.sigmoid, x, lanes, "sigmoid32")(x, got)
     with np.errstate(over="ignore"):
         want = 1 / (1 + np.exp(-x.astype(np.float64)))
     inside = np.abs(x) <= 80
