@@ -4,6 +4,8 @@
 - the same CNN in float16 (its convolutions and products accumulate in float32);
 - an opset-9 model with an old Upsample (upgraded to opset 13 at import, its coordinate rule
   kept);
+- an opset-7 file of the model zoo's kind (IR 3, tiny-YOLOv2's ImageScaler first);
+- integer bit manipulation (BitwiseXor, then BitShift by amounts up to past the width);
 and run with one array for a one-input model (`module.run(x)`)."""
 
 import tempfile
@@ -60,3 +62,31 @@ graph = helper.make_graph(
 )
 old = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=4)
 check("opset-9 bilinear Upsample", old, x[:, :, :8, :8].copy(), 1e-6)
+
+scaler = helper.make_node("ImageScaler", ["x"], ["s"], scale=0.5, bias=[0.1, -0.2, 0.3])
+conv = helper.make_node("Conv", ["s", "w"], ["y"], pads=[1, 1, 1, 1])
+graph = helper.make_graph(
+    [scaler, conv],
+    "zoo",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 32, 32))],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    [numpy_helper.from_array(np.full((4, 3, 3, 3), 0.1, np.float32), "w")],
+)
+zoo = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)], ir_version=3)
+check("opset-7 IR-3 ImageScaler+Conv", zoo, x, 1e-5)
+
+xor = helper.make_node("BitwiseXor", ["x", "key"], ["t"])
+shift = helper.make_node("BitShift", ["t", "amount"], ["y"], direction="RIGHT")
+graph = helper.make_graph(
+    [xor, shift],
+    "bits",
+    [helper.make_tensor_value_info("x", TensorProto.UINT32, (4, 8))],
+    [helper.make_tensor_value_info("y", TensorProto.UINT32, None)],
+    [
+        numpy_helper.from_array(np.array([0x5A5A5A5A], np.uint32), "key"),
+        numpy_helper.from_array(np.arange(0, 40, 5, dtype=np.uint32), "amount"),  # 35: past 32
+    ],
+)
+bits = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+words = np.random.default_rng(1).integers(0, 2**32, (4, 8), dtype=np.uint32)
+check("BitwiseXor + BitShift (uint32)", bits, words, 1e-12)
