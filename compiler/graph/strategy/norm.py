@@ -10,6 +10,9 @@ from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
 from ...topi.gpu import reduce as gpu_reduce
 from ...topi.x86 import (  # the x86 operator library
+    LANES_MIN_ROW,
+    row_reduce,
+    schedule_row_reduce,
     schedule_softmax,
     softmax,
 )
@@ -27,7 +30,8 @@ def _softmax(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     if ctx.gpu and axis == len(shape) - 1 and shape[-1] > gpu_reduce.MIN_ROW:
         return _gpu_softmax(ctx, node, rows_of(shape, axis))
     if node.op == "Softmax" and axis == len(shape) - 1:
-        _, out = softmax(ctx.as_tensor(node.inputs[0], rows_of(shape, axis)))
+        x = ctx.as_tensor(node.inputs[0], rows_of(shape, axis))
+        _, out = softmax(x, min_row=None if ctx.gpu else LANES_MIN_ROW)
         return schedule_softmax(out), [out]
     return _softmax_axis(ctx, node, shape, axis, log=node.op == "LogSoftmax")
 
@@ -84,9 +88,11 @@ def _layer_norm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         out, stages = gpu_reduce.layer_norm_rows(x, *affine, attrs["epsilon"], config, warp)
         return gpu_reduce.schedule_rows(out, stages, config), [out]
     eps = attrs["epsilon"]
-    mean_stages, mean = row_mean(rows, cols, lambda i, j: x[i, j])
+    min_row = None if ctx.gpu else LANES_MIN_ROW
+    mean_stages, mean = row_mean(rows, cols, lambda i, j: x[i, j], min_row)
     centered = lambda i, j: x[i, j] - mean[i]  # noqa: E731
-    sq, sq_parts = _row_sum(rows, cols, lambda i, j: centered(i, j) * centered(i, j), "sq")
+    term = lambda i, j: centered(i, j) * centered(i, j)  # noqa: E731
+    sq, sq_stages = row_reduce(rows, cols, term, "sq", min_row=min_row)
 
     def fout(i: Any, j: Any) -> Any:
         v = (x[i, j] - mean[i]) * te.rsqrt(sq[i] * (1.0 / cols) + eps) * scale((j,))
@@ -95,12 +101,7 @@ def _layer_norm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     out = te.compute((rows, cols), fout, name="layer_norm")
     s = te.create_schedule(out.op)
     row, col = out.op.axis
-    for t in (*mean_stages, mean, *sq_parts, sq):
-        s[t].compute_at(s[out], row)
-    for t in (*mean_stages[1:], *sq_parts):  # the partial sums' lanes innermost, as one vector
-        (k,), (_, lane) = s[t].op.reduce_axis, s[t].op.axis
-        s[t].reorder(k, lane)
-        s[t].vectorize(lane)
+    schedule_row_reduce(s, [*mean_stages, mean, *sq_stages, sq], out, row)
     _, lanes = s[out].split(col, factor=16)
     s[out].vectorize(lanes)
     if rows * cols >= 2048:
@@ -108,38 +109,18 @@ def _layer_norm(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     return s, [out]
 
 
-_SUM_LANES = 16
-
-
-def _row_sum(rows: int, cols: int, term: Callable, name: str) -> tuple[Tensor, list[Tensor]]:
-    """`sum_j term(i, j)` per row, and the stages that need vector lanes: a row of more than 64
-    values, a multiple of 16, is first summed into 16 partial sums (one vector), then those. One
-    running scalar sum was bound by the add's latency: LayerNormalization over 768 values
-    (ViT-B/16's, 197 rows) took 0.33 ms, now 0.04; over 96 (ConvNeXt's first stage) 0.52, now
-    0.09."""
-    # longer rows than MIN_ROW take the GPU's own schedule there: the lanes are for CPUs only
-    if cols % _SUM_LANES or cols <= gpu_reduce.MIN_ROW:
-        k = te.reduce_axis((0, cols), f"{name}_k")
-        return te.compute((rows,), lambda i: te.sum(term(i, k), axis=k), name=name), []
-    kk = te.reduce_axis((0, cols // _SUM_LANES), f"{name}_kk")
-    part = te.compute(
-        (rows, _SUM_LANES),
-        lambda i, lane: te.sum(term(i, kk * _SUM_LANES + lane), axis=kk),
-        name=f"{name}_part",
-    )
-    kl = te.reduce_axis((0, _SUM_LANES), f"{name}_kl")
-    return te.compute((rows,), lambda i: te.sum(part[i, kl], axis=kl), name=name), [part]
-
-
-def row_mean(rows: int, cols: int, read: Callable[[Any, Any], Any]) -> tuple[list[Tensor], Tensor]:
-    """(the stages of the offsets' sum: the sum first, then its vector partials if any; the
-    mean) of each row of `read(i, j)`, summed as offsets from the row's first element: a plain
+def row_mean(
+    rows: int, cols: int, read: Callable[[Any, Any], Any], min_row: int | None = None
+) -> tuple[list[Tensor], Tensor]:
+    """(the stages of the offsets' sum (`row_reduce`, in lanes on rows longer than `min_row`);
+    the mean) of each row of `read(i, j)`, summed as offsets from the row's first element: a plain
     float32 sum of values far from 0 (hidden states around 300 with a spread of 0.05) loses the
     mean by many times the spread's rounding, and x - mean with it (layer norm 30x less accurate
     than onnxruntime's); the offsets keep those digits."""
-    total, parts = _row_sum(rows, cols, lambda i, j: read(i, j) - read(i, 0), "total_shifted")
+    offset = lambda i, j: read(i, j) - read(i, 0)  # noqa: E731
+    total, stages = row_reduce(rows, cols, offset, "total_shifted", min_row=min_row)
     mean = te.compute((rows,), lambda i: read(i, 0) + total[i] * (1.0 / cols), name="mean")
-    return [total, *parts], mean
+    return [*stages, total], mean
 
 
 def _ln_affine(ctx: GroupContext, node: Node, cols: int) -> tuple[Lazy, Lazy | None]:

@@ -12,20 +12,24 @@ from .depthwise import (
     schedule_depthwise_nchwc,
 )
 from .nn import (
+    LANES_MIN_ROW,
     RowConfig,
     broadcast_op,
     depthwise_conv2d,
     layer_norm,
     pool2d,
+    row_reduce,
     schedule_depthwise_conv2d,
     schedule_elementwise,
     schedule_layer_norm,
     schedule_pool2d,
+    schedule_row_reduce,
     schedule_softmax,
     softmax,
 )
 
 __all__ = [
+    "LANES_MIN_ROW",
     "Conv2dConfig",
     "Conv2dOp",
     "DenseConfig",
@@ -41,6 +45,7 @@ __all__ = [
     "layer_norm",
     "pack_depthwise_kernel",
     "pool2d",
+    "row_reduce",
     "schedule_conv2d_nchwc",
     "schedule_dense",
     "schedule_depthwise_conv2d",
@@ -48,6 +53,7 @@ __all__ = [
     "schedule_elementwise",
     "schedule_layer_norm",
     "schedule_pool2d",
+    "schedule_row_reduce",
     "schedule_softmax",
     "softmax",
 ]

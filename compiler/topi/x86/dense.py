@@ -301,3 +301,82 @@ def _schedule_pack(s: Schedule, packed: Tensor, config: DenseConfig) -> None:
     s[packed].vectorize(ni)
     if config.parallel and config.mc:
         s[packed].parallel(no)
+
+
+Read3 = Callable[[te.Expr, te.Expr, te.Expr], te.Expr]  # (batch, row, col) -> expression
+
+
+def batch_dense(
+    a: Read3,
+    b: Read3,
+    shape: tuple[int, int, int, int],
+    dtype: str,
+    epilogue: Epilogue | None = None,
+    config: DenseConfig | None = None,
+) -> DenseOp:
+    """`out[q, i, j] = epilogue(sum_k a(q, i, k) * b(q, k, j), q, i, j)` for `shape = (batches,
+    M, K, N)`: one dense per batch entry, both operands computed at run time (attention's
+    `Q K^T` and `P V`). Each entry's B is packed into `[N // bn, K, bn]` panels by the task that
+    uses the panel, right before its tiles, as `dense` does for one matrix; `a` and `b` are
+    read functions (views of the operands: broadcast batch dims, folded transposes)."""
+    config = config or DenseConfig()
+    config.check()
+    nb, m, k, n = shape
+    bn = config.bn
+    panels = -(-n // bn)
+
+    def fpack(q: te.Expr, no: te.Expr, kk: te.Expr, ni: te.Expr) -> te.Expr:
+        col = no * bn + ni
+        if n % bn == 0:
+            return b(q, kk, col)
+        return te.if_then_else(col < n, b(q, kk, col), te.const(0, dtype))
+
+    packed = te.compute((nb, panels, k, bn), fpack, name="packed")
+    rk = te.reduce_axis((0, k), "k")
+    acc = te.compute(
+        (nb, m, panels * bn),
+        lambda q, i, j: te.sum(a(q, i, rk) * packed[q, j // bn, rk, j % bn], axis=rk),
+        name="acc",
+    )
+    if epilogue is None and panels * bn == n:
+        out = acc
+    else:
+        value = epilogue or (lambda v, *_: v)
+        out = te.compute((nb, m, n), lambda q, i, j: value(acc[q, i, j], q, i, j), name="out")
+    return DenseOp([], packed, acc, out)
+
+
+def schedule_batch_dense(op: DenseOp, config: DenseConfig | None = None) -> Schedule:
+    """`schedule_dense` for `batch_dense`: (batch entry, panel) pairs in parallel, each packing
+    its panel, then `mr x bn` register tiles down the rows."""
+    config = config or DenseConfig()
+    config.check()
+    s = te.create_schedule(op.out.op)
+    out, acc = op.out, op.acc
+    if out is acc:
+        local = s.cache_write(acc, "local")
+    else:
+        local = acc
+        s[acc].set_scope("local")
+    q, m, n = out.op.axis
+    no, ni = s[out].split(n, factor=config.bn)
+    mo, mi = s[out].split(m, factor=config.mr)
+    s[out].reorder(q, no, mo, mi, ni)
+    outer = s[out].fuse(q, no)
+    s[out].vectorize(ni)
+    if config.parallel:
+        s[out].parallel(outer)
+    s[op.packed].compute_at(s[out], outer)
+    s[local].compute_at(s[out], mo)
+    lq, lm, ln = s[local].op.axis
+    (lk,) = s[local].op.reduce_axis
+    if config.kunroll > 1:
+        ko, ki = s[local].split(lk, factor=config.kunroll)
+        s[local].reorder(lq, ko, ki, lm, ln)
+        s[local].unroll(ki)
+    else:
+        s[local].reorder(lq, lk, lm, ln)
+    s[local].unroll(lm)
+    s[local].vectorize(ln)
+    s[op.packed].vectorize(op.packed.op.axis[-1])
+    return s
