@@ -288,7 +288,11 @@ def register_tile(
     before took 4 columns x 3 blocks there, cut to 2 blocks by `_tile_split`: 1.3-1.4x slower
     on 7- and 8-wide 3x3 layers of 384-512 channels, 1.02-1.06x on 1x1 and strided ones).
     `columns` fixes reg_n. A block that is not whole vectors (20 channels) keeps one block per
-    tile, at most 8 columns."""
+    tile, at most 8 columns. A tile of several weight vectors needs MIN_COLUMNS columns (or the
+    whole row): 208 filters in 16-channel blocks (13, prime) took 1 column x 13 vectors, each
+    weight vector loaded for one column, and GoogLeNet's 96 -> 208 3x3 layer at 14x14 ran 1.09 ms
+    against 0.30 as 14 columns x 1 vector (176 filters 0.87 -> 0.26, 112 filters as 3 x 7
+    vectors 0.22 -> 0.17; AMD EPYC with AVX-512)."""
     from ...codegen.llvm_jit import vector_registers
 
     lanes, count = registers or vector_registers()
@@ -302,6 +306,8 @@ def register_tile(
         reg_n = columns or min((count - 1 - vecs) // vecs, ow)
         if reg_n < 1 or reg_n * vecs + vecs + 1 > count:
             continue
+        if vecs > 1 and reg_n < min(MIN_COLUMNS, ow) and not columns:
+            continue  # each weight vector would serve too few columns
         key = (min(vecs, 2), not _spans_blocks(vecs, lanes, oc_bn), reg_n * vecs, vecs)
         if best is None or key > best[0]:
             best = (key, reg_n, chans)
@@ -311,6 +317,10 @@ def register_tile(
     if columns is None:
         reg_n = -(-ow // -(-ow // reg_n))
     return reg_n, 0 if chans == oc_bn else chans
+
+
+#: the fewest output columns a register tile of several weight vectors may have (`register_tile`)
+MIN_COLUMNS = 4
 
 
 def _spans_blocks(vecs: int, lanes: int, oc_bn: int) -> bool:

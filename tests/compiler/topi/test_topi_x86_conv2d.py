@@ -11,6 +11,7 @@ from tensorforge.compiler.graph.ops.layout import from_blocked, to_blocked
 from tensorforge.compiler.schedule.primitives import ScheduleError
 from tensorforge.compiler.topi.x86 import Conv2dConfig, conv2d_nchwc, schedule_conv2d_nchwc
 from tensorforge.compiler.topi.x86.conv2d import (
+    MIN_COLUMNS,
     _tile_split,
     default_config,
     kernel_blocks,
@@ -293,10 +294,14 @@ REGISTERS = {"avx2": (8, 16), "avx512": (16, 32)}
 
 @pytest.mark.parametrize("isa", REGISTERS)
 @pytest.mark.parametrize("ow", [1, 2, 3, 7, 14, 17, 28, 35, 56, 112])
-@pytest.mark.parametrize("oc_bn, filters", [(32, 256), (16, 48), (8, 8), (32, 32)])
+@pytest.mark.parametrize(
+    "oc_bn, filters", [(32, 256), (16, 48), (8, 8), (32, 32), (16, 208), (16, 112), (16, 176)]
+)
 def test_default_register_tile_fits_the_vector_registers(isa, ow, oc_bn, filters) -> None:
     """The tile's accumulators, its weight vectors and one broadcast value fit the registers,
-    it splits no block unevenly, covers the row evenly and spans at most the filters."""
+    it splits no block unevenly, covers the row evenly and spans at most the filters; a tile of
+    several weight vectors serves MIN_COLUMNS columns at least (or the whole row): 13 blocks
+    of 16 (208 filters: a prime count) took 1 column x 13 vectors, 3.6x slower."""
     lanes, count = REGISTERS[isa]
     reg_n, oc_tile = register_tile(ow, oc_bn, filters, (lanes, count))
     if oc_bn < lanes:  # a block narrower than a vector: one block, the old 8 columns at most
@@ -311,6 +316,8 @@ def test_default_register_tile_fits_the_vector_registers(isa, ow, oc_bn, filters
     assert _tile_split(oc_bn, filters // oc_bn, oc_tile)[0] * oc_bn >= min(chans, oc_bn)
     if chans > oc_bn:  # whole blocks that divide the filters' blocks: `_tile_split` keeps them
         assert (filters // oc_bn) % (chans // oc_bn) == 0
+    if vecs > 1:
+        assert reg_n >= min(MIN_COLUMNS, ow)
 
 
 def test_default_register_tile_on_avx2_halves_32_channel_blocks() -> None:
