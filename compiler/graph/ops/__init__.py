@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     grid_sample,
     indexing,
     layout,
+    lp_pool,
     nn,
     normalization,
     qnn,

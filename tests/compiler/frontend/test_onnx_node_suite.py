@@ -40,7 +40,9 @@ EXTRA_OPS = (
     "DepthToSpace SpaceToDepth OneHot GatherElements ScatterElements EyeLike Loop "
     "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Col2Im AffineGrid"
 ).split()
-SUPPORTED = ISSUE_OPS + EXTRA_OPS
+# classic ops of the standard domain, most as composites or folded at compile time
+CLASSIC_OPS = "LpPool".split()
+SUPPORTED = ISSUE_OPS + EXTRA_OPS + CLASSIC_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
 
 
