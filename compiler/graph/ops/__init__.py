@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (  # noqa: F401
     affine_grid,
     col2im,
+    data_dependent,
     einsum,
     elemwise,
     gather_nd,

@@ -41,7 +41,7 @@ EXTRA_OPS = (
     "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Col2Im AffineGrid"
 ).split()
 # classic ops of the standard domain, most as composites or folded at compile time
-CLASSIC_OPS = "LpPool".split()
+CLASSIC_OPS = "LpPool NonZero Compress Unique NonMaxSuppression".split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS + CLASSIC_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
 
