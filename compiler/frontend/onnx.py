@@ -626,7 +626,8 @@ class _Importer:
         return value
 
     def _adjust(self, op: str, attrs: dict, inputs: list, outputs: list, name: str) -> dict:
-        for key in ("to", "output_dtype", "dtype"):  # (EyeLike's dtype; ConstantOfShape's is below)
+        # (EyeLike's dtype, the signal windows' output_datatype; ConstantOfShape's is below)
+        for key in ("to", "output_dtype", "dtype", "output_datatype"):
             if key in attrs and isinstance(attrs[key], int):
                 attrs[key] = (
                     np_dtype(attrs[key], f"{self.where}: {op} {key} (node {name!r})")
@@ -643,6 +644,8 @@ class _Importer:
             split = self.builder.fresh(f"{name}_split")
             self.builder.add_constant(split, np.array(attrs.pop("split"), np.int64))
             inputs[1:] = [split]
+        if op == "DFT" and self.opset < 20 and "axis" not in attrs:
+            attrs["axis"] = 1  # (opset 17's attribute default; opset 20's axis input: -2)
         if op == "Split" and (len(inputs) < 2 or not inputs[1]) and "num_outputs" not in attrs:
             attrs["num_outputs"] = len(outputs)
         return attrs

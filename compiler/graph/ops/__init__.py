@@ -22,6 +22,7 @@ from . import (  # noqa: F401
     rnn,
     scatter_elements,
     shape,
+    signal,
     space,
     topk,
 )
