@@ -646,6 +646,8 @@ class _Importer:
             inputs[1:] = [split]
         if op == "DFT" and self.opset < 20 and "axis" not in attrs:
             attrs["axis"] = 1  # (opset 17's attribute default; opset 20's axis input: -2)
+        if op == "RoiAlign" and self.opset < 16:  # (opset 10 samples as output_half_pixel)
+            attrs.setdefault("coordinate_transformation_mode", "output_half_pixel")
         if op == "Split" and (len(inputs) < 2 or not inputs[1]) and "num_outputs" not in attrs:
             attrs["num_outputs"] = len(outputs)
         return attrs

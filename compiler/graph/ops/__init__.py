@@ -20,6 +20,7 @@ from . import (  # noqa: F401
     reduce_extra,
     resize,
     rnn,
+    roi_align,
     scatter_elements,
     shape,
     signal,
