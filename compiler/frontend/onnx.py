@@ -37,13 +37,14 @@ from .onnx_patterns import (
     drop_unread_outputs,
     rewrite_masked_assignments,
 )
+from .onnx_scan import unroll_scan
 from .onnx_upgrade import OLDEST_OPSET, upgrade
 from .onnx_weights import Span, WireError, read_span, strip_raw_data
 
 # The op definitions the importer implements are those of opsets 13 to 21.
 MIN_OPSET, MAX_OPSET = ONNX_OPSETS
 # Ops the importer turns into something else than a node of the same name.
-_SPECIAL = {"Constant", "Dropout", "If", "Loop", *SEQUENCE_OPS}
+_SPECIAL = {"Constant", "Dropout", "If", "Loop", "Scan", *SEQUENCE_OPS}
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
 _AXES_ATTR_UNTIL_18 = {
     "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
@@ -277,7 +278,7 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
         return "BatchNormalization with running statistics outputs in inference mode"
     if node.op_type == "Dropout" and (len(outputs) > 1 or len([i for i in node.input if i]) > 2):
         return "Dropout with a mask output or training_mode"
-    if node.op_type not in ("If", "Loop") and any(
+    if node.op_type not in ("If", "Loop", "Scan") and any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
     ):
         return f"{node.op_type} with a subgraph"
@@ -480,6 +481,9 @@ class _Importer:
             return
         if node.op_type == "Loop":
             unroll_loop(self, name, node, attrs)
+            return
+        if node.op_type == "Scan":
+            unroll_scan(self, name, node, attrs)
             return
         if node.op_type in SEQUENCE_OPS:
             convert_sequence_op(self, name, node, attrs)

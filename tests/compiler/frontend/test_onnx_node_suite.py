@@ -43,7 +43,7 @@ EXTRA_OPS = (
 # classic ops of the standard domain, most as composites or folded at compile time
 CLASSIC_OPS = (
     "LpPool NonZero Compress Unique NonMaxSuppression DFT STFT HannWindow HammingWindow "
-    "BlackmanWindow MelWeightMatrix RoiAlign"
+    "BlackmanWindow MelWeightMatrix RoiAlign Scan"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS + CLASSIC_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
@@ -67,10 +67,10 @@ def _cases() -> dict[str, list]:
 def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """Models written at an opset below 13 move to 13 when the op's definition is unchanged;
     None when it changed (the case tests an opset the importer does not support). A Loop
-    (whose definition at 13 only admits sequences) stays as written: its body's ops are the
-    importer's to upgrade (`onnx_upgrade`)."""
+    (whose definition at 13 only admits sequences) or Scan (whose body the converter upgrades
+    with it) stays as written: its body's ops are the importer's to upgrade (`onnx_upgrade`)."""
     op = model.graph.node[0].op_type
-    if op == "Loop":
+    if op in ("Loop", "Scan"):
         return model
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version < 13:
