@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (  # noqa: F401
     affine_grid,
     col2im,
+    crop_unpool,
     data_dependent,
     einsum,
     elemwise,
