@@ -278,7 +278,7 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
         return "BatchNormalization with running statistics outputs in inference mode"
     if node.op_type == "Dropout" and (len(outputs) > 1 or len([i for i in node.input if i]) > 2):
         return "Dropout with a mask output or training_mode"
-    if node.op_type not in ("If", "Loop", "Scan") and any(
+    if node.op_type not in ("If", "Loop", "Scan", "SequenceMap") and any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
     ):
         return f"{node.op_type} with a subgraph"
@@ -392,6 +392,7 @@ class _Importer:
         self.scopes: list[dict[str, str]] = []  # the If branches and Loop bodies being inlined
         self.branch_results: set[str] = set()  # outputs of Ifs inlined at import
         self.sequences: dict[str, tuple[str, ...]] = {}  # sequence values: their items' names
+        self.optionals: dict[str, str | None] = {}  # optional values: the value held, or None
 
     def add_inputs(
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
@@ -689,9 +690,10 @@ class _Importer:
         names: list[str] = []
         for value in self.model.graph.output:
             name = value.name
-            if name in self.sequences:
+            if name in self.sequences or name in self.optionals:
+                what = "a sequence" if name in self.sequences else "an optional"
                 raise UnsupportedOpError(
-                    [("a sequence as a model output", name, self.opset)], where=self.where
+                    [(f"{what} as a model output", name, self.opset)], where=self.where
                 )
             if name in names:
                 copy, k = f"{name}_1", 1

@@ -43,7 +43,8 @@ EXTRA_OPS = (
 # classic ops of the standard domain, most as composites or folded at compile time
 CLASSIC_OPS = (
     "LpPool NonZero Compress Unique NonMaxSuppression DFT STFT HannWindow HammingWindow "
-    "BlackmanWindow MelWeightMatrix RoiAlign Scan CenterCropPad MaxUnpool Det"
+    "BlackmanWindow MelWeightMatrix RoiAlign Scan CenterCropPad MaxUnpool Det "
+    "OptionalHasElement OptionalGetElement"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS + CLASSIC_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
