@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     col2im,
     crop_unpool,
     data_dependent,
+    deform_conv,
     einsum,
     elemwise,
     gather_nd,

@@ -44,7 +44,7 @@ EXTRA_OPS = (
 CLASSIC_OPS = (
     "LpPool NonZero Compress Unique NonMaxSuppression DFT STFT HannWindow HammingWindow "
     "BlackmanWindow MelWeightMatrix RoiAlign Scan CenterCropPad MaxUnpool Det "
-    "OptionalHasElement OptionalGetElement"
+    "OptionalHasElement OptionalGetElement DeformConv"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS + CLASSIC_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
