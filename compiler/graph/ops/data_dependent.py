@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import GraphBuilder, Node, TensorType
-from ..registry import Pattern, register
+from ..registry import Pattern, get_op, register
 from .emit import Emitter
 
 _FLOATS = ("float16", "float32", "float64")
@@ -24,8 +24,6 @@ def _fold_expand(op: str) -> Any:
     (all constants, `const_inputs`)."""
 
     def expand(b: GraphBuilder, node: Node) -> None:
-        from ..registry import get_op
-
         arrays = [b.constants[i] if i else None for i in node.inputs]
         for out, value in zip(node.outputs, get_op(op).run(node, arrays), strict=False):
             if out:
