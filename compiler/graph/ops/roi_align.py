@@ -188,7 +188,10 @@ def _axis_weights(e: Emitter, node: Node, col: int, bins: int, length: int) -> t
         divisor = np.maximum(grids, 1).astype(dtype)
     bias = None
     if not used.all():
-        mask = np.where(used.reshape(-1, bins * grid), 0, -np.inf).astype(dtype)
+        # a region with no samples (zero size) gives 0, as onnxruntime: its first sample,
+        # weighted 0, stays in the maximum
+        counted = used | ((np.arange(grid) == 0) & (grids.reshape(-1, 1, 1) == 0))
+        mask = np.where(counted.reshape(-1, bins * grid), 0, -np.inf).astype(dtype)
         bias = np.repeat(mask[..., None], 2, axis=2)
     return corners, weights, grid, divisor, bias
 

@@ -21,6 +21,7 @@ def _rois() -> np.ndarray:
     corners = rng.uniform(-3, 12, (6, 2, 2))  # some regions hang over the borders
     rois = np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1)
     rois[0] = [2.0, 3.0, 2.2, 3.1]  # a tiny one
+    rois[1, 2] = rois[1, 0]  # no width: no samples (adaptive), output 0
     return rois.astype(np.float32)
 
 
