@@ -243,7 +243,8 @@ def _window(op: str, terms: tuple[float, ...]) -> Any:
             raise ValueError(f"{op} size must be positive, not {count}")
         period = count if attrs.get("periodic", 1) else count - 1
         n = np.arange(count, dtype=np.float64)
-        angle = 2 * np.pi * n / period if period else np.zeros(count)
+        with np.errstate(divide="ignore", invalid="ignore"):  # size 1, symmetric: 0 / 0,
+            angle = 2 * np.pi * n / np.float64(period)  # NaN as onnxruntime gives
         y = sum((-1) ** j * a * np.cos(j * angle) for j, a in enumerate(terms))
         return np.asarray(y).astype(_out_dtype(attrs, op))
 
