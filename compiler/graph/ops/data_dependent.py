@@ -66,12 +66,8 @@ def _kept(attrs: dict[str, Any], shape: tuple[int, ...], condition: np.ndarray) 
         raise ValueError(f"Compress condition must have rank 1, not shape {condition.shape}")
     axis = attrs.get("axis")
     length = int(np.prod(shape)) if axis is None else shape[_axis(axis, len(shape), "Compress")]
-    if condition.shape[0] > length:
-        raise ValueError(
-            f"Compress condition must have at most {length} elements (the input's length along "
-            f"the axis), not {condition.shape[0]}"
-        )
-    kept = np.flatnonzero(condition).astype(np.int64)
+    # entries past the axis's length are ignored, true ones too, as onnxruntime does
+    kept = np.flatnonzero(condition[:length]).astype(np.int64)
     return (None if axis is None else _axis(axis, len(shape), "Compress")), kept
 
 

@@ -33,12 +33,15 @@ def _check(model, feed: dict) -> None:  # noqa: ANN001
         np.testing.assert_allclose(got[value.name], expected, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("axis", [None, 0, -1])
-def test_compress_of_a_run_time_input_by_a_constant_condition(axis: int | None) -> None:
+@pytest.mark.parametrize(("axis", "length"), [(None, 30), (0, 4), (-1, 4), (-1, 9)])
+def test_compress_of_a_run_time_input_by_a_constant_condition(
+    axis: int | None, length: int
+) -> None:
+    # a shorter condition drops the rest; a longer one's extra entries are ignored
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 6)).astype(np.float32)
-    length = 30 if axis is None else 4  # shorter than the axis: the rest is dropped
     cond = rng.random(length) > 0.4
+    cond[-1] = True
     attrs = {} if axis is None else {"axis": axis}
     nodes = [
         oh.make_node("Compress", ["x", "c"], ["k"], **attrs),
