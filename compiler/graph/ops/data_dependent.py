@@ -178,6 +178,8 @@ def non_max_suppression(
     _check_nms(boxes.shape, scores.shape)
     limit = max(int(_scalar(max_output, 0, "max_output_boxes_per_class")), 0)
     iou_threshold = float(_scalar(iou, 0.0, "iou_threshold"))
+    if not 0 <= iou_threshold <= 1:  # (onnxruntime refuses it too)
+        raise ValueError(f"NonMaxSuppression iou_threshold must lie in [0, 1], not {iou_threshold}")
     score_threshold = _scalar(score, None, "score_threshold")
     corners = _corners(boxes, attrs.get("center_point_box", 0))
     rows = []

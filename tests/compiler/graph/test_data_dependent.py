@@ -112,3 +112,15 @@ def test_compress_by_a_run_time_condition_is_refused_by_name() -> None:
     graph.graph.input.append(oh.make_tensor_value_info("c", TensorProto.BOOL, (3,)))
     with pytest.raises(OnnxImportError, match=r"input 1 \('c'\) of Compress node 'pick' must"):
         tensorforge.compile(graph)
+
+
+def test_non_max_suppression_with_an_iou_threshold_past_1_is_refused_by_name() -> None:
+    consts = {
+        "boxes": np.zeros((1, 2, 4), np.float32),
+        "scores": np.ones((1, 1, 2), np.float32),
+        "limit": np.array([1], np.int64),
+        "iou": np.array([1.5], np.float32),
+    }
+    node = oh.make_node("NonMaxSuppression", list(consts), ["sel"], name="nms")
+    with pytest.raises(OnnxImportError, match=r"NonMaxSuppression node 'nms'.*iou_threshold"):
+        tensorforge.compile(_model([node], [], ["sel"], consts))
