@@ -37,13 +37,14 @@ from .onnx_patterns import (
     drop_unread_outputs,
     rewrite_masked_assignments,
 )
+from .onnx_scan import unroll_scan
 from .onnx_upgrade import OLDEST_OPSET, upgrade
 from .onnx_weights import Span, WireError, read_span, strip_raw_data
 
 # The op definitions the importer implements are those of opsets 13 to 21.
 MIN_OPSET, MAX_OPSET = ONNX_OPSETS
 # Ops the importer turns into something else than a node of the same name.
-_SPECIAL = {"Constant", "Dropout", "If", "Loop", *SEQUENCE_OPS}
+_SPECIAL = {"Constant", "Dropout", "If", "Loop", "Scan", *SEQUENCE_OPS}
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
 _AXES_ATTR_UNTIL_18 = {
     "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
@@ -277,7 +278,7 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
         return "BatchNormalization with running statistics outputs in inference mode"
     if node.op_type == "Dropout" and (len(outputs) > 1 or len([i for i in node.input if i]) > 2):
         return "Dropout with a mask output or training_mode"
-    if node.op_type not in ("If", "Loop") and any(
+    if node.op_type not in ("If", "Loop", "Scan", "SequenceMap") and any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
     ):
         return f"{node.op_type} with a subgraph"
@@ -391,6 +392,7 @@ class _Importer:
         self.scopes: list[dict[str, str]] = []  # the If branches and Loop bodies being inlined
         self.branch_results: set[str] = set()  # outputs of Ifs inlined at import
         self.sequences: dict[str, tuple[str, ...]] = {}  # sequence values: their items' names
+        self.optionals: dict[str, str | None] = {}  # optional values: the value held, or None
 
     def add_inputs(
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
@@ -480,6 +482,9 @@ class _Importer:
             return
         if node.op_type == "Loop":
             unroll_loop(self, name, node, attrs)
+            return
+        if node.op_type == "Scan":
+            unroll_scan(self, name, node, attrs)
             return
         if node.op_type in SEQUENCE_OPS:
             convert_sequence_op(self, name, node, attrs)
@@ -626,7 +631,8 @@ class _Importer:
         return value
 
     def _adjust(self, op: str, attrs: dict, inputs: list, outputs: list, name: str) -> dict:
-        for key in ("to", "output_dtype", "dtype"):  # (EyeLike's dtype; ConstantOfShape's is below)
+        # (EyeLike's dtype, the signal windows' output_datatype; ConstantOfShape's is below)
+        for key in ("to", "output_dtype", "dtype", "output_datatype"):
             if key in attrs and isinstance(attrs[key], int):
                 attrs[key] = (
                     np_dtype(attrs[key], f"{self.where}: {op} {key} (node {name!r})")
@@ -643,6 +649,10 @@ class _Importer:
             split = self.builder.fresh(f"{name}_split")
             self.builder.add_constant(split, np.array(attrs.pop("split"), np.int64))
             inputs[1:] = [split]
+        if op == "DFT" and self.opset < 20 and "axis" not in attrs:
+            attrs["axis"] = 1  # (opset 17's attribute default; opset 20's axis input: -2)
+        if op == "RoiAlign" and self.opset < 16:  # (opset 10 samples as output_half_pixel)
+            attrs.setdefault("coordinate_transformation_mode", "output_half_pixel")
         if op == "Split" and (len(inputs) < 2 or not inputs[1]) and "num_outputs" not in attrs:
             attrs["num_outputs"] = len(outputs)
         return attrs
@@ -680,9 +690,10 @@ class _Importer:
         names: list[str] = []
         for value in self.model.graph.output:
             name = value.name
-            if name in self.sequences:
+            if name in self.sequences or name in self.optionals:
+                what = "a sequence" if name in self.sequences else "an optional"
                 raise UnsupportedOpError(
-                    [("a sequence as a model output", name, self.opset)], where=self.where
+                    [(f"{what} as a model output", name, self.opset)], where=self.where
                 )
             if name in names:
                 copy, k = f"{name}_1", 1

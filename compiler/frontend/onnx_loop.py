@@ -6,9 +6,12 @@ threaded from one copy to the next, scan outputs stacked along a new axis 0. tor
 exporter writes EmbeddingBag with offsets as such a Loop; its dynamo exporter writes a while-loop
 (no trip count, a condition computed from a loop-carried counter) that appends to a sequence.
 
-Sequences (SequenceEmpty, SequenceConstruct, SequenceInsert, ConcatFromSequence) exist only at
-import: a sequence is a tuple of value names, and ConcatFromSequence becomes a Concat of them.
-A sequence that leaves the graph (a model output) is refused by name.
+Sequences (SequenceEmpty, SequenceConstruct, SequenceInsert, SplitToSequence, SequenceMap,
+ConcatFromSequence) exist only at import: a sequence is a tuple of value names, SplitToSequence
+makes one of Slices, SequenceMap converts its body once per item and ConcatFromSequence becomes
+a Concat. Optionals (Optional, OptionalHasElement, OptionalGetElement) are resolved at import
+too: an optional is the name of its value or None when empty. A sequence or optional that
+leaves the graph (a model output) or enters it (a model input) is refused by name.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ if TYPE_CHECKING:
 # grows without bound; such a loop wants a run-time loop, which the graph IR does not have.
 # (Compile time grows with it: EmbeddingBag's 200 bags, 800 nodes, compile in about 30 s.)
 UNROLL_LIMIT = 2048
-SEQUENCE_OPS = ("SequenceEmpty", "SequenceConstruct", "SequenceInsert", "ConcatFromSequence")
+SEQUENCE_OPS = (
+    "SequenceEmpty", "SequenceConstruct", "SequenceInsert", "ConcatFromSequence",
+    "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement", "OptionalGetElement",
+)  # fmt: skip
 
 
 def _error(message: str) -> Exception:
@@ -178,6 +184,12 @@ def convert_sequence_op(importer: _Importer, name: str, node: onnx.NodeProto, at
         seqs[out] = ()
     elif op == "SequenceConstruct":
         seqs[out] = tuple(node.input)
+    elif op == "SplitToSequence":
+        seqs[out] = _split_to_sequence(importer, name, node, attrs)
+    elif op == "SequenceMap":
+        _sequence_map(importer, name, node, attrs)
+    elif op.startswith("Optional"):
+        _optional_op(importer, name, node)
     elif op == "SequenceInsert":
         items = list(_sequence(importer, name, node.input[0]))
         at = node.input[2] if len(node.input) > 2 and node.input[2] else None
@@ -229,3 +241,104 @@ def _concat_from_sequence(
             importer.emit("Unsqueeze", [item, axes], [rows[-1]], f"{name}/unsqueeze_{k}")
         items = tuple(rows)
     importer.emit("Concat", list(items), [node.output[0]], name, axis=axis)
+
+
+def _split_to_sequence(
+    importer: _Importer, name: str, node: onnx.NodeProto, attrs: dict
+) -> tuple[str, ...]:
+    """The chunks of SplitToSequence's input: of the sizes its (constant) split gives, of one
+    size and a shorter last one (a scalar split), or of one element each, squeezed unless
+    `keepdims` (no split)."""
+    x, builder = node.input[0], importer.builder
+    shape = builder.types[x].shape
+    axis = attrs.get("axis", 0)
+    where = f"{importer.where}: SplitToSequence node {name!r}"
+    if not -len(shape) <= axis < len(shape):
+        raise _error(f"{where}: axis must lie in [{-len(shape)}, {len(shape) - 1}], not {axis}")
+    axis %= len(shape)
+    dim = shape[axis]
+    split_name = node.input[1] if len(node.input) > 1 else ""
+    split = builder.constants.get(split_name) if split_name else None
+    if split_name and split is None:
+        raise _refuse(importer, "SplitToSequence with a split computed at run time", name)
+    squeeze = split is None and not attrs.get("keepdims", 1)
+    if split is None:
+        sizes = [1] * dim
+    elif split.ndim == 0:
+        step = int(split)
+        if step < 1:
+            raise _error(f"{where}: split must be positive, not {step}")
+        sizes = [min(step, dim - start) for start in range(0, dim, step)]
+    else:
+        sizes = [int(v) for v in split]
+        if sum(sizes) != dim or min(sizes, default=0) < 0:
+            raise _error(f"{where}: split must hold sizes that sum to {dim}, not {sizes}")
+    items, start = [], 0
+    for k, size in enumerate(sizes):
+        consts = [
+            builder.add_constant(builder.fresh(f"{name}/{k}/{hint}"), np.array([v], np.int64))
+            for hint, v in (("start", start), ("end", start + size), ("axis", axis))
+        ]
+        items.append(builder.fresh(f"{name}/{k}"))
+        importer.emit("Slice", [x, *consts], [items[-1]], f"{name}/slice_{k}")
+        if squeeze:
+            squeezed = builder.fresh(f"{name}/{k}/squeezed")
+            importer.emit("Squeeze", [items[-1], consts[2]], [squeezed], f"{name}/squeeze_{k}")
+            items[-1] = squeezed
+        start += size
+    return tuple(items)
+
+
+def _sequence_map(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dict) -> None:
+    """SequenceMap: its body converted once per item of its sequences (a tensor input is passed
+    whole to each copy); each body output collected into an output sequence."""
+    from .onnx import unsupported_nodes  # (onnx.py imports this module)
+
+    body: onnx.GraphProto = attrs["body"]
+    where = f"{importer.where}: SequenceMap node {name!r}"
+    if len(body.input) != len(node.input) or len(body.output) != len(node.output):
+        raise _error(
+            f"{where}: its body must have one input per node input and one output per node "
+            f"output, not {len(body.input)} and {len(body.output)}"
+        )
+    missing = unsupported_nodes(body.node, importer.opset)
+    if missing:
+        raise UnsupportedOpError(missing, where=where)
+    seqs = importer.sequences
+    length = len(_sequence(importer, name, node.input[0]))
+    lengths = {len(seqs[v]) for v in node.input if v in seqs}
+    if lengths != {length}:
+        raise _error(f"{where}: its sequences must have one length, not {sorted(lengths)}")
+    if length * max(len(body.node), 1) > UNROLL_LIMIT:
+        raise _error(f"{where} unrolls to more than the cap of {UNROLL_LIMIT} nodes")
+    results: list[list[str]] = [[] for _ in node.output]
+    for i in range(length):
+        renamed = {
+            formal.name: seqs[value][i] if value in seqs else value
+            for formal, value in zip(body.input, node.input, strict=True)
+        }
+        outs = importer.convert_subgraph(body, f"{name}/{i}", renamed)
+        for collected, out in zip(results, outs, strict=True):
+            collected.append(out)
+    for out, items in zip(node.output, results, strict=True):
+        seqs[out] = tuple(items)
+
+
+def _optional_op(importer: _Importer, name: str, node: onnx.NodeProto) -> None:
+    """Optional wraps a value (or none), OptionalHasElement becomes a constant and
+    OptionalGetElement the wrapped value; a plain tensor or sequence counts as a full optional."""
+    optionals, op = importer.optionals, node.op_type
+    value = node.input[0] if node.input else ""
+    held = optionals.get(value, value) if value else None
+    if op == "Optional":
+        optionals[node.output[0]] = held
+    elif op == "OptionalHasElement":
+        builder = importer.builder
+        builder.add_constant(node.output[0], np.array(held is not None))
+    elif held is None:
+        raise _error(
+            f"{importer.where}: OptionalGetElement node {name!r} must take an optional that holds "
+            f"a value, not an empty one ({value or 'no input'!r})"
+        )
+    else:
+        importer.alias(held, node.output[0], name)

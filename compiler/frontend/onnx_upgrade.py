@@ -37,6 +37,8 @@ OLDEST_OPSET = 7
 _RESIZES = ("Upsample", "Resize")
 #: the last opset whose Upsample/Resize had the old coordinate rule
 _OLD_RESIZE = 10
+#: the first opset whose Scan has no batch axis
+_SCAN_UNBATCHED = 9
 
 
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
@@ -214,13 +216,17 @@ def _with_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto
 
 def _check_schemas(graph: onnx.GraphProto, where: str, opset: int) -> None:
     """Every default-domain node of `graph` has an op that `opset` defines (the converter
-    would fail on the first one without, with an assertion's text)."""
+    would fail on the first one without, with an assertion's text), and no Scan is opset 8's
+    (a batch axis and sequence lengths, which the converter drops without carrying)."""
     from ..graph.registry import UnsupportedOpError
 
     missing = []
     for i, node in enumerate(graph.node):
         if node.domain not in ("", "ai.onnx"):
             continue
+        if node.op_type == "Scan" and opset < _SCAN_UNBATCHED:
+            name = node.name or f"Scan_{i}"
+            missing.append(("Scan as defined at opset 8 (batched, sequence_lens)", name, opset))
         try:
             onnx.defs.get_schema(node.op_type, opset, "")
         except onnx.defs.SchemaError:

@@ -40,7 +40,13 @@ EXTRA_OPS = (
     "DepthToSpace SpaceToDepth OneHot GatherElements ScatterElements EyeLike Loop "
     "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Col2Im AffineGrid"
 ).split()
-SUPPORTED = ISSUE_OPS + EXTRA_OPS
+# classic ops of the standard domain, most as composites or folded at compile time
+CLASSIC_OPS = (
+    "LpPool NonZero Compress Unique NonMaxSuppression DFT STFT HannWindow HammingWindow "
+    "BlackmanWindow MelWeightMatrix RoiAlign Scan CenterCropPad MaxUnpool Det "
+    "OptionalHasElement OptionalGetElement DeformConv"
+).split()
+SUPPORTED = ISSUE_OPS + EXTRA_OPS + CLASSIC_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
 
 
@@ -62,10 +68,10 @@ def _cases() -> dict[str, list]:
 def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """Models written at an opset below 13 move to 13 when the op's definition is unchanged;
     None when it changed (the case tests an opset the importer does not support). A Loop
-    (whose definition at 13 only admits sequences) stays as written: its body's ops are the
-    importer's to upgrade (`onnx_upgrade`)."""
+    (whose definition at 13 only admits sequences) or Scan (whose body the converter upgrades
+    with it) stays as written: its body's ops are the importer's to upgrade (`onnx_upgrade`)."""
     op = model.graph.node[0].op_type
-    if op == "Loop":
+    if op in ("Loop", "Scan"):
         return model
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version < 13:
@@ -106,6 +112,14 @@ ONNXRUNTIME_OVER_REFERENCE = {
 }
 
 
+# Cases whose expected data holds float32 rounding noise where the exact value is zero: an inverse
+# DFT of arange(100) (outputs up to 50) has an imaginary part of exactly 0 at the Nyquist bin,
+# recorded as numpy's complex64 noise of 1.9e-7, past the suite's atol of 1e-7; a transform
+# computed any other way (onnxruntime's, ours by products with cosine and sine matrices) has
+# other noise. Their atol is the noise float32 allows at outputs of that size.
+ATOL_OVER_CASE = {"test_dft_inverse": 1e-5, "test_dft_inverse_opset19": 1e-5}
+
+
 def _onnxruntime_outputs(model: onnx.ModelProto, inputs: list) -> list:
     import onnxruntime as ort
 
@@ -142,7 +156,8 @@ def mismatch(case, graph, got: dict, expected: list) -> str | None:
     for name, want in zip(graph.outputs, expected, strict=True):
         try:
             assert got[name].dtype == want.dtype, f"dtype {got[name].dtype} != {want.dtype}"
-            np.testing.assert_allclose(got[name], want, rtol=case.rtol, atol=case.atol)
+            atol = max(case.atol, ATOL_OVER_CASE.get(case.name, 0.0))
+            np.testing.assert_allclose(got[name], want, rtol=case.rtol, atol=atol)
         except AssertionError as exc:
             return f"output {name!r}: {str(exc).strip()[:300]}"
     return None

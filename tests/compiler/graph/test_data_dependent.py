@@ -1,0 +1,126 @@
+"""Ops whose output shape depends on input values (NonZero, Unique, NonMaxSuppression, Compress):
+folded at compile time when those inputs are constants, compiled, against onnxruntime; refused
+by name when they are computed at run time."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+import tensorforge
+from tensorforge.compiler.frontend import OnnxImportError
+
+
+def _model(nodes, inputs, outputs, consts):  # noqa: ANN001, ANN202
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [oh.make_empty_tensor_value_info(n) for n in outputs],
+        [numpy_helper.from_array(v, n) for n, v in consts.items()],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)])
+
+
+def _check(model, feed: dict) -> None:  # noqa: ANN001
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    got = tensorforge.compile(model).run(feed)
+    for value, expected in zip(model.graph.output, want, strict=True):
+        assert got[value.name].dtype == expected.dtype
+        np.testing.assert_allclose(got[value.name], expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(("axis", "length"), [(None, 30), (0, 4), (-1, 4), (-1, 9)])
+def test_compress_of_a_run_time_input_by_a_constant_condition(
+    axis: int | None, length: int
+) -> None:
+    # a shorter condition drops the rest; a longer one's extra entries are ignored
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    cond = rng.random(length) > 0.4
+    cond[-1] = True
+    attrs = {} if axis is None else {"axis": axis}
+    nodes = [
+        oh.make_node("Compress", ["x", "c"], ["k"], **attrs),
+        oh.make_node("Relu", ["k"], ["y"]),
+    ]
+    _check(_model(nodes, [("x", (5, 6))], ["y"], {"c": cond}), {"x": x})
+
+
+def test_non_zero_of_a_large_constant_mask_feeds_run_time_math() -> None:
+    # 2 x ~6000 coordinates: past the importer's small-result fold, expanded to a constant
+    mask = np.random.default_rng(1).random((80, 100)) > 0.25
+    nodes = [
+        oh.make_node("NonZero", ["m"], ["nz"]),
+        oh.make_node("Cast", ["nz"], ["f"], to=TensorProto.FLOAT),
+        oh.make_node("Add", ["f", "x"], ["y"]),
+    ]
+    n = int(mask.sum())
+    x = np.random.default_rng(2).standard_normal((2, n)).astype(np.float32)
+    _check(_model(nodes, [("x", (2, n))], ["y"], {"m": mask}), {"x": x})
+
+
+@pytest.mark.parametrize("sorted_", [0, 1])
+@pytest.mark.parametrize("axis", [None, 1])
+def test_unique_of_a_constant_gives_all_four_outputs(sorted_: int, axis: int | None) -> None:
+    values = np.random.default_rng(3).integers(0, 4, (3, 40)).astype(np.float32)
+    values[:, 7] = values[:, 3]  # a repeated column for the axis case
+    attrs = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
+    nodes = [
+        oh.make_node("Unique", ["v"], ["u", "i", "inv", "cnt"], **attrs),
+        oh.make_node("Add", ["u", "x"], ["y"]),
+    ]
+    shape = (1,)
+    x = np.ones(shape, np.float32)
+    model = _model(nodes, [("x", shape)], ["y", "i", "inv", "cnt"], {"v": values})
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_non_max_suppression_of_constant_boxes(center: int) -> None:
+    rng = np.random.default_rng(4)
+    boxes = rng.uniform(0, 10, (2, 30, 4)).astype(np.float32)
+    scores = rng.random((2, 3, 30)).astype(np.float32)
+    consts = {
+        "boxes": boxes,
+        "scores": scores,
+        "limit": np.array([5], np.int64),
+        "iou": np.array([0.3], np.float32),
+        "score": np.array([0.2], np.float32),
+    }
+    node = oh.make_node(
+        "NonMaxSuppression",
+        ["boxes", "scores", "limit", "iou", "score"],
+        ["sel"],
+        center_point_box=center,
+    )
+    _check(_model([node], [], ["sel"], consts), {})
+
+
+def test_non_zero_of_a_run_time_input_is_refused_by_name() -> None:
+    nodes = [oh.make_node("NonZero", ["x"], ["y"], name="where_nonzero")]
+    with pytest.raises(OnnxImportError, match=r"NonZero node 'where_nonzero' must be a constant"):
+        tensorforge.compile(_model(nodes, [("x", (3,))], ["y"], {}))
+
+
+def test_compress_by_a_run_time_condition_is_refused_by_name() -> None:
+    nodes = [oh.make_node("Compress", ["x", "c"], ["y"], name="pick", axis=0)]
+    graph = _model(nodes, [("x", (3,))], ["y"], {})
+    graph.graph.input.append(oh.make_tensor_value_info("c", TensorProto.BOOL, (3,)))
+    with pytest.raises(OnnxImportError, match=r"input 1 \('c'\) of Compress node 'pick' must"):
+        tensorforge.compile(graph)
+
+
+def test_non_max_suppression_with_an_iou_threshold_past_1_is_refused_by_name() -> None:
+    consts = {
+        "boxes": np.zeros((1, 2, 4), np.float32),
+        "scores": np.ones((1, 1, 2), np.float32),
+        "limit": np.array([1], np.int64),
+        "iou": np.array([1.5], np.float32),
+    }
+    node = oh.make_node("NonMaxSuppression", list(consts), ["sel"], name="nms")
+    with pytest.raises(OnnxImportError, match=r"NonMaxSuppression node 'nms'.*iou_threshold"):
+        tensorforge.compile(_model([node], [], ["sel"], consts))
