@@ -585,7 +585,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.load:
         saved = json.loads(Path(args.load).read_text())
-        if args.markdown:
+        if all("tf_ms_1" not in r and "tf_mib" in r for r in saved["rows"]):  # --memory-only
+            print(memory_table(saved["rows"]))
+        elif args.markdown:
             print(markdown(saved["rows"]))
         else:
             report(saved["machine"], saved["rows"])

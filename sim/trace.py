@@ -75,9 +75,16 @@ def chrome_trace(result: TimingResult) -> dict[str, Any]:
 
 
 def write_chrome_trace(result: TimingResult, path: str | Path) -> Path:
-    """Write ``chrome_trace(result)`` to ``path``; returns the path."""
+    """Write ``chrome_trace(result)`` to ``path`` (atomically: a reader never sees half a
+    trace, and a failed write leaves the old file); returns the path."""
+    return _write_json(chrome_trace(result), path)
+
+
+def _write_json(trace: dict[str, Any], path: str | Path) -> Path:
+    from ..runtime.container import write_atomic
+
     path = Path(path)
-    path.write_text(json.dumps(chrome_trace(result), separators=(",", ":")))
+    write_atomic(path, json.dumps(trace, separators=(",", ":")).encode())
     return path
 
 
@@ -113,10 +120,9 @@ def chrome_trace_sequence(runs: Sequence[tuple[str, TimingResult]]) -> dict[str,
 
 
 def write_chrome_trace_sequence(runs: Sequence[tuple[str, TimingResult]], path: str | Path) -> Path:
-    """Write ``chrome_trace_sequence(runs)`` to ``path``; returns the path."""
-    path = Path(path)
-    path.write_text(json.dumps(chrome_trace_sequence(runs), separators=(",", ":")))
-    return path
+    """Write ``chrome_trace_sequence(runs)`` to ``path`` (atomically, as `write_chrome_trace`);
+    returns the path."""
+    return _write_json(chrome_trace_sequence(runs), path)
 
 
 def _meta(name: str, tid: int, value: str) -> dict[str, Any]:

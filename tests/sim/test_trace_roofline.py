@@ -53,6 +53,24 @@ def test_trace_has_a_track_per_module_and_queue_counters(tmp_path):
     assert data["otherData"]["cycles"] == result.cycles
 
 
+def test_a_failed_trace_write_leaves_the_old_trace(tmp_path, monkeypatch):
+    """The trace is written atomically: a write that fails part-way (here the flush to disk)
+    leaves the previous trace whole and no temporary file behind."""
+    from tensorforge.sim.trace import write_chrome_trace
+
+    result = _run(tmp_path)
+    before = (tmp_path / "run.json").read_bytes()
+
+    def broken(_fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("os.fsync", broken)
+    with pytest.raises(OSError, match="No space"):
+        write_chrome_trace(result.timing, tmp_path / "run.json")
+    assert (tmp_path / "run.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+
+
 def test_trace_shows_token_waits():
     timing = _run().timing
     events = chrome_trace(timing)["traceEvents"]
