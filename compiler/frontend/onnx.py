@@ -299,12 +299,21 @@ def unsupported_nodes(
     for i, node in enumerate(nodes):
         name = node.name or f"{node.op_type}_{i}"
         if node.domain not in ("", "ai.onnx"):
-            found.append((f"{node.domain}.{node.op_type}", name, None))
+            if not is_registered(registry_name(node)):
+                found.append((registry_name(node), name, None))
         elif node.op_type not in _SPECIAL and not is_registered(node.op_type):
             found.append((node.op_type, name, opset))
         elif (variant := _unsupported_variant(node, opset)) is not None:
             found.append((variant, name, opset))
     return found
+
+
+def registry_name(node: onnx.NodeProto) -> str:
+    """The registry's name of `node`'s op: the op type in the default domain, else qualified
+    by its domain (onnxruntime's contrib ops: `com.microsoft.Attention`, `ops/contrib.py`)."""
+    if node.domain in ("", "ai.onnx"):
+        return node.op_type
+    return f"{node.domain}.{node.op_type}"
 
 
 def _type_str(dtype: str) -> str:
@@ -491,7 +500,7 @@ class _Importer:
         dtypes = [types[i].dtype if i in types else None for i in node.input]
         check_node_types(node, self.opset, name, dtypes, self.where)
         inputs, outputs = list(node.input), list(node.output)
-        op = node.op_type
+        op = registry_name(node)
         if op == "Dropout":  # inference: identity (the mask output is unsupported)
             op, inputs, outputs, attrs = "Identity", inputs[:1], outputs[:1], {}
         if _is_training_batch_norm(node, self.opset):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from . import (  # noqa: F401
     affine_grid,
     col2im,
+    contrib,
+    contrib_attention,
     einsum,
     elemwise,
     gather_nd,
