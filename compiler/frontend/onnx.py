@@ -1,6 +1,8 @@
 """ONNX importer: an ONNX model (file, bytes or ModelProto; opsets 13 to 21) -> a graph IR `Graph`.
 
 Opsets 7 to 12 are upgraded to 13 first with onnx's version converter (`onnx_upgrade`).
+Nodes of onnxruntime's contrib domain (`com.microsoft`, as its transformer optimizer writes
+them) map to the registry's ops of the qualified name (`registry_name`, `ops/contrib.py`).
 
 Newer opsets, up to the newest the installed onnx package knows, import node by node where
 the op's definition (its inputs and outputs) is still opset 21's; a node whose op changed is
