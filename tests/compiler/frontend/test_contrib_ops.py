@@ -284,3 +284,58 @@ def test_unbuilt_contrib_ops_are_listed_at_once() -> None:
         from_onnx(model)
     assert [name for _, name, _ in info.value.items] == ["gqa", "sparse"]
     assert "com.microsoft.GroupQueryAttention" in str(info.value)
+
+
+# ---- a torch BERT through onnxruntime's optimizer (skipped without torch) -----------------------
+
+
+def test_torch_bert_optimized_by_onnxruntime_matches(tmp_path) -> None:  # noqa: ANN001
+    """A BERT layer (embeddings, attention mask, tanh GELU) exported by torch's TorchScript
+    exporter and rewritten by onnxruntime's transformer optimizer into EmbedLayerNormalization,
+    Attention, SkipLayerNormalization and FastGelu."""
+    torch = pytest.importorskip("torch")
+    import onnx
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    hidden, heads, vocab, seq = 32, 4, 50, 8
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Bert(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(vocab, hidden), nn.Embedding(seq, hidden)
+            self.seg, self.ln = nn.Embedding(2, hidden), nn.LayerNorm(hidden)
+            self.q, self.k, self.v, self.o = (nn.Linear(hidden, hidden) for _ in range(4))
+            self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+            self.up, self.down = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+
+        def forward(self, ids, mask, seg):  # noqa: ANN001, ANN202
+            b, n = ids.shape
+            x = self.ln(self.tok(ids) + self.pos(torch.arange(n)[None]) + self.seg(seg))
+            add = (1.0 - mask[:, None, None, :].float()) * -10000.0
+
+            def split(t):  # noqa: ANN001, ANN202
+                return t.view(b, n, heads, hidden // heads).transpose(1, 2)
+
+            q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+            a = torch.softmax(q @ k.transpose(-1, -2) / (hidden // heads) ** 0.5 + add, -1)
+            x = self.ln1(x + self.o((a @ v).transpose(1, 2).reshape(b, n, hidden)))
+            h = nn.functional.gelu(self.up(x), approximate="tanh")
+            return self.ln2(x + self.down(h))
+
+    ids = torch.randint(0, vocab, (2, seq))
+    mask = torch.ones(2, seq, dtype=torch.long)
+    mask[1, 5:] = 0
+    seg = (torch.arange(seq) >= 4).long().expand(2, seq).contiguous()
+    path, optimized = tmp_path / "bert.onnx", tmp_path / "bert_opt.onnx"
+    torch.onnx.export(Bert().eval(), (ids, mask, seg), path, dynamo=False, opset_version=17,
+                      input_names=["ids", "mask", "seg"])  # fmt: skip
+    optimize_model(str(path), model_type="bert", num_heads=heads, hidden_size=hidden,
+                   opt_level=0).save_model_to_file(str(optimized))  # fmt: skip
+    fused = {n.op_type for n in onnx.load(str(optimized)).graph.node if n.domain == MS}
+    assert {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization"} <= fused
+    feeds = {"ids": ids.numpy(), "mask": mask.numpy(), "seg": seg.numpy()}
+    want = ort.InferenceSession(str(optimized)).run(None, feeds)
+    got = list(tensorforge.compile(str(optimized)).run(feeds).values())
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
