@@ -228,8 +228,10 @@ def _skip_type(simplified: bool) -> Any:
     def infer(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
         x, skip = types[:2]
         _floating(op, x)
-        if len(x.shape) != 3:
-            raise ValueError(f"{op} input must be [batch, sequence, hidden], not {x.shape}")
+        if len(x.shape) not in (2, 3):
+            raise ValueError(
+                f"{op} input must be [batch, sequence, hidden] or [tokens, hidden], not {x.shape}"
+            )
         if broadcast_shapes(x.shape, skip.shape) != x.shape:
             raise ValueError(f"{op} skip must broadcast to the input's {x.shape}, not {skip.shape}")
         for ty, what in zip(types[2:], params, strict=False):

@@ -99,8 +99,8 @@ def test_fused_matmul_matches_onnxruntime(a: tuple, b: tuple, attrs: dict) -> No
 
 
 @pytest.mark.parametrize("simplified", [False, True])
-@pytest.mark.parametrize("bias", [False, True])
-def test_skip_layer_norms_and_their_sum_output(simplified: bool, bias: bool) -> None:
+@pytest.mark.parametrize(("bias", "shape"), [(False, (2, 5)), (True, (2, 5)), (True, (7,))])
+def test_skip_layer_norms_and_their_sum_output(simplified: bool, bias: bool, shape: tuple) -> None:
     hidden = 32
     weights = {"gamma": _floats(hidden) + 1.0}
     if not simplified:
@@ -109,9 +109,9 @@ def test_skip_layer_norms_and_their_sum_output(simplified: bool, bias: bool) -> 
         weights["bias"] = _floats(hidden)
     op = "SkipSimplifiedLayerNormalization" if simplified else "SkipLayerNormalization"
     node = oh.make_node(op, ["x", "skip", *weights], ["y", "", "", "sum"], domain=MS, epsilon=1e-5)
-    ins = [_info("x", F, (2, 5, hidden)), _info("skip", F, (2, 5, hidden))]
+    ins = [_info("x", F, (*shape, hidden)), _info("skip", F, (*shape, hidden))]
     model = _model([node], ins, [_info("y", F, None), _info("sum", F, None)], weights)
-    _check(model, {"x": _floats(2, 5, hidden, scale=2.0), "skip": _floats(2, 5, hidden)})
+    _check(model, {"x": _floats(*shape, hidden, scale=2.0), "skip": _floats(*shape, hidden)})
 
 
 def test_simplified_layer_norm_of_the_default_domain_is_rms_norm() -> None:
