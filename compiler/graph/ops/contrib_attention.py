@@ -28,12 +28,17 @@ from .nn import softmax
 # ---- masks -----------------------------------------------------------------------------------
 
 
-def _check_mask(op: str, ty: TensorType | None, batch: int, seq: int, total: int) -> None:
+def _check_mask(
+    op: str, ty: TensorType | None, dims: tuple[int, int, int], starts: bool = True
+) -> None:
+    """A mask of a shape `_mask` builds; `starts`: `[2 * batch]` (ends, then starts) too,
+    which onnxruntime's Attention takes and its MultiHeadAttention refuses."""
     if ty is None:
         return
+    batch, seq, total = dims
     if ty.dtype != "int32":
         raise ValueError(f"{op} mask_index must be int32, not {ty.dtype}")
-    allowed = [(batch,), (2 * batch,), (batch, total), (batch, seq, total)]
+    allowed = [(batch,), *([(2 * batch,)] if starts else []), (batch, total), (batch, seq, total)]
     if len(ty.shape) == 4:
         raise refuse(op.removeprefix(MS), f"with a 4-D mask {ty.shape} (Megatron's)")
     if ty.shape not in allowed:
@@ -194,7 +199,7 @@ def _attention_type(attrs: dict[str, Any], types: list, consts: list) -> list[Te
     if bias is None or bias.shape != (w.shape[1],):
         raise ValueError(f"{_ATTENTION} bias must have shape ({w.shape[1]},)")
     batch, seq, _ = x.shape
-    _check_mask(_ATTENTION, named.get("mask_index"), batch, seq, seq)
+    _check_mask(_ATTENTION, named.get("mask_index"), (batch, seq, seq))
     _check_bias(_ATTENTION, named.get("attention_bias"), (batch, heads, seq, seq))
     return [TensorType((batch, seq, sizes[2]), x.dtype)]
 
@@ -295,7 +300,7 @@ def _mha_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorTy
     if bias is not None and bias.shape != (2 * hidden + v.shape[2],):
         raise ValueError(f"{_MHA} bias must have shape ({2 * hidden + v.shape[2]},)")
     total = k.shape[1]
-    _check_mask(_MHA, named.get("key_padding_mask"), batch, seq, total)
+    _check_mask(_MHA, named.get("key_padding_mask"), (batch, seq, total), starts=False)
     _check_bias(_MHA, named.get("attention_bias"), (batch, heads, seq, total))
     return [TensorType((batch, seq, v.shape[2]), q.dtype)]
 

@@ -207,24 +207,28 @@ def test_attention_with_bias_scale_and_its_own_value_size() -> None:
 
 
 @pytest.mark.parametrize(
-    ("length", "mask", "unidirectional"), [(_S, False, 0), (9, True, 0), (_S, False, 1)]
+    ("length", "mask", "unidirectional"),
+    [(_S, None, 0), (9, "2d", 0), (9, "ends", 0), (9, "3d", 0), (_S, None, 1)],
 )
 def test_multi_head_attention_matches_onnxruntime(
-    length: int, mask: bool, unidirectional: int
+    length: int, mask: str | None, unidirectional: int
 ) -> None:
     inputs = ["q", "k", "v", "bias", "mask" if mask else ""]
     node = oh.make_node(
         "MultiHeadAttention",
-        [i for i in inputs if i] if mask else inputs[:4],
+        inputs if mask else inputs[:4],
         ["y"],
         domain=MS,
         num_heads=_N,
         unidirectional=unidirectional,
     )
     feeds = {"q": _floats(_B, _S, _H), "k": _floats(_B, length, _H), "v": _floats(_B, length, _H)}
-    if mask:
-        feeds["mask"] = (RNG.random((_B, length)) > 0.3).astype(np.int32)
-        feeds["mask"][:, 0] = 1
+    if mask == "ends":
+        feeds["mask"] = np.array([length, 5], np.int32)
+    elif mask:
+        shape = (_B, length) if mask == "2d" else (_B, _S, length)
+        feeds["mask"] = (RNG.random(shape) > 0.3).astype(np.int32)
+        feeds["mask"][..., 0] = 1
     ins = [_info(k, I32 if k == "mask" else F, v.shape) for k, v in feeds.items()]
     model = _model([node], ins, [_info("y", F, None)], {"bias": _floats(3 * _H, scale=0.1)})
     _check(model, feeds)
@@ -271,6 +275,17 @@ def test_multi_head_attention_with_packed_qkv_is_refused_by_name() -> None:
     model = _model([node], [_info("qkv", F, (_B, _S, _N, 3, _H // _N))], [_info("y", F, None)])
     with pytest.raises(UnsupportedOpError, match=r"MultiHeadAttention with packed .*node 'mha'"):
         from_onnx(model)
+
+
+def test_multi_head_attention_refuses_start_positions_as_onnxruntime_does() -> None:
+    # onnxruntime's Attention reads a [2 * batch] mask as end and start positions; its
+    # MultiHeadAttention refuses that shape ("key_padding_mask shape is not expected")
+    node = oh.make_node(
+        "MultiHeadAttention", ["q", "q", "q", "", "m"], ["y"], "mha", domain=MS, num_heads=_N
+    )
+    ins = [_info("q", F, (_B, _S, _H)), _info("m", I32, (2 * _B,))]
+    with pytest.raises(ValueError, match=r"node 'mha'.*mask must have a shape among"):
+        from_onnx(_model([node], ins, [_info("y", F, None)]))
 
 
 def test_unbuilt_contrib_ops_are_listed_at_once() -> None:
@@ -329,10 +344,17 @@ def test_torch_bert_optimized_by_onnxruntime_matches(tmp_path) -> None:  # noqa:
     mask[1, 5:] = 0
     seg = (torch.arange(seq) >= 4).long().expand(2, seq).contiguous()
     path, optimized = tmp_path / "bert.onnx", tmp_path / "bert_opt.onnx"
-    torch.onnx.export(Bert().eval(), (ids, mask, seg), path, dynamo=False, opset_version=17,
-                      input_names=["ids", "mask", "seg"])  # fmt: skip
-    optimize_model(str(path), model_type="bert", num_heads=heads, hidden_size=hidden,
-                   opt_level=0).save_model_to_file(str(optimized))  # fmt: skip
+    torch.onnx.export(
+        Bert().eval(),
+        (ids, mask, seg),
+        path,
+        dynamo=False,
+        opset_version=17,
+        input_names=["ids", "mask", "seg"],
+    )
+    optimize_model(
+        str(path), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0
+    ).save_model_to_file(str(optimized))
     fused = {n.op_type for n in onnx.load(str(optimized)).graph.node if n.domain == MS}
     assert {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization"} <= fused
     feeds = {"ids": ids.numpy(), "mask": mask.numpy(), "seg": seg.numpy()}
