@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     col2im,
     contrib,
     contrib_attention,
+    contrib_fused,
     einsum,
     elemwise,
     gather_nd,

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import GraphBuilder, Node, TensorType, broadcast_shapes
-from ..registry import Pattern, UnsupportedOpError, register
+from ..registry import Pattern, UnsupportedOpError, get_op, register
 from .elemwise import erf
 from .emit import Emitter
 
@@ -142,45 +142,47 @@ register(
 _FUSED_MATMUL_ATTRS = {"alpha": 1.0, "transA": 0, "transB": 0, "transBatchA": 0, "transBatchB": 0}
 
 
-def _check_fused_matmul(attrs: dict[str, Any], a: tuple, b: tuple) -> None:
-    for key in ("transBatchA", "transBatchB"):
-        if attrs[key]:
-            raise refuse("FusedMatMul", f"with {key}={attrs[key]} (only 0 is built)")
-    for key, shape in (("transA", a), ("transB", b)):
-        if attrs[key] and len(shape) < 2:
-            raise ValueError(f"{MS}FusedMatMul {key} needs an input of rank 2 or more, not {shape}")
+def _operand_perm(rank: int, trans: int, trans_batch: int, what: str) -> list[int]:
+    """The Transpose that onnxruntime folded into a FusedMatMul operand: `trans` swaps the
+    last two axes; `trans_batch` moves the first axis behind the other batch axes (rank 4:
+    [1, 2, 0, 3], with `trans` too [1, 2, 3, 0])."""
+    if (trans or trans_batch) and rank < 2 + bool(trans_batch):
+        raise ValueError(f"{MS}FusedMatMul {what} needs a higher rank than {rank}")
+    if trans_batch:
+        return [*range(1, rank - 1), *((rank - 1, 0) if trans else (0, rank - 1))]
+    if trans:
+        return [*range(rank - 2), rank - 1, rank - 2]
+    return list(range(rank))
 
 
-def _swap_last(x: np.ndarray, swap: int) -> np.ndarray:
-    return np.swapaxes(x, -1, -2) if swap else x
+def _fused_perms(attrs: dict[str, Any], ranks: tuple[int, int]) -> list[list[int]]:
+    return [
+        _operand_perm(rank, attrs[f"trans{side}"], attrs[f"transBatch{side}"], f"trans{side}")
+        for rank, side in zip(ranks, "AB", strict=True)
+    ]
 
 
 def _fused_matmul(attrs: dict[str, Any], a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    _check_fused_matmul(attrs, a.shape, b.shape)
-    y = np.matmul(_swap_last(a, attrs["transA"]), _swap_last(b, attrs["transB"]))
+    pa, pb = _fused_perms(attrs, (a.ndim, b.ndim))
+    y = np.matmul(a.transpose(pa), b.transpose(pb))
     return (y * attrs["alpha"]).astype(a.dtype)
 
 
 def _fused_matmul_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     a, b = types
     _floating(MS + "FusedMatMul", a)
-    _check_fused_matmul(attrs, a.shape, b.shape)
-    zeros = [np.zeros(t.shape, np.uint8) for t in (a, b)]  # shapes only: matmul's own rules
-    shape = np.matmul(
-        _swap_last(zeros[0], attrs["transA"]).astype(np.float32),
-        _swap_last(zeros[1], attrs["transB"]).astype(np.float32),
-    ).shape
-    return [TensorType(tuple(shape), a.dtype)]
+    perms = _fused_perms(attrs, (len(a.shape), len(b.shape)))
+    moved = [
+        TensorType(tuple(t.shape[i] for i in p), t.dtype) for t, p in zip(types, perms, strict=True)
+    ]
+    return get_op("MatMul").infer({}, moved, [None, None])
 
 
 def _expand_fused_matmul(b: GraphBuilder, node: Node) -> None:
     e = Emitter(b, node)
     attrs = node.attr_dict
-    ins = []
-    for value, swap in zip(node.inputs, (attrs["transA"], attrs["transB"]), strict=True):
-        rank = len(e.shape(value))
-        perm = [*range(rank - 2), rank - 1, rank - 2] if swap else list(range(rank))
-        ins.append(e.transpose(value, perm))
+    perms = _fused_perms(attrs, tuple(len(e.shape(v)) for v in node.inputs))
+    ins = [e.transpose(v, p) for v, p in zip(node.inputs, perms, strict=True)]
     if attrs["alpha"] == 1.0:
         e.add("MatMul", ins, outputs=[node.outputs[0]])
         return

@@ -95,6 +95,76 @@ def test_fused_matmul_matches_onnxruntime(a: tuple, b: tuple, attrs: dict) -> No
     _check(model, {"a": _floats(*a), "b": _floats(*b)})
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "attrs"),
+    [
+        ((4, 2, 3, 5), (2, 3, 5, 6), {"transBatchA": 1}),
+        ((5, 2, 3, 4), (2, 3, 5, 6), {"transBatchA": 1, "transA": 1}),
+        ((2, 3, 4, 5), (6, 2, 3, 5), {"transBatchB": 1, "transB": 1, "alpha": 0.25}),
+        ((2, 3, 4, 5), (5, 2, 3, 6), {"transBatchB": 1}),
+    ],
+)
+def test_fused_matmul_batch_transposes_match_onnxruntime(a: tuple, b: tuple, attrs: dict) -> None:
+    # onnxruntime's MatmulTransposeFusion folds a Transpose [1, 2, 0, 3] (or [1, 2, 3, 0])
+    # of a MatMul operand into transBatchA/B (a Whisper encoder saved after its optimizations)
+    node = oh.make_node("FusedMatMul", ["a", "b"], ["y"], domain=MS, **attrs)
+    model = _model([node], [_info("a", F, a), _info("b", F, b)], [_info("y", F, None)])
+    _check(model, {"a": _floats(*a), "b": _floats(*b)})
+
+
+@pytest.mark.parametrize(
+    "activation",
+    [
+        {"activation": "Tanh"},
+        {"activation": "Relu"},
+        {"activation": "LeakyRelu", "activation_alpha": 0.2},
+        {"activation": "HardSigmoid", "activation_alpha": 0.3, "activation_beta": 0.4},
+    ],
+)
+def test_fused_gemm_matches_onnxruntime(activation: dict) -> None:
+    # a Gemm and its activation fused by onnxruntime's graph optimizations (BERT's pooler)
+    node = oh.make_node(
+        "FusedGemm", ["x", "w", "c"], ["y"], domain=MS, transB=1, alpha=0.7, **activation
+    )
+    weights = {"w": _floats(5, 8), "c": _floats(5)}
+    model = _model([node], [_info("x", F, (3, 8))], [_info("y", F, None)], weights)
+    _check(model, {"x": _floats(3, 8, scale=2.0)})
+
+
+@pytest.mark.parametrize(
+    ("activation", "params", "z"),
+    [
+        ("Relu", None, False),
+        ("Clip", [0.0, 6.0], True),
+        ("LeakyRelu", [0.1], False),
+        ("Sigmoid", None, True),
+        ("", None, True),
+    ],
+)
+def test_fused_conv_matches_onnxruntime(activation: str, params: list | None, z: bool) -> None:
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "activation": activation}
+    if params is not None:
+        attrs["activation_params"] = params
+    if not activation:
+        del attrs["activation"]
+    node = oh.make_node(
+        "FusedConv", ["x", "w", "b", *(["z"] if z else [])], ["y"], domain=MS, **attrs
+    )
+    ins = [_info("x", F, (1, 4, 6, 6))] + ([_info("z", F, (1, 8, 6, 6))] if z else [])
+    model = _model([node], ins, [_info("y", F, None)], {"w": _floats(8, 4, 3, 3), "b": _floats(8)})
+    feeds = {"x": _floats(1, 4, 6, 6, scale=2.0)}
+    if z:
+        feeds["z"] = _floats(1, 8, 6, 6)
+    _check(model, feeds)
+
+
+def test_fused_gemm_with_an_unbuilt_activation_is_refused_by_name() -> None:
+    node = oh.make_node("FusedGemm", ["x", "x"], ["y"], "gemm", domain=MS, activation="Mish")
+    model = _model([node], [_info("x", F, (3, 3))], [_info("y", F, None)])
+    with pytest.raises(UnsupportedOpError, match=r"FusedGemm with activation 'Mish'.*node 'gemm'"):
+        from_onnx(model)
+
+
 # ---- normalizations ---------------------------------------------------------------------------
 
 
