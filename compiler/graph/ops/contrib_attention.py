@@ -45,8 +45,10 @@ def _check_mask(
         raise ValueError(f"{op} mask must have a shape among {allowed}, not {ty.shape}")
 
 
-def _mask_np(mask: Any, batch: int, seq: int, total: int, filt: float, causal: bool) -> Any:
-    """The additive mask `[batch, 1, seq, total]` (float64) onnxruntime's CPU kernel builds."""
+def _mask_np(mask: Any, dims: tuple[int, int, int], filt: float, causal: bool, dtype: Any) -> Any:
+    """The additive mask `[batch, 1, seq, total]` (float64) onnxruntime's CPU kernel builds for
+    scores of `dtype` (the causal mask is its lowest value)."""
+    batch, seq, total = dims
     add = np.zeros((batch, 1, seq, total))
     if mask is not None and mask.ndim >= 2:
         shape = (batch, 1, 1 if mask.ndim == 2 else seq, total)
@@ -58,16 +60,17 @@ def _mask_np(mask: Any, batch: int, seq: int, total: int, filt: float, causal: b
             keep &= pos >= mask[batch:, None]
         add = add + np.where(keep, 0.0, filt)[:, None, None, :]
     if causal:
-        lowest = filt if mask is not None and mask.ndim == 3 else np.finfo(np.float32).min
+        lowest = filt if mask is not None and mask.ndim == 3 else np.finfo(dtype).min
         above = np.arange(total)[None, :] > np.arange(seq)[:, None]
         add = np.where(above, lowest, add)
     return add
 
 
-def _mask(e: Emitter, mask: str, dims: tuple[int, int, int], filt: float, causal: bool) -> Any:
+def _mask(
+    e: Emitter, mask: str, dims: tuple[int, int, int], filt: float, causal: bool, dtype: str
+) -> Any:
     """`_mask_np` as graph ops: a value broadcasting to `[batch, heads, seq, total]`, or None."""
     batch, seq, total = dims
-    dtype = "float32"
     add = None
     rank = len(e.shape(mask)) if mask else 0
     zero, masked = e.const(0.0, "zero", dtype), e.const(filt, "filter", dtype)
@@ -85,7 +88,7 @@ def _mask(e: Emitter, mask: str, dims: tuple[int, int, int], filt: float, causal
     if not causal:
         return add
     above = np.arange(total)[None, :] > np.arange(seq)[:, None]
-    lowest = filt if rank == 3 else float(np.finfo(np.float32).min)
+    lowest = filt if rank == 3 else float(np.finfo(dtype).min)
     if add is None:
         return e.const(np.where(above, lowest, 0.0), "causal", dtype)
     return e.add("Where", [e.const(above, "above"), e.const(lowest, "lowest", dtype), add])
@@ -218,7 +221,8 @@ def _attention(
     qkv = x.astype(np.float64) @ w + bias
     q, k, v = qkv[..., :qs], qkv[..., qs : qs + ks], qkv[..., qs + ks :]
     batch, seq, _ = x.shape
-    add = _mask_np(mask, batch, seq, seq, attrs["mask_filter_value"], attrs["unidirectional"])
+    filt, causal = attrs["mask_filter_value"], attrs["unidirectional"]
+    add = _mask_np(mask, (batch, seq, seq), filt, causal, x.dtype)
     if attn_bias is not None:
         add = add + attn_bias
     heads = attrs["num_heads"]
@@ -238,7 +242,8 @@ def _expand_attention(b: GraphBuilder, node: Node) -> None:
         for lo, hi in zip(starts, starts[1:], strict=False)
     )
     batch, seq, _ = e.shape(x)
-    add = _mask(e, mask, (batch, seq, seq), attrs["mask_filter_value"], attrs["unidirectional"])
+    filt, causal = attrs["mask_filter_value"], attrs["unidirectional"]
+    add = _mask(e, mask, (batch, seq, seq), filt, causal, e.dtype(x))
     if attn_bias:
         add = attn_bias if add is None else e.add("Add", [add, attn_bias])
     heads = attrs["num_heads"]
@@ -321,7 +326,7 @@ def _mha(
         qf, kf, vf = qf + bias[:hidden], kf + bias[hidden : 2 * hidden], vf + bias[2 * hidden :]
     batch, seq, _ = q.shape
     filt, causal = attrs["mask_filter_value"], attrs["unidirectional"]
-    add = _mask_np(mask, batch, seq, k.shape[1], filt, causal)
+    add = _mask_np(mask, (batch, seq, k.shape[1]), filt, causal, q.dtype)
     if attn_bias is not None:
         add = add + attn_bias
     heads = attrs["num_heads"]
@@ -340,7 +345,7 @@ def _expand_mha(b: GraphBuilder, node: Node) -> None:
         )
     attrs = node.attr_dict
     dims = (e.shape(q)[0], e.shape(q)[1], e.shape(k)[1])
-    add = _mask(e, mask, dims, attrs["mask_filter_value"], attrs["unidirectional"])
+    add = _mask(e, mask, dims, attrs["mask_filter_value"], attrs["unidirectional"], e.dtype(q))
     if attn_bias:
         add = attn_bias if add is None else e.add("Add", [add, attn_bias])
     heads = attrs["num_heads"]

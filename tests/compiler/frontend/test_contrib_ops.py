@@ -269,6 +269,21 @@ def test_attention_masks_match_onnxruntime(mask_shape: tuple | None, unidirectio
     _check(model, feeds)
 
 
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_float16_attention_masks_in_float16(unidirectional: int) -> None:
+    # onnxruntime's optimizer converts its output to float16 (`convert_float_to_float16`): the
+    # mask is built in the scores' type, float16's lowest value above the diagonal
+    model = _attention_model((_B, _S), unidirectional=unidirectional)
+    for init in model.graph.initializer:
+        init.CopyFrom(
+            numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name)
+        )
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    feeds = {"x": _floats(_B, _S, _H).astype(np.float16), "mask": _MASKS[(_B, _S)]}
+    _check(model, feeds, rtol=1e-2, atol=1e-2)  # a few float16 ulps of values near 3
+
+
 def test_attention_with_bias_scale_and_its_own_value_size() -> None:
     model = _attention_model(
         bias_shape=(1, _N, _S, _S), sizes=(_H, _H, 8), scale=0.3, mask_filter_value=-1000.0
