@@ -303,11 +303,32 @@ def unsupported_nodes(
         if node.domain not in ("", "ai.onnx"):
             if not is_registered(registry_name(node)):
                 found.append((registry_name(node), name, None))
+            elif (unbuilt := _unbuilt_contrib_output(node)) is not None:
+                found.append((f"{registry_name(node)} with its {unbuilt}", name, None))
         elif node.op_type not in _SPECIAL and not is_registered(node.op_type):
             found.append((node.op_type, name, opset))
         elif (variant := _unsupported_variant(node, opset)) is not None:
             found.append((variant, name, opset))
     return found
+
+
+# onnxruntime contrib ops' outputs that are not built: (op type, output index) -> what it is
+_UNBUILT_CONTRIB_OUTPUTS = {
+    ("Attention", 1): "present output (key/value cache)",
+    ("MultiHeadAttention", 1): "present_key output (key/value cache)",
+    ("MultiHeadAttention", 2): "present_value output (key/value cache)",
+    ("MultiHeadAttention", 3): "qk output",
+    ("SkipSimplifiedLayerNormalization", 1): "mean output",
+}
+
+
+def _unbuilt_contrib_output(node: onnx.NodeProto) -> str | None:
+    """What a contrib node asks for that is not built: an output named in
+    `_UNBUILT_CONTRIB_OUTPUTS` (left blank, it is fine)."""
+    for index, out in enumerate(node.output):
+        if out and (unbuilt := _UNBUILT_CONTRIB_OUTPUTS.get((node.op_type, index))):
+            return unbuilt
+    return None
 
 
 def registry_name(node: onnx.NodeProto) -> str:

@@ -355,6 +355,29 @@ def test_attention_with_past_state_is_refused_by_name() -> None:
         from_onnx(model)
 
 
+@pytest.mark.parametrize(
+    ("op", "outputs", "what"),
+    [
+        ("Attention", ["y", "present"], "present output"),
+        ("MultiHeadAttention", ["y", "", "", "qk"], "qk output"),
+        ("SkipSimplifiedLayerNormalization", ["y", "mean"], "mean output"),
+    ],
+)
+def test_unbuilt_outputs_of_contrib_ops_are_refused_at_import(
+    op: str, outputs: list, what: str
+) -> None:
+    node = oh.make_node(op, ["x", "x", "x"], outputs, "fused", domain=MS, num_heads=_N)
+    if op == "SkipSimplifiedLayerNormalization":
+        node = oh.make_node(op, ["x", "x", "g"], outputs, "fused", domain=MS)
+    model = _model(
+        [node],
+        [_info("x", F, (_B, _S, _H)), _info("g", F, (_H,))],
+        [_info(o, F, None) for o in outputs if o],
+    )
+    with pytest.raises(UnsupportedOpError, match=rf"{op} with its {what}.*node 'fused'"):
+        from_onnx(model)
+
+
 def test_multi_head_attention_with_packed_qkv_is_refused_by_name() -> None:
     node = oh.make_node("MultiHeadAttention", ["qkv"], ["y"], "mha", domain=MS, num_heads=_N)
     model = _model([node], [_info("qkv", F, (_B, _S, _N, 3, _H // _N))], [_info("y", F, None)])
