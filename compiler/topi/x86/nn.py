@@ -10,6 +10,7 @@ from ... import te
 from ...schedule.primitives import check_positive_knobs
 from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
+from ..gpu.reduce import MIN_ROW
 
 
 @dataclass(frozen=True)
@@ -91,27 +92,60 @@ def schedule_pool2d(out: Tensor, config: RowConfig | None = None) -> Schedule:
 # ---- softmax ----------------------------------------------------------------------------------
 
 
+# Softmax rows of a multiple of this many columns (longer than MIN_ROW: shorter ones may be
+# scheduled for a GPU's threads) reduce in this many partial maxima and sums
+# (one vector register), then across them: a single running max or sum is a chain of
+# dependent scalar operations, 4 cycles a column (a 128-wide attention softmax ran 3x
+# onnxruntime's time).
+SOFTMAX_PARTIALS = 16
+
+
 def softmax(data: Tensor) -> tuple[list[Tensor], Tensor]:
     """Softmax over the last axis of a 2-D tensor (max-subtracted for stability)."""
     n, m = data.shape
-    k1, k2 = te.reduce_axis((0, m), "k1"), te.reduce_axis((0, m), "k2")
-    mx = te.compute((n,), lambda i: te.max(data[i, k1], axis=k1), name="max")
-    ex = te.compute((n, m), lambda i, j: te.exp(data[i, j] - mx[i]), name="exp")
-    sm = te.compute((n,), lambda i: te.sum(ex[i, k2], axis=k2), name="sum")
+    if m % SOFTMAX_PARTIALS or m <= MIN_ROW:  # rows up to MIN_ROW may be a GPU's (norm.py)
+        k1, k2 = te.reduce_axis((0, m), "k1"), te.reduce_axis((0, m), "k2")
+        mx = te.compute((n,), lambda i: te.max(data[i, k1], axis=k1), name="max")
+        ex = te.compute((n, m), lambda i, j: te.exp(data[i, j] - mx[i]), name="exp")
+        sm = te.compute((n,), lambda i: te.sum(ex[i, k2], axis=k2), name="sum")
+    else:
+        mx = _partial_reduce(data, te.max, "max")
+        ex = te.compute((n, m), lambda i, j: te.exp(data[i, j] - mx[i]), name="exp")
+        sm = _partial_reduce(ex, te.sum, "sum")
     out = te.compute((n, m), lambda i, j: ex[i, j] / sm[i], name="softmax")
     return [data, out], out
 
 
+def _partial_reduce(data: Tensor, reducer: Callable, name: str) -> Tensor:
+    """`reducer` over each row of `data` as SOFTMAX_PARTIALS strided partial results
+    (`part[i, l]` over columns `l, l + P, ...`), then over those."""
+    n, m = data.shape
+    width = SOFTMAX_PARTIALS
+    ko = te.reduce_axis((0, m // width), f"{name}_ko")
+    kl = te.reduce_axis((0, width), f"{name}_kl")
+    part = te.compute(
+        (n, width), lambda i, lane: reducer(data[i, ko * width + lane], axis=ko), name=f"p{name}"
+    )
+    return te.compute((n,), lambda i: reducer(part[i, kl], axis=kl), name=name)
+
+
 def schedule_softmax(out: Tensor, config: RowConfig | None = None) -> Schedule:
-    """One row per task: max, exp and sum computed inside the row loop, vector lanes on columns."""
+    """One row per task: max, exp and sum computed inside the row loop, vector lanes on columns
+    (and on the partial maxima and sums of `_partial_reduce`)."""
     config = config or RowConfig()
     config.check("softmax")
     s = te.create_schedule(out.op)
     ex, sm = out.op.input_tensors
     mx = next(t for t in ex.op.input_tensors if t.op.name == "max")
+    parts = [t for r in (mx, sm) for t in r.op.input_tensors if t.op.name in ("pmax", "psum")]
     row, col = out.op.axis
-    for t in (mx, ex, sm):
+    for t in (*parts, mx, ex, sm):
         s[t].compute_at(s[out], row)
+    for part in parts:
+        (ko,) = part.op.reduce_axis
+        outer, lanes = s[part].split(part.op.axis[1], factor=min(config.lanes, SOFTMAX_PARTIALS))
+        s[part].reorder(ko, outer, lanes)
+        s[part].vectorize(lanes)
     _, lanes = s[ex].split(ex.op.axis[1], factor=config.lanes)
     s[ex].vectorize(lanes)
     _, lanes = s[out].split(col, factor=config.lanes)
