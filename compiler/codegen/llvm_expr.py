@@ -23,7 +23,7 @@ from ..te.expr import (
     Var,
 )
 from ..tir.stmt import Buffer, BufferLoad, LoweringError
-from .llvm_math import exp_f32, sigmoid_f32
+from .llvm_math import exp_f32, sigmoid_f32, tanh_f32
 
 I1, I8, I16 = ir.IntType(1), ir.IntType(8), ir.IntType(16)
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -392,6 +392,8 @@ class ExprEmitter:
             return bld.fdiv(one, denom, flags=fm)
         if name == "exp" and dtype == "float32":  # stays vector code (no libm call per lane)
             return exp_f32(bld, args[0])
+        if name == "tanh" and dtype == "float32":  # vector code too (GELU's tanh form)
+            return tanh_f32(bld, args[0])
         if name == "fmod":  # LLVM's frem is C's fmod
             return bld.frem(args[0], args[1])
         if name in _LIBM:

@@ -1,6 +1,8 @@
 """ONNX importer: an ONNX model (file, bytes or ModelProto; opsets 13 to 21) -> a graph IR `Graph`.
 
 Opsets 7 to 12 are upgraded to 13 first with onnx's version converter (`onnx_upgrade`).
+Nodes of onnxruntime's contrib domain (`com.microsoft`, as its transformer optimizer writes
+them) map to the registry's ops of the qualified name (`registry_name`, `ops/contrib.py`).
 
 Newer opsets, up to the newest the installed onnx package knows, import node by node where
 the op's definition (its inputs and outputs) is still opset 21's; a node whose op changed is
@@ -300,12 +302,42 @@ def unsupported_nodes(
     for i, node in enumerate(nodes):
         name = node.name or f"{node.op_type}_{i}"
         if node.domain not in ("", "ai.onnx"):
-            found.append((f"{node.domain}.{node.op_type}", name, None))
+            if not is_registered(registry_name(node)):
+                found.append((registry_name(node), name, None))
+            elif (unbuilt := _unbuilt_contrib_output(node)) is not None:
+                found.append((f"{registry_name(node)} with its {unbuilt}", name, None))
         elif node.op_type not in _SPECIAL and not is_registered(node.op_type):
             found.append((node.op_type, name, opset))
         elif (variant := _unsupported_variant(node, opset)) is not None:
             found.append((variant, name, opset))
     return found
+
+
+# onnxruntime contrib ops' outputs that are not built: (op type, output index) -> what it is
+_UNBUILT_CONTRIB_OUTPUTS = {
+    ("Attention", 1): "present output (key/value cache)",
+    ("MultiHeadAttention", 1): "present_key output (key/value cache)",
+    ("MultiHeadAttention", 2): "present_value output (key/value cache)",
+    ("MultiHeadAttention", 3): "qk output",
+    ("SkipSimplifiedLayerNormalization", 1): "mean output",
+}
+
+
+def _unbuilt_contrib_output(node: onnx.NodeProto) -> str | None:
+    """What a contrib node asks for that is not built: an output named in
+    `_UNBUILT_CONTRIB_OUTPUTS` (left blank, it is fine)."""
+    for index, out in enumerate(node.output):
+        if out and (unbuilt := _UNBUILT_CONTRIB_OUTPUTS.get((node.op_type, index))):
+            return unbuilt
+    return None
+
+
+def registry_name(node: onnx.NodeProto) -> str:
+    """The registry's name of `node`'s op: the op type in the default domain, else qualified
+    by its domain (onnxruntime's contrib ops: `com.microsoft.Attention`, `ops/contrib.py`)."""
+    if node.domain in ("", "ai.onnx"):
+        return node.op_type
+    return f"{node.domain}.{node.op_type}"
 
 
 def _type_str(dtype: str) -> str:
@@ -496,7 +528,7 @@ class _Importer:
         dtypes = [types[i].dtype if i in types else None for i in node.input]
         check_node_types(node, self.opset, name, dtypes, self.where)
         inputs, outputs = list(node.input), list(node.output)
-        op = node.op_type
+        op = registry_name(node)
         if op == "Dropout":  # inference: identity (the mask output is unsupported)
             op, inputs, outputs, attrs = "Identity", inputs[:1], outputs[:1], {}
         if _is_training_batch_norm(node, self.opset):
