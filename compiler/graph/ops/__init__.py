@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import (  # noqa: F401
     affine_grid,
+    attention,
     col2im,
     einsum,
     elemwise,
@@ -22,4 +23,5 @@ from . import (  # noqa: F401
     shape,
     space,
     topk,
+    transformer,
 )

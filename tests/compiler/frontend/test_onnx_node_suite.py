@@ -40,7 +40,9 @@ EXTRA_OPS = (
     "DepthToSpace SpaceToDepth OneHot GatherElements ScatterElements EyeLike Loop "
     "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Col2Im AffineGrid"
 ).split()
-SUPPORTED = ISSUE_OPS + EXTRA_OPS
+# the standard domain's newer ops for transformers and sequences (opsets 22 to 28)
+NEWER_OPS = ("Attention RMSNormalization RotaryEmbedding Swish").split()
+SUPPORTED = ISSUE_OPS + EXTRA_OPS + NEWER_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
 
 
