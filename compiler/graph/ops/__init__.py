@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     reduce_extra,
     resize,
     rnn,
+    scan_axis,
     scatter_elements,
     shape,
     space,

@@ -41,7 +41,7 @@ EXTRA_OPS = (
     "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Col2Im AffineGrid"
 ).split()
 # the standard domain's newer ops for transformers and sequences (opsets 22 to 28)
-NEWER_OPS = ("Attention RMSNormalization RotaryEmbedding Swish").split()
+NEWER_OPS = ("Attention RMSNormalization RotaryEmbedding Swish CumProd ReverseSequence TensorScatter").split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS + NEWER_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
 
