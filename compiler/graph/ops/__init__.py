@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     grid_sample,
     indexing,
     layout,
+    losses,
     nn,
     normalization,
     qnn,
