@@ -40,8 +40,12 @@ EXTRA_OPS = (
     "DepthToSpace SpaceToDepth OneHot GatherElements ScatterElements EyeLike Loop "
     "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Col2Im AffineGrid"
 ).split()
-# the standard domain's newer ops for transformers and sequences (opsets 22 to 28)
-NEWER_OPS = ("Attention RMSNormalization RotaryEmbedding Swish CumProd ReverseSequence TensorScatter").split()
+# the standard domain's newer ops for transformers and sequences (opsets 22 to 28), losses,
+# and Scatter (opsets 9 and 10, upgraded to ScatterElements)
+NEWER_OPS = (
+    "Attention RMSNormalization RotaryEmbedding Swish CumProd ReverseSequence TensorScatter "
+    "NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss Scatter"
+).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS + NEWER_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
 
@@ -65,9 +69,10 @@ def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """Models written at an opset below 13 move to 13 when the op's definition is unchanged;
     None when it changed (the case tests an opset the importer does not support). A Loop
     (whose definition at 13 only admits sequences) stays as written: its body's ops are the
-    importer's to upgrade (`onnx_upgrade`)."""
+    importer's to upgrade (`onnx_upgrade`); so does Scatter, which exists only below opset 11
+    and which the upgrade turns into ScatterElements."""
     op = model.graph.node[0].op_type
-    if op == "Loop":
+    if op in ("Loop", "Scatter"):
         return model
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version < 13:
