@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (  # noqa: F401
     affine_grid,
     attention,
+    bitcast,
     col2im,
     einsum,
     elemwise,
