@@ -25,6 +25,7 @@ from . import (  # noqa: F401
     scatter_elements,
     shape,
     space,
+    stateful,
     topk,
     transformer,
 )

@@ -221,3 +221,33 @@ register(
     attrs={"interleaved": 0, "rotary_embedding_dim": 0, "num_heads": None},
     expand=_expand_rotary,
 )
+
+
+# ---- SwiGLU ---------------------------------------------------------------------------------
+
+
+def _swiglu_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    a, b = types
+    _floating("SwiGLU", a, "A")
+    if a.shape != b.shape:
+        raise ValueError(
+            f"SwiGLU A and B must have one shape, not {list(a.shape)} and {list(b.shape)}"
+        )
+    return [a]
+
+
+def swiglu(attrs: dict[str, Any], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`swish(A, alpha) * B`."""
+    return (swish(attrs, a).astype(np.float64) * b).astype(a.dtype)
+
+
+def _expand_swiglu(b: GraphBuilder, node: Node) -> None:
+    e = Emitter(b, node)
+    x, gate = node.inputs
+    scaled = e.add("Mul", [x, e.const(node.attr_dict["alpha"], "alpha", e.dtype(x))])
+    swished = e.add("Mul", [x, e.add("Sigmoid", [scaled])])
+    e.add("Mul", [swished, gate], outputs=[node.outputs[0]])
+
+
+register("SwiGLU", Pattern.OPAQUE, _swiglu_type, swiglu, inputs=(2, 2), attrs={"alpha": 1.0},
+         expand=_expand_swiglu)  # fmt: skip
