@@ -44,7 +44,8 @@ EXTRA_OPS = (
 # and Scatter (opsets 9 and 10, upgraded to ScatterElements)
 NEWER_OPS = (
     "Attention RMSNormalization RotaryEmbedding Swish CumProd ReverseSequence TensorScatter "
-    "NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss Scatter BitCast SwiGLU CausalConvWithState"
+    "NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss Scatter BitCast SwiGLU CausalConvWithState "
+    "LinearAttention"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS + NEWER_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
