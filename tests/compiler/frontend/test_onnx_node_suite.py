@@ -45,7 +45,7 @@ EXTRA_OPS = (
 NEWER_OPS = (
     "Attention RMSNormalization RotaryEmbedding Swish CumProd ReverseSequence TensorScatter "
     "NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss Scatter BitCast SwiGLU CausalConvWithState "
-    "LinearAttention"
+    "LinearAttention FlexAttention"
 ).split()
 SUPPORTED = ISSUE_OPS + EXTRA_OPS + NEWER_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"

@@ -6,9 +6,10 @@ at once. Each compiled to native code and through the numpy reference, against o
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import tensorforge
 from tensorforge.compiler.frontend import OnnxImportError, from_onnx
@@ -247,3 +248,52 @@ def test_bitcast_between_integers_keeps_the_bits() -> None:
     node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.UINT8)
     got = tensorforge.compile(_import(node, {"x": x}, 26, TensorProto.UINT8)).run({"x": x})["y"]
     np.testing.assert_array_equal(got, x.view(np.uint8))
+
+
+def _flex_model(score_mod: onnx.GraphProto, feed: dict) -> onnx.ModelProto:
+    node = helper.make_node(
+        "FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview", score_mod=score_mod
+    )
+    graph = helper.make_graph(
+        [node],
+        "m",
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape))
+            for n, v in feed.items()
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def test_flex_attention_grouped_with_a_masking_score_mod_matches_the_onnx_reference() -> None:
+    """A score_mod that masks every key past the query (Trilu of -inf) inlined between the
+    importer's nodes; onnxruntime has no FlexAttention, so onnx's reference is the oracle."""
+    from onnx.reference import ReferenceEvaluator
+
+    feed = {"q": _normal(1, 4, 3, 4), "k": _normal(1, 2, 3, 4), "v": _normal(1, 2, 3, 5)}
+    upper = np.triu(np.full((3, 3), -np.inf, np.float32), 1)
+    mod = helper.make_graph(
+        [helper.make_node("Add", ["s", "upper"], ["out"])],
+        "causal",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(upper, "upper")],
+    )
+    model = _flex_model(mod, feed)
+    (want,) = ReferenceEvaluator(model).run(None, feed)
+    got = tensorforge.compile(model, progress=False).run(feed)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_flex_attention_score_mod_with_an_unsupported_op_is_refused_by_name() -> None:
+    feed = {"q": _normal(1, 1, 2, 4), "k": _normal(1, 1, 2, 4), "v": _normal(1, 1, 2, 4)}
+    mod = helper.make_graph(
+        [helper.make_node("NoSuchOp", ["s"], ["out"], name="odd")],
+        "mod",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(UnsupportedOpError, match=r"NoSuchOp \(node 'odd'"):
+        from_onnx(_flex_model(mod, feed))
