@@ -237,10 +237,23 @@ def test_linear_attention_gated_rule_without_decay_is_refused_by_name() -> None:
         _import(node, feed, 27)
 
 
-def test_bitcast_of_float_bits_is_refused_by_name() -> None:
-    node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT32, name="bits")
-    with pytest.raises(UnsupportedOpError, match=r"BitCast from float32 to int32.*'bits'"):
-        _import(node, {"x": _normal(3)}, 26)
+def test_bitcast_to_bool_is_refused_by_name() -> None:
+    node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.BOOL, name="bits")
+    feed = {"x": np.array([0, 1, 2], np.uint8)}
+    with pytest.raises(UnsupportedOpError, match=r"BitCast from uint8 to bool.*'bits'"):
+        _import(node, feed, 26, TensorProto.BOOL)
+
+
+def test_bitcast_of_float_bits_matches_onnxruntime() -> None:
+    """-0.0, infinities, a NaN with a payload and a subnormal keep their bits."""
+    x = np.array([0.0, -0.0, np.inf, -np.inf, 1.5, -3.25], np.float32)
+    x = np.concatenate([x, np.array([0x7FC00123, 1], np.uint32).view(np.float32)])
+    node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT32)
+    model = _model(node, {"x": x}, ["y"], 26, TensorProto.INT32)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = tensorforge.compile(model, progress=False).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, x.view(np.int32))
 
 
 def test_bitcast_between_integers_keeps_the_bits() -> None:
