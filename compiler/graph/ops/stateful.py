@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import GraphBuilder, Node, TensorType
-from ..registry import Pattern, register
+from ..registry import Pattern, UnsupportedOpError, register
 from .emit import Emitter
 
 # ---- CausalConvWithState --------------------------------------------------------------------
@@ -113,6 +113,9 @@ register(
 # ---- LinearAttention ------------------------------------------------------------------------
 
 _RULES = ("linear", "gated", "delta", "gated_delta")
+# Steps unrolled at most (a few nodes each): a decode step has one, a short prefill a few
+# hundred; a longer sequence is refused by name rather than compiled for minutes.
+MAX_STEPS = 256
 
 
 def _linear_geometry(attrs: dict[str, Any], types: list) -> tuple[int, ...]:
@@ -142,6 +145,10 @@ def _linear_type(attrs: dict[str, Any], types: list, consts: list) -> list[Tenso
     if not np.issubdtype(np.dtype(q.dtype), np.floating):
         raise ValueError(f"LinearAttention query must be floating-point, not {q.dtype}")
     b, t, hq, hkv, dk, dv = _linear_geometry(attrs, types)
+    if t > MAX_STEPS:
+        raise UnsupportedOpError(
+            [(f"LinearAttention over {t} steps (unrolled up to {MAX_STEPS})", "?", None)]
+        )
     past, decay, beta = (types[i] if len(types) > i else None for i in (3, 4, 5))
     rule = attrs["update_rule"]
     if rule not in _RULES:

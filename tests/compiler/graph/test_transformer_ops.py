@@ -237,6 +237,18 @@ def test_linear_attention_gated_rule_without_decay_is_refused_by_name() -> None:
         _import(node, feed, 27)
 
 
+def test_linear_attention_over_too_many_steps_is_refused_by_name() -> None:
+    """Its recurrence is unrolled: a long prefill would build thousands of nodes."""
+    t = 257
+    feed = {"q": _normal(1, t, 4), "k": _normal(1, t, 4), "v": _normal(1, t, 4)}
+    node = helper.make_node(
+        "LinearAttention", ["q", "k", "v"], ["y"], q_num_heads=1, kv_num_heads=1,
+        update_rule="linear", name="lin",
+    )  # fmt: skip
+    with pytest.raises(UnsupportedOpError, match=r"LinearAttention over 257 steps.*'lin'"):
+        _import(node, feed, 27)
+
+
 def test_bitcast_to_bool_is_refused_by_name() -> None:
     node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.BOOL, name="bits")
     feed = {"x": np.array([0, 1, 2], np.uint8)}
