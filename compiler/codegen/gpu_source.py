@@ -439,10 +439,30 @@ class KernelPrinter:
         if e.name in INT_INTRINSICS:
             text = f"({args[0]} {'<<' if e.name == 'shift_left' else '>>'} {args[1]})"
             return f"(({self.ctype(e.dtype)}){text})"
+        if e.name == "reinterpret":
+            return self.reinterpret(args[0], e.args[0].dtype, e.dtype)
         if e.dtype == "float16":
             wide = [self.convert(a, "float16", "float32") for a in args]
             return self.convert(self._math(e.name, wide, "float32"), "float32", "float16")
         return self._math(e.name, args, e.dtype)
+
+    def reinterpret(self, x: str, src: str, dst: str) -> str:
+        """OpenCL's `as_<type>`; CUDA's bit-cast intrinsics (float and double only)."""
+        if self.d.name == "opencl":
+            return f"as_{self.ctype(dst)}({x})"
+        cuda = {
+            ("float32", "int32"): "__float_as_int",
+            ("int32", "float32"): "__int_as_float",
+            ("float32", "uint32"): "__float_as_uint",
+            ("uint32", "float32"): "__uint_as_float",
+            ("float64", "int64"): "__double_as_longlong",
+            ("int64", "float64"): "__longlong_as_double",
+        }
+        if (src, dst) not in cuda:
+            raise LoweringError(
+                f"{self.d.name} codegen: reinterpret of {src} as {dst} is not built"
+            )
+        return f"{cuda[src, dst]}({x})"
 
     def _math(self, name: str, args: list[str], dtype: str) -> str:
         suffix = self.d.math_suffix if dtype == "float32" else ""

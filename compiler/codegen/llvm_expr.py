@@ -368,6 +368,9 @@ class ExprEmitter:
         args = self.unify(*(self.emit(a) for a in e.args))
         if e.name in INT_INTRINSICS:
             return self.shift(e.name, args[0], args[1], e.dtype)
+        if e.name == "reinterpret":
+            to = vector_of(scalar_type(e.dtype), lanes_of(args[0]))
+            return self.builder.bitcast(args[0], to)
         return self.math_call(e.name, args, e.dtype)
 
     def shift(self, name: str, x: ir.Value, n: ir.Value, dtype: str) -> ir.Value:

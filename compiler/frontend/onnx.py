@@ -39,6 +39,7 @@ from .onnx_patterns import (
     drop_unread_outputs,
     rewrite_masked_assignments,
 )
+from .onnx_preview import convert_flex_attention, is_preview_op
 from .onnx_scan import unroll_scan
 from .onnx_upgrade import OLDEST_OPSET, upgrade
 from .onnx_weights import Span, WireError, read_span, strip_raw_data
@@ -301,6 +302,8 @@ def unsupported_nodes(
     found: list[tuple[str, str, int | None]] = []
     for i, node in enumerate(nodes):
         name = node.name or f"{node.op_type}_{i}"
+        if is_preview_op(node):  # its modifier graphs are checked when inlined
+            continue
         if node.domain not in ("", "ai.onnx"):
             if not is_registered(registry_name(node)):
                 found.append((registry_name(node), name, None))
@@ -517,6 +520,9 @@ class _Importer:
             return
         if node.op_type == "Scan":
             unroll_scan(self, name, node, attrs)
+            return
+        if is_preview_op(node):
+            convert_flex_attention(self, name, node, attrs)
             return
         if node.op_type in SEQUENCE_OPS:
             convert_sequence_op(self, name, node, attrs)

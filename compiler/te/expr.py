@@ -106,6 +106,10 @@ MATH_INTRINSICS = {
 # as `x // 2**n` as exact arithmetic and move terms across it, which wrapping values break).
 INT_INTRINSICS = {"shift_left": 2, "shift_right": 2}
 
+# Bit intrinsics: `reinterpret` reads its operand's bits as the call's dtype, of the same width
+# (ONNX BitCast); no value conversion, so NaN payloads and -0.0 keep their bits.
+BIT_INTRINSICS = {"reinterpret": 1}
+
 
 class ExprOps:
     """Python operators that build expressions; shared by `Expr` and `IterVar`."""
@@ -575,6 +579,17 @@ def call_shift(name: str, x: Any, amount: Any) -> Expr:
             f"{name} amount must be in [0, {dt.bits(x.dtype)}) for {x.dtype}, not {n.value}"
         )
     return Call(name, (x, n), x.dtype)
+
+
+def call_reinterpret(x: Any, dtype: str) -> Expr:
+    """`x`'s bits read as `dtype`, which must have the same width (bool excluded)."""
+    x = as_expr(x)
+    dt.check_dtype(dtype)
+    if "bool" in (x.dtype, dtype) or dt.bits(x.dtype) != dt.bits(dtype):
+        raise TypeError(
+            f"reinterpret needs non-bool dtypes of one width, not {x.dtype!r} as {dtype!r}"
+        )
+    return x if x.dtype == dtype else Call("reinterpret", (x,), dtype)
 
 
 def call_extern(name: str, *args: Any, dtype: str = "int32") -> Expr:

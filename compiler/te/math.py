@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .expr import Expr, abs_expr, call_math, call_shift
+from .expr import Expr, abs_expr, call_math, call_reinterpret, call_shift
 
 
 def exp(x: Any) -> Expr:
@@ -120,6 +120,12 @@ def fmod(x: Any, y: Any) -> Expr:
 def abs(x: Any) -> Expr:  # noqa: A001 - the intrinsic's name
     """|x| for any numeric dtype."""
     return abs_expr(x)
+
+
+def reinterpret(x: Any, dtype: str) -> Expr:
+    """`x`'s bits read as `dtype` of the same width (ONNX BitCast): float32 1.0 as int32 is
+    0x3F800000."""
+    return call_reinterpret(x, dtype)
 
 
 def shift_left(x: Any, n: Any) -> Expr:

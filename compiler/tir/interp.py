@@ -109,6 +109,12 @@ _MATH: dict[str, Callable[..., float]] = {
 }
 
 
+def _reinterpret(e: Call, fx: Fn) -> Fn:
+    """The operand's bits, in its dtype, read as the call's."""
+    src, dst = e.args[0].dtype, e.dtype
+    return lambda env: np.array(fx(env), src).view(dst).item()
+
+
 def _shift(e: Call, fx: Fn, fn: Fn) -> Fn:
     """shift_left wraps at the dtype's width; shift_right on Python ints is arithmetic (and
     logical for the non-negative values of unsigned dtypes)."""
@@ -332,6 +338,8 @@ class _Compiler(_BlockCompiler):
             return lambda env: ft(env) if fc(env) else ff(env)
         if e.kind is CallKind.PURE and e.name in INT_INTRINSICS:
             return _shift(e, *args)
+        if e.kind is CallKind.PURE and e.name == "reinterpret":
+            return _reinterpret(e, *args)
         if e.kind is CallKind.PURE:
             fn = _MATH.get(e.name)
             if fn is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from . import (  # noqa: F401
     affine_grid,
+    attention,
+    bitcast,
     col2im,
     crop_unpool,
     data_dependent,
@@ -18,6 +20,7 @@ from . import (  # noqa: F401
     indexing,
     layout,
     lp_pool,
+    losses,
     nn,
     normalization,
     qnn,
@@ -26,9 +29,12 @@ from . import (  # noqa: F401
     resize,
     rnn,
     roi_align,
+    scan_axis,
     scatter_elements,
     shape,
     signal,
     space,
+    stateful,
     topk,
+    transformer,
 )

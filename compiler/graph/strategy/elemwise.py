@@ -245,6 +245,13 @@ def _cast(ctx: GroupContext, node: Node) -> list[Lazy]:
     return [Lazy(shape, dtype, lambda idx: x(idx).astype(dtype))]
 
 
+def _bitcast(ctx: GroupContext, node: Node) -> list[Lazy]:
+    """BitCast with float bits (between integers it expands to a Cast)."""
+    x = ctx.get(node.inputs[0])
+    shape, dtype = _out(ctx, node)
+    return [Lazy(shape, dtype, lambda idx: te.reinterpret(x(idx), dtype))]
+
+
 def _where(ctx: GroupContext, node: Node) -> list[Lazy]:
     shape, dtype = _out(ctx, node)
     c, a, b = (broadcast_read(x, shape) for x in _inputs(ctx, node))
@@ -544,6 +551,7 @@ ELEMENTWISE: dict[str, Rule] = {
     "Clip": _clip,
     "Cast": _cast,
     "CastLike": _cast,
+    "BitCast": _bitcast,
     "Where": _where,
     "BatchNormalization": _batch_norm,
     "Reshape": _reshape,

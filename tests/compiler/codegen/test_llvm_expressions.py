@@ -214,6 +214,41 @@ def test_shift_amounts_out_of_range_are_refused() -> None:
 
 
 @pytest.mark.parametrize("vectorize", [False, True], ids=["serial", "vector"])
+@pytest.mark.parametrize(
+    ("src", "dst"), [("float32", "int32"), ("uint32", "float32"), ("float64", "int64"),
+                     ("float16", "uint16")]
+)  # fmt: skip
+def test_reinterpret_keeps_the_bits_like_numpy_view(src: str, dst: str, vectorize: bool) -> None:
+    """te.reinterpret (ONNX BitCast) natively and in the interpreter: the bits of -0.0,
+    infinities, a NaN with a payload and a subnormal survive, as numpy's view keeps them."""
+    width = np.dtype(src).itemsize
+    unsigned = np.dtype(f"u{width}")
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 1.0, -2.5], src if src[0] == "f" else "f4")
+    raw = np.random.default_rng(3).integers(0, np.iinfo(unsigned).max, N - 6, dtype=unsigned)
+    raw[0] = {2: 0x7E01, 4: 0x7FC00001, 8: 0x7FF8000000000001}[width]  # a NaN with a payload
+    raw[1] = 1  # the smallest subnormal
+    values = np.concatenate([special.view(unsigned) if src[0] == "f" else special.view("u4"),
+                             raw]).view(src)  # fmt: skip
+    A = te.placeholder((N,), src, name="A")
+    C = te.compute((N,), lambda i: te.reinterpret(A[i], dst), name="C")
+    s = te.create_schedule(C.op)
+    if vectorize:
+        _, inner = s[C].split(C.op.axis[0], factor=8)
+        s[C].vectorize(inner)
+    func = tir.lower(s, [A, C], name="bits")
+    native, interp = np.zeros(N, dst), np.zeros(N, dst)
+    build(func)(values, native)
+    tir.interpret(func, [values, interp])
+    np.testing.assert_array_equal(native.view(unsigned), values.view(unsigned))
+    np.testing.assert_array_equal(interp.view(unsigned), values.view(unsigned))
+
+
+def test_reinterpret_of_another_width_is_refused() -> None:
+    with pytest.raises(TypeError, match="reinterpret needs non-bool dtypes of one width"):
+        te.reinterpret(te.var("f", "float32"), "int64")
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["serial", "vector"])
 def test_round_breaks_ties_to_even_like_numpy_rint(vectorize: bool) -> None:
     halves = np.arange(-40, 41, dtype=np.float64) + 0.5
     values = np.concatenate([halves, np.nextafter(halves, 0), [0.0, -0.0, 1e300, -1e300]])

@@ -46,7 +46,14 @@ CLASSIC_OPS = (
     "BlackmanWindow MelWeightMatrix RoiAlign Scan CenterCropPad MaxUnpool Det "
     "OptionalHasElement OptionalGetElement DeformConv"
 ).split()
-SUPPORTED = ISSUE_OPS + EXTRA_OPS + CLASSIC_OPS
+# the standard domain's newer ops for transformers and sequences (opsets 22 to 28), losses,
+# and Scatter (opsets 9 and 10, upgraded to ScatterElements)
+NEWER_OPS = (
+    "Attention RMSNormalization RotaryEmbedding Swish CumProd ReverseSequence TensorScatter "
+    "NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss Scatter BitCast SwiGLU CausalConvWithState "
+    "LinearAttention FlexAttention"
+).split()
+SUPPORTED = ISSUE_OPS + EXTRA_OPS + CLASSIC_OPS + NEWER_OPS
 RECORDED = Path(__file__).resolve().parent / "node_suite_compiled.txt"
 
 
@@ -69,9 +76,11 @@ def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """Models written at an opset below 13 move to 13 when the op's definition is unchanged;
     None when it changed (the case tests an opset the importer does not support). A Loop
     (whose definition at 13 only admits sequences) or Scan (whose body the converter upgrades
-    with it) stays as written: its body's ops are the importer's to upgrade (`onnx_upgrade`)."""
+    with it) stays as written: its body's ops are the importer's to upgrade (`onnx_upgrade`);
+    so does Scatter, which exists only below opset 11 and which the upgrade turns into
+    ScatterElements."""
     op = model.graph.node[0].op_type
-    if op in ("Loop", "Scan"):
+    if op in ("Loop", "Scan", "Scatter"):
         return model
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version < 13:

@@ -57,6 +57,19 @@ def test_bitwise_operators_compile_for_cuda(dtype: str) -> None:
     assert ".visible .entry b_k0(" in payload["ptx"]
 
 
+@pytest.mark.parametrize(
+    ("src", "dst", "intrinsic"),
+    [("float32", "int32", "__float_as_int"), ("uint32", "float32", "__uint_as_float"),
+     ("float64", "int64", "__double_as_longlong")],
+)  # fmt: skip
+def test_reinterpret_compiles_for_cuda(src: str, dst: str, intrinsic: str) -> None:
+    x = te.placeholder((64,), src, name="x")
+    y = te.compute((64,), lambda i: te.reinterpret(x[i], dst), name="y")
+    s = schedule_auto([y], GPUScheduleConfig(threads=64))
+    payload = gpu_payload(split_kernels(lower(s, [x, y], name="r")), Target.parse("cuda"))
+    assert f"{intrinsic}(" in payload["source"] and ".visible .entry r_k0(" in payload["ptx"]
+
+
 def _unsigned_schedule(dtype: str):
     inputs, outs, reference = unsigned_ops(dtype, 64)
     return schedule_auto(outs, GPUScheduleConfig(threads=64)), [*inputs, *outs], reference
