@@ -213,9 +213,23 @@ def interleaved_ms(ours: Any, theirs: Any, repeat: int, rounds: int = 4) -> tupl
     default), and a call right after the other runtime's finds its second core taken. One
     warm-up call was not enough: with 3 calls per block, TensorForge's MobileNetV2 at 2 threads
     took 8.0 ms right after onnxruntime's block, 3.8 ms alone (2026-11-25)."""
-    per_block = max(1, -(-repeat // rounds))
+    ours_ms, theirs_ms, _ = interleaved_paired(ours, theirs, repeat, rounds)
+    return ours_ms, theirs_ms
+
+
+def interleaved_paired(
+    ours: Any, theirs: Any, repeat: int, rounds: int = 4, per_block: int | None = None
+) -> tuple[float, float, float]:
+    """`interleaved_ms`'s medians and the paired ratio: the median over rounds of (our block's
+    median / their block's median in the same round). Each round's two blocks run back to back,
+    so a load that comes and goes between rounds cancels in its ratio; the ratio of the overall
+    medians let one busy stretch of a shared host decide a model's row (ShuffleNetV2 2.41x in
+    one run, 0.90x and 0.93x in the next two, 2026-11-29)."""
+    per_block = per_block or max(1, -(-repeat // rounds))
     times: dict[int, list[float]] = {0: [], 1: []}
+    ratios = []
     for r in range(rounds):
+        block: dict[int, list[float]] = {0: [], 1: []}
         for which in (0, 1) if r % 2 == 0 else (1, 0):
             fn = (ours, theirs)[which]
             start = time.perf_counter()
@@ -225,8 +239,12 @@ def interleaved_ms(ours: Any, theirs: Any, repeat: int, rounds: int = 4) -> tupl
             for _ in range(per_block):
                 start = time.perf_counter()
                 fn()
-                times[which].append(time.perf_counter() - start)
-    return float(np.median(times[0]) * 1e3), float(np.median(times[1]) * 1e3)
+                block[which].append(time.perf_counter() - start)
+        times[0] += block[0]
+        times[1] += block[1]
+        ratios.append(float(np.median(block[0]) / np.median(block[1])))
+    return (float(np.median(times[0]) * 1e3), float(np.median(times[1]) * 1e3),
+            float(np.median(ratios)))  # fmt: skip
 
 
 def bench(name: str, repeat: int, with_profile: bool = False) -> dict[str, Any]:
@@ -270,9 +288,10 @@ def bench(name: str, repeat: int, with_profile: bool = False) -> dict[str, Any]:
     for t in THREADS:
         set_num_threads(t)
         sess = sessions[t]
-        row[f"tf_ms_{t}"], row[f"ort_ms_{t}"] = interleaved_ms(
-            lambda: module.run(inputs), lambda s=sess: s.run(None, inputs), repeat
-        )
+        row[f"tf_ms_{t}"], row[f"ort_ms_{t}"], row[f"x_{t}"] = interleaved_paired(
+            lambda: module.run(inputs), lambda s=sess: s.run(None, inputs), repeat,
+            rounds=max(4, repeat), per_block=3,
+        )  # fmt: skip
     set_num_threads(1)
     if with_profile:
         row["profile"] = profile(module, model, path, inputs, repeat)
@@ -472,6 +491,11 @@ def _geomean(values: list[float]) -> float:
 
 
 def _ratio(row: dict[str, Any], ours: str, theirs: str) -> float | None:
+    """ours / theirs of `row`; for run times, the paired ratio (`interleaved_paired`) where the
+    row has one (rows saved before it have only the medians)."""
+    paired = row.get(ours.replace("tf_ms_", "x_")) if ours.startswith("tf_ms_") else None
+    if paired:
+        return paired
     a, b = row.get(ours), row.get(theirs)
     return a / b if a and b else None
 
