@@ -368,3 +368,33 @@ def test_affine_grid_of_a_computed_matrix(size, align_corners: int) -> None:  # 
     )
     t = np.random.default_rng(10).standard_normal((2, nd, nd + 1)).astype(np.float32)
     _check(model, {"t": t})
+
+
+def test_aspp_on_a_map_smaller_than_its_dilations() -> None:
+    # torchvision's DeepLabV3 head at a small input (a 90x70 image: a 6x5 map): the 3x3 branches
+    # dilated 12, 24 and 36 reach the map with their centre tap alone (drop_padding_taps), the
+    # 2 dilated 4 with all nine; 1x1 branch, image pooling, concat and projection as exported
+    rng = np.random.default_rng(3)
+    inits, nodes, branches = [], [], []
+
+    def weight(name: str, shape: tuple) -> str:
+        inits.append(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name))
+        return name
+
+    for i, d in enumerate((1, 2, 12, 24, 36)):
+        k = 1 if d == 1 else 3
+        attrs = {"kernel_shape": [k, k], "dilations": [d, d], "pads": [d * (k // 2)] * 4}
+        w, b = weight(f"w{i}", (8, 16, k, k)), weight(f"b{i}", (8,))
+        nodes.append(oh.make_node("Conv", ["x", w, b], [f"c{i}"], name=f"aspp{i}", **attrs))
+        nodes.append(oh.make_node("Relu", [f"c{i}"], [f"r{i}"]))
+        branches.append(f"r{i}")
+    nodes += [
+        oh.make_node("GlobalAveragePool", ["x"], ["pool"]),
+        oh.make_node("Conv", ["pool", weight("wp", (8, 16, 1, 1))], ["pc"]),
+        oh.make_node("Expand", ["pc", "hw"], ["pe"]),
+        oh.make_node("Concat", [*branches, "pe"], ["cat"], axis=1),
+        oh.make_node("Conv", ["cat", weight("wo", (8, 48, 1, 1))], ["y"]),
+    ]
+    inits.append(numpy_helper.from_array(np.array([1, 8, 6, 5], np.int64), "hw"))
+    model = _model(nodes, [_float("x", [1, 16, 6, 5])], [_float("y", [1, 8, 6, 5])], inits)
+    _check(model, {"x": rng.standard_normal((1, 16, 6, 5)).astype(np.float32)})
