@@ -4,16 +4,16 @@ compiled by TensorForge and checked and timed against onnxruntime.
 The models are torchvision's own registry (`torchvision.models.list_models`): every classifier,
 segmentation, video and optical-flow network, and the backbone (with FPN where it has one) of
 every detector, whose box selection needs shapes that depend on the data (refused with that
-reason). Random weights (seeded; batch-norm statistics from random batches as in zoo.py), batch
-1, small inputs: 64x64 images (224 where a model's pooling or windows need it: AlexNet, VGG,
-MaxViT; ViTs are built for 64), 128x128 for detector backbones and RAFT (4 flow updates), 96x96
-for segmentation, 8x64x64 clips (16x224x224 for S3D and MViT, which need them). Each model is
-exported twice, by the TorchScript exporter at opset 17 (MHA fast path off, else ViTs fail) and
-by the dynamo exporter at opset 18; an export that fails or takes over `EXPORT_LIMIT_S` is a
-row saying so. Each file is compiled (`tensorforge.compile`, defaults) in a child process of
-its own, its outputs compared with onnxruntime's (the largest error relative to the output's
-largest magnitude, over all outputs; a match is at most `MATCH_RTOL`), and both runtimes timed
-at one thread (`zoo.interleaved_ms`). Names take an input size as `name@HxW`.
+reason). Random weights (seeded; batch-norm statistics from random batches as in zoo.py, video
+networks' too), batch 1, small inputs: 64x64 images (224 where a model's pooling or windows need
+it: AlexNet, VGG, MaxViT; ViTs are built for 64), 128x128 for detector backbones and RAFT (4
+flow updates), 96x96 for segmentation, 8x64x64 clips (16x224x224 for S3D and MViT, which need
+them). Each model is exported twice, by the TorchScript exporter at opset 17 (MHA fast path off,
+else ViTs fail) and by the dynamo exporter at opset 18; an export that fails or takes over
+`EXPORT_LIMIT_S` is a row saying so. Each file is compiled (`tensorforge.compile`, defaults) in
+a child process of its own, its outputs compared with onnxruntime's (the largest error relative
+to the output's largest magnitude, over all outputs; a match is at most `MATCH_RTOL`), and both
+runtimes timed at one thread (`zoo.interleaved_ms`). Names take an input size as `name@HxW`.
 
 Rows are appended to build/torchvision_sweep/rows.jsonl as they finish, and a model already
 there is not run again (delete the file to start over), so a long sweep can be resumed.
@@ -21,8 +21,9 @@ there is not run again (delete the file to start over), so a long sweep can be r
 Needs the `zoo` extra (torch, torchvision, onnxscript, onnxruntime).
 
 Usage:
-    python benchmarks/torchvision_sweep.py [--models resnet18,video:r3d_18,det:fcos_resnet50_fpn]
-                                           [--exporters ts,dynamo] [--list] [--markdown]
+    python benchmarks/torchvision_sweep.py \
+        [--models resnet18,video:r3d_18,detection:fcos_resnet50_fpn]
+        [--exporters ts,dynamo] [--list] [--markdown]
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from zoo import ROOT, calibrate_batch_norm, interleaved_ms
+from zoo import ROOT, interleaved_ms
 
 CACHE = ROOT / "build" / "torchvision_sweep"
 ROWS = CACHE / "rows.jsonl"
@@ -93,9 +94,25 @@ def _torch_model(name: str) -> Any:
     model = getattr(module, ctor)(weights=None, **kwargs)
     if hasattr(model, "heads"):  # torchvision zeroes ViT's head: every class would score 0
         torch.nn.init.normal_(model.heads.head.weight, std=0.02)
-    if family in ("", "segmentation"):
-        calibrate_batch_norm(model, input_shapes(name)[0][-1])
+    if family in ("", "segmentation", "video"):
+        _calibrate_batch_norm(model, input_shapes(name)[0])
     return _Outputs(model.backbone if family == "detection" else model, family)
+
+
+def _calibrate_batch_norm(model: Any, shape: tuple[int, ...]) -> None:
+    """zoo.calibrate_batch_norm for inputs of any shape (video clips too): without it S3D's
+    logits hardly depend on its input (1e-8 apart for two clips), and the check says little."""
+    import torch
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the calibration batches
+    if norms:
+        model.train()
+        with torch.no_grad():
+            for _ in range(2):
+                model(torch.randn(2, *shape))
 
 
 def _Outputs(model: Any, family: str) -> Any:  # noqa: N802 - a class factory: torch is lazy
