@@ -27,12 +27,36 @@ class Pattern(IntEnum):
     OPAQUE = 8  # never fused
 
 
+# ops whose output shape depends on their input's values (a detector's box selection): the
+# graph's shapes are static, so these stay refused; the error says why
+DATA_DEPENDENT_SHAPE_OPS = ("NonZero", "Compress", "Unique", "NonMaxSuppression")
+_NODES_NAMED = 3  # of an op on more nodes than this, the error names the first ones and a count
+
+
 class UnsupportedOpError(NotImplementedError):
-    """A model uses ops (or op variants) the graph layer does not implement; lists all of them."""
+    """A model uses ops (or op variants) the graph layer does not implement; lists all of them
+    (`items`: every node; the message: one line per op, naming its first nodes when many, and
+    why an op whose output shape depends on the data is refused)."""
 
     def __init__(self, items: Sequence[tuple[str, str, int | None]], where: str = "model") -> None:
         self.items = list(items)
-        lines = [f"  {op} (node {name!r}, opset {opset})" for op, name, opset in self.items]
+        nodes: dict[tuple[str, int | None], list[str]] = {}
+        for op, name, opset in self.items:
+            nodes.setdefault((op, opset), []).append(name)
+        lines = []
+        for (op, opset), names in nodes.items():
+            if len(names) <= _NODES_NAMED:
+                lines += [f"  {op} (node {name!r}, opset {opset})" for name in names]
+            else:
+                first = ", ".join(repr(name) for name in names[:_NODES_NAMED])
+                more = len(names) - _NODES_NAMED
+                lines.append(f"  {op} ({len(names)} nodes: {first} and {more} more; opset {opset})")
+        for op in dict.fromkeys(op for op, _ in nodes if op in DATA_DEPENDENT_SHAPE_OPS):
+            lines.append(
+                f"{op}'s output shape depends on its input's values; TensorForge compiles static"
+                " shapes, so compile the part of the model before it (a detector's backbone,"
+                " without its box selection)"
+            )
         super().__init__(f"{where} uses {len(self.items)} unsupported op(s):\n" + "\n".join(lines))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..ir import Graph
 from .alter_layout import alter_layout
+from .drop_padding_taps import drop_padding_taps
 from .eliminate_dead_code import eliminate_dead_code
 from .expand_composites import expand_composites
 from .fold_batch_norm import fold_batch_norm
@@ -23,6 +24,7 @@ PIPELINE = [
     expand_composites,  # Einsum, LSTM, GRU, RNN become ops the back-ends compile
     fold_constants,  # weights transformed by constant subgraphs become plain constants
     fold_batch_norm,  # inference batch norm disappears into the preceding Conv's weights
+    drop_padding_taps,  # a dilated Conv's taps that read only padding (DeepLabV3's ASPP) go
     eliminate_dead_code,  # drops the parameters and nodes the folds left unused
     widen_half,  # float16 convolutions, products and reductions accumulate in float32
     fuse_ops,  # groups nodes into kernels by pattern kind
@@ -47,6 +49,7 @@ __all__ = [
     "FusedGroup",
     "MemoryPlan",
     "Slot",
+    "drop_padding_taps",
     "eliminate_dead_code",
     "expand_composites",
     "fold_batch_norm",

@@ -177,7 +177,7 @@ class _Rewriter:
             return True
         if node.op == "BatchNormalization" and first in self.blocked:
             return self._batch_norm(node, block)
-        if node.op == "GlobalAveragePool" and len(out_ty.shape) == 4:
+        if _is_global_mean(self.graph, node) and len(out_ty.shape) == 4:
             axes = self.b.add_constant(self.b.fresh("rows_cols"), np.array([2, 3], np.int64))
             inputs = [self.blocked[first][0], axes]
             self.emit_blocked(node, "ReduceMean", inputs, {"keepdims": 1}, block)
@@ -384,12 +384,29 @@ def _flowing_values(graph: Graph, block: int) -> set[str]:
     return flows
 
 
+def _is_global_mean(graph: Graph, node: Node) -> bool:
+    """GlobalAveragePool, or the ReduceMean over rows and columns (kept) that the dynamo exporter
+    writes for `adaptive_avg_pool2d(x, 1)` and `x.mean((2, 3), keepdim=True)` (MobileNetV3's and
+    EfficientNet's squeeze-excitation: each left the blocked layout and came back)."""
+    if node.op == "GlobalAveragePool":
+        return True
+    if node.op != "ReduceMean" or len(graph.types[node.inputs[0]].shape) != 4:
+        return False
+    attrs = node.attr_dict
+    axes = attrs.get("axes")
+    if axes is None and len(node.inputs) > 1:
+        axes = graph.constants.get(node.inputs[1])
+    if axes is None or not attrs.get("keepdims", 1):
+        return False
+    return sorted(int(a) % 4 for a in np.ravel(axes)) == [2, 3]
+
+
 def _may_follow(graph: Graph, node: Node, block: int) -> bool:
     """Whether `node` may stay in the blocked layout (`_Rewriter._follow` decides on its
     operands)."""
     spec = get_op(node.op)
     elementwise = spec.pattern == Pattern.ELEMWISE and node.op != "Cast"
-    pooled = node.op == "GlobalAveragePool" or node.op in _POOLS
+    pooled = _is_global_mean(graph, node) or node.op in _POOLS
     others = node.op in _BINARY or node.op == "BatchNormalization"
     concat = _is_channel_concat(graph, node, block)
     return len(node.outputs) == 1 and (elementwise or pooled or others or concat)

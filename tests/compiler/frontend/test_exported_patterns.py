@@ -368,3 +368,87 @@ def test_affine_grid_of_a_computed_matrix(size, align_corners: int) -> None:  # 
     )
     t = np.random.default_rng(10).standard_normal((2, nd, nd + 1)).astype(np.float32)
     _check(model, {"t": t})
+
+
+def test_aspp_on_a_map_smaller_than_its_dilations() -> None:
+    # torchvision's DeepLabV3 head at a small input (a 90x70 image: a 6x5 map): the 3x3 branches
+    # dilated 12, 24 and 36 reach the map with their centre tap alone (drop_padding_taps), the
+    # 2 dilated 4 with all nine; 1x1 branch, image pooling, concat and projection as exported
+    rng = np.random.default_rng(3)
+    inits, nodes, branches = [], [], []
+
+    def weight(name: str, shape: tuple) -> str:
+        inits.append(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name))
+        return name
+
+    for i, d in enumerate((1, 2, 12, 24, 36)):
+        k = 1 if d == 1 else 3
+        attrs = {"kernel_shape": [k, k], "dilations": [d, d], "pads": [d * (k // 2)] * 4}
+        w, b = weight(f"w{i}", (8, 16, k, k)), weight(f"b{i}", (8,))
+        nodes.append(oh.make_node("Conv", ["x", w, b], [f"c{i}"], name=f"aspp{i}", **attrs))
+        nodes.append(oh.make_node("Relu", [f"c{i}"], [f"r{i}"]))
+        branches.append(f"r{i}")
+    nodes += [
+        oh.make_node("GlobalAveragePool", ["x"], ["pool"]),
+        oh.make_node("Conv", ["pool", weight("wp", (8, 16, 1, 1))], ["pc"]),
+        oh.make_node("Expand", ["pc", "hw"], ["pe"]),
+        oh.make_node("Concat", [*branches, "pe"], ["cat"], axis=1),
+        oh.make_node("Conv", ["cat", weight("wo", (8, 48, 1, 1))], ["y"]),
+    ]
+    inits.append(numpy_helper.from_array(np.array([1, 8, 6, 5], np.int64), "hw"))
+    model = _model(nodes, [_float("x", [1, 16, 6, 5])], [_float("y", [1, 8, 6, 5])], inits)
+    _check(model, {"x": rng.standard_normal((1, 16, 6, 5)).astype(np.float32)})
+
+
+def _squeeze_excitation(pool: str):  # noqa: ANN202
+    # MobileNetV3's block between 1x1 convolutions; the dynamo exporter writes its
+    # adaptive_avg_pool2d(x, 1) as ReduceMean over axes [-1, -2], TorchScript as GlobalAveragePool
+    rng = np.random.default_rng(4)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) / 4, n)
+        for n, s in (
+            ("w0", (16, 16, 3, 3)),
+            ("w1", (32, 16, 1, 1)),
+            ("w2", (8, 32, 1, 1)),
+            ("w3", (32, 8, 1, 1)),
+            ("w5", (16, 16, 1, 1)),
+        )
+    ]
+    inits += [
+        numpy_helper.from_array(rng.standard_normal((16, 32, 3, 3)).astype(np.float32) / 8, "w4"),
+        numpy_helper.from_array(np.array([-1, -2], np.int64), "axes"),
+    ]
+    mean = (
+        oh.make_node("ReduceMean", ["r", "axes"], ["m"], keepdims=1)
+        if pool == "ReduceMean"
+        else oh.make_node("GlobalAveragePool", ["r"], ["m"])
+    )
+    nodes = [
+        oh.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+        oh.make_node("Relu", ["c0"], ["r0"]),
+        oh.make_node("Conv", ["r0", "w1"], ["c"]),
+        oh.make_node("Relu", ["c"], ["r"]),
+        mean,
+        oh.make_node("Conv", ["m", "w2"], ["s1"]),
+        oh.make_node("Relu", ["s1"], ["s2"]),
+        oh.make_node("Conv", ["s2", "w3"], ["s3"]),
+        oh.make_node("HardSigmoid", ["s3"], ["gate"], alpha=1 / 6),
+        oh.make_node("Mul", ["r", "gate"], ["se"]),
+        oh.make_node("Conv", ["se", "w4"], ["c4"], pads=[1, 1, 1, 1]),
+        oh.make_node("Relu", ["c4"], ["r4"]),
+        oh.make_node("Conv", ["r4", "w5"], ["y"]),
+    ]
+    return _model(nodes, [_float("x", [1, 16, 12, 12])], [_float("y", [1, 16, 12, 12])], inits, 18)
+
+
+def test_squeeze_excitation_by_reduce_mean_stays_blocked() -> None:
+    # a ReduceMean over rows and columns left the blocked layout of the convolutions around it
+    # and came back (two more layout transforms per block, ~10-15% of MobileNetV3's time)
+    x = np.random.default_rng(5).standard_normal((1, 16, 12, 12)).astype(np.float32)
+    _check(_squeeze_excitation("ReduceMean"), {"x": x})
+    labels = {
+        pool: [c.label for c in tensorforge.compile(_squeeze_excitation(pool)).calls]
+        for pool in ("ReduceMean", "GlobalAveragePool")
+    }
+    transforms = {p: sum("LayoutTransform" in lb for lb in ls) for p, ls in labels.items()}
+    assert transforms["ReduceMean"] == transforms["GlobalAveragePool"], labels

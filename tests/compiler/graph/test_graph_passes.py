@@ -1,4 +1,5 @@
-"""Before/after tests of the rewriting passes: constant folding, batch-norm folding, DCE."""
+"""Before/after tests of the rewriting passes: constant folding, batch-norm folding, dropping
+convolution taps that read only padding, DCE."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 
 from tensorforge.compiler.graph import GraphBuilder, ir, run_graph
 from tensorforge.compiler.graph.passes import (
+    drop_padding_taps,
     eliminate_dead_code,
     fold_batch_norm,
     fold_constants,
@@ -126,3 +128,43 @@ def test_passes_leave_their_input_unchanged() -> None:
     text = repr(before.nodes)
     eliminate_dead_code(fold_batch_norm(fold_constants(before)))
     assert repr(before.nodes) == text
+
+
+def _dilated_conv(shape: tuple, kernel: tuple, attrs: dict) -> ir.Graph:
+    b = GraphBuilder()
+    x = b.add_input("x", shape, "float32")
+    w = b.add_constant("w", RNG.standard_normal((4, shape[1], *kernel)).astype(np.float32))
+    bias = b.add_constant("b", RNG.standard_normal(4).astype(np.float32))
+    (y,) = b.add_node("Conv", [x, w, bias], attrs, name="conv")
+    return b.build([y])
+
+
+def test_drop_padding_taps_of_a_dilation_past_the_input() -> None:
+    # DeepLabV3's ASPP branch on a 6x5 map: only the centre tap reaches the input
+    before = _dilated_conv((1, 3, 6, 5), (3, 3), {"dilations": [36, 36], "pads": [36] * 4})
+    after = drop_padding_taps(before)
+    conv = after.nodes[0]
+    assert conv.attr("kernel_shape") == (1, 1) and conv.attr("pads") == (0, 0, 0, 0)
+    np.testing.assert_array_equal(
+        after.constants[conv.inputs[1]], before.constants["w"][:, :, 1:2, 1:2]
+    )
+    _same_results(before, after, RNG.standard_normal((1, 3, 6, 5)).astype(np.float32), 1e-5)
+
+
+def test_drop_padding_taps_keeps_the_taps_that_reach_the_input() -> None:
+    # asymmetric pads, strides and a 3-D kernel: the trailing tap of the depth axis reads only
+    # the end padding, every tap of the rows reaches the input, the columns keep the centre
+    before = _dilated_conv(
+        (1, 2, 4, 5, 3),
+        (3, 3, 3),
+        {"dilations": [3, 1, 4], "pads": [0, 1, 4, 6, 1, 4], "strides": [1, 2, 1]},
+    )
+    after = drop_padding_taps(before)
+    conv = after.nodes[0]
+    assert conv.attr("kernel_shape") == (2, 3, 1)
+    assert conv.attr("pads") == (0, 1, 0, 3, 1, 0)
+    assert after.types["conv"] == before.types["conv"]
+    _same_results(before, after, RNG.standard_normal((1, 2, 4, 5, 3)).astype(np.float32), 1e-5)
+    assert drop_padding_taps(after) is after  # every tap left reaches the input
+    plain = _dilated_conv((1, 3, 6, 5), (3, 3), {"pads": [1, 1, 1, 1]})
+    assert drop_padding_taps(plain) is plain
