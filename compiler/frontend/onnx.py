@@ -32,7 +32,13 @@ from onnx import helper, numpy_helper
 from ...runtime import ndarray as nd
 from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, check_shape
 from ..graph.ops.shape import SHAPE_ONLY_OPS
-from ..graph.registry import ONNX_OPSETS, UnsupportedOpError, get_op, is_registered
+from ..graph.registry import (
+    DATA_DEPENDENT_SHAPE_OPS,
+    ONNX_OPSETS,
+    UnsupportedOpError,
+    get_op,
+    is_registered,
+)
 from .onnx_loop import SEQUENCE_OPS, convert_sequence_op, unroll_loop
 from .onnx_patterns import (
     drop_false_training_modes,
@@ -880,6 +886,9 @@ def from_onnx(
         try:
             importer.convert(index, node)
         except GraphError as exc:
+            if node.op_type in DATA_DEPENDENT_SHAPE_OPS and "decides the output shape" in str(exc):
+                items = _data_dependent_nodes(proto, index, opset)
+                raise UnsupportedOpError(items, where=where) from None
             raise OnnxImportError(f"{where}: {exc}") from None
         except UnsupportedOpError as exc:  # a variant the op's type inference refused
             items = [(op, name, opset if v is None else v) for op, name, v in exc.items]
@@ -887,6 +896,23 @@ def from_onnx(
     graph = importer.builder.build(importer.distinct_outputs())
     importer.check_outputs(graph)
     return graph
+
+
+def _data_dependent_nodes(
+    proto: onnx.ModelProto, first: int, opset: int
+) -> list[tuple[str, str, int | None]]:
+    """The node at `first`, whose output shape would depend on run-time values (NonZero of a
+    computed mask, ...), and every later node of those ops whose inputs are not all weights:
+    one error that names them all and says why (a detector's box selection has hundreds)."""
+    weights = {t.name for t in proto.graph.initializer}
+    items = []
+    for i, node in enumerate(proto.graph.node[first:], start=first):
+        if node.op_type not in DATA_DEPENDENT_SHAPE_OPS:
+            continue
+        if i > first and all(not name or name in weights for name in node.input):
+            continue
+        items.append((node.op_type, node.name or f"{node.op_type}_{i}", opset))
+    return items
 
 
 def graph_inputs(model: str | Path | bytes | onnx.ModelProto) -> dict[str, list[int | None] | None]:

@@ -28,7 +28,8 @@ class Pattern(IntEnum):
 
 
 # ops whose output shape depends on their input's values (a detector's box selection): the
-# graph's shapes are static, so these stay refused; the error says why
+# graph's shapes are static, so they compile only when those inputs are constants; computed at
+# run time they are refused, all such nodes at once, and the error says why
 DATA_DEPENDENT_SHAPE_OPS = ("NonZero", "Compress", "Unique", "NonMaxSuppression")
 _NODES_NAMED = 3  # of an op on more nodes than this, the error names the first ones and a count
 
@@ -53,9 +54,9 @@ class UnsupportedOpError(NotImplementedError):
                 lines.append(f"  {op} ({len(names)} nodes: {first} and {more} more; opset {opset})")
         for op in dict.fromkeys(op for op, _ in nodes if op in DATA_DEPENDENT_SHAPE_OPS):
             lines.append(
-                f"{op}'s output shape depends on its input's values; TensorForge compiles static"
-                " shapes, so compile the part of the model before it (a detector's backbone,"
-                " without its box selection)"
+                f"{op}'s output shape depends on its input's values, here computed at run time;"
+                " TensorForge compiles static shapes, so compile the part of the model before it"
+                " (a detector's backbone, without its box selection)"
             )
         super().__init__(f"{where} uses {len(self.items)} unsupported op(s):\n" + "\n".join(lines))
 
