@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import jsontext
+
 
 @dataclass(frozen=True)
 class HWConfig:
@@ -240,7 +242,7 @@ class HWConfig:
 
     @classmethod
     def from_json(cls, text: str) -> HWConfig:
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(jsontext.loads(text))
 
     def replace(self, **changes: Any) -> HWConfig:
         return dataclasses.replace(self, **changes)
