@@ -245,7 +245,7 @@ class HWConfig:
         return cls.from_dict(jsontext.loads(text))
 
     def replace(self, **changes: Any) -> HWConfig:
-        return dataclasses.replace(self, **changes)
+        return self.from_dict({**dataclasses.asdict(self), **changes})
 
     @classmethod
     def preset(cls, name: str) -> HWConfig:
@@ -262,6 +262,9 @@ class HWConfig:
         """A preset name, a path to a JSON file, or a HWConfig (returned as is)."""
         if isinstance(spec, HWConfig):
             return spec
+        if not isinstance(spec, str | Path):  # an int would open that file descriptor
+            raise TypeError(f"a HWConfig must be given as a preset name, a JSON file path or a "
+                            f"HWConfig, not {type(spec).__name__} {spec!r:.40}")  # fmt: skip
         if isinstance(spec, str) and spec in PRESETS:
             return PRESETS[spec]
         path = Path(spec)
