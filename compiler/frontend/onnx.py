@@ -377,7 +377,10 @@ def np_dtype(elem_type: int, where: str) -> str:
     try:
         dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
     except (KeyError, TypeError, ValueError):
-        dtype = helper.tensor_dtype_to_string(elem_type) if elem_type else "undefined"
+        try:
+            dtype = helper.tensor_dtype_to_string(elem_type) if elem_type else "undefined"
+        except (KeyError, TypeError, ValueError):  # a code no ONNX version defines
+            dtype = f"unknown type code {elem_type}"
     if dtype not in DTYPES:
         raise UnsupportedDtypeError(f"{where} must have one of {', '.join(DTYPES)}, not {dtype!r}")
     return dtype
@@ -833,6 +836,7 @@ def from_onnx(
         missing = unsupported_ops(proto, opset)
         if missing:
             raise UnsupportedOpError(missing, where=where)
+        _check_input_shapes(input_shapes, proto, where)
         importer = _Importer(proto, where, opset, weights)
         importer.add_inputs(constant_inputs or {}, input_shapes or {})
     finally:
@@ -849,6 +853,20 @@ def from_onnx(
     graph = importer.builder.build(importer.distinct_outputs())
     importer.check_outputs(graph)
     return graph
+
+
+def _check_input_shapes(input_shapes: Any, proto: onnx.ModelProto, where: str) -> None:
+    """`input_shapes` must map names of the model's inputs (a typo would be ignored)."""
+    if input_shapes is None:
+        return
+    if not isinstance(input_shapes, Mapping):
+        raise OnnxImportError(f"{where}: input_shapes must map input names to shapes, not "
+                              f"{type(input_shapes).__name__} {input_shapes!r:.60}")  # fmt: skip
+    names = [i.name for i in proto.graph.input]
+    unknown = sorted(str(k) for k in input_shapes if k not in names)
+    if unknown:
+        raise OnnxImportError(f"{where}: input_shapes names {unknown}, which the model does not "
+                              f"take; its inputs are {names}")  # fmt: skip
 
 
 def graph_inputs(model: str | Path | bytes | onnx.ModelProto) -> dict[str, list[int | None] | None]:

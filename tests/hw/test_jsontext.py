@@ -4,6 +4,7 @@ with its own error naming the file."""
 
 from __future__ import annotations
 
+import doctest
 import io
 import json
 import warnings
@@ -27,6 +28,7 @@ def test_loads_refuses_deep_nesting_as_a_decode_error():
     with pytest.raises(json.JSONDecodeError, match="nested more deeply"):
         jsontext.loads(b'{"a":' * 50_000)
     assert jsontext.loads("[[[1]]]") == [[[1]]]
+    assert doctest.testmod(jsontext).failed == 0
 
 
 def test_a_deep_hwconfig_file_names_the_file(tmp_path):
