@@ -314,6 +314,21 @@ def _type_str(dtype: str) -> str:
     return f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
 
 
+def check_required_attributes(node: onnx.NodeProto, opset: int, name: str, where: str) -> None:
+    """Refuse `node` when it lacks an attribute its ONNX schema at `opset` requires (a Loop
+    without a body), naming the node and the attributes, before any converter reads them."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        return
+    given = {a.name for a in node.attribute}
+    missing = sorted(k for k, a in schema.attributes.items() if a.required and k not in given)
+    if missing:  # worded as the op registry words it for the ops it converts
+        also = f"; so must {missing[1:]}" if len(missing) > 1 else ""
+        raise OnnxImportError(f"{where}: attribute {missing[0]!r} of {node.op_type} must be "
+                              f"given (node {name!r}){also}")  # fmt: skip
+
+
 def check_node_types(
     node: onnx.NodeProto, opset: int, name: str, dtypes: list[str | None], where: str = "model"
 ) -> None:
@@ -476,6 +491,7 @@ class _Importer:
     def convert(self, index: int, node: onnx.NodeProto) -> None:
         name = node.name or f"{node.op_type}_{index}"
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        check_required_attributes(node, self.opset, name, self.where)
         if node.op_type == "Constant":
             where = f"{self.where}: Constant node {name!r}"
             self.builder.add_constant(node.output[0], _constant_value(attrs, where))

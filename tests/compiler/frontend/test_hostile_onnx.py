@@ -9,6 +9,7 @@ shape, mismatched or disallowed input dtypes, and non-positive window attributes
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -536,3 +537,16 @@ def test_input_shapes_must_be_a_mapping_of_the_models_inputs() -> None:
     with pytest.raises(OnnxImportError, match=r"names \['X'\], which the model does not take"):
         from_onnx(model, input_shapes={"X": [2, 4]})
     assert from_onnx(model, input_shapes={"x": [2, 4]}) is not None
+
+
+@pytest.mark.parametrize(
+    ("op", "missing"),
+    [("Loop", "'body' of Loop must be given (node 'cf')"),
+     ("Scan", "'body' of Scan must be given (node 'cf'); so must ['num_scan_inputs']"),
+     ("If", "'else_branch' of If must be given (node 'cf'); so must ['then_branch']")],
+)  # fmt: skip
+def test_a_control_flow_node_without_its_body_is_named(op: str, missing: str) -> None:
+    # found by fuzzing: a Loop without its body was KeyError: 'body' from the unroller
+    node = helper.make_node(op, ["x"], ["y"], name="cf")
+    with pytest.raises(OnnxImportError, match=f"attribute {re.escape(missing)}"):
+        from_onnx(_model([node], [_vi("x", [1], TensorProto.BOOL)]))
