@@ -236,6 +236,20 @@ def test_bad_measure_options_are_a_400_naming_the_option(server, remote, options
     assert remote.info()["device"] == "cyclesim"  # still serving
 
 
+@pytest.mark.parametrize("inputs", [None, "tuple", 1, ["list"]])
+def test_an_artifact_payload_with_a_bad_inputs_kind_is_refused(inputs):
+    # found by fuzzing the server: any other value made a dict of the inputs, and the kernel's
+    # call failed inside the worker with a TypeError
+    from tensorforge.compiler.autotune.rpc import artifact_from_payload, artifact_to_payload
+
+    task = Task("x86.dense", {"m": 1, "n": 8, "k": 8, "dtype": "float32", "prepacked": True},
+                "llvm")  # fmt: skip
+    meta, arrays, blobs = unpack(artifact_to_payload(task.build(task.space.default.values)))
+    with pytest.raises(ValueError, match="inputs must be 'list' or 'dict', not"):
+        artifact_from_payload({**meta, "inputs": inputs}, arrays, blobs)
+    assert artifact_from_payload(meta, arrays, blobs).symbol == meta["symbol"]
+
+
 # ---- faults --------------------------------------------------------------------------------------
 
 
