@@ -1,5 +1,6 @@
 """Parsing JSON that comes from outside (files, logs, the network): every malformed text, one
-nested too deeply for the parser included, is a `json.JSONDecodeError`.
+nested too deeply for the parser or bytes that are not UTF-8 included, is a
+`json.JSONDecodeError`.
 
 Python's decoder recurses once per ``[`` or ``{`` and raises `RecursionError` (not a
 `ValueError`) past the interpreter's limit, so ``"[" * 100_000`` would escape the readers'
@@ -24,9 +25,13 @@ from typing import Any
 
 
 def loads(text: str | bytes | bytearray) -> Any:
-    """`json.loads`, except that nesting too deep to parse raises `json.JSONDecodeError`."""
+    """`json.loads`, except that nesting too deep to parse, and bytes that are not UTF-8, raise
+    `json.JSONDecodeError`."""
     try:
         return json.loads(text)
+    except UnicodeDecodeError as exc:  # bytes that are not UTF-8 (json.loads decodes bytes)
+        doc = bytes(text[:1000]).decode("utf-8", "replace")
+        raise json.JSONDecodeError(f"byte {exc.start} is not UTF-8 text", doc, 0) from None
     except RecursionError:
         doc = text if isinstance(text, str) else bytes(text[:1000]).decode("utf-8", "replace")
         raise json.JSONDecodeError(

@@ -38,6 +38,15 @@ def test_a_deep_hwconfig_file_names_the_file(tmp_path):
         HWConfig.load(path)
 
 
+def test_bytes_that_are_not_utf8_are_a_decode_error():
+    # HWConfig.from_json(b"\xff") was a UnicodeDecodeError from inside json
+    with pytest.raises(json.JSONDecodeError, match="byte 1 is not UTF-8 text"):
+        jsontext.loads(b"{\xff}")
+    with pytest.raises(ValueError, match="byte 0 is not UTF-8 text") as info:
+        HWConfig.from_json(b"\xff")
+    assert not isinstance(info.value, UnicodeDecodeError)
+
+
 def test_a_deep_tuning_log_line_is_skipped_naming_file_and_line(tmp_path):
     path = tmp_path / "tune.jsonl"
     path.write_text("\n" + DEEP + "\n")
