@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import jsontext
+
 
 @dataclass(frozen=True)
 class HWConfig:
@@ -240,10 +242,10 @@ class HWConfig:
 
     @classmethod
     def from_json(cls, text: str) -> HWConfig:
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(jsontext.loads(text))
 
     def replace(self, **changes: Any) -> HWConfig:
-        return dataclasses.replace(self, **changes)
+        return self.from_dict({**dataclasses.asdict(self), **changes})
 
     @classmethod
     def preset(cls, name: str) -> HWConfig:
@@ -260,6 +262,9 @@ class HWConfig:
         """A preset name, a path to a JSON file, or a HWConfig (returned as is)."""
         if isinstance(spec, HWConfig):
             return spec
+        if not isinstance(spec, str | Path):  # an int would open that file descriptor
+            raise TypeError(f"a HWConfig must be given as a preset name, a JSON file path or a "
+                            f"HWConfig, not {type(spec).__name__} {spec!r:.40}")  # fmt: skip
         if isinstance(spec, str) and spec in PRESETS:
             return PRESETS[spec]
         path = Path(spec)

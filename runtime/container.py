@@ -147,6 +147,23 @@ def _byte_view(data: Buffer) -> memoryview:
     return view.cast("B") if view.nbytes else memoryview(b"")
 
 
+def file_path(path: Any, what: str = "a file path") -> Path:
+    """`path` as a Path when it is a str or an os.PathLike, else a TypeError naming `what`
+    (``open(3)`` would read, and then close, file descriptor 3 of this process)."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"{what} must be a str or os.PathLike, not {type(path).__name__} "
+                        f"{path!r:.40}")  # fmt: skip
+    return Path(path)
+
+
+def check_buffer(data: Any, source: str, kind: str) -> None:
+    """Refuse `data` that is not bytes-like with a TypeError naming what was expected
+    (``bytes(n)`` of an int would allocate n zero bytes)."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"{source}: a {kind} is read from bytes (or a bytearray or "
+                        f"memoryview), not {type(data).__name__}")  # fmt: skip
+
+
 def read_aligned(path: str | Path, alignment: int = nd.ALIGNMENT) -> memoryview:
     """The bytes of the file at `path`, read into a new buffer that starts on an
     `alignment`-byte boundary, as a read-only view (nothing else refers to the buffer): the
@@ -156,7 +173,7 @@ def read_aligned(path: str | Path, alignment: int = nd.ALIGNMENT) -> memoryview:
     Raises:
         OSError: when the file cannot be read.
     """
-    with open(path, "rb") as f:
+    with open(file_path(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         buf = nd.empty((size,), "uint8", alignment).numpy()
         view, done = memoryview(buf), 0
@@ -205,6 +222,7 @@ def unpack(
     def fail(offset: int, why: str) -> Exception:
         return error(f"{source}: offset {offset}: {why}")
 
+    check_buffer(data, source, kind)
     if not isinstance(data, bytes) and not (isinstance(data, memoryview) and data.readonly):
         data = bytes(data)  # a buffer the caller may still change: verify and keep a copy
     data = memoryview(data).cast("B")
@@ -336,7 +354,7 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     Raises:
         OSError: when the folder cannot be written (the old file, if any, is intact).
     """
-    path = Path(path)
+    path = file_path(path)
     folder = path.parent
     if path.name in ("", ".", "..") or path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "a folder, not a file to write", str(path))

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -476,6 +477,8 @@ class Module:
         self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray, repeat: int = 10
     ) -> Profile:
         """Per-layer (per-kernel) median times over `repeat` runs; `str(profile)` is a table."""
+        if isinstance(repeat, bool) or not isinstance(repeat, numbers.Integral) or repeat < 1:
+            raise ValueError(f"repeat must be an int of at least 1, not {repeat!r}")
         with self._lock:
             executor = self._bind_inputs(inputs)
             executor.run()  # warm up: page in the arena and the code

@@ -254,6 +254,7 @@ class ProgramImage:
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "<bytes>") -> ProgramImage:
+        container.check_buffer(data, source, "program image")
         return _parse(bytes(data), source)
 
     def save(self, path: str | Path) -> None:
@@ -270,7 +271,7 @@ class ProgramImage:
         Raises:
             ProgramImageError: naming the file and what is wrong.
         """
-        path = Path(path)
+        path = container.file_path(path)
         try:
             data = path.read_bytes()
         except OSError as e:

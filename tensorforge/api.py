@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -141,7 +142,11 @@ def _compile_tuned(
     from .compiler.autotune.dispatch import ApplyBest
     from .compiler.autotune.log import load_best
 
-    logs = [tuning_log] if isinstance(tuning_log, str | Path) else list(tuning_log)
+    logs = [tuning_log] if isinstance(tuning_log, str | os.PathLike) else tuning_log
+    if not isinstance(logs, Sequence) or not all(isinstance(p, str | os.PathLike) for p in logs):
+        raise TypeError(f"tuning_log must be a log's path or a list of paths, not "
+                        f"{type(tuning_log).__name__} {tuning_log!r:.60}")  # fmt: skip
+    logs = list(logs)
     with ApplyBest(load_best(logs, str(target))) as ctx:
         module = compile(model, str(target), input_shapes, progress, calibration)
     untuned = sorted(set(ctx.fallback))

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ...hw import jsontext
 from .dispatch import workload_key
 from .measure import ERRORS, MeasureResult
 from .task import Task, TaskError, get_template
@@ -195,7 +196,7 @@ def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = jsontext.loads(line)
             except json.JSONDecodeError as exc:
                 warnings.warn(f"{path}:{lineno}: skipped, not JSON ({exc.msg})", LogWarning,
                               stacklevel=2)  # fmt: skip

@@ -93,8 +93,49 @@ def check_output(got: np.ndarray, artifact: Artifact) -> None:
                           f"first at {where}: {got[where]} != {want[where]}")  # fmt: skip
 
 
+#: the run options a runner passes to `run_job` (an RPC server takes them from its clients):
+#: option -> (what it must be, check)
+RUN_OPTIONS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "number": ("an int in [0, 1000000] (0: enough calls to last min_repeat_ms)",
+               lambda v: _is_int(v) and 0 <= v <= 1_000_000),
+    "repeat": ("an int in [0, 1000]", lambda v: _is_int(v) and 0 <= v <= 1000),
+    "min_repeat_ms": ("a number of milliseconds in [0, 60000]",
+                      lambda v: _is_number(v) and 0 <= v <= 60_000),
+    "backend": ("a device backend's name", lambda v: isinstance(v, str)),
+    "device_options": ("a JSON object of device options",
+                       lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v)),
+}  # fmt: skip
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_run_options(options: Any) -> dict[str, Any]:
+    """`options` when it is a dict whose known run options (`RUN_OPTIONS`) have the right types
+    and ranges (others are left alone), else a ValueError naming the option and its value.
+
+    Example:
+        >>> check_run_options({"repeat": -1})
+        Traceback (most recent call last):
+        ...
+        ValueError: run option 'repeat' must be an int in [0, 1000], not -1
+    """
+    if not isinstance(options, dict):
+        raise ValueError(f"run options must be a JSON object, not {type(options).__name__}")
+    for key, (what, ok) in RUN_OPTIONS.items():
+        if key in options and not ok(options[key]):
+            raise ValueError(f"run option {key!r} must be {what}, not {options[key]!r:.80}")
+    return options
+
+
 def run_job(artifact: Artifact, options: dict[str, Any]) -> RunOutcome:
     """Run one artifact (in a worker process): check it, then time it or count its cycles."""
+    check_run_options(options)
     if artifact.kind == "llvm":
         return _run_llvm(artifact, options)
     if artifact.kind == "vta":

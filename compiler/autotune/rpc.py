@@ -62,6 +62,9 @@ def artifact_from_payload(meta: dict[str, Any], arrays: dict[str, np.ndarray],
     Raises:
         ValueError: a field is missing or of the wrong type.
     """
+    if meta.get("inputs") not in ("list", "dict"):  # else a dict reached the kernel's call
+        raise ValueError(f"not a tuning artifact payload: inputs must be 'list' or 'dict', not "
+                         f"{meta.get('inputs')!r:.40}")  # fmt: skip
     try:
         names = [str(n) for n in meta["input_names"]]
         values = [arrays[f"in.{k}"] for k in range(len(names))]

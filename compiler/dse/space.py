@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ...hw import jsontext
 from ...hw.config import PRESETS, TUNABLE_KNOBS, HWConfig, check_knob
 from ...hw.synth import PARTS
 from ..autotune.space import ConfigSpace, Knob
@@ -165,7 +166,7 @@ class HwSpace:
                 raise SpaceFileError(f"{data}: not a JSON space file (byte {exc.start} is not "
                                      "UTF-8 text)") from None  # fmt: skip
             try:
-                data = json.loads(text)
+                data = jsontext.loads(text)
             except json.JSONDecodeError as exc:
                 raise SpaceFileError(f"{data}: not valid JSON: {exc}") from None
         if not isinstance(data, Mapping):

@@ -355,6 +355,21 @@ def _type_str(dtype: str) -> str:
     return f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
 
 
+def check_required_attributes(node: onnx.NodeProto, opset: int, name: str, where: str) -> None:
+    """Refuse `node` when it lacks an attribute its ONNX schema at `opset` requires (a Loop
+    without a body), naming the node and the attributes, before any converter reads them."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        return
+    given = {a.name for a in node.attribute}
+    missing = sorted(k for k, a in schema.attributes.items() if a.required and k not in given)
+    if missing:  # worded as the op registry words it for the ops it converts
+        also = f"; so must {missing[1:]}" if len(missing) > 1 else ""
+        raise OnnxImportError(f"{where}: attribute {missing[0]!r} of {node.op_type} must be "
+                              f"given (node {name!r}){also}")  # fmt: skip
+
+
 def check_node_types(
     node: onnx.NodeProto, opset: int, name: str, dtypes: list[str | None], where: str = "model"
 ) -> None:
@@ -418,7 +433,10 @@ def np_dtype(elem_type: int, where: str) -> str:
     try:
         dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
     except (KeyError, TypeError, ValueError):
-        dtype = helper.tensor_dtype_to_string(elem_type) if elem_type else "undefined"
+        try:
+            dtype = helper.tensor_dtype_to_string(elem_type) if elem_type else "undefined"
+        except (KeyError, TypeError, ValueError):  # a code no ONNX version defines
+            dtype = f"unknown type code {elem_type}"
     if dtype not in DTYPES:
         raise UnsupportedDtypeError(f"{where} must have one of {', '.join(DTYPES)}, not {dtype!r}")
     return dtype
@@ -514,6 +532,7 @@ class _Importer:
     def convert(self, index: int, node: onnx.NodeProto) -> None:
         name = node.name or f"{node.op_type}_{index}"
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        check_required_attributes(node, self.opset, name, self.where)
         if node.op_type == "Constant":
             where = f"{self.where}: Constant node {name!r}"
             self.builder.add_constant(node.output[0], _constant_value(attrs, where))
@@ -877,6 +896,7 @@ def from_onnx(
         missing = unsupported_ops(proto, opset)
         if missing:
             raise UnsupportedOpError(missing, where=where)
+        _check_input_shapes(input_shapes, proto, where)
         importer = _Importer(proto, where, opset, weights)
         importer.add_inputs(constant_inputs or {}, input_shapes or {})
     finally:
@@ -913,6 +933,20 @@ def _data_dependent_nodes(
             continue
         items.append((node.op_type, node.name or f"{node.op_type}_{i}", opset))
     return items
+
+
+def _check_input_shapes(input_shapes: Any, proto: onnx.ModelProto, where: str) -> None:
+    """`input_shapes` must map names of the model's inputs (a typo would be ignored)."""
+    if input_shapes is None:
+        return
+    if not isinstance(input_shapes, Mapping):
+        raise OnnxImportError(f"{where}: input_shapes must map input names to shapes, not "
+                              f"{type(input_shapes).__name__} {input_shapes!r:.60}")  # fmt: skip
+    names = [i.name for i in proto.graph.input]
+    unknown = sorted(str(k) for k in input_shapes if k not in names)
+    if unknown:
+        raise OnnxImportError(f"{where}: input_shapes names {unknown}, which the model does not "
+                              f"take; its inputs are {names}")  # fmt: skip
 
 
 def graph_inputs(model: str | Path | bytes | onnx.ModelProto) -> dict[str, list[int | None] | None]:

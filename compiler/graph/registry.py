@@ -117,6 +117,10 @@ class OpSpec:
                 f"{self.name} must have {lo} to {hi} inputs, not {len(node.inputs)} "
                 f"(node {node.name!r})"
             )
+        for i, name in enumerate(node.inputs[:lo]):
+            if not name:  # ONNX writes "" for an input left out: only optional ones may be
+                raise GraphError(f"input {i} of {self.name} node {node.name!r} must be given; "
+                                 f"only inputs from {lo} on are optional")  # fmt: skip
         for name in node.inputs:
             if name and name not in types:
                 raise GraphError(f"input of node {node.name!r} must be defined, not {name!r}")

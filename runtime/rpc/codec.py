@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ...hw import jsontext
+
 #: the most bytes a payload may expand to, and the most members it may have (defaults)
 MAX_EXPANDED = 1 << 30
 MAX_MEMBERS = 4096
@@ -85,7 +87,7 @@ def unpack(data: bytes, max_expanded: int = MAX_EXPANDED
     if _META not in members:
         raise PayloadError("payload has no __meta__ member")
     try:
-        meta = json.loads(members.pop(_META).tobytes().decode())
+        meta = jsontext.loads(members.pop(_META).tobytes().decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError(f"payload metadata is not JSON: {exc}") from None
     if not isinstance(meta, dict):

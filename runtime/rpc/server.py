@@ -284,13 +284,15 @@ class RPCServer:
         return pack(meta, out["outputs"])
 
     def measure(self, body: bytes) -> dict[str, Any]:
-        from ...compiler.autotune.measure import RunOutcome, outcome_of
+        from ...compiler.autotune.measure import RunOutcome, check_run_options, outcome_of
         from ...compiler.autotune.pool import JobResult
 
         meta, arrays, blobs = self._unpack(body)
         options = meta.pop("options", {})
-        if not isinstance(options, dict):
-            raise _Refused(400, "bad_request", "options must be a JSON object")
+        try:
+            check_run_options(options)
+        except ValueError as exc:
+            raise _Refused(400, "bad_request", str(exc)) from None
         options = {**options, "backend": self.device,
                    "device_options": {**self.device_options,
                                       **options.get("device_options", {})}}  # fmt: skip

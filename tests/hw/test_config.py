@@ -76,3 +76,18 @@ def test_load_accepts_preset_file_and_object(tmp_path):
     assert HWConfig.load(cfg) is cfg
     with pytest.raises(ValueError, match="unknown HWConfig preset 'zynq'"):
         HWConfig.load("zynq")
+
+
+@pytest.mark.parametrize("spec", [None, 3, 2.5])
+def test_load_of_a_non_path_is_a_type_error_naming_what_it_takes(spec):
+    # found by fuzzing: pathlib's "expected str, bytes or os.PathLike object", and Path(3)
+    # would have opened file descriptor 3
+    with pytest.raises(TypeError, match="preset name, a JSON file path or a HWConfig, not"):
+        HWConfig.load(spec)
+
+
+def test_replace_checks_knob_names_like_from_dict():
+    tiny = HWConfig.preset("tiny")
+    assert tiny.replace(log_batch=1).batch == 2
+    with pytest.raises(ValueError, match=r"unknown HWConfig knob\(s\) \['foo'\]"):
+        tiny.replace(foo=1)

@@ -213,6 +213,43 @@ def test_payloads_are_checked_before_they_expand():
         pack({}, {"x": obj})
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ([], "run options must be a JSON object, not list"),
+        ({"device_options": [1]}, "'device_options' must be a JSON object"),  # was 500 internal
+        ({"repeat": -1}, "'repeat' must be an int in \\[0, 1000\\], not -1"),
+        ({"number": 10**12}, "'number' must be an int in \\[0, 1000000\\]"),
+        ({"min_repeat_ms": float("nan")}, "'min_repeat_ms' must be a number"),
+    ],
+)
+def test_bad_measure_options_are_a_400_naming_the_option(server, remote, options, message):
+    # found by fuzzing: device_options of the wrong type reached a dict merge (500 internal)
+    task = Task("x86.dense", {"m": 1, "n": 8, "k": 8, "dtype": "float32", "prepacked": True},
+                "llvm")  # fmt: skip
+    from tensorforge.compiler.autotune.rpc import artifact_to_payload
+
+    meta, arrays, blobs = unpack(artifact_to_payload(task.build(task.space.default.values)))
+    with pytest.raises(RPCError, match=message) as info:
+        remote.measure(pack({**meta, "options": options}, arrays, blobs))
+    assert info.value.kind == "bad_request"
+    assert remote.info()["device"] == "cyclesim"  # still serving
+
+
+@pytest.mark.parametrize("inputs", [None, "tuple", 1, ["list"]])
+def test_an_artifact_payload_with_a_bad_inputs_kind_is_refused(inputs):
+    # found by fuzzing the server: any other value made a dict of the inputs, and the kernel's
+    # call failed inside the worker with a TypeError
+    from tensorforge.compiler.autotune.rpc import artifact_from_payload, artifact_to_payload
+
+    task = Task("x86.dense", {"m": 1, "n": 8, "k": 8, "dtype": "float32", "prepacked": True},
+                "llvm")  # fmt: skip
+    meta, arrays, blobs = unpack(artifact_to_payload(task.build(task.space.default.values)))
+    with pytest.raises(ValueError, match="inputs must be 'list' or 'dict', not"):
+        artifact_from_payload({**meta, "inputs": inputs}, arrays, blobs)
+    assert artifact_from_payload(meta, arrays, blobs).symbol == meta["symbol"]
+
+
 # ---- faults --------------------------------------------------------------------------------------
 
 

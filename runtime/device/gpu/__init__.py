@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ....hw import jsontext
 from ...container import DTYPES
 from ...executor import Profile
 from .base import DeviceInfo, GPUDevice, GPUError, check_program
@@ -77,7 +78,7 @@ def parse_payload(data: bytes, kernel: str) -> dict[str, Any]:
         GPUError: naming the kernel and the damaged field.
     """
     try:
-        payload = json.loads(data.decode())
+        payload = jsontext.loads(data.decode())
         _need(isinstance(payload, dict), "the payload must be a JSON object")
         _need(payload.get("dialect") in KINDS, f"dialect must be one of {KINDS}")
         _need(isinstance(payload.get("source"), str), "source must be a string")

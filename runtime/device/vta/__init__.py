@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,25 +32,37 @@ def open_device(backend: str = "sim", config: str | HWConfig = "pynq", **options
             ``timeout_s``, ``pynq_module``).
 
     Raises:
-        DeviceError: for an unknown backend or one that is not built yet.
+        DeviceError: for an unknown backend, one that is not built yet, or an option the
+            backend does not take.
     """
     cfg = HWConfig.load(config)
+    cls = _backend_class(backend)
+    params = inspect.signature(cls.__init__).parameters
+    takes = [p for p in list(params)[2:] if params[p].kind == inspect.Parameter.KEYWORD_ONLY
+             or params[p].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]  # fmt: skip
+    unknown = sorted(k for k in options if k not in takes)
+    if unknown and not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        raise DeviceError(f"device backend {backend!r} takes the options {takes}, not {unknown}")
+    return cls(cfg, **options)
+
+
+def _backend_class(backend: str) -> type:
     if backend == "sim":
         from .sim import SimDevice
 
-        return SimDevice(cfg, **options)  # type: ignore[arg-type]
+        return SimDevice
     if backend == "cyclesim":
         from .cyclesim import CycleSimDevice
 
-        return CycleSimDevice(cfg, **options)  # type: ignore[arg-type]
+        return CycleSimDevice
     if backend == "rtl":
         from .rtl import RtlDevice
 
-        return RtlDevice(cfg, **options)  # type: ignore[arg-type]
+        return RtlDevice
     if backend == "pynq":
         from .pynq import PynqDevice
 
-        return PynqDevice(cfg, **options)  # type: ignore[arg-type]
+        return PynqDevice
     if backend in _NOT_BUILT:
         raise DeviceError(
             f"device backend {backend!r} is not built yet: it needs {_NOT_BUILT[backend]}"

@@ -44,3 +44,10 @@ def test_a_matching_log_does_not_warn(tmp_path) -> None:
         warnings.simplefilter("error")
         module = tensorforge.compile(str(path), tuning_log=log)
     assert module.stats["tuning"]["applied"] >= 1
+
+
+@pytest.mark.parametrize("log", [5, [b"x.jsonl"], {"a": 1}])
+def test_a_tuning_log_that_is_not_a_path_is_a_type_error(log) -> None:
+    # found by fuzzing the API: an int was "'int' object is not iterable" from inside
+    with pytest.raises(TypeError, match="tuning_log must be a log's path or a list of paths"):
+        tensorforge.compile(small_cnn(), tuning_log=log)

@@ -9,6 +9,7 @@ shape, mismatched or disallowed input dtypes, and non-positive window attributes
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -494,3 +495,58 @@ def test_external_data_is_read_beside_the_model_only(tmp_path, monkeypatch) -> N
     (folder / "evil.onnx").write_bytes(evil.SerializeToString())
     with pytest.raises(OnnxImportError, match="external data of tensor 'w' cannot be read"):
         from_onnx(str(folder / "evil.onnx"))
+
+
+# ---- found by fuzzing: type codes and left-out inputs -----------------------------------------
+
+
+@pytest.mark.parametrize("code", [40, 99, 999])
+def test_a_type_code_no_onnx_defines_is_an_unsupported_dtype(code: int) -> None:
+    # a KeyError from onnx.helper before; a code onnx knows but we lack (string) was already named
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], [_vi("x", [2], code)])
+    with pytest.raises(OnnxImportError, match=rf"input 'x' .*not 'unknown type code {code}'"):
+        from_onnx(model)
+    weight = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    weight.data_type = code
+    add = helper.make_node("Add", ["x", "w"], ["y"], name="a")
+    with pytest.raises(OnnxImportError, match=rf"initializer 'w' .*'unknown type code {code}'"):
+        from_onnx(_model([add], [_vi("x", [2])], [weight]))
+
+
+def test_a_required_input_left_out_is_named_not_an_attribute_error() -> None:
+    # "" is how ONNX leaves out an optional input; for Softmax's only input it reached the
+    # shape function as None (AttributeError: 'NoneType' object has no attribute 'shape')
+    model = _model([helper.make_node("Softmax", [""], ["y"], name="sm")], [_vi("x", [2])])
+    with pytest.raises(OnnxImportError, match="input 0 of Softmax node 'sm' must be given"):
+        from_onnx(model)
+
+
+def test_optional_inputs_may_still_be_left_out() -> None:
+    clip = helper.make_node("Clip", ["x", "", "hi"], ["y"], name="c")
+    model = _model([clip], [_vi("x", [3])], [numpy_helper.from_array(np.float32(1), "hi")])
+    x = np.array([-2.0, 0.5, 3.0], np.float32)
+    (y,) = run_graph(from_onnx(model), {"x": x}).values()
+    np.testing.assert_array_equal(y, np.minimum(x, 1))
+
+
+def test_input_shapes_must_be_a_mapping_of_the_models_inputs() -> None:
+    # a list reached `.get` (AttributeError); a misspelt name was silently ignored
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], [_vi("x", ["n", 4])])
+    with pytest.raises(OnnxImportError, match="input_shapes must map input names to shapes"):
+        from_onnx(model, input_shapes=[[2, 4]])
+    with pytest.raises(OnnxImportError, match=r"names \['X'\], which the model does not take"):
+        from_onnx(model, input_shapes={"X": [2, 4]})
+    assert from_onnx(model, input_shapes={"x": [2, 4]}) is not None
+
+
+@pytest.mark.parametrize(
+    ("op", "missing"),
+    [("Loop", "'body' of Loop must be given (node 'cf')"),
+     ("Scan", "'body' of Scan must be given (node 'cf'); so must ['num_scan_inputs']"),
+     ("If", "'else_branch' of If must be given (node 'cf'); so must ['then_branch']")],
+)  # fmt: skip
+def test_a_control_flow_node_without_its_body_is_named(op: str, missing: str) -> None:
+    # found by fuzzing: a Loop without its body was KeyError: 'body' from the unroller
+    node = helper.make_node(op, ["x"], ["y"], name="cf")
+    with pytest.raises(OnnxImportError, match=f"attribute {re.escape(missing)}"):
+        from_onnx(_model([node], [_vi("x", [1], TensorProto.BOOL)]))
