@@ -85,6 +85,8 @@ class OpSpec:
     inputs: tuple[int, int] = (1, 1)
     outputs: tuple[int, int] = (1, 1)
     const_inputs: tuple[int, ...] = ()
+    # inputs before the required count that the op's schema still lets a model leave out ("")
+    optional_inputs: tuple[int, ...] = ()
     # a composite op: `expand(builder, node)` adds ops that compute its outputs (same names) to
     # a `GraphBuilder`; `passes.expand_composites` calls it, so no back-end lowers the op itself.
     # An op that lowers in some forms returns False, adding nothing, for those: the node stays.
@@ -118,9 +120,11 @@ class OpSpec:
                 f"(node {node.name!r})"
             )
         for i, name in enumerate(node.inputs[:lo]):
-            if not name:  # ONNX writes "" for an input left out: only optional ones may be
+            if not name and i not in self.optional_inputs:  # "": an input left out
                 raise GraphError(f"input {i} of {self.name} node {node.name!r} must be given; "
-                                 f"only inputs from {lo} on are optional")  # fmt: skip
+                                 f"only inputs from {lo} on are optional"
+                                 + (f" (and {list(self.optional_inputs)})"
+                                    if self.optional_inputs else ""))  # fmt: skip
         for name in node.inputs:
             if name and name not in types:
                 raise GraphError(f"input of node {node.name!r} must be defined, not {name!r}")

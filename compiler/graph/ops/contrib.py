@@ -492,6 +492,7 @@ register(
     _embed_type,
     _embed,
     inputs=(6, 9),
+    optional_inputs=(1, 4),  # segment_ids and segment_embedding (a model without segments)
     outputs=(1, 3),
     attrs={"epsilon": 1e-12, "mask_index_type": 1},
     expand=_expand_embed,
