@@ -168,3 +168,14 @@ def test_drop_padding_taps_keeps_the_taps_that_reach_the_input() -> None:
     assert drop_padding_taps(after) is after  # every tap left reaches the input
     plain = _dilated_conv((1, 3, 6, 5), (3, 3), {"pads": [1, 1, 1, 1]})
     assert drop_padding_taps(plain) is plain
+
+
+def test_drop_padding_taps_keeps_symmetric_pads_symmetric() -> None:
+    # ResNet's 3x3 stride-2 conv from 2x2 to 1x1: only the top/left tap reads padding alone;
+    # cutting it would leave pads (0, 0, 1, 1), which the accelerator's conv does not take
+    strided = _dilated_conv((1, 3, 2, 2), (3, 3), {"pads": [1] * 4, "strides": [2, 2]})
+    assert drop_padding_taps(strided) is strided
+    # on a 1x1 map both outer taps read padding alone: one off each end, pads still symmetric
+    before = _dilated_conv((1, 3, 1, 1), (3, 3), {"pads": [1] * 4})
+    conv = drop_padding_taps(before).nodes[0]
+    assert conv.attr("kernel_shape") == (1, 1) and conv.attr("pads") == (0, 0, 0, 0)
