@@ -18,6 +18,7 @@ from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, get_op, register
 from .contrib import MS, refuse
 from .emit import Emitter
+from .nn import _CONV_ATTRS as CONV_ATTRS
 
 # activation -> its attributes, in the order of FusedConv's activation_params
 ACTIVATIONS: dict[str, tuple[str, ...]] = {
@@ -116,17 +117,8 @@ register(
 
 # ---- FusedConv -------------------------------------------------------------------------------
 
-_CONV_KEYS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-_CONV_ATTRS = {
-    "auto_pad": "NOTSET",
-    "dilations": None,
-    "group": 1,
-    "kernel_shape": None,
-    "pads": None,
-    "strides": None,
-    "activation": "",
-    "activation_params": None,
-}
+_CONV_KEYS = tuple(CONV_ATTRS)  # the standard Conv's attributes
+_CONV_ATTRS = {**CONV_ATTRS, "activation": "", "activation_params": None}
 
 
 def _conv_attrs(attrs: dict[str, Any]) -> dict[str, Any]:

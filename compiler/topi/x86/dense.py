@@ -259,12 +259,7 @@ def schedule_dense(op: DenseOp, config: DenseConfig | None = None) -> Schedule:
     config = config or DenseConfig()
     config.check()
     s = te.create_schedule(op.out.op)
-    out, acc = op.out, op.acc
-    if out is acc:
-        local = s.cache_write(acc, "local")
-    else:
-        local = acc
-        s[acc].set_scope("local")
+    out, local = op.out, _local_acc(s, op)
     m, n = out.op.axis[::-1] if op.transposed else out.op.axis
     no, ni = s[out].split(n, factor=config.bn)
     if config.mc:  # row blocks outermost: a block of A stays in cache across all panels
@@ -282,18 +277,33 @@ def schedule_dense(op: DenseOp, config: DenseConfig | None = None) -> Schedule:
     if not config.mc:
         s[op.packed].compute_at(s[out], outer)
     s[local].compute_at(s[out], mo)
-    lm, ln = s[local].op.axis
+    _schedule_tile(s, local, config)
+    _schedule_pack(s, op.packed, config)
+    return s
+
+
+def _local_acc(s: Schedule, op: DenseOp) -> Tensor:
+    """The stage that accumulates a register tile: `acc` itself in local scope when an output
+    stage follows it, else a local cache of it."""
+    if op.out is op.acc:
+        return s.cache_write(op.acc, "local")
+    s[op.acc].set_scope("local")
+    return op.acc
+
+
+def _schedule_tile(s: Schedule, local: Tensor, config: DenseConfig) -> None:
+    """The micro-kernel: the reduction outermost (unrolled by `kunroll`), then the tile's rows
+    unrolled and its columns as vectors (leading axes of extent 1 at this point stay first)."""
+    *lead, lm, ln = s[local].op.axis
     (lk,) = s[local].op.reduce_axis
     if config.kunroll > 1:
         ko, ki = s[local].split(lk, factor=config.kunroll)
-        s[local].reorder(ko, ki, lm, ln)
+        s[local].reorder(*lead, ko, ki, lm, ln)
         s[local].unroll(ki)
     else:
-        s[local].reorder(lk, lm, ln)
+        s[local].reorder(*lead, lk, lm, ln)
     s[local].unroll(lm)
     s[local].vectorize(ln)
-    _schedule_pack(s, op.packed, config)
-    return s
 
 
 def _schedule_pack(s: Schedule, packed: Tensor, config: DenseConfig) -> None:
@@ -352,12 +362,7 @@ def schedule_batch_dense(op: DenseOp, config: DenseConfig | None = None) -> Sche
     config = config or DenseConfig()
     config.check()
     s = te.create_schedule(op.out.op)
-    out, acc = op.out, op.acc
-    if out is acc:
-        local = s.cache_write(acc, "local")
-    else:
-        local = acc
-        s[acc].set_scope("local")
+    out, local = op.out, _local_acc(s, op)
     q, m, n = out.op.axis
     no, ni = s[out].split(n, factor=config.bn)
     mo, mi = s[out].split(m, factor=config.mr)
@@ -368,15 +373,6 @@ def schedule_batch_dense(op: DenseOp, config: DenseConfig | None = None) -> Sche
         s[out].parallel(outer)
     s[op.packed].compute_at(s[out], outer)
     s[local].compute_at(s[out], mo)
-    lq, lm, ln = s[local].op.axis
-    (lk,) = s[local].op.reduce_axis
-    if config.kunroll > 1:
-        ko, ki = s[local].split(lk, factor=config.kunroll)
-        s[local].reorder(lq, ko, ki, lm, ln)
-        s[local].unroll(ki)
-    else:
-        s[local].reorder(lq, lk, lm, ln)
-    s[local].unroll(lm)
-    s[local].vectorize(ln)
+    _schedule_tile(s, local, config)
     s[op.packed].vectorize(op.packed.op.axis[-1])
     return s
