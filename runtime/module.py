@@ -493,7 +493,24 @@ class Module:
         Example:
             >>> module.use_device("cyclesim").run(inputs)           # doctest: +SKIP
             >>> module.device_results()["conv2 (tf.qconv2d)"].cycles  # doctest: +SKIP
+
+        Raises:
+            ValueError: when no kernel of the module runs on a device (every kernel is host
+                CPU code: there is nothing to select), or `backend` is not one of the
+                accelerator's backends (`runtime.device.vta.BACKENDS`) for a module with
+                accelerator kernels.
         """
+        kinds = {k.kind for k in self.kernels}
+        if "vta" not in kinds and not kinds & set(_GPU_KINDS):
+            raise ValueError(
+                f"use_device selects where accelerator or GPU kernels run, and this module "
+                f"(target {self.target!r}) has none: all its kernels run on the host CPU"
+            )
+        if "vta" in kinds:
+            from .device.vta import BACKENDS
+
+            if backend not in BACKENDS:
+                raise ValueError(f"device backend must be one of {BACKENDS}, not {backend!r}")
         with self._lock:
             self._device_options = {"device": backend, **options}
             self._executor = self._launches = None  # reloaded (and the device reopened) on demand

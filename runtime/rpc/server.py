@@ -55,6 +55,11 @@ PROTOCOL = "tensorforge-rpc/1"
 DEVICES = ("sim", "cyclesim", "rtl", "pynq", "pynq-model")
 KINDS = {"module": (b"TFMOD", ".tfm"), "program": (b"TFPROG", ".tfp")}
 _ID = re.compile(r"[0-9a-f]{64}")
+#: the device options a client's /v1/measure may set (sizes, limits, the timing model, which
+#: HDL simulator): not the ones that name files or modules on the server (a bitstream, an
+#: overlay, a cache directory, a trace path, the pynq module), which only its operator sets
+CLIENT_DEVICE_OPTIONS = ("memory_bytes", "min_align", "max_steps", "timing", "max_cycles",
+                         "timeout_s", "simulator")  # fmt: skip
 
 
 class _Refused(Exception):
@@ -293,9 +298,14 @@ class RPCServer:
             check_run_options(options)
         except ValueError as exc:
             raise _Refused(400, "bad_request", str(exc)) from None
+        client = options.get("device_options", {})
+        refused = sorted(k for k in client if k not in CLIENT_DEVICE_OPTIONS)
+        if refused:
+            raise _Refused(400, "bad_request", f"device options {refused} are the server's to "
+                           f"set; a client may set only {list(CLIENT_DEVICE_OPTIONS)}")  # fmt: skip
+        # the server's own options win: a client cannot point them elsewhere
         options = {**options, "backend": self.device,
-                   "device_options": {**self.device_options,
-                                      **options.get("device_options", {})}}  # fmt: skip
+                   "device_options": {**client, **self.device_options}}  # fmt: skip
         config = self.config.to_dict() if self.config else None
         args = (meta, arrays, blobs, options, config)
         try:

@@ -65,3 +65,28 @@ def test_an_option_the_backend_does_not_take_is_a_device_error(backend):
     with pytest.raises(DeviceError, match=rf"'{backend}' takes the options .*not \['bogus'\]"):
         open_device(backend, HWConfig.preset("tiny"), bogus=1)
     open_device(backend, HWConfig.preset("tiny"), min_align=128).close()
+
+
+def test_use_device_on_a_module_without_device_kernels_is_refused(module):
+    # it was accepted and silently ignored: every kernel kept running on the host CPU
+    with pytest.raises(ValueError, match="has none: all its kernels run on the host CPU"):
+        module.use_device("cyclesim")
+    assert module.run({"x": X})  # the module is unchanged
+
+
+def test_use_device_names_an_unknown_accelerator_backend_at_once():
+    from tensorforge.compiler.frontend.onnx_builders import small_cnn
+
+    model = small_cnn(16)
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    name = model.graph.input[0].name
+    module = tensorforge.compile(model, "vta -config=tiny -device=sim", calibration={name: x})
+    want = module.run({name: x})
+    # "cycle-sim" was taken and failed only at the next run, from inside the loader
+    with pytest.raises(
+        ValueError, match=r"one of \('sim', 'cyclesim', 'rtl', 'pynq'\), not 'cycle-sim'"
+    ):
+        module.use_device("cycle-sim")
+    np.testing.assert_array_equal(
+        module.use_device("cyclesim").run({name: x})[module.outputs[0]], want[module.outputs[0]]
+    )

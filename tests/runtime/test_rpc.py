@@ -465,3 +465,16 @@ def test_a_server_without_llvm_runs_programs_and_measures_for_the_tuner(board_se
     builder.close()
     assert all(r.ok for r in remote_results), [r.error for r in remote_results]
     assert [r.cost for r in remote_results] == [r.cost for r in local]
+
+
+@pytest.mark.parametrize("key", ["bitstream", "cache_dir", "trace", "pynq_module"])
+def test_measure_refuses_device_options_that_name_files_on_the_server(server, remote, key):
+    # a client's device_options overrode the server's, a bitstream or cache directory among them
+    task = Task("x86.dense", {"m": 1, "n": 8, "k": 8, "dtype": "float32", "prepacked": True},
+                "llvm")  # fmt: skip
+    from tensorforge.compiler.autotune.rpc import artifact_to_payload
+
+    meta, arrays, blobs = unpack(artifact_to_payload(task.build(task.space.default.values)))
+    options = {"device_options": {key: "/tmp/elsewhere"}}
+    with pytest.raises(RPCError, match=rf"device options \['{key}'\] are the server's to set"):
+        remote.measure(pack({**meta, "options": options}, arrays, blobs))
