@@ -13,6 +13,10 @@ from .runtime.device.vta import LoadedProgram, open_device  # noqa: E402
 from .runtime.module import Module  # noqa: E402
 from .runtime.program import ProgramBuilder, ProgramImage  # noqa: E402
 
+#: read a module file written by `Module.save` (``tensorforge.load("m.tfm")``, as
+#: ``onnx.load``/``torch.load`` read theirs; the same as `Module.load`)
+load = Module.load
+
 __all__ = [
     "HWConfig",
     "LoadedProgram",
@@ -21,5 +25,6 @@ __all__ = [
     "ProgramImage",
     "__version__",
     "compile",
+    "load",
     "open_device",
 ]

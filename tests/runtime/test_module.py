@@ -373,3 +373,14 @@ def test_an_input_that_is_also_a_constant_is_refused(module: Module) -> None:
     header["inputs"] = [*header["inputs"], const]
     with pytest.raises(ModuleFormatError, match=f"input {const!r} must not be a constant"):
         Module.from_bytes(_repack(header, payload), "i.tfm")
+
+
+def test_tensorforge_load_reads_a_saved_module(module: Module, tmp_path: Path) -> None:
+    import tensorforge
+
+    path = tmp_path / "m.tfm"
+    module.save(path)
+    loaded = tensorforge.load(path)
+    assert isinstance(loaded, Module)
+    np.testing.assert_allclose(loaded.run({"x": X})["softmax_12"], _onnxruntime_output(X),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
