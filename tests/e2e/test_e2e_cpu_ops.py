@@ -203,6 +203,24 @@ def _softmaxes(b: GraphBuilder) -> str:
     return b.add_node("Add", [b.add_node("Add", [s1, s2])[0], s3])[0]
 
 
+def _softmax_lanes(b: GraphBuilder) -> str:
+    """(Log)softmax whose rows or columns fill vector lanes: a last axis of 40 (lanes and a
+    ragged tail), an axis before the last with 37 columns after it (two vectors and a tail)
+    and with 3 (fewer columns than lanes); inputs scaled up so that the max subtraction
+    matters."""
+    x = b.add_input("x", (2, 9, 37), "float32")
+    (big,) = b.add_node("Mul", [x, b.add_constant("k", np.float32(40))])
+    (s1,) = b.add_node("Softmax", [big], {"axis": 1})
+    (s2,) = b.add_node("LogSoftmax", [big], {"axis": 1})
+    (s3,) = b.add_node("LogSoftmax", [big], {"axis": -1})
+    (s4,) = b.add_node("Softmax", [big], {"axis": 0})
+    (t,) = b.add_node("Reshape", [big, b.add_constant("sh", np.array([2, 111, 3]))])
+    (s5,) = b.add_node("LogSoftmax", [t], {"axis": 1})
+    (s5,) = b.add_node("Reshape", [s5, b.add_constant("back", np.array([2, 9, 37]))])
+    (a,) = b.add_node("Add", [b.add_node("Add", [s1, s2])[0], b.add_node("Add", [s3, s4])[0]])
+    return b.add_node("Add", [a, s5])[0]
+
+
 def _unread_indices(b: GraphBuilder) -> str:
     """Gather along an axis of size 1 reads no index (each must be 0 or -1): its kernel has an
     indices parameter that no compute reads, which once stopped the lowering with a KeyError."""
@@ -215,6 +233,7 @@ def _unread_indices(b: GraphBuilder) -> str:
 CASES: dict[str, Callable[[GraphBuilder], str]] = {
     "unread_indices": _unread_indices,
     "softmaxes": _softmaxes,
+    "softmax_lanes": _softmax_lanes,
     "unary_chain": _unary_chain,
     "where_cast": _where_cast,
     "data_movement": _data_movement,

@@ -14,7 +14,9 @@ from ...topi.x86 import (  # the x86 operator library
     row_reduce,
     schedule_row_reduce,
     schedule_softmax,
+    schedule_softmax_inner,
     softmax,
+    softmax_inner,
 )
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Lazy, Tail, reshape_lazy
@@ -29,11 +31,17 @@ def _softmax(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         raise LoweringError(f"{node.op} must be alone in its group (node {node.name!r})")
     if ctx.gpu and axis == len(shape) - 1 and shape[-1] > gpu_reduce.MIN_ROW:
         return _gpu_softmax(ctx, node, rows_of(shape, axis))
-    if node.op == "Softmax" and axis == len(shape) - 1:
+    log = node.op == "LogSoftmax"
+    if axis == len(shape) - 1 and not (ctx.gpu and log):
         x = ctx.as_tensor(node.inputs[0], rows_of(shape, axis))
-        _, out = softmax(x, min_row=None if ctx.gpu else LANES_MIN_ROW)
+        _, out = softmax(x, min_row=None if ctx.gpu else LANES_MIN_ROW, log=log)
         return schedule_softmax(out), [out]
-    return _softmax_axis(ctx, node, shape, axis, log=node.op == "LogSoftmax")
+    if not ctx.gpu:
+        outer, n = int(np.prod(shape[:axis])), shape[axis]
+        x = ctx.as_tensor(node.inputs[0], (outer, n, int(np.prod(shape[axis + 1 :]))))
+        _, out = softmax_inner(x, log=log)
+        return schedule_softmax_inner(out), [out]
+    return _softmax_axis(ctx, node, shape, axis, log=log)
 
 
 def _gpu_softmax(ctx: GroupContext, node: Node, rows_n: tuple[int, int]) -> Result:
@@ -46,8 +54,8 @@ def _gpu_softmax(ctx: GroupContext, node: Node, rows_n: tuple[int, int]) -> Resu
 
 
 def _softmax_axis(ctx: GroupContext, node: Node, shape: tuple, axis: int, log: bool) -> Result:
-    """(Log)softmax over any axis: the tensor viewed as [outer, axis, inner], the max and the sum
-    of exponentials computed per outer row."""
+    """(Log)softmax over any axis on a GPU (a short last axis too): the tensor viewed as
+    [outer, axis, inner], the max and the sum of exponentials computed per outer row."""
     outer, n, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1 :]))
     x = ctx.as_tensor(node.inputs[0], (outer, n, inner))
     k1, k2 = te.reduce_axis((0, n), "k1"), te.reduce_axis((0, n), "k2")

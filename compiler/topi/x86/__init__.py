@@ -25,7 +25,9 @@ from .nn import (
     schedule_pool2d,
     schedule_row_reduce,
     schedule_softmax,
+    schedule_softmax_inner,
     softmax,
+    softmax_inner,
 )
 
 __all__ = [
@@ -55,5 +57,7 @@ __all__ = [
     "schedule_pool2d",
     "schedule_row_reduce",
     "schedule_softmax",
+    "schedule_softmax_inner",
     "softmax",
+    "softmax_inner",
 ]
