@@ -1,6 +1,7 @@
 """Models as users bring them, compiled for this CPU and checked against onnxruntime:
 - a small CNN quantized by onnxruntime's dynamic quantizer (DynamicQuantizeLinear, ConvInteger,
-  MatMulInteger);
+  MatMulInteger), and by its static quantizer in the QOperator format (QLinearConv and the
+  com.microsoft QLinearAdd/QLinearAveragePool/QLinearGlobalAveragePool/QGemm it writes);
 - the same CNN in float16 (its convolutions and products accumulate in float32);
 - an opset-9 model with an old Upsample (upgraded to opset 13 at import, its coordinate rule
   kept);
@@ -16,7 +17,13 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    QuantFormat,
+    QuantType,
+    quantize_dynamic,
+    quantize_static,
+)
 
 import tensorforge
 from tensorforge.compiler.frontend.onnx_builders import small_cnn
@@ -44,6 +51,19 @@ with tempfile.TemporaryDirectory() as tmp:  # onnxruntime's dynamic quantizer wo
     onnx.save(float_model, src)
     quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
     check("dynamically quantized CNN", onnx.load(dst), x, 1e-5, exact=True)
+
+    class Calibration(CalibrationDataReader):  # four random batches
+        def __init__(self) -> None:
+            rng = np.random.default_rng(1)
+            self.left = [rng.standard_normal(x.shape).astype(np.float32) for _ in range(4)]
+
+        def get_next(self) -> dict | None:
+            return {"x": self.left.pop()} if self.left else None
+
+    static = Path(tmp) / "cnn_qop.onnx"
+    quantize_static(src, static, Calibration(), quant_format=QuantFormat.QOperator)
+    # a few quantization steps: onnxruntime's int8 sums saturate on CPUs without VNNI
+    check("statically quantized CNN", onnx.load(static), x, 5e-2)
 
 half = onnx.load_from_string(float_model.SerializeToString())
 for t in half.graph.initializer:
