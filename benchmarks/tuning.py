@@ -19,7 +19,8 @@ Parts (``--part``, default all but ``fidelity``):
   (``--trials`` per task, at the first of ``--threads``; the ``--confirm`` best configs of each
   task then re-measured beside its default, ``driver.confirm_best``), compiled with the log,
   and the untuned and the tuned module each timed against onnxruntime in alternating blocks
-  (``zoo.interleaved_ms``) at each of ``--threads`` (e.g. ``2,1``).
+  (``zoo.interleaved_paired``: the ratios are medians of per-round ratios) at each of
+  ``--threads`` (e.g. ``2,1``).
 - ``fidelity``: 24 configs of two small conv layers (``tiny``) measured on ``cyclesim`` (both its
   default timing and the RTL RAM model's) and on the exported Verilog under Verilator; Kendall
   tau between the rankings (goal 1.0).
@@ -264,7 +265,7 @@ def part_resnet(args, builder) -> None:
     import os
 
     import onnxruntime as ort
-    from zoo import interleaved_ms
+    from zoo import interleaved_paired
 
     import tensorforge
     from tensorforge.compiler.autotune.driver import extract_tasks, tune_tasks
@@ -274,7 +275,8 @@ def part_resnet(args, builder) -> None:
     threads = [int(t) for t in str(args.threads).split(",")]
     print(f"\n### Tuned models on this CPU (tuned at {threads[0]} threads; xgb, {args.trials} "
           f"trials per task; ms, median of {args.repeat} runs in alternating blocks, default "
-          f"and tuned each against onnxruntime: zoo.interleaved_ms)\n")  # fmt: skip
+          f"and tuned each against onnxruntime; ratios: medians of per-round ratios, "
+          f"zoo.interleaved_paired)\n")  # fmt: skip
     print("| model | tasks | threads | default | tuned | onnxruntime | default / ort "
           "| tuned / ort | load | tune min |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -297,10 +299,14 @@ def part_resnet(args, builder) -> None:
             sess = ort.InferenceSession(data, opts)
             feed = {sess.get_inputs()[0].name: x}
             ort_run = lambda s=sess, f=feed: s.run(None, f)  # noqa: E731
-            d_ms, ort_d = interleaved_ms(lambda m=default, f=feed: m.run(f), ort_run, args.repeat)
-            t_ms, ort_t = interleaved_ms(lambda m=tuned, f=feed: m.run(f), ort_run, args.repeat)
+            d_ms, _, d_ratio = interleaved_paired(
+                lambda m=default, f=feed: m.run(f), ort_run, args.repeat
+            )
+            t_ms, ort_t, t_ratio = interleaved_paired(
+                lambda m=tuned, f=feed: m.run(f), ort_run, args.repeat
+            )
             print(f"| {name} | {len(tasks)} | {t} | {d_ms:.2f} | {t_ms:.2f} | {ort_t:.2f} "
-                  f"| {d_ms / ort_d:.2f}x | {t_ms / ort_t:.2f}x | {os.getloadavg()[0]:.1f} "
+                  f"| {d_ratio:.2f}x | {t_ratio:.2f}x | {os.getloadavg()[0]:.1f} "
                   f"| {minutes:.1f} |", flush=True)  # fmt: skip
 
 
