@@ -277,8 +277,6 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
         return f"{node.op_type} as redefined at opset {changed}"
     outputs = [o for o in node.output if o]
     training = _is_training_batch_norm(node, opset)
-    if node.op_type == "MaxPool" and len(outputs) > 1:
-        return "MaxPool with Indices output"
     if node.op_type == "GridSample" and any(
         a.name == "mode" and a.s in (b"cubic", b"bicubic") for a in node.attribute
     ):
