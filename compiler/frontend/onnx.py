@@ -39,6 +39,7 @@ from ..graph.registry import (
     get_op,
     is_registered,
 )
+from .onnx_dropout import RANDOM_OPS, RANDOM_REASON, convert_dropout
 from .onnx_loop import SEQUENCE_OPS, convert_sequence_op, unroll_loop
 from .onnx_patterns import (
     drop_false_training_modes,
@@ -283,8 +284,6 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
         return "GridSample with cubic interpolation"
     if node.op_type == "BatchNormalization" and len(outputs) > 1 and not training:
         return "BatchNormalization with running statistics outputs in inference mode"
-    if node.op_type == "Dropout" and (len(outputs) > 1 or len([i for i in node.input if i]) > 2):
-        return "Dropout with a mask output or training_mode"
     if node.op_type not in ("If", "Loop", "Scan", "SequenceMap") and any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
     ):
@@ -313,6 +312,8 @@ def unsupported_nodes(
                 found.append((registry_name(node), name, None))
             elif (unbuilt := _unbuilt_contrib_output(node)) is not None:
                 found.append((f"{registry_name(node)} with its {unbuilt}", name, None))
+        elif node.op_type in RANDOM_OPS:
+            found.append((f"{node.op_type} ({RANDOM_REASON})", name, opset))
         elif node.op_type not in _SPECIAL and not is_registered(node.op_type):
             found.append((node.op_type, name, opset))
         elif (variant := _unsupported_variant(node, opset)) is not None:
@@ -558,8 +559,9 @@ class _Importer:
         check_node_types(node, self.opset, name, dtypes, self.where)
         inputs, outputs = list(node.input), list(node.output)
         op = registry_name(node)
-        if op == "Dropout":  # inference: identity (the mask output is unsupported)
-            op, inputs, outputs, attrs = "Identity", inputs[:1], outputs[:1], {}
+        if op == "Dropout":  # inference: identity, the mask all true
+            convert_dropout(self, name, node)
+            return
         if _is_training_batch_norm(node, self.opset):
             self._refuse_saved_statistics(name, outputs[3:])
             running = outputs[1:3]
@@ -679,6 +681,10 @@ class _Importer:
             self.builder.add_constant(out, self.builder.constants[value])
         else:  # a graph output stays a node's output
             self.builder.add_node("Identity", [value], name=name, outputs=[out])
+
+    def refuse(self, variant: str, name: str) -> None:
+        """Raise the UnsupportedOpError of `variant` at node `name`."""
+        raise UnsupportedOpError([(variant, name, self.opset)], where=self.where)
 
     def emit(self, op: str, inputs: list[str], outputs: list[str], name: str, **attrs) -> None:
         """Convert a node the importer writes itself (folded when its inputs are constants)."""
