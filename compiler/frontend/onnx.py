@@ -278,10 +278,6 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
         return f"{node.op_type} as redefined at opset {changed}"
     outputs = [o for o in node.output if o]
     training = _is_training_batch_norm(node, opset)
-    if node.op_type == "GridSample" and any(
-        a.name == "mode" and a.s in (b"cubic", b"bicubic") for a in node.attribute
-    ):
-        return "GridSample with cubic interpolation"
     if node.op_type == "BatchNormalization" and len(outputs) > 1 and not training:
         return "BatchNormalization with running statistics outputs in inference mode"
     if node.op_type not in ("If", "Loop", "Scan", "SequenceMap") and any(
