@@ -47,7 +47,7 @@ from .onnx_patterns import (
     rewrite_masked_assignments,
 )
 from .onnx_preview import convert_flex_attention, is_preview_op
-from .onnx_scan import unroll_scan
+from .onnx_scan import is_batched_scan, unroll_batched_scan, unroll_scan
 from .onnx_upgrade import OLDEST_OPSET, upgrade
 from .onnx_weights import Span, WireError, read_span, strip_raw_data
 
@@ -301,7 +301,7 @@ def unsupported_nodes(
     found: list[tuple[str, str, int | None]] = []
     for i, node in enumerate(nodes):
         name = node.name or f"{node.op_type}_{i}"
-        if is_preview_op(node):  # its modifier graphs are checked when inlined
+        if is_preview_op(node) or is_batched_scan(node):  # subgraphs checked when converted
             continue
         if node.domain not in ("", "ai.onnx"):
             if not is_registered(registry_name(node)):
@@ -538,8 +538,8 @@ class _Importer:
         if node.op_type == "Loop":
             unroll_loop(self, name, node, attrs)
             return
-        if node.op_type == "Scan":
-            unroll_scan(self, name, node, attrs)
+        if node.op_type == "Scan" or is_batched_scan(node):
+            (unroll_batched_scan if is_batched_scan(node) else unroll_scan)(self, name, node, attrs)
             return
         if is_preview_op(node):
             convert_flex_attention(self, name, node, attrs)
