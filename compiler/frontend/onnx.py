@@ -40,6 +40,7 @@ from ..graph.registry import (
     is_registered,
 )
 from .onnx_dropout import RANDOM_OPS, RANDOM_REASON, convert_dropout
+from .onnx_if import select_branches
 from .onnx_loop import SEQUENCE_OPS, convert_sequence_op, unroll_loop
 from .onnx_patterns import (
     drop_false_training_modes,
@@ -622,12 +623,11 @@ class _Importer:
         """An If whose condition is known at import (shape tests on static shapes, exporters'
         guards) becomes its taken branch: the branch's nodes, their values renamed apart from
         the graph's, then Identity nodes onto the If's outputs. A condition computed at run
-        time is data-dependent control flow, which is refused by name."""
+        time selects between both branches (`onnx_if.select_branches`)."""
         cond = self.builder.constants.get(node.input[0]) if node.input else None
         if cond is None or cond.size != 1:
-            raise UnsupportedOpError(
-                [("If with a condition computed at run time", name, self.opset)], where=self.where
-            )
+            select_branches(self, name, node, attrs)
+            return
         branch = attrs["then_branch" if bool(cond.reshape(())) else "else_branch"]
         missing = unsupported_nodes(branch.node, self.opset)
         if missing:

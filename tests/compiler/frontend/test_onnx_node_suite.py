@@ -44,7 +44,7 @@ EXTRA_OPS = (
 CLASSIC_OPS = (
     "LpPool NonZero Compress Unique NonMaxSuppression DFT STFT HannWindow HammingWindow "
     "BlackmanWindow MelWeightMatrix RoiAlign Scan CenterCropPad MaxUnpool Det "
-    "OptionalHasElement OptionalGetElement DeformConv Upsample"
+    "OptionalHasElement OptionalGetElement DeformConv Upsample If"
 ).split()
 # the standard domain's newer ops for transformers and sequences (opsets 22 to 28), losses,
 # and Scatter (opsets 9 and 10, upgraded to ScatterElements)
@@ -79,9 +79,10 @@ def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
     with it) stays as written: its body's ops are the importer's to upgrade (`onnx_upgrade`);
     so does Scatter, which exists only below opset 11 and which the upgrade turns into
     ScatterElements; so do Dropout, whose opset 7-11 cases (a ratio attribute) the upgrade
-    converts, and Upsample (deprecated at opset 10), which the upgrade makes a Resize."""
+    converts, Upsample (deprecated at opset 10), which the upgrade makes a Resize, and If,
+    whose branches the upgrade converts with it."""
     op = model.graph.node[0].op_type
-    if op in ("Loop", "Scan", "Scatter", "Dropout", "Upsample"):
+    if op in ("Loop", "Scan", "Scatter", "Dropout", "Upsample", "If"):
         return model
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version < 13:
