@@ -39,6 +39,8 @@ from ..graph.registry import (
     get_op,
     is_registered,
 )
+from .onnx_dropout import RANDOM_OPS, RANDOM_REASON, convert_dropout
+from .onnx_if import select_branches
 from .onnx_loop import SEQUENCE_OPS, convert_sequence_op, unroll_loop
 from .onnx_patterns import (
     drop_false_training_modes,
@@ -46,7 +48,7 @@ from .onnx_patterns import (
     rewrite_masked_assignments,
 )
 from .onnx_preview import convert_flex_attention, is_preview_op
-from .onnx_scan import unroll_scan
+from .onnx_scan import is_batched_scan, unroll_batched_scan, unroll_scan
 from .onnx_upgrade import OLDEST_OPSET, upgrade
 from .onnx_weights import Span, WireError, read_span, strip_raw_data
 
@@ -277,16 +279,8 @@ def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | 
         return f"{node.op_type} as redefined at opset {changed}"
     outputs = [o for o in node.output if o]
     training = _is_training_batch_norm(node, opset)
-    if node.op_type == "MaxPool" and len(outputs) > 1:
-        return "MaxPool with Indices output"
-    if node.op_type == "GridSample" and any(
-        a.name == "mode" and a.s in (b"cubic", b"bicubic") for a in node.attribute
-    ):
-        return "GridSample with cubic interpolation"
     if node.op_type == "BatchNormalization" and len(outputs) > 1 and not training:
         return "BatchNormalization with running statistics outputs in inference mode"
-    if node.op_type == "Dropout" and (len(outputs) > 1 or len([i for i in node.input if i]) > 2):
-        return "Dropout with a mask output or training_mode"
     if node.op_type not in ("If", "Loop", "Scan", "SequenceMap") and any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
     ):
@@ -308,13 +302,15 @@ def unsupported_nodes(
     found: list[tuple[str, str, int | None]] = []
     for i, node in enumerate(nodes):
         name = node.name or f"{node.op_type}_{i}"
-        if is_preview_op(node):  # its modifier graphs are checked when inlined
+        if is_preview_op(node) or is_batched_scan(node):  # subgraphs checked when converted
             continue
         if node.domain not in ("", "ai.onnx"):
             if not is_registered(registry_name(node)):
                 found.append((registry_name(node), name, None))
             elif (unbuilt := _unbuilt_contrib_output(node)) is not None:
                 found.append((f"{registry_name(node)} with its {unbuilt}", name, None))
+        elif node.op_type in RANDOM_OPS:
+            found.append((f"{node.op_type} ({RANDOM_REASON})", name, opset))
         elif node.op_type not in _SPECIAL and not is_registered(node.op_type):
             found.append((node.op_type, name, opset))
         elif (variant := _unsupported_variant(node, opset)) is not None:
@@ -543,8 +539,8 @@ class _Importer:
         if node.op_type == "Loop":
             unroll_loop(self, name, node, attrs)
             return
-        if node.op_type == "Scan":
-            unroll_scan(self, name, node, attrs)
+        if node.op_type == "Scan" or is_batched_scan(node):
+            (unroll_batched_scan if is_batched_scan(node) else unroll_scan)(self, name, node, attrs)
             return
         if is_preview_op(node):
             convert_flex_attention(self, name, node, attrs)
@@ -560,8 +556,9 @@ class _Importer:
         check_node_types(node, self.opset, name, dtypes, self.where)
         inputs, outputs = list(node.input), list(node.output)
         op = registry_name(node)
-        if op == "Dropout":  # inference: identity (the mask output is unsupported)
-            op, inputs, outputs, attrs = "Identity", inputs[:1], outputs[:1], {}
+        if op == "Dropout":  # inference: identity, the mask all true
+            convert_dropout(self, name, node)
+            return
         if _is_training_batch_norm(node, self.opset):
             self._refuse_saved_statistics(name, outputs[3:])
             running = outputs[1:3]
@@ -626,12 +623,11 @@ class _Importer:
         """An If whose condition is known at import (shape tests on static shapes, exporters'
         guards) becomes its taken branch: the branch's nodes, their values renamed apart from
         the graph's, then Identity nodes onto the If's outputs. A condition computed at run
-        time is data-dependent control flow, which is refused by name."""
+        time selects between both branches (`onnx_if.select_branches`)."""
         cond = self.builder.constants.get(node.input[0]) if node.input else None
         if cond is None or cond.size != 1:
-            raise UnsupportedOpError(
-                [("If with a condition computed at run time", name, self.opset)], where=self.where
-            )
+            select_branches(self, name, node, attrs)
+            return
         branch = attrs["then_branch" if bool(cond.reshape(())) else "else_branch"]
         missing = unsupported_nodes(branch.node, self.opset)
         if missing:
@@ -681,6 +677,10 @@ class _Importer:
             self.builder.add_constant(out, self.builder.constants[value])
         else:  # a graph output stays a node's output
             self.builder.add_node("Identity", [value], name=name, outputs=[out])
+
+    def refuse(self, variant: str, name: str) -> None:
+        """Raise the UnsupportedOpError of `variant` at node `name`."""
+        raise UnsupportedOpError([(variant, name, self.opset)], where=self.where)
 
     def emit(self, op: str, inputs: list[str], outputs: list[str], name: str, **attrs) -> None:
         """Convert a node the importer writes itself (folded when its inputs are constants)."""

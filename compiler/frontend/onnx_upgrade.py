@@ -39,6 +39,9 @@ _RESIZES = ("Upsample", "Resize")
 _OLD_RESIZE = 10
 #: the first opset whose Scan has no batch axis
 _SCAN_UNBATCHED = 9
+#: (domain, op) under which an opset-8 Scan passes the version converter, which would drop its
+#: batch axis (`onnx_scan.unroll_batched_scan` converts it; its body is upgraded on its own)
+BATCHED_SCAN = ("tensorforge.upgrade", "Scan8")
 
 
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
@@ -132,6 +135,8 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
     rewritten = (*_REMOVED_REWRITES, *_VARIANT_REWRITES)
     if any(n.op_type in rewritten and n.domain in ("", "ai.onnx") for n in model.graph.node):
         model = _rewrite_old_ops(model)
+    if opset < _SCAN_UNBATCHED and any(n.op_type == "Scan" for n in model.graph.node):
+        model = _hide_batched_scans(model)
     _check_schemas(model.graph, where, opset)
     consts = _constants(model.graph)
     old = [  # opset 11 gave Resize its coordinate modes: only older ones need the rule
@@ -172,6 +177,9 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
         node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
         if nearest is not None:
             node.attribute.append(helper.make_attribute("nearest_mode", nearest))
+    for node in new.graph.node:
+        if (node.domain, node.op_type) == BATCHED_SCAN:
+            _upgrade_body(node, model, where, opset, target)
     if opset < _NEW_HARDMAX:
         _coerce_hardmax(new.graph, _value_names(new.graph))
     _keep_declared_types(new.graph, model.graph)
@@ -214,19 +222,45 @@ def _with_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto
     return copy
 
 
+def _hide_batched_scans(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose opset-8 Scans are `BATCHED_SCAN` nodes."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in copy.graph.node:
+        if node.op_type == "Scan" and node.domain in ("", "ai.onnx"):
+            node.domain, node.op_type = BATCHED_SCAN
+    copy.opset_import.append(helper.make_opsetid(BATCHED_SCAN[0], 1))
+    return copy
+
+
+def _upgrade_body(
+    node: onnx.NodeProto, model: onnx.ModelProto, where: str, opset: int, target: int
+) -> None:
+    """An opset-8 Scan's body upgraded to `target` on its own (a model of the body alone)."""
+    (attr,) = [a for a in node.attribute if a.name == "body"] or [None]
+    if attr is None:
+        return  # (the importer names the missing body)
+    body = helper.make_model(attr.g, opset_imports=[helper.make_opsetid("", opset)],
+                             ir_version=model.ir_version)  # fmt: skip
+    try:
+        attr.g.CopyFrom(version_converter.convert_version(body, target).graph)
+    except Exception as exc:  # noqa: BLE001  (as in `upgrade`)
+        raise onnx_import_error(
+            f"{where}: the body of Scan node {node.name!r} (opset {opset}) could not be upgraded "
+            f"to opset {target} by onnx's version converter: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0][:300]}"
+        ) from None
+
+
 def _check_schemas(graph: onnx.GraphProto, where: str, opset: int) -> None:
     """Every default-domain node of `graph` has an op that `opset` defines (the converter
-    would fail on the first one without, with an assertion's text), and no Scan is opset 8's
-    (a batch axis and sequence lengths, which the converter drops without carrying)."""
+    would fail on the first one without, with an assertion's text)."""
     from ..graph.registry import UnsupportedOpError
 
     missing = []
     for i, node in enumerate(graph.node):
         if node.domain not in ("", "ai.onnx"):
             continue
-        if node.op_type == "Scan" and opset < _SCAN_UNBATCHED:
-            name = node.name or f"Scan_{i}"
-            missing.append(("Scan as defined at opset 8 (batched, sequence_lens)", name, opset))
         try:
             onnx.defs.get_schema(node.op_type, opset, "")
         except onnx.defs.SchemaError:

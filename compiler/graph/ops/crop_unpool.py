@@ -12,6 +12,7 @@ import numpy as np
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
+from .pool_indices import expand_max_unpool_runtime
 
 _FLOATS = ("float16", "float32", "float64")
 
@@ -144,6 +145,9 @@ def _expand_unpool(b: GraphBuilder, node: Node) -> None:
     x, indices = node.inputs[:2]
     out = b.constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     inferred, shape = _unpool_shapes(node.attr_dict, e.shape(x), out)
+    if indices not in b.constants:  # a MaxPool's, computed at run time
+        expand_max_unpool_runtime(b, node, inferred, shape)
+        return
     where = _landing(int(np.prod(e.shape(x))), b.constants[indices], int(np.prod(inferred)))
     zero = e.const(np.zeros(1, e.dtype(x)), "zero")
     values = e.add("Concat", [zero, e.reshape(x, [-1])], {"axis": 0})
@@ -155,7 +159,7 @@ def _expand_unpool(b: GraphBuilder, node: Node) -> None:
 
 
 register("MaxUnpool", Pattern.INJECTIVE, _unpool_type, max_unpool, inputs=(2, 3),
-         const_inputs=(1, 2), attrs={"kernel_shape": None, "pads": None, "strides": None},
+         const_inputs=(2,), attrs={"kernel_shape": None, "pads": None, "strides": None},
          expand=_expand_unpool)  # fmt: skip
 
 

@@ -1,12 +1,17 @@
 """GridSample (spatial transformers, optical-flow warping, deformable sampling): each output
-pixel samples the input at the normalized position the grid gives, for 2-D images.
+pixel samples the input at the normalized position the grid gives, for 2-D images and 3-D
+volumes.
 
 The arithmetic is ONNX's reference (PyTorch's grid_sampler): a grid value `g` in [-1, 1] maps to
-`x = (g + 1) / 2 * (size - 1)` with `align_corners`, else `((g + 1) * size - 1) / 2`; nearest
-rounds half to even; a coordinate outside [0, size - 1] (align_corners) or [-0.5, size - 0.5]
-is clamped ("border") or reflected ("reflection") first; linear interpolates along x on the two
-rows, then along y; a pixel index outside the image reads 0 ("zeros"), the nearest edge pixel
-("border") or its reflection ("reflection"). Cubic is refused by name.
+`x = (g + 1) / 2 * (size - 1)` with `align_corners`, else `((g + 1) * size - 1) / 2` (the grid's
+last axis lists the coordinates innermost axis first: x, y, z); nearest rounds half to even; a
+coordinate outside [0, size - 1] (align_corners) or [-0.5, size - 0.5] is clamped ("border",
+but in cubic mode, where onnxruntime and PyTorch clamp only each pixel's index and onnx's
+reference evaluator the coordinate too) or reflected ("reflection") first; linear and cubic
+interpolate separably, the innermost axis first, over 2 or 4 pixels an axis (`axis_taps`:
+offsets from the floor and their weights, cubic's Keys' kernel with a = -0.75, shared with
+Resize); a pixel index outside the input reads 0 ("zeros"), the nearest edge pixel ("border")
+or its reflection ("reflection").
 """
 
 from __future__ import annotations
@@ -16,35 +21,49 @@ from typing import Any
 import numpy as np
 
 from ..ir import TensorType
-from ..registry import Pattern, UnsupportedOpError, register
+from ..registry import Pattern, register
+from .resize import cubic_far, cubic_near
 
-MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest"}  # opset 16 and 20 names
+# opset 16 and 20 names
+MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest", "bicubic": "cubic",
+         "cubic": "cubic"}  # fmt: skip
 PADDINGS = ("zeros", "border", "reflection")
+CUBIC_A = -0.75  # PyTorch's and ONNX's
+SPATIAL_RANKS = (2, 3)  # images and volumes
 
 
 def check_attrs(attrs: dict[str, Any]) -> tuple[str, str, bool]:
-    """(mode: 'linear' or 'nearest', padding mode, align_corners), checked."""
+    """(mode: 'linear', 'nearest' or 'cubic', padding mode, align_corners), checked."""
     mode = str(attrs["mode"])
     if mode not in MODES:
-        raise ValueError(
-            f"GridSample mode must be one of {', '.join(MODES)}, not {mode!r} (cubic is not "
-            "built yet)"
-        )
+        raise ValueError(f"GridSample mode must be one of {', '.join(MODES)}, not {mode!r}")
     padding = str(attrs["padding_mode"])
     if padding not in PADDINGS:
         raise ValueError(f"GridSample padding_mode must be one of {PADDINGS}, not {padding!r}")
     return MODES[mode], padding, bool(attrs["align_corners"])
 
 
+def axis_taps(mode: str, t: Any) -> list[tuple[int, Any]]:
+    """(offset from the floor, weight) of each pixel an axis interpolates, `t` the coordinate's
+    fraction above its floor (numpy arrays or tensor expressions alike)."""
+    if mode == "linear":
+        return [(0, 1.0 - t), (1, t)]
+    return [
+        (-1, cubic_far(t + 1.0, CUBIC_A)),
+        (0, cubic_near(t, CUBIC_A)),
+        (1, cubic_near(1.0 - t, CUBIC_A)),
+        (2, cubic_far(2.0 - t, CUBIC_A)),
+    ]
+
+
 def _type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     check_attrs(attrs)
     x, grid = types
-    if len(x.shape) == 5:
-        raise UnsupportedOpError([("GridSample on volumes (only 2-D images are built)", "?", None)])
-    if len(x.shape) != 4 or len(grid.shape) != 4 or grid.shape[-1] != 2:
+    rank = len(x.shape) - 2
+    if rank not in SPATIAL_RANKS or len(grid.shape) != rank + 2 or grid.shape[-1] != rank:
         raise ValueError(
-            f"GridSample takes a 4-D input and an [N, H, W, 2] grid (2-D images; N-D is not "
-            f"built yet), not {list(x.shape)} and {list(grid.shape)}"
+            f"GridSample takes a 4-D input and an [N, H, W, 2] grid or a 5-D input and an "
+            f"[N, D, H, W, 3] grid, not {list(x.shape)} and {list(grid.shape)}"
         )
     if grid.shape[0] != x.shape[0]:
         raise ValueError(f"GridSample grid batch {grid.shape[0]} must be the input's {x.shape[0]}")
@@ -52,7 +71,7 @@ def _type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
         raise ValueError(
             f"GridSample input and grid must have one dtype, not {x.dtype}, {grid.dtype}"
         )
-    return [TensorType((*x.shape[:2], *grid.shape[1:3]), x.dtype)]
+    return [TensorType((*x.shape[:2], *grid.shape[1:-1]), x.dtype)]
 
 
 def bounds(size: int, align_corners: bool) -> tuple[float, float]:
@@ -78,43 +97,51 @@ def reflect_np(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
 def grid_sample(attrs: dict[str, Any], x: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """numpy, vectorized over all output pixels (module docstring)."""
     mode, padding, align = check_attrs(attrs)
-    n_, c_, h, w = x.shape
+    dims = x.shape[2:]
+    rank = len(dims)
     coords = []
-    for g, size in ((grid[..., 0], w), (grid[..., 1], h)):
-        g = g.astype(np.float32)
+    for axis, size in enumerate(dims):
+        g = grid[..., rank - 1 - axis].astype(np.float32)
         v = (g + 1) / 2 * (size - 1) if align else ((g + 1) * size - 1) / 2
         v = np.rint(v) if mode == "nearest" else v
         lo, hi = bounds(size, align)
-        if padding == "border":
+        if padding == "border" and mode != "cubic":
             v = np.where((v < lo) | (v > hi), np.clip(v, 0, size - 1), v)
         elif padding == "reflection":
             v = reflect_np(v, lo, hi)
         coords.append(v.astype(np.float32))
-    gx, gy = coords
-    batch = np.arange(n_).reshape(n_, 1, 1)
+    batch = np.arange(x.shape[0]).reshape(-1, *(1,) * rank)
 
-    def pixel(iy: np.ndarray, ix: np.ndarray) -> np.ndarray:  # [N, C, Ho, Wo]
-        if padding == "zeros":
-            valid = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-        else:
-            if padding == "reflection":
-                ix = np.trunc(reflect_np(ix.astype(np.float32), *bounds(w, align))).astype(int)
-                iy = np.trunc(reflect_np(iy.astype(np.float32), *bounds(h, align))).astype(int)
-            valid = np.ones(ix.shape, bool)
-        cx, cy = np.clip(ix, 0, w - 1), np.clip(iy, 0, h - 1)
-        values = x[batch, :, cy, cx]  # [N, Ho, Wo, C]
+    def pixel(index: list[np.ndarray]) -> np.ndarray:  # [N, C, *outs]
+        valid = np.ones(index[0].shape, bool)
+        clamped = []
+        for i, size in zip(index, dims, strict=True):
+            if padding == "zeros":
+                valid &= (i >= 0) & (i < size)
+            elif padding == "reflection":
+                i = np.trunc(reflect_np(i.astype(np.float32), *bounds(size, align))).astype(int)
+            clamped.append(np.clip(i, 0, size - 1))
+        values = x[(batch, slice(None), *clamped)]  # [N, *outs, C]
         values = np.where(valid[..., None], values, 0).astype(x.dtype)
         return np.moveaxis(values, -1, 1)
 
     if mode == "nearest":
-        return pixel(gy.astype(np.int64), gx.astype(np.int64))
-    x0, y0 = np.floor(gx), np.floor(gy)
-    wx1, wy1 = (gx - x0)[:, None], (gy - y0)[:, None]
-    wx0, wy0 = 1 - wx1, 1 - wy1
-    ix0, iy0 = x0.astype(np.int64), y0.astype(np.int64)
-    row0 = wx0 * pixel(iy0, ix0) + wx1 * pixel(iy0, ix0 + 1)
-    row1 = wx0 * pixel(iy0 + 1, ix0) + wx1 * pixel(iy0 + 1, ix0 + 1)
-    return (wy0 * row0 + wy1 * row1).astype(x.dtype)
+        return pixel([c.astype(np.int64) for c in coords])
+    floors = [np.floor(c) for c in coords]
+    taps = [axis_taps(mode, (c - f)[:, None]) for c, f in zip(coords, floors, strict=True)]
+    starts = [f.astype(np.int64) for f in floors]
+
+    def interpolate(axis: int, index: list[np.ndarray]) -> np.ndarray:
+        """The innermost axes first: ONNX's reference order of the sums."""
+        if axis == rank:
+            return pixel(index)
+        total = None
+        for offset, weight in taps[axis]:
+            term = weight * interpolate(axis + 1, [*index, starts[axis] + offset])
+            total = term if total is None else total + term
+        return total
+
+    return interpolate(0, []).astype(x.dtype)
 
 
 register(
@@ -126,4 +153,4 @@ register(
     attrs={"align_corners": 0, "mode": "linear", "padding_mode": "zeros"},
 )
 
-__all__ = ["MODES", "PADDINGS", "bounds", "check_attrs", "grid_sample", "reflect_np"]
+__all__ = ["MODES", "PADDINGS", "axis_taps", "bounds", "check_attrs", "grid_sample", "reflect_np"]

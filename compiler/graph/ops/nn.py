@@ -10,7 +10,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ir import TensorType, broadcast_shapes
-from ..registry import Pattern, register
+from ..registry import Pattern, get_op, register
+from .pool_indices import expand_max_pool_indices, max_pool_indices
 
 _CONV_ATTRS = {
     "auto_pad": "NOTSET",
@@ -265,13 +266,40 @@ def _pool_pads(attrs: dict[str, Any], x: np.ndarray) -> tuple:
     return kernel, begin, end, extra, strides, dilations, outs
 
 
-def max_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    kernel, begin, end, extra, strides, dilations, outs = _pool_pads(attrs, x)
+def _max_pool_padded(attrs: dict[str, Any], x: np.ndarray) -> tuple:
+    """(Y, the padded input, the window geometry)."""
+    geometry = _pool_pads(attrs, x)
+    kernel, begin, end, extra, strides, dilations, outs = geometry
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     widths = [(b, e + ex) for b, e, ex in zip(begin, end, extra, strict=True)]
     xp = np.pad(x, [(0, 0), (0, 0), *widths], constant_values=low)
     win = _windows(xp, outs, strides, dilations, kernel)
-    return np.ascontiguousarray(win.max(axis=tuple(range(-len(kernel), 0))))
+    return np.ascontiguousarray(win.max(axis=tuple(range(-len(kernel), 0)))), xp, geometry
+
+
+def max_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return _max_pool_padded(attrs, x)[0]
+
+
+def _max_pool_outputs(attrs: dict[str, Any], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Y, Indices): ONNX's flat indices of the maxima (`pool_indices.py`)."""
+    y, xp, geometry = _max_pool_padded(attrs, x)
+    return y, max_pool_indices(x, xp, y, geometry, attrs.get("storage_order", 0))
+
+
+def _max_pool_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    (y,) = _pool_type(attrs, types, consts)
+    return [y, TensorType(y.shape, "int64")]
+
+
+def _expand_max_pool(b: Any, node: Any) -> bool:
+    """A MaxPool whose Indices output is asked for: `pool_indices.expand_max_pool_indices`;
+    the plain MaxPool stays (False)."""
+    if len(node.outputs) < 2 or not node.outputs[1]:
+        return False
+    x = np.broadcast_to(np.uint8(0), b.types[node.inputs[0]].shape)
+    expand_max_pool_indices(b, node, _pool_pads(get_op("MaxPool").full_attrs(node), x))
+    return True
 
 
 def average_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
@@ -303,9 +331,11 @@ _POOL_ATTRS = {
 register(
     "MaxPool",
     Pattern.OUT_ELEMWISE_FUSABLE,
-    _pool_type,
-    max_pool,
+    _max_pool_type,
+    _max_pool_outputs,
     attrs={**_POOL_ATTRS, "storage_order": 0},
+    outputs=(1, 2),
+    expand=_expand_max_pool,
 )
 register(
     "AveragePool",

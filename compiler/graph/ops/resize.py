@@ -164,12 +164,20 @@ def _nearest(x: np.ndarray, how: str) -> np.ndarray:
     return (below + up).astype(np.int64)
 
 
+def cubic_near(d: Any, a: float) -> Any:
+    """Keys' cubic convolution weight at a distance `d` in [0, 1] (arrays or expressions)."""
+    return ((a + 2) * d - (a + 3)) * d * d + 1.0
+
+
+def cubic_far(d: Any, a: float) -> Any:
+    """Keys' cubic convolution weight at a distance `d` in [1, 2]."""
+    return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+
+
 def _cubic_kernel(a: float) -> Callable[[np.ndarray], np.ndarray]:
     def kernel(d: np.ndarray) -> np.ndarray:
         d = np.abs(d)
-        near = ((a + 2) * d - (a + 3)) * d * d + 1
-        far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-        return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+        return np.where(d <= 1, cubic_near(d, a), np.where(d < 2, cubic_far(d, a), 0.0))
 
     return kernel
 

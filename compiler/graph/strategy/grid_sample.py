@@ -1,9 +1,10 @@
-"""GridSample's CPU/GPU kernel: the grid's x and y coordinates computed once per output pixel
-(their padding rule included) into two small stages, then each output element reads one
-(nearest) or four (linear) input pixels at those data-dependent places, each index clamped
-into the image so no read leaves it (the padding mode decides the value). It mirrors the numpy
-kernel of ops/grid_sample.py operation by operation in float32. The coordinate stages keep the
-expressions small: inlined, the reflection rule's selects nested once per use."""
+"""GridSample's CPU/GPU kernel: the grid's coordinates (x, y, and z for volumes) computed once
+per output pixel (their padding rule included) into small stages, one per axis, then each
+output element reads one (nearest), 2^r (linear) or 4^r (cubic) input pixels at those
+data-dependent places, each index clamped into the input so no read leaves it (the padding
+mode decides the value). It mirrors the numpy kernel of ops/grid_sample.py operation by
+operation in float32, with the same interpolation taps (`axis_taps`). The coordinate stages
+keep the expressions small: inlined, the reflection rule's selects nested once per use."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ... import te
 from ...tir.stmt import LoweringError
 from ..ir import Node
 from ..lower_te import AnchorRule, GroupContext, Tail
-from ..ops.grid_sample import bounds, check_attrs
+from ..ops.grid_sample import axis_taps, bounds, check_attrs
 from ..registry import get_op
 from .nn import Result
 
@@ -37,7 +38,7 @@ def _coordinate(g: Any, size: int, mode: str, padding: str, align: bool) -> Any:
     v = (g + 1.0) * 0.5 * float(size - 1) if align else ((g + 1.0) * float(size) - 1.0) * 0.5
     v = te.round(v) if mode == "nearest" else v
     lo, hi = bounds(size, align)
-    if padding == "border":
+    if padding == "border" and mode != "cubic":
         clamped = te.min(te.max(v, te.const(0.0, v.dtype)), te.const(float(size - 1), v.dtype))
         return te.select((v < lo) | (v > hi), clamped, v)
     if padding == "reflection":
@@ -50,47 +51,57 @@ def _grid_sample(ctx: GroupContext, node: Node, tail: Tail) -> Result:
         raise LoweringError(f"{node.op} must be alone in its group (node {node.name!r})")
     x, grid = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
     mode, padding, align = check_attrs(get_op("GridSample").full_attrs(node))
-    n_, c_, h, w = (int(d) for d in x.shape)
-    _, ho, wo, _ = (int(d) for d in grid.shape)
-    fdt = grid.dtype
+    n_, c_, *dims = (int(d) for d in x.shape)
+    outs = [int(d) for d in grid.shape[1:-1]]
+    rank, fdt = len(dims), grid.dtype
 
-    def coordinate(k: int, size: int, name: str) -> Any:
+    def coordinate(axis: int) -> Any:
+        k, size = rank - 1 - axis, dims[axis]
         return te.compute(
-            (n_, ho, wo),
-            lambda n, i, j: _coordinate(grid[n, i, j, k], size, mode, padding, align),
-            name=name,
+            (n_, *outs),
+            lambda n, *o: _coordinate(grid[(n, *o, k)], size, mode, padding, align),
+            name=f"grid_{'xyz'[k]}",
         )
 
-    gx, gy = coordinate(0, w, "grid_x"), coordinate(1, h, "grid_y")
+    coords = [coordinate(axis) for axis in range(rank)]
 
-    def pixel(n: Any, c: Any, iy: Any, ix: Any) -> Any:
-        """x[n, c, iy, ix] under the padding mode (int32 indices)."""
-        if padding == "reflection":
-            ix = _reflect(ix.astype(fdt), *bounds(w, align)).astype("int32")
-            iy = _reflect(iy.astype(fdt), *bounds(h, align)).astype("int32")
-        cx = te.min(te.max(ix, te.const(0, "int32")), te.const(w - 1, "int32"))
-        cy = te.min(te.max(iy, te.const(0, "int32")), te.const(h - 1, "int32"))
-        value = x[n, c, cy, cx]
-        if padding != "zeros":
+    def pixel(n: Any, c: Any, index: list) -> Any:
+        """x[n, c, *index] under the padding mode (int32 indices)."""
+        inside, clamped = None, []
+        for i, size in zip(index, dims, strict=True):
+            if padding == "reflection":
+                i = _reflect(i.astype(fdt), *bounds(size, align)).astype("int32")
+            clamped.append(te.min(te.max(i, te.const(0, "int32")), te.const(size - 1, "int32")))
+            if padding == "zeros":
+                within = (i >= 0) & (i < size)
+                inside = within if inside is None else inside & within
+        value = x[(n, c, *clamped)]
+        if inside is None:
             return value
-        inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
         return te.select(inside, value, te.const(0, value.dtype))
 
-    def body(n: Any, c: Any, i: Any, j: Any) -> Any:
-        px, py = gx[n, i, j], gy[n, i, j]
+    def body(n: Any, c: Any, *o: Any) -> Any:
+        points = [t[(n, *o)] for t in coords]
         if mode == "nearest":
-            return pixel(n, c, py.astype("int32"), px.astype("int32"))
-        x0, y0 = te.floor(px), te.floor(py)
-        wx1, wy1 = px - x0, py - y0
-        wx0, wy0 = 1.0 - wx1, 1.0 - wy1
-        ix0, iy0 = x0.astype("int32"), y0.astype("int32")
-        row0 = wx0 * pixel(n, c, iy0, ix0) + wx1 * pixel(n, c, iy0, ix0 + 1)
-        row1 = wx0 * pixel(n, c, iy0 + 1, ix0) + wx1 * pixel(n, c, iy0 + 1, ix0 + 1)
-        return wy0 * row0 + wy1 * row1
+            return pixel(n, c, [p.astype("int32") for p in points])
+        floors = [te.floor(p) for p in points]
+        taps = [axis_taps(mode, p - f) for p, f in zip(points, floors, strict=True)]
+        starts = [f.astype("int32") for f in floors]
 
-    out = te.compute((n_, c_, ho, wo), body, name="grid_sample")
+        def interpolate(axis: int, index: list) -> Any:  # innermost axes first, as numpy
+            if axis == rank:
+                return pixel(n, c, index)
+            total = None
+            for offset, weight in taps[axis]:
+                term = weight * interpolate(axis + 1, [*index, starts[axis] + offset])
+                total = term if total is None else total + term
+            return total
+
+        return interpolate(0, [])
+
+    out = te.compute((n_, c_, *outs), body, name="grid_sample")
     s = te.create_schedule(out.op)
-    for t in (gx, gy):
+    for t in coords:
         s[t].compute_at(s[out], out.op.axis[0])
     return s, [out]
 

@@ -13,7 +13,8 @@ case -> (status, detail). Statuses:
   (TypeError, VerifyError, ...); `crash`: the process died (a segfault). Never allowed.
 
 `python node_suite_compiled.py --update` rewrites node_suite_compiled.txt, the expected set of
-passing cases that the test asserts exactly.
+passing cases that the test asserts exactly; `--update OP...` reruns only the cases of those
+ops and rewrites their part of the list (the other ops' recorded cases stay).
 """
 
 from __future__ import annotations
@@ -103,14 +104,18 @@ def run_isolated(names: list[str], workers: int = 2) -> dict[str, tuple[str, str
     return results
 
 
-def supported_cases() -> list[str]:
-    """Every case of the ops the importer supports (test_onnx_node_suite.SUPPORTED)."""
+def supported_cases(ops: list[str] | None = None) -> list[str]:
+    """Every case of the ops the importer supports (test_onnx_node_suite.SUPPORTED), or of
+    those of `ops`."""
     sys.path.insert(0, str(HERE))
     from test_onnx_node_suite import SUPPORTED, _cases
 
+    unknown = sorted(set(ops or ()) - set(SUPPORTED))
+    if unknown:
+        raise SystemExit(f"ops must be among test_onnx_node_suite.SUPPORTED, not {unknown}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return sorted(c.name for op in SUPPORTED for c in _cases().get(op, []))
+        return sorted(c.name for op in ops or SUPPORTED for c in _cases().get(op, []))
 
 
 @functools.cache
@@ -119,10 +124,15 @@ def expected_passing() -> frozenset[str]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--update"]:
-        results = run_isolated(supported_cases())
-        passing = sorted(n for n, (status, _) in results.items() if status == "pass")
+    if sys.argv[1:2] == ["--update"]:
+        ops = sys.argv[2:]
+        names = supported_cases(ops or None)
+        results = run_isolated(names)
+        kept = set(expected_passing()) - set(names) if ops else set()
+        passing = sorted(kept | {n for n, (status, _) in results.items() if status == "pass"})
         EXPECTED.write_text("\n".join(passing) + "\n")
         print(f"{len(passing)} passing cases written to {EXPECTED}")
+        for name in names:
+            print(f"  {name}: {results[name][0]} {results[name][1][:150]}")
     else:
         _worker(sys.argv[1:])

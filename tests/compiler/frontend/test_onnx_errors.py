@@ -82,11 +82,15 @@ def test_data_dependent_shapes_are_named_once_with_the_reason() -> None:
 
 
 def test_unsupported_variant_of_a_supported_op_is_listed() -> None:
-    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="pool", kernel_shape=[1])
+    stats = ["s", "b", "m", "v"]
+    node = helper.make_node("BatchNormalization", ["x", *stats], ["y", "rm"], name="bn")
     model = _model([node], shape=[1, 2, 3])
-    model.graph.output.append(helper.make_tensor_value_info("idx", TensorProto.INT64, None))
-    with pytest.raises(UnsupportedOpError, match=r"MaxPool with Indices output \(node 'pool'"):
-        from_onnx(model)  # (an Indices output nothing reads is left out: onnx_patterns)
+    model.graph.output.append(helper.make_tensor_value_info("rm", TensorProto.FLOAT, None))
+    for name in stats:
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(2, np.float32), name))
+    with pytest.raises(UnsupportedOpError, match=r"running statistics outputs in inference mode "
+                       r"\(node 'bn'"):  # fmt: skip
+        from_onnx(model)
 
 
 def test_window_attributes_of_the_wrong_length_are_named() -> None:

@@ -44,7 +44,7 @@ EXTRA_OPS = (
 CLASSIC_OPS = (
     "LpPool NonZero Compress Unique NonMaxSuppression DFT STFT HannWindow HammingWindow "
     "BlackmanWindow MelWeightMatrix RoiAlign Scan CenterCropPad MaxUnpool Det "
-    "OptionalHasElement OptionalGetElement DeformConv"
+    "OptionalHasElement OptionalGetElement DeformConv Upsample If"
 ).split()
 # the standard domain's newer ops for transformers and sequences (opsets 22 to 28), losses,
 # and Scatter (opsets 9 and 10, upgraded to ScatterElements)
@@ -78,9 +78,11 @@ def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
     (whose definition at 13 only admits sequences) or Scan (whose body the converter upgrades
     with it) stays as written: its body's ops are the importer's to upgrade (`onnx_upgrade`);
     so does Scatter, which exists only below opset 11 and which the upgrade turns into
-    ScatterElements."""
+    ScatterElements; so do Dropout, whose opset 7-11 cases (a ratio attribute) the upgrade
+    converts, Upsample (deprecated at opset 10), which the upgrade makes a Resize, and If,
+    whose branches the upgrade converts with it."""
     op = model.graph.node[0].op_type
-    if op in ("Loop", "Scan", "Scatter"):
+    if op in ("Loop", "Scan", "Scatter", "Dropout", "Upsample", "If"):
         return model
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version < 13:
@@ -92,14 +94,16 @@ def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 def _shape_inputs(model: onnx.ModelProto, inputs: list) -> dict[str, np.ndarray]:
     """Inputs to bind as constants: int64 inputs after an op's first (shapes, axes, indices),
-    any input the op's registry entry requires constant (Resize's float scales and roi) and a
-    Loop's trip count and condition (it is unrolled at import)."""
+    any input the op's registry entry requires constant (Resize's float scales and roi), a
+    Loop's trip count and condition (it is unrolled at import), a Dropout's ratio and
+    training_mode (which decide whether it is the identity or a random draw) and an Upsample's
+    scales (Resize's, upgraded)."""
     names = [v.name for v in model.graph.input]
     later = {name for node in model.graph.node for name in node.input[1:]}
     deciding = set()
     for node in model.graph.node:
-        if node.op_type == "Loop":
-            deciding.update(node.input[:2])
+        if node.op_type in ("Loop", "Dropout", "Upsample"):
+            deciding.update(node.input[:2] if node.op_type == "Loop" else node.input[1:3])
         if is_registered(node.op_type):
             spec = get_op(node.op_type)
             deciding.update(node.input[i] for i in spec.const_inputs if i < len(node.input))

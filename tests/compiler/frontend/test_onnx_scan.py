@@ -1,7 +1,8 @@
 """A Scan is unrolled at import (its length is the scan inputs' static length): states threaded
 from copy to copy, slices taken along any axis in either direction, scan outputs stacked along
-any axis in either order; compiled, against onnxruntime. Opset 8's batched Scan, a body with an
-unsupported op and mismatched lengths are refused by name."""
+any axis in either order, and opset 8's batched Scan; compiled, against onnxruntime. A body
+with an unsupported op, mismatched lengths and opset 8's sequence_lens shorter than the
+sequences are refused by name."""
 
 from __future__ import annotations
 
@@ -90,11 +91,40 @@ def test_scan_body_with_an_unsupported_op_is_refused_by_name() -> None:
         tensorforge.compile(_model([5, 3], body=_body("NoSuchOp")))
 
 
-def test_batched_scan_of_opset_8_is_refused_by_name() -> None:
-    node = oh.make_node("Scan", ["", "s0", "x"], ["s", "y"], name="old", body=_body(),
-                        num_scan_inputs=1)  # fmt: skip
-    graph = oh.make_graph([node], "g", [_value("s0", [1, 3]), _value("x", [1, 5, 3])],
-                          [_value("s"), _value("y")])  # fmt: skip
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 8)])
-    with pytest.raises(UnsupportedOpError, match=r"Scan as defined at opset 8.*'old'"):
+def _batched_model(lengths: np.ndarray | None = None, **attrs) -> onnx.ModelProto:  # noqa: ANN003
+    """Opset 8's Scan over a batch of 2: states [2, 3], scan inputs [2, 5, 3]; its body's
+    Unsqueeze/Squeeze pair is opset 8's (axes an attribute), upgraded with the body."""
+    body = _body()
+    body.node.extend([oh.make_node("Unsqueeze", ["y2"], ["y2u"], axes=[0]),
+                      oh.make_node("Squeeze", ["y2u"], ["y2s"], axes=[0])])  # fmt: skip
+    body.output[3].name = "y2s"
+    node = oh.make_node("Scan", ["" if lengths is None else "lens", "s0", "p0", "xa", "xb"],
+                        ["s", "p", "ys1", "ys2"], name="old", body=body, num_scan_inputs=2,
+                        **attrs)  # fmt: skip
+    inputs = [_value("s0", [2, 3]), _value("p0", [2, 3]), _value("xa", [2, 5, 3]),
+              _value("xb", [2, 5, 3])]  # fmt: skip
+    inits = [] if lengths is None else [onnx.numpy_helper.from_array(lengths, "lens")]
+    outputs = [_value(n) for n in ("s", "p", "ys1", "ys2")]
+    graph = oh.make_graph([node], "g", inputs, outputs, inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 8)])
+
+
+@pytest.mark.parametrize(
+    ("lengths", "attrs"),
+    [(None, {}), (None, {"directions": [1, 0]}), (np.array([5, 5], np.int64), {})],
+)
+def test_batched_scan_of_opset_8_matches_onnxruntime(lengths: np.ndarray | None, attrs: dict):
+    model = _batched_model(lengths, **attrs)
+    rng = np.random.default_rng(5)
+    shapes = {"s0": (2, 3), "p0": (2, 3), "xa": (2, 5, 3), "xb": (2, 5, 3)}
+    feed = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    got = tensorforge.compile(model).run(feed)
+    for name, value in zip(("s", "p", "ys1", "ys2"), want, strict=True):
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_batched_scan_with_shorter_sequence_lens_is_refused_by_name() -> None:
+    model = _batched_model(np.array([5, 3], np.int64))
+    with pytest.raises(UnsupportedOpError, match=r"opset 8 with sequence_lens \[5, 3\].*'old'"):
         tensorforge.compile(model)

@@ -1,5 +1,5 @@
-"""CenterCropPad, MaxUnpool (by constant indices) and Det (the Leibniz sum), compiled, against
-onnxruntime; bad inputs refused by node name."""
+"""CenterCropPad, MaxUnpool (by constant and run-time indices) and Det (the Leibniz sum),
+compiled, against onnxruntime; bad inputs refused by node name."""
 
 from __future__ import annotations
 
@@ -70,9 +70,13 @@ def test_det_of_large_matrices_is_refused_by_name() -> None:
         tensorforge.compile(model)
 
 
-def test_max_unpool_of_run_time_indices_is_refused_by_name() -> None:
+def test_max_unpool_of_run_time_indices_in_their_windows_matches_onnxruntime() -> None:
+    """Indices given as an input (each in its element's window): placed at run time."""
     node = oh.make_node("MaxUnpool", ["x", "i"], ["y"], name="unpool", kernel_shape=[2])
-    model = _model(node, (1, 1, 4), {})
-    model.graph.input.append(oh.make_tensor_value_info("i", TensorProto.INT64, (1, 1, 4)))
-    with pytest.raises(OnnxImportError, match=r"\('i'\) of MaxUnpool node 'unpool' must be a"):
-        tensorforge.compile(model)
+    model = _model(node, (1, 2, 4), {})
+    model.graph.input.append(oh.make_tensor_value_info("i", TensorProto.INT64, (1, 2, 4)))
+    x = np.random.default_rng(4).standard_normal((1, 2, 4)).astype(np.float32)
+    i = np.array([[[0, 2, 2, 4], [6, 6, 7, 9]]], np.int64)  # windows [k, k + 1] of each row
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x, "i": i})
+    got = tensorforge.compile(model).run({"x": x, "i": i})["y"]
+    np.testing.assert_array_equal(got, want)
