@@ -1,0 +1,183 @@
+"""onnxruntime's blockwise weight-only quantized ops (`com.microsoft` domain), as
+`onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer` and onnxruntime-genai's
+model builder write them into decoder LLMs: MatMulNBits (a MatMul by 2-, 4- or 8-bit weights
+quantized in blocks along K) and GatherBlockQuantized with packed uint8 data (a quantized
+embedding table).
+
+Composites: the weights are unpacked (low bits first), less their zero points, times their
+scales, with ops the back-ends compile (BitShift, BitwiseAnd, Cast, Sub, Mul), then MatMul or
+Gather. With constant weights (every quantizer's output) constant folding dequantizes them at
+compile time into float weights for the dense kernels: fast, but the compiled module holds the
+weights in float32, 8 times the bytes of 4-bit ones. onnxruntime's `accuracy_level` 4
+(A quantized to int8 per block inside its kernel) is computed in float here: the results
+differ from onnxruntime's by A's int8 rounding. The deprecated `g_idx` input is refused by
+name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..ir import GraphBuilder, Node, TensorType
+from ..registry import REQUIRED, Pattern, register
+from .contrib import MS, refuse
+from .emit import Emitter
+
+_BITS = (2, 4, 8)
+
+
+def _check_bits(op: str, bits: int, block: int, zero_block_ok: bool = False) -> None:
+    if bits not in _BITS:
+        raise refuse(op, f"with bits={bits} (built: {', '.join(map(str, _BITS))})")
+    if not (zero_block_ok and block == 0) and (block < 16 or block & (block - 1)):
+        raise ValueError(f"{MS}{op} block_size must be a power of 2 of at least 16, not {block}")
+
+
+# ---- unpacking -------------------------------------------------------------------------------
+
+
+def _unpack_np(packed: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 [..., n] -> uint8 [..., n * 8 / bits], the low bits of each byte first."""
+    if bits == 8:
+        return packed
+    mask = (1 << bits) - 1
+    parts = [(packed >> (bits * i)) & mask for i in range(8 // bits)]
+    return np.stack(parts, axis=-1).reshape(*packed.shape[:-1], -1)
+
+
+def _unpack(e: Emitter, packed: str, bits: int) -> str:
+    """`_unpack_np` as graph ops."""
+    if bits == 8:
+        return packed
+    shape = e.shape(packed)
+    mask = e.const((1 << bits) - 1, "mask", "uint8")
+    parts = []
+    for i in range(8 // bits):
+        shifted = packed
+        if i:
+            amount = e.const(bits * i, "shift", "uint8")
+            shifted = e.add("BitShift", [packed, amount], {"direction": "RIGHT"})
+        parts.append(e.add("BitwiseAnd", [shifted, mask]))
+    return e.reshape(e.stack(parts, len(shape)), (*shape[:-1], shape[-1] * (8 // bits)))
+
+
+# ---- MatMulNBits -----------------------------------------------------------------------------
+
+_NBITS = MS + "MatMulNBits"
+_NBITS_ATTRS = {
+    "K": REQUIRED,
+    "N": REQUIRED,
+    "bits": 4,
+    "block_size": REQUIRED,
+    "accuracy_level": 0,
+    "weight_prepacked": 0,
+}
+
+
+def _nbits_layout(attrs: dict[str, Any]) -> tuple[int, int, int, int, int]:
+    """(K, N, bits, block size, blocks per column) of a MatMulNBits node."""
+    k, n, bits, block = attrs["K"], attrs["N"], attrs["bits"], attrs["block_size"]
+    _check_bits("MatMulNBits", bits, block)
+    if k < 1 or n < 1:
+        raise ValueError(f"{_NBITS} K and N must be positive, not {k} and {n}")
+    return k, n, bits, block, -(-k // block)
+
+
+def _nbits_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    a, b, scales = types[:3]
+    zp, g_idx, bias = (*types[3:], None, None, None)[:3]
+    if attrs["weight_prepacked"]:
+        raise refuse("MatMulNBits", f"with weight_prepacked={attrs['weight_prepacked']}")
+    if g_idx is not None:
+        raise refuse("MatMulNBits", "with g_idx (deprecated: act-order weights)")
+    k, n, bits, block, blocks = _nbits_layout(attrs)
+    if not np.issubdtype(np.dtype(a.dtype), np.floating):
+        raise ValueError(f"{_NBITS} A must be a floating-point tensor, not {a.dtype}")
+    if not a.shape or a.shape[-1] != k:
+        raise ValueError(f"{_NBITS} A must have K={k} as its last dim, not shape {a.shape}")
+    want = (n, blocks, block * bits // 8)
+    if b.dtype != "uint8" or b.shape != want:
+        raise ValueError(f"{_NBITS} B must be uint8 of shape {want}, not {b.dtype} {b.shape}")
+    if scales.dtype != a.dtype or scales.shape not in ((n, blocks), (n * blocks,)):
+        raise ValueError(
+            f"{_NBITS} scales must be {a.dtype} of shape ({n}, {blocks}), not "
+            f"{scales.dtype} {scales.shape}"
+        )
+    if zp is not None:
+        packed = (n, -(-blocks * bits // 8))
+        ok = (zp.dtype == "uint8" and zp.shape in (packed, (packed[0] * packed[1],))) or (
+            zp.dtype == a.dtype and zp.shape in ((n, blocks), (n * blocks,))
+        )
+        if not ok:
+            raise ValueError(
+                f"{_NBITS} zero_points must be uint8 of shape {packed} or {a.dtype} of shape "
+                f"({n}, {blocks}), not {zp.dtype} {zp.shape}"
+            )
+    if bias is not None and bias.shape != (n,):
+        raise ValueError(f"{_NBITS} bias must have shape ({n},), not {bias.shape}")
+    return [TensorType((*a.shape[:-1], n), a.dtype)]
+
+
+def _nbits_weights_np(attrs: dict[str, Any], b: np.ndarray, scales: np.ndarray, zp: Any) -> Any:
+    """The dequantized weights [K, N] in float64."""
+    k, n, bits, block, blocks = _nbits_layout(attrs)
+    q = _unpack_np(b, bits).reshape(n, blocks, block).astype(np.float64)
+    if zp is None:
+        z = np.full((n, blocks, 1), 2.0 ** (bits - 1))
+    elif zp.dtype == np.uint8:
+        z = _unpack_np(zp.reshape(n, -1), bits)[:, :blocks, None].astype(np.float64)
+    else:
+        z = zp.reshape(n, blocks, 1).astype(np.float64)
+    w = (q - z) * scales.reshape(n, blocks, 1)
+    return w.reshape(n, blocks * block)[:, :k].T
+
+
+def _matmul_nbits(
+    attrs: dict[str, Any], a: np.ndarray, b: np.ndarray, scales: np.ndarray, *rest: Any
+) -> np.ndarray:
+    zp, _, bias = (*rest, None, None, None)[:3]
+    y = a.astype(np.float64) @ _nbits_weights_np(attrs, b, scales, zp)
+    if bias is not None:
+        y = y + bias
+    return y.astype(a.dtype)
+
+
+def _expand_nbits(b: GraphBuilder, node: Node) -> None:
+    """Unpack B to [N, blocks, block] codes, dequantize per block, cut the padding past K,
+    transpose to [K, N]; MatMul and the bias."""
+    e = Emitter(b, node)
+    a, packed, scales = node.inputs[:3]
+    zp, _, bias = (*node.inputs[3:], "", "", "")[:3]
+    k, n, bits, block, blocks = _nbits_layout(node.attr_dict)
+    dtype = e.dtype(a)
+    codes = e.reshape(_unpack(e, packed, bits), (n, blocks, block))
+    codes = e.add("Cast", [codes], {"to": dtype})
+    if not zp:
+        zero = e.const(2.0 ** (bits - 1), "zero_point", dtype)
+    elif e.dtype(zp) == "uint8":
+        per_row = e.reshape(zp, (n, -(-blocks * bits // 8)))
+        zero = e.slice(_unpack(e, per_row, bits), 1, 0, blocks)
+        zero = e.reshape(e.add("Cast", [zero], {"to": dtype}), (n, blocks, 1))
+    else:
+        zero = e.reshape(zp, (n, blocks, 1))
+    w = e.add("Mul", [e.add("Sub", [codes, zero]), e.reshape(scales, (n, blocks, 1))])
+    w = e.slice(e.reshape(w, (n, blocks * block)), 1, 0, k)
+    y = e.add("MatMul", [a, e.transpose(w, (1, 0))], outputs=None if bias else [node.outputs[0]])
+    if bias:
+        e.add("Add", [y, bias], outputs=[node.outputs[0]])
+
+
+register(
+    _NBITS,
+    Pattern.OUT_ELEMWISE_FUSABLE,
+    _nbits_type,
+    _matmul_nbits,
+    inputs=(3, 6),
+    optional_inputs=(),
+    attrs=_NBITS_ATTRS,
+    expand=_expand_nbits,
+)
+
+__all__: list[str] = []

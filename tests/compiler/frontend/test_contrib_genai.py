@@ -1,0 +1,164 @@
+"""onnxruntime's com.microsoft ops of decoder LLMs as onnxruntime's quantization tools and
+onnxruntime-genai's model builder write them: MatMulNBits (blockwise 2/4/8-bit weights),
+GroupQueryAttention (grouped heads, past/present key-value cache, rotary) and a decoder block
+of them, built with onnx.helper (weights packed by onnxruntime's own quantizer) and checked
+against onnxruntime's CPU kernels: compiled to native code and in the reference executor."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+from onnxruntime.capi import _pybind_state as ort_c
+
+import tensorforge
+from tensorforge.compiler.frontend import UnsupportedOpError, from_onnx
+from tensorforge.compiler.graph import run_graph
+
+MS = "com.microsoft"
+F, F16, I32, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32, TensorProto.INT64
+
+
+def _model(nodes, inputs, outputs, weights=None, opset=17):  # noqa: ANN001, ANN202
+    inits = [numpy_helper.from_array(v, k) for k, v in (weights or {}).items()]
+    graph = oh.make_graph(nodes, "genai", inputs, outputs, inits)
+    opsets = [oh.make_opsetid("", opset), oh.make_opsetid(MS, 1)]
+    return oh.make_model(graph, opset_imports=opsets, ir_version=8 if opset < 21 else 10)
+
+
+def _info(name: str, elem: int, shape) -> object:  # noqa: ANN001
+    return oh.make_tensor_value_info(name, elem, list(shape) if shape is not None else None)
+
+
+def _floats(rng, *shape: int, scale: float = 1.0, dtype=np.float32) -> np.ndarray:  # noqa: ANN001
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def _run_all(model, feeds: dict[str, np.ndarray], **compile_kw):  # noqa: ANN001, ANN202
+    """(onnxruntime's outputs, ours compiled, ours in the reference executor), in model order."""
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    got = list(tensorforge.compile(model, **compile_kw).run(feeds).values())
+    graph = from_onnx(model, **compile_kw)
+    ref = run_graph(graph, feeds)
+    return want, got, [ref[o] for o in graph.outputs]
+
+
+def _check(model, feeds, rtol: float = 1e-4, atol: float = 1e-5, **kw) -> None:  # noqa: ANN001
+    want, got, ref = _run_all(model, feeds, **kw)
+    for ours, base, theirs in zip(got, ref, want, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(base, theirs, rtol=rtol, atol=atol)
+
+
+# ---- MatMulNBits ------------------------------------------------------------------------------
+
+
+def _pack(w: np.ndarray, bits: int, block: int, symmetric: bool) -> tuple:
+    """onnxruntime's own blockwise packing (the C++ kernels its quantizer calls): (B, scales,
+    packed zero points) of float weights [K, N]."""
+    k, n = w.shape
+    blocks = -(-k // block)
+    packed = np.zeros((n, blocks, block * bits // 8), np.uint8)
+    zero = np.zeros((n, -(-blocks * bits // 8)), np.uint8)
+    scales = np.zeros((n, blocks), np.float32)
+    quantize = getattr(ort_c, f"quantize_matmul_{bits}bits")
+    padded = np.pad(w, ((0, blocks * block - k), (0, 0)))
+    quantize(packed, padded, scales, zero, block, n, k, symmetric)
+    return packed, scales, zero
+
+
+def _nbits_model(k: int, n: int, bits: int, block: int, symmetric: bool, **kw):  # noqa: ANN202
+    rng = np.random.default_rng(bits * 1000 + block + k)
+    packed, scales, zero = _pack(_floats(rng, k, n), bits, block, symmetric)
+    weights = {"B": packed, "scales": scales, "bias": _floats(rng, n)}
+    if not symmetric:
+        weights["zp"] = zero
+    ins = ["a", "B", "scales", "" if symmetric else "zp", "", "bias"]
+    attrs = {"K": k, "N": n, "bits": bits, "block_size": block, **kw}
+    node = oh.make_node("MatMulNBits", ins, ["y"], "mm_q", domain=MS, **attrs)
+    return _model([node], [_info("a", F, (2, 3, k))], [_info("y", F, None)], weights), rng
+
+
+@pytest.mark.parametrize(
+    ("bits", "block", "k", "symmetric"),
+    [
+        (4, 32, 64, False),
+        (4, 32, 70, True),  # K not a multiple of the block: the last block padded
+        (4, 64, 100, False),
+        (4, 128, 96, True),  # one block longer than K
+        (8, 16, 40, False),
+        (2, 64, 100, False),
+    ],
+)
+def test_matmul_nbits_matches_onnxruntime(bits: int, block: int, k: int, symmetric: bool) -> None:
+    model, rng = _nbits_model(k, 24, bits, block, symmetric)
+    _check(model, {"a": _floats(rng, 2, 3, k)}, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_nbits_float_zero_points_match_onnxruntime() -> None:
+    # HQQ's form: zero points of A's type, unpacked, one per block
+    rng = np.random.default_rng(7)
+    k, n, block = 64, 8, 32
+    packed, scales, _ = _pack(_floats(rng, k, n), 4, block, False)
+    zero = rng.uniform(6.0, 9.0, (n, 2)).astype(np.float32)
+    node = oh.make_node("MatMulNBits", ["a", "B", "s", "z"], ["y"], domain=MS, K=k, N=n,
+                        bits=4, block_size=block)  # fmt: skip
+    weights = {"B": packed, "s": scales, "z": zero}
+    model = _model([node], [_info("a", F, (3, k))], [_info("y", F, None)], weights)
+    _check(model, {"a": _floats(rng, 3, k)}, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_nbits_accuracy_level_4_computes_in_float() -> None:
+    """onnxruntime's accuracy_level 4 lets its kernel quantize A to int8 per block; we compute
+    in float (more accurate): exactly the float reference, within A's int8 rounding of
+    onnxruntime."""
+    model, rng = _nbits_model(64, 24, 4, 32, False, accuracy_level=4)
+    a = _floats(rng, 2, 3, 64)
+    want, got, ref = _run_all(model, {"a": a})
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[0], want[0], atol=2e-2 * np.abs(want[0]).max())
+
+
+@pytest.mark.parametrize(
+    ("block", "symmetric", "bits"), [(32, False, 4), (64, True, 4), (128, False, 4), (32, True, 8)]
+)
+def test_matmul_nbits_quantizer_output_matches_onnxruntime(
+    block: int, symmetric: bool, bits: int
+) -> None:
+    """A float MatMul model quantized by onnxruntime's MatMulNBitsQuantizer (needs onnx_ir)."""
+    pytest.importorskip("onnx_ir")
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    rng = np.random.default_rng(block)
+    k, n = 200, 48  # K = 200: not a multiple of any block size
+    nodes = [
+        oh.make_node("MatMul", ["a", "w1"], ["h"], "mm1"),
+        oh.make_node("Relu", ["h"], ["r"], "relu"),
+        oh.make_node("MatMul", ["r", "w2"], ["y"], "mm2"),
+    ]
+    weights = {"w1": _floats(rng, k, n), "w2": _floats(rng, n, 16)}
+    model = _model(nodes, [_info("a", F, (4, k))], [_info("y", F, None)], weights)
+    logging.disable(logging.INFO)
+    try:
+        quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block, is_symmetric=symmetric)
+        quantizer.process()
+    finally:
+        logging.disable(logging.NOTSET)
+    quantized = quantizer.model.model
+    assert [node.op_type for node in quantized.graph.node] == ["MatMulNBits", "Relu", "MatMulNBits"]
+    _check(quantized, {"a": _floats(rng, 4, k)}, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_nbits_with_g_idx_is_refused_by_name() -> None:
+    model, _ = _nbits_model(64, 8, 4, 32, False)
+    node = model.graph.node[0]
+    node.input[4] = "g_idx"
+    model.graph.initializer.append(
+        numpy_helper.from_array(np.arange(64, dtype=np.int32) // 32, "g_idx")
+    )
+    with pytest.raises(UnsupportedOpError, match=r"MatMulNBits with g_idx.*'mm_q'"):
+        from_onnx(model)
