@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     contrib,
     contrib_attention,
     contrib_fused,
+    contrib_gqa,
     contrib_quant,
     crop_unpool,
     data_dependent,

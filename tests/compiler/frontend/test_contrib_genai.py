@@ -162,3 +162,130 @@ def test_matmul_nbits_with_g_idx_is_refused_by_name() -> None:
     )
     with pytest.raises(UnsupportedOpError, match=r"MatMulNBits with g_idx.*'mm_q'"):
         from_onnx(model)
+
+
+# ---- GroupQueryAttention ----------------------------------------------------------------------
+
+
+def _rope_caches(head: int, rows: int = 64, dtype=np.float32) -> dict[str, np.ndarray]:  # noqa: ANN001
+    angles = np.arange(rows)[:, None] * (10000.0 ** (-np.arange(head // 2) / (head // 2)))[None]
+    return {"cos": np.cos(angles).astype(dtype), "sin": np.sin(angles).astype(dtype)}
+
+
+def _gqa_model(
+    batch: int,
+    seq: int,
+    past: int | None,
+    lens: list[int],
+    heads: tuple[int, int] = (4, 2),
+    head: int = 16,
+    packed: bool = False,
+    rotary: bool = False,
+    total: int | None = None,
+    extras: tuple[str, ...] = (),
+    dtype=np.float32,  # noqa: ANN001
+    **attrs: object,
+):  # noqa: ANN202
+    """A GroupQueryAttention node and feeds: (model, feeds); `past` None: no past inputs;
+    `total` given: total_sequence_length a constant of that value, else past + seq fed."""
+    rng = np.random.default_rng(batch * 100 + seq * 10 + (past or 0))
+    n, kv = heads
+    elem = F if dtype == np.float32 else F16
+    feeds: dict[str, np.ndarray] = {}
+    if packed:
+        feeds["qkv"] = _floats(rng, batch, seq, (n + 2 * kv) * head, dtype=dtype)
+        ins = ["qkv", "", ""]
+    else:
+        feeds["q"] = _floats(rng, batch, seq, n * head, dtype=dtype)
+        feeds["k"] = _floats(rng, batch, seq, kv * head, dtype=dtype)
+        feeds["v"] = _floats(rng, batch, seq, kv * head, dtype=dtype)
+        ins = ["q", "k", "v"]
+    if past is None:
+        ins += ["", ""]
+    else:
+        feeds["past_k"] = _floats(rng, batch, kv, past, head, dtype=dtype)
+        feeds["past_v"] = _floats(rng, batch, kv, past, head, dtype=dtype)
+        ins += ["past_k", "past_v"]
+    feeds["lens"] = np.array(lens, np.int32)
+    weights = {}
+    if total is None:
+        feeds["total"] = np.array((past or 0) + seq, np.int32)
+    else:
+        weights["total"] = np.array(total, np.int32)
+    ins += ["lens", "total"]
+    if rotary or extras:
+        weights |= _rope_caches(head, dtype=dtype) if rotary else {}
+        ins += ["cos", "sin"] if rotary else ["", ""]
+    if extras:
+        width = total if total is not None else (past or 0) + seq
+        feeds["bias"] = _floats(rng, batch, 1, seq, width, dtype=dtype)
+        weights["sink"] = _floats(rng, n, dtype=dtype)
+        ins += ["", "bias" if "bias" in extras else "", "sink" if "sink" in extras else ""]
+    attrs = {"num_heads": n, "kv_num_heads": kv, "do_rotary": int(rotary), **attrs}
+    node = oh.make_node("GroupQueryAttention", ins, ["y", "present_k", "present_v"], "gqa",
+                        domain=MS, **attrs)  # fmt: skip
+    inputs = [_info(k, I32 if a.dtype == np.int32 else elem, a.shape) for k, a in feeds.items()]
+    outputs = [_info(o, elem, None) for o in ("y", "present_k", "present_v")]
+    feeds = {k: a for k, a in feeds.items() if k in ins}
+    return _model([node], [i for i in inputs if i.name in feeds], outputs, weights), feeds
+
+
+@pytest.mark.parametrize(
+    ("case", "kw"),
+    [
+        ("prompt, empty past", {"batch": 1, "seq": 5, "past": 0, "lens": [4]}),
+        ("prompt, no past inputs", {"batch": 2, "seq": 3, "past": None, "lens": [2, 2]}),
+        ("step, lengths per batch", {"batch": 2, "seq": 1, "past": 6, "lens": [6, 3]}),
+        ("step, packed qkv, rotary", {"batch": 2, "seq": 1, "past": 6, "lens": [6, 4],
+                                      "heads": (4, 1), "packed": True, "rotary": True}),
+        ("prompt, rotary interleaved, window, softcap",
+         {"batch": 1, "seq": 6, "past": 0, "lens": [5], "rotary": True, "rotary_interleaved": 1,
+          "local_window_size": 2, "softcap": 5.0}),
+        ("step, window", {"batch": 2, "seq": 1, "past": 7, "lens": [7, 3], "local_window_size": 3}),
+        ("step, shared-buffer length", {"batch": 2, "seq": 1, "past": 9, "lens": [5, 3],
+                                        "rotary": True, "total": 9}),
+        ("prompt into a fixed buffer", {"batch": 1, "seq": 4, "past": 8, "lens": [3], "total": 8}),
+        ("step, scale, smooth softmax", {"batch": 1, "seq": 1, "past": 4, "lens": [4],
+                                         "scale": 0.1, "smooth_softmax": 1}),
+        ("step, attention bias, head sink", {"batch": 2, "seq": 1, "past": 5, "lens": [5, 2],
+                                             "extras": ("bias", "sink")}),
+    ],
+)  # fmt: skip
+def test_group_query_attention_matches_onnxruntime(case: str, kw: dict) -> None:
+    model, feeds = _gqa_model(**kw)
+    _check(model, feeds, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow  # ~60 s: float16 kernels
+def test_group_query_attention_in_float16() -> None:
+    model, feeds = _gqa_model(2, 1, 6, [6, 4], rotary=True, dtype=np.float16)
+    _check(model, feeds, rtol=1e-2, atol=2e-3)
+
+
+def test_group_query_attention_present_length_follows_a_constant_total() -> None:
+    # onnxruntime's present length is max(total_sequence_length, past length): a growing
+    # cache without a constant total, the shared buffer's length with one
+    grow, _ = _gqa_model(1, 1, 6, [6])
+    fixed, _ = _gqa_model(1, 1, 6, [3], total=6)
+    assert from_onnx(grow).types["present_k"].shape == (1, 2, 7, 16)
+    assert from_onnx(fixed).types["present_k"].shape == (1, 2, 6, 16)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "extra", "what"),
+    [
+        ({"k_quant_type": "PER_TENSOR"}, None, "with k_quant_type='PER_TENSOR'"),
+        ({"causal": 0}, None, "with causal=0"),
+        ({}, "position_ids", "with position_ids"),
+    ],
+)
+def test_group_query_attention_unbuilt_forms_are_refused_by_name(
+    attrs: dict, extra: str | None, what: str
+) -> None:
+    model, _ = _gqa_model(1, 1, 4, [4], **attrs)
+    if extra:
+        node = model.graph.node[0]
+        node.input.extend(["", "", extra])
+        model.graph.input.append(_info(extra, I64, (1, 1)))
+    with pytest.raises(UnsupportedOpError, match=rf"GroupQueryAttention {what}.*'gqa'"):
+        from_onnx(model)
