@@ -289,3 +289,143 @@ def test_group_query_attention_unbuilt_forms_are_refused_by_name(
         model.graph.input.append(_info(extra, I64, (1, 1)))
     with pytest.raises(UnsupportedOpError, match=rf"GroupQueryAttention {what}.*'gqa'"):
         from_onnx(model)
+
+
+# ---- a decoder block as onnxruntime-genai's model builder writes it ---------------------------
+
+_D, _HEADS, _KV, _HEAD, _FF, _VOCAB = 64, 4, 2, 16, 96, 40
+
+
+def _decoder_block():  # noqa: ANN202
+    """Embedding, SimplifiedLayerNormalization, MatMulNBits q/k/v projections,
+    GroupQueryAttention with rotary and a past/present cache (seqlens_k and
+    total_sequence_length from the attention mask, as the model builder computes them),
+    MatMulNBits output projection, SkipSimplifiedLayerNormalization, a SiLU-gated MLP of
+    MatMulNBits, a last norm and a MatMulNBits lm head. Inputs and outputs have symbolic dims."""
+    rng = np.random.default_rng(42)
+    weights: dict[str, np.ndarray] = {"embed": _floats(rng, _VOCAB, _D)}
+    nodes = [oh.make_node("Gather", ["embed", "input_ids"], ["x"], "embed_tokens")]
+
+    def norm(name: str) -> str:
+        weights[name] = (1.0 + 0.1 * rng.standard_normal(_D)).astype(np.float32)
+        return name
+
+    def proj(name: str, x: str, k: int, n: int, bits: int = 4, block: int = 32) -> str:
+        packed, scales, zero = _pack(_floats(rng, k, n, scale=0.2), bits, block, False)
+        weights.update({f"{name}.B": packed, f"{name}.scales": scales, f"{name}.zp": zero})
+        ins = [x, f"{name}.B", f"{name}.scales", f"{name}.zp"]
+        nodes.append(oh.make_node("MatMulNBits", ins, [name], name, domain=MS, K=k, N=n,
+                                  bits=bits, block_size=block, accuracy_level=0))  # fmt: skip
+        return name
+
+    nodes.append(oh.make_node("SimplifiedLayerNormalization", ["x", norm("ln1")], ["h"], "ln1",
+                              epsilon=1e-5))  # fmt: skip
+    q, k, v = (proj(p, "h", _D, n) for p, n in (("q", _D), ("k", _KV * _HEAD), ("v", _KV * _HEAD)))
+    weights["one"] = np.array(1, np.int64)
+    weights["axis1"] = np.array([1], np.int64)
+    nodes += [
+        oh.make_node("ReduceSum", ["attention_mask", "axis1"], ["mask_sum"], "seqlens_sum",
+                     keepdims=0),
+        oh.make_node("Sub", ["mask_sum", "one"], ["lens64"], "seqlens_sub"),
+        oh.make_node("Cast", ["lens64"], ["seqlens_k"], "seqlens_cast", to=I32),
+        oh.make_node("Shape", ["attention_mask"], ["mask_shape"], "total_shape"),
+        oh.make_node("Gather", ["mask_shape", "one"], ["total64"], "total_gather", axis=0),
+        oh.make_node("Cast", ["total64"], ["total_seq"], "total_cast", to=I32),
+    ]  # fmt: skip
+    weights |= _rope_caches(_HEAD, rows=32)
+    gqa_ins = [q, k, v, "past_key_values.0.key", "past_key_values.0.value", "seqlens_k",
+               "total_seq", "cos", "sin"]  # fmt: skip
+    nodes.append(oh.make_node("GroupQueryAttention", gqa_ins,
+                              ["attn", "present.0.key", "present.0.value"], "attn", domain=MS,
+                              num_heads=_HEADS, kv_num_heads=_KV, do_rotary=1))  # fmt: skip
+    o = proj("o", "attn", _D, _D)
+    nodes.append(oh.make_node("SkipSimplifiedLayerNormalization", [o, "x", norm("ln2")],
+                              ["h2", "", "", "resid"], "ln2", domain=MS, epsilon=1e-5))  # fmt: skip
+    gate, up = proj("gate", "h2", _D, _FF), proj("up", "h2", _D, _FF)
+    nodes += [
+        oh.make_node("Sigmoid", [gate], ["gate_sig"], "silu_sigmoid"),
+        oh.make_node("Mul", [gate, "gate_sig"], ["silu"], "silu_mul"),
+        oh.make_node("Mul", ["silu", up], ["act"], "mlp_mul"),
+    ]
+    down = proj("down", "act", _FF, _D, bits=8, block=32)
+    nodes.append(oh.make_node("SkipSimplifiedLayerNormalization", [down, "resid", norm("ln3")],
+                              ["h3"], "final_norm", domain=MS, epsilon=1e-5))  # fmt: skip
+    proj("logits", "h3", _D, _VOCAB, block=64)
+    cache = ["batch", _KV, "past", _HEAD]
+    inputs = [
+        _info("input_ids", I64, ["batch", "seq"]),
+        _info("attention_mask", I64, ["batch", "total"]),
+        _info("past_key_values.0.key", F, cache),
+        _info("past_key_values.0.value", F, cache),
+    ]
+    present = ["batch", _KV, "total", _HEAD]
+    outputs = [
+        _info("logits", F, ["batch", "seq", _VOCAB]),
+        _info("present.0.key", F, present),
+        _info("present.0.value", F, present),
+    ]
+    return _model(nodes, inputs, outputs, weights, opset=21)
+
+
+def _feeds(ids: list[int], mask: np.ndarray, past_k: np.ndarray, past_v: np.ndarray) -> dict:
+    return {
+        "input_ids": np.array([ids], np.int64),
+        "attention_mask": mask,
+        "past_key_values.0.key": past_k,
+        "past_key_values.0.value": past_v,
+    }
+
+
+def _step(model, session, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:  # noqa: ANN001
+    """One step, compiled for these feeds' shapes (an input shape changed: a new compile), and
+    checked against onnxruntime's session; returns our outputs."""
+    shapes = {name: array.shape for name, array in feeds.items()}
+    got = list(tensorforge.compile(model, input_shapes=shapes).run(feeds).values())
+    want = session.run(None, feeds)
+    for ours, theirs in zip(got, want, strict=True):
+        assert ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    return got
+
+
+@pytest.mark.slow  # four compiles of a decoder block: ~40 s
+def test_decoder_block_prompt_then_growing_cache_steps_match_onnxruntime() -> None:
+    """A growing cache: present is past + new long, so every step has new shapes and is
+    compiled anew (the prompt, then two generation steps feeding present back as past)."""
+    model = _decoder_block()
+    session = ort.InferenceSession(model.SerializeToString())
+    empty = np.zeros((1, _KV, 0, _HEAD), np.float32)
+    prompt = [3, 17, 5, 29, 11]
+    _, past_k, past_v = _step(
+        model, session, _feeds(prompt, np.ones((1, 5), np.int64), empty, empty)
+    )
+    for length, token in ((6, 7), (7, 23)):
+        mask = np.ones((1, length), np.int64)
+        _, past_k, past_v = _step(model, session, _feeds([token], mask, past_k, past_v))
+    assert past_k.shape == (1, _KV, 7, _HEAD)
+
+
+@pytest.mark.slow  # two compiles of a decoder block: ~30 s
+def test_decoder_block_in_a_fixed_shared_buffer_compiles_once_per_phase() -> None:
+    """A fixed buffer of 8 positions (past, present and attention mask all 8 long, the mask's
+    ones counting the tokens): the prompt compiles once and one compiled step serves every
+    generation step, seqlens_k placing each token at run time."""
+    model = _decoder_block()
+    session = ort.InferenceSession(model.SerializeToString())
+    size = 8
+    mask = np.zeros((1, size), np.int64)
+    mask[0, :4] = 1
+    zeros = np.zeros((1, _KV, size, _HEAD), np.float32)
+    _, past_k, past_v = _step(model, session, _feeds([3, 17, 5, 29], mask, zeros, zeros))
+    step = _feeds([0], mask, zeros, zeros)
+    compiled = tensorforge.compile(model, input_shapes={k: a.shape for k, a in step.items()})
+    for position, token in ((4, 7), (5, 23), (6, 2)):
+        mask = mask.copy()
+        mask[0, position] = 1
+        feeds = _feeds([token], mask, past_k, past_v)
+        got = list(compiled.run(feeds).values())
+        want = session.run(None, feeds)
+        for ours, theirs in zip(got, want, strict=True):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+        _, past_k, past_v = got
+    assert past_k.shape == (1, _KV, size, _HEAD)
