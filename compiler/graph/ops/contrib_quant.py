@@ -2,7 +2,8 @@
 `onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer` and onnxruntime-genai's
 model builder write them into decoder LLMs: MatMulNBits (a MatMul by 2-, 4- or 8-bit weights
 quantized in blocks along K) and GatherBlockQuantized with packed uint8 data (a quantized
-embedding table).
+embedding table, rows gathered, blocks along the columns; int4/uint4 data, which
+MatMulNBitsQuantizer writes for a Gather, is refused by name: the graph has no 4-bit dtype).
 
 Composites: the weights are unpacked (low bits first), less their zero points, times their
 scales, with ops the back-ends compile (BitShift, BitwiseAnd, Cast, Sub, Mul), then MatMul or
@@ -178,6 +179,93 @@ register(
     optional_inputs=(),
     attrs=_NBITS_ATTRS,
     expand=_expand_nbits,
+)
+
+
+# ---- GatherBlockQuantized --------------------------------------------------------------------
+
+_GATHER = MS + "GatherBlockQuantized"
+_GATHER_ATTRS = {"bits": 4, "block_size": 128, "gather_axis": 0, "quantize_axis": 1}
+
+
+def _gather_layout(attrs: dict[str, Any], data: tuple, scales: tuple) -> tuple[int, int, int]:
+    """(bits, block size, unpacked columns) of a GatherBlockQuantized of uint8 `data`
+    [rows, packed columns], as the model builder writes quantized (tied) embeddings."""
+    bits, block = attrs["bits"], attrs["block_size"]
+    _check_bits("GatherBlockQuantized", bits, block)
+    if len(data) != 2 or attrs["gather_axis"] % 2 != 0 or attrs["quantize_axis"] % 2 != 1:
+        raise refuse(
+            "GatherBlockQuantized",
+            f"with {len(data)}-D data, gather_axis={attrs['gather_axis']}, quantize_axis="
+            f"{attrs['quantize_axis']} (built: 2-D data, rows gathered, blocks along the columns)",
+        )
+    cols = data[1] * (8 // bits)
+    want = (data[0], -(-cols // block))
+    if scales != want:
+        raise ValueError(f"{_GATHER} scales must have shape {want}, not {scales}")
+    return bits, block, cols
+
+
+def _gather_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    data, indices, scales = types[:3]
+    zp = types[3] if len(types) > 3 else None
+    if data.dtype != "uint8":
+        raise refuse("GatherBlockQuantized", f"with {data.dtype} data (built: packed uint8)")
+    _, _, cols = _gather_layout(attrs, data.shape, scales.shape)
+    if not np.issubdtype(np.dtype(scales.dtype), np.floating):
+        raise ValueError(f"{_GATHER} scales must be floating-point, not {scales.dtype}")
+    if indices.dtype not in ("int32", "int64"):
+        raise ValueError(f"{_GATHER} indices must be int32 or int64, not {indices.dtype}")
+    if zp is not None and (zp.dtype != "uint8" or zp.shape[0] != data.shape[0]):
+        raise ValueError(f"{_GATHER} zero_points must be uint8 with the data's rows, not {zp}")
+    return [TensorType((*indices.shape, cols), scales.dtype)]
+
+
+def _gather_np(attrs: dict[str, Any], data: np.ndarray, indices: np.ndarray, scales: np.ndarray,
+               zp: Any = None) -> np.ndarray:  # fmt: skip
+    bits, block, cols = _gather_layout(attrs, data.shape, scales.shape)
+    rows, blocks = scales.shape
+    q = np.pad(_unpack_np(data, bits), ((0, 0), (0, blocks * block - cols)))
+    q = q.reshape(rows, blocks, block).astype(np.float64)
+    if zp is None:
+        z = np.full((rows, blocks, 1), 2.0 ** (bits - 1))
+    else:
+        z = _unpack_np(zp, bits)[:, :blocks, None].astype(np.float64)
+    table = ((q - z) * scales[:, :, None]).reshape(rows, -1)[:, :cols]
+    return table[indices].astype(scales.dtype)
+
+
+def _expand_gather(b: GraphBuilder, node: Node) -> None:
+    """Dequantize the whole table (folded at compile time for a constant one), then Gather."""
+    e = Emitter(b, node)
+    data, indices, scales = node.inputs[:3]
+    zp = node.inputs[3] if len(node.inputs) > 3 else ""
+    bits, block, cols = _gather_layout(node.attr_dict, e.shape(data), e.shape(scales))
+    rows, blocks = e.shape(scales)
+    dtype = e.dtype(scales)
+    codes = _unpack(e, data, bits)
+    if blocks * block > cols:
+        pads = e.ints([0, 0, 0, blocks * block - cols], "pads")
+        codes = e.add("Pad", [codes, pads])
+    codes = e.add("Cast", [e.reshape(codes, (rows, blocks, block))], {"to": dtype})
+    if zp:
+        zero = e.slice(_unpack(e, zp, bits), 1, 0, blocks)
+        zero = e.reshape(e.add("Cast", [zero], {"to": dtype}), (rows, blocks, 1))
+    else:
+        zero = e.const(2.0 ** (bits - 1), "zero_point", dtype)
+    table = e.add("Mul", [e.add("Sub", [codes, zero]), e.reshape(scales, (rows, blocks, 1))])
+    table = e.slice(e.reshape(table, (rows, blocks * block)), 1, 0, cols)
+    e.add("Gather", [table, indices], {"axis": 0}, outputs=[node.outputs[0]])
+
+
+register(
+    _GATHER,
+    Pattern.INJECTIVE,
+    _gather_type,
+    _gather_np,
+    inputs=(3, 4),
+    attrs=_GATHER_ATTRS,
+    expand=_expand_gather,
 )
 
 __all__: list[str] = []

@@ -16,7 +16,7 @@ from onnx import helper as oh
 from onnxruntime.capi import _pybind_state as ort_c
 
 import tensorforge
-from tensorforge.compiler.frontend import UnsupportedOpError, from_onnx
+from tensorforge.compiler.frontend import UnsupportedDtypeError, UnsupportedOpError, from_onnx
 from tensorforge.compiler.graph import run_graph
 
 MS = "com.microsoft"
@@ -162,6 +162,48 @@ def test_matmul_nbits_with_g_idx_is_refused_by_name() -> None:
     )
     with pytest.raises(UnsupportedOpError, match=r"MatMulNBits with g_idx.*'mm_q'"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize(("bits", "block", "cols", "zero_points"),
+                         [(4, 32, 64, True), (4, 16, 40, False), (8, 32, 64, True)])  # fmt: skip
+def test_gather_block_quantized_uint8_tables_match_onnxruntime(
+    bits: int, block: int, cols: int, zero_points: bool
+) -> None:
+    """A quantized embedding table as the model builder writes it: uint8 rows of packed
+    codes (low bits first), per-block scales and packed zero points."""
+    rng = np.random.default_rng(bits + block)
+    rows, blocks = 12, -(-cols // block)
+    data = rng.integers(0, 256, (rows, cols * bits // 8), dtype=np.uint8)
+    weights = {"data": data, "scales": rng.uniform(0.01, 0.1, (rows, blocks)).astype(np.float32)}
+    if zero_points:
+        weights["zp"] = rng.integers(0, 256, (rows, -(-blocks * bits // 8)), dtype=np.uint8)
+    ins = ["data", "ids", "scales", *(["zp"] if zero_points else [])]
+    node = oh.make_node("GatherBlockQuantized", ins, ["y"], "embed", domain=MS, bits=bits,
+                        block_size=block, gather_axis=0, quantize_axis=1)  # fmt: skip
+    model = _model([node], [_info("ids", I64, (2, 3))], [_info("y", F, None)], weights, opset=21)
+    _check(model, {"ids": np.array([[0, 11, 5], [5, 2, 7]], np.int64)}, rtol=1e-6, atol=1e-6)
+
+
+def test_gather_block_quantized_4_bit_tables_of_the_quantizer_are_refused_by_name() -> None:
+    """MatMulNBitsQuantizer quantizes a Gather's table to uint4, a dtype the graph lacks."""
+    pytest.importorskip("onnx_ir")
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    rng = np.random.default_rng(3)
+    node = oh.make_node("Gather", ["table", "ids"], ["y"], "embed")
+    weights = {"table": _floats(rng, 20, 64)}
+    model = _model([node], [_info("ids", I64, (2, 3))], [_info("y", F, None)], weights, opset=21)
+    logging.disable(logging.INFO)
+    try:
+        quantizer = MatMulNBitsQuantizer(model, block_size=32, op_types_to_quantize=("Gather",))
+        quantizer.process()
+    finally:
+        logging.disable(logging.NOTSET)
+    assert quantizer.model.model.graph.node[0].op_type == "GatherBlockQuantized"
+    with pytest.raises(
+        UnsupportedDtypeError, match=r"initializer .table_Q4. must have one of .*not 'uint4'"
+    ):
+        from_onnx(quantizer.model.model)
 
 
 # ---- GroupQueryAttention ----------------------------------------------------------------------
