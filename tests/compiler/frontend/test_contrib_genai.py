@@ -298,6 +298,18 @@ def test_group_query_attention_matches_onnxruntime(case: str, kw: dict) -> None:
     _check(model, feeds, rtol=1e-4, atol=1e-5)
 
 
+def test_group_query_attention_right_padded_prompt_matches_onnxruntime_on_real_tokens() -> None:
+    """A batch of prompts of 4 and 2 tokens right-padded to 4: the caches match whole; the
+    outputs at the padding rows are unspecified (onnxruntime reads keys past the sequence)."""
+    model, feeds = _gqa_model(2, 4, 0, [3, 1], rotary=True)
+    want, got, ref = _run_all(model, feeds)
+    for ours in (got, ref):
+        np.testing.assert_allclose(ours[0][0], want[0][0], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(ours[0][1, :2], want[0][1, :2], rtol=1e-4, atol=1e-5)
+        for cache, theirs in zip(ours[1:], want[1:], strict=True):
+            np.testing.assert_allclose(cache, theirs, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.slow  # ~60 s: float16 kernels
 def test_group_query_attention_in_float16() -> None:
     model, feeds = _gqa_model(2, 1, 6, [6, 4], rotary=True, dtype=np.float16)
