@@ -112,6 +112,17 @@ def test_matmul_nbits_float_zero_points_match_onnxruntime() -> None:
     _check(model, {"a": _floats(rng, 3, k)}, rtol=1e-5, atol=1e-5)
 
 
+def test_matmul_nbits_in_float16_matches_onnxruntime() -> None:
+    rng = np.random.default_rng(16)
+    k, n = 64, 16
+    packed, scales, zero = _pack(_floats(rng, k, n), 4, 32, False)
+    node = oh.make_node("MatMulNBits", ["a", "B", "s", "z"], ["y"], domain=MS, K=k, N=n,
+                        bits=4, block_size=32)  # fmt: skip
+    weights = {"B": packed, "s": scales.astype(np.float16), "z": zero}
+    model = _model([node], [_info("a", F16, (3, k))], [_info("y", F16, None)], weights)
+    _check(model, {"a": _floats(rng, 3, k, dtype=np.float16)}, rtol=2e-3, atol=2e-2)
+
+
 def test_matmul_nbits_accuracy_level_4_computes_in_float() -> None:
     """onnxruntime's accuracy_level 4 lets its kernel quantize A to int8 per block; we compute
     in float (more accurate): exactly the float reference, within A's int8 rounding of
