@@ -17,6 +17,7 @@ name.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,36 @@ def _unpack(e: Emitter, packed: str, bits: int) -> str:
             shifted = e.add("BitShift", [packed, amount], {"direction": "RIGHT"})
         parts.append(e.add("BitwiseAnd", [shifted, mask]))
     return e.reshape(e.stack(parts, len(shape)), (*shape[:-1], shape[-1] * (8 // bits)))
+
+
+def _dequantize_np(codes: np.ndarray, scales: np.ndarray, zp: Any, bits: int) -> np.ndarray:
+    """float64 [rows, blocks * block] of uint8 `codes` [rows, blocks, block]: (code - zero
+    point) * scale per block; `zp` packed uint8 rows, float, or None (`2^(bits-1)`)."""
+    rows, blocks, _ = codes.shape
+    if zp is None:
+        z = np.full((rows, blocks, 1), 2.0 ** (bits - 1))
+    elif zp.dtype == np.uint8:
+        z = _unpack_np(zp.reshape(rows, -1), bits)[:, :blocks, None].astype(np.float64)
+    else:
+        z = zp.reshape(rows, blocks, 1).astype(np.float64)
+    w = (codes.astype(np.float64) - z) * scales.reshape(rows, blocks, 1)
+    return w.reshape(rows, -1)
+
+
+def _dequantize(e: Emitter, codes: str, scales: str, zp: str, bits: int, dtype: str) -> str:
+    """`_dequantize_np` as graph ops, in `dtype`."""
+    rows, blocks, block = e.shape(codes)
+    codes = e.add("Cast", [codes], {"to": dtype})
+    if not zp:
+        zero = e.const(2.0 ** (bits - 1), "zero_point", dtype)
+    elif e.dtype(zp) == "uint8":
+        per_row = e.reshape(zp, (rows, math.prod(e.shape(zp)) // rows))
+        zero = e.slice(_unpack(e, per_row, bits), 1, 0, blocks)
+        zero = e.reshape(e.add("Cast", [zero], {"to": dtype}), (rows, blocks, 1))
+    else:
+        zero = e.reshape(zp, (rows, blocks, 1))
+    w = e.add("Mul", [e.add("Sub", [codes, zero]), e.reshape(scales, (rows, blocks, 1))])
+    return e.reshape(w, (rows, blocks * block))
 
 
 # ---- MatMulNBits -----------------------------------------------------------------------------
@@ -124,15 +155,8 @@ def _nbits_type(attrs: dict[str, Any], types: list, consts: list) -> list[Tensor
 def _nbits_weights_np(attrs: dict[str, Any], b: np.ndarray, scales: np.ndarray, zp: Any) -> Any:
     """The dequantized weights [K, N] in float64."""
     k, n, bits, block, blocks = _nbits_layout(attrs)
-    q = _unpack_np(b, bits).reshape(n, blocks, block).astype(np.float64)
-    if zp is None:
-        z = np.full((n, blocks, 1), 2.0 ** (bits - 1))
-    elif zp.dtype == np.uint8:
-        z = _unpack_np(zp.reshape(n, -1), bits)[:, :blocks, None].astype(np.float64)
-    else:
-        z = zp.reshape(n, blocks, 1).astype(np.float64)
-    w = (q - z) * scales.reshape(n, blocks, 1)
-    return w.reshape(n, blocks * block)[:, :k].T
+    codes = _unpack_np(b, bits).reshape(n, blocks, block)
+    return _dequantize_np(codes, scales, zp, bits)[:, :k].T
 
 
 def _matmul_nbits(
@@ -152,19 +176,8 @@ def _expand_nbits(b: GraphBuilder, node: Node) -> None:
     a, packed, scales = node.inputs[:3]
     zp, _, bias = (*node.inputs[3:], "", "", "")[:3]
     k, n, bits, block, blocks = _nbits_layout(node.attr_dict)
-    dtype = e.dtype(a)
     codes = e.reshape(_unpack(e, packed, bits), (n, blocks, block))
-    codes = e.add("Cast", [codes], {"to": dtype})
-    if not zp:
-        zero = e.const(2.0 ** (bits - 1), "zero_point", dtype)
-    elif e.dtype(zp) == "uint8":
-        per_row = e.reshape(zp, (n, -(-blocks * bits // 8)))
-        zero = e.slice(_unpack(e, per_row, bits), 1, 0, blocks)
-        zero = e.reshape(e.add("Cast", [zero], {"to": dtype}), (n, blocks, 1))
-    else:
-        zero = e.reshape(zp, (n, blocks, 1))
-    w = e.add("Mul", [e.add("Sub", [codes, zero]), e.reshape(scales, (n, blocks, 1))])
-    w = e.slice(e.reshape(w, (n, blocks * block)), 1, 0, k)
+    w = e.slice(_dequantize(e, codes, scales, zp, bits, e.dtype(a)), 1, 0, k)
     y = e.add("MatMul", [a, e.transpose(w, (1, 0))], outputs=None if bias else [node.outputs[0]])
     if bias:
         e.add("Add", [y, bias], outputs=[node.outputs[0]])
@@ -225,13 +238,8 @@ def _gather_np(attrs: dict[str, Any], data: np.ndarray, indices: np.ndarray, sca
                zp: Any = None) -> np.ndarray:  # fmt: skip
     bits, block, cols = _gather_layout(attrs, data.shape, scales.shape)
     rows, blocks = scales.shape
-    q = np.pad(_unpack_np(data, bits), ((0, 0), (0, blocks * block - cols)))
-    q = q.reshape(rows, blocks, block).astype(np.float64)
-    if zp is None:
-        z = np.full((rows, blocks, 1), 2.0 ** (bits - 1))
-    else:
-        z = _unpack_np(zp, bits)[:, :blocks, None].astype(np.float64)
-    table = ((q - z) * scales[:, :, None]).reshape(rows, -1)[:, :cols]
+    codes = np.pad(_unpack_np(data, bits), ((0, 0), (0, blocks * block - cols)))
+    table = _dequantize_np(codes.reshape(rows, blocks, block), scales, zp, bits)[:, :cols]
     return table[indices].astype(scales.dtype)
 
 
@@ -242,19 +250,12 @@ def _expand_gather(b: GraphBuilder, node: Node) -> None:
     zp = node.inputs[3] if len(node.inputs) > 3 else ""
     bits, block, cols = _gather_layout(node.attr_dict, e.shape(data), e.shape(scales))
     rows, blocks = e.shape(scales)
-    dtype = e.dtype(scales)
     codes = _unpack(e, data, bits)
     if blocks * block > cols:
         pads = e.ints([0, 0, 0, blocks * block - cols], "pads")
         codes = e.add("Pad", [codes, pads])
-    codes = e.add("Cast", [e.reshape(codes, (rows, blocks, block))], {"to": dtype})
-    if zp:
-        zero = e.slice(_unpack(e, zp, bits), 1, 0, blocks)
-        zero = e.reshape(e.add("Cast", [zero], {"to": dtype}), (rows, blocks, 1))
-    else:
-        zero = e.const(2.0 ** (bits - 1), "zero_point", dtype)
-    table = e.add("Mul", [e.add("Sub", [codes, zero]), e.reshape(scales, (rows, blocks, 1))])
-    table = e.slice(e.reshape(table, (rows, blocks * block)), 1, 0, cols)
+    codes = e.reshape(codes, (rows, blocks, block))
+    table = e.slice(_dequantize(e, codes, scales, zp, bits, e.dtype(scales)), 1, 0, cols)
     e.add("Gather", [table, indices], {"axis": 0}, outputs=[node.outputs[0]])
 
 
