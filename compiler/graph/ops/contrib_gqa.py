@@ -34,7 +34,7 @@ import numpy as np
 
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import REQUIRED, Pattern, register
-from .attention import _repeat_heads, _softmax
+from .attention import _heads_first, _repeat_heads, _softmax
 from .contrib import MS, refuse
 from .contrib_attention import _rotary
 from .emit import Emitter
@@ -285,13 +285,13 @@ def _expand_gqa(b: GraphBuilder, node: Node) -> None:
     if g.rotary:
         pos = e.add("Add", [start, e.const(np.arange(g.seq)[None], "steps", "int64")])
         q, k = (_rotate(e, attrs, x, pos, named, n) for x, n in ((q, g.heads), (k, g.kv_heads)))
-    q, k, v = (_heads_first(e, x, g) for x in (q, k, v))
+    q, k, v = (_heads_first(e, x, n) for x, n in ((q, g.heads), (k, g.kv_heads), (v, g.kv_heads)))
     # row j of the cache - start: the new token it holds (when in [0, S))
     rows = e.const(np.arange(g.present).reshape(1, -1), "rows", "int64")
     back = e.add("Sub", [rows, start])  # [B, present]
     outs = (*node.outputs, "", "")[1:3]
     present = [
-        _present(e, g, new, named[past], back, start, out)
+        _present(e, g, new, named[past], (rows, back, start), out)
         for new, past, out in ((k, "past_key", outs[0]), (v, "past_value", outs[1]))
     ]
     reps = g.heads // g.kv_heads
@@ -331,15 +331,11 @@ def _rotate(e: Emitter, attrs: dict, x: str, pos: str, named: dict, heads: int) 
     return e.add(MS + "RotaryEmbedding", [x, pos, named["cos_cache"], named["sin_cache"]], rot)
 
 
-def _heads_first(e: Emitter, x: str, g: _Geometry) -> str:
-    """[B, S, n * head] -> [B, n, S, head]."""
-    n = e.shape(x)[2] // g.head
-    return e.transpose(e.reshape(x, (g.batch, g.seq, n, g.head)), (0, 2, 1, 3))
-
-
-def _present(e: Emitter, g: _Geometry, new: str, past: str, back: str, start: str, out: str) -> str:
+def _present(e: Emitter, g: _Geometry, new: str, past: str, where: tuple, out: str) -> str:
     """The present cache [B, kv, present, head]: the past's rows before `start`, the new rows
-    from `start`, zeros after."""
+    from `start`, zeros after; `where` holds the row numbers [1, present], each row's index
+    back from `start` [B, present] and `start` [B, 1]."""
+    rows, back, start = where
     shape = (g.batch, g.kv_heads, g.present, g.head)
     index = e.add("Clip", [back, e.const(0, "lo", "int64"), e.const(g.seq - 1, "hi", "int64")])
     index = e.add("Expand", [e.reshape(index, (g.batch, 1, g.present, 1)), e.ints(shape, "shape")])
@@ -349,7 +345,6 @@ def _present(e: Emitter, g: _Geometry, new: str, past: str, back: str, start: st
     zero = e.const(0, "zero", e.dtype(new))
     old = zero
     if past and g.past:
-        rows = e.const(np.arange(g.present).reshape(1, -1), "rows", "int64")
         kept = e.add("Less", [rows, start])
         padded = past
         if g.present > g.past:
