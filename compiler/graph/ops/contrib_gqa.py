@@ -11,7 +11,8 @@ the prompt, right-padded when shorter than S). The present cache keeps the past'
 `offset` rows, holds the new keys/values at rows [offset, offset + S) and zeros after; query s
 (position `offset + s`, which also picks its rotary angles) attends to the keys at positions
 `offset + s - local_window_size + 1` .. `offset + s` (onnxruntime 1.32's window: the query's
-own key and the `local_window_size - 1` before it). Those positions are values computed at run
+own key and the `local_window_size - 1` before it); with `causal=0`, to every key up to
+position `offset + S - 1`. Those positions are values computed at run
 time from seqlens_k: masks and gathers, never shapes. The present length is static: onnxruntime
 makes it `max(total_sequence_length, past length)`, which is used when total_sequence_length is
 a constant (bound with `constant_inputs`, or computed from a static attention mask's shape as
@@ -20,7 +21,7 @@ shared-buffer length (past length = present length = max length) therefore needs
 total_sequence_length known at compile time.
 
 Refused by name: the quantized cache (`k_quant_type`/`v_quant_type`, int8/uint8 caches),
-`sliding_window_cache`, `qk_output`, `causal=0`, position_ids, q/k norm weights and
+`sliding_window_cache`, `qk_output`, position_ids, q/k norm weights and
 query_seqlens.
 """
 
@@ -104,8 +105,10 @@ def _geometry(attrs: dict[str, Any], types: list, consts: list) -> _Geometry:
                        ("sliding_window_cache", 0), ("qk_output", 0)):  # fmt: skip
         if attrs[key] != plain:
             raise refuse("GroupQueryAttention", f"with {key}={attrs[key]!r}")
-    if attrs["causal"] != 1:
-        raise refuse("GroupQueryAttention", f"with causal={attrs['causal']!r}")
+    if attrs["causal"] not in (0, 1):
+        raise ValueError(f"{_GQA} causal must be 0 or 1, not {attrs['causal']!r}")
+    if not attrs["causal"] and attrs["local_window_size"] > 0:
+        raise ValueError(f"{_GQA} local_window_size must be -1 when causal is 0")
     q = named["query"]
     if len(q.shape) != 3 or not np.issubdtype(np.dtype(q.dtype), np.floating):
         raise ValueError(f"{_GQA} query must be a 3-D float tensor, not {q.dtype} {q.shape}")
@@ -198,6 +201,9 @@ def _offsets(lens: np.ndarray, seq: int) -> np.ndarray:
 
 def _allowed_np(attrs: dict[str, Any], g: _Geometry, offsets: np.ndarray) -> np.ndarray:
     """[B, 1, S, present]: key j is visible to query s."""
+    if not attrs["causal"]:  # every key up to the last new one
+        last = (offsets + g.seq)[:, None, None, None]
+        return np.broadcast_to(np.arange(g.present) < last, (g.batch, 1, g.seq, g.present))
     distance = offsets[:, None, None, None] + np.arange(g.seq)[:, None] - np.arange(g.present)
     allowed = distance >= 0
     if attrs["local_window_size"] > 0:
@@ -303,18 +309,27 @@ def _expand_gqa(b: GraphBuilder, node: Node) -> None:
         scores = e.add("Mul", [e.add("Tanh", [e.add("Div", [scores, c])]), c])
     if named["attention_bias"]:
         scores = e.add("Add", [scores, named["attention_bias"]])
-    # distance from query s (position start + s) back to key j: allowed in [0, window)
+    allowed = _allowed(e, attrs, g, start, back)
+    scores = e.add("Where", [allowed, scores, e.const(-np.inf, "ninf", dtype)])
+    probs = _probs(e, attrs, scores, named["head_sink"], g)
+    y = e.transpose(e.add("MatMul", [probs, values]), (0, 2, 1, 3))
+    e.add("Reshape", [y, e.ints([g.batch, g.seq, g.heads * g.head], "shape")],
+          outputs=[node.outputs[0]])  # fmt: skip
+
+
+def _allowed(e: Emitter, attrs: dict, g: _Geometry, start: str, back: str) -> str:
+    """`_allowed_np` as graph ops: the distance from query s (position start + s) back to key
+    j in [0, window); without `causal`, keys before start + S (`back` < S)."""
+    if not attrs["causal"]:
+        last = e.add("Less", [back, e.const(g.seq, "s", "int64")])
+        return e.reshape(last, (g.batch, 1, 1, g.present))
     steps = e.const(np.arange(g.seq).reshape(-1, 1) - np.arange(g.present), "distance", "int64")
     distance = e.add("Add", [e.reshape(start, (g.batch, 1, 1, 1)), steps])
     allowed = e.add("GreaterOrEqual", [distance, e.const(0, "zero", "int64")])
     if attrs["local_window_size"] > 0:
         window = e.const(attrs["local_window_size"], "window", "int64")
         allowed = e.add("And", [allowed, e.add("Less", [distance, window])])
-    scores = e.add("Where", [allowed, scores, e.const(-np.inf, "ninf", dtype)])
-    probs = _probs(e, attrs, scores, named["head_sink"], g)
-    y = e.transpose(e.add("MatMul", [probs, values]), (0, 2, 1, 3))
-    e.add("Reshape", [y, e.ints([g.batch, g.seq, g.heads * g.head], "shape")],
-          outputs=[node.outputs[0]])  # fmt: skip
+    return allowed
 
 
 def _split_qkv(e: Emitter, named: dict, g: _Geometry) -> tuple[str, str, str]:

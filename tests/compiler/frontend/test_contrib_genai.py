@@ -300,6 +300,10 @@ def _gqa_model(
         ("prompt into a fixed buffer", {"batch": 1, "seq": 4, "past": 8, "lens": [3], "total": 8}),
         ("step, scale, smooth softmax", {"batch": 1, "seq": 1, "past": 4, "lens": [4],
                                          "scale": 0.1, "smooth_softmax": 1}),
+        ("prompt, bidirectional (causal=0)", {"batch": 1, "seq": 4, "past": 0, "lens": [3],
+                                              "causal": 0}),
+        ("step, bidirectional, lengths per batch", {"batch": 2, "seq": 1, "past": 5,
+                                                    "lens": [5, 2], "causal": 0}),
         ("step, attention bias, head sink", {"batch": 2, "seq": 1, "past": 5, "lens": [5, 2],
                                              "extras": ("bias", "sink")}),
     ],
@@ -340,7 +344,6 @@ def test_group_query_attention_present_length_follows_a_constant_total() -> None
     ("attrs", "extra", "what"),
     [
         ({"k_quant_type": "PER_TENSOR"}, None, "with k_quant_type='PER_TENSOR'"),
-        ({"causal": 0}, None, "with causal=0"),
         ({}, "position_ids", "with position_ids"),
     ],
 )
