@@ -189,7 +189,6 @@ register(
     _nbits_type,
     _matmul_nbits,
     inputs=(3, 6),
-    optional_inputs=(),
     attrs=_NBITS_ATTRS,
     expand=_expand_nbits,
 )
