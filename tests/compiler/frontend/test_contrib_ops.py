@@ -398,15 +398,15 @@ def test_multi_head_attention_refuses_start_positions_as_onnxruntime_does() -> N
 
 def test_unbuilt_contrib_ops_are_listed_at_once() -> None:
     nodes = [
-        oh.make_node("GroupQueryAttention", ["x"], ["y"], "gqa", domain=MS),
+        oh.make_node("PackedAttention", ["x"], ["y"], "packed", domain=MS),
         oh.make_node("Gelu", ["y"], ["z"], "gelu", domain=MS),
         oh.make_node("SparseAttention", ["z"], ["w"], "sparse", domain=MS),
     ]
     model = _model(nodes, [_info("x", F, (2, 3))], [_info("w", F, None)])
     with pytest.raises(UnsupportedOpError) as info:
         from_onnx(model)
-    assert [name for _, name, _ in info.value.items] == ["gqa", "sparse"]
-    assert "com.microsoft.GroupQueryAttention" in str(info.value)
+    assert [name for _, name, _ in info.value.items] == ["packed", "sparse"]
+    assert "com.microsoft.PackedAttention" in str(info.value)
 
 
 # ---- a torch BERT through onnxruntime's optimizer (skipped without torch) -----------------------
