@@ -9,6 +9,7 @@ from .eliminate_dead_code import eliminate_dead_code
 from .expand_composites import expand_composites
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
+from .fold_pad import fold_pad_into_conv
 from .fuse_ops import FusedGroup, fuse_ops, group_order
 from .partition import (
     Placement,
@@ -23,6 +24,7 @@ from .widen_half import widen_half
 PIPELINE = [
     expand_composites,  # Einsum, LSTM, GRU, RNN become ops the back-ends compile
     fold_constants,  # weights transformed by constant subgraphs become plain constants
+    fold_pad_into_conv,  # tf2onnx's Pad before a Conv becomes the Conv's own padding
     fold_batch_norm,  # inference batch norm disappears into the preceding Conv's weights
     drop_padding_taps,  # a dilated Conv's taps that read only padding (DeepLabV3's ASPP) go
     eliminate_dead_code,  # drops the parameters and nodes the folds left unused
@@ -54,6 +56,7 @@ __all__ = [
     "expand_composites",
     "fold_batch_norm",
     "fold_constants",
+    "fold_pad_into_conv",
     "fuse_ops",
     "group_order",
     "optimize",
