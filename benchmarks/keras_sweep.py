@@ -110,7 +110,8 @@ def _hand_written(name: str) -> Any:
         h = layers.LayerNormalization()(t)
         x = t + layers.MultiHeadAttention(4, 8)(h, h)
         h = layers.LayerNormalization()(x)
-        h = layers.Dense(64, activation="gelu")(h)
+        h = layers.Dense(64)(h)
+        h = keras.activations.gelu(h, approximate=True)  # the exact one: Erfc, not converted
         x = x + layers.Dense(32)(h)
         x = layers.GlobalAveragePooling1D()(x)
         return keras.Model(t, layers.Dense(10)(x))
@@ -222,7 +223,9 @@ def check(path: Path, keras_path: Path) -> dict[str, Any]:
     x = np.load(keras_path.with_suffix(".input.npy"))
     keras_out = np.load(keras_path.with_suffix(".keras.npy"))
     model = onnx.load(str(path), load_external_data=False)
-    (inp,) = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    (inp,) = [
+        i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}
+    ]
     feeds = {inp.name: x}
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
@@ -261,16 +264,17 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _child(python: str, args: list[str], limit_s: float) -> dict[str, Any]:
+    step = args[0][2:].split("-")[0]
     try:
         done = subprocess.run(
             [python, __file__, *args], capture_output=True, text=True, timeout=limit_s
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"{args[0][2:].split('-')[0]}: over {limit_s:.0f} s"}
+        return {"error": f"{step}: over {limit_s:.0f} s"}
     if done.returncode != 0:
         lines = [ln for ln in done.stderr.splitlines() if ln.strip()] or ["(no output)"]
         errors = [ln for ln in lines if "Error" in ln and ":" in ln and not ln.startswith(" ")]
-        return {"error": f"{args[0][2:].split('-')[0]} (exit {done.returncode}): {(errors or lines)[-1][:300]}"}
+        return {"error": f"{step} (exit {done.returncode}): {(errors or lines)[-1][:300]}"}
     return json.loads(done.stdout.strip().splitlines()[-1]) if args[0] == "--check" else {}
 
 

@@ -88,3 +88,24 @@ def test_a_pad_that_is_not_zero_padding_stays(pads, value, mode) -> None:  # noq
     x = RNG.standard_normal((1, 17, 16, 4)).astype(np.float32)
     _check(model, {"x": x}, input_shapes={"x": x.shape})
     assert "Pad" in _optimized_ops(model, {"x": x.shape})
+
+
+def test_tensorflow_ops_left_in_the_file_are_listed_with_the_rest() -> None:
+    # tf2onnx 1.17 cannot convert TensorFlow's Erfc (Keras 3's exact GELU under TensorFlow) and
+    # leaves it in the file as it is; onnxruntime refuses such a file too
+    nodes = [
+        oh.make_node("Mul", ["x", "k"], ["s"], name="gelu/mul"),
+        oh.make_node("Erfc", ["s"], ["e"], name="gelu/Erfc"),
+        oh.make_node("StringNormalizer", ["e"], ["n"], name="odd"),
+        oh.make_node("FakeQuantWithMinMaxVars", ["n"], ["y"], name="fq"),
+    ]
+    model = _model(nodes, [_float("x", [2, 3])], [_float("y", None)], {"k": np.float32(-0.7)})
+    with pytest.raises(tensorforge.compiler.frontend.UnsupportedOpError) as info:
+        tensorforge.compile(model, progress=False)
+    message = str(info.value)
+    assert "uses 3 unsupported op(s)" in message
+    assert "Erfc (not an ONNX operator: the converter left its own framework's op" in message
+    assert "(node 'gelu/Erfc', opset 17)" in message
+    assert "gelu(x, approximate=True)` converts" in message
+    assert "StringNormalizer (node 'odd', opset 17)" in message  # an ONNX op: no note
+    assert "FakeQuantWithMinMaxVars (not an ONNX operator" in message
