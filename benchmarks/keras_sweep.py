@@ -38,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "keras"
 ROWS = CACHE / "rows.jsonl"
+TEST_DATA = ROOT / "tests" / "data" / "keras"
 MATCH_RTOL = 1e-3
 EXPORT_LIMIT_S = 300
 CHECK_LIMIT_S = 900
@@ -60,6 +61,7 @@ APPLICATIONS = {
     "RegNetX002": (64, 64, 3),
     "VGG16": (32, 32, 3),
 }
+TINY = ("tiny_mobilenet", "tiny_text", "tiny_transformer", "tiny_decoder", "tiny_mlp")
 HAND_WRITTEN = (
     "text_rnn", "decoder", "transformer_block", "mlp", "separable", "depthwise_x2",
     "dense_batchnorm", "resize_crop_pad",
@@ -152,7 +154,57 @@ def _hand_written(name: str) -> Any:
         x = layers.Permute((3, 1, 2))(x)
         x = layers.Reshape((8, 256))(x)
         return keras.Model(i, layers.Dense(6)(x))
-    raise ValueError(f"model must be one of {HAND_WRITTEN} or {tuple(APPLICATIONS)}, not {name!r}")
+    return _tiny(name)
+
+
+def _tiny(name: str) -> Any:
+    """The small models whose tf2onnx files tests/data/keras/ holds (`--test-data`)."""
+    import keras
+    from keras import layers
+
+    if name == "tiny_mobilenet":  # ZeroPadding + strided conv, unfused depthwise BN, ReLU6, SE
+        i = keras.Input((20, 18, 3), name="image")
+        x = layers.ZeroPadding2D(((0, 1), (0, 1)))(i)
+        x = layers.Conv2D(8, 3, strides=2, use_bias=False)(x)
+        x = layers.ReLU(6.0)(layers.BatchNormalization()(x))
+        y = layers.DepthwiseConv2D(3, padding="same", use_bias=False)(x)
+        y = layers.Activation("hard_silu")(layers.BatchNormalization()(y))
+        s = layers.GlobalAveragePooling2D(keepdims=True)(y)
+        s = layers.Conv2D(8, 1, activation="hard_sigmoid")(
+            layers.Conv2D(4, 1, activation="relu")(s)
+        )
+        y = layers.Conv2D(8, 1)(layers.Multiply()([y, s]))
+        x = layers.Add()([x, layers.BatchNormalization()(y)])
+        x = layers.Conv2D(8, 3, strides=2, padding="same")(x)
+        return keras.Model(i, layers.Dense(5)(layers.GlobalAveragePooling2D()(x)))
+    if name == "tiny_text":
+        ids = keras.Input((12,), dtype="int32", name="ids")
+        x = layers.Embedding(100, 8)(ids)
+        x = layers.Conv1D(8, 3, padding="causal", activation="relu")(x)
+        x = layers.LSTM(8, return_sequences=True)(x)
+        return keras.Model(ids, layers.Dense(3)(layers.GRU(6)(x)))
+    if name == "tiny_transformer":
+        t = keras.Input((6, 16), name="tokens")
+        h = layers.LayerNormalization(epsilon=1e-6)(t)
+        x = t + layers.MultiHeadAttention(2, 8)(h, h)
+        h = keras.activations.gelu(
+            layers.Dense(32)(layers.LayerNormalization()(x)), approximate=True
+        )
+        return keras.Model(t, x + layers.Dense(16)(h))
+    if name == "tiny_decoder":
+        z = keras.Input((4, 5, 6), name="z")
+        x = layers.Conv2DTranspose(8, 3, strides=2, padding="same", activation="relu")(z)
+        x = layers.UpSampling2D(2, interpolation="bilinear")(x)
+        x = layers.Resizing(10, 12, interpolation="nearest")(x)
+        return keras.Model(z, layers.Conv2D(3, 3, padding="same", activation="sigmoid")(x))
+    if name == "tiny_mlp":
+        v = keras.Input((10,), name="features")
+        x = layers.BatchNormalization()(layers.Dense(16)(v))
+        x = layers.Dense(8, activation="swish")(layers.LeakyReLU(0.2)(x))
+        return keras.Model(v, layers.Softmax()(layers.Dense(4)(x)))
+    raise ValueError(
+        f"model must be one of {HAND_WRITTEN + TINY} or {tuple(APPLICATIONS)}, not {name!r}"
+    )
 
 
 def build_keras(name: str) -> Any:
@@ -170,9 +222,9 @@ def build_keras(name: str) -> Any:
     return model
 
 
-def _example(model: Any, rng: np.random.Generator) -> np.ndarray:
+def _example(model: Any, rng: np.random.Generator, batch: int) -> np.ndarray:
     (inp,) = model.inputs
-    shape = (1, *inp.shape[1:])
+    shape = (batch, *inp.shape[1:])
     if "int" in str(inp.dtype):
         return rng.integers(0, 100, shape).astype(np.int32)
     return rng.uniform(0, 1, shape).astype(np.float32) * (255 if shape[-1] == 3 else 1)
@@ -185,7 +237,7 @@ def export(name: str, path: Path) -> None:
     import tf2onnx
 
     model = build_keras(name)
-    x = _example(model, np.random.default_rng(2))
+    x = _example(model, np.random.default_rng(2), 2 if name in TINY else 1)
     want = np.asarray(model(x, training=False))
     (inp,) = model.inputs
     name_ = inp.name.split(":")[0]
@@ -319,6 +371,7 @@ def main() -> int:
     parser.add_argument("--models", help="comma-separated names (default: all)")
     parser.add_argument("--slim", action="store_true", help="also check onnxslim's output")
     parser.add_argument("--markdown", action="store_true", help="print the saved rows' table")
+    parser.add_argument("--test-data", action="store_true", help=f"export {TINY} to {TEST_DATA}")
     parser.add_argument("--tf-python", default=str(ROOT / ".venv-tf" / "bin" / "python"))
     parser.add_argument("--export", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--slim-file", nargs=2, dest="slim_file", help=argparse.SUPPRESS)
@@ -332,6 +385,11 @@ def main() -> int:
         return 0
     if args.check:
         print(json.dumps(check(Path(args.check[0]), Path(args.check[1]))))
+        return 0
+    if args.test_data:
+        for name in TINY:
+            path = TEST_DATA / f"{name}.onnx"
+            print(name, _child(args.tf_python, ["--export", name, str(path)], EXPORT_LIMIT_S))
         return 0
     saved = [json.loads(ln) for ln in ROWS.read_text().splitlines()] if ROWS.exists() else []
     if args.markdown:
