@@ -41,7 +41,6 @@ from ..graph.registry import (
 )
 from .onnx_loop import SEQUENCE_OPS, convert_sequence_op, unroll_loop
 from .onnx_patterns import (
-    describe_unknown_op,
     drop_false_training_modes,
     drop_unread_outputs,
     rewrite_masked_assignments,
@@ -317,7 +316,7 @@ def unsupported_nodes(
             elif (unbuilt := _unbuilt_contrib_output(node)) is not None:
                 found.append((f"{registry_name(node)} with its {unbuilt}", name, None))
         elif node.op_type not in _SPECIAL and not is_registered(node.op_type):
-            found.append((describe_unknown_op(node.op_type), name, opset))
+            found.append((node.op_type, name, opset))
         elif (variant := _unsupported_variant(node, opset)) is not None:
             found.append((variant, name, opset))
     return found

@@ -230,24 +230,3 @@ def _reads(node: onnx.NodeProto) -> set[str]:
 
 
 __all__ = ["drop_false_training_modes", "drop_unread_outputs", "rewrite_masked_assignments"]
-
-
-#: ops that converters leave in a file under their own framework's name when they cannot
-#: convert them, and what a user can do about it
-_FOREIGN_HINTS = {
-    "Erfc": "here from Keras's exact GELU, `activation='gelu'`; "
-    "`keras.activations.gelu(x, approximate=True)` converts",
-}
-
-
-def describe_unknown_op(op_type: str) -> str:
-    """`op_type` as an unsupported-op listing names it: with a note when it is no operator of
-    ONNX's default domain at all (tf2onnx keeps a TensorFlow op it cannot convert under its
-    TensorFlow name, and onnxruntime refuses the file too)."""
-    if onnx.defs.has(op_type):
-        return op_type
-    hint = f"; {_FOREIGN_HINTS[op_type]}" if op_type in _FOREIGN_HINTS else ""
-    return (
-        f"{op_type} (not an ONNX operator: the converter left its own framework's op in the "
-        f"file, as tf2onnx does with a TensorFlow op it cannot convert{hint})"
-    )

@@ -104,8 +104,103 @@ def test_tensorflow_ops_left_in_the_file_are_listed_with_the_rest() -> None:
         tensorforge.compile(model, progress=False)
     message = str(info.value)
     assert "uses 3 unsupported op(s)" in message
-    assert "Erfc (not an ONNX operator: the converter left its own framework's op" in message
-    assert "(node 'gelu/Erfc', opset 17)" in message
+    assert "Erfc (node 'gelu/Erfc', opset 17)" in message
+    assert "Erfc is not an ONNX operator: the converter left its own framework's op" in message
     assert "gelu(x, approximate=True)` converts" in message
-    assert "StringNormalizer (node 'odd', opset 17)" in message  # an ONNX op: no note
-    assert "FakeQuantWithMinMaxVars (not an ONNX operator" in message
+    assert "StringNormalizer (node 'odd', opset 17)" in message
+    assert "StringNormalizer is not" not in message  # an ONNX op
+    assert "FakeQuantWithMinMaxVars is not an ONNX operator" in message
+    assert len(message.splitlines()) == 6
+
+
+def _nhwc_block_model(reduce_keepdims: int = 1):  # noqa: ANN202
+    # MobileNetV3's block as tf2onnx writes it when its transpose optimizer gives up: every
+    # Conv between Transposes, the batch norm's scale and shift, hard-swish, the
+    # squeeze-excitation (ReduceMean over NHWC's rows and columns) and a ZeroPadding2D in NHWC
+    c = 8
+    arrays = {
+        "w0": _weights(c, 4, 3, 3), "w1": _weights(c, 1, 3, 3), "w2": _weights(4, c, 1, 1),
+        "w3": _weights(c, 4, 1, 1), "w4": _weights(c, c, 3, 3),
+        "scale": RNG.uniform(0.5, 1.5, c).astype(np.float32),
+        "shift": RNG.uniform(-0.2, 0.2, c).astype(np.float32),
+        "three": np.float32(3), "sixth": np.float32(1 / 6), "lo": np.float32(0),
+        "hi": np.float32(6), "rows_cols": np.array([1, 2], np.int64),
+        "pads": np.array([0, 0, 0, 0, 0, 1, 1, 0], np.int64),
+        "gain": RNG.uniform(0.5, 1.5, (1, 1, c)).astype(np.float32),
+    }  # fmt: skip
+    to_nchw, to_nhwc = {"perm": [0, 3, 1, 2]}, {"perm": [0, 2, 3, 1]}
+    nodes = [
+        oh.make_node("Transpose", ["x"], ["x_t"], **to_nchw),
+        oh.make_node("Conv", ["x_t", "w0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        oh.make_node("Transpose", ["c0"], ["a"], **to_nhwc),
+        oh.make_node("Mul", ["a", "scale"], ["a1"]),
+        oh.make_node("Add", ["a1", "shift"], ["a2"]),
+        oh.make_node("Add", ["a2", "three"], ["h0"]),  # hard-swish: x * relu6(x + 3) / 6
+        oh.make_node("Clip", ["h0", "lo", "hi"], ["h1"]),
+        oh.make_node("Mul", ["h1", "sixth"], ["h2"]),
+        oh.make_node("Mul", ["a2", "h2"], ["h"]),
+        oh.make_node("Transpose", ["h"], ["h_t"], **to_nchw),
+        oh.make_node(
+            "Conv", ["h_t", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=c
+        ),
+        oh.make_node("Transpose", ["c1"], ["d"], **to_nhwc),
+        oh.make_node("Relu", ["d"], ["r"]),
+        oh.make_node("ReduceMean", ["r"], ["s"], axes=[1, 2], keepdims=1),
+        oh.make_node("Transpose", ["s"], ["s_t"], **to_nchw),
+        oh.make_node("Conv", ["s_t", "w2"], ["c2"], kernel_shape=[1, 1]),
+        oh.make_node("Relu", ["c2"], ["c2r"]),
+        oh.make_node("Conv", ["c2r", "w3"], ["c3"], kernel_shape=[1, 1]),
+        oh.make_node("Transpose", ["c3"], ["g"], **to_nhwc),
+        oh.make_node("Sigmoid", ["g"], ["gs"]),
+        oh.make_node("Mul", ["r", "gs"], ["se"]),
+        oh.make_node("Mul", ["se", "gain"], ["se2"]),  # a constant of lower rank
+        oh.make_node("Pad", ["se2", "pads"], ["p"]),
+        oh.make_node("Transpose", ["p"], ["p_t"], **to_nchw),
+        oh.make_node("Conv", ["p_t", "w4"], ["c4"], kernel_shape=[3, 3], strides=[2, 2]),
+        oh.make_node("Transpose", ["c4"], ["o"], **to_nhwc),
+        oh.make_node("ReduceMean", ["o"], ["y"], axes=[1], keepdims=reduce_keepdims),
+        oh.make_node("Add", ["se", "x_extra"], ["z"]),  # a run-time NHWC operand: stays NHWC
+    ]
+    inputs = [_float("x", ["unk__3", 9, 10, 4]), _float("x_extra", ["unk__4", 9, 10, c])]
+    return _model(nodes, inputs, [_float("y", None), _float("z", None)], arrays)
+
+
+@pytest.mark.parametrize("keepdims", [1, 0])
+def test_nhwc_transposes_around_convolutions_cancel(keepdims: int) -> None:
+    model = _nhwc_block_model(keepdims)
+    shapes = {"x": (1, 9, 10, 4), "x_extra": (1, 9, 10, 8)}
+    feeds = {k: RNG.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    _check(model, feeds, input_shapes=shapes)
+    ops = _optimized_ops(model, shapes)
+    # 11 -> 3 left: the input's, the one before the run-time NHWC operand, and the output's
+    # (after the ReduceMean, which now reduces NCHW's rows: keepdims 0 leaves [N, C, W])
+    assert ops.count("Transpose") == 3
+    assert "Pad" not in ops  # moved to NCHW, then folded into the strided Conv
+    assert ops.count("ConvNCHWc") == 5
+
+
+@pytest.mark.parametrize(
+    ("scale_shape", "folds"),
+    [((1, 8, 1, 1), True), ((8, 1, 1), True), ((), True), ((1, 1, 6, 7), False)],
+)
+def test_unfused_batch_norm_after_a_depthwise_conv_folds(scale_shape, folds) -> None:  # noqa: ANN001
+    # Keras's depthwise conv + BatchNormalization: tf2onnx writes `conv * s + t` (MobileNet)
+    arrays = {
+        "w": _weights(8, 1, 3, 3),
+        "b": RNG.standard_normal(8).astype(np.float32),
+        "s": RNG.uniform(0.5, 1.5, scale_shape).astype(np.float32),
+        "t": RNG.uniform(-0.5, 0.5, (1, 8, 1, 1)).astype(np.float32),
+    }
+    nodes = [
+        oh.make_node(
+            "Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=8
+        ),
+        oh.make_node("Mul", ["s", "c"], ["m"]),
+        oh.make_node("Add", ["m", "t"], ["y"]),
+    ]
+    model = _model(nodes, [_float("x", [1, 8, 6, 7])], [_float("y", None)], arrays)
+    x = RNG.standard_normal((1, 8, 6, 7)).astype(np.float32)
+    _check(model, {"x": x})
+    ops = _optimized_ops(model)
+    assert ("Mul" not in ops and "Add" not in ops) == folds
+    assert ops.count("ConvNCHWc") + ops.count("Conv") == 1
