@@ -58,7 +58,7 @@ APPLICATIONS = {
     "Xception": (71, 71, 3),
     "NASNetMobile": (96, 96, 3),
     "ConvNeXtTiny": (64, 64, 3),
-    "RegNetX002": (64, 64, 3),
+    "InceptionResNetV2": (75, 75, 3),  # (Keras 3 has no RegNet: tf.keras 2 had)
     "VGG16": (32, 32, 3),
 }
 TINY = ("tiny_mobilenet", "tiny_text", "tiny_transformer", "tiny_decoder", "tiny_mlp")
@@ -311,8 +311,10 @@ def check(path: Path, keras_path: Path) -> dict[str, Any]:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The error's type and first line (an unsupported-op listing's first op too)."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+    listed = f" {text[1].strip()}" if text[0].endswith("unsupported op(s):") else ""
+    return f"{type(exc).__name__}: {text[0] if text else ''}{listed}"[:300]
 
 
 def _child(python: str, args: list[str], limit_s: float) -> dict[str, Any]:
