@@ -61,7 +61,8 @@ class _Sinker:
     def visit(self, node: Node) -> None:
         if node.op == "Transpose" and node.inputs[0] not in self.graph.constants:
             source, first = self.pending.get(node.inputs[0], (node.inputs[0], None))
-            perm = tuple(int(p) for p in node.attr("perm"))
+            rank = len(self.graph.types[node.inputs[0]].shape)
+            perm = tuple(int(p) for p in node.attr_dict.get("perm") or range(rank)[::-1])
             self.pending[node.outputs[0]] = (
                 source,
                 perm if first is None else _compose(first, perm),

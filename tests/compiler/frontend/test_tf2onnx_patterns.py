@@ -204,3 +204,18 @@ def test_unfused_batch_norm_after_a_depthwise_conv_folds(scale_shape, folds) -> 
     ops = _optimized_ops(model)
     assert ("Mul" not in ops and "Add" not in ops) == folds
     assert ops.count("ConvNCHWc") + ops.count("Conv") == 1
+
+
+def test_transposes_without_perm_reverse_and_cancel() -> None:
+    nodes = [
+        oh.make_node("Transpose", ["x"], ["t"]),  # no perm: the axes reversed
+        oh.make_node("Add", ["t", "bias"], ["a"]),
+        oh.make_node("Sigmoid", ["a"], ["s"]),
+        oh.make_node("Transpose", ["s"], ["back"]),
+        oh.make_node("MatMul", ["back", "w"], ["y"]),
+        oh.make_node("Transpose", ["s"], ["z"], perm=[1, 2, 0]),  # composes: one Transpose left
+    ]
+    arrays = {"bias": RNG.standard_normal((5, 1, 1)).astype(np.float32), "w": _weights(5, 2)}
+    model = _model(nodes, [_float("x", [3, 4, 5])], [_float("y", None), _float("z", None)], arrays)
+    _check(model, {"x": RNG.standard_normal((3, 4, 5)).astype(np.float32)})
+    assert _optimized_ops(model).count("Transpose") == 1
