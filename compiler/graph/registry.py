@@ -71,6 +71,9 @@ class UnsupportedOpError(NotImplementedError):
 FOREIGN_OP_HINTS = {
     "Erfc": " (here Keras's exact GELU, `activation='gelu'`; "
     "`keras.activations.gelu(x, approximate=True)` converts)",
+    "StatefulPartitionedCall": " (a TensorFlow function call the converter did not inline: "
+    "Keras 3 under TensorFlow runs a grouped Conv2D, `groups` > 1, as one; ConvNeXt's "
+    "depthwise convolutions are such; a DepthwiseConv2D converts)",
 }
 
 
