@@ -64,7 +64,7 @@ APPLICATIONS = {
 TINY = ("tiny_mobilenet", "tiny_text", "tiny_transformer", "tiny_decoder", "tiny_mlp")
 HAND_WRITTEN = (
     "text_rnn", "decoder", "transformer_block", "mlp", "separable", "depthwise_x2",
-    "dense_batchnorm", "resize_crop_pad",
+    "dense_batchnorm", "resize_crop_pad", "misc_conv", "misc_rnn",
 )  # fmt: skip
 
 
@@ -154,6 +154,23 @@ def _hand_written(name: str) -> Any:
         x = layers.Permute((3, 1, 2))(x)
         x = layers.Reshape((8, 256))(x)
         return keras.Model(i, layers.Dense(6)(x))
+    if name == "misc_conv":  # dilation, PReLU, ELU, GroupNormalization, bicubic, Concatenate
+        i = keras.Input((24, 24, 4), name="image")
+        a = layers.Conv2D(8, 3, dilation_rate=2, padding="same")(i)
+        a = layers.PReLU(shared_axes=[1, 2])(a)
+        b = layers.Conv2D(8, 3, strides=2, padding="same", activation="elu")(i)
+        b = layers.Resizing(24, 24, interpolation="bicubic")(b)
+        x = layers.Concatenate()([a, b])
+        x = layers.GroupNormalization(4)(x)
+        x = layers.Conv2D(6, 1, activation="softplus")(x)
+        return keras.Model(i, layers.Softmax(axis=-1)(x))
+    if name == "misc_rnn":  # bidirectional LSTM, SimpleRNN, TimeDistributed, Conv1DTranspose
+        s = keras.Input((10, 6), name="series")
+        x = layers.Bidirectional(layers.LSTM(8, return_sequences=True))(s)
+        x = layers.SimpleRNN(8, return_sequences=True)(x)
+        x = layers.TimeDistributed(layers.Dense(4, activation="tanh"))(x)
+        x = layers.Conv1DTranspose(4, 3, strides=2)(x)
+        return keras.Model(s, layers.GlobalMaxPooling1D()(x))
     return _tiny(name)
 
 
