@@ -27,7 +27,7 @@ def chains(draw: st.DrawFn) -> tuple:
         )
         if kind == "transpose":
             perm = draw(st.permutations(range(len(shape))))
-            (y,) = b.add_node("Transpose", [a], {"perm": list(perm)}, name=f"t{i}")
+            (y,) = b.add_node("Transpose", [a], {"perm": list(perm)}, name=f"t{i}")  # even ()
         elif kind == "unary":
             (y,) = b.add_node(draw(st.sampled_from(["Relu", "Neg", "Sigmoid"])), [a], name=f"u{i}")
         elif kind == "const":  # a constant broadcast over some trailing axes
