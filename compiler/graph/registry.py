@@ -58,7 +58,31 @@ class UnsupportedOpError(NotImplementedError):
                 " TensorForge compiles static shapes, so compile the part of the model before it"
                 " (a detector's backbone, without its box selection)"
             )
+        for op in dict.fromkeys(op for op, _ in nodes if not _is_onnx_op(op)):
+            hint = FOREIGN_OP_HINTS.get(op, "")
+            lines.append(
+                f"{op} is not an ONNX operator: the converter left its own framework's op in the"
+                f" file, as tf2onnx does with a TensorFlow op it cannot convert{hint}"
+            )
         super().__init__(f"{where} uses {len(self.items)} unsupported op(s):\n" + "\n".join(lines))
+
+
+#: what a user can do about an op a converter left in a file under its own framework's name
+FOREIGN_OP_HINTS = {
+    "Erfc": " (here Keras's exact GELU, `activation='gelu'`; "
+    "`keras.activations.gelu(x, approximate=True)` converts)",
+    "StatefulPartitionedCall": " (a TensorFlow function call the converter did not inline: "
+    "Keras 3 under TensorFlow runs a grouped Conv2D, `groups` > 1, as one; ConvNeXt's "
+    "depthwise convolutions are such; a DepthwiseConv2D converts)",
+}
+
+
+def _is_onnx_op(op: str) -> bool:
+    """Whether an unsupported-op listing's `op` names an operator of ONNX's default domain (or
+    is a variant's description, or a qualified name of another domain)."""
+    import onnx.defs
+
+    return not op.isidentifier() or onnx.defs.has(op)
 
 
 REQUIRED = object()  # attribute default meaning "must be given"

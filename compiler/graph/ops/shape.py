@@ -109,7 +109,7 @@ register(
     lambda a, t, c: [
         TensorType(tuple(t[0].shape[p] for p in _perm(a, len(t[0].shape))), t[0].dtype)
     ],
-    lambda a, x: np.ascontiguousarray(np.transpose(x, _perm(a, x.ndim))),
+    lambda a, x: np.transpose(x, _perm(a, x.ndim)).copy(),  # (ascontiguousarray: a 0-d is [1])
     attrs={"perm": None},
 )
 

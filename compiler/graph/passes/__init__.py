@@ -7,8 +7,9 @@ from .alter_layout import alter_layout
 from .drop_padding_taps import drop_padding_taps
 from .eliminate_dead_code import eliminate_dead_code
 from .expand_composites import expand_composites
-from .fold_batch_norm import fold_batch_norm
+from .fold_batch_norm import fold_batch_norm, fold_conv_scale_shift
 from .fold_constants import fold_constants
+from .fold_pad import fold_pad_into_conv
 from .fuse_ops import FusedGroup, fuse_ops, group_order
 from .partition import (
     Placement,
@@ -18,12 +19,16 @@ from .partition import (
     partition_report,
 )
 from .plan_memory import MemoryPlan, Slot, plan_memory
+from .sink_transposes import sink_transposes
 from .widen_half import widen_half
 
 PIPELINE = [
     expand_composites,  # Einsum, LSTM, GRU, RNN become ops the back-ends compile
     fold_constants,  # weights transformed by constant subgraphs become plain constants
+    sink_transposes,  # NHWC Transposes around each conv (tf2onnx) meet their inverses
+    fold_pad_into_conv,  # tf2onnx's Pad before a Conv becomes the Conv's own padding
     fold_batch_norm,  # inference batch norm disappears into the preceding Conv's weights
+    fold_conv_scale_shift,  # tf2onnx's unfused batch norm (x * s + t) after a Conv, too
     drop_padding_taps,  # a dilated Conv's taps that read only padding (DeepLabV3's ASPP) go
     eliminate_dead_code,  # drops the parameters and nodes the folds left unused
     widen_half,  # float16 convolutions, products and reductions accumulate in float32
@@ -53,7 +58,9 @@ __all__ = [
     "eliminate_dead_code",
     "expand_composites",
     "fold_batch_norm",
+    "fold_conv_scale_shift",
     "fold_constants",
+    "fold_pad_into_conv",
     "fuse_ops",
     "group_order",
     "optimize",
@@ -63,5 +70,6 @@ __all__ = [
     "partition_graph",
     "partition_report",
     "plan_memory",
+    "sink_transposes",
     "widen_half",
 ]
