@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import container
+from .dtypes import storage_dtype
 from . import ndarray as nd
 from .device.cpu.elf import HOST_IS_ELF, elf_problem
 from .device.cpu.function import ParamSpec
@@ -336,7 +337,8 @@ class Module:
                 else:
                     have = self.tensors[value]
                 want = TensorSpec(spec.shape, spec.dtype)
-                if have.dtype != want.dtype or have.nbytes != want.nbytes:
+                # (a narrow tensor, bfloat16 or float8, is its storage integer in kernels)
+                if storage_dtype(have.dtype) != want.dtype or have.nbytes != want.nbytes:
                     raise ValueError(
                         f"argument {spec.name} of kernel {call.kernel!r} must be {want} "
                         f"(or a reshape of it), not {value!r}: {have}"

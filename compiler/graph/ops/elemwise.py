@@ -7,6 +7,7 @@ import functools
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..ir import TensorType, broadcast_shapes, check_dtype
@@ -309,8 +310,15 @@ def _cast_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorT
 
 
 def _cast(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    """numpy's (ml_dtypes') `astype`; to a float8 type with `saturate` (Cast-19, default on),
+    values past the type's range (infinities too) become its largest finite value of their
+    sign, as in ONNX's reference (`numpy_helper.saturate_cast`)."""
+    to = attrs["to"]
     with np.errstate(all="ignore"):
-        return x.astype(attrs["to"])
+        if to.startswith("float8") and attrs.get("saturate", 1):
+            info = ml_dtypes.finfo(to)
+            x = np.clip(x.astype(np.float32), np.float32(info.min), np.float32(info.max))
+        return x.astype(to)
 
 
 register("Cast", Pattern.ELEMWISE, _cast_type, _cast, attrs={"to": REQUIRED, "saturate": 1})
@@ -318,7 +326,7 @@ register(
     "CastLike",
     Pattern.ELEMWISE,
     lambda a, t, c: [TensorType(t[0].shape, t[1].dtype)],
-    lambda a, x, like: _cast({"to": like.dtype}, x),
+    lambda a, x, like: _cast({**a, "to": str(like.dtype)}, x),
     inputs=(2, 2),
     attrs={"saturate": 1},
 )

@@ -19,8 +19,10 @@ from .partition import (
 )
 from .plan_memory import MemoryPlan, Slot, plan_memory
 from .widen_half import widen_half
+from .widen_narrow import widen_narrow
 
 PIPELINE = [
+    widen_narrow,  # ops on bfloat16/float8/int4 compute in float32 (int8), only Casts convert
     expand_composites,  # Einsum, LSTM, GRU, RNN become ops the back-ends compile
     fold_constants,  # weights transformed by constant subgraphs become plain constants
     fold_batch_norm,  # inference batch norm disappears into the preceding Conv's weights
@@ -64,4 +66,5 @@ __all__ = [
     "partition_report",
     "plan_memory",
     "widen_half",
+    "widen_narrow",
 ]
