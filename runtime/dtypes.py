@@ -37,6 +37,11 @@ def is_narrow(dtype: str) -> bool:
     return dtype in NARROW
 
 
+def is_floating(dtype: str) -> bool:
+    """A floating-point type: float16/32/64, bfloat16, the float8 family, float4e2m1."""
+    return dtype.startswith(("float", "bfloat"))
+
+
 def storage_dtype(dtype: str) -> str:
     """The dtype kernels hold `dtype` as: its storage integer for a narrow type, else itself."""
     return NARROW.get(dtype, dtype)
@@ -47,4 +52,4 @@ def wide_dtype(dtype: str) -> str:
     return {"int4": "int8", "uint4": "uint8"}.get(dtype, "float32") if dtype in NARROW else dtype
 
 
-__all__ = ["DTYPES", "NARROW", "NUMERIC", "is_narrow", "storage_dtype", "wide_dtype"]
+__all__ = ["DTYPES", "NARROW", "NUMERIC", "is_floating", "is_narrow", "storage_dtype", "wide_dtype"]

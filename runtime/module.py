@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from . import container
-from .dtypes import storage_dtype
 from . import ndarray as nd
 from .device.cpu.elf import HOST_IS_ELF, elf_problem
 from .device.cpu.function import ParamSpec
+from .dtypes import storage_dtype
 from .executor import Executor, Launch, Profile
 
 MAGIC = b"TFMOD\x00\x00\x01"

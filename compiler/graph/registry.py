@@ -171,8 +171,7 @@ class OpSpec:
         attrs = self.full_attrs(node)
         ins, outs = narrow_positions(self.name)
         widen = [
-            k not in ins and a is not None and is_narrow(str(a.dtype))
-            for k, a in enumerate(arrays)
+            k not in ins and a is not None and is_narrow(str(a.dtype)) for k, a in enumerate(arrays)
         ]
         narrow_out: list[str | None] = []
         if any(widen):

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ... import te
 from ....runtime.dtypes import is_narrow, storage_dtype
+from ... import te
 from ...te import dtype as dt
 from ...te.narrow import cast_narrow
 from ...tir.stmt import LoweringError
