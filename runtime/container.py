@@ -48,6 +48,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import dtypes
 from . import ndarray as nd
 
@@ -142,6 +144,8 @@ def pack(
 
 def _byte_view(data: Buffer) -> memoryview:
     """`data`'s bytes as a flat view (no copy); an empty buffer of any shape is b""."""
+    if isinstance(data, np.ndarray) and dtypes.is_narrow(str(data.dtype)):
+        data = np.ascontiguousarray(data).view(np.uint8)  # ml_dtypes' types have no buffer format
     view = memoryview(data)
     return view.cast("B") if view.nbytes else memoryview(b"")
 

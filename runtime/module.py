@@ -616,9 +616,12 @@ def _as_input(value: Any, dtype: str) -> np.ndarray:
     kind (a list of floats for a float32 input; never floats into an integer input)."""
     if not isinstance(value, np.ndarray):
         array = np.asarray(value)
+        integer = np.dtype(dtype).kind in "iu" or dtype in ("int4", "uint4")
+        if integer and array.dtype.kind == "f":  # (ml_dtypes lets floats cast to int4)
+            return array
         if array.dtype.kind in "biuf" and np.can_cast(array.dtype, dtype, "same_kind"):
             converted = array.astype(dtype)
-            exact = np.dtype(dtype).kind not in "iu" or np.array_equal(converted, array)
+            exact = not integer or np.array_equal(converted, array)
             return converted if exact else array  # [300] is no int8: the dtype error says so
         return array
     if not value.dtype.isnative and value.dtype.newbyteorder("=") == np.dtype(dtype):

@@ -101,7 +101,7 @@ def decode(bits: Any, dtype: str) -> Expr:
     normal = reinterpret((mag << _u(23 - f.mbits)) + _u((127 - f.bias) << 23), F32)
     tiny = (mag & _u((1 << f.mbits) - 1)).astype(F32) * const(2.0 ** (1 - f.bias - f.mbits), F32)
     value = select(mag < _u(1 << f.mbits), tiny, normal)
-    value = select(sign == _u(1), -value, value)
+    value = reinterpret(reinterpret(value, U32) | (sign << _u(31)), F32)  # (-0.0 kept)
     exp_ones = _u(((1 << f.ebits) - 1) << f.mbits)
     if f.nan == "ieee":
         inf = reinterpret((sign << _u(31)) | _u(0x7F800000), F32)
