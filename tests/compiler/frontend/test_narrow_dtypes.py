@@ -322,3 +322,50 @@ def test_packed_int4_initializers_unpack_one_value_a_byte(tmp_path) -> None:
     out = tensorforge.compile(str(path), progress=False).run({})
     np.testing.assert_array_equal(out["ya"], small.astype(np.int8))
     np.testing.assert_array_equal(out["yb"], large.astype(np.int32))
+
+
+def test_bfloat16_data_movement_comparisons_and_constants() -> None:
+    """Ops that move, pick or compare bfloat16 values keep their bits exactly (Transpose,
+    Concat, Gather, Slice, Where, Max, Equal, ArgMax, ConstantOfShape, a Constant), checked
+    against numpy on the same values."""
+    rng = np.random.default_rng(7)
+    x = _bf16(rng.standard_normal((3, 4)) * 100)
+    fill = numpy_helper.from_array(_bf16(np.array([2.71875])), "fill")
+    const = numpy_helper.from_array(_bf16(rng.standard_normal((4, 3))), "k")
+    nodes = [
+        oh.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+        oh.make_node("Constant", [], ["k"], value=const),
+        oh.make_node("Concat", ["t", "k"], ["cat"], axis=1),
+        oh.make_node("Constant", [], ["idx"], value=numpy_helper.from_array(np.array([2, 0]))),
+        oh.make_node("Gather", ["cat", "idx"], ["g"], axis=1),
+        oh.make_node("Max", ["t", "k"], ["mx"]),
+        oh.make_node("Equal", ["mx", "t"], ["eq"]),
+        oh.make_node("Where", ["eq", "t", "k"], ["w"]),
+        oh.make_node("ArgMax", ["x"], ["am"], axis=1),
+        oh.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([2, 2]))),
+        oh.make_node("ConstantOfShape", ["shape"], ["full"], value=fill),
+    ]
+    outs = [("g", T.BFLOAT16), ("w", T.BFLOAT16), ("eq", T.BOOL), ("am", T.INT64),
+            ("full", T.BFLOAT16)]  # fmt: skip
+    graph = oh.make_graph(
+        nodes,
+        "moves",
+        [oh.make_tensor_value_info("x", T.BFLOAT16, (3, 4))],
+        [oh.make_tensor_value_info(n, t, None) for n, t in outs],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)])
+    k = numpy_helper.to_array(const)
+    t = x.T
+    eq = np.maximum(_f32(t), _f32(k)) == _f32(t)
+    want = {
+        "g": np.concatenate([t, k], axis=1)[:, [2, 0]],
+        "w": np.where(eq, t, k),
+        "eq": eq,
+        "am": _f32(x).argmax(1)[:, None],  # (keepdims)
+        "full": np.full((2, 2), numpy_helper.to_array(fill)[0]),
+    }
+    compiled = tensorforge.compile(model, progress=False).run({"x": x})
+    reference = run_graph(from_onnx(model), {"x": x})
+    for got in (compiled, reference):
+        for name, value in want.items():
+            _same(np.asarray(got[name]), np.asarray(value))
