@@ -147,16 +147,17 @@ def test_int4_values_convert_as_ml_dtypes(src: str, dst: str) -> None:
         _same(got, x.astype(dst))
 
 
-def _roundtrip_model(dst: str, n: int) -> onnx.ModelProto:
-    nodes = [oh.make_node("Cast", ["x"], ["n"], to=CODES[dst]),
-             oh.make_node("Cast", ["n"], ["y"], to=T.FLOAT)]  # fmt: skip
+def roundtrip_model(dst: str, n: int, opset: int = 21, narrow_out: bool = False) -> onnx.ModelProto:
+    """float32 `x` -> `dst` (output `q` too with `narrow_out`) -> float32 `y`."""
+    nodes = [oh.make_node("Cast", ["x"], ["q"], to=CODES[dst]),
+             oh.make_node("Cast", ["q"], ["y"], to=T.FLOAT)]  # fmt: skip
+    outputs = [oh.make_tensor_value_info("y", T.FLOAT, (n,))]
+    if narrow_out:
+        outputs.insert(0, oh.make_tensor_value_info("q", CODES[dst], (n,)))
     graph = oh.make_graph(
-        nodes,
-        "roundtrip",
-        [oh.make_tensor_value_info("x", T.FLOAT, (n,))],
-        [oh.make_tensor_value_info("y", T.FLOAT, (n,))],
+        nodes, "roundtrip", [oh.make_tensor_value_info("x", T.FLOAT, (n,))], outputs
     )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
 
 
 @pytest.mark.parametrize("dst", ["bfloat16", *FLOAT8[:4], "int4", "uint4"])
@@ -168,7 +169,7 @@ def test_cast_round_trips_match_onnxruntime(dst: str) -> None:
         # whole numbers, wrapped past the range: onnxruntime rounds a fraction half away from
         # zero where ONNX's reference and ml_dtypes truncate (`x.astype(int4)`), as we do
         x = np.random.default_rng(2).integers(-40, 40, 300).astype(np.float32)
-    model = _roundtrip_model(dst, x.size)
+    model = roundtrip_model(dst, x.size)
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
     (got,) = tensorforge.compile(model, progress=False).run({"x": x}).values()
     np.testing.assert_array_equal(got, want)

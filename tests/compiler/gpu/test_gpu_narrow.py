@@ -12,35 +12,24 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import TensorProto as T
-from onnx import helper as oh
 
 import tensorforge
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "frontend"))
 from test_narrow_dtypes import (  # noqa: E402
-    CODES,
     NARROW_FLOATS,
     _cast_model,
     _floats,
     _oracle_cast,
     _same,
+    roundtrip_model,
 )
 
 
 def _chain(dst: str):
-    """float32 -> narrow (saturating) -> float32, and the narrow value itself."""
+    """float32 -> narrow (saturating) -> float32, with the narrow value as an output too."""
     n = 515
-    nodes = [oh.make_node("Cast", ["x"], ["q"], to=CODES[dst]),
-             oh.make_node("Cast", ["q"], ["y"], to=T.FLOAT)]  # fmt: skip
-    graph = oh.make_graph(
-        nodes,
-        "chain",
-        [oh.make_tensor_value_info("x", T.FLOAT, (n,))],
-        [oh.make_tensor_value_info("q", CODES[dst], (n,)),
-         oh.make_tensor_value_info("y", T.FLOAT, (n,))],
-    )  # fmt: skip
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 23)]), _floats(n, seed=8)
+    return roundtrip_model(dst, n, opset=23, narrow_out=True), _floats(n, seed=8)
 
 
 @pytest.mark.parametrize("dst", [*NARROW_FLOATS, "int4", "uint4"])
