@@ -1,13 +1,14 @@
 """The element types tensors may have, and the plain integer each narrow type is held as.
 
-The narrow types (bfloat16, the float8 family, int4/uint4, float4e2m1) are ml_dtypes' numpy
-types, importing this module registers their names with numpy (``np.dtype("bfloat16")``).
-Arrays of them are ordinary numpy arrays, one element per byte (two for bfloat16): int4, uint4
-and float4e2m1 are *not* packed two per byte in memory (only ONNX files pack them; the importer
-unpacks them), their value sits in the low 4 bits of the byte as ml_dtypes writes it (high bits
-0). Kernels never compute on a narrow type: they read and write its bits as the storage integer
-(`storage_dtype`), and Cast, QuantizeLinear and DequantizeLinear convert them to and from wider
-types with integer bit arithmetic (compiler/te/narrow.py)."""
+The narrow types (bfloat16, the float8 family with float8e8m0, int4/uint4, float4e2m1) are
+ml_dtypes' numpy types; importing this module registers their names with numpy
+(``np.dtype("bfloat16")``). Arrays of them are ordinary numpy arrays, one element a byte (two
+for bfloat16): int4, uint4 and float4e2m1 are *not* packed two a byte in memory (only ONNX
+files pack them; the importer unpacks them); the value sits in the low 4 bits of its byte as
+ml_dtypes writes it (high bits 0). Kernels never compute on a narrow type: they read and write
+its bits as the storage integer (`storage_dtype`), and Cast, QuantizeLinear and
+DequantizeLinear convert them to and from wider types with integer bit arithmetic
+(compiler/te/narrow.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ NARROW = {
     "float8_e5m2": "uint8",
     "float8_e5m2fnuz": "uint8",
     "float4_e2m1fn": "uint8",
+    "float8_e8m0fnu": "uint8",  # a power of two (MX scales): exponent bits alone, no sign
     "int4": "uint8",
     "uint4": "uint8",
 }

@@ -74,6 +74,8 @@ FORMATS = {
     "float8_e5m2fnuz": Minifloat(5, 2, 16, "fnuz"),
     "float4_e2m1fn": Minifloat(2, 1, 1, "none"),
 }
+#: float8e8m0 (MX block scales): an exponent alone, its own conversions
+E8M0 = "float8_e8m0fnu"
 #: the narrow integers: dtype -> signed
 INT4 = {"int4": True, "uint4": False}
 
@@ -95,6 +97,9 @@ def decode(bits: Any, dtype: str) -> Expr:
         return (nibble ^ const(8, I32)) - const(8, I32) if INT4[dtype] else nibble
     if dtype == "bfloat16":
         return reinterpret(s << _u(16), F32)
+    if dtype == E8M0:  # 2**(s - 127); 0 is 2**-127, a float32 subnormal; 0xFF is NaN
+        value = select(s == _u(0), _u(0x00400000), s << _u(23))
+        return select(s == _u(0xFF), _f32_nan(_u(0)), reinterpret(value, F32))
     f = FORMATS[dtype]
     top = f.ebits + f.mbits
     sign, mag = (s >> _u(top)) & _u(1), s & _u((1 << top) - 1)
@@ -160,10 +165,33 @@ def encode(value: Any, dtype: str, saturate: bool = False) -> Expr:
     return select(is_nan, nan, code).astype(storage)
 
 
-def cast_narrow(value: Any, src: str, dst: str, saturate: bool = True) -> Expr:
+def encode_e8m0(value: Any, saturate: bool, round_mode: str) -> Expr:
+    """float32 `value` as float8e8m0 bits, as ONNX Cast-24 defines it: the exponent field of
+    |value| (NaN and inf give 0xFF, NaN), moved up by a nonzero mantissa ("up"), by round to
+    nearest ("nearest": the top dropped bit, ties up unless the value is a denormal), or not
+    ("down"); with `saturate` never past 0xFE, the largest finite value."""
+    u = reinterpret(value, U32)
+    exp = (u >> _u(23)) & _u(0xFF)
+    if round_mode == "up":
+        bump = (u & _u(0x7FFFFF)) != _u(0)
+    elif round_mode == "nearest":
+        rest = (u & _u(0x3FFFFF)) != _u(0)
+        bump = ((u & _u(0x400000)) != _u(0)) & (rest | (exp > _u(0)))
+    else:
+        bump = const(False, "bool")  # "down"
+    if saturate:
+        bump = bump & (exp != _u(0xFE))
+    code = select(exp == _u(0xFF), exp, select(bump, exp + _u(1), exp))
+    return code.astype("uint8")
+
+
+def cast_narrow(
+    value: Any, src: str, dst: str, saturate: bool = True, round_mode: str = "up"
+) -> Expr:
     """`value` (of `src`, a narrow one given as its storage bits) cast to `dst` (a narrow one
     returned as its bits): through float32, or int32 for int4/uint4 (int4 from a float: the
-    truncated int32, wrapped). `saturate` is Cast-19's, for float8 results only."""
+    truncated int32, wrapped). `saturate` is Cast-19's, for float8 results only; `round_mode`
+    Cast-24's, for float8e8m0 results only."""
     if src == dst:
         return value
     if is_narrow(src):
@@ -172,7 +200,9 @@ def cast_narrow(value: Any, src: str, dst: str, saturate: bool = True) -> Expr:
         return value.astype(dst)
     if dst in INT4:
         return encode(value.astype(I32), dst)
+    if dst == E8M0:
+        return encode_e8m0(value.astype(F32), saturate, round_mode)
     return encode(value.astype(F32), dst, saturate and dst.startswith("float8"))
 
 
-__all__ = ["FORMATS", "INT4", "Minifloat", "cast_narrow", "decode", "encode"]
+__all__ = ["E8M0", "FORMATS", "INT4", "Minifloat", "cast_narrow", "decode", "encode", "encode_e8m0"]

@@ -247,9 +247,10 @@ def _cast(ctx: GroupContext, node: Node) -> list[Lazy]:
     src = ctx.type_of(node.inputs[0]).dtype
     shape, dtype = _out(ctx, node)
     if is_narrow(src) or is_narrow(dtype):  # bfloat16, float8, int4, ...: bit conversions
-        saturate = bool(get_op(node.op).full_attrs(node)["saturate"])
-        return [Lazy(shape, storage_dtype(dtype), lambda idx: cast_narrow(x(idx), src, dtype,
-                                                                          saturate))]  # fmt: skip
+        attrs = get_op(node.op).full_attrs(node)
+        saturate, mode = bool(attrs["saturate"]), str(attrs["round_mode"])
+        return [Lazy(shape, storage_dtype(dtype),
+                     lambda idx: cast_narrow(x(idx), src, dtype, saturate, mode))]  # fmt: skip
     return [Lazy(shape, dtype, lambda idx: x(idx).astype(dtype))]
 
 

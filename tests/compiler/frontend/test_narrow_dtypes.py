@@ -29,6 +29,7 @@ CODES = {
     "bfloat16": T.BFLOAT16, "float8_e4m3fn": T.FLOAT8E4M3FN, "float8_e4m3fnuz": T.FLOAT8E4M3FNUZ,
     "float8_e5m2": T.FLOAT8E5M2, "float8_e5m2fnuz": T.FLOAT8E5M2FNUZ,
     "float4_e2m1fn": T.FLOAT4E2M1, "int4": T.INT4, "uint4": T.UINT4,
+    "float8_e8m0fnu": T.FLOAT8E8M0,
 }  # fmt: skip
 NARROW_FLOATS = [
     "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
@@ -50,7 +51,9 @@ def _floats(n: int = 1037, seed: int = 0) -> np.ndarray:
     return values[:n].astype(np.float32)
 
 
-def _cast_model(src: str, dst: str, n: int, saturate: int | None = None) -> onnx.ModelProto:
+def _cast_model(
+    src: str, dst: str, n: int, saturate: int | None = None, opset: int = 23
+) -> onnx.ModelProto:
     kw = {} if saturate is None else {"saturate": saturate}
     node = oh.make_node("Cast", ["x"], ["y"], to=CODES[dst], **kw)
     graph = oh.make_graph(
@@ -59,7 +62,7 @@ def _cast_model(src: str, dst: str, n: int, saturate: int | None = None) -> onnx
         [oh.make_tensor_value_info("x", CODES[src], (n,))],
         [oh.make_tensor_value_info("y", CODES[dst], (n,))],
     )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 23)])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
 
 
 def _same(got: np.ndarray, want: np.ndarray) -> None:
@@ -85,6 +88,8 @@ def _both(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
 def _oracle_cast(x: np.ndarray, dst: str, saturate: bool) -> np.ndarray:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
+        if dst == "float8_e8m0fnu":  # Cast-24's definition (round_mode "up")
+            return numpy_helper.to_float8e8m0(x, saturate, "up")
         if saturate and dst.startswith("float8"):
             return numpy_helper.saturate_cast(x, np.dtype(dst))
         return x.astype(dst)
@@ -370,3 +375,27 @@ def test_bfloat16_data_movement_comparisons_and_constants() -> None:
     for got in (compiled, reference):
         for name, value in want.items():
             _same(np.asarray(got[name]), np.asarray(value))
+
+
+@pytest.mark.parametrize("round_mode", ["up", "down", "nearest"])
+@pytest.mark.parametrize("saturate", [1, 0])
+def test_float8e8m0_casts_as_onnx_defines_them(round_mode: str, saturate: int) -> None:
+    """float32 -> float8e8m0 against onnx's own `numpy_helper.to_float8e8m0` (Cast-24's
+    definition) in each rounding mode, and every float8e8m0 value back as ml_dtypes converts."""
+    x = _floats()
+    node = oh.make_node("Cast", ["x"], ["y"], to=T.FLOAT8E8M0, saturate=saturate,
+                        round_mode=round_mode)  # fmt: skip
+    graph = oh.make_graph(
+        [node],
+        "e8m0",
+        [oh.make_tensor_value_info("x", T.FLOAT, (x.size,))],
+        [oh.make_tensor_value_info("y", T.FLOAT8E8M0, (x.size,))],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 24)])
+    want = numpy_helper.to_float8e8m0(x, bool(saturate), round_mode)
+    for got in _both(model, x):
+        _same(got, want)
+    codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    back = _both(_cast_model("float8_e8m0fnu", "float32", 256, opset=24), codes)
+    for got in back:
+        np.testing.assert_array_equal(got, codes.astype(np.float32))

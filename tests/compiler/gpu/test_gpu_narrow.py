@@ -29,10 +29,10 @@ from test_narrow_dtypes import (  # noqa: E402
 def _chain(dst: str):
     """float32 -> narrow (saturating) -> float32, with the narrow value as an output too."""
     n = 515
-    return roundtrip_model(dst, n, opset=23, narrow_out=True), _floats(n, seed=8)
+    return roundtrip_model(dst, n, opset=24, narrow_out=True), _floats(n, seed=8)
 
 
-@pytest.mark.parametrize("dst", [*NARROW_FLOATS, "int4", "uint4"])
+@pytest.mark.parametrize("dst", [*NARROW_FLOATS, "float8_e8m0fnu", "int4", "uint4"])
 def test_narrow_casts_on_opencl_match_ml_dtypes(dst: str) -> None:
     model, x = _chain(dst)
     if dst in ("int4", "uint4"):
@@ -45,7 +45,7 @@ def test_narrow_casts_on_opencl_match_ml_dtypes(dst: str) -> None:
 
 def test_narrow_casts_compile_with_nvrtc() -> None:
     pytest.importorskip("nvidia.cuda_nvrtc")
-    for dst in ("bfloat16", "float8_e4m3fn", "float8_e5m2fnuz", "int4"):
+    for dst in ("bfloat16", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e8m0fnu", "int4"):
         module = tensorforge.compile(_chain(dst)[0], target="cuda -arch=sm_80", progress=False)
         for image in module.kernels:
             assert ".visible .entry" in json.loads(image.payload)["ptx"]
