@@ -48,6 +48,9 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from . import dtypes
 from . import ndarray as nd
 
 Buffer = Any  # bytes-like: anything with the buffer protocol (collections.abc.Buffer in 3.12)
@@ -58,10 +61,8 @@ _FIXED = struct.calcsize("<II")
 DIGEST_KEY = "digest"
 DIGEST_PREFIX = "sha256:"
 #: dtypes an artifact's arrays may have: numeric, native byte order (never objects or records)
-DTYPES = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64",
-)  # fmt: skip
+#: (ml_dtypes' narrow types included: bfloat16, float8_*, int4, ... runtime/dtypes.py)
+DTYPES = dtypes.DTYPES
 #: the most elements one array may have (zero dims count as ones): far past any memory, far
 #: below where int64 shape arithmetic could wrap
 MAX_ELEMENTS = 1 << 40
@@ -143,6 +144,8 @@ def pack(
 
 def _byte_view(data: Buffer) -> memoryview:
     """`data`'s bytes as a flat view (no copy); an empty buffer of any shape is b""."""
+    if isinstance(data, np.ndarray) and dtypes.is_narrow(str(data.dtype)):
+        data = np.ascontiguousarray(data).view(np.uint8)  # ml_dtypes' types have no buffer format
     view = memoryview(data)
     return view.cast("B") if view.nbytes else memoryview(b"")
 

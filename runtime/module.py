@@ -34,6 +34,7 @@ from . import container
 from . import ndarray as nd
 from .device.cpu.elf import HOST_IS_ELF, elf_problem
 from .device.cpu.function import ParamSpec
+from .dtypes import storage_dtype
 from .executor import Executor, Launch, Profile
 
 MAGIC = b"TFMOD\x00\x00\x01"
@@ -336,7 +337,8 @@ class Module:
                 else:
                     have = self.tensors[value]
                 want = TensorSpec(spec.shape, spec.dtype)
-                if have.dtype != want.dtype or have.nbytes != want.nbytes:
+                # (a narrow tensor, bfloat16 or float8, is its storage integer in kernels)
+                if storage_dtype(have.dtype) != want.dtype or have.nbytes != want.nbytes:
                     raise ValueError(
                         f"argument {spec.name} of kernel {call.kernel!r} must be {want} "
                         f"(or a reshape of it), not {value!r}: {have}"
@@ -631,9 +633,12 @@ def _as_input(value: Any, dtype: str) -> np.ndarray:
     kind (a list of floats for a float32 input; never floats into an integer input)."""
     if not isinstance(value, np.ndarray):
         array = np.asarray(value)
+        integer = np.dtype(dtype).kind in "iu" or dtype in ("int4", "uint4")
+        if integer and array.dtype.kind == "f":  # (ml_dtypes lets floats cast to int4)
+            return array
         if array.dtype.kind in "biuf" and np.can_cast(array.dtype, dtype, "same_kind"):
             converted = array.astype(dtype)
-            exact = np.dtype(dtype).kind not in "iu" or np.array_equal(converted, array)
+            exact = not integer or np.array_equal(converted, array)
             return converted if exact else array  # [300] is no int8: the dtype error says so
         return array
     if not value.dtype.isnative and value.dtype.newbyteorder("=") == np.dtype(dtype):

@@ -78,6 +78,10 @@ class OnnxImportError(ValueError):
     """The ONNX model cannot be imported: malformed file, bad opset, unknown input dims."""
 
 
+#: element types ONNX files pack two to a byte (held one to a byte once imported)
+PACKED_4BIT = ("int4", "uint4", "float4_e2m1fn")
+
+
 class UnsupportedDtypeError(OnnxImportError):
     """A tensor of the model has an element type the graph layer does not support."""
 
@@ -169,17 +173,24 @@ class RawWeights:
         except ShapeError as exc:
             raise OnnxImportError(f"{where}: {exc}") from None
         shape = tuple(tensor.dims)
-        expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        count = int(np.prod(shape, dtype=np.int64))
+        packed = dtype in PACKED_4BIT  # two values a byte in the file, one a byte in memory
+        expected = (count + 1) // 2 if packed else count * np.dtype(dtype).itemsize
         if span[1] != expected:
             raise OnnxImportError(
                 f"{where} must hold data of its shape {shape}: raw_data has {span[1]} bytes "
                 f"(at byte {span[0]}), not {expected}"
             )
         array = nd.empty(shape, dtype).numpy()
+        raw = np.empty(expected, np.uint8) if packed else array.reshape(-1).view(np.uint8)
         try:
-            read_span(self.f, span, memoryview(array.reshape(-1).view(np.uint8)))
+            read_span(self.f, span, memoryview(raw))
         except WireError as exc:
             raise OnnxImportError(f"{where}: {exc}") from None
+        if packed:  # the first value in the low 4 bits, as onnx.numpy_helper unpacks them
+            nibbles = array.reshape(-1).view(np.uint8)
+            nibbles[0::2] = raw[: (count + 1) // 2] & 0xF
+            nibbles[1::2] = raw[: count // 2] >> 4
         array.setflags(write=False)
         return array
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...runtime import ndarray as nd
-from ..te.dtype import DTYPES
+from ...runtime.dtypes import DTYPES
 
 if TYPE_CHECKING:
     from .passes.fuse_ops import FusedGroup

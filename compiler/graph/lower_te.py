@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...runtime import ndarray as nd
+from ...runtime.dtypes import storage_dtype
 from .. import te
 from ..schedule.schedule import Schedule
 from ..te.tensor import Tensor
@@ -104,8 +105,9 @@ class GroupContext:
             return self.lazies[value]
         ty, const = self.type_of(value), self.constant(value)
         if const is not None and const.size == 1:
-            scalar = te.const(const.reshape(()).item(), ty.dtype)
-            return Lazy(ty.shape, ty.dtype, lambda idx: scalar)
+            dtype = storage_dtype(ty.dtype)  # a narrow type's bits (runtime/dtypes.py)
+            scalar = te.const(const.reshape(()).view(dtype).item(), dtype)
+            return Lazy(ty.shape, dtype, lambda idx: scalar)
         bound = self.params.get(value)
         if bound is not None and tuple(bound.shape) != (tuple(ty.shape) or (1,)):
             # already a parameter viewed with another shape (an anchor's operand as a GEMM's
@@ -113,7 +115,7 @@ class GroupContext:
             return reshape_lazy(tensor_lazy(bound), ty.shape)
         t = self.param(value)
         if not ty.shape:  # a 0-d value is passed as one element
-            return Lazy((), ty.dtype, lambda idx: t[0])
+            return Lazy((), t.dtype, lambda idx: t[0])
         return tensor_lazy(t)
 
     def param(self, value: str, shape: Sequence[int] | None = None) -> Tensor:
@@ -126,7 +128,7 @@ class GroupContext:
             raise LoweringError(f"value {value!r} must be read with one shape per kernel")
         if ty.size == 0:
             self._refuse_empty(value)
-        t = te.placeholder(shape, ty.dtype, name=f"p{len(self.params)}")
+        t = te.placeholder(shape, storage_dtype(ty.dtype), name=f"p{len(self.params)}")
         self.params[value] = t
         return t
 
@@ -145,7 +147,8 @@ class GroupContext:
         """A new constant (e.g. pre-packed weights) passed as a kernel parameter; kept
         64-byte aligned (`ndarray.aligned`), as the module's executor binds it in place."""
         self.constants[name] = array = nd.aligned(np.asarray(array))
-        t = te.placeholder(array.shape, str(array.dtype), name=f"p{len(self.params)}")
+        dtype = storage_dtype(str(array.dtype))
+        t = te.placeholder(array.shape, dtype, name=f"p{len(self.params)}")
         self.params[name] = t
         return t
 
@@ -318,8 +321,8 @@ def expression_growth(graph: Graph, node: Node) -> Growth | None:
     for k, name in enumerate(node.inputs):
         if name and name not in graph.constants and name not in leaves:
             ty = graph.types[name]
-            leaves[name] = leaf = te.var(f"leaf{k}", ty.dtype)
-            ctx.lazies[name] = Lazy(ty.shape, ty.dtype, lambda _idx, v=leaf: v)
+            leaves[name] = leaf = te.var(f"leaf{k}", storage_dtype(ty.dtype))
+            ctx.lazies[name] = Lazy(ty.shape, leaf.dtype, lambda _idx, v=leaf: v)
     try:
         lazies = rule(ctx, node)
         exprs = [lz(tuple(te.var(f"i{d}") for d in range(len(lz.shape)))) for lz in lazies]
@@ -390,7 +393,7 @@ def _lower_injective(
     outs = []
     for k, value in enumerate(outputs):
         lazy = ctx.lazies[value]
-        if lazy.dtype != ctx.type_of(value).dtype:
+        if lazy.dtype != storage_dtype(ctx.type_of(value).dtype):
             raise LoweringError(f"value {value!r} lowered to {lazy.dtype}, not its graph dtype")
         outs.append(te.compute(lazy.shape or (1,), _indexer(lazy), name=f"out{k}"))
     sched = te.create_schedule([t.op for t in outs])

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ...runtime.dtypes import is_narrow, wide_dtype
 from .ir import AttrValue, GraphError, Node, ShapeError, TensorType
 
 # The ONNX opsets whose op definitions the registry implements (type rules come from them).
@@ -187,10 +188,47 @@ class OpSpec:
         return attrs
 
     def run(self, node: Node, arrays: Sequence[np.ndarray | None]) -> tuple[np.ndarray, ...]:
-        """Evaluate `node` on numpy arrays; returns one array per output."""
-        result = self.compute(self.full_attrs(node), *arrays)
+        """Evaluate `node` on numpy arrays; returns one array per output. Narrow inputs
+        (bfloat16, float8, int4, ...) that the op does not take as such (`narrow_positions`)
+        are widened first, and the outputs whose type is narrow rounded back, as the
+        `widen_narrow` pass does for compiled code."""
+        attrs = self.full_attrs(node)
+        ins, outs = narrow_positions(self.name)
+        widen = [
+            k not in ins and a is not None and is_narrow(str(a.dtype)) for k, a in enumerate(arrays)
+        ]
+        narrow_out: list[str | None] = []
+        if any(widen):
+            in_types = [None if a is None else TensorType(a.shape, str(a.dtype)) for a in arrays]
+            consts = [a if k in self.const_inputs else None for k, a in enumerate(arrays)]
+            types = self.infer(attrs, in_types, consts)
+            narrow_out = [t.dtype if is_narrow(t.dtype) and k not in outs else None
+                          for k, t in enumerate(types)]  # fmt: skip
+            arrays = [a.astype(wide_dtype(str(a.dtype))) if w else a  # type: ignore[union-attr]
+                      for a, w in zip(arrays, widen, strict=True)]  # fmt: skip
+        result = self.compute(attrs, *arrays)
         results = result if isinstance(result, tuple) else (result,)
+        results = tuple(
+            np.asarray(r).astype(narrow_out[k]) if k < len(narrow_out) and narrow_out[k] else r
+            for k, r in enumerate(results)
+        )
         return results[: len(node.outputs)]
+
+
+#: ops that take narrow types (bfloat16, float8, int4, ...) as such: the input and output
+#: positions that may hold them. Everywhere else a narrow value is widened (float32, int8 or
+#: uint8: `runtime.dtypes.wide_dtype`) and the result rounded back: passes/widen_narrow.py.
+NARROW_NATIVE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "Cast": ((0,), (0,)),
+    "CastLike": ((0, 1), (0,)),
+    "QuantizeLinear": ((2,), (0,)),
+    "DequantizeLinear": ((0, 2), ()),
+}
+
+
+def narrow_positions(op: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(input positions, output positions) where `op` takes narrow types as such."""
+    return NARROW_NATIVE.get(op, ((), ()))
 
 
 def _coerce(value: Any, default: Any, where: str) -> AttrValue:

@@ -12,7 +12,7 @@ from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = ("bfloat16", "float16", "float32", "float64")
 
 
 def _size(value: Any) -> list[int]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ....runtime.dtypes import is_floating
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
@@ -101,7 +102,7 @@ def _geometry(attrs: dict[str, Any], types: list) -> _Geometry:
 
 def _attention_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     q = types[0]
-    if not np.issubdtype(np.dtype(q.dtype), np.floating):
+    if not is_floating(q.dtype):
         raise ValueError(f"Attention Q must be a floating-point tensor, not {q.dtype}")
     g = _geometry(attrs, types)
     mask = types[3] if len(types) > 3 else None

@@ -14,7 +14,7 @@ from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = ("bfloat16", "float16", "float32", "float64")
 
 
 def _geometry(attrs: dict[str, Any], image: np.ndarray, block: np.ndarray) -> tuple:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ....runtime.dtypes import is_floating
 from ..ir import GraphBuilder, Node, TensorType, broadcast_shapes
 from ..registry import Pattern, UnsupportedOpError, get_op, register
 from .elemwise import erf
@@ -29,7 +30,7 @@ MS = "com.microsoft."  # the registry prefix of onnxruntime's contrib domain
 
 
 def _floating(op: str, ty: TensorType, what: str = "input") -> None:
-    if not np.issubdtype(np.dtype(ty.dtype), np.floating):
+    if not is_floating(ty.dtype):
         raise ValueError(f"{op} {what} must be a floating-point tensor, not {ty.dtype}")
 
 

@@ -14,7 +14,7 @@ from ..registry import Pattern, register
 from .emit import Emitter
 from .pool_indices import expand_max_unpool_runtime
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = ("bfloat16", "float16", "float32", "float64")
 
 # CenterCropPad ---------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, get_op, register
 from .emit import Emitter
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = ("bfloat16", "float16", "float32", "float64")
 
 
 def _fold_expand(op: str) -> Any:

@@ -7,6 +7,7 @@ import functools
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..ir import TensorType, broadcast_shapes, check_dtype
@@ -305,22 +306,56 @@ register("Clip", Pattern.ELEMWISE, same_type, _clip, inputs=(1, 3))
 
 
 def _cast_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    if attrs.get("round_mode", "up") not in ("up", "down", "nearest"):
+        raise ValueError(
+            f"Cast round_mode must be up, down or nearest, not {attrs['round_mode']!r}"
+        )
     return [TensorType(types[0].shape, check_dtype(attrs["to"], "Cast.to"))]
 
 
 def _cast(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    """numpy's (ml_dtypes') `astype`; to a float8 type with `saturate` (Cast-19, default on),
+    values past the type's range (infinities too) become its largest finite value of their
+    sign, as in ONNX's reference (`numpy_helper.saturate_cast`)."""
+    to = attrs["to"]
+    if to == "float8_e8m0fnu":
+        return _to_e8m0(x, bool(attrs.get("saturate", 1)), attrs.get("round_mode", "up"))
     with np.errstate(all="ignore"):
-        return x.astype(attrs["to"])
+        if to.startswith("float8") and attrs.get("saturate", 1):
+            info = ml_dtypes.finfo(to)
+            x = np.clip(x.astype(np.float32), np.float32(info.min), np.float32(info.max))
+        return x.astype(to)
 
 
-register("Cast", Pattern.ELEMWISE, _cast_type, _cast, attrs={"to": REQUIRED, "saturate": 1})
+def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """Cast-24 to float8e8m0: |x|'s float32 exponent field, rounded by the mantissa per
+    `round_mode` (see `te.narrow.encode_e8m0`); NaN and inf give 0xFF."""
+    with np.errstate(all="ignore"):
+        bits = np.asarray(x).astype(np.float32).view(np.uint32)
+    exp = (bits >> 23) & 0xFF
+    if round_mode == "up":
+        bump = (bits & 0x7FFFFF) != 0
+    elif round_mode == "nearest":
+        bump = ((bits & 0x400000) != 0) & (((bits & 0x3FFFFF) != 0) | (exp > 0))
+    elif round_mode == "down":
+        bump = np.zeros(exp.shape, bool)
+    else:
+        raise ValueError(f"Cast round_mode must be up, down or nearest, not {round_mode!r}")
+    if saturate:
+        bump &= exp != 0xFE
+    code = np.where(exp == 0xFF, exp, exp + bump)
+    return code.astype(np.uint8).view("float8_e8m0fnu")
+
+
+_CAST_ATTRS = {"saturate": 1, "round_mode": "up"}
+register("Cast", Pattern.ELEMWISE, _cast_type, _cast, attrs={"to": REQUIRED, **_CAST_ATTRS})
 register(
     "CastLike",
     Pattern.ELEMWISE,
-    lambda a, t, c: [TensorType(t[0].shape, t[1].dtype)],
-    lambda a, x, like: _cast({"to": like.dtype}, x),
+    lambda a, t, c: _cast_type({**a, "to": t[1].dtype}, t, c),
+    lambda a, x, like: _cast({**a, "to": str(like.dtype)}, x),
     inputs=(2, 2),
-    attrs={"saturate": 1},
+    attrs=_CAST_ATTRS,
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ....runtime.dtypes import is_floating
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
@@ -26,7 +27,7 @@ _REDUCTIONS = ("none", "sum", "mean")
 def _loss_type(op: str, attrs: dict[str, Any], types: list) -> TensorType:
     x, t = types[:2]
     weight = types[2] if len(types) > 2 else None
-    if not np.issubdtype(np.dtype(x.dtype), np.floating):
+    if not is_floating(x.dtype):
         raise ValueError(f"{op} input must be a floating-point tensor, not {x.dtype}")
     if len(x.shape) < 2:
         raise ValueError(f"{op} input must be [N, C, d...], not shape {list(x.shape)}")

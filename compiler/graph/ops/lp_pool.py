@@ -13,7 +13,7 @@ from ..registry import Pattern, register
 from .emit import Emitter
 from .nn import _pool_pads, _windows, window_geometry
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = ("bfloat16", "float16", "float32", "float64")
 _ATTRS = {
     "auto_pad": "NOTSET",
     "ceil_mode": 0,

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ....runtime.dtypes import is_floating
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import REQUIRED, Pattern, register
 from .emit import Emitter
@@ -23,7 +24,7 @@ from .shape import normalize_axis
 
 
 def _floating(op: str, ty: TensorType) -> None:
-    if not np.issubdtype(np.dtype(ty.dtype), np.floating):
+    if not is_floating(ty.dtype):
         raise ValueError(f"{op} input must be a floating-point tensor, not {ty.dtype}")
 
 

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..ir import GraphBuilder, Node, TensorType, check_dtype
 from ..registry import Pattern, register
+from .elemwise import _cast
 from .emit import Emitter
 from .nn import _CONV_ATTRS, _conv_type, conv
 
+#: the narrow types QuantizeLinear may produce and DequantizeLinear read (runtime/dtypes.py)
+QUANT_NARROW = (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float4_e2m1fn",
+    "int4", "uint4",
+)  # fmt: skip
 _QUANT_ATTRS = {"axis": 1, "block_size": 0, "saturate": 1, "output_dtype": None}
 
 
@@ -38,7 +45,7 @@ def expand_param(p: np.ndarray, shape: tuple[int, ...], axis: int, block_size: i
 def round_saturate(values: np.ndarray, zero: Any, dtype: str) -> np.ndarray:
     """``rint(clip(values, min - zero, max - zero)) + zero`` as `dtype`, in the values' float
     type (MLAS's order: clamp, round half to even, add the zero point); NaN gives the minimum."""
-    info = np.iinfo(dtype)
+    info = ml_dtypes.iinfo(dtype)  # (int4 and uint4 too)
     z = np.asarray(zero, values.dtype)
     clamped = np.clip(values, info.min - z, info.max - z)
     out = np.where(np.isnan(values), info.min, np.rint(clamped) + z)
@@ -53,8 +60,11 @@ def _quant_dtype(attrs: dict[str, Any], types: list) -> str:
 
 def _quantize_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     dtype = _quant_dtype(attrs, types)
-    if np.dtype(dtype).kind not in "iu":
-        raise ValueError(f"QuantizeLinear output dtype must be an integer type, not {dtype!r}")
+    if np.dtype(dtype).kind not in "iu" and dtype not in QUANT_NARROW:
+        raise ValueError(
+            f"QuantizeLinear output dtype must be an integer, float8 or float4e2m1 type, "
+            f"not {dtype!r}"
+        )
     return [TensorType(types[0].shape, dtype)]
 
 
@@ -66,7 +76,13 @@ def quantize_linear(
     s = expand_param(scale, x.shape, axis, block).astype(np.float32)
     z = 0 if zero is None else expand_param(zero, x.shape, axis, block).astype(np.float32)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return round_saturate(x.astype(np.float32) / s, z, dtype)
+        y = x.astype(np.float32) / s
+        if dtype in QUANT_NARROW and dtype not in ("int4", "uint4"):
+            # ONNX's reference: a float8 zero point must be 0 and is not added; float4's is
+            if zero is not None and not dtype.startswith("float8"):
+                y = y + z
+            return _cast({"to": dtype, "saturate": attrs["saturate"]}, y)
+        return round_saturate(y, z, dtype)
 
 
 def _dequantize_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
@@ -78,6 +94,10 @@ def dequantize_linear(
 ) -> np.ndarray:
     axis, block = attrs["axis"], attrs["block_size"]
     s = expand_param(scale, x.shape, axis, block).astype(np.float32)
+    if str(x.dtype).startswith("float"):  # float8, float4e2m1 (a float8 zero point is 0)
+        z = 0 if zero is None else expand_param(zero, x.shape, axis, block).astype(np.float32)
+        centered = x.astype(np.float32) - (0 if str(x.dtype).startswith("float8") else z)
+        return (centered * s).astype(scale.dtype)
     z = 0 if zero is None else expand_param(zero, x.shape, axis, block).astype(np.int64)
     centered = (x.astype(np.int64) - z).astype(np.int32)  # onnxruntime's int32 difference
     return (centered.astype(np.float32) * s).astype(scale.dtype)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ....runtime.dtypes import is_floating
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
@@ -30,7 +31,7 @@ _FLOAT_ONLY = ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
 
 def _extra_reduce_type(op: str) -> Callable:
     def infer(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-        if op in _FLOAT_ONLY and not np.issubdtype(np.dtype(types[0].dtype), np.floating):
+        if op in _FLOAT_ONLY and not is_floating(types[0].dtype):
             raise ValueError(f"{op} input must be a floating-point tensor, not {types[0].dtype}")
         return reduce_type(attrs, types, consts)
 

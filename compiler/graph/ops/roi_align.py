@@ -17,7 +17,7 @@ from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = ("bfloat16", "float16", "float32", "float64")
 _ATTRS = {
     "coordinate_transformation_mode": "half_pixel",
     "mode": "avg",

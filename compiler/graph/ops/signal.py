@@ -20,7 +20,7 @@ from ..registry import Pattern, register
 from .data_dependent import _fold_expand
 from .emit import Emitter
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = ("bfloat16", "float16", "float32", "float64")
 
 
 def _int_scalar(value: Any, what: str) -> int:

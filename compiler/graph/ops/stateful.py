@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ....runtime.dtypes import is_floating
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, UnsupportedOpError, register
 from .emit import Emitter
@@ -31,7 +32,7 @@ _ACTIVATIONS = ("none", "silu", "swish")
 def _conv_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x, w = types[:2]
     bias, past = (types[i] if len(types) > i else None for i in (2, 3))
-    if not np.issubdtype(np.dtype(x.dtype), np.floating):
+    if not is_floating(x.dtype):
         raise ValueError(f"CausalConvWithState input must be floating-point, not {x.dtype}")
     if len(x.shape) != 3:
         raise ValueError(f"CausalConvWithState input must be [N, C, L], not {list(x.shape)}")
@@ -142,7 +143,7 @@ def _linear_geometry(attrs: dict[str, Any], types: list) -> tuple[int, ...]:
 
 def _linear_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     q = types[0]
-    if not np.issubdtype(np.dtype(q.dtype), np.floating):
+    if not is_floating(q.dtype):
         raise ValueError(f"LinearAttention query must be floating-point, not {q.dtype}")
     b, t, hq, hkv, dk, dv = _linear_geometry(attrs, types)
     if t > MAX_STEPS:

@@ -21,8 +21,10 @@ from .partition import (
 from .plan_memory import MemoryPlan, Slot, plan_memory
 from .sink_transposes import sink_transposes
 from .widen_half import widen_half
+from .widen_narrow import widen_narrow
 
 PIPELINE = [
+    widen_narrow,  # ops on bfloat16/float8/int4 compute in float32 (int8), only Casts convert
     expand_composites,  # Einsum, LSTM, GRU, RNN become ops the back-ends compile
     fold_constants,  # weights transformed by constant subgraphs become plain constants
     sink_transposes,  # NHWC Transposes around each conv (tf2onnx) meet their inverses
@@ -72,4 +74,5 @@ __all__ = [
     "plan_memory",
     "sink_transposes",
     "widen_half",
+    "widen_narrow",
 ]

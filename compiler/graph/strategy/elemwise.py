@@ -8,12 +8,15 @@ from typing import Any
 
 import numpy as np
 
+from ....runtime.dtypes import is_narrow, storage_dtype
 from ... import te
 from ...te import dtype as dt
+from ...te.narrow import cast_narrow
 from ...tir.stmt import LoweringError
 from ..ir import Node
 from ..lower_te import GroupContext, Index, Lazy, Rule, reshape_lazy
 from ..ops.shape import pad_widths, slice_index, split_sizes, squeezed, unsqueezed
+from ..registry import get_op
 
 
 def _out(ctx: GroupContext, node: Node, k: int = 0) -> tuple[tuple[int, ...], str]:
@@ -241,7 +244,13 @@ def _clip(ctx: GroupContext, node: Node) -> list[Lazy]:
 
 def _cast(ctx: GroupContext, node: Node) -> list[Lazy]:
     x = ctx.get(node.inputs[0])  # (CastLike's second input gives only the dtype)
+    src = ctx.type_of(node.inputs[0]).dtype
     shape, dtype = _out(ctx, node)
+    if is_narrow(src) or is_narrow(dtype):  # bfloat16, float8, int4, ...: bit conversions
+        attrs = get_op(node.op).full_attrs(node)
+        saturate, mode = bool(attrs["saturate"]), str(attrs["round_mode"])
+        return [Lazy(shape, storage_dtype(dtype),
+                     lambda idx: cast_narrow(x(idx), src, dtype, saturate, mode))]  # fmt: skip
     return [Lazy(shape, dtype, lambda idx: x(idx).astype(dtype))]
 
 

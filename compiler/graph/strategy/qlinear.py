@@ -38,7 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from ....runtime.dtypes import is_narrow, storage_dtype
 from ... import te
+from ...te import narrow
 from ...te.tensor import Tensor
 from ...tir.stmt import LoweringError
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
@@ -84,13 +86,18 @@ def round_saturate(v: Any, zero: Any, dtype: str) -> Any:
     """``rint(clamp(v, min - zero, max - zero)) + zero`` as `dtype` (float32 `v`, `zero` a float32
     expression or None); NaN gives the type's minimum. Mirrors ``ops.quant.round_saturate``."""
     info = np.iinfo(dtype)
-    low, high = te.const(float(info.min), F32), te.const(float(info.max), F32)
+    return _round_clamp(v, zero, int(info.min), int(info.max)).astype(dtype)
+
+
+def _round_clamp(v: Any, zero: Any, lowest: int, highest: int) -> Any:
+    """`round_saturate` in float32, to the range [lowest, highest]."""
+    low, high = te.const(float(lowest), F32), te.const(float(highest), F32)
     if zero is not None:
         low, high = low - zero, high - zero
     value = te.round(te.min(te.max(v, low), high))
     if zero is not None:
         value = value + zero
-    return te.select(v == v, value, te.const(float(info.min), F32)).astype(dtype)
+    return te.select(v == v, value, te.const(float(lowest), F32))
 
 
 # ---- QuantizeLinear, DequantizeLinear -----------------------------------------------------------
@@ -133,11 +140,34 @@ def _quantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
     zero = _param(ctx, node, 2, x.shape, attrs["axis"], attrs["block_size"])
     assert scale is not None  # the registry requires it
 
+    if is_narrow(dtype):
+        return [_quantize_narrow(x, scale, zero, dtype, bool(attrs["saturate"]))]
+
     def fn(idx: Index) -> Any:
         v = x(idx).astype(F32) / scale(idx).astype(F32)
         return round_saturate(v, zero(idx).astype(F32) if zero else None, dtype)
 
     return [Lazy(x.shape, dtype, fn)]
+
+
+def _quantize_narrow(
+    x: Lazy, scale: Reader, zero: Reader | None, dtype: str, saturate: bool
+) -> Lazy:
+    """QuantizeLinear to a narrow type, as ONNX's reference: int4/uint4 like int8 (their own
+    range); a float type rounds ``x / scale`` to nearest even (plus a float4e2m1 zero point;
+    a float8 one must be 0 and is not added), saturating as Cast does."""
+
+    def fn(idx: Index) -> Any:
+        v = x(idx).astype(F32) / scale(idx).astype(F32)
+        z = None if zero is None else narrow.decode(zero(idx), dtype).astype(F32)
+        if dtype in narrow.INT4:
+            low, high = (-8, 7) if narrow.INT4[dtype] else (0, 15)
+            return narrow.encode(_round_clamp(v, z, low, high).astype("int32"), dtype)
+        if z is not None and not dtype.startswith("float8"):
+            v = v + z
+        return narrow.encode(v, dtype, saturate and dtype.startswith("float8"))
+
+    return Lazy(x.shape, storage_dtype(dtype), fn)
 
 
 def _dequantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
@@ -149,10 +179,18 @@ def _dequantize_linear(ctx: GroupContext, node: Node) -> list[Lazy]:
     zero = _param(ctx, node, 2, x.shape, attrs["axis"], attrs["block_size"])
     assert scale is not None
 
+    src = ctx.type_of(node.inputs[0]).dtype
+
     def fn(idx: Index) -> Any:
-        q = x(idx).astype(ACC)
+        if is_narrow(src) and src not in narrow.INT4:  # float8, float4e2m1: float32 values
+            q = narrow.decode(x(idx), src)
+            if zero is not None and not src.startswith("float8"):  # (float8's must be 0)
+                q = q - narrow.decode(zero(idx), src)
+            v = q * scale(idx).astype(F32)
+            return v if dtype == F32 else v.astype(dtype)
+        q = narrow.decode(x(idx), src) if is_narrow(src) else x(idx).astype(ACC)
         if zero is not None:
-            q = q - zero(idx).astype(ACC)
+            q = q - (narrow.decode(zero(idx), src) if is_narrow(src) else zero(idx).astype(ACC))
         v = q.astype(F32) * scale(idx).astype(F32)
         return v if dtype == F32 else v.astype(dtype)
 

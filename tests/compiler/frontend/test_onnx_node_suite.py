@@ -133,6 +133,18 @@ ONNXRUNTIME_OVER_REFERENCE = {
 ATOL_OVER_CASE = {"test_dft_inverse": 1e-5, "test_dft_inverse_opset19": 1e-5}
 
 
+# bfloat16 Attention: ONNX's reference runs each numpy step (the products, the softmax's exp, sum
+# and division) on bfloat16 arrays, rounding after every one; TensorForge computes the op in
+# float32 and rounds its result once (as onnxruntime's bfloat16 kernels accumulate in float32).
+# The two differ by up to 2 bfloat16 ulps (relative 2**-7 at most); test_narrow_dtypes.py checks
+# ours against the float32 op rounded once. Checked at that tolerance instead of rtol 1e-3.
+RTOL_OVER_CASE = {
+    f"test_attention_{case}_bf16": 2.0**-6
+    for case in ("4d_causal", "4d_padded_kv", "4d_causal_padded_kv", "4d_attn_mask_causal",
+                 "3d_causal")
+}  # fmt: skip
+
+
 def _onnxruntime_outputs(model: onnx.ModelProto, inputs: list) -> list:
     import onnxruntime as ort
 
@@ -170,7 +182,8 @@ def mismatch(case, graph, got: dict, expected: list) -> str | None:
         try:
             assert got[name].dtype == want.dtype, f"dtype {got[name].dtype} != {want.dtype}"
             atol = max(case.atol, ATOL_OVER_CASE.get(case.name, 0.0))
-            np.testing.assert_allclose(got[name], want, rtol=case.rtol, atol=atol)
+            rtol = max(case.rtol, RTOL_OVER_CASE.get(case.name, 0.0))
+            np.testing.assert_allclose(got[name], want, rtol=rtol, atol=atol)
         except AssertionError as exc:
             return f"output {name!r}: {str(exc).strip()[:300]}"
     return None

@@ -15,6 +15,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from node_suite_compiled import expected_passing, run_isolated, supported_cases  # noqa: E402
 
+# the first test runs all 1335 cases (about 10 minutes on two busy cores), past the default 600 s
+pytestmark = pytest.mark.timeout(1800)
+
 
 @functools.cache
 def results() -> dict[str, tuple[str, str]]:

@@ -36,3 +36,4 @@ def test_graph_user_guide_example_runs(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert out.startswith("graph small_cnn(%x: float32[1, 3, 32, 32]) {")
     assert re.search(r"7 fused groups, arena \d+ bytes \(naive \d+ bytes\)", out)
+    assert "float8_e4m3fn [[5 5 5]\n [0 0 0]]" in out  # the narrow types' example
