@@ -117,8 +117,16 @@ _UNARY_FLOAT = {
     "Round": (lambda a, x: np.round(x), {}),  # half to even, as ONNX
 }
 
+
+def _celu_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    if attrs["alpha"] == 0:  # onnxruntime gives NaN for every x >= 0
+        raise ValueError("Celu attribute alpha must be non-zero (x / alpha), not 0.0")
+    return same_type(attrs, types, consts)
+
+
 for _name, (_fn, _attrs) in _UNARY_FLOAT.items():
-    register(_name, Pattern.ELEMWISE, same_type, _float_unary(_fn), attrs=_attrs)
+    _infer = _celu_type if _name == "Celu" else same_type
+    register(_name, Pattern.ELEMWISE, _infer, _float_unary(_fn), attrs=_attrs)
 
 register("Relu", Pattern.ELEMWISE, same_type, lambda a, x: np.maximum(x, np.zeros((), x.dtype)))
 

@@ -11,7 +11,7 @@ import numpy as np
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
-from .nn import _pool_pads, _windows, window_geometry
+from .nn import _pool_pads, _windows, check_pool_same_dilated, window_geometry
 
 _FLOATS = ("float16", "float32", "float64")
 _ATTRS = {
@@ -44,6 +44,7 @@ def _check(attrs: dict[str, Any], x: TensorType) -> None:
 def _lp_pool_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x = types[0]
     _check(attrs, x)
+    check_pool_same_dilated(attrs)
     ceil = bool(attrs["ceil_mode"])
     *_, outs = window_geometry(attrs, x.shape[2:], tuple(attrs["kernel_shape"]), ceil)
     return [TensorType((*x.shape[:2], *outs), x.dtype)]

@@ -1,0 +1,103 @@
+"""Regressions of the defect families the differential op fuzzer (benchmarks/op_fuzz.py) found,
+each checked against onnxruntime, compiled for the CPU: Slice's clamping of starts and ends,
+pools with auto_pad SAME and dilations, Celu with alpha 0."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+import tensorforge
+from tensorforge.compiler.frontend import OnnxImportError
+
+I64 = np.iinfo(np.int64).max
+I32 = np.iinfo(np.int32).max
+
+
+def _model(node: onnx.NodeProto, x: np.ndarray, inits: dict[str, np.ndarray]) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph(
+        [node],
+        "family",
+        [helper.make_tensor_value_info("x", elem, x.shape)],
+        [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def _onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> np.ndarray:
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # onnx's shape inference disagrees with it on some slices
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, feed)[0]
+
+
+# (axis length, start, end, step): a start before the axis with a negative step clamps to 0
+# (numpy's slicing gives nothing), an end of INT32_MAX/INT64_MAX slices to the end in the
+# step's direction (onnxruntime), a zero-length axis
+SLICES = [
+    (1, -2, -I64, -1),
+    (3, -5, -I64, -1),
+    (7, -9, -9, -2),
+    (7, -3, I64, -2),
+    (7, 2, I32, -1),
+    (7, 9, -I64, -3),
+    (5, -1, I64, 1),
+    (5, 1, -I64, 2),
+    (0, 0, I64, -1),
+    (17, 20, 3, -4),
+]
+
+
+@pytest.mark.parametrize(("n", "start", "end", "step"), SLICES)
+def test_slice_clamps_starts_and_ends_like_onnxruntime(n, start, end, step) -> None:
+    x = np.arange(2 * n, dtype=np.float32).reshape(2, n)
+    inits = {k: np.array([v], np.int64) for k, v in
+             (("s", start), ("e", end), ("a", -1), ("t", step))}  # fmt: skip
+    model = _model(helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"]), x, inits)
+    want = _onnxruntime(model, {"x": x})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_pool_with_same_padding_and_dilation_is_refused_by_name(op: str) -> None:
+    x = np.zeros((1, 1, 7), np.float32)
+    attrs = {"kernel_shape": [3], "dilations": [2], "auto_pad": "SAME_UPPER"}
+    model = _model(helper.make_node(op, ["x"], ["y"], name="pool7", **attrs), x, {})
+    with pytest.raises(OnnxImportError, match=r"'pool7'.*dilations of 1, not \[2\]"):
+        tensorforge.compile(model)
+
+
+def test_pool_with_same_padding_undilated_matches_onnxruntime() -> None:
+    x = np.random.default_rng(0).standard_normal((1, 2, 13)).astype(np.float32)
+    attrs = {"kernel_shape": [2], "strides": [3], "auto_pad": "SAME_LOWER"}
+    model = _model(helper.make_node("AveragePool", ["x"], ["y"], **attrs), x, {})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    np.testing.assert_allclose(got, _onnxruntime(model, {"x": x}), rtol=1e-6)
+
+
+def test_celu_with_alpha_zero_is_refused_by_name() -> None:
+    x = np.zeros((3,), np.float32)
+    model = _model(helper.make_node("Celu", ["x"], ["y"], name="celu0", alpha=0.0), x, {})
+    with pytest.raises(OnnxImportError, match=r"'celu0'.*alpha must be non-zero"):
+        tensorforge.compile(model)
+
+
+@pytest.mark.parametrize(("op", "attrs"), [("Tanh", {}), ("Gelu", {"approximate": "tanh"})])
+def test_float32_tanh_saturates_to_one_like_onnxruntime(op: str, attrs: dict) -> None:
+    # the vector tanh stopped at 0.99999994 beyond |x| = 9, so tanh-GELU gave -0.03 for -1e6
+    # and -inf for -inf (onnxruntime: -0 and NaN)
+    x = np.array([-np.inf, -1e6, -30, -9.5, 9.03, 12, 1e6, np.inf, np.nan], np.float32)
+    x = np.concatenate([x, -x[:4], np.linspace(-20, 20, 23, dtype=np.float32)])
+    model = _model(helper.make_node(op, ["x"], ["y"], **attrs), x, {})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    want = _onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7 * np.abs(x[np.isfinite(x)]).max())
+    np.testing.assert_array_equal(got[np.abs(x) > 9.5], want[np.abs(x) > 9.5])
