@@ -61,6 +61,18 @@ def _nary(fn: Callable[..., Any]) -> Rule:
 WIDE = 16
 
 
+def _propagating(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """`fn` (te.max, te.min) made to give NaN when either float operand is NaN, as ONNX Max and
+    Min do in onnxruntime and numpy; te.max keeps its first operand when they are unordered
+    (what ReduceMax's scan order and Relu rely on)."""
+
+    def pick(a: Any, b: Any) -> Any:
+        out = fn(a, b)
+        return te.select(b != b, b, out) if dt.is_float(out.dtype) else out
+
+    return pick
+
+
 def _fold(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     """`fn` over the operands: left to right (the reference's order), or pairwise when wide."""
 
@@ -530,8 +542,8 @@ ELEMENTWISE: dict[str, Rule] = {
     "Mul": _nary(lambda a, b: a * b),
     "Div": _nary(lambda a, b: a / b),
     "Pow": _pow_rule,
-    "Max": _nary(_fold(te.max)),
-    "Min": _nary(_fold(te.min)),
+    "Max": _nary(_fold(_propagating(te.max))),
+    "Min": _nary(_fold(_propagating(te.min))),
     "Sum": _nary(_fold(lambda a, b: a + b)),
     "Mean": _mean_rule,
     "Mod": _mod_rule,

@@ -101,3 +101,37 @@ def test_float32_tanh_saturates_to_one_like_onnxruntime(op: str, attrs: dict) ->
     want = _onnxruntime(model, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7 * np.abs(x[np.isfinite(x)]).max())
     np.testing.assert_array_equal(got[np.abs(x) > 9.5], want[np.abs(x) > 9.5])
+
+
+def _run_both(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> tuple:
+    got = tensorforge.compile(model).run(feed)["y"]
+    return got, _onnxruntime(model, feed)
+
+
+@pytest.mark.parametrize("op", ["Max", "Min"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_max_min_propagate_nan_of_any_operand_like_onnxruntime(op: str, dtype: type) -> None:
+    # te.max keeps its first operand when unordered, so a NaN in the second was dropped
+    a = np.array([np.nan, 1, np.nan, 2, -np.inf, 0] * 3, dtype)
+    b = np.array([1, np.nan, np.nan, 3, np.nan, -0.0] * 3, dtype)
+    c = np.array([0, 0, 0, np.nan, 5, 1] * 3, dtype)
+    elem = helper.np_dtype_to_tensor_dtype(a.dtype)
+    graph = helper.make_graph(
+        [helper.make_node(op, ["a", "b", "c"], ["y"])],
+        "nan",
+        [helper.make_tensor_value_info(k, elem, [18]) for k in "abc"],
+        [helper.make_empty_tensor_value_info("y")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    got, want = _run_both(model, {"a": a, "b": b, "c": c})
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceSum", "ReduceMin"])
+def test_reduction_over_no_axes_of_a_long_row_is_a_copy(op: str) -> None:
+    # noop_with_empty_axes: a "reduction" without reduce axes, its rows vectorized twice
+    # (ScheduleError: axis 'i2' is not a leaf axis)
+    x = np.random.default_rng(1).standard_normal((5, 3, 17)).astype(np.float32)
+    model = _model(helper.make_node(op, ["x"], ["y"], noop_with_empty_axes=1), x, {})
+    got, want = _run_both(model, {"x": x})
+    np.testing.assert_array_equal(got, want)
