@@ -85,23 +85,22 @@ _SUM_OPS = {
 def _expand_sum(b: GraphBuilder, node: Node) -> None:
     """ReduceSum of the element-wise part, then the part after the sum."""
     e = Emitter(b, node)
-    x = node.inputs[0]
+    x, finish = e.float32_input()
     before, after = _SUM_OPS[node.op]
     if before == "Square":
         x = e.add("Mul", [x, x])
     elif before is not None:
         x = e.add(before, [x])
     attrs = {k: node.attr_dict[k] for k in REDUCE_ATTRS}
-    (y,) = node.outputs
     if after is None:
-        e.add("ReduceSum", [x, *_axes_value(node)], attrs, outputs=[y])
+        finish("ReduceSum", [x, *_axes_value(node)], attrs)
     else:
-        e.add(after, [e.add("ReduceSum", [x, *_axes_value(node)], attrs)], outputs=[y])
+        finish(after, [e.add("ReduceSum", [x, *_axes_value(node)], attrs)])
 
 
 def _expand_log_sum_exp(b: GraphBuilder, node: Node) -> None:
     e = Emitter(b, node)
-    x = node.inputs[0]
+    x, finish = e.float32_input()
     noop = {"noop_with_empty_axes": node.attr_dict["noop_with_empty_axes"]}
     axes = _axes_value(node)
     m = e.add("ReduceMax", [x, *axes], {"keepdims": 1, **noop})
@@ -111,7 +110,7 @@ def _expand_log_sum_exp(b: GraphBuilder, node: Node) -> None:
         "ReduceSum", [e.add("Exp", [e.add("Sub", [x, m])]), *axes], {"keepdims": 1, **noop}
     )
     y = e.add("Add", [e.add("Log", [total]), m])
-    e.add("Reshape", [y, e.ints(_out_shape(b, node), "shape")], outputs=[node.outputs[0]])
+    finish("Reshape", [y, e.ints(_out_shape(b, node), "shape")])
 
 
 def _out_shape(b: GraphBuilder, node: Node) -> list[int]:

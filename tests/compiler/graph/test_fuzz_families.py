@@ -135,3 +135,23 @@ def test_reduction_over_no_axes_of_a_long_row_is_a_copy(op: str) -> None:
     model = _model(helper.make_node(op, ["x"], ["y"], noop_with_empty_axes=1), x, {})
     got, want = _run_both(model, {"x": x})
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("ReduceL2", {"keepdims": 0}),
+        ("ReduceLogSumExp", {"keepdims": 1}),
+        ("ReduceLogSum", {"keepdims": 0}),
+        ("LpPool", {"kernel_shape": [2], "p": 2}),
+        ("LpPool", {"kernel_shape": [3], "p": 3, "pads": [1, 1]}),
+    ],
+)
+def test_float16_squares_and_exponentials_are_computed_in_float32(op: str, attrs: dict) -> None:
+    # 300^2 and 1e4^2 overflow float16; onnxruntime squares and sums them in float32
+    x = np.array([[[1e4, 2, -3, 0.5, 300, -50, 7]]], np.float16)
+    inits = {"axes": np.array([-1], np.int64)} if op.startswith("Reduce") else {}
+    model = _model(helper.make_node(op, ["x", *inits], ["y"], **attrs), x, inits)
+    got, want = _run_both(model, {"x": x})
+    assert got.dtype == np.float16 and np.isfinite(want).all()
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3)
