@@ -298,6 +298,7 @@ def cumsum(g: Gen, op: str) -> tuple:
 
 
 def pick_family() -> dict[str, Callable]:
+    from op_fuzz_more import MORE_OPS
     from op_fuzz_nn import NN_OPS
     from op_fuzz_shape import SHAPE_OPS
 
@@ -310,6 +311,7 @@ def pick_family() -> dict[str, Callable]:
     )  # fmt: skip
     table.update(SHAPE_OPS)
     table.update(NN_OPS)
+    table.update(MORE_OPS)
     return table
 
 

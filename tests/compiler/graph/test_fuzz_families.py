@@ -155,3 +155,16 @@ def test_float16_squares_and_exponentials_are_computed_in_float32(op: str, attrs
     got, want = _run_both(model, {"x": x})
     assert got.dtype == np.float16 and np.isfinite(want).all()
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3)
+
+
+def test_float16_mean_variance_normalization_like_onnxruntime() -> None:
+    # the squares of 1e4 overflowed float16; a group of one element is 0 / 0 = NaN (ONNX casts
+    # the 1e-9 epsilon to float16, where it is 0)
+    x = np.array([[[1e4, 2, -3, 0.5, 300, -50, 7]], [[1.5, -2, 3, 0, 4, 1, 2]]], np.float16)
+    for axes in ([0, 2], [1]):
+        node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=axes)
+        got, want = _run_both(_model(node, x, {}), {"x": x})
+        assert np.isfinite(want).all() == (axes == [0, 2])
+        np.testing.assert_allclose(
+            got.astype(np.float32), want.astype(np.float32), rtol=4e-3, atol=2e-3
+        )
