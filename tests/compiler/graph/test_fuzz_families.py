@@ -168,3 +168,23 @@ def test_float16_mean_variance_normalization_like_onnxruntime() -> None:
         np.testing.assert_allclose(
             got.astype(np.float32), want.astype(np.float32), rtol=4e-3, atol=2e-3
         )
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32])
+@pytest.mark.parametrize("transform", ["half_pixel", "pytorch_half_pixel"])
+def test_integer_linear_resize_truncates_like_onnxruntime(dtype: type, transform: str) -> None:
+    # integers were rounded half to even; onnxruntime's kernels truncate toward zero
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(3)
+    x = rng.integers(max(info.min, -100), min(info.max, 200), (1, 2, 5, 3)).astype(dtype)
+    sizes = np.array([1, 2, 9, 7], np.int64)
+    attrs = {"mode": "linear", "coordinate_transformation_mode": transform}
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
+    got, want = _run_both(_model(node, x, {"sizes": sizes}), {"x": x})
+    # onnxruntime in float32: the interpolated values themselves (to 1e-5)
+    wide = x.astype(np.float32)
+    exact = _onnxruntime(_model(node, wide, {"sizes": sizes}), {"x": wide}).astype(np.float64)
+    fractional = np.abs(exact - np.rint(exact)) > 1e-3
+    assert fractional.mean() > 0.3
+    np.testing.assert_array_equal(got[fractional], want[fractional])
+    np.testing.assert_array_equal(got, np.where(fractional, np.trunc(exact), np.rint(exact)))
