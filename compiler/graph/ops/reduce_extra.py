@@ -25,7 +25,10 @@ _SUMS: dict[str, tuple[Callable, Callable]] = {
     "ReduceSumSquare": (np.square, lambda s: s),
     "ReduceLogSum": (lambda z: z, np.log),
 }
-_FLOAT_ONLY = ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
+# onnxruntime's integer ReduceLogSumExp exponentiates in the integer type (each exp(x - max)
+# truncated): not followed; its integer ReduceL2 and ReduceLogSum are (sum in the type, then
+# the root or log in float64, truncated)
+_FLOAT_ONLY = ("ReduceLogSumExp",)
 
 
 def _extra_reduce_type(op: str) -> Callable:
@@ -94,6 +97,10 @@ def _expand_sum(b: GraphBuilder, node: Node) -> None:
     attrs = {k: node.attr_dict[k] for k in REDUCE_ATTRS}
     if after is None:
         finish("ReduceSum", [x, *_axes_value(node)], attrs)
+    elif e.dtype(x).startswith(("int", "uint")):  # the integer sum's root or log, truncated
+        total = e.add("Cast", [e.add("ReduceSum", [x, *_axes_value(node)], attrs)],
+                      {"to": "float64"})  # fmt: skip
+        finish("Cast", [e.add(after, [total])], {"to": e.dtype(x)})
     else:
         finish(after, [e.add("ReduceSum", [x, *_axes_value(node)], attrs)])
 

@@ -188,3 +188,16 @@ def test_integer_linear_resize_truncates_like_onnxruntime(dtype: type, transform
     assert fractional.mean() > 0.3
     np.testing.assert_array_equal(got[fractional], want[fractional])
     np.testing.assert_array_equal(got, np.where(fractional, np.trunc(exact), np.rint(exact)))
+
+
+@pytest.mark.parametrize("op", ["ReduceL2", "ReduceLogSum"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_l2_and_log_sum_like_onnxruntime(op: str, dtype: type) -> None:
+    # were refused (float only); onnxruntime sums in the type, then truncates the root or log
+    low = -100 if op == "ReduceL2" else 1
+    x = np.random.default_rng(5).integers(low, 100, (3, 17)).astype(dtype)
+    inits = {"axes": np.array([-1], np.int64)}
+    model = _model(helper.make_node(op, ["x", "axes"], ["y"], keepdims=0), x, inits)
+    got, want = _run_both(model, {"x": x})
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
