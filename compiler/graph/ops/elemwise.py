@@ -302,6 +302,9 @@ register("Min", Pattern.BROADCAST, broadcast_type, _variadic(np.minimum), inputs
 
 
 def _clip(attrs: dict[str, Any], x: np.ndarray, lo: Any = None, hi: Any = None) -> np.ndarray:
+    if x.dtype.kind == "f":  # absent bounds: the lowest and largest finite values (ONNX)
+        info = np.finfo(x.dtype)
+        lo, hi = (info.min if lo is None else lo), (info.max if hi is None else hi)
     if lo is not None:
         x = np.maximum(x, np.asarray(lo, x.dtype))
     if hi is not None:

@@ -240,12 +240,17 @@ def _clip(ctx: GroupContext, node: Node) -> list[Lazy]:
     x, lo, hi = (_inputs(ctx, node) + [None, None])[:3]
     shape, dtype = _out(ctx, node)
 
+    def bound(b: Lazy | None, idx: Index, default: Any) -> Any:
+        return default if b is None else b(()) if not b.shape else b(idx[-len(b.shape) :])
+
+    # an absent bound is the type's lowest or largest finite value (ONNX's default), so a float
+    # infinity clips to it, as in onnxruntime
     def fn(idx: Index) -> Any:
         v = x(idx)
-        if lo is not None:
-            v = te.max(v, lo(()) if not lo.shape else lo(idx[-len(lo.shape) :]))
-        if hi is not None:
-            v = te.min(v, hi(()) if not hi.shape else hi(idx[-len(hi.shape) :]))
+        if lo is not None or dt.is_float(dtype):
+            v = te.max(v, bound(lo, idx, te.min_value(dtype)))
+        if hi is not None or dt.is_float(dtype):
+            v = te.min(v, bound(hi, idx, te.max_value(dtype)))
         return v
 
     return [Lazy(shape, dtype, fn)]

@@ -201,3 +201,16 @@ def test_integer_l2_and_log_sum_like_onnxruntime(op: str, dtype: type) -> None:
     got, want = _run_both(model, {"x": x})
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("bounds", [["x"], ["x", "lo"], ["x", "", "hi"]])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_clip_absent_bound_is_the_finite_extreme_like_onnxruntime(bounds, dtype) -> None:
+    # ONNX's default bounds are the type's lowest and largest values: infinities clip to them
+    x = np.array([-np.inf, np.inf, np.nan, 3, -7, 0.5], dtype)
+    inits = {"lo": np.array(-1, dtype), "hi": np.array(1, dtype)}
+    model = _model(
+        helper.make_node("Clip", bounds, ["y"]), x, {k: inits[k] for k in bounds[1:] if k}
+    )
+    got, want = _run_both(model, {"x": x})
+    np.testing.assert_array_equal(got, want)
