@@ -118,8 +118,16 @@ _UNARY_FLOAT = {
     "Round": (lambda a, x: np.round(x), {}),  # half to even, as ONNX
 }
 
+
+def _celu_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
+    if attrs["alpha"] == 0:  # onnxruntime gives NaN for every x >= 0
+        raise ValueError("Celu attribute alpha must be non-zero (x / alpha), not 0.0")
+    return same_type(attrs, types, consts)
+
+
 for _name, (_fn, _attrs) in _UNARY_FLOAT.items():
-    register(_name, Pattern.ELEMWISE, same_type, _float_unary(_fn), attrs=_attrs)
+    _infer = _celu_type if _name == "Celu" else same_type
+    register(_name, Pattern.ELEMWISE, _infer, _float_unary(_fn), attrs=_attrs)
 
 register("Relu", Pattern.ELEMWISE, same_type, lambda a, x: np.maximum(x, np.zeros((), x.dtype)))
 
@@ -295,6 +303,9 @@ register("Min", Pattern.BROADCAST, broadcast_type, _variadic(np.minimum), inputs
 
 
 def _clip(attrs: dict[str, Any], x: np.ndarray, lo: Any = None, hi: Any = None) -> np.ndarray:
+    if x.dtype.kind == "f":  # absent bounds: the lowest and largest finite values (ONNX)
+        info = np.finfo(x.dtype)
+        lo, hi = (info.min if lo is None else lo), (info.max if hi is None else hi)
     if lo is not None:
         x = np.maximum(x, np.asarray(lo, x.dtype))
     if hi is not None:

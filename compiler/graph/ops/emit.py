@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,22 @@ class Emitter:
             op, list(inputs), attrs, name=f"{self.node.name}_{op.lower()}", **kw
         )
         return out
+
+    def float32_input(self) -> tuple[str, Callable[..., None]]:
+        """The node's first input, cast to float32 if it is float16, and `finish(op, inputs,
+        attrs)`, which adds the last op, writing the node's output (cast back to float16): for
+        expansions that square, exponentiate or sum, which onnxruntime computes in float32 for
+        float16 (ReduceL2 of 1e4 is 1e4, not the square's inf)."""
+        x, y = self.node.inputs[0], self.node.outputs[0]
+        half = self.dtype(x) == "float16"
+
+        def finish(op: str, inputs: Sequence[str], attrs: dict | None = None) -> None:
+            if half:
+                self.add("Cast", [self.add(op, inputs, attrs)], {"to": "float16"}, outputs=[y])
+            else:
+                self.add(op, inputs, attrs, outputs=[y])
+
+        return (self.add("Cast", [x], {"to": "float32"}) if half else x), finish
 
     def const(self, value: Any, hint: str, dtype: str | None = None) -> str:
         name = self.b.fresh(f"{self.node.name}_{hint}")

@@ -11,7 +11,7 @@ import numpy as np
 from ..ir import GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
-from .nn import _pool_pads, _windows, window_geometry
+from .nn import _pool_pads, _windows, check_pool_same_dilated, window_geometry
 
 _FLOATS = ("bfloat16", "float16", "float32", "float64")
 _ATTRS = {
@@ -44,6 +44,7 @@ def _check(attrs: dict[str, Any], x: TensorType) -> None:
 def _lp_pool_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x = types[0]
     _check(attrs, x)
+    check_pool_same_dilated(attrs)
     ceil = bool(attrs["ceil_mode"])
     *_, outs = window_geometry(attrs, x.shape[2:], tuple(attrs["kernel_shape"]), ceil)
     return [TensorType((*x.shape[:2], *outs), x.dtype)]
@@ -62,7 +63,7 @@ def lp_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
 
 def _expand_lp_pool(b: GraphBuilder, node: Node) -> None:
     e = Emitter(b, node)
-    (x,) = node.inputs
+    x, finish = e.float32_input()
     attrs = {**{k: v for k, v in _ATTRS.items() if v is not None}, **node.attr_dict}
     shape, dtype = e.shape(x), e.dtype(x)
     probe = np.broadcast_to(np.zeros((), dtype), shape)
@@ -81,12 +82,11 @@ def _expand_lp_pool(b: GraphBuilder, node: Node) -> None:
     }
     total = e.add("Conv", [powered, ones], conv_attrs)
     if p == 1:
-        e.rename(total, node.outputs[0])
+        finish("Identity", [total])
     elif p == 2:
-        e.add("Sqrt", [total], outputs=[node.outputs[0]])
+        finish("Sqrt", [total])
     else:
-        root = e.const(np.array(1.0 / p, dtype), "root")
-        e.add("Pow", [total, root], outputs=[node.outputs[0]])
+        finish("Pow", [total, e.const(np.array(1.0 / p, dtype), "root")])
 
 
 register("LpPool", Pattern.OPAQUE, _lp_pool_type, lp_pool, attrs=_ATTRS, expand=_expand_lp_pool)

@@ -245,8 +245,21 @@ register(
 )
 
 
+def check_pool_same_dilated(attrs: dict[str, Any]) -> None:
+    """Refuse a pool with auto_pad SAME_* and a dilation above 1: onnxruntime pads it for the
+    undilated kernel (fewer outputs than ONNX's `ceil(size / stride)`), so no answer would
+    agree with both; explicit pads say which is meant."""
+    dilations = attrs.get("dilations") or ()
+    if attrs.get("auto_pad") in ("SAME_UPPER", "SAME_LOWER") and any(d > 1 for d in dilations):
+        raise ValueError(
+            f"a pool with auto_pad {attrs['auto_pad']} must have dilations of 1, not "
+            f"{list(dilations)}: onnxruntime and ONNX pad it differently; give explicit pads"
+        )
+
+
 def _pool_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x = types[0]
+    check_pool_same_dilated(attrs)
     ceil = bool(attrs["ceil_mode"])
     *_, outs = window_geometry(attrs, x.shape[2:], tuple(attrs["kernel_shape"]), ceil)
     return [TensorType((*x.shape[:2], *outs), x.dtype)]

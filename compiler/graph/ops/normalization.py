@@ -242,19 +242,23 @@ def mvn(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
     z = x.astype(np.float64)
     mean = z.mean(axis=axes, keepdims=True)
     var = (z * z).mean(axis=axes, keepdims=True) - mean * mean
-    return ((z - mean) / (np.sqrt(np.maximum(var, 0)) + _MVN_EPSILON)).astype(x.dtype)
+    epsilon = float(np.asarray(_MVN_EPSILON, x.dtype))  # 0 in float16, as ONNX casts it
+    with np.errstate(invalid="ignore"):
+        return ((z - mean) / (np.sqrt(np.maximum(var, 0)) + epsilon)).astype(x.dtype)
 
 
 def expand_mvn(b: GraphBuilder, node: Node) -> None:
     e = Emitter(b, node)
-    (x,) = node.inputs
+    x, finish = e.float32_input()  # float16 squares overflow; onnxruntime uses float32
     axes = e.ints(_mvn_axes(node.attr_dict, len(e.shape(x))), "axes")
     mean = e.add("ReduceMean", [x, axes], {"keepdims": 1})
     centered = e.add("Sub", [x, mean])
     var = e.add("ReduceMean", [e.add("Mul", [centered, centered]), axes], {"keepdims": 1})
-    eps = e.const(_MVN_EPSILON, "epsilon", e.dtype(x))
+    # ONNX's function body casts epsilon to the input's type: 0 in float16 (0 / 0 is NaN)
+    epsilon = float(np.asarray(_MVN_EPSILON, e.dtype(node.inputs[0])))
+    eps = e.const(epsilon, "epsilon", e.dtype(x))
     std = e.add("Add", [e.add("Sqrt", [var]), eps])
-    e.add("Div", [centered, std], outputs=[node.outputs[0]])
+    finish("Div", [centered, std])
 
 
 register(
@@ -302,7 +306,7 @@ def expand_lrn(b: GraphBuilder, node: Node) -> None:
     """The window sum as shifted slices of the zero-padded squares (`size` of them, or fewer
     where the window is wider than the channels)."""
     e = Emitter(b, node)
-    (x,) = node.inputs
+    x, finish = e.float32_input()
     attrs = node.attr_dict
     size, rank, dtype = attrs["size"], len(e.shape(x)), e.dtype(x)
     c = e.shape(x)[1]
@@ -317,7 +321,7 @@ def expand_lrn(b: GraphBuilder, node: Node) -> None:
     bias = e.const(attrs["bias"], "bias", dtype)
     beta = e.const(attrs["beta"], "beta", dtype)
     scale = e.add("Pow", [e.add("Add", [e.add("Mul", [total, alpha]), bias]), beta])
-    e.add("Div", [x, scale], outputs=[node.outputs[0]])
+    finish("Div", [x, scale])
 
 
 register(

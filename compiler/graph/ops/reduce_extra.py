@@ -26,7 +26,10 @@ _SUMS: dict[str, tuple[Callable, Callable]] = {
     "ReduceSumSquare": (np.square, lambda s: s),
     "ReduceLogSum": (lambda z: z, np.log),
 }
-_FLOAT_ONLY = ("ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
+# onnxruntime's integer ReduceLogSumExp exponentiates in the integer type (each exp(x - max)
+# truncated): not followed; its integer ReduceL2 and ReduceLogSum are (sum in the type, then
+# the root or log in float64, truncated)
+_FLOAT_ONLY = ("ReduceLogSumExp",)
 
 
 def _extra_reduce_type(op: str) -> Callable:
@@ -86,23 +89,26 @@ _SUM_OPS = {
 def _expand_sum(b: GraphBuilder, node: Node) -> None:
     """ReduceSum of the element-wise part, then the part after the sum."""
     e = Emitter(b, node)
-    x = node.inputs[0]
+    x, finish = e.float32_input()
     before, after = _SUM_OPS[node.op]
     if before == "Square":
         x = e.add("Mul", [x, x])
     elif before is not None:
         x = e.add(before, [x])
     attrs = {k: node.attr_dict[k] for k in REDUCE_ATTRS}
-    (y,) = node.outputs
     if after is None:
-        e.add("ReduceSum", [x, *_axes_value(node)], attrs, outputs=[y])
+        finish("ReduceSum", [x, *_axes_value(node)], attrs)
+    elif e.dtype(x).startswith(("int", "uint")):  # the integer sum's root or log, truncated
+        total = e.add("Cast", [e.add("ReduceSum", [x, *_axes_value(node)], attrs)],
+                      {"to": "float64"})  # fmt: skip
+        finish("Cast", [e.add(after, [total])], {"to": e.dtype(x)})
     else:
-        e.add(after, [e.add("ReduceSum", [x, *_axes_value(node)], attrs)], outputs=[y])
+        finish(after, [e.add("ReduceSum", [x, *_axes_value(node)], attrs)])
 
 
 def _expand_log_sum_exp(b: GraphBuilder, node: Node) -> None:
     e = Emitter(b, node)
-    x = node.inputs[0]
+    x, finish = e.float32_input()
     noop = {"noop_with_empty_axes": node.attr_dict["noop_with_empty_axes"]}
     axes = _axes_value(node)
     m = e.add("ReduceMax", [x, *axes], {"keepdims": 1, **noop})
@@ -112,7 +118,7 @@ def _expand_log_sum_exp(b: GraphBuilder, node: Node) -> None:
         "ReduceSum", [e.add("Exp", [e.add("Sub", [x, m])]), *axes], {"keepdims": 1, **noop}
     )
     y = e.add("Add", [e.add("Log", [total]), m])
-    e.add("Reshape", [y, e.ints(_out_shape(b, node), "shape")], outputs=[node.outputs[0]])
+    finish("Reshape", [y, e.ints(_out_shape(b, node), "shape")])
 
 
 def _out_shape(b: GraphBuilder, node: Node) -> list[int]:

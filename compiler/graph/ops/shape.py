@@ -177,8 +177,30 @@ register(
 )
 
 
+# an end of INT32_MAX or INT64_MAX means "to the end in the step's direction" (onnxruntime's
+# reading; ONNX's clamping would make [-1:INT64_MAX:-1] empty)
+_SLICE_TO_END = (2**31 - 1, 2**63 - 1)
+
+
+def _slice_bounds(n: int, start: int, end: int, step: int) -> slice:
+    """ONNX's clamping of one axis's start and end, as a normalized Python slice: a start before
+    the axis clamps to 0 for a negative step too (numpy would give nothing)."""
+    if n == 0:
+        return slice(0, 0, step)
+    start = start + n if start < 0 else start
+    if end in _SLICE_TO_END:
+        end = -1 if step < 0 else n
+    elif end < 0:
+        end += n
+    if step < 0:
+        start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
+    else:
+        start, end = min(max(start, 0), n), min(max(end, 0), n)
+    return slice(start, None if end < 0 else end, step)
+
+
 def slice_index(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, steps: Any) -> tuple:
-    """The Python index that ONNX Slice denotes (ends and starts clamped like numpy)."""
+    """The Python index that ONNX Slice denotes (starts and ends clamped as ONNX says)."""
     starts, ends = int_list(starts), int_list(ends)
     axes = int_list(axes) if axes is not None else list(range(len(starts)))
     steps = int_list(steps) if steps is not None else [1] * len(starts)
@@ -186,7 +208,8 @@ def slice_index(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, steps
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         if step == 0:
             raise ValueError("Slice steps must be non-zero")
-        index[normalize_axis(axis, len(shape), "Slice axis")] = slice(start, end, step)
+        axis = normalize_axis(axis, len(shape), "Slice axis")
+        index[axis] = _slice_bounds(shape[axis], start, end, step)
     return tuple(index)
 
 

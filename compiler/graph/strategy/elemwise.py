@@ -64,6 +64,18 @@ def _nary(fn: Callable[..., Any]) -> Rule:
 WIDE = 16
 
 
+def _propagating(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """`fn` (te.max, te.min) made to give NaN when either float operand is NaN, as ONNX Max and
+    Min do in onnxruntime and numpy; te.max keeps its first operand when they are unordered
+    (what ReduceMax's scan order and Relu rely on)."""
+
+    def pick(a: Any, b: Any) -> Any:
+        out = fn(a, b)
+        return te.select(b != b, b, out) if dt.is_float(out.dtype) else out
+
+    return pick
+
+
 def _fold(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     """`fn` over the operands: left to right (the reference's order), or pairwise when wide."""
 
@@ -231,12 +243,17 @@ def _clip(ctx: GroupContext, node: Node) -> list[Lazy]:
     x, lo, hi = (_inputs(ctx, node) + [None, None])[:3]
     shape, dtype = _out(ctx, node)
 
+    def bound(b: Lazy | None, idx: Index, default: Any) -> Any:
+        return default if b is None else b(()) if not b.shape else b(idx[-len(b.shape) :])
+
+    # an absent bound is the type's lowest or largest finite value (ONNX's default), so a float
+    # infinity clips to it, as in onnxruntime
     def fn(idx: Index) -> Any:
         v = x(idx)
-        if lo is not None:
-            v = te.max(v, lo(()) if not lo.shape else lo(idx[-len(lo.shape) :]))
-        if hi is not None:
-            v = te.min(v, hi(()) if not hi.shape else hi(idx[-len(hi.shape) :]))
+        if lo is not None or dt.is_float(dtype):
+            v = te.max(v, bound(lo, idx, te.min_value(dtype)))
+        if hi is not None or dt.is_float(dtype):
+            v = te.min(v, bound(hi, idx, te.max_value(dtype)))
         return v
 
     return [Lazy(shape, dtype, fn)]
@@ -539,8 +556,8 @@ ELEMENTWISE: dict[str, Rule] = {
     "Mul": _nary(lambda a, b: a * b),
     "Div": _nary(lambda a, b: a / b),
     "Pow": _pow_rule,
-    "Max": _nary(_fold(te.max)),
-    "Min": _nary(_fold(te.min)),
+    "Max": _nary(_fold(_propagating(te.max))),
+    "Min": _nary(_fold(_propagating(te.min))),
     "Sum": _nary(_fold(lambda a, b: a + b)),
     "Mean": _mean_rule,
     "Mod": _mod_rule,

@@ -124,7 +124,9 @@ def reduce_kernel(
     if out is not red and row is not None:
         s[red].compute_at(s[out], row)
         s[red].set_scope("local")
-    if out is red or row is not None:
+    # (a reduction over no axes, noop_with_empty_axes, is a copy that schedule_rows vectorized)
+    reduces = out is not red or bool(red.op.reduce_axis)
+    if reduces and (out is red or row is not None):
         vectorize_reduction(s, red, config)
     return s, [out]
 

@@ -78,14 +78,21 @@ def _at(src: list[Any], axis: int, position: Any, clamp: bool) -> list[Any]:
     return src[:axis] + [te.max(position, 0) if clamp else position] + src[axis + 1 :]
 
 
+INT_SNAP = 1e-3
+
+
 def _to_dtype(value: Any, dtype: str) -> Any:
-    """The accumulated value in the output dtype: integers rounded half to even and
-    saturated, as ONNX's reference casts them."""
+    """The accumulated value in the output dtype: integers truncated toward zero and
+    saturated, as onnxruntime's kernels cast them (ONNX leaves the rounding open), but a value
+    within `INT_SNAP` of an integer is that integer (the weights' rounding would otherwise
+    turn a copied 71 into 70)."""
     if value.dtype == dtype:
         return value
     if dt.is_int(dtype):
         lo, hi = te.min_value(dtype).astype(value.dtype), te.max_value(dtype).astype(value.dtype)
-        value = te.min(te.max(te.round(value), lo), hi)
+        near = te.round(value)
+        value = te.select(te.abs(value - near) < INT_SNAP, near, value)
+        value = te.min(te.max(value, lo), hi)
     return value.astype(dtype)
 
 

@@ -1,0 +1,216 @@
+"""Regressions of the defect families the differential op fuzzer (benchmarks/op_fuzz.py) found,
+each checked against onnxruntime, compiled for the CPU: Slice's clamping of starts and ends,
+pools with auto_pad SAME and dilations, Celu with alpha 0."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+import tensorforge
+from tensorforge.compiler.frontend import OnnxImportError
+
+I64 = np.iinfo(np.int64).max
+I32 = np.iinfo(np.int32).max
+
+
+def _model(node: onnx.NodeProto, x: np.ndarray, inits: dict[str, np.ndarray]) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph(
+        [node],
+        "family",
+        [helper.make_tensor_value_info("x", elem, x.shape)],
+        [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def _onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> np.ndarray:
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # onnx's shape inference disagrees with it on some slices
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, feed)[0]
+
+
+# (axis length, start, end, step): a start before the axis with a negative step clamps to 0
+# (numpy's slicing gives nothing), an end of INT32_MAX/INT64_MAX slices to the end in the
+# step's direction (onnxruntime), a zero-length axis
+SLICES = [
+    (1, -2, -I64, -1),
+    (3, -5, -I64, -1),
+    (7, -9, -9, -2),
+    (7, -3, I64, -2),
+    (7, 2, I32, -1),
+    (7, 9, -I64, -3),
+    (5, -1, I64, 1),
+    (5, 1, -I64, 2),
+    (0, 0, I64, -1),
+    (17, 20, 3, -4),
+]
+
+
+@pytest.mark.parametrize(("n", "start", "end", "step"), SLICES)
+def test_slice_clamps_starts_and_ends_like_onnxruntime(n, start, end, step) -> None:
+    x = np.arange(2 * n, dtype=np.float32).reshape(2, n)
+    inits = {k: np.array([v], np.int64) for k, v in
+             (("s", start), ("e", end), ("a", -1), ("t", step))}  # fmt: skip
+    model = _model(helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"]), x, inits)
+    want = _onnxruntime(model, {"x": x})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_pool_with_same_padding_and_dilation_is_refused_by_name(op: str) -> None:
+    x = np.zeros((1, 1, 7), np.float32)
+    attrs = {"kernel_shape": [3], "dilations": [2], "auto_pad": "SAME_UPPER"}
+    model = _model(helper.make_node(op, ["x"], ["y"], name="pool7", **attrs), x, {})
+    with pytest.raises(OnnxImportError, match=r"'pool7'.*dilations of 1, not \[2\]"):
+        tensorforge.compile(model)
+
+
+def test_pool_with_same_padding_undilated_matches_onnxruntime() -> None:
+    x = np.random.default_rng(0).standard_normal((1, 2, 13)).astype(np.float32)
+    attrs = {"kernel_shape": [2], "strides": [3], "auto_pad": "SAME_LOWER"}
+    model = _model(helper.make_node("AveragePool", ["x"], ["y"], **attrs), x, {})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    np.testing.assert_allclose(got, _onnxruntime(model, {"x": x}), rtol=1e-6)
+
+
+def test_celu_with_alpha_zero_is_refused_by_name() -> None:
+    x = np.zeros((3,), np.float32)
+    model = _model(helper.make_node("Celu", ["x"], ["y"], name="celu0", alpha=0.0), x, {})
+    with pytest.raises(OnnxImportError, match=r"'celu0'.*alpha must be non-zero"):
+        tensorforge.compile(model)
+
+
+@pytest.mark.parametrize(("op", "attrs"), [("Tanh", {}), ("Gelu", {"approximate": "tanh"})])
+def test_float32_tanh_saturates_to_one_like_onnxruntime(op: str, attrs: dict) -> None:
+    # the vector tanh stopped at 0.99999994 beyond |x| = 9, so tanh-GELU gave -0.03 for -1e6
+    # and -inf for -inf (onnxruntime: -0 and NaN)
+    x = np.array([-np.inf, -1e6, -30, -9.5, 9.03, 12, 1e6, np.inf, np.nan], np.float32)
+    x = np.concatenate([x, -x[:4], np.linspace(-20, 20, 23, dtype=np.float32)])
+    model = _model(helper.make_node(op, ["x"], ["y"], **attrs), x, {})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    want = _onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7 * np.abs(x[np.isfinite(x)]).max())
+    np.testing.assert_array_equal(got[np.abs(x) > 9.5], want[np.abs(x) > 9.5])
+
+
+def _run_both(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> tuple:
+    got = tensorforge.compile(model).run(feed)["y"]
+    return got, _onnxruntime(model, feed)
+
+
+@pytest.mark.parametrize("op", ["Max", "Min"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_max_min_propagate_nan_of_any_operand_like_onnxruntime(op: str, dtype: type) -> None:
+    # te.max keeps its first operand when unordered, so a NaN in the second was dropped
+    a = np.array([np.nan, 1, np.nan, 2, -np.inf, 0] * 3, dtype)
+    b = np.array([1, np.nan, np.nan, 3, np.nan, -0.0] * 3, dtype)
+    c = np.array([0, 0, 0, np.nan, 5, 1] * 3, dtype)
+    elem = helper.np_dtype_to_tensor_dtype(a.dtype)
+    graph = helper.make_graph(
+        [helper.make_node(op, ["a", "b", "c"], ["y"])],
+        "nan",
+        [helper.make_tensor_value_info(k, elem, [18]) for k in "abc"],
+        [helper.make_empty_tensor_value_info("y")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    got, want = _run_both(model, {"a": a, "b": b, "c": c})
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceSum", "ReduceMin"])
+def test_reduction_over_no_axes_of_a_long_row_is_a_copy(op: str) -> None:
+    # noop_with_empty_axes: a "reduction" without reduce axes, its rows vectorized twice
+    # (ScheduleError: axis 'i2' is not a leaf axis)
+    x = np.random.default_rng(1).standard_normal((5, 3, 17)).astype(np.float32)
+    model = _model(helper.make_node(op, ["x"], ["y"], noop_with_empty_axes=1), x, {})
+    got, want = _run_both(model, {"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("ReduceL2", {"keepdims": 0}),
+        ("ReduceLogSumExp", {"keepdims": 1}),
+        ("ReduceLogSum", {"keepdims": 0}),
+        ("LpPool", {"kernel_shape": [2], "p": 2}),
+        ("LpPool", {"kernel_shape": [3], "p": 3, "pads": [1, 1]}),
+    ],
+)
+def test_float16_squares_and_exponentials_are_computed_in_float32(op: str, attrs: dict) -> None:
+    # 300^2 and 1e4^2 overflow float16; onnxruntime squares and sums them in float32
+    x = np.array([[[1e4, 2, -3, 0.5, 300, -50, 7]]], np.float16)
+    inits = {"axes": np.array([-1], np.int64)} if op.startswith("Reduce") else {}
+    model = _model(helper.make_node(op, ["x", *inits], ["y"], **attrs), x, inits)
+    got, want = _run_both(model, {"x": x})
+    assert got.dtype == np.float16 and np.isfinite(want).all()
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3)
+
+
+def test_float16_mean_variance_normalization_like_onnxruntime() -> None:
+    # the squares of 1e4 overflowed float16; a group of one element is 0 / 0 = NaN (ONNX casts
+    # the 1e-9 epsilon to float16, where it is 0)
+    x = np.array([[[1e4, 2, -3, 0.5, 300, -50, 7]], [[1.5, -2, 3, 0, 4, 1, 2]]], np.float16)
+    for axes in ([0, 2], [1]):
+        node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=axes)
+        got, want = _run_both(_model(node, x, {}), {"x": x})
+        assert np.isfinite(want).all() == (axes == [0, 2])
+        np.testing.assert_allclose(
+            got.astype(np.float32), want.astype(np.float32), rtol=4e-3, atol=2e-3
+        )
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32])
+@pytest.mark.parametrize("transform", ["half_pixel", "pytorch_half_pixel"])
+def test_integer_linear_resize_truncates_like_onnxruntime(dtype: type, transform: str) -> None:
+    # integers were rounded half to even; onnxruntime's kernels truncate toward zero
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(3)
+    x = rng.integers(max(info.min, -100), min(info.max, 200), (1, 2, 5, 3)).astype(dtype)
+    sizes = np.array([1, 2, 9, 7], np.int64)
+    attrs = {"mode": "linear", "coordinate_transformation_mode": transform}
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
+    got, want = _run_both(_model(node, x, {"sizes": sizes}), {"x": x})
+    # onnxruntime in float32: the interpolated values themselves (to 1e-5)
+    wide = x.astype(np.float32)
+    exact = _onnxruntime(_model(node, wide, {"sizes": sizes}), {"x": wide}).astype(np.float64)
+    fractional = np.abs(exact - np.rint(exact)) > 1e-3
+    assert fractional.mean() > 0.3
+    np.testing.assert_array_equal(got[fractional], want[fractional])
+    np.testing.assert_array_equal(got, np.where(fractional, np.trunc(exact), np.rint(exact)))
+
+
+@pytest.mark.parametrize("op", ["ReduceL2", "ReduceLogSum"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_l2_and_log_sum_like_onnxruntime(op: str, dtype: type) -> None:
+    # were refused (float only); onnxruntime sums in the type, then truncates the root or log
+    low = -100 if op == "ReduceL2" else 1
+    x = np.random.default_rng(5).integers(low, 100, (3, 17)).astype(dtype)
+    inits = {"axes": np.array([-1], np.int64)}
+    model = _model(helper.make_node(op, ["x", "axes"], ["y"], keepdims=0), x, inits)
+    got, want = _run_both(model, {"x": x})
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("bounds", [["x"], ["x", "lo"], ["x", "", "hi"]])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_clip_absent_bound_is_the_finite_extreme_like_onnxruntime(bounds, dtype) -> None:
+    # ONNX's default bounds are the type's lowest and largest values: infinities clip to them
+    x = np.array([-np.inf, np.inf, np.nan, 3, -7, 0.5], dtype)
+    inits = {"lo": np.array(-1, dtype), "hi": np.array(1, dtype)}
+    model = _model(
+        helper.make_node("Clip", bounds, ["y"]), x, {k: inits[k] for k in bounds[1:] if k}
+    )
+    got, want = _run_both(model, {"x": x})
+    np.testing.assert_array_equal(got, want)
