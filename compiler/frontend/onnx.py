@@ -780,12 +780,18 @@ class _Importer:
         return names
 
     def check_outputs(self, graph: Graph) -> None:
-        """Each output has the shape the model declares, but an If's: its shape is the taken
-        branch's, and torch's TorchScript exporter declares the other one's at times
-        (scatter_reduce's guard on a 0-d input declares the flattened shape), which
-        onnxruntime accepts too."""
+        """Each output has the element type the model declares (onnxruntime refuses a file
+        whose types disagree), and the shape, but an If's: its shape is the taken branch's, and
+        torch's TorchScript exporter declares the other one's at times (scatter_reduce's guard
+        on a 0-d input declares the flattened shape), which onnxruntime accepts too."""
         for value, name in zip(self.model.graph.output, graph.outputs, strict=True):
             tensor = value.type.tensor_type
+            declared = np_dtype(tensor.elem_type, self.where) if tensor.elem_type else None
+            if declared is not None and declared != graph.types[name].dtype:
+                raise OnnxImportError(  # onnxruntime refuses such a file too (a type error)
+                    f"{self.where}: output {value.name!r} must have the declared element type "
+                    f"{declared}, not the inferred {graph.types[name].dtype}"
+                )
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
             if not tensor.HasField("shape") or None in dims or value.name in self.branch_results:
                 continue

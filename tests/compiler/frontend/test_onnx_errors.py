@@ -239,3 +239,14 @@ def test_signed_bitshift_of_opset_28_imports_with_numpys_semantics() -> None:
     x = np.array([-128, -1, 64, 100], np.int8)
     (out,) = run_graph(graph, {"x": x}).values()
     np.testing.assert_array_equal(out, [-1, -1, 0, 0])  # x >> x: -128 and -1 are past 8 bits
+
+
+def test_an_output_declared_with_another_element_type_is_named():
+    # was compiled, the output float32 where the file declares float16 (onnxruntime: type error)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxImportError, match="'y' must have the declared element type float16, "
+                       "not the inferred float32"):  # fmt: skip
+        from_onnx(model)
