@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....runtime.dtypes import is_narrow
 from ..ir import Graph, GraphBuilder, Node
 from ..ops.shape import pad_widths, reduce_axes
 from ..registry import Pattern, get_op
@@ -176,6 +177,10 @@ def sink_transposes(graph: Graph) -> Graph:
     After:  `%a = Add(%c, %bias[C,1,1]); %r = Relu(%a); %y = Conv(%r, %w)`
     """
     if not any(n.op == "Transpose" for n in graph.nodes):
+        return graph
+    if any(is_narrow(t.dtype) for t in graph.types.values()):
+        # narrow values (bfloat16, float8, int4) move between `widen_narrow`'s Casts as their
+        # storage integers; a rebuilt graph re-infers them as the narrow types (a LoweringError)
         return graph
     sinker = _Sinker(graph)
     for node in graph.nodes:
