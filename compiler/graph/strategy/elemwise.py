@@ -64,16 +64,23 @@ def _nary(fn: Callable[..., Any]) -> Rule:
 WIDE = 16
 
 
-def _propagating(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """`fn` (te.max, te.min) made to give NaN when either float operand is NaN, as ONNX Max and
-    Min do in onnxruntime and numpy; te.max keeps its first operand when they are unordered
-    (what ReduceMax's scan order and Relu rely on)."""
+def _propagating(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    """`fn` (te.max, te.min) over the operands (`_fold`), giving NaN when any float operand is
+    NaN, as ONNX Max and Min do in onnxruntime and numpy; te.max keeps its first operand when
+    they are unordered (what ReduceMax's scan order and Relu rely on). The NaN test is a tree
+    of its own over the operands, not a select at each step: a step's select read its right
+    operand, a whole subtree of a wide Max, three times (a 300-way Max grew past a million
+    expression nodes). Where any operand is NaN, the sum of the operands is NaN: that is the
+    result."""
 
-    def pick(a: Any, b: Any) -> Any:
-        out = fn(a, b)
-        return te.select(b != b, b, out) if dt.is_float(out.dtype) else out
+    def combine(*values: Any) -> Any:
+        out = _fold(fn)(*values)
+        if not dt.is_float(out.dtype) or len(values) < 2:
+            return out
+        nan = _fold(lambda a, b: a | b)(*[v != v for v in values])
+        return te.select(nan, _fold(lambda a, b: a + b)(*values), out)
 
-    return pick
+    return combine
 
 
 def _fold(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
@@ -556,8 +563,8 @@ ELEMENTWISE: dict[str, Rule] = {
     "Mul": _nary(lambda a, b: a * b),
     "Div": _nary(lambda a, b: a / b),
     "Pow": _pow_rule,
-    "Max": _nary(_fold(_propagating(te.max))),
-    "Min": _nary(_fold(_propagating(te.min))),
+    "Max": _nary(_propagating(te.max)),
+    "Min": _nary(_propagating(te.min)),
     "Sum": _nary(_fold(lambda a, b: a + b)),
     "Mean": _mean_rule,
     "Mod": _mod_rule,
