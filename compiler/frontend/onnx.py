@@ -14,34 +14,47 @@ input without a shape needs `input_shapes`, and no tensor may span more than
 Inputs that an op's ONNX schema types alike (MatMul's A and B) must have one dtype, and every
 input a dtype its schema allows, as onnxruntime requires. Large initializers are read from the
 file straight into their constants (`onnx_weights`): the weights are held once, not also in the
-parsed protobuf.
+parsed protobuf. Reading a model is `onnx_load`; the checks before and during the import
+(opsets, unsupported ops and variants, attributes, element types) and the errors are
+`onnx_checks`; this module converts the checked model node by node.
 """
 
 from __future__ import annotations
 
-import io
 import operator
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from ...runtime import ndarray as nd
-from ..graph.ir import DTYPES, Graph, GraphBuilder, GraphError, ShapeError, check_shape
+from ..graph.ir import Graph, GraphBuilder, GraphError, check_shape
 from ..graph.ops.shape import SHAPE_ONLY_OPS
 from ..graph.registry import (
     DATA_DEPENDENT_SHAPE_OPS,
-    ONNX_OPSETS,
     UnsupportedOpError,
     get_op,
-    is_registered,
 )
-from .onnx_dropout import RANDOM_OPS, RANDOM_REASON, convert_dropout
+from .onnx_checks import (
+    MIN_OPSET,
+    OnnxImportError,
+    UnsupportedDtypeError,
+    _checked_array,
+    _is_training_batch_norm,
+    check_node_types,
+    check_required_attributes,
+    default_opset,
+    np_dtype,
+    registry_name,
+    unsupported_nodes,
+    unsupported_ops,
+)
+from .onnx_dropout import convert_dropout
 from .onnx_if import select_branches
+from .onnx_load import RawWeights, load_model, read_model
 from .onnx_loop import SEQUENCE_OPS, convert_sequence_op, unroll_loop
 from .onnx_patterns import (
     drop_false_training_modes,
@@ -50,13 +63,8 @@ from .onnx_patterns import (
 )
 from .onnx_preview import convert_flex_attention, is_preview_op
 from .onnx_scan import is_batched_scan, unroll_batched_scan, unroll_scan
-from .onnx_upgrade import OLDEST_OPSET, upgrade
-from .onnx_weights import Span, WireError, read_span, strip_raw_data
+from .onnx_upgrade import upgrade
 
-# The op definitions the importer implements are those of opsets 13 to 21.
-MIN_OPSET, MAX_OPSET = ONNX_OPSETS
-# Ops the importer turns into something else than a node of the same name.
-_SPECIAL = {"Constant", "Dropout", "If", "Loop", "Scan", *SEQUENCE_OPS}
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
 _AXES_ATTR_UNTIL_18 = {
     "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
@@ -73,381 +81,6 @@ _FOLD_LIMIT_INT = 4096
 
 def _fold_limit(dtype: str) -> int:
     return _FOLD_LIMIT_INT if np.dtype(dtype).kind in "iu" else _FOLD_LIMIT
-
-
-class OnnxImportError(ValueError):
-    """The ONNX model cannot be imported: malformed file, bad opset, unknown input dims."""
-
-
-#: element types ONNX files pack two to a byte (held one to a byte once imported)
-PACKED_4BIT = ("int4", "uint4", "float4_e2m1fn")
-
-
-class UnsupportedDtypeError(OnnxImportError):
-    """A tensor of the model has an element type the graph layer does not support."""
-
-
-def load_model(model: str | Path | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-    """Parse and check a model; returns it with a name for messages (the file name)."""
-    proto, where, _ = read_model(model, in_place=False)
-    return proto, where
-
-
-def read_model(
-    model: str | Path | bytes | onnx.ModelProto, in_place: bool = True
-) -> tuple[onnx.ModelProto, str, RawWeights | None]:
-    """`load_model`; with `in_place` the large initializers' raw_data is left out of the parsed
-    model and read later, straight into each constant (`RawWeights`, to be closed). A model
-    the wire walker cannot follow is parsed whole (`onnx_weights`)."""
-    if isinstance(model, onnx.ModelProto):
-        return model, "<ModelProto>", None
-    where = str(model) if isinstance(model, str | Path) else "<bytes>"
-    f = _open_model(model, where)
-    weights = None
-    try:
-        size = f.seek(0, io.SEEK_END)
-        if not size:
-            raise OnnxImportError(f"{where}: is not a valid ONNX model: the file is empty")
-        proto, weights = _parse_in_place(f, size) if in_place else (None, None)
-        if proto is None:
-            f.seek(0)
-            proto = _parse(f.read(), where)
-    finally:
-        if weights is None:
-            f.close()
-    if not proto.HasField("graph") or not proto.graph.output:
-        if weights is not None:
-            weights.close()
-        raise OnnxImportError(f"{where}: is not a valid ONNX model: it has no graph outputs")
-    _load_external_data(proto, where, Path(model).parent if where != "<bytes>" else None)
-    return proto, where, weights
-
-
-def _open_model(model: str | Path | bytes, where: str) -> BinaryIO:
-    if not isinstance(model, str | Path):
-        return io.BytesIO(model)
-    try:
-        return open(model, "rb")  # noqa: SIM115  (closed by read_model or RawWeights.close)
-    except OSError as exc:
-        raise OnnxImportError(f"{where}: cannot read the ONNX file: {exc.strerror}") from None
-
-
-def _parse(data: bytes, where: str) -> onnx.ModelProto:
-    try:
-        return onnx.load_model_from_string(data)
-    except Exception as exc:  # protobuf raises DecodeError and friends
-        raise OnnxImportError(
-            f"{where}: is not a valid ONNX model: protobuf parse failed ({type(exc).__name__}: "
-            f"{exc})"
-        ) from None
-
-
-def _parse_in_place(f: BinaryIO, size: int) -> tuple[onnx.ModelProto | None, RawWeights | None]:
-    """The model parsed without its large raw_data, and where that lies; (None, None) when the
-    wire walker or protobuf cannot take it (the whole model is parsed then, for its error)."""
-    try:
-        stripped, spans = strip_raw_data(f, size)
-        proto = onnx.load_model_from_string(stripped)
-    except Exception:  # noqa: BLE001  (WireError, DecodeError: the full parse decides)
-        return None, None
-    if not any(spans):
-        return proto, None
-    return proto, RawWeights(f, spans)
-
-
-class RawWeights:
-    """The open model file and, per initializer, where its raw_data lies (`onnx_weights`)."""
-
-    def __init__(self, f: BinaryIO, spans: list[Span | None]) -> None:
-        self.f, self.spans = f, spans
-
-    def array(self, index: int, tensor: onnx.TensorProto, where: str) -> np.ndarray | None:
-        """Initializer number `index` as a read-only aligned array read from the file (None when
-        its data stayed in the parsed model); its dims are checked before any allocation."""
-        span = self.spans[index] if index < len(self.spans) else None
-        external = tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.HasField("raw_data")
-        if span is None or external:  # (raw_data now: read from an external data file)
-            return None
-        dtype = np_dtype(tensor.data_type, where)
-        try:
-            check_shape(list(tensor.dims), dtype)
-        except ShapeError as exc:
-            raise OnnxImportError(f"{where}: {exc}") from None
-        shape = tuple(tensor.dims)
-        count = int(np.prod(shape, dtype=np.int64))
-        packed = dtype in PACKED_4BIT  # two values a byte in the file, one a byte in memory
-        expected = (count + 1) // 2 if packed else count * np.dtype(dtype).itemsize
-        if span[1] != expected:
-            raise OnnxImportError(
-                f"{where} must hold data of its shape {shape}: raw_data has {span[1]} bytes "
-                f"(at byte {span[0]}), not {expected}"
-            )
-        array = nd.empty(shape, dtype).numpy()
-        raw = np.empty(expected, np.uint8) if packed else array.reshape(-1).view(np.uint8)
-        try:
-            read_span(self.f, span, memoryview(raw))
-        except WireError as exc:
-            raise OnnxImportError(f"{where}: {exc}") from None
-        if packed:  # the first value in the low 4 bits, as onnx.numpy_helper unpacks them
-            nibbles = array.reshape(-1).view(np.uint8)
-            nibbles[0::2] = raw[: (count + 1) // 2] & 0xF
-            nibbles[1::2] = raw[: count // 2] >> 4
-        array.setflags(write=False)
-        return array
-
-    def close(self) -> None:
-        self.f.close()
-
-
-def _load_external_data(proto: onnx.ModelProto, where: str, folder: Path | None) -> None:
-    """Read tensors kept in ONNX external data files from the model's own folder (never the
-    working directory); a model given as bytes has no folder, so it may not have any."""
-    from onnx import external_data_helper as ext
-
-    tensors = [t for t in ext._get_all_tensors(proto) if ext.uses_external_data(t)]
-    if not tensors:
-        return
-    if folder is None:
-        raise OnnxImportError(
-            f"{where}: tensor {tensors[0].name!r} keeps its data in an external file; load the "
-            "model from its path, so that the file is read beside it"
-        )
-    try:
-        ext.load_external_data_for_model(proto, str(folder))
-    except Exception as exc:  # noqa: BLE001  (missing file, a path out of the folder, ...)
-        raise OnnxImportError(
-            f"{where}: external data of tensor {tensors[0].name!r} cannot be read from "
-            f"{folder}: {type(exc).__name__}: {exc}"
-        ) from None
-
-
-def newest_opset() -> int:
-    """The newest default-domain opset the installed onnx package defines."""
-    return onnx.defs.onnx_opset_version()
-
-
-def default_opset(model: onnx.ModelProto, where: str) -> int:
-    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    if not versions:
-        raise OnnxImportError(f"{where}: model must import the default ONNX domain, not none")
-    if len(set(versions)) > 1:
-        raise OnnxImportError(
-            f"{where}: model must import the default ONNX domain once, not at opsets {versions}"
-        )
-    newest = newest_opset()
-    if versions[0] < OLDEST_OPSET:
-        raise OnnxImportError(
-            f"{where}: opset of the default domain must be {MIN_OPSET} to {MAX_OPSET}, "
-            f"not {versions[0]} (opsets {OLDEST_OPSET} to {MIN_OPSET - 1} are upgraded to "
-            f"{MIN_OPSET} with onnx's version converter; up to {newest} import where their ops "
-            "are unchanged)"
-        )
-    if versions[0] > newest:
-        raise OnnxImportError(
-            f"{where}: opset {versions[0]} of the default domain is newer than the installed "
-            f"onnx {onnx.__version__} defines (up to {newest}); the importer supports opsets "
-            f"{MIN_OPSET} to {newest}"
-        )
-    return versions[0]
-
-
-def _signature(schema: onnx.defs.OpSchema) -> tuple:
-    return (
-        [(f.name, f.option) for f in schema.inputs],
-        [(f.name, f.option) for f in schema.outputs],
-    )
-
-
-def _changed_definition(op: str, opset: int) -> int | None:
-    """The opset at which `op` took inputs or outputs other than at MAX_OPSET, if `opset` is
-    newer than MAX_OPSET and uses that changed definition (type-only changes do not count;
-    new attributes are rejected by name when a node sets them)."""
-    if opset <= MAX_OPSET:
-        return None
-    try:
-        new = onnx.defs.get_schema(op, opset, "")
-        old = onnx.defs.get_schema(op, MAX_OPSET, "")
-    except onnx.defs.SchemaError:
-        return None
-    if new.since_version > MAX_OPSET and _signature(new) != _signature(old):
-        return new.since_version
-    return None
-
-
-def _is_training_batch_norm(node: onnx.NodeProto, opset: int) -> bool:
-    """A BatchNormalization that normalizes by its batch's statistics: `training_mode=1`
-    (opset 14 on), or below opset 14 (where there is no such attribute) one with the running
-    statistics outputs, as torch's TorchScript exporter writes at opsets 9 to 13."""
-    if node.op_type != "BatchNormalization":
-        return False
-    if any(a.name == "training_mode" and a.i for a in node.attribute):
-        return True
-    return opset < 14 and len([o for o in node.output if o]) > 1
-
-
-def _unsupported_variant(node: onnx.NodeProto, opset: int = MAX_OPSET) -> str | None:
-    """A description if `node` uses a variant of a supported op that is not implemented."""
-    if (changed := _changed_definition(node.op_type, opset)) is not None:
-        return f"{node.op_type} as redefined at opset {changed}"
-    outputs = [o for o in node.output if o]
-    training = _is_training_batch_norm(node, opset)
-    if node.op_type == "BatchNormalization" and len(outputs) > 1 and not training:
-        return "BatchNormalization with running statistics outputs in inference mode"
-    if node.op_type not in ("If", "Loop", "Scan", "SequenceMap") and any(
-        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
-    ):
-        return f"{node.op_type} with a subgraph"
-    return None
-
-
-def unsupported_ops(model: onnx.ModelProto, opset: int) -> list[tuple[str, str, int | None]]:
-    """(op type, node name, opset) of every node the importer cannot convert, in model order
-    (an If's branches are checked when the branch taken is known, `_Importer._inline_if`, and a
-    Loop's body when it is unrolled, `onnx_loop.unroll_loop`)."""
-    return unsupported_nodes(model.graph.node, opset)
-
-
-def unsupported_nodes(
-    nodes: Sequence[onnx.NodeProto], opset: int
-) -> list[tuple[str, str, int | None]]:
-    """`unsupported_ops` of a list of nodes (a graph's, an If branch's or a Loop body's)."""
-    found: list[tuple[str, str, int | None]] = []
-    for i, node in enumerate(nodes):
-        name = node.name or f"{node.op_type}_{i}"
-        if is_preview_op(node) or is_batched_scan(node):  # subgraphs checked when converted
-            continue
-        if node.domain not in ("", "ai.onnx"):
-            if not is_registered(registry_name(node)):
-                found.append((registry_name(node), name, None))
-            elif (unbuilt := _unbuilt_contrib_output(node)) is not None:
-                found.append((f"{registry_name(node)} with its {unbuilt}", name, None))
-        elif node.op_type in RANDOM_OPS:
-            found.append((f"{node.op_type} ({RANDOM_REASON})", name, opset))
-        elif node.op_type not in _SPECIAL and not is_registered(node.op_type):
-            found.append((node.op_type, name, opset))
-        elif (variant := _unsupported_variant(node, opset)) is not None:
-            found.append((variant, name, opset))
-    return found
-
-
-# onnxruntime contrib ops' outputs that are not built: (op type, output index) -> what it is
-_UNBUILT_CONTRIB_OUTPUTS = {
-    ("Attention", 1): "present output (key/value cache)",
-    ("MultiHeadAttention", 1): "present_key output (key/value cache)",
-    ("MultiHeadAttention", 2): "present_value output (key/value cache)",
-    ("MultiHeadAttention", 3): "qk output",
-    ("SkipSimplifiedLayerNormalization", 1): "mean output",
-}
-
-
-def _unbuilt_contrib_output(node: onnx.NodeProto) -> str | None:
-    """What a contrib node asks for that is not built: an output named in
-    `_UNBUILT_CONTRIB_OUTPUTS` (left blank, it is fine)."""
-    for index, out in enumerate(node.output):
-        if out and (unbuilt := _UNBUILT_CONTRIB_OUTPUTS.get((node.op_type, index))):
-            return unbuilt
-    return None
-
-
-def registry_name(node: onnx.NodeProto) -> str:
-    """The registry's name of `node`'s op: the op type in the default domain, else qualified
-    by its domain (onnxruntime's contrib ops: `com.microsoft.Attention`, `ops/contrib.py`)."""
-    if node.domain in ("", "ai.onnx"):
-        return node.op_type
-    return f"{node.domain}.{node.op_type}"
-
-
-def _type_str(dtype: str) -> str:
-    """An ONNX type string ("tensor(float)") for a numpy dtype name."""
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    return f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
-
-
-def check_required_attributes(node: onnx.NodeProto, opset: int, name: str, where: str) -> None:
-    """Refuse `node` when it lacks an attribute its ONNX schema at `opset` requires (a Loop
-    without a body), naming the node and the attributes, before any converter reads them."""
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
-    except onnx.defs.SchemaError:
-        return
-    given = {a.name for a in node.attribute}
-    missing = sorted(k for k, a in schema.attributes.items() if a.required and k not in given)
-    if missing:  # worded as the op registry words it for the ops it converts
-        also = f"; so must {missing[1:]}" if len(missing) > 1 else ""
-        raise OnnxImportError(f"{where}: attribute {missing[0]!r} of {node.op_type} must be "
-                              f"given (node {name!r}){also}")  # fmt: skip
-
-
-def check_node_types(
-    node: onnx.NodeProto, opset: int, name: str, dtypes: list[str | None], where: str = "model"
-) -> None:
-    """Check the input dtypes of `node` against its ONNX schema at `opset`, as onnxruntime does:
-    inputs typed by one type parameter (MatMul's A and B: T) must have one dtype, and each
-    input a dtype the parameter (or the fixed type) allows. Raises OnnxImportError naming
-    `where` (the model), the node, the inputs and the dtypes."""
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
-    except onnx.defs.SchemaError:
-        return
-    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
-    formal = list(schema.inputs)
-    if not formal:
-        return
-    bound: dict[str, list[tuple[str, str]]] = {}
-    for i, (value, dtype) in enumerate(zip(node.input, dtypes, strict=False)):
-        if not value or dtype is None:
-            continue
-        param = formal[min(i, len(formal) - 1)]
-        if i >= len(formal) and param.option != param.option.Variadic:
-            continue  # arity is checked by the graph layer
-        type_str = param.type_str
-        ok = allowed.get(type_str, {type_str})
-        if _type_str(dtype) not in ok:
-            raise OnnxImportError(
-                f"{where}: {node.op_type} node {name!r}: input {value!r} ({param.name}) must "
-                f"have a type of {type_str} ({', '.join(sorted(ok))} at opset {opset}), "
-                f"not {dtype}"
-            )
-        if type_str in allowed:
-            if param.option == param.option.Variadic and not param.is_homogeneous:
-                continue
-            bound.setdefault(type_str, []).append((value, dtype))
-    for param, values in bound.items():
-        if len({dtype for _, dtype in values}) > 1:
-            listed = ", ".join(f"{value!r} {dtype}" for value, dtype in values)
-            raise OnnxImportError(
-                f"{where}: {node.op_type} node {name!r}: inputs of type parameter {param} "
-                f"must have one dtype, not {listed}"
-            )
-
-
-def _checked_array(tensor: onnx.TensorProto, where: str) -> np.ndarray:
-    """The numpy value of an initializer or Constant tensor, its dims checked first (exact,
-    bounded: no allocation or reshape is tried for a shape that cannot exist)."""
-    dtype = np_dtype(tensor.data_type, where)
-    try:
-        check_shape(list(tensor.dims), dtype)
-    except ShapeError as exc:
-        raise OnnxImportError(f"{where}: {exc}") from None
-    try:
-        return numpy_helper.to_array(tensor)
-    except Exception as exc:  # noqa: BLE001  (bad data length, missing external data, ...)
-        raise OnnxImportError(
-            f"{where} must hold data of its shape {tuple(tensor.dims)}: {type(exc).__name__}: {exc}"
-        ) from None
-
-
-def np_dtype(elem_type: int, where: str) -> str:
-    try:
-        dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
-    except (KeyError, TypeError, ValueError):
-        try:
-            dtype = helper.tensor_dtype_to_string(elem_type) if elem_type else "undefined"
-        except (KeyError, TypeError, ValueError):  # a code no ONNX version defines
-            dtype = f"unknown type code {elem_type}"
-    if dtype not in DTYPES:
-        raise UnsupportedDtypeError(f"{where} must have one of {', '.join(DTYPES)}, not {dtype!r}")
-    return dtype
 
 
 class _Importer:

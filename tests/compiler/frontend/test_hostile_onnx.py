@@ -305,7 +305,7 @@ def test_op_redefined_after_the_supported_opsets_is_listed_as_unsupported(monkey
     # no supported op changed its inputs between opset 21 and the installed onnx's newest, so
     # count any new definition as a change: the node is listed, not imported under a meaning
     # it may no longer have
-    from tensorforge.compiler.frontend import onnx as importer
+    from tensorforge.compiler.frontend import onnx_checks as importer
 
     monkeypatch.setattr(importer, "_signature", lambda s: s.since_version)
     model = _model([helper.make_node("HardSwish", ["x"], ["y"], name="hs")], [_vi("x", [2])])
