@@ -1,7 +1,7 @@
 """Optional dependencies: which extra brings each, and one error that names it.
 
-The core install (numpy, onnx, ml_dtypes, llvmlite, tqdm) compiles and runs models on the CPU and the
-accelerator's simulators. Everything else comes with an extra (README, "Set-up"); a feature
+The core install (numpy, onnx, ml_dtypes, llvmlite, tqdm) compiles and runs models on the CPU
+and the accelerator's simulators. Everything else comes with an extra (README, "Set-up"); a feature
 whose package is missing says which extra to install instead of a bare ModuleNotFoundError:
 
     >>> from tensorforge.extras import install_hint
