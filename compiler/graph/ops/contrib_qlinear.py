@@ -337,10 +337,16 @@ register(
 # ---- the domain's QLinearConv, QuantizeLinear and DequantizeLinear ------------------------------
 
 
+def _standard_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """A contrib node's attributes as its standard op takes them: `channels_last` and unset
+    ones left out."""
+    return {k: v for k, v in attrs.items() if k != "channels_last" and v is not None}
+
+
 def _expand_as_standard(op: str) -> Callable[[GraphBuilder, Node], None]:
     def expand(b: GraphBuilder, node: Node) -> None:
         e = Emitter(b, node)
-        attrs = {k: v for k, v in node.attr_dict.items() if k != "channels_last" and v is not None}
+        attrs = _standard_attrs(node.attr_dict)
         ins = list(node.inputs)
         if not node.attr_dict.get("channels_last", 0):
             e.add(op, ins, attrs, outputs=[node.outputs[0]])
@@ -364,8 +370,7 @@ def _as_standard(op: str, attrs: dict[str, Any]) -> None:
         p = perm(a, len(types[0].shape), True)
         if p:
             types = [TensorType(tuple(types[0].shape[i] for i in p), types[0].dtype), *types[1:]]
-        own = {k: v for k, v in a.items() if k != "channels_last" and v is not None}
-        (y,) = std.infer(std.normalize_attrs(own, MS + op), types, consts)
+        (y,) = std.infer(std.normalize_attrs(_standard_attrs(a), MS + op), types, consts)
         q = perm(a, len(y.shape), False)
         return [TensorType(tuple(y.shape[i] for i in q), y.dtype) if q else y]
 
@@ -374,8 +379,7 @@ def _as_standard(op: str, attrs: dict[str, Any]) -> None:
         p = perm(a, args[0].ndim, True)
         if p:
             args[0] = args[0].transpose(p)
-        own = {k: v for k, v in a.items() if k != "channels_last" and v is not None}
-        y = std.compute(std.normalize_attrs(own, MS + op), *args)
+        y = std.compute(std.normalize_attrs(_standard_attrs(a), MS + op), *args)
         q = perm(a, y.ndim, False)
         return y.transpose(q) if q else y
 
