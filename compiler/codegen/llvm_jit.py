@@ -78,21 +78,11 @@ def _llvm_notes(triple: str, cpu_name: str, features: str) -> str:
     """What LLVM prints on stderr while making a target machine. It ignores an unknown CPU or
     feature with only a note there, then builds for a bare CPU, which on x86-64 aborts the
     whole process ("64-bit code requested on a subtarget that doesn't support it")."""
-    import os
-    import sys
-    import tempfile
+    from ..native_output import captured
 
-    with tempfile.TemporaryFile() as err:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(err.fileno(), 2)
-        try:
-            llvm.Target.from_triple(triple).create_target_machine(cpu=cpu_name, features=features)
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        err.seek(0)
-        return err.read().decode("utf-8", "replace")
+    with captured((2,)) as err:
+        llvm.Target.from_triple(triple).create_target_machine(cpu=cpu_name, features=features)
+    return err[0]
 
 
 def vector_registers(target: Target | str = "llvm") -> tuple[int, int]:

@@ -2,7 +2,9 @@
 
 torch is an optional extra (`pip install 'tensorforge[torch]'`, which brings onnxscript too).
 The module is exported in eval mode with torch's torch.export-based ONNX exporter at opset 18
-(the older TorchScript exporter fails on modules such as TransformerEncoderLayer), and the ONNX
+(the older TorchScript exporter fails on modules such as TransformerEncoderLayer); where that
+one fails (an aten op it has no ONNX function for, such as torch.cdist's), the TorchScript
+exporter is tried, and where both fail the error gives both reasons. The ONNX
 model goes through ``from_onnx``, so both frontends share one importer and one op list.
 
 Example:
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import warnings
 from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
@@ -23,6 +26,7 @@ from typing import Any
 import onnx
 
 from ..graph.ir import Graph
+from ..native_output import captured
 from .onnx import from_onnx
 
 # torch's exporter writes opset 18; converting down to 17 left opset-18 attributes on the
@@ -40,7 +44,7 @@ def export_onnx(
     Raises:
         ImportError: torch is not installed (says how to install it).
         TypeError: ``module`` is not a torch.nn.Module or the inputs are not tensors.
-        ValueError: torch's exporter failed (its message is kept).
+        ValueError: both of torch's exporters failed (both reasons are kept).
     """
     torch = _import_torch()
     if not isinstance(module, torch.nn.Module):
@@ -57,34 +61,76 @@ def export_onnx(
     training = {m: m.training for m in module.modules()}  # put back after the export
     module.eval()
     try:
-        # Not under no_grad: inference mode switches some modules (TransformerEncoderLayer)
-        # to fused fast paths that have no ONNX form.
-        # The exporter reports progress on stdout and stderr; a library import stays quiet.
-        quiet = io.StringIO()
-        logger = logging.getLogger("torch.onnx")
-        level = logger.level
         try:
-            logger.setLevel(logging.ERROR)
-            with warnings.catch_warnings(), redirect_stdout(quiet), redirect_stderr(quiet):
-                warnings.simplefilter("ignore")
+            return _export(torch, module, inputs, names, dynamo=True)
+        except Exception as e:  # torch raises many types; keep its message, drop its traceback
+            first = _exporter_message(e)
+        try:
+            return _export(torch, module, inputs, names, dynamo=False)
+        except Exception as e:
+            second = _exporter_message(e)
+    finally:
+        for m, mode in training.items():
+            m.training = mode
+    raise ValueError(
+        f"torch.onnx.export failed for {type(module).__name__} with both of torch's exporters: "
+        f"torch.export-based: {first}; TorchScript-based: {second}"
+    ) from None
+
+
+def _export(
+    torch: Any, module: Any, inputs: tuple, names: list[str], dynamo: bool
+) -> onnx.ModelProto:
+    """One of torch's ONNX exporters, quietly: the torch.export-based one (`dynamo`), or the
+    TorchScript-based one, tried when the first fails (it still knows ops such as
+    aten::_cdist_forward that the newer one has no ONNX function for)."""
+    # Not under no_grad: inference mode switches some modules (TransformerEncoderLayer)
+    # to fused fast paths that have no ONNX form.
+    # The exporters report progress on stdout and stderr; a library import stays quiet.
+    # The TorchScript exporter prints its graph from C++ on failure: captured at the file
+    # descriptors too.
+    quiet = io.StringIO()
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    try:
+        logger.setLevel(logging.ERROR)
+        with (
+            warnings.catch_warnings(),
+            redirect_stdout(quiet),
+            redirect_stderr(quiet),
+            captured((1, 2)),
+        ):
+            warnings.simplefilter("ignore")
+            if dynamo:
                 program = torch.onnx.export(
-                    module,
-                    inputs,
-                    dynamo=True,
-                    opset_version=OPSET,
-                    input_names=names,
+                    module, inputs, dynamo=True, opset_version=OPSET, input_names=names,
                     verbose=False,
-                )
-        finally:
-            logger.setLevel(level)
-            for m, mode in training.items():
-                m.training = mode
-        proto = program.model_proto
-    except Exception as e:  # torch raises many types; keep its message, drop its traceback
-        raise ValueError(
-            f"torch.onnx.export failed for {type(module).__name__}: {type(e).__name__}: {e}"
-        ) from None
-    return proto
+                )  # fmt: skip
+                return program.model_proto
+            buffer = io.BytesIO()
+            torch.onnx.export(
+                module, inputs, buffer, dynamo=False, opset_version=OPSET, input_names=names
+            )
+            return onnx.load_from_string(buffer.getvalue())
+    finally:
+        logger.setLevel(level)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _exporter_message(error: BaseException) -> str:
+    """What an exporter's exception says, shortly: its type and message without terminal
+    colours, and of the torch.export-based exporter's long report only its exception summary
+    (the op it has no ONNX function for), not its boilerplate."""
+    text = _ANSI.sub("", str(error)).strip()
+    if "## Exception summary" in text:
+        summary = text.split("## Exception summary", 1)[1].strip()
+        text = summary.split("\n", 1)[0]
+        text = re.sub(r"^<class '[\w.]*\.(\w+)'>", r"\1", text)
+        return text
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def from_torch(

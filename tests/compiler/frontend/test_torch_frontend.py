@@ -192,3 +192,30 @@ def test_exported_reductions_are_valid_for_onnxruntime():
     got = ort.InferenceSession(model.SerializeToString()).run(None, {"input0": x.numpy()})
     for ours, want in zip(got, Stats()(x), strict=True):
         np.testing.assert_allclose(ours, want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+class _Pairwise(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.cdist(a, b)
+
+
+def test_an_op_only_the_torchscript_exporter_knows_falls_back_to_it(capfd):
+    """torch.cdist has no ONNX function in the torch.export-based exporter: the TorchScript
+    one exports it, quietly (nothing on the process's stdout or stderr)."""
+    _check(_Pairwise(), (3, 4), (5, 4))
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+class _Median(torch.nn.Module):
+    def forward(self, x):
+        return x.median(dim=1).values
+
+
+def test_an_op_neither_exporter_knows_names_both_reasons(capfd):
+    reasons = r"both of torch's exporters.*median.*TorchScript-based"
+    with pytest.raises(ValueError, match=reasons) as e:
+        from_torch(_Median(), (torch.zeros(2, 5),))
+    assert "\x1b[" not in str(e.value)  # no terminal colours
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
