@@ -60,6 +60,7 @@ from .onnx_patterns import (
     drop_false_training_modes,
     drop_unread_outputs,
     rewrite_masked_assignments,
+    sort_nodes,
 )
 from .onnx_preview import convert_flex_attention, is_preview_op
 from .onnx_scan import is_batched_scan, unroll_batched_scan, unroll_scan
@@ -539,6 +540,7 @@ def from_onnx(
     try:
         if proto.functions:  # model-local functions (exporters' modules): inlined, as by ORT
             proto = _inline_functions(proto, where)
+        proto = sort_nodes(proto)  # out of order as graph tools leave them: sorted
         proto = rewrite_masked_assignments(proto)  # x[mask] = v: a Where, not NonZero
         proto = drop_unread_outputs(proto)  # exporters' unread Dropout masks, MaxPool indices
         proto = drop_false_training_modes(proto)  # Dropout(x, ratio, false): inference

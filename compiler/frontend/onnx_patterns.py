@@ -10,15 +10,97 @@ Older exporters (PyTorch at opsets 7-11, Caffe2's converter) give Dropout a mask
 MaxPool an Indices output that nothing reads; those outputs are dropped, so that the node is
 the inference-time op the importer implements (onnxruntime computes the same first output).
 A Dropout's `training_mode` input that is a constant false is dropped for the same reason.
+
+ONNX requires a graph's nodes in topological order, but onnxruntime sorts them itself, and
+files edited by hand or by graph tools that append nodes come out of order: `sort_nodes` puts
+them in order first (every subgraph too), keeping the written order wherever it allows.
 """
 
 from __future__ import annotations
+
+import heapq
 
 import onnx
 from onnx import helper, numpy_helper
 
 #: ops through which a one-element value is only broadcast or reshaped into the updates
 _BROADCASTS = ("Expand", "Reshape", "Identity")
+
+
+def sort_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its graph's and subgraphs' nodes in topological order: itself when they
+    are in order already, else a sorted copy. Where several nodes are ready the one written
+    first goes first; nodes in a cycle, or reading a value nothing defines, keep their written
+    order at the end (the importer then names the value)."""
+    if _in_order(model.graph):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    _sort_graph(copy.graph)
+    return copy
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else list(a.graphs))]
+
+
+def _outer_reads(node: onnx.NodeProto) -> set[str]:
+    """The values `node` reads from its graph: its inputs and what its subgraphs read of the
+    scopes around them."""
+    names = {i for i in node.input if i}
+    for graph in _subgraphs(node):
+        local = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+        local |= {o for inner in graph.node for o in inner.output}
+        for inner in graph.node:
+            names |= _outer_reads(inner) - local
+    return names
+
+
+def _in_order(graph: onnx.GraphProto) -> bool:
+    made = {o for node in graph.node for o in node.output if o}
+    done: set[str] = set()
+    for node in graph.node:
+        if any(v in made and v not in done for v in _outer_reads(node)):
+            return False
+        if not all(_in_order(g) for g in _subgraphs(node)):
+            return False
+        done.update(node.output)
+    return True
+
+
+def _sort_graph(graph: onnx.GraphProto) -> None:
+    """Sort `graph`'s nodes in place (Kahn's algorithm, the written order breaking ties)."""
+    nodes = list(graph.node)
+    producer = {o: k for k, node in enumerate(nodes) for o in node.output if o}
+    waits = [{producer[v] for v in _outer_reads(node) if v in producer} - {k}
+             for k, node in enumerate(nodes)]  # fmt: skip
+    readers: list[list[int]] = [[] for _ in nodes]
+    for k, deps in enumerate(waits):
+        for d in deps:
+            readers[d].append(k)
+    ready = [k for k, deps in enumerate(waits) if not deps]
+    heapq.heapify(ready)
+    order, placed = [], [False] * len(nodes)
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        placed[k] = True
+        for r in readers[k]:
+            waits[r].discard(k)
+            if not waits[r]:
+                heapq.heappush(ready, r)
+    order += [k for k in range(len(nodes)) if not placed[k]]  # a cycle: left for the importer
+    sorted_nodes = [nodes[k] for k in order]
+    for node in sorted_nodes:
+        for sub in _subgraphs(node):
+            if not _in_order(sub):
+                _sort_graph(sub)
+    if order != list(range(len(nodes))):
+        copies = [onnx.NodeProto() for _ in sorted_nodes]
+        for copy, node in zip(copies, sorted_nodes, strict=True):
+            copy.CopyFrom(node)
+        del graph.node[:]
+        graph.node.extend(copies)
 
 
 def rewrite_masked_assignments(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -229,4 +311,6 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-__all__ = ["drop_false_training_modes", "drop_unread_outputs", "rewrite_masked_assignments"]
+__all__ = [
+    "drop_false_training_modes", "drop_unread_outputs", "rewrite_masked_assignments", "sort_nodes",
+]  # fmt: skip

@@ -452,3 +452,51 @@ def test_squeeze_excitation_by_reduce_mean_stays_blocked() -> None:
     }
     transforms = {p: sum("LayoutTransform" in lb for lb in ls) for p, ls in labels.items()}
     assert transforms["ReduceMean"] == transforms["GlobalAveragePool"], labels
+
+
+def test_nodes_out_of_topological_order_are_sorted_as_onnxruntime_does() -> None:
+    """Graph tools that append nodes write files out of order; onnxruntime sorts a graph's
+    nodes, and so do we, a branch reading a value defined after its If included; we sort a
+    branch's own nodes too (onnxruntime refuses those: compared with the branch in order)."""
+    from tensorforge.compiler.frontend.onnx_patterns import sort_nodes
+
+    def model(branches_in_order: bool) -> object:
+        def branch(name: str, op: str) -> object:
+            nodes = [oh.make_node(op, ["late"], ["t"]), oh.make_node("Neg", ["t"], ["o"])]
+            nodes = nodes if branches_in_order else nodes[::-1]
+            return oh.make_graph(nodes, name, [], [_float("o", [2, 3])])
+
+        nodes = [
+            oh.make_node(
+                "If",
+                ["c"],
+                ["y"],
+                then_branch=branch("then", "Relu"),
+                else_branch=branch("else", "Sigmoid"),
+            ),  # fmt: skip
+            oh.make_node("Mul", ["a", "a"], ["late"]),  # the branches read it: after the If
+            oh.make_node("Exp", ["x"], ["a"]),
+            oh.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+            oh.make_node("Greater", ["s", "zero"], ["c"]),
+        ]
+        zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
+        return _model(nodes, [_float("x", [2, 3])], [_float("y", [2, 3])], [zero])
+
+    ours = tensorforge.compile(model(branches_in_order=False))
+    for sign in (1, -1):
+        x = sign * (np.arange(6, dtype=np.float32).reshape(2, 3) / 4 + 0.1)
+        want = _check(model(branches_in_order=True), {"x": x})
+        np.testing.assert_allclose(ours.run({"x": x})["y"], want["y"], rtol=1e-6)
+    in_order = sort_nodes(model(branches_in_order=False))
+    assert sort_nodes(in_order) is in_order  # sorted files are read as they are
+    assert [n.op_type for n in in_order.graph.node] == ["Exp", "Mul", "ReduceSum", "Greater", "If"]
+    branches = {a.name: a.g for a in in_order.graph.node[-1].attribute}
+    assert [n.op_type for n in branches["then_branch"].node] == ["Relu", "Neg"]
+
+
+def test_a_cycle_of_nodes_is_refused_naming_the_value() -> None:
+    nodes = [oh.make_node("Relu", ["b"], ["a"]), oh.make_node("Neg", ["a"], ["b"]),
+             oh.make_node("Add", ["x", "a"], ["y"])]  # fmt: skip
+    model = _model(nodes, [_float("x", [2])], [_float("y", [2])])
+    with pytest.raises(Exception, match="must be defined, not 'b'"):
+        tensorforge.compile(model)
