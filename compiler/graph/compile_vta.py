@@ -51,6 +51,7 @@ from .compile import (
 )
 from .ir import Graph, TensorType
 from .passes import FusedGroup, fuse_ops, group_order, optimize, partition_graph, plan_memory
+from .passes.accel_forms import accelerator_forms
 from .passes.fuse_accel import fuse_accelerator_ops
 from .passes.partition import Grouped, layer_summary, place
 
@@ -165,8 +166,9 @@ def quantize_for(
         def grouped(c: int, o: int, groups: int) -> bool:
             return fits(c, o, groups) and (accel or c > groups)
 
-        graph = quantize_graph(optimize(graph), calibration, cfg, mode=mode, weights=weights,
-                               grouped=grouped)  # fmt: skip
+        # N-D MatMuls by 2-D weights and 1-D convs in the 2-D forms the GEMM core computes
+        graph = quantize_graph(accelerator_forms(optimize(graph)), calibration, cfg, mode=mode,
+                               weights=weights, grouped=grouped)  # fmt: skip
     return partition_graph(graph, cfg, grouped=True if depthwise == "accel" else "wide")
 
 
