@@ -21,10 +21,14 @@ def _layout_transform(ctx: GroupContext, node: Node) -> list[Lazy]:
     src = ctx.get(node.inputs[0])
     out = ctx.type_of(node.outputs[0])
     block = int(node.attr("block"))
+    channels = int(ctx.type_of(node.inputs[0]).shape[1])  # the padded ones read zeros
 
     def to_blocked(idx: Index) -> object:  # (n, c/b, *pos, b) <- (n, c, *pos)
         n, co, *pos, ci = idx
-        return src((n, co * block + ci, *pos))
+        if out.shape[1] * block == channels:
+            return src((n, co * block + ci, *pos))
+        c = co * block + ci
+        return te.if_then_else(c < channels, src((n, c, *pos)), te.const(0, out.dtype))
 
     def to_plain(idx: Index) -> object:  # (n, c, *pos) <- (n, c/b, *pos, b)
         n, c, *pos = idx
