@@ -97,15 +97,20 @@ register(
 
 def is_depthwise_nchwc(x: tuple[int, ...], w: tuple[int, ...], group: int) -> bool:
     """Whether a ConvNCHWc of blocked input shape `x`, packed weight shape `w` and `group` is
-    depthwise (weight `(C/b, 1, KH, KW, 1, b)`), not grouped with whole blocks per group."""
-    return group != 1 and len(x) == 5 and group == x[1] * x[4] and w[1] == w[4] == 1
+    depthwise (weight `(C/b, 1, KH, KW, 1, b)`), not grouped with whole blocks per group. An
+    NCHW `x` (a chain's first layer) may have fewer channels than `group` (padded ones)."""
+    if group == 1 or w[1] != 1 or w[4] != 1:
+        return False
+    if len(x) == 4:
+        return group == w[0] * w[5] and x[1] <= group
+    return len(x) == 5 and group == x[1] * x[4]
 
 
 def _conv_nchwc_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x, w = types[0].shape, types[1].shape
     group = attrs["group"]
     if is_depthwise_nchwc(x, w, group):  # one input channel per group, the same blocks
-        if (w[0], w[5]) != (x[1], x[4]):
+        if len(x) == 5 and (w[0], w[5]) != (x[1], x[4]):
             raise ValueError(
                 f"depthwise ConvNCHWc weight must be [{x[1]}, 1, KH, KW, 1, {x[4]}] for input "
                 f"{list(x)}, not {list(w)}"
@@ -130,9 +135,11 @@ def conv_nchwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = Non
     """Blocked 2-D convolution: x (N, C/bi, H, W, bi), or NCHW (a stem's input), w (O/bo, C/bi,
     KH, KW, bi, bo); a depthwise one (`group` = C) has w (C/b, 1, KH, KW, 1, b), a grouped one
     w (O/bo, (C/group)/bi, KH, KW, bi, bo)."""
-    if x.ndim == 4:
-        x = to_blocked(x, w.shape[4])
     group = attrs.get("group", 1)
+    if x.ndim == 4 and is_depthwise_nchwc(x.shape, w.shape, group):  # padded channels: zeros
+        x = to_blocked(pad_channels(x, group), w.shape[5])
+    elif x.ndim == 4:
+        x = to_blocked(x, w.shape[4])
     if group != 1 and not is_depthwise_nchwc(x.shape, w.shape, group):
         ins, outs = x.shape[1] // group, w.shape[0] // group  # blocks per group
         one = {**attrs, "group": 1}

@@ -138,6 +138,8 @@ class _Rewriter:
         x = node.inputs[0]
         if in_ch < 8 and not depthwise and x not in self.blocked and self.flows is not None:
             data = self.need_plain(x)  # an RGB stem packs its input itself (no transform)
+        elif depthwise and x not in self.blocked and self.is_padded(x):
+            data = self.need_plain(x)  # each task packs (and pads) its NCHW block itself
         else:
             data = self.need_blocked(x, bo if depthwise else bi)
         inputs = [data, w]

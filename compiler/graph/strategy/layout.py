@@ -76,7 +76,7 @@ def _depthwise_nchwc(ctx: GroupContext, node: Node, tail: Tail, view: ConvView) 
     channel block the graph's, `reg_n` and `parallel` tuned or by default."""
     n, c, _, _ = view.x_shape
     r, s = view.w_shape[2:]
-    cb = int(ctx.type_of(node.inputs[0]).shape[-1])
+    cb = int(ctx.type_of(node.inputs[1]).shape[-1])  # the input's block, or NCHW packed to it
     config = blocked_depthwise_config(view, "float32", cb, ctx.target)
     data = ctx.as_tensor(node.inputs[0])
     kernel = ctx.as_tensor(node.inputs[1], (c // cb, r, s, cb))

@@ -213,3 +213,23 @@ def test_without_padding_the_awkward_counts_keep_their_old_blocks(monkeypatch) -
         graph = b.build([_padded_chain(b, x, channels, "a")])
         after = alter_layout(graph, CPU_BLOCK, chains_only=True)
         assert {k: v for k, v in _moved(after).items() if k == "a_c3"} == moved
+
+
+def test_a_depthwise_conv_packs_its_padded_nchw_input_itself() -> None:
+    """A chain that starts at a depthwise conv of 116 channels (after an NCHW op: here the
+    input) reads the NCHW value as it lies and pads it to 128 block by block (no transform in:
+    one into 32-lane blocks cost twice one into 8-lane blocks); the graph's own executor and
+    the compiled kernel agree with the imported graph."""
+    b = GraphBuilder()
+    x = b.add_input("x", (1, 116, 7, 6), "float32")
+    d = _relu(b, _conv(b, x, 116, 116, name="dw", group=116, strides=[2, 1]), "dw_relu")
+    out = _conv(b, d, 116, 116, name="c3")
+    graph = b.build([out])
+    after = alter_layout(graph, CPU_BLOCK, chains_only=True)
+    (dw,) = [n for n in after.nodes if n.name == "dw"]
+    assert dw.op == "ConvNCHWc" and dw.inputs[0] == "x" and dw.attr("group") == 128
+    assert _transforms(after) == [("NCHW", 32, 116)]
+    x_value = RNG.standard_normal((1, 116, 7, 6)).astype("f4")
+    want = run_graph(graph, {"x": x_value})[out]
+    np.testing.assert_allclose(run_graph(after, {"x": x_value})[out], want, rtol=1e-5, atol=1e-5)
+    _compiled_matches_reference(graph)
