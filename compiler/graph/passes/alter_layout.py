@@ -53,9 +53,9 @@ def _padded(channels: int, block: int) -> int:
 #: unary elementwise ops whose result is finite wherever their input is: the padded channels of
 #: a value, zeros from a transform or a conv, stay finite through them, so that the zero
 #: weights of the next conv's padded input channels cancel them (0 x inf would be NaN)
-_PAD_SAFE = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-             "Identity", "Neg", "Abs", "Elu", "Selu", "Celu", "Gelu", "Softsign",
-             "Erf"}  # fmt: skip
+_PAD_SAFE = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish",
+                       "Tanh", "Identity", "Neg", "Abs", "Elu", "Selu", "Celu", "Gelu",
+                       "Softsign", "Erf"})  # fmt: skip
 
 
 class _Rewriter:
@@ -536,6 +536,16 @@ def alter_layout(graph: Graph, block: int = 8, chains_only: bool = False) -> Gra
     convolution, which packs nothing, never starts a chain, nor ends one with blocks under
     `MIN_GROUP_BLOCK` out). A lone convolution would only trade its kernel's own pack and
     unpack for two transforms.
+
+    With `chains_only` a channel count without a block of `PAD_BLOCK` or more whole-vector
+    lanes is padded with zero channels where that adds at most an eighth (`_padded`):
+    Before: `%c = Conv(%x, %w)` with `%x: [1, 116, H, W]`, `%w: [116, 116, 3, 3]`
+    After:  `%xb = LayoutTransform(%x, channels=128)`, `[1, 4, H, W, 32]`; `%cb =
+    ConvNCHWc(%xb, %w_packed)` with `%w_packed: (4, 4, 3, 3, 32, 32)`, zero past 116 on both
+    channel axes; `%c = LayoutTransform(%cb, channels=116)` where an NCHW op reads it. Only
+    `_PAD_SAFE` ops, binary ops (a Div by a constant), pools, batch norms and global means
+    follow a padded value; sets with a Concat or grouped conv keep their channels exact; a
+    depthwise conv reads a padded value that enters the chain as NCHW (its kernel pads it).
     """
     keep: frozenset = frozenset()
     while True:
