@@ -21,6 +21,13 @@ def to_blocked(x: np.ndarray, block: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(y, 2, -1))
 
 
+def pad_channels(x: np.ndarray, channels: int, axis: int = 1, value: float = 0) -> np.ndarray:
+    """`x` with axis `axis` padded with `value` up to `channels` entries."""
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, channels - x.shape[axis])
+    return np.pad(x, widths, constant_values=value)
+
+
 def from_blocked(x: np.ndarray) -> np.ndarray:
     """(N, C/b, H, W, b) -> (N, C, H, W)."""
     n, cb, *spatial, b = x.shape
@@ -36,19 +43,45 @@ def pack_weight(w: np.ndarray, block_in: int, block_out: int) -> np.ndarray:
     return packed.transpose(0, 2, 4, 5, 3, 1)
 
 
+def pack_channels_weight(
+    w: np.ndarray, out_channels: int, in_channels: int, block_in: int, block_out: int
+) -> np.ndarray:
+    """`pack_weight` of OIHW `w` with zero filters up to `out_channels` and zero input channels
+    up to `in_channels` (alter_layout's padded channels): a view of a read-only padded copy, or
+    of `w` itself where nothing is padded."""
+    o, i = w.shape[:2]
+    if (o, i) != (out_channels, in_channels):
+        w = np.pad(w, [(0, out_channels - o), (0, in_channels - i), (0, 0), (0, 0)])
+        w.flags.writeable = False
+    return pack_weight(w, block_in, block_out)
+
+
 def _transform_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
-    shape, block = types[0].shape, attrs["block"]
+    shape, block, channels = types[0].shape, attrs["block"], attrs.get("channels", 0)
     if attrs["dst"] == "NCHWc":
-        if shape[1] % block:
-            raise ValueError(f"channels must be a multiple of block {block}, not {shape[1]}")
-        out = (shape[0], shape[1] // block, *shape[2:], block)
+        padded = channels or shape[1]
+        if padded % block or padded < shape[1]:
+            raise ValueError(
+                f"LayoutTransform channels must be a multiple of block {block} and at least the "
+                f"input's {shape[1]}, not {padded}"
+            )
+        out = (shape[0], padded // block, *shape[2:], block)
     else:
-        out = (shape[0], shape[1] * shape[-1], *shape[2:-1])
+        stored = shape[1] * shape[-1]
+        if channels > stored:
+            raise ValueError(f"LayoutTransform channels must be at most {stored}, not {channels}")
+        out = (shape[0], channels or stored, *shape[2:-1])
     return [TensorType(out, types[0].dtype)]
 
 
 def _transform(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return to_blocked(x, attrs["block"]) if attrs["dst"] == "NCHWc" else from_blocked(x)
+    channels = attrs.get("channels", 0)
+    if attrs["dst"] == "NCHWc":
+        pad = (channels or x.shape[1]) - x.shape[1]
+        x = np.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)) if pad else x
+        return to_blocked(x, attrs["block"])
+    y = from_blocked(x)
+    return np.ascontiguousarray(y[:, :channels]) if channels else y
 
 
 register(
@@ -56,21 +89,28 @@ register(
     Pattern.INJECTIVE,
     _transform_type,
     _transform,
-    attrs={"src": REQUIRED, "dst": REQUIRED, "block": REQUIRED},
+    # channels: NCHW -> NCHWc pads the channels to this many with zeros, NCHWc -> NCHW keeps
+    # this many (the padded channels of `passes.alter_layout` sliced off); 0: all, no padding
+    attrs={"src": REQUIRED, "dst": REQUIRED, "block": REQUIRED, "channels": 0},
 )
 
 
 def is_depthwise_nchwc(x: tuple[int, ...], w: tuple[int, ...], group: int) -> bool:
     """Whether a ConvNCHWc of blocked input shape `x`, packed weight shape `w` and `group` is
-    depthwise (weight `(C/b, 1, KH, KW, 1, b)`), not grouped with whole blocks per group."""
-    return group != 1 and len(x) == 5 and group == x[1] * x[4] and w[1] == w[4] == 1
+    depthwise (weight `(C/b, 1, KH, KW, 1, b)`), not grouped with whole blocks per group. An
+    NCHW `x` (a chain's first layer) may have fewer channels than `group` (padded ones)."""
+    if group == 1 or w[1] != 1 or w[4] != 1:
+        return False
+    if len(x) == 4:
+        return group == w[0] * w[5] and x[1] <= group
+    return len(x) == 5 and group == x[1] * x[4]
 
 
 def _conv_nchwc_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     x, w = types[0].shape, types[1].shape
     group = attrs["group"]
     if is_depthwise_nchwc(x, w, group):  # one input channel per group, the same blocks
-        if (w[0], w[5]) != (x[1], x[4]):
+        if len(x) == 5 and (w[0], w[5]) != (x[1], x[4]):
             raise ValueError(
                 f"depthwise ConvNCHWc weight must be [{x[1]}, 1, KH, KW, 1, {x[4]}] for input "
                 f"{list(x)}, not {list(w)}"
@@ -95,9 +135,11 @@ def conv_nchwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = Non
     """Blocked 2-D convolution: x (N, C/bi, H, W, bi), or NCHW (a stem's input), w (O/bo, C/bi,
     KH, KW, bi, bo); a depthwise one (`group` = C) has w (C/b, 1, KH, KW, 1, b), a grouped one
     w (O/bo, (C/group)/bi, KH, KW, bi, bo)."""
-    if x.ndim == 4:
-        x = to_blocked(x, w.shape[4])
     group = attrs.get("group", 1)
+    if x.ndim == 4 and is_depthwise_nchwc(x.shape, w.shape, group):  # padded channels: zeros
+        x = to_blocked(pad_channels(x, group), w.shape[5])
+    elif x.ndim == 4:
+        x = to_blocked(x, w.shape[4])
     if group != 1 and not is_depthwise_nchwc(x.shape, w.shape, group):
         ins, outs = x.shape[1] // group, w.shape[0] // group  # blocks per group
         one = {**attrs, "group": 1}

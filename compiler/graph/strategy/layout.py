@@ -21,10 +21,14 @@ def _layout_transform(ctx: GroupContext, node: Node) -> list[Lazy]:
     src = ctx.get(node.inputs[0])
     out = ctx.type_of(node.outputs[0])
     block = int(node.attr("block"))
+    channels = int(ctx.type_of(node.inputs[0]).shape[1])  # the padded ones read zeros
 
     def to_blocked(idx: Index) -> object:  # (n, c/b, *pos, b) <- (n, c, *pos)
         n, co, *pos, ci = idx
-        return src((n, co * block + ci, *pos))
+        if out.shape[1] * block == channels:
+            return src((n, co * block + ci, *pos))
+        c = co * block + ci
+        return te.if_then_else(c < channels, src((n, c, *pos)), te.const(0, out.dtype))
 
     def to_plain(idx: Index) -> object:  # (n, c, *pos) <- (n, c/b, *pos, b)
         n, c, *pos = idx
@@ -72,7 +76,7 @@ def _depthwise_nchwc(ctx: GroupContext, node: Node, tail: Tail, view: ConvView) 
     channel block the graph's, `reg_n` and `parallel` tuned or by default."""
     n, c, _, _ = view.x_shape
     r, s = view.w_shape[2:]
-    cb = int(ctx.type_of(node.inputs[0]).shape[-1])
+    cb = int(ctx.type_of(node.inputs[1]).shape[-1])  # the input's block, or NCHW packed to it
     config = blocked_depthwise_config(view, "float32", cb, ctx.target)
     data = ctx.as_tensor(node.inputs[0])
     kernel = ctx.as_tensor(node.inputs[1], (c // cb, r, s, cb))

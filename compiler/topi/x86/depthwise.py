@@ -82,9 +82,12 @@ def depthwise_conv2d_nchwc(
     (whatever the windows read past its end is zero too). With `blocked`, `data` is already
     `[N, C/cb, H, W, cb]` and the output stays `[N, C/cb, OH, OW, cb]` (no transposes: between
     layers that keep the blocked layout, `graph.passes.alter_layout`); the epilogue then takes
-    the blocked index `(n, co, y, x, ci)`."""
+    the blocked index `(n, co, y, x, ci)`. With `blocked` and NCHW `data` (a chain's first
+    layer) each task packs its input block from NCHW; channels past the data's (a padded
+    chain's, `alter_layout.PAD_BLOCK`) read zeros."""
     blocks, r, s, cb = kernel.shape
-    if blocked:
+    from_nchw = blocked and len(data.shape) == 4
+    if blocked and not from_nchw:
         if len(data.shape) != 5 or data.shape[-1] != cb:
             raise ValueError(f"depthwise: blocked data must be [N, C/{cb}, H, W, {cb}] as the "
                              f"packed kernel, not {list(data.shape)}")  # fmt: skip
@@ -92,7 +95,7 @@ def depthwise_conv2d_nchwc(
         c = data.shape[1] * cb
     else:
         n, c, h, w = data.shape
-    if blocks * cb != c:
+    if blocks * cb != c and not (from_nchw and c <= blocks * cb):
         raise ValueError(f"depthwise: packed kernel must cover the {c} channels, not {blocks * cb}")
     (oh, ow), (sh, sw), (dh, dw), (top, left) = out_hw, strides, dilations, pads
     rows, cols = (oh - 1) * sh + (r - 1) * dh + 1, (ow - 1) * sw + (s - 1) * dw + 1
@@ -101,8 +104,13 @@ def depthwise_conv2d_nchwc(
         yy, xx = y - top, x - left
         inside = te.all_of(yy >= 0, yy < h, xx >= 0, xx < w)
         cy, cx = te.min(te.max(yy, 0), h - 1), te.min(te.max(xx, 0), w - 1)
-        clamped = data[nn, co, cy, cx, ci] if blocked else data[nn, co * cb + ci, cy, cx]
-        return te.select(inside, clamped, te.const(0, data.dtype))
+        if blocked and not from_nchw:
+            return te.select(inside, data[nn, co, cy, cx, ci], te.const(0, data.dtype))
+        cc = co * cb + ci
+        if blocks * cb > c:  # padded channels: zeros
+            inside = te.all_of(inside, cc < c)
+            cc = te.min(cc, c - 1)
+        return te.select(inside, data[nn, cc, cy, cx], te.const(0, data.dtype))
 
     data_vec = te.compute((n, blocks, rows, cols, cb), fpack, name="data_vec")
     ry, rx = te.reduce_axis((0, r), "ry"), te.reduce_axis((0, s), "rx")
@@ -249,7 +257,10 @@ def _schedule_blocked(op: DepthwiseOp, config: DepthwiseConfig) -> Schedule:
         s[out].unroll(xi)
     s[out].vectorize(ci)
     s[op.data_vec].compute_at(s[out], block)
-    s[op.data_vec].vectorize(op.data_vec.op.axis[-1])
+    if len(op.args[0].shape) == 4:  # packed from NCHW: channels unrolled, as the NCHW kernel's
+        s[op.data_vec].unroll(op.data_vec.op.axis[-1])
+    else:
+        s[op.data_vec].vectorize(op.data_vec.op.axis[-1])
     s[conv].compute_at(s[out], cio)
     _schedule_tile(s, conv, vec if costly else None)
     return s

@@ -176,11 +176,12 @@ def test_a_chain_the_lookahead_expected_but_an_add_ended_is_undone() -> None:
 
 
 def test_channel_counts_without_whole_vector_blocks_keep_nchw() -> None:
-    """116 channels (ShuffleNet) would take blocks of 29 lanes: those convs keep NCHW."""
+    """36 channels would take blocks of 18 lanes, and padding them to 48 adds a third: those
+    convs keep NCHW (116, padded to 128, move: test_blocked_padding.py)."""
     b = GraphBuilder()
     x = b.add_input("x", (1, 3, 9, 9), "float32")
-    s = _relu(b, _conv(b, x, 3, 116, name="stem"), "stem_relu")
-    c = _conv(b, _relu(b, _conv(b, s, 116, 116, name="c1"), "r"), 116, 32, name="c2")
+    s = _relu(b, _conv(b, x, 3, 36, name="stem"), "stem_relu")
+    c = _conv(b, _relu(b, _conv(b, s, 36, 36, name="c1"), "r"), 36, 32, name="c2")
     after = alter_layout(_build(b, [c]), CPU_BLOCK, chains_only=True)
     assert "ConvNCHWc" not in [n.op for n in after.nodes]
 

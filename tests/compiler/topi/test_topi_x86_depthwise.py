@@ -1,6 +1,6 @@
 """x86 depthwise conv2d in the blocked layout (`depthwise_conv2d_nchwc(blocked=True)`) vs numpy:
 register tiles of one vector of channels (`vec`) inside wider blocks, ragged column tiles,
-strides, 3x3 and 5x5 taps, bias and epilogue."""
+strides, 3x3 and 5x5 taps, bias and epilogue, NCHW input packed in the kernel (padded channels)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,32 @@ def test_blocked_depthwise_vector_tiles_match_numpy(case) -> None:
     y = np.empty((1, c // cb, out, out, cb), np.float32)
     f(x, w, b, y)
     np.testing.assert_allclose(y, _numpy_blocked(x, w, b, k, stride, out), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("c", "padded", "cb"), [(116, 128, 32), (64, 64, 16)])
+def test_blocked_depthwise_packs_nchw_input_with_padded_channels(c, padded, cb) -> None:
+    """NCHW data (a chain's first layer) packed block by block inside the blocked kernel; the
+    channels past the data's (`alter_layout`'s padding) read zeros: their outputs are the
+    bias's ReLU."""
+    side, k, stride = 9, 3, 2
+    out = (side + 2 * (k // 2) - k) // stride + 1
+    X = te.placeholder((1, c, side, side), name="X")
+    W = te.placeholder((padded // cb, k, k, cb), name="W")
+    B = te.placeholder((padded,), name="B")
+    op = depthwise_conv2d_nchwc(X, W, (out, out), (k // 2, k // 2), (stride, stride), (1, 1), B,
+                                lambda v, *i: te.max(v, 0.0), blocked=True)  # fmt: skip
+    f = build(schedule_depthwise_nchwc(op, DepthwiseConfig(cb, 4, True, 16)), op.args,
+              name="dw_from_nchw")  # fmt: skip
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal((1, c, side, side)).astype(np.float32)
+    w = rng.standard_normal((padded // cb, k, k, cb)).astype(np.float32)
+    b = rng.standard_normal(padded).astype(np.float32)
+    y = np.empty((1, padded // cb, out, out, cb), np.float32)
+    f(x, w, b, y)
+    xp = np.pad(x, ((0, 0), (0, padded - c), (0, 0), (0, 0)))
+    blocked = np.moveaxis(xp.reshape(1, padded // cb, cb, side, side), 2, -1)
+    np.testing.assert_allclose(y, _numpy_blocked(blocked, w, b, k, stride, out), rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
 
 
 def test_blocked_depthwise_silu_tile_matches_numpy() -> None:
