@@ -244,7 +244,7 @@ def main() -> int:
                         "the pmaddwd kernel of a CPU without VNNI")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from tensorforge.compiler.graph.strategy.qlinear import int8_kernel
+    from tensorforge.compiler.graph.strategy.int8_dot import int8_kernel
     from tensorforge.runtime.device import cpu
 
     cpu.set_num_threads(1)

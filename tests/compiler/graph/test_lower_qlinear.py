@@ -289,7 +289,7 @@ def test_qlinear_conv_with_weights_computed_at_run_time() -> None:
     _assert_bit_exact(model, feed)
 
 
-# ---- the integer kernels of ungrouped convolutions (strategy/qlinear.py, `int8_kernel`) ----------
+# ---- the integer kernels of ungrouped convolutions (strategy/int8_dot.py, `int8_kernel`) ---------
 
 KERNELS = ("quads", "pairs", "centered")
 
@@ -410,7 +410,7 @@ def test_a_compile_for_a_baseline_cpu_takes_pmaddwd_words(monkeypatch) -> None:
 
 
 def test_int8_kernel_follows_the_target_features(monkeypatch) -> None:
-    from tensorforge.compiler.graph.strategy.qlinear import int8_kernel
+    from tensorforge.compiler.graph.strategy.int8_dot import int8_kernel
 
     monkeypatch.delenv("TF_INT8_KERNEL", raising=False)
     assert int8_kernel("llvm -mcpu=cascadelake -mattr=+avx512f,+avx512bw,+avx512vnni") == "quads"
