@@ -390,6 +390,30 @@ def test_quads_read_a_zero_point_given_at_run_time(int8_kernel: str) -> None:
     _assert_bit_exact(model, feed)
 
 
+@pytest.mark.parametrize(
+    ("a_dt", "b_dt", "a_shape", "n", "a_zero", "b_zero"),
+    [
+        (U8, I8, (7, 13), 3, U8(255), I8(0)),  # K = 13: the last word's 3 bytes past K
+        (I8, I8, (2, 3, 6), 37, I8(-128), I8(0)),  # leading dims, a panel and a tail
+        (U8, U8, (5, 9), 11, U8(0), U8(128)),  # uint8 weights: centered they fit int8
+        (I8, I8, (4, 5), 6, I8(127), I8(-128)),  # centered weights of 9 bits: pairs
+    ],
+)
+def test_integer_matmul_kernels_equal_onnxruntime_at_extreme_values(
+    a_dt, b_dt, a_shape, n, a_zero, b_zero, int8_kernel: str
+) -> None:
+    """QLinearMatMul and MatMulInteger with each kernel, bit for bit: operands at their types'
+    ends, zero points at the ends, K not a multiple of 2 or 4."""
+    rng = np.random.default_rng(a_shape[-1] * n)
+    k = a_shape[-1]
+    feed = {"a": _extreme(rng, a_shape, a_dt)}
+    b = _extreme(rng, (k, n), b_dt)
+    y_scale = np.float32(0.02 * 0.01 * np.sqrt(k) * 128 * 128 / 60)
+    args = ["a", np.float32(0.02), a_zero, b, np.float32(0.01), b_zero, y_scale, a_dt(0)]
+    _assert_bit_exact(_model("QLinearMatMul", feed, args), feed)
+    _assert_bit_exact(_model("MatMulInteger", feed, ["a", b, a_zero, b_zero]), feed)
+
+
 @pytest.mark.skipif(
     not __import__("llvmlite.binding").binding.get_process_triple().startswith("x86_64"),
     reason="an x86-64 -mcpu",
