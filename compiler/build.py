@@ -7,7 +7,7 @@ from typing import Any
 
 from ..runtime.device.cpu import CPUFunction, ParamSpec
 from .codegen.llvm import CodegenOptions, generate
-from .codegen.llvm_jit import JITModule, emit_object
+from .codegen.llvm_jit import JITModule, emit_object, target_features
 from .schedule.schedule import Schedule
 from .target import Target
 from .tir import PrimFunc, lower
@@ -96,7 +96,8 @@ def build(
             "use build_object for other triples"
         )
     func = _as_func(sched, args, name)
-    module = generate([func], CodegenOptions(fast_math=fast_math), func.name)
+    options = CodegenOptions(fast_math=fast_math, features=target_features(tgt))
+    module = generate([func], options, func.name)
     return BuiltModule(func, module, tgt)
 
 
@@ -111,7 +112,8 @@ def build_object(
     Parallel loops call `tf_parallel_launch`, which the device runtime must provide.
     """
     func = _as_func(sched, args, name)
-    return emit_object(generate([func], CodegenOptions(), func.name), target)
+    options = CodegenOptions(features=target_features(target))
+    return emit_object(generate([func], options, func.name), target)
 
 
 def build_gpu(

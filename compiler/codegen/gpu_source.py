@@ -43,6 +43,7 @@ import numpy as np
 from ..schedule.stage import ForKind
 from ..te import dtype as dt
 from ..te.expr import (
+    DOT_INTRINSICS,
     INT_INTRINSICS,
     BinOp,
     Call,
@@ -435,6 +436,8 @@ class KernelPrinter:
             raise LoweringError(
                 f"{self.d.name} codegen: extern call {e.name!r} has no GPU implementation"
             )
+        if e.name in DOT_INTRINSICS:  # chosen only for x86 CPU targets (strategy/qlinear.py)
+            raise LoweringError(f"{self.d.name} codegen: {e.name} has no GPU implementation")
         args = [self.expr(a) for a in e.args]
         if e.name in INT_INTRINSICS:
             text = f"({args[0]} {'<<' if e.name == 'shift_left' else '>>'} {args[1]})"

@@ -69,11 +69,15 @@ class CodegenOptions:
         fast_math: allow every float reassociation ("fast"); off by default.
         contract: allow fusing a*b+c into FMA ("contract"); on by default.
         vector_width: the preferred vector width in bits for LLVM's vectorizers.
+        features: the target CPU's features ("+avx512vnni", ...: `llvm_jit.target_features`)
+            that expressions may be emitted as target intrinsics for (the dot products of
+            `te.dot_i16x2` / `te.dot_u8i8x4` as pmaddwd / vpdpbusd); none: portable code.
     """
 
     fast_math: bool = False
     contract: bool = True
     vector_width: int = 512
+    features: frozenset[str] = frozenset()
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -98,6 +102,7 @@ class CodeGenLLVM(ExprEmitter):
         self.module = ir.Module(name=module_name)
         self.options = options or CodegenOptions()
         self.fast_math = self.options.flags
+        self.features = self.options.features
         self.vloop: VectorLoop | None = None
         self.ana = Analyzer()
         self.outlined = 0
@@ -198,10 +203,15 @@ class CodeGenLLVM(ExprEmitter):
         if self.linear_coeff(index, vl.var) == 1:
             bld.store(value, self.element_ptr(buf, self.emit_at_base(index)), align=align)
             return
-        idx = self.emit(index)  # scatter
-        for k in range(vl.lanes):
+        stride = self.linear_coeff(index, vl.var)
+        if stride:  # scatter at a constant stride: scalar addresses (`strided_indices`)
+            indices = self.strided_indices(index, stride)
+        else:
+            idx = self.emit(index)  # scatter
+            indices = [bld.extract_element(idx, I32(k)) for k in range(vl.lanes)]
+        for k, at in enumerate(indices):
             lane = bld.extract_element(value, I32(k))
-            bld.store(lane, self.element_ptr(buf, bld.extract_element(idx, I32(k))), align=align)
+            bld.store(lane, self.element_ptr(buf, at), align=align)
 
     def bool_to_mem(self, value: ir.Value) -> ir.Value:
         lanes = lanes_of(value)

@@ -9,6 +9,7 @@ from llvmlite import ir
 
 from ..te import dtype as dt
 from ..te.expr import (
+    DOT_INTRINSICS,
     INT_INTRINSICS,
     BinOp,
     Call,
@@ -109,6 +110,7 @@ class ExprEmitter:
     module: ir.Module
     fast_math: tuple[str, ...]
     vloop: VectorLoop | None
+    features: frozenset[str] = frozenset()  # the target's "+feature" words (x86 intrinsics)
 
     def lookup_var(self, var: Var) -> ir.Value:
         raise NotImplementedError
@@ -245,6 +247,10 @@ class ExprEmitter:
     # ---- arithmetic -------------------------------------------------------------------------
 
     def emit_BinOp(self, e: BinOp) -> ir.Value:
+        if e.op is Op.ADD and e.dtype == "int32":  # acc + dot(...): one vpdpbusd
+            for acc, dot in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(dot, Call) and dot.name in DOT_INTRINSICS:
+                    return self.dot(dot, self.emit(acc))
         a, b = self.unify(self.emit(e.a), self.emit(e.b))
         dtype = e.a.dtype
         if e.op in (Op.AND, Op.OR):
@@ -365,6 +371,8 @@ class ExprEmitter:
                 f"llvm codegen: extern call {e.name!r} has no CPU implementation "
                 "(tensor intrinsics for the CPU are not built yet)"
             )
+        if e.name in DOT_INTRINSICS:
+            return self.dot(e)
         args = self.unify(*(self.emit(a) for a in e.args))
         if e.name in INT_INTRINSICS:
             return self.shift(e.name, args[0], args[1], e.dtype)
@@ -372,6 +380,155 @@ class ExprEmitter:
             to = vector_of(scalar_type(e.dtype), lanes_of(args[0]))
             return self.builder.bitcast(args[0], to)
         return self.math_call(e.name, args, e.dtype)
+
+    # ---- dot products of packed integers ------------------------------------------------------
+
+    def dot(self, e: Call, acc: ir.Value | None = None) -> ir.Value:
+        """`te.dot_i16x2` / `te.dot_u8i8x4` of int32 words, plus `acc` when given: x86's
+        pmaddwd (an add after it, which LLVM folds into vpdpwssd on VNNI CPUs) or vpdpbusd
+        (accumulating in place; the non-saturating form, so the sum wraps as an int32 add;
+        without VNNI two pmaddwd of the even and odd bytes widened to int16) over the vector in
+        chunks of the widest instruction that divides the lanes; a vector no instruction
+        divides (the 1- and 2-lane tails of a 3-column tile) is padded to the narrowest one
+        and its lanes taken back. Only targets without them (no x86 features) get the
+        arithmetic written out. (Leaving short tails to that arithmetic, LLVM's SLP vectorizer
+        merged them into vectors of mixed operations that its x86 back-end then miscompiled in
+        the small code model of object files: wrong sums in a 3-column QLinearMatMul.)"""
+        values = [self.emit(a) for a in e.args] + ([acc] if acc is not None else [])
+        values = self.unify(*values)
+        a, b = values[:2]
+        acc = values[2] if acc is not None else None
+        lanes = lanes_of(a)
+        plan = self._dot_plan(e.name)
+        if not plan:
+            value = self._dot_arithmetic(e.name, a, b)
+            return value if acc is None else self.builder.add(acc, value)
+        for width, intrinsic in plan:
+            count = lanes // width
+            if lanes % width == 0 and count & (count - 1) == 0:
+                return self._dot_chunks(e.name, intrinsic, width, a, b, acc)
+        width, intrinsic = plan[-1]  # pad to a power of two lanes, a multiple of the narrowest
+        padded = max(width, 1 << (lanes - 1).bit_length())
+        parts = [None if v is None else self._padded(v, padded) for v in (a, b, acc)]
+        value = self._dot_chunks(e.name, intrinsic, width, *parts)
+        if lanes == 1:
+            return self.builder.extract_element(value, I32(0))
+        return self._lanes(value, 0, lanes)
+
+    def _dot_plan(self, name: str) -> list[tuple[int, str]]:
+        """(int32 lanes, LLVM intrinsic) of the x86 instructions for dot intrinsic `name` on
+        this target, widest first: pmaddwd's (SSE2, AVX2, AVX-512BW), and for `dot_u8i8x4`
+        vpdpbusd's (AVX-512 VNNI, and AVX-VNNI or VNNI with VL for 256 and 128 bits), else
+        pmaddwd's too (two per word); none off x86."""
+        f = self.features
+        pairs = [
+            (16, "llvm.x86.avx512.pmaddw.d.512", "+avx512bw" in f),
+            (8, "llvm.x86.avx2.pmadd.wd", "+avx2" in f),
+            (4, "llvm.x86.sse2.pmadd.wd", "+sse2" in f),
+        ]
+        pairs = [(w, i) for w, i, ok in pairs if ok]
+        if name == "dot_i16x2":
+            return pairs
+        narrow = "+avxvnni" in f or {"+avx512vnni", "+avx512vl"} <= f
+        quads = [
+            (16, "llvm.x86.avx512.vpdpbusd.512", "+avx512vnni" in f),
+            (8, "llvm.x86.avx512.vpdpbusd.256", narrow),
+            (4, "llvm.x86.avx512.vpdpbusd.128", narrow),
+        ]
+        quads = [(w, i) for w, i, ok in quads if ok]
+        widths = {w for w, _ in quads}
+        return quads + [(w, i) for w, i in pairs if w < min(widths, default=64)]
+
+    def _dot_chunks(
+        self, name: str, intrinsic: str, width: int, a: ir.Value, b: ir.Value,
+        acc: ir.Value | None,
+    ) -> ir.Value:  # fmt: skip
+        """The dot of vectors whose lanes are a power-of-two multiple of `width`, one call of
+        `intrinsic` per `width` lanes, the results concatenated."""
+        lanes = lanes_of(a)
+        parts = []
+        for start in range(0, lanes, width):
+            ak, bk = (self._lanes(v, start, width) for v in (a, b))
+            ck = None if acc is None else self._lanes(acc, start, width)
+            parts.append(self._dot_call(name, intrinsic, width, ak, bk, ck))
+        while len(parts) > 1:  # concatenated pairwise
+            n = lanes_of(parts[0])
+            mask = ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n)))
+            pairs = zip(parts[::2], parts[1::2], strict=True)
+            parts = [self.builder.shuffle_vector(x, y, mask) for x, y in pairs]
+        return parts[0]
+
+    def _padded(self, v: ir.Value, lanes: int) -> ir.Value:
+        """`v` (a scalar or a shorter vector) as the first lanes of a `lanes`-lane vector; the
+        other lanes are zeros."""
+        vec = ir.VectorType(v.type if lanes_of(v) == 1 else v.type.element, lanes)
+        if lanes_of(v) == 1:
+            return self.builder.insert_element(ir.Constant(vec, None), v, I32(0))
+        count = lanes_of(v)
+        mask = ir.Constant(ir.VectorType(I32, lanes),
+                           [k if k < count else count for k in range(lanes)])  # fmt: skip
+        return self.builder.shuffle_vector(v, ir.Constant(v.type, None), mask)
+
+    def _dot_call(
+        self, name: str, intrinsic: str, width: int, a: ir.Value, b: ir.Value, acc: ir.Value | None
+    ) -> ir.Value:
+        bld, i32 = self.builder, ir.VectorType(I32, width)
+        i16 = ir.VectorType(I16, 2 * width)
+        if "pmadd" in intrinsic:
+            fn = self.declare(intrinsic, i32, [i16, i16])
+            if name == "dot_i16x2":
+                value = bld.call(fn, [bld.bitcast(a, i16), bld.bitcast(b, i16)])
+            else:  # u8 x s8 without VNNI: even and odd bytes widened to int16 halves
+                low = ir.Constant(i32, [0x00FF00FF] * width)
+                eight = ir.Constant(i16, [8] * (2 * width))
+                b16 = bld.bitcast(b, i16)
+                a_odd = bld.and_(bld.lshr(a, ir.Constant(i32, [8] * width)), low)
+                a_even = bld.and_(a, low)
+                b_even, b_odd = bld.ashr(bld.shl(b16, eight), eight), bld.ashr(b16, eight)
+                value = bld.add(bld.call(fn, [bld.bitcast(a_even, i16), b_even]),
+                                bld.call(fn, [bld.bitcast(a_odd, i16), b_odd]))  # fmt: skip
+            return value if acc is None else bld.add(acc, value)
+        i8 = ir.VectorType(I8, 4 * width)  # LLVM 22's signature (i32 words before)
+        fn = self.declare(intrinsic, i32, [i32, i8, i8])
+        acc = ir.Constant(i32, None) if acc is None else acc
+        return bld.call(fn, [acc, bld.bitcast(a, i8), bld.bitcast(b, i8)])
+
+    def _dot_arithmetic(self, name: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        """The dot intrinsic as shifts, multiplies and adds of int32 (vector) values."""
+        bld, lanes = self.builder, lanes_of(a)
+
+        def const(v: int) -> ir.Value:
+            return self.constant("int32", v, lanes)
+
+        if name == "dot_i16x2":  # sign-extended halves
+            lo = [bld.ashr(bld.shl(v, const(16)), const(16)) for v in (a, b)]
+            hi = [bld.ashr(v, const(16)) for v in (a, b)]
+            return bld.add(bld.mul(*lo), bld.mul(*hi))
+        total = None
+        for j in range(4):  # a's bytes zero-extended, b's sign-extended
+            ua = bld.and_(bld.lshr(a, const(8 * j)), const(255))
+            sb = bld.ashr(bld.shl(b, const(24 - 8 * j)), const(24))
+            product = bld.mul(ua, sb)
+            total = product if total is None else bld.add(total, product)
+        assert total is not None
+        return total
+
+    def strided_indices(self, index: Expr, stride: int) -> list[ir.Value]:
+        """Each lane's `index` in the vectorized loop, whose lanes are `stride` apart: the first
+        lane's scalar plus constants, scalars all. Gathers and scatters address their lanes with
+        these (an immediate offset each); the vector of them, built and taken apart lane by lane,
+        cost a vpextrd per lane on x86 (a third of a 14-column tile transpose's time)."""
+        assert self.vloop is not None
+        base = self.emit_at_base(index)
+        return [base if k == 0 else self.builder.add(base, ir.Constant(base.type, k * stride))
+                for k in range(self.vloop.lanes)]  # fmt: skip
+
+    def _lanes(self, v: ir.Value, start: int, count: int) -> ir.Value:
+        """Lanes [start, start + count) of vector `v` (`v` itself when that is all of it)."""
+        if start == 0 and count == lanes_of(v):
+            return v
+        mask = ir.Constant(ir.VectorType(I32, count), list(range(start, start + count)))
+        return self.builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), mask)
 
     def shift(self, name: str, x: ir.Value, n: ir.Value, dtype: str) -> ir.Value:
         """shl / ashr / lshr; the amount is in [0, bits) by the intrinsic's contract."""
@@ -466,6 +623,12 @@ class ExprEmitter:
         if vl is not None and not vl.at_base and coeff == 1:
             ptr = self.element_ptr(buf, self.emit_at_base(index))
             value = self.builder.load(ptr, typ=ir.VectorType(mem_ty, vl.lanes), align=align)
+        elif vl is not None and coeff:  # a constant stride: lane k at base + k * stride
+            loads = [self.builder.load(self.element_ptr(buf, i), typ=mem_ty, align=align)
+                     for i in self.strided_indices(index, coeff)]  # fmt: skip
+            value = ir.Constant(ir.VectorType(mem_ty, len(loads)), ir.Undefined)
+            for k, lane in enumerate(loads):
+                value = self.builder.insert_element(value, lane, I32(k))
         else:
             idx = self.emit(index)
             if lanes_of(idx) == 1:

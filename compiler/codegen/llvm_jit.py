@@ -112,6 +112,43 @@ def _host_features() -> str:
     return llvm.get_host_cpu_features().flatten()
 
 
+#: x86 features and one each implies (LLVM's own implications, as far as the code generator's
+#: choices need them: `target_features` closes a -mattr list under them)
+_IMPLIES = {
+    "+avx512vnni": "+avx512f", "+avx512bw": "+avx512f", "+avx512vl": "+avx512f",
+    "+avx512f": "+avx2", "+avxvnni": "+avx2", "+avx2": "+avx", "+avx": "+sse4.2",
+    "+sse4.2": "+sse4.1", "+sse4.1": "+ssse3", "+ssse3": "+sse3", "+sse3": "+sse2",
+}  # fmt: skip
+
+
+def target_features(target: Target | str = "llvm") -> frozenset[str]:
+    """The CPU features (LLVM's "+name" words) that code for `target` may rely on, as
+    `vector_registers` reads them: -mattr's when given (closed under the x86 implications
+    that matter here: +avx512bw gives +avx2 and +sse2), else the host's for the host CPU;
+    another -mcpu alone gives "+sse2" where the host is x86-64 (every x86-64 CPU has it; LLVM
+    knows the named CPU's features, this function does not) and nothing elsewhere, as does any
+    non-host triple. What the code generator picks target instructions by
+    (`CodegenOptions.features`: pmaddwd, vpdpbusd) and `graph.strategy.qlinear` its integer
+    kernels by: never more than the target machine has."""
+    target = Target.parse(target)
+    if target.kind != "llvm" or target.triple:
+        return frozenset()
+    if target.mattr:
+        words = {w.strip() for w in target.mattr.split(",")}
+    elif target.mcpu not in ("", "native"):
+        words = {"+sse2"} if llvm.get_process_triple().startswith("x86_64") else set()
+    else:
+        words = set(_host_features().split(","))
+    words = {w for w in words if w.startswith("+")}
+    todo = list(words)
+    while todo:
+        implied = _IMPLIES.get(todo.pop())
+        if implied and implied not in words:
+            words.add(implied)
+            todo.append(implied)
+    return frozenset(words)
+
+
 def optimize(module: ir.Module, tm: Any, context: Any = None) -> Any:
     """Parse, verify and run the O3 pipeline (with loop and SLP vectorization) on `module`, in
     `context` (an `llvm.create_context()`; default LLVM's global one, which keeps the types and

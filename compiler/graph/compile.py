@@ -212,7 +212,7 @@ def build_cpu_group(
     Adds the constants the kernel reads to `constants` and the seconds spent lowering and in
     LLVM to `times[0]` and `times[1]`."""
     t0 = time.perf_counter()
-    kernel = lower_group(graph, group)
+    kernel = lower_group(graph, group, target=str(target))  # its features pick int8 kernels
     func = lower(kernel.schedule, kernel.args, name=kernel_symbol(k, group.name))
     t1 = time.perf_counter()
     image = _build(func, func.name, target, meta)

@@ -228,6 +228,18 @@ class GraphBuilder:
         self.constants: dict[str, np.ndarray] = {}
         self._counter = 0
 
+    @classmethod
+    def sharing(cls, graph: Graph) -> GraphBuilder:
+        """A builder that starts as `graph` does: its inputs, and its constants shared (graph
+        constants are immutable), for a pass that rebuilds the nodes."""
+        b = cls(graph.name)
+        for name in graph.inputs:
+            ty = graph.types[name]
+            b.add_input(name, ty.shape, ty.dtype)
+        for name, value in graph.constants.items():
+            b.add_constant(name, value, copy=False)
+        return b
+
     def fresh(self, hint: str) -> str:
         """A value or node name not used yet, starting with `hint`."""
         name = hint

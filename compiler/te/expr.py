@@ -110,6 +110,17 @@ INT_INTRINSICS = {"shift_left": 2, "shift_right": 2}
 # (ONNX BitCast); no value conversion, so NaN payloads and -0.0 keep their bits.
 BIT_INTRINSICS = {"reinterpret": 1}
 
+# Dot-product intrinsics on packed integers: each int32 operand holds two int16 halves
+# (`dot_i16x2`, low half first) or four bytes (`dot_u8i8x4`, the first operand's unsigned, the
+# second's signed, low byte first); the call is the int32 sum of the lane-wise products:
+#   dot_i16x2(a, b) = lo16(a) * lo16(b) + hi16(a) * hi16(b)           (x86 pmaddwd)
+#   dot_u8i8x4(a, b) = sum_j u8(a.byte[j]) * s8(b.byte[j])            (x86 vpdpbusd, less acc)
+# `dot_u8i8x4` is always exact (|sum| <= 4 * 255 * 128); `dot_i16x2` wraps only for
+# -32768 * -32768 twice. The LLVM back-end emits the x86 instructions where the target has them
+# (`acc + dot_u8i8x4(a, b)` as one vpdpbusd, the non-saturating form) and the plain arithmetic
+# elsewhere.
+DOT_INTRINSICS = {"dot_i16x2": 2, "dot_u8i8x4": 2}
+
 
 class ExprOps:
     """Python operators that build expressions; shared by `Expr` and `IterVar`."""
@@ -590,6 +601,16 @@ def call_reinterpret(x: Any, dtype: str) -> Expr:
             f"reinterpret needs non-bool dtypes of one width, not {x.dtype!r} as {dtype!r}"
         )
     return x if x.dtype == dtype else Call("reinterpret", (x,), dtype)
+
+
+def call_dot(name: str, a: Any, b: Any) -> Expr:
+    """`dot_i16x2` or `dot_u8i8x4` (see DOT_INTRINSICS) of two int32 words."""
+    if name not in DOT_INTRINSICS:
+        raise ValueError(f"unknown dot intrinsic {name!r}; known: {', '.join(DOT_INTRINSICS)}")
+    a, b = as_expr(a), as_expr(b)
+    if a.dtype != "int32" or b.dtype != "int32":
+        raise TypeError(f"{name} needs int32 operands (packed words), not {a.dtype}, {b.dtype}")
+    return Call(name, (a, b), "int32")
 
 
 def call_extern(name: str, *args: Any, dtype: str = "int32") -> Expr:

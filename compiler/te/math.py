@@ -1,11 +1,12 @@
 """Math intrinsics on float expressions (`exp`, `log`, `sqrt`, `tanh`, `erf`, `pow`, ...) and
-integer shifts (`shift_left`, `shift_right`)."""
+integer shifts (`shift_left`, `shift_right`), dot products of packed integers (`dot_i16x2`,
+`dot_u8i8x4`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .expr import Expr, abs_expr, call_math, call_reinterpret, call_shift
+from .expr import Expr, abs_expr, call_dot, call_math, call_reinterpret, call_shift
 
 
 def exp(x: Any) -> Expr:
@@ -137,3 +138,15 @@ def shift_right(x: Any, n: Any) -> Expr:
     """`x >> n`: arithmetic (floor of `x / 2**n`) for signed `x`, logical for unsigned; `n` must
     be in [0, bits)."""
     return call_shift("shift_right", x, n)
+
+
+def dot_i16x2(a: Any, b: Any) -> Expr:
+    """The int32 dot product of the two int16 halves of int32 words `a` and `b` (low half
+    first): ``lo16(a) * lo16(b) + hi16(a) * hi16(b)``, x86's pmaddwd lane."""
+    return call_dot("dot_i16x2", a, b)
+
+
+def dot_u8i8x4(a: Any, b: Any) -> Expr:
+    """The int32 dot product of the four bytes of int32 words `a` (read unsigned) and `b` (read
+    signed), low byte first: x86's vpdpbusd lane without its accumulator (always exact)."""
+    return call_dot("dot_u8i8x4", a, b)

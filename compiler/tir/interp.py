@@ -20,6 +20,7 @@ import numpy as np
 
 from ..te import dtype as dt
 from ..te.expr import (
+    DOT_INTRINSICS,
     INT_INTRINSICS,
     BinOp,
     Call,
@@ -113,6 +114,20 @@ def _reinterpret(e: Call, fx: Fn) -> Fn:
     """The operand's bits, in its dtype, read as the call's."""
     src, dst = e.args[0].dtype, e.dtype
     return lambda env: np.array(fx(env), src).view(dst).item()
+
+
+def _dot(e: Call, fa: Fn, fb: Fn) -> Fn:
+    """`dot_i16x2` / `dot_u8i8x4`: the words' int16 halves (bytes: `a`'s unsigned, `b`'s
+    signed) multiplied lane by lane and summed, wrapping at int32."""
+    pairs = e.name == "dot_i16x2"
+    a_dt, b_dt = ("<i2", "<i2") if pairs else ("u1", "i1")  # the low half (byte) first
+
+    def run(env: Env) -> int:
+        a = np.array([fa(env)], "<i4").view(a_dt).astype(np.int64)
+        b = np.array([fb(env)], "<i4").view(b_dt).astype(np.int64)
+        return dt.wrap_int(int((a * b).sum()), "int32")
+
+    return run
 
 
 def _shift(e: Call, fx: Fn, fn: Fn) -> Fn:
@@ -340,6 +355,8 @@ class _Compiler(_BlockCompiler):
             return _shift(e, *args)
         if e.kind is CallKind.PURE and e.name == "reinterpret":
             return _reinterpret(e, *args)
+        if e.kind is CallKind.PURE and e.name in DOT_INTRINSICS:
+            return _dot(e, *args)
         if e.kind is CallKind.PURE:
             fn = _MATH.get(e.name)
             if fn is None:

@@ -72,12 +72,7 @@ def accelerator_forms(graph: Graph) -> Graph:
     """
     if not any(_rank3_matmul(graph, n) or _conv1d(graph, n) for n in graph.nodes):
         return graph
-    b = GraphBuilder(graph.name)
-    for name in graph.inputs:
-        ty = graph.types[name]
-        b.add_input(name, ty.shape, ty.dtype)
-    for name, value in graph.constants.items():
-        b.add_constant(name, value, copy=False)  # graph constants are immutable: shared
+    b = GraphBuilder.sharing(graph)
 
     def unused(hint: str) -> str:  # a name neither the graph nor the builder has yet
         name, k = hint, 0

@@ -67,12 +67,7 @@ class _Rewriter:
         self.layouts = _value_layouts(graph, block, self.pad)
         self.flows = _flowing_values(graph, block, self.layouts) if chains_only else None
         self.readers = _readers(graph)
-        self.b = GraphBuilder(graph.name)
-        for name in graph.inputs:
-            ty = graph.types[name]
-            self.b.add_input(name, ty.shape, ty.dtype)
-        for name, value in graph.constants.items():
-            self.b.add_constant(name, value, copy=False)  # graph constants are immutable: shared
+        self.b = GraphBuilder.sharing(graph)
         self.blocked: dict[str, tuple[str, int]] = {}  # NCHW value -> (blocked value, block)
         self.plain: set[str] = set(graph.inputs) | set(graph.constants)
 

@@ -25,12 +25,7 @@ def expand_composites(graph: Graph) -> Graph:
 
 
 def _expand_once(graph: Graph) -> tuple[Graph, bool]:
-    b = GraphBuilder(graph.name)
-    for name in graph.inputs:
-        ty = graph.types[name]
-        b.add_input(name, ty.shape, ty.dtype)
-    for name, value in graph.constants.items():
-        b.add_constant(name, value, copy=False)  # graph constants are immutable: shared
+    b = GraphBuilder.sharing(graph)
     changed = False
     for node in graph.nodes:
         expand = get_op(node.op).expand

@@ -34,11 +34,7 @@ def _is_identity(perm: Perm) -> bool:
 class _Sinker:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.b = GraphBuilder(graph.name)
-        for name in graph.inputs:
-            self.b.add_input(name, graph.types[name].shape, graph.types[name].dtype)
-        for name, value in graph.constants.items():
-            self.b.add_constant(name, value, copy=False)
+        self.b = GraphBuilder.sharing(graph)
         self.pending: dict[str, tuple[str, Perm]] = {}  # value -> (source, perm): not built yet
         self.built: set[str] = set()
 

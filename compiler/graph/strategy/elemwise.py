@@ -298,8 +298,11 @@ def _batch_norm(ctx: GroupContext, node: Node) -> list[Lazy]:
 
     def fn(idx: Index) -> Any:
         c = (idx[1],)
-        inv = te.rsqrt(var(c) + eps)
-        return (x(idx) - mean(c)) * inv * scale(c) + bias(c)
+        # the channel's factor first, as the reference and onnxruntime fold it: a zero scale
+        # zeroes (x - mean) before a small variance could scale it past the type's range
+        # (float16 x = -1e4, var 0, epsilon 0.01: -1e5 is inf, and inf * 0 NaN)
+        factor = te.rsqrt(var(c) + eps) * scale(c)
+        return (x(idx) - mean(c)) * factor + bias(c)
 
     return [Lazy(shape, dtype, fn)]
 

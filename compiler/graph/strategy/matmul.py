@@ -40,13 +40,16 @@ def packed_dense(
     epilogue: Any,
     values: np.ndarray | None = None,
     transposed: bool = False,
+    product: Any = None,
 ) -> Result:
     """topi's dense; constant float or integer weights are packed into its panels once, here,
     and the kernel reads them in place (`topi.x86.dense_prepacked`). `values`, when given, are
     the weights to pack instead of the constant `weight` (which then only names the packed
     copy), e.g. weights minus their zero point. Integer data (int8, int16, int32) accumulates in
     int32, as topi's dense does for int8. The knobs come from `dense_config`. `transposed`
-    (CPU, with `values`): the output is `[N, M]`, `epilogue(value, i, j)` as before."""
+    (CPU, with `values`): the output is `[N, M]`, `epilogue(value, i, j)` as before.
+    `product` (CPU, with `values`): `dense_prepacked`'s (the int8 kernels' dot products of
+    words; their knobs are the defaults: a tuning log measured the plain product)."""
     if transposed and (ctx.gpu or values is None):
         raise LoweringError("packed_dense: a transposed output needs `values` on the CPU")
     if ctx.gpu:
@@ -59,10 +62,15 @@ def packed_dense(
         config = dense_config(data, n, prepacked=False)
         op = dense(data, ctx.as_tensor(weight), None, epilogue, None, config, layout)
         return schedule_dense(op, config), [op.out]
-    config = dense_config(data, n, prepacked=True)
+    if product is not None and values is None:
+        raise LoweringError("packed_dense: a product needs `values` (the weights' words)")
+    if product is None:
+        config = dense_config(data, n, prepacked=True)
+    else:
+        config = dense_default(int(data.shape[0]))
     panels = pack_panels(np.asarray(const), config.bn, layout)
     stored = ctx.add_constant(f"{weight}.panels{config.bn}{layout}", panels)
-    op = dense_prepacked(data, stored, n, epilogue, transposed)
+    op = dense_prepacked(data, stored, n, epilogue, transposed, product)
     ctx.inline.append(op.packed)
     return schedule_dense(op, config), [op.out]
 

@@ -5,12 +5,39 @@ QuantizeLinear and DequantizeLinear are elementwise lazies (scale and zero point
 axis or per block); QLinearConv and QLinearMatMul are anchors, and so are ConvInteger and
 MatMulInteger (onnxruntime's dynamic quantization), which are their int32 sums without the
 requantization (DynamicQuantizeLinear is expanded into reductions and a QuantizeLinear:
-ops/quant.py). The anchors work on *centered*
-integers: the input minus its zero point as int32 (so padding is 0; int32 rather than int16
-because the conv2d micro-kernel then broadcasts it without a sign extension, 2x faster here),
-and the weights minus theirs as int16, centered once at compile time. Products are summed
-in int32 (wrapping, as onnxruntime's int32 sums do), the int32 bias is added, and the sum is
-requantized as MLAS does it:
+ops/quant.py). The anchors sum the products of the *centered* integers, the input minus its
+zero point and the weights minus theirs (9-bit values), in int32 (wrapping, as onnxruntime's
+int32 sums do), add the int32 bias, and requantize the sum as MLAS does it (below). Constant
+weights are centered (and packed) once at compile time. An ungrouped convolution or a 2-D
+`b` of a matmul with constant weights and weight zero point takes one of three integer
+kernels (`int8_dot.int8_kernel`: by the target CPU's features, TF_INT8_KERNEL forces one),
+all topi's NCHWc conv2d or dense micro-kernel with another product (the first two are
+`strategy/int8_dot.py`'s):
+
+- "quads" (CPUs with AVX-512 VNNI or AVX-VNNI): int32 *words* of four consecutive input
+  channels (K of a matmul), the input's bytes as unsigned (uint8 as they are, int8 plus 128)
+  and the centered weights' as signed bytes (where they fit: else "pairs"), summed by
+  `te.dot_u8i8x4`, one non-saturating vpdpbusd per 64 products. The input is not centered, so
+  its padding holds its zero point `zu` (as the bytes hold it) and every position adds
+  ``zu * w``: the epilogue subtracts ``zu * sum(w)`` per output channel (the sums over
+  channels and taps computed once; a zero point given at run time multiplies them in the
+  kernel), in wrapping int32 like the sums;
+- "pairs" (any other x86-64 CPU): words of two channels of the centered input and weights as
+  int16 halves, summed by `te.dot_i16x2` (pmaddwd; LLVM folds the accumulating add into
+  vpdpwssd on VNNI CPUs);
+- "centered" (other targets; GPU targets always): the centered input as int32 times the
+  weights as int16 (int32 rather than int16 input because the conv2d micro-kernel then
+  broadcasts it without a sign extension), an int32 multiply (vpmulld) per product.
+
+All three give the same int32 sums bit for bit, wraps included: each word's products and
+their sum are exact (pairs: |255 * 255| twice < 2**17, and pmaddwd wraps only for -32768 *
+-32768 twice, which 9-bit values never reach; quads: four products of at most 255 * 128, and
+vpdpbusd, unlike vpdpbusds, adds each word's sum to the accumulator as a wrapping int32 add),
+and int32 sums are exact modulo 2**32 in any order. Channels past the words' last multiple of
+2 (4) are zero words in the weights and zero bytes in the input. See docs/cpu_backend.md,
+"Integer convolutions and matmuls on dot-product instructions".
+
+The requantization:
 
     y = rint(clamp(float32(acc) * M, min - y_zero, max - y_zero)) + y_zero
 
@@ -50,6 +77,7 @@ from ..lower_te import AnchorRule, GroupContext, Index, Lazy, Rule, Tail, reshap
 from ..ops.quant import requant_multiplier
 from ..registry import get_op
 from .conv import ConvView, conv_config, conv_view
+from .int8_dot import WordInput, conv_words, int8_kernel, matmul_words
 from .matmul import batch_index, packed_dense
 from .nn import Result, direct_conv_taps, pad_image, reduce_kernel, window_source
 
@@ -331,6 +359,12 @@ def _centered_conv(
     zero = _constant(ctx, node, weights_zero, "the weight zero point")
     w = _centered_weights(np.asarray(weight), zero, 0).reshape(view.w_shape)
     if view.group == 1:
+        kernel = _dot_kernel(ctx, w)
+        if kernel != "centered":
+            raw = ctx.get(node.inputs[data])
+            raw = reshape_lazy(raw, view.x_shape) if view.lifted else raw
+            inp = _word_input(ctx, node, data, data_zero, raw, None)
+            return conv_words(ctx, node.name, inp, w, viewed, tail, view, kernel)
         return _conv_topi(ctx, node, x, w, viewed, tail, view)
     table = ctx.add_constant(f"{node.name}.w_centered", w)
     return _conv_direct(ctx, x, lambda *i: table[i], viewed, tail, view)
@@ -355,6 +389,26 @@ def _conv_topi(
 
     op = conv2d_nchwc(data, packed, stride, pad, dil, None, epilogue, config, ACC)
     return schedule_conv2d_nchwc(op, config), [op.out]
+
+
+def _dot_kernel(ctx: GroupContext, w: np.ndarray) -> str:
+    """`int8_dot.int8_kernel` of the target, for the centered weights `w`: pairs where quads
+    would need them as signed bytes and they do not all fit."""
+    kernel = int8_kernel(ctx.target)
+    if kernel == "quads" and (w.min() < -128 or w.max() > 127):
+        return "pairs"
+    return kernel
+
+
+def _word_input(
+    ctx: GroupContext, node: Node, data: int, zero: int, x: Lazy, axis: int | None
+) -> WordInput:
+    """Input `data` (`x`: it, or its view) and its zero point at `zero` (one value, or one per
+    index of `axis`) as the dot-product kernels take them."""
+    z = _param(ctx, node, zero, x.shape, axis)
+    const = ctx.constant(_input(node, zero)) if z is not None else None
+    signed = ctx.type_of(node.inputs[data]).dtype == "int8"
+    return WordInput(x, z, None if const is None else np.asarray(const), signed)
 
 
 def _materialize(ctx: GroupContext, lazy: Lazy) -> Tensor:
@@ -427,8 +481,13 @@ def _centered_matmul(
         )
     lead, k = a_ty.shape[:-1], a_ty.shape[-1]
     rows = int(np.prod(lead))
-    data = _materialize(ctx, reshape_lazy(a, (rows, k)))
     centered = _centered_weights(np.asarray(b), b_zero, 1)
+    kernel = _dot_kernel(ctx, centered)
+    if kernel != "centered":
+        raw = ctx.get(node.inputs[a_pos])
+        inp = _word_input(ctx, node, a_pos, a_zero, raw, -2)
+        return matmul_words(ctx, node.name, inp, centered, finish, tail, kernel)
+    data = _materialize(ctx, reshape_lazy(a, (rows, k)))
 
     def epilogue(acc: Any, i: Any, j: Any) -> Any:
         idx = (*unravel(i, lead), j) if len(lead) > 1 else (i, j)

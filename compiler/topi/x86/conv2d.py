@@ -76,6 +76,8 @@ class Conv2dOp:
     oc_bn: int
     padding: tuple[int, ...]  # before each spatial axis, then after (top, left, bottom, right)
     blocked: bool = False  # data and out in the blocked layout
+    rows_inner: bool = False  # data_vec is [n, C/ic_bn, H', ic_bn, W'] (`conv2d_nchwc`)
+    tile_epilogue: Tensor | None = None  # the epilogue on the blocked tile (`conv2d_nchwc`)
 
 
 def _block(extent: int, wanted: int) -> int:
@@ -94,6 +96,10 @@ def conv2d_nchwc(
     out_dtype: str | None = None,
     groups: int = 1,
     blocked: bool = False,
+    product: Callable[[te.Expr, te.Expr], te.Expr] | None = None,
+    pad_value: te.Expr | None = None,
+    rows_inner: bool = False,
+    tile_epilogue: bool = False,
 ) -> Conv2dOp:
     """The compute of an NCHW conv2d (or NCDHW conv3d) through the blocked layout (output NCHW,
     NCDHW), or, with `blocked`, of a 2-D one from and to the blocked layout itself.
@@ -119,6 +125,24 @@ def conv2d_nchwc(
             both keep the blocked layout (`graph.passes.alter_layout`); 4-D `data` is packed
             as without it (an RGB stem). The epilogue takes the blocked index,
             `f(value, n, ko, y, x, ki)`.
+        product: `f(input value, weight value) -> term` of the sum (default: their product in
+            the accumulation dtype). The int8 kernels (`graph.strategy.qlinear`) pass int32
+            words of two or four channels each as the data and the kernel, so "channels" are
+            words, and `te.dot_i16x2` / `te.dot_u8i8x4` as the product.
+        pad_value: what the padding reads (default 0; the int8 kernels' padding word holds the
+            input's zero point where the input is not centered).
+        rows_inner: pack NCHW data as `[N, C/ic_bn, (D',) H', ic_bn, W']`, the columns of one
+            input channel innermost (not with `blocked`): the copy then reads and writes whole
+            rows as vectors, where the NCHWc copy reads each of its lanes from another channel
+            plane (a gather); the micro-kernel broadcasts single values either way. The int8
+            kernels build their words of channels while packing, so they take this layout.
+        tile_epilogue: apply the bias and epilogue to the register tile in the blocked layout
+            (vectors along the output channels, the per-channel operands read as vectors),
+            then transpose the result to NCHW from that local tile: for an epilogue that
+            narrows the sums (the int8 kernels' requantization to 8 bits) a quarter of the
+            bytes to transpose, and a third of the epilogue's vector operations of a 14-column
+            tile, which applies it on 8 + 4 + 2 columns per channel after the transpose (not
+            with `blocked`).
 
     Raises:
         ValueError: when the channels disagree or the output would be empty.
@@ -154,7 +178,9 @@ def conv2d_nchwc(
     outs = [(h + b + a - d * (t - 1) - 1) // st + 1 for h, b, a, t, st, d in geometry]
     if min(outs) < 1:
         raise ValueError(f"conv2d: output size must be positive, not {'x'.join(map(str, outs))}")
-    data_vec = _pack_data(data, pads, ic_bn, data_blocked)
+    if blocked and (rows_inner or tile_epilogue):
+        raise ValueError("conv2d: rows_inner and tile_epilogue are for NCHW data and output")
+    data_vec = _pack_data(data, pads, ic_bn, data_blocked, pad_value, rows_inner)
     kernel_vec = kernel
     if len(kernel.shape) == nd + 2:
         kernel_vec = te.compute(
@@ -177,9 +203,13 @@ def conv2d_nchwc(
     def fconv(nn: te.Expr, ko: te.Expr, *pos: te.Expr) -> te.Expr:
         *pos, ki = pos
         at = [p * st + r * d for p, r, st, d in zip(pos, rtaps, strides, dils, strict=True)]
-        read = data_vec[(nn, in_block(ko), *at, rc % ic_bn)].astype(acc)
-        return te.sum(read * kernel_vec[(ko, rc // ic_bn, *rtaps, rc % ic_bn, ki)].astype(acc),
-                      axis=[rc, *rtaps])  # fmt: skip
+        if rows_inner:
+            read = data_vec[(nn, in_block(ko), *at[:-1], rc % ic_bn, at[-1])]
+        else:
+            read = data_vec[(nn, in_block(ko), *at, rc % ic_bn)]
+        weight = kernel_vec[(ko, rc // ic_bn, *rtaps, rc % ic_bn, ki)]
+        term = product(read, weight) if product else read.astype(acc) * weight.astype(acc)
+        return te.sum(term, axis=[rc, *rtaps])
 
     conv = te.compute((n, k // oc_bn, *outs, oc_bn), fconv, name="conv")
     if blocked:
@@ -193,9 +223,21 @@ def conv2d_nchwc(
             value = value + bias[kk].astype(acc)
         return epilogue(value, nn, kk, *pos) if epilogue is not None else value
 
-    out = te.compute((n, k, *outs), funpack, name="out")
+    tile = None
+    if tile_epilogue:
+
+        def ftile(nn: te.Expr, ko: te.Expr, *pos: te.Expr) -> te.Expr:
+            *pos, ki = pos
+            return funpack(nn, ko * oc_bn + ki, *pos)
+
+        tile = te.compute(conv.shape, ftile, name="tile")
+        out = te.compute((n, k, *outs), lambda nn, kk, *pos: tile[(nn, kk // oc_bn, *pos,
+                         kk % oc_bn)], name="out")  # fmt: skip
+    else:
+        out = te.compute((n, k, *outs), funpack, name="out")
     args = [data, kernel] + ([bias] if bias is not None else []) + [out]
-    return Conv2dOp(args, data_vec, kernel_vec, conv, out, ic_bn, oc_bn, pads)
+    return Conv2dOp(args, data_vec, kernel_vec, conv, out, ic_bn, oc_bn, pads,
+                    rows_inner=rows_inner, tile_epilogue=tile)  # fmt: skip
 
 
 def _check_blocked(data: Tensor, kernel: Tensor) -> None:
@@ -454,9 +496,17 @@ def pack_kernel(weight: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
     return np.ascontiguousarray(blocked.transpose(0, 2, *tap_axes, 3, 1))
 
 
-def _pack_data(data: Tensor, pads: tuple[int, ...], ic_bn: int, blocked: bool) -> Tensor:
-    """`data` padded in the blocked layout; `blocked` data is read as it lies (a padded copy,
-    or nothing once inlined)."""
+def _pack_data(
+    data: Tensor,
+    pads: tuple[int, ...],
+    ic_bn: int,
+    blocked: bool,
+    fill: te.Expr | None = None,
+    rows_inner: bool = False,
+) -> Tensor:
+    """`data` padded (with `fill`, default 0) in the blocked layout (`rows_inner`: with the
+    block's channels before the columns); `blocked` data is read as it lies (a padded copy, or
+    nothing once inlined)."""
     if blocked:
         n, cb, *sizes, _ = data.shape
         c = cb * ic_bn
@@ -471,7 +521,11 @@ def _pack_data(data: Tensor, pads: tuple[int, ...], ic_bn: int, blocked: bool) -
         return data[(nn, co * ic_bn + ci, *pos)]
 
     def fpack(nn: te.Expr, co: te.Expr, *pos: te.Expr) -> te.Expr:
-        *pos, ci = pos
+        if rows_inner:
+            *pos, ci, col = pos
+            pos = [*pos, col]
+        else:
+            *pos, ci = pos
         if not any(pads):
             return read(nn, co, ci, pos)
         # A select over a clamped (always in-bounds) read keeps the loop vectorizable.
@@ -480,9 +534,12 @@ def _pack_data(data: Tensor, pads: tuple[int, ...], ic_bn: int, blocked: bool) -
         inside = te.all_of(*(cond for i, h in bounds for cond in (i >= 0, i < h)))
         clamped = [te.min(te.max(i, 0), h - 1) for i, h in zip(src, sizes, strict=True)]
         value = read(nn, co, ci, clamped)
-        return te.select(inside, value, te.const(0, data.dtype))
+        return te.select(inside, value, te.const(0, data.dtype) if fill is None else fill)
 
     padded = [h + b + a for h, b, a in zip(sizes, before, after, strict=True)]
+    if rows_inner:
+        return te.compute((n, c // ic_bn, *padded[:-1], ic_bn, padded[-1]), fpack,
+                          name="data_vec")  # fmt: skip
     return te.compute((n, c // ic_bn, *padded, ic_bn), fpack, name="data_vec")
 
 
@@ -516,6 +573,13 @@ def schedule_conv2d_nchwc(op: Conv2dOp, config: Conv2dConfig | None = None) -> S
         xo, xi = s[out].split(ox, factor=config.reg_n)
         s[out].reorder(on, ko, *rows, xo, kl, kt, ki, xi)
         s[out].vectorize(xi)
+        if op.tile_epilogue is not None:  # the epilogue on the tile, along its channels
+            tile = op.tile_epilogue
+            s[tile].compute_at(s[out], kl)
+            s[tile].set_scope("local")
+            tx, tki = tile.op.axis[-2], tile.op.axis[-1]
+            s[tile].unroll(tx)
+            s[tile].vectorize(tki)
     row = s[out].fuse(on, ko, *rows)
     if config.parallel:
         s[out].parallel(row)
@@ -555,6 +619,13 @@ def _schedule_packing(s: Schedule, op: Conv2dOp, config: Conv2dConfig) -> None:
     """Data: rows in parallel, input-channel block as vector lanes (unrolled when under 8);
     kernel: blocks in parallel."""
     if s[op.data_vec].attach is AttachKind.INLINE:
+        return _schedule_kernel_packing(s, op, config)
+    if op.rows_inner:  # whole rows as vectors, one per (row, channel of the block)
+        nn, co, *rows_, ci, col = op.data_vec.op.axis
+        rows = s[op.data_vec].fuse(nn, co, *rows_)
+        s[op.data_vec].vectorize(col)
+        if config.parallel:
+            s[op.data_vec].parallel(rows)
         return _schedule_kernel_packing(s, op, config)
     nn, co, *rows_, _, ci = op.data_vec.op.axis
     rows = s[op.data_vec].fuse(nn, co, *rows_)

@@ -24,6 +24,7 @@ from ...schedule.schedule import Schedule
 from ...te.tensor import Tensor
 
 Epilogue = Callable[..., te.Expr]  # (value, m, n) -> expression
+Product = Callable[[te.Expr, te.Expr], te.Expr]  # (data value, weight value) -> summed term
 
 
 @dataclass(frozen=True)
@@ -201,21 +202,23 @@ def dense(
     return DenseOp(args, packed, acc, out)
 
 
-def _panel_product(data: Tensor, packed: Tensor, acc_dtype: str) -> Tensor:
+def _panel_product(
+    data: Tensor, packed: Tensor, acc_dtype: str, product: Product | None = None
+) -> Tensor:
     """`acc[m, j] = sum_k data[m, k] * packed[j // bn, k, j % bn]`, accumulated in `acc_dtype`,
     over whole panels (`j` up to the zero-padded width): a register tile of the last panel then
     computes full vectors, and only its store is cut to the columns that exist. A reduction cut
     to them instead left odd-width vectors (17 of 32 lanes on a 7x7 image) that LLVM keeps in
-    memory: such a tile ran about 10x slower."""
+    memory: such a tile ran about 10x slower. `product(a, w)` replaces the multiplication."""
     panels, k, bn = packed.shape
     rk = te.reduce_axis((0, k), "k")
+
+    def term(i: te.Expr, j: te.Expr) -> te.Expr:
+        a, w = data[i, rk], packed[j // bn, rk, j % bn]
+        return product(a, w) if product else a.astype(acc_dtype) * w.astype(acc_dtype)
+
     return te.compute(
-        (data.shape[0], panels * bn),
-        lambda i, j: te.sum(
-            data[i, rk].astype(acc_dtype) * packed[j // bn, rk, j % bn].astype(acc_dtype),
-            axis=rk,
-        ),
-        name="acc",
+        (data.shape[0], panels * bn), lambda i, j: te.sum(term(i, j), axis=rk), name="acc"
     )
 
 
@@ -233,16 +236,19 @@ def dense_prepacked(
     n: int,
     epilogue: Epilogue | None = None,
     transposed: bool = False,
+    product: Product | None = None,
 ) -> DenseOp:
     """The compute of `data[M, K] x W^T` whose weights come pre-packed (`pack_panels`) as the
     parameter `panels`; integer data accumulates in int32. The `packed` stage only reads the
     parameter: inline it after scheduling (`s[op.packed].compute_inline()`). `transposed`: the
     output is `[N, M]` (`out[j, i] = epilogue(acc[i, j], i, j)`), each register tile stored
-    with a stride of M between its lanes."""
+    with a stride of M between its lanes. `product(a, w)`: the summed term of a data value and
+    a weight value (default their product in the accumulation dtype): the int8 kernels'
+    `te.dot_u8i8x4` / `te.dot_i16x2` of int32 words of K (`graph.strategy.qlinear`)."""
     integer = data.dtype in ("int8", "int16", "int32", "uint8")
     acc_dtype = "int32" if integer else data.dtype
     packed = te.compute(panels.shape, lambda a, b, c: panels[a, b, c], name="packed")
-    acc = _panel_product(data, packed, acc_dtype)
+    acc = _panel_product(data, packed, acc_dtype, product)
 
     def value(i: te.Expr, j: te.Expr) -> te.Expr:
         return epilogue(acc[i, j], i, j) if epilogue is not None else acc[i, j]

@@ -25,8 +25,9 @@ def test_docstring_examples_run(name: str) -> None:
 def test_cpu_backend_guide_examples_run() -> None:
     guide = Path(__file__).parents[3] / "docs" / "cpu_backend.md"
     blocks = re.findall(r"```python\n(.*?)```", guide.read_text(), re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     namespace: dict = {}
     for code in blocks:  # the second block reuses the first one's schedule
         exec(compile(code, str(guide), "exec"), namespace)
     assert namespace["y"].shape == (100, 30)
+    assert "qconv" in namespace["asm"]  # the third: an integer conv's assembly

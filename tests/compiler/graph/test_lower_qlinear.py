@@ -289,6 +289,168 @@ def test_qlinear_conv_with_weights_computed_at_run_time() -> None:
     _assert_bit_exact(model, feed)
 
 
+# ---- the integer kernels of ungrouped convolutions (strategy/int8_dot.py, `int8_kernel`) ---------
+
+KERNELS = ("quads", "pairs", "centered")
+
+
+@pytest.fixture(params=KERNELS)
+def int8_kernel(request, monkeypatch) -> str:
+    """Each integer kernel forced in turn (TF_INT8_KERNEL): every one is exact on any CPU, the
+    dot-product ones written out as plain arithmetic where the CPU lacks the instruction."""
+    monkeypatch.setenv("TF_INT8_KERNEL", request.param)
+    return request.param
+
+
+def _packed_kernel(module: tensorforge.Module) -> str:
+    """The kernel the conv took, by its packed weights' name (`<node>.w.<kernel><blocks>`)."""
+    (name,) = [n for n in module.constants if ".w." in n]
+    kind = name.split(".w.")[1].rstrip("0123456789x")
+    return "centered" if kind == "nchwc" else kind
+
+
+def _extreme(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """Mostly the type's two ends, some values in between."""
+    info = np.iinfo(dtype)
+    ends = rng.choice([info.min, info.max], shape)
+    return np.where(rng.random(shape) < 0.8, ends, _random(rng, shape, dtype)).astype(dtype)
+
+
+# x and w dtypes, (N, C, H, W), (K, kh, kw), strides, pads, x zero point, w zero point: channel
+# counts that are not multiples of 2 or 4, zero points at the types' ends; the kernel "quads"
+# takes where its centered weights fit int8 ("pairs" where they do not: w zero at the far end)
+EXTREMES = {
+    "c1_u8": (U8, I8, (1, 1, 6, 7), (5, 3, 3), (1, 1), (1, 1, 1, 1), U8(255), I8(0), "quads"),
+    "c3_stem": (U8, I8, (1, 3, 13, 12), (6, 5, 5), (2, 2), (2, 2, 2, 2), U8(0), I8(0), "quads"),
+    "c5_i8": (I8, I8, (1, 5, 7, 9), (7, 3, 3), (1, 1), (1, 1, 1, 1), I8(-128), I8(0), "quads"),
+    "c6_i8_top": (I8, I8, (2, 6, 5, 6), (3, 3, 3), (1, 2), (0, 1, 2, 0), I8(127), I8(0), "quads"),
+    "c7_w_zero": (U8, I8, (1, 7, 6, 6), (9, 3, 3), (1, 1), (1, 1, 1, 1), U8(3), I8(-128), "pairs"),
+    "c9_u8_w": (U8, U8, (1, 9, 5, 7), (4, 3, 2), (1, 1), (1, 0, 1, 1), U8(255), U8(128), "quads"),
+    "c10_u8_w0": (U8, U8, (1, 10, 5, 5), (5, 3, 3), (1, 1), (1, 1, 1, 1), U8(128), U8(0), "pairs"),
+    "c18_1x1_s2": (U8, I8, (1, 18, 9, 11), (11, 1, 1), (2, 3), (0,) * 4, U8(250), I8(0), "quads"),
+    "c36_dil": (I8, I8, (1, 36, 9, 9), (16, 3, 3), (1, 1), (2, 2, 2, 2), I8(-7), I8(127), "pairs"),
+}
+
+
+@pytest.mark.parametrize("name", list(EXTREMES))
+def test_integer_kernels_equal_onnxruntime_at_extreme_values(name: str, int8_kernel: str) -> None:
+    """Each kernel, bit for bit with onnxruntime and the reference: inputs and weights at their
+    types' ends (0/255, -128/127), zero points at the ends, channels past the words' last
+    multiple of 2 or 4 (zero in the reduction), padding that reads the zero point (the quads'
+    input is not centered), a bias and an output scale that saturate some outputs."""
+    x_dt, w_dt, x_shape, (k, *taps), strides, pads, x_zero, w_zero, expected = EXTREMES[name]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    w = _extreme(rng, (k, x_shape[1], *taps), w_dt)
+    bias = rng.integers(-(2**20), 2**20, k).astype(np.int32)
+    y_scale = np.float32(0.02 * 0.005 * np.sqrt(w[0].size) * 128 * 128 / 100)
+    args = ["x", np.float32(0.02), x_zero, w, np.float32(0.005), w_zero, y_scale, x_dt(0), bias]
+    dilations = [2, 2] if "dil" in name else [1, 1]
+    attrs = {"kernel_shape": taps, "strides": list(strides), "pads": list(pads),
+             "dilations": dilations}  # fmt: skip
+    x = _extreme(rng, x_shape, x_dt)
+    model = _model("QLinearConv", {"x": x}, args, **attrs)
+    out = _assert_bit_exact(model, {"x": x})
+    info = np.iinfo(out.dtype)
+    assert out.min() == info.min and out.max() == info.max  # saturation both ways
+    module = tensorforge.compile(model)
+    assert _packed_kernel(module) == (expected if int8_kernel == "quads" else int8_kernel)
+
+
+@pytest.mark.parametrize(
+    ("channels", "w_value", "w_zero"),
+    [(66001, -128, 0), (33101, -128, 127)],  # quads (words padded to 8 of them), pairs
+)
+def test_integer_kernels_wrap_int32_sums_as_onnxruntime(
+    channels: int, w_value: int, w_zero: int, int8_kernel: str
+) -> None:
+    """ConvInteger's int32 sums wrap (255 x -128 over 66001 channels is below -2**31, 255 x -255
+    over 33101 too), in any kernel's order of summation, as onnxruntime's and the reference's."""
+    w = np.full((3, channels, 1, 1), w_value, np.int8)
+    w[1] = 127
+    x = np.full((1, channels, 1, 2), 255, np.uint8)
+    x[0, ::7, 0, 1] = 0
+    args = ["x", w, U8(0), I8(w_zero)]
+    model = _model("ConvInteger", {"x": x}, args)
+    (got,) = tensorforge.compile(model).run({"x": x}).values()
+    exact = np.einsum("chw,kc->khw", x[0].astype(np.int64),
+                      w[:, :, 0, 0].astype(np.int64) - w_zero)  # fmt: skip
+    assert (exact < -(2**31)).any()
+    np.testing.assert_array_equal(got[0], exact.astype(np.int32))  # the wrapped sums
+    np.testing.assert_array_equal(got, _onnxruntime(model, {"x": x})[0])
+
+
+def test_quads_read_a_zero_point_given_at_run_time(int8_kernel: str) -> None:
+    """The input's zero point as a graph input: the quads' padding and correction term read it
+    (`zu * sum w` computed in the kernel), exact still."""
+    rng = np.random.default_rng(31)
+    w = _extreme(rng, (6, 3, 3, 3), I8)
+    feed = {"x": _extreme(rng, (1, 3, 8, 7), U8), "xz": np.array(251, U8)}
+    args = ["x", np.float32(0.02), "xz", w, np.float32(0.004), I8(0), np.float32(0.9), U8(128)]
+    model = _model("QLinearConv", feed, args, kernel_shape=[3, 3], pads=[1, 2, 1, 0])
+    _assert_bit_exact(model, feed)
+
+
+@pytest.mark.parametrize(
+    ("a_dt", "b_dt", "a_shape", "n", "a_zero", "b_zero"),
+    [
+        (U8, I8, (7, 13), 3, U8(255), I8(0)),  # K = 13: the last word's 3 bytes past K
+        (I8, I8, (2, 3, 6), 37, I8(-128), I8(0)),  # leading dims, a panel and a tail
+        (U8, U8, (5, 9), 11, U8(0), U8(128)),  # uint8 weights: centered they fit int8
+        (I8, I8, (4, 5), 6, I8(127), I8(-128)),  # centered weights of 9 bits: pairs
+    ],
+)
+def test_integer_matmul_kernels_equal_onnxruntime_at_extreme_values(
+    a_dt, b_dt, a_shape, n, a_zero, b_zero, int8_kernel: str
+) -> None:
+    """QLinearMatMul and MatMulInteger with each kernel, bit for bit: operands at their types'
+    ends, zero points at the ends, K not a multiple of 2 or 4."""
+    rng = np.random.default_rng(a_shape[-1] * n)
+    k = a_shape[-1]
+    feed = {"a": _extreme(rng, a_shape, a_dt)}
+    b = _extreme(rng, (k, n), b_dt)
+    y_scale = np.float32(0.02 * 0.01 * np.sqrt(k) * 128 * 128 / 60)
+    args = ["a", np.float32(0.02), a_zero, b, np.float32(0.01), b_zero, y_scale, a_dt(0)]
+    _assert_bit_exact(_model("QLinearMatMul", feed, args), feed)
+    _assert_bit_exact(_model("MatMulInteger", feed, ["a", b, a_zero, b_zero]), feed)
+
+
+@pytest.mark.skipif(
+    not __import__("llvmlite.binding").binding.get_process_triple().startswith("x86_64"),
+    reason="an x86-64 -mcpu",
+)
+def test_a_compile_for_a_baseline_cpu_takes_pmaddwd_words(monkeypatch) -> None:
+    """The compile's target decides (its features, not the host's): baseline x86-64 (SSE2)
+    takes the pairs, whose 128-bit pmaddwd code runs on any x86-64 host, exact still."""
+    monkeypatch.delenv("TF_INT8_KERNEL", raising=False)
+    rng = np.random.default_rng(41)
+    args, attrs = _conv_args("asymmetric", rng)
+    x = _random(rng, CONVS["asymmetric"][2], U8)
+    model = _model("QLinearConv", {"x": x}, args, **attrs)
+    module = tensorforge.compile(model, "llvm -mcpu=x86-64")
+    assert _packed_kernel(module) == "pairs"
+    (got,) = module.run({"x": x}).values()
+    graph = from_onnx(model)
+    np.testing.assert_array_equal(got, run_graph(graph, {"x": x})[graph.outputs[0]])
+
+
+def test_int8_kernel_follows_the_target_features(monkeypatch) -> None:
+    from tensorforge.compiler.graph.strategy.int8_dot import int8_kernel
+
+    monkeypatch.delenv("TF_INT8_KERNEL", raising=False)
+    assert int8_kernel("llvm -mcpu=cascadelake -mattr=+avx512f,+avx512bw,+avx512vnni") == "quads"
+    assert int8_kernel("llvm -mcpu=alderlake -mattr=+avx2,+avxvnni") == "quads"
+    assert int8_kernel("llvm -mcpu=skylake-avx512 -mattr=+avx512f,+avx512bw") == "pairs"
+    assert int8_kernel("llvm -mcpu=haswell -mattr=+avx2,+fma") == "pairs"
+    assert int8_kernel("llvm -mtriple=aarch64-linux-gnu") == "centered"
+    assert int8_kernel("opencl") == "centered"
+    monkeypatch.setenv("TF_INT8_KERNEL", "pairs")
+    assert int8_kernel("llvm -mcpu=cascadelake -mattr=+avx512vnni") == "pairs"
+    assert int8_kernel("cuda") == "centered"  # GPU kernels never take the CPU's words
+    monkeypatch.setenv("TF_INT8_KERNEL", "fast")
+    with pytest.raises(LoweringError, match="TF_INT8_KERNEL must be auto or one of quads"):
+        int8_kernel("llvm")
+
+
 # ---- QLinearMatMul -----------------------------------------------------------------------------
 
 

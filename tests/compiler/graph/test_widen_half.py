@@ -104,3 +104,19 @@ def test_float32_graphs_are_left_alone() -> None:
     )
     g = from_onnx(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]))
     assert widen_half(g) is g
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_batch_norm_applies_its_channel_factor_before_scaling_by_the_variance(dtype) -> None:  # noqa: ANN001
+    """A zero scale zeroes a channel however far its input is from the mean: the factor
+    scale / sqrt(var + epsilon) is taken first, as onnxruntime and the reference do. Scaling
+    x - mean by 1 / sqrt(0.01) first overflowed float16 at x = -1e4 (inf * 0: NaN)."""
+    big = 1e4 if dtype == np.float16 else 1e38
+    x = np.array([[1.5], [-big]], dtype)
+    consts = {name: np.array([v], dtype) for name, v in
+              (("s", 0.0), ("b", 1.666), ("m", 0.0), ("v", 0.0))}  # fmt: skip
+    node = oh.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=0.01)
+    model = _model(node, x.shape, consts)
+    model.graph.input[0].type.tensor_type.elem_type = oh.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, np.full_like(x, dtype(1.666)))

@@ -365,3 +365,60 @@ def test_a_config_moved_to_a_chains_blocks_keeps_its_tile_width() -> None:
     assert (moved.oc_bn, moved.reg_n, moved.oc_tile) == (8, 4, 16)
     moved = with_blocks(Conv2dConfig(oc_bn=16, reg_n=6, oc_tile=48), (32, 32), 28, 64)
     assert moved.oc_bn == 32 and moved.oc_tile in (0, 8, 16, 64)
+
+
+# ---- the int8 kernels' options: words, rows-inner packing, the epilogue on the tile ----------
+
+
+@pytest.mark.parametrize("case, config", TILE_CASES, ids=[str(c[1].oc_tile) for c in TILE_CASES])
+def test_rows_inner_and_tile_epilogue_match_numpy(case, config) -> None:
+    """Input packed `[N, C/ic_bn, H', ic_bn, W']` and bias + epilogue applied on the register
+    tile before its transpose to NCHW, for tiles of several blocks, part of one and the rest."""
+    relu = lambda v, *idx: te.max(v, te.const(0.0, v.dtype))  # noqa: E731
+    n, c, h, w, k, r, stride, pad, dil = case
+    A = te.placeholder((n, c, h, w), name="A")
+    W = te.placeholder((k, c, r, r), name="W")
+    B = te.placeholder((k,), name="bias")
+    op = conv2d_nchwc(A, W, stride, pad, dil, B, relu, config, rows_inner=True,
+                      tile_epilogue=True)  # fmt: skip
+    f = build(schedule_conv2d_nchwc(op, config), op.args, name="conv_tile")
+    rng = np.random.default_rng(sum(case))
+    a, wt, b = (rng.uniform(-1, 1, t.shape).astype("float32") for t in op.args[:-1])
+    out = np.zeros(op.out.shape, "float32")
+    f(a, wt, b, out)
+    want = np.maximum(conv2d_ref(a, wt, stride, pad, dil) + b.reshape(1, -1, 1, 1), 0)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "case, config", TILE_CASES[:3], ids=[str(c[1].oc_tile) for c in TILE_CASES[:3]]
+)
+def test_words_of_four_channels_with_a_dot_product_are_exact(case, config) -> None:
+    """int32 words of four uint8 channels (data) and int8 channels (kernel) summed by
+    `te.dot_u8i8x4`, the padding a word of one byte value repeated: the int32 convolution of
+    the bytes, bit for bit."""
+    n, c, h, w, k, r, stride, pad, dil = case
+    rng = np.random.default_rng(k)
+    cw = -(-c // 4)
+    u = np.zeros((n, cw * 4, h, w), np.uint8)
+    u[:, :c] = rng.integers(0, 256, (n, c, h, w))
+    s = np.zeros((k, cw * 4, r, r), np.int8)
+    s[:, :c] = rng.integers(-128, 128, (k, c, r, r))
+    words = np.ascontiguousarray(np.moveaxis(u.reshape(n, cw, 4, h, w), 2, -1)).view("<i4")[..., 0]
+    wwords = np.ascontiguousarray(np.moveaxis(s.reshape(k, cw, 4, r, r), 2, -1)).view("<i4")[..., 0]
+    fill = 7  # the padding's byte value
+    ic_bn = max(d for d in range(1, config.ic_bn + 1) if cw % d == 0)
+    oc_bn = max(d for d in range(1, config.oc_bn + 1) if k % d == 0)
+    config = Conv2dConfig(ic_bn=ic_bn, oc_bn=oc_bn, reg_n=config.reg_n, oc_tile=config.oc_tile)
+    A = te.placeholder(words.shape, "int32", name="A")
+    W = te.placeholder(pack_kernel(wwords, ic_bn, oc_bn).shape, "int32", name="W")
+    op = conv2d_nchwc(A, W, stride, pad, dil, None, None, config, "int32", product=te.dot_u8i8x4,
+                      pad_value=te.const(fill * 0x01010101, "int32"), rows_inner=True,
+                      tile_epilogue=True)  # fmt: skip
+    f = build(schedule_conv2d_nchwc(op, config), op.args, name="conv_words")
+    out = np.zeros(op.out.shape, "int32")
+    f(words, pack_kernel(wwords, ic_bn, oc_bn), out)
+    padded = np.pad(u.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)),
+                    constant_values=fill)  # fmt: skip
+    want = conv2d_ref(padded, s.astype(np.int64), stride, 0, dil)  # exact in float64 here
+    np.testing.assert_array_equal(out, want.astype(np.int64))
