@@ -43,16 +43,21 @@ def random_inputs(model: Any) -> dict[str, np.ndarray]:
     }
 
 
-def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
-    """The median wall time of `repeat` calls of `fn`, in ms, after `warmup` untimed calls."""
-    for _ in range(warmup):
-        fn()
+def timed_calls(fn: Callable[[], Any], repeat: int) -> list[float]:
+    """The wall time of each of `repeat` calls of `fn`, in seconds."""
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
+    return times
+
+
+def median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
+    """The median wall time of `repeat` calls of `fn`, in ms, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    return float(np.median(timed_calls(fn, repeat)) * 1e3)
 
 
 def worker_json(script: str, threads: int, *args: str) -> dict:

@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 import numpy as np
-from machine import describe
+from machine import describe, timed_calls
 
 WARM_UP_S = 0.1
 
@@ -170,11 +170,7 @@ def bench_case(model: Any, rounds: int, per_block: int) -> dict[str, float]:
             fn, start = fns[which], time.perf_counter()
             while time.perf_counter() - start < WARM_UP_S:
                 fn()
-            block = []
-            for _ in range(per_block):
-                start = time.perf_counter()
-                fn()
-                block.append(time.perf_counter() - start)
+            block = timed_calls(fn, per_block)
             medians[which] = float(np.median(block))
             times[which] += block
         ratios["after/before"].append(medians[1] / medians[0])
