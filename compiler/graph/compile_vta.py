@@ -28,7 +28,8 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ from ...hw.config import HWConfig
 from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.vta.launch import KIND, kernel_meta
 from ...runtime.module import Call, KernelImage, Module
-from ..quantize.graph import quantize_graph
+from ..quantize.graph import LAYER_OPS, float_layers, quantize_graph
 from ..quantize.requant import MODES, WEIGHT_SCALES, default_mode, default_weight_scales
 from ..target import Target
 from .accel_kernels import accelerator_kernel, has_accelerator_kernel, packed_tensors
@@ -127,19 +128,30 @@ def depthwise_placement(target: Target) -> str:
     return where
 
 
-def fits_accelerator(cfg: HWConfig) -> Callable[[int, int, int], bool]:
+class AcceleratorGroups:
     """``quantize_graph``'s ``grouped`` rule for `cfg`: the grouped convolutions (input
-    channels, output channels, groups) whose groups fit the accelerator's channel blocks."""
-    from ..vta.layout import group_blocks  # the accelerator's code generator
+    channels, output channels, groups) whose groups fit the accelerator's channel blocks;
+    depthwise ones (one input channel per group) only with `depthwise` "accel". `refusal`
+    says why a convolution does not pass (for the placement table)."""
 
-    def fits(c: int, o: int, groups: int) -> bool:
+    def __init__(self, cfg: HWConfig, depthwise: str = "accel") -> None:
+        self.cfg, self.depthwise = cfg, depthwise
+
+    def __call__(self, c: int, o: int, groups: int) -> bool:
+        return self.refusal(c, o, groups) is None
+
+    def refusal(self, c: int, o: int, groups: int) -> str | None:
+        from ..vta.layout import group_blocks  # the accelerator's code generator
+
+        if c == groups and self.depthwise != "accel":
+            return "a depthwise convolution, kept float on the CPU (-depthwise=accel offloads it)"
+        if c < self.cfg.block_in:
+            return f"{c} input channels, fewer than the accelerator's block of {self.cfg.block_in}"
         try:
-            group_blocks(cfg, c, o, groups)
-        except ValueError:
-            return False
-        return c >= cfg.block_in
-
-    return fits
+            group_blocks(self.cfg, c, o, groups)
+        except ValueError as exc:
+            return f"its groups do not fit the accelerator's channel blocks ({exc})"
+        return None
 
 
 def quantize_for(
@@ -153,23 +165,34 @@ def quantize_for(
     """The partitioned int8 graph of `graph` for `cfg` (quantized first unless it is int8;
     `weights`: ``quantize_graph``'s weight scales, default per its mode; `depthwise`:
     ``depthwise_placement``'s, whether depthwise convolutions that fit go to the accelerator;
-    grouped ones with wider groups do when they fit)."""
-    if not is_quantized(graph):
-        if calibration is None:
-            raise ValueError(
-                "compiling a float model for the accelerator needs calibration inputs: "
-                "tensorforge.compile(model, target='vta ...', calibration={input name: array})"
-            )
-        fits = fits_accelerator(cfg)
-        accel = depthwise == "accel"
+    grouped ones with wider groups do when they fit).
 
-        def grouped(c: int, o: int, groups: int) -> bool:
-            return fits(c, o, groups) and (accel or c > groups)
-
-        # N-D MatMuls by 2-D weights and 1-D convs in the 2-D forms the GEMM core computes
-        graph = quantize_graph(accelerator_forms(optimize(graph)), calibration, cfg, mode=mode,
-                               weights=weights, grouped=grouped)  # fmt: skip
-    return partition_graph(graph, cfg, grouped=True if depthwise == "accel" else "wide")
+    A float graph with no conv or dense layer the accelerator can compute is not quantized (no
+    calibration needed): a warning names each layer and why, and every op runs on the CPU.
+    """
+    grouping: Grouped = True if depthwise == "accel" else "wide"
+    if is_quantized(graph):
+        return partition_graph(graph, cfg, grouped=grouping)
+    # N-D MatMuls by 2-D weights and 1-D convs in the 2-D forms the GEMM core computes
+    graph = accelerator_forms(optimize(graph))
+    rule = AcceleratorGroups(cfg, depthwise)
+    left = float_layers(graph, rule)
+    if len(left) == sum(1 for n in graph.nodes if n.op in LAYER_OPS):
+        layers = "; ".join(f"{name!r}: {why}" for name, why in left.items())
+        warnings.warn(
+            "nothing in this model runs on the accelerator, every op stays float on the CPU: "
+            + (f"no conv or dense layer fits ({layers})" if left else "it has no conv or "
+               "dense layer"),
+            stacklevel=3,
+        )  # fmt: skip
+        return partition_graph(graph, cfg, grouped=grouping)
+    if calibration is None:
+        raise ValueError(
+            "compiling a float model for the accelerator needs calibration inputs: "
+            "tensorforge.compile(model, target='vta ...', calibration={input name: array})"
+        )
+    graph = quantize_graph(graph, calibration, cfg, mode=mode, weights=weights, grouped=rule)
+    return partition_graph(graph, cfg, grouped=grouping)
 
 
 def compile_graph_vta(
@@ -225,9 +248,7 @@ def compile_graph_vta(
         kernels.append(image)
         calls.append(call)
     module = assemble_module(stored, str(tgt), kernels, calls, constants, start, t_opt, *times)
-    module.stats.update(
-        _accelerator_stats(q, cfg, kernels, True if depthwise == "accel" else "wide")
-    )
+    module.stats.update(_accelerator_stats(q, cfg, kernels, depthwise))
     module.stats["requant_mode"] = "given" if is_quantized(graph) else mode
     module.stats["weight_scales"] = "given" if is_quantized(graph) else weights
     module.stats["packed_tensors"] = list(packed)
@@ -269,9 +290,11 @@ def build_accelerator_group(
 
 
 def _accelerator_stats(
-    graph: Graph, cfg: HWConfig, kernels: list[KernelImage], grouped: Grouped
+    graph: Graph, cfg: HWConfig, kernels: list[KernelImage], depthwise: str
 ) -> dict:
+    grouped: Grouped = True if depthwise == "accel" else "wide"
     placements = [place(graph, n, cfg, grouped) for n in graph.nodes]
+    left = float_layers(graph, AcceleratorGroups(cfg, depthwise))  # why a layer stayed float
     vta_nodes = {  # node -> the first node of its accelerator kernel
         name: g.nodes[0] for (g, nodes) in group_order(graph)
         if has_accelerator_kernel(graph, nodes) for name in g.nodes
@@ -283,15 +306,19 @@ def _accelerator_stats(
         "accelerator_kernels": sum(1 for k in kernels if k.kind == KIND),
         "offloaded_macs": round(share, 4),  # of every conv/dense/matmul MAC, float ones too
         "offloaded_layers": [done, layers],
-        "placement": [_placement_row(p, vta_nodes) for p in placements],
+        "placement": [_placement_row(p, vta_nodes, left) for p in placements],
     }
 
 
-def _placement_row(p: Any, vta_nodes: dict[str, str]) -> list[str]:
+def _placement_row(p: Any, vta_nodes: dict[str, str], left: Mapping[str, str]) -> list[str]:
     if p.node in vta_nodes:
         anchor = vta_nodes[p.node]
         fused = f"fused into {anchor}'s kernel: " if anchor != p.node else ""
         return [p.node, p.op, "vta", fused + p.reason]
     if p.target == "vta":  # placeable, but no kernel of the code generator covers it alone
         return [p.node, p.op, "cpu", f"no accelerator kernel for it alone ({p.reason})"]
+    if p.op in LAYER_OPS:  # a conv or dense layer the quantizer left float
+        why = left.get(p.node, "no int8 form at the calibration's scales, or left float by "
+                               "whoever quantized the graph")  # fmt: skip
+        return [p.node, p.op, "cpu", f"float layer: {why}"]
     return [p.node, p.op, "cpu", p.reason]

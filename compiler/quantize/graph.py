@@ -50,7 +50,7 @@ from .scheme import (
     quantize_weight_per_channel,
 )
 
-__all__ = ["Observer", "quantize_graph", "rebatch"]
+__all__ = ["Observer", "float_layers", "quantize_graph", "rebatch"]
 
 DATA_MOVES = ("Flatten", "Reshape", "Identity")  # run on int8 data unchanged (same scale)
 OFFSET_GAIN = 0.9  # offset a boundary value when that shrinks its threshold below this share
@@ -83,8 +83,11 @@ class _Unit:
 # ---- matching --------------------------------------------------------------------------------
 
 
-#: which grouped convolutions (input channels, output channels, groups) become int8
+#: which grouped convolutions (input channels, output channels, groups) become int8; a rule
+#: with a ``refusal(c, o, groups)`` method (``compile_vta.AcceleratorGroups``) also says why not
 GroupedRule = Callable[[int, int, int], bool]
+#: the ops whose weights the quantizer absorbs (conv and dense layers)
+LAYER_OPS = ("Conv", "Gemm", "MatMul")
 
 
 class _Matcher:
@@ -109,10 +112,10 @@ class _Matcher:
         return units
 
     def _match(self, node: Node) -> _Unit:
-        if node.op == "Conv" and self._is_quantizable_conv(node):
+        if node.op == "Conv" and self.conv_refusal(node) is None:
             return self._absorb("conv", node, self._const(node.inputs[1]))
         if node.op in ("Gemm", "MatMul"):
-            weight = self._dense_weight(node)
+            weight, _ = self._dense_weight(node)
             if weight is not None:
                 return self._absorb("dense", node, weight)
         if node.op == "Add" and self._is_residual_add(node):
@@ -130,37 +133,54 @@ class _Matcher:
     def _is_float(self, name: str) -> bool:
         return self.graph.types[name].dtype == "float32"
 
-    def _is_quantizable_conv(self, node: Node) -> bool:
-        w, attrs = self._const(node.inputs[1]), node.attr_dict
-        has_bias = len(node.inputs) > 2 and node.inputs[2]
-        group = attrs["group"]
-        return (
-            w is not None
-            and w.ndim == 4
-            and self._is_float(node.inputs[0])
-            and (group == 1 or self.grouped(w.shape[1] * group, w.shape[0], group))
-            and all(d == 1 for d in attrs.get("dilations") or (1, 1))
-            and (not has_bias or self._const(node.inputs[2]) is not None)
-        )
+    def refusal(self, node: Node) -> str | None:
+        """Why the conv or dense layer `node` stays float (None: it becomes an int8 op)."""
+        if node.op == "Conv":
+            return self.conv_refusal(node)
+        return self._dense_weight(node)[1]
 
-    def _dense_weight(self, node: Node) -> np.ndarray | None:
-        """The (M, K) weight of a Gemm/MatMul the accelerator's dense can compute, else None."""
+    def conv_refusal(self, node: Node) -> str | None:
+        w, attrs = self._const(node.inputs[1]), node.attr_dict
+        group, dilations = attrs["group"], tuple(attrs.get("dilations") or (1, 1))
+        if w is None:
+            return "its weights are computed at run time (the accelerator's are constants)"
+        if w.ndim != 4:
+            return f"a {w.ndim - 2}-D convolution (the GEMM core computes 2-D ones)"
+        if not self._is_float(node.inputs[0]):
+            return f"its input is {self.graph.types[node.inputs[0]].dtype}, not float32"
+        if group != 1 and not self.grouped(w.shape[1] * group, w.shape[0], group):
+            explain = getattr(self.grouped, "refusal", None)
+            why = explain(w.shape[1] * group, w.shape[0], group) if explain else None
+            return why or f"a grouped convolution (group={group}) that stays float here"
+        if any(d != 1 for d in dilations):
+            return f"dilated (dilations {dilations}; the accelerator's convolutions are not)"
+        if len(node.inputs) > 2 and node.inputs[2] and self._const(node.inputs[2]) is None:
+            return "its bias is computed at run time"
+        return None
+
+    def _dense_weight(self, node: Node) -> tuple[np.ndarray | None, str | None]:
+        """The (M, K) weight of a Gemm/MatMul the accelerator's dense can compute, or None and
+        the reason it cannot."""
         x, w = self.graph.types[node.inputs[0]], self._const(node.inputs[1])
-        if w is None or w.ndim != 2 or len(x.shape) != 2 or not self._is_float(node.inputs[0]):
-            return None
+        if w is None:
+            return None, "its second operand is computed at run time (no constant weight)"
+        if w.ndim != 2:
+            return None, f"a weight of rank {w.ndim} (the dense layer's is 2-D)"
+        if len(x.shape) != 2:
+            return None, f"an input of rank {len(x.shape)} (the dense layer's is 2-D)"
+        if not self._is_float(node.inputs[0]):
+            return None, f"its input is {x.dtype}, not float32"
         if node.op == "MatMul":
-            return w.T
+            return w.T, None
         a = node.attr_dict
         c = node.inputs[2] if len(node.inputs) > 2 else ""
-        if (
-            a["alpha"] != 1.0
-            or a["transA"]
-            or (c and (a["beta"] != 1.0 or c not in self.graph.constants))
-        ):
-            return None
+        if a["alpha"] != 1.0 or a["transA"]:
+            return None, "a Gemm with alpha != 1 or transA"
+        if c and (a["beta"] != 1.0 or c not in self.graph.constants):
+            return None, "a Gemm whose C is computed at run time or scaled by beta != 1"
         if c and self.graph.constants[c].size != w.shape[0 if a["transB"] else 1]:
-            return None
-        return w if a["transB"] else w.T
+            return None, "a Gemm whose C is not one bias per output column"
+        return (w if a["transB"] else w.T), None
 
     def _absorb(self, kind: str, node: Node, weight: np.ndarray) -> _Unit:
         bias = self._const(node.inputs[2]) if len(node.inputs) > 2 else None
@@ -224,6 +244,26 @@ class _Matcher:
             and a["storage_order"] == 0
             and all(d == 1 for d in a.get("dilations") or (1, 1))
         )
+
+
+def float_layers(graph: Graph, grouped: bool | GroupedRule = False) -> dict[str, str]:
+    """The conv and dense layers (Conv, Gemm, MatMul nodes) of a float graph that
+    ``quantize_graph`` would leave float with this `grouped` rule: node name -> the reason.
+
+    Example:
+        >>> import numpy as np
+        >>> from tensorforge.compiler.graph import GraphBuilder
+        >>> b = GraphBuilder()
+        >>> x = b.add_input("x", (1, 16, 8, 8), "float32")
+        >>> w = b.add_constant("w", np.ones((16, 16, 3, 3), np.float32))
+        >>> (y,) = b.add_node("Conv", [x, w], {"dilations": [2, 2]}, name="c")
+        >>> float_layers(b.build([y]))
+        {'c': "dilated (dilations (2, 2); the accelerator's convolutions are not)"}
+    """
+    rule = grouped if callable(grouped) else (lambda c, o, g: bool(grouped))
+    matcher = _Matcher(graph, rule, exact_scales=True)
+    reasons = {n.name: matcher.refusal(n) for n in graph.nodes if n.op in LAYER_OPS}
+    return {name: why for name, why in reasons.items() if why is not None}
 
 
 # ---- calibration -----------------------------------------------------------------------------

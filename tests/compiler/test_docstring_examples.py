@@ -16,6 +16,7 @@ MODULES = [
     "tensorforge.compiler.tir.lower",
     "tensorforge.compiler.tir.interp",
     "tensorforge.compiler.graph.compile_vta",
+    "tensorforge.compiler.quantize.graph",
     "tensorforge.compiler.graph.accel_kernels",
     "tensorforge.compiler.vta.layout",
     "tensorforge.compiler.vta.operators",
