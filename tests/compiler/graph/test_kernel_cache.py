@@ -80,3 +80,45 @@ def test_a_module_with_shared_kernels_saves_and_loads(tmp_path) -> None:  # noqa
     assert [c.kernel for c in again.calls] == [c.kernel for c in module.calls]
     np.testing.assert_array_equal(again.run(feed)[graph.outputs[0]],
                                   module.run(feed)[graph.outputs[0]])  # fmt: skip
+
+
+def _lstm(seq: int):  # noqa: ANN202
+    """A bidirectional LSTM over `seq` steps (input 8, hidden 16, batch 2)."""
+    from onnx import TensorProto, helper
+
+    from tensorforge.compiler.frontend import from_onnx
+
+    rng = np.random.default_rng(seq)
+    weights = {
+        "W": rng.standard_normal((2, 64, 8)),
+        "R": rng.standard_normal((2, 64, 16)),
+        "B": rng.standard_normal((2, 128)),
+    }
+    inits = [helper.make_tensor(k, TensorProto.FLOAT, v.shape, (v / 4).ravel().tolist())
+             for k, v in weights.items()]  # fmt: skip
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "yh", "yc"], hidden_size=16,
+                            direction="bidirectional")  # fmt: skip
+    graph = helper.make_graph(
+        [node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, 2, 8])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "yh", "yc")],
+        inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return from_onnx(model), {"x": rng.standard_normal((seq, 2, 8)).astype(np.float32)}
+
+
+def test_an_lstm_compiles_to_as_many_kernels_whatever_its_length() -> None:
+    """Each step reads its own slice of the input projection (one Split), so the steps'
+    kernels are the same code: the kernels do not grow with the sequence (they did, one
+    slicing kernel per step)."""
+    counts = []
+    for seq in (4, 9):
+        graph, feed = _lstm(seq)
+        module = compile_graph(graph, progress=False)
+        want = run_graph(graph, feed)
+        for name in graph.outputs:
+            np.testing.assert_allclose(module.run(feed)[name], want[name], rtol=1e-5,
+                                       atol=1e-6)  # fmt: skip
+        counts.append(len(module.kernels))
+        assert len(module.calls) > 4 * seq  # a few calls a step and direction
+    assert counts[0] == counts[1], counts
