@@ -32,9 +32,23 @@ def _model(node, x_shape, inits=(), opset=20):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
+def _one_tap_conv(op: str, x_shape: list[int]):
+    """A convolution (or LpPool, lowered to one) whose weights hold a single element: the
+    1-D case views them as 2-D, beside the weights as they lie."""
+    if op == "LpPool":
+        node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[1], p=1, strides=[3])
+        return _model(node, x_shape)
+    w = np.full([1, 1] + [1] * (len(x_shape) - 2), 0.5, np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[3] * (len(x_shape) - 2))
+    return _model(node, x_shape, [("w", w)])
+
+
 CASES = {
     "gelu_tanh": lambda: _model(helper.make_node("Gelu", ["x"], ["y"], approximate="tanh"), [11]),
     "tanh": lambda: _model(helper.make_node("Tanh", ["x"], ["y"]), [11]),
+    "lppool_1d_one_tap": lambda: _one_tap_conv("LpPool", [1, 1, 17]),
+    "conv_1d_one_weight": lambda: _one_tap_conv("Conv", [1, 1, 17]),
+    "conv_2d_one_weight": lambda: _one_tap_conv("Conv", [1, 1, 9, 9]),
 }
 
 
