@@ -7,11 +7,13 @@ to build/zoo/ by `python benchmarks/zoo.py`); the input is machine.random_inputs
 normal values and the check is zoo.py's: the largest absolute error relative to the output's
 largest magnitude, and the share of agreeing top-1 classes. Each model runs in a child process
 of its own with a time limit (`--timeout-s`): a model past it is a row "timeout", one whose
-child dies a row "crash", so every model appears.
+child dies a row "crash", so every model appears. Times: the compile (`tensorforge.compile`),
+the first run (PoCL builds each program's kernels then) and a second run.
 
 Usage:
     python benchmarks/zoo_gpu.py [--target opencl|cuda] [--models resnet18,vit_b_16]
                                  [--timeout-s 300] [--json build/zoo_gpu.json]
+    python benchmarks/zoo_gpu.py --load build/zoo_gpu.json     # a saved run's table again
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def child(name: str, target: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - every failure is a row
         return row | {"error": f"compile: {_first_line(exc)}"}
     row["compile_s"] = time.perf_counter() - start
-    row["kernels"] = len(module.kernels)
+    row["groups"] = len(module.kernels)  # fused groups, each one program of device kernels
+    row["launches"] = module.stats.get("device_kernels")
     if target != "opencl":
         return row
     try:
@@ -84,12 +87,12 @@ def run_one(name: str, target: str, timeout_s: float) -> dict[str, Any]:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    head = "| model | kernels | compile s | first run s | run s | rel. error | top-1 | note |"
+    head = "| model | groups | compile s | first run s | run s | rel. error | top-1 | note |"
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         cells = [
             r["model"],
-            str(r.get("kernels", "")),
+            str(r.get("groups", "")),
             _fmt(r.get("compile_s"), ".1f"),
             _fmt(r.get("first_run_s"), ".1f"),
             _fmt(r.get("run_s"), ".2f"),
@@ -111,8 +114,12 @@ def main() -> None:
     parser.add_argument("--models", default="", help="comma-separated; default: every model")
     parser.add_argument("--timeout-s", type=float, default=300.0)
     parser.add_argument("--json", default="", help="write the rows here")
+    parser.add_argument("--load", default="", help="print the table of a saved --json run")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.load:
+        print(markdown(json.loads(Path(args.load).read_text())))
+        return
     if args.child:
         print(json.dumps(child(args.child, args.target)), flush=True)
         return
