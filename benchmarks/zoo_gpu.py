@@ -51,8 +51,9 @@ def child(name: str, target: str) -> dict[str, Any]:
     row["compile_s"] = time.perf_counter() - start
     row["groups"] = len(module.kernels)  # fused groups, each one program of device kernels
     row["launches"] = module.stats.get("device_kernels")
-    if target != "opencl":
-        return row
+    if target != "opencl":  # CUDA: compiled to PTX by NVRTC, nothing runs
+        no_ptx = [k.name for k in module.kernels if "ptx" not in json.loads(k.payload)]
+        return row | {"error": f"no PTX (is NVRTC installed?): {no_ptx[:3]}" if no_ptx else None}
     try:
         start = time.perf_counter()
         ours = next(iter(module.run(inputs).values()))
@@ -98,7 +99,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             _fmt(r.get("run_s"), ".2f"),
             _fmt(r.get("rel_error"), ".1e"),
             _fmt(r.get("top1_agree"), ".2f"),
-            r["error"] or "match",
+            r["error"] or ("match" if r.get("target") == "opencl" else "compiled to PTX"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
