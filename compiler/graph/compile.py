@@ -86,11 +86,17 @@ class KernelCache:
         """The kernel of lowered function `func`: built with LLVM, or the earlier equal one."""
         options = CodegenOptions(features=target_features(target))
         text = str(generate([func], options, func.name))
-        params = tuple(
-            ParamSpec(buf.name, buf.dtype, tuple(shape))
-            for buf, shape in zip(func.params, func.arg_shapes, strict=True)
-        )
-        code = text.replace(func.name, "\0")
+        params = param_specs(func)
+        return self.shared(text, func.name, params, lambda: KernelImage(
+            func.name, "llvm", params, emit_object(text, target), meta))  # fmt: skip
+
+    def shared(
+        self, code: str, symbol: str, params: tuple[ParamSpec, ...],
+        make: Callable[[], KernelImage],
+    ) -> KernelImage:  # fmt: skip
+        """The kernel whose generated `code` (naming itself `symbol`) is `code`, with
+        parameters of these dtypes and shapes: an earlier one, or `make()`'s."""
+        code = code.replace(symbol, "\0")
         # two independent hashes and the length, not the text (hashlib would load OpenSSL)
         digest = (hash(code), zlib.crc32(code.encode()), len(code))
         key = (digest, tuple((p.dtype, p.shape) for p in params))
@@ -98,9 +104,16 @@ class KernelCache:
         if image is not None:
             self.hits += 1
             return image
-        image = KernelImage(func.name, "llvm", params, emit_object(text, target), meta)
-        self._built[key] = image
+        image = self._built[key] = make()
         return image
+
+
+def param_specs(func: Any) -> tuple[ParamSpec, ...]:
+    """The `ParamSpec`s of a lowered function's parameters (name, dtype, shape)."""
+    return tuple(
+        ParamSpec(buf.name, buf.dtype, tuple(shape))
+        for buf, shape in zip(func.params, func.arg_shapes, strict=True)
+    )
 
 
 def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = True) -> Module:

@@ -122,3 +122,20 @@ def test_an_lstm_compiles_to_as_many_kernels_whatever_its_length() -> None:
         counts.append(len(module.kernels))
         assert len(module.calls) > 4 * seq  # a few calls a step and direction
     assert counts[0] == counts[1], counts
+
+
+def test_gpu_groups_of_the_same_code_share_a_kernel_on_opencl() -> None:
+    """The same sharing for GPU targets: one OpenCL program built for the repeated blocks."""
+    from tensorforge.compiler.graph.compile_gpu import compile_graph_gpu
+
+    graph, feed = _blocks((0.5,) * 4, (16,) * 4)
+    try:
+        module = compile_graph_gpu(graph, "opencl")
+        got = module.run(feed)[graph.outputs[0]]
+    except Exception as exc:  # noqa: BLE001 - no OpenCL platform on this machine
+        if "OpenCL" not in str(exc):
+            raise
+        pytest.skip(f"no OpenCL device: {exc}")
+    assert len(module.kernels) < len(module.calls) == module.stats["calls"]
+    want = run_graph(graph, feed)[graph.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
