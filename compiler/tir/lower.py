@@ -13,6 +13,7 @@ from ..te.tensor import IterVar, IterVarKind, Tensor
 from ..te.visitor import ExprMutator, substitute
 from .arith import Analyzer
 from .bound import StageBounds, infer_bounds
+from .gpu import check_gpu_schedule
 from .stmt import (
     Allocate,
     AttrStmt,
@@ -262,7 +263,8 @@ def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") ->
 
     Raises:
         ScheduleError: for primitives that are only found illegal with the whole schedule
-            (a stage computed at a loop its consumers are outside of).
+            (a stage computed at a loop its consumers are outside of, a thread loop bound
+            inside a shorter loop of the same tag, a shared stage outside every block).
         LoweringError: for arguments that do not match the schedule.
     """
     args = list(args)
@@ -280,7 +282,11 @@ def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") ->
     for stage in reversed(roots):
         body = _allocate(ctx, stage, body)
     shapes = tuple(t.shape for t in args)
-    return PrimFunc(name, tuple(ctx.params), body, shapes)
+    func = PrimFunc(name, tuple(ctx.params), body, shapes)
+    message = check_gpu_schedule(func)  # thread bindings that nest wrongly are the schedule's
+    if message is not None:
+        raise ScheduleError(message)
+    return func
 
 
 def lower(

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler import te, tir
+from tensorforge.compiler.schedule import ScheduleError
 from tensorforge.compiler.tir.gpu import insert_storage_sync
 from tensorforge.compiler.topi.gpu.dense import schedule_matmul, spread_copy
 
@@ -319,3 +320,58 @@ def test_cooperative_fetch_guards_a_copy_not_divisible_by_the_threads() -> None:
     assert "for ax0.chunk in range(2) {" in text  # 12 elements over 9 threads
     got, expected = _run(op, s)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _partial_thread_matmul(bind_copy: int | None, threads: int = 3, k_factor: int = 1):
+    """(E = A*2 + 1) @ B with 3 output threads per block, but a block of 4 threads (E's shared
+    copy is bound to 4): B's shared tile is computed inside the accumulator's k loop, so inside
+    the thread loop of 3 that thread 3 skips. `bind_copy`: threads bound to B's copy (None:
+    left to cooperative_fetch); `threads`: output threads per block; `k_factor`: rows of B
+    per tile."""
+    n, m, p = 1, 5, 3
+    A, B = te.placeholder((n, m), name="A"), te.placeholder((m, p), name="B")
+    E = te.compute((n, m), lambda i, j: A[i, j] * 2.0 + 1.0, name="E")
+    k = te.reduce_axis((0, m), "k")
+    C = te.compute((n, p), lambda i, j: te.sum(E[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    BB = s.cache_read(B, "shared", [CL.op])
+    bx, tx = s[C].split(s[C].fuse(*C.op.axis), factor=threads)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], tx)
+    ko, _ = s[CL].split(s[CL].op.reduce_axis[0], factor=k_factor)
+    s[BB].compute_at(s[CL], ko)
+    if bind_copy is not None:
+        _, t = s[BB].split(s[BB].fuse(*s[BB].op.axis), factor=bind_copy)
+        s[BB].bind(t, te.thread_axis("threadIdx.x"))
+    s[E].set_scope("shared")
+    s[E].compute_at(s[C], bx)
+    _, t = s[E].split(s[E].fuse(*s[E].op.axis), factor=4)
+    s[E].bind(t, te.thread_axis("threadIdx.x"))
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, m), "float32"), rng.standard_normal((m, p), "float32")
+    return s, [A, B, C], (a, b), (a * 2 + 1) @ b
+
+
+@pytest.mark.parametrize("bind_copy", [2, None], ids=["bound", "cooperative"])
+def test_shared_tile_inside_a_partial_thread_loop_gets_its_barriers(bind_copy) -> None:
+    """Threads 0..2 fill B's tile then read each other's elements, inside a thread loop that
+    thread 3 of the block skips: no barrier can go there, so the loop runs over all 4 threads
+    with its statements guarded and the barriers between them (before: no barrier, a wrong
+    result; the unbound copy was shared over 4 threads inside a loop of 3, a VerifyError)."""
+    s, args, (a, b), want = _partial_thread_matmul(bind_copy)
+    func = tir.lower(s, args, name="kernel")
+    text = repr(func)
+    assert "if i.j.fused.inner_1 < 3 {" in text and text.count("@storage_sync()") == 3
+    got = np.zeros(want.shape, "float32")
+    tir.interpret(func, [a, b, got])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_binding_more_threads_than_an_enclosing_thread_loop_is_a_schedule_error() -> None:
+    """B's 2x1 tile, inside a thread loop of 1, bound to 2 threads: the 2nd thread never gets
+    there (before: a VerifyError, an internal error, from the verifier after lowering)."""
+    s, args, _, _ = _partial_thread_matmul(2, threads=1, k_factor=2)
+    with pytest.raises(ScheduleError, match=r"^bind: thread loop .* enclosing threadIdx.x loop"):
+        tir.lower(s, args, name="kernel")
