@@ -258,6 +258,22 @@ def _allocate(ctx: _Context, stage: Stage, body: Stmt) -> Stmt:
     return body
 
 
+def _check_private_threads(info: StageBounds) -> None:
+    """A buffer private to each thread (`local`) cannot be filled by several threads: thread t
+    would hold only the elements it computed, and a reader of the others reads garbage."""
+    stage = info.stage
+    if stage.scope.startswith(("shared", "global")) or stage.is_output:
+        return
+    for iv in stage.leaf_iter_vars:
+        tag = stage.annotation(iv).thread_tag
+        if tag.startswith("threadIdx") and info.extent[iv] > 1:
+            raise ScheduleError(
+                f"bind: stage {stage.name!r} has scope {stage.scope!r}, private to each thread, "
+                f"so its loop {iv.name!r} cannot be bound to {tag} (each thread would hold only "
+                "its own part); give it scope 'shared', or compute it at its reader's thread loop"
+            )
+
+
 def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") -> PrimFunc:
     """The loop IR of a schedule before any pass: one loop nest per root stage, in order.
 
@@ -275,6 +291,8 @@ def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") ->
         if names.count(t.name) > 1:
             raise LoweringError(f"lower: argument names must be unique, {t.name!r} repeats")
     ctx = _Context(sch, args)
+    for info in ctx.bounds.values():
+        _check_private_threads(info)
     roots = [
         s for s in sch.stages if s.is_compute and s.attach is AttachKind.ROOT and s in ctx.bounds
     ]

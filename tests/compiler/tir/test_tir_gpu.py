@@ -375,3 +375,34 @@ def test_binding_more_threads_than_an_enclosing_thread_loop_is_a_schedule_error(
     s, args, _, _ = _partial_thread_matmul(2, threads=1, k_factor=2)
     with pytest.raises(ScheduleError, match=r"^bind: thread loop .* enclosing threadIdx.x loop"):
         tir.lower(s, args, name="kernel")
+
+
+def test_a_local_stage_filled_by_several_threads_is_a_schedule_error() -> None:
+    """T computed at the block loop, its loop bound to 3 threads, in `local` scope: each thread
+    holds only its own element of T, and B's threads read the others' (before: NaN in the
+    interpreter, garbage on OpenCL; the same schedule in `shared` scope is right)."""
+    A = te.placeholder((1, 3), name="A")
+    T = te.compute((1, 3), lambda i, j: A[i, j] + 1.0, name="T")
+    B = te.compute((1, 3), lambda i, j: T[i, 2 - j] * 2.0, name="B")
+    results = {}
+    for scope in ("shared", "local"):
+        s = te.create_schedule(B.op)
+        bx, tx = s[B].split(s[B].fuse(*B.op.axis), factor=3)
+        s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B].bind(tx, te.thread_axis("threadIdx.x"))
+        s[T].set_scope(scope)
+        s[T].compute_at(s[B], bx)
+        s[T].bind(s[T].fuse(*s[T].op.axis), te.thread_axis("threadIdx.x"))
+        try:
+            func = tir.lower(s, [A, B], name="kernel")
+        except ScheduleError as err:
+            results[scope] = str(err)
+            continue
+        a, b = np.arange(3, dtype="float32").reshape(1, 3), np.zeros((1, 3), "float32")
+        tir.interpret(func, [a, b])
+        results[scope] = b.tolist()
+    assert results["shared"] == [[6.0, 4.0, 2.0]]
+    assert results["local"].startswith(
+        "bind: stage 'T' has scope 'local', private to each thread, so its loop 'i.j.fused' "
+        "cannot be bound to threadIdx.x"
+    )
