@@ -462,9 +462,15 @@ def _apply_wild(s: Schedule, stage: Stage, kind: str, data: Any) -> None:
         s.cache_write(stage.tensor, data.draw(st.sampled_from(("local", "global"))))
     elif kind == "set_scope":
         stage.set_scope(data.draw(st.sampled_from(("local", "global", "shared"))))
+    elif kind == "double_buffer":
+        stage.double_buffer()
     elif leaves:
         iv = data.draw(st.sampled_from(leaves))
-        if kind == "vectorize":
+        if kind == "bind":
+            from tensorforge.compiler.te import thread_axis
+
+            stage.bind(iv, thread_axis(data.draw(st.sampled_from(THREAD_TAGS))))
+        elif kind == "vectorize":
             stage.vectorize(iv)
         elif kind == "parallel":
             stage.parallel(iv)
@@ -494,17 +500,23 @@ def _draw_loop_transforms_once(stage: Stage, kind: str, data: Any) -> None:
         stage.tile(x, y, data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6)))
 
 
-def draw_wild_schedule(prog: Program, data: Any) -> tuple[Schedule, list[str]]:
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "threadIdx.x", "threadIdx.y", "vthread")
+WILD_GPU = (*WILD, "bind", "bind", "bind", "double_buffer")
+
+
+def draw_wild_schedule(
+    prog: Program, data: Any, kinds: tuple[str, ...] = WILD, start: Schedule | None = None
+) -> tuple[Schedule, list[str]]:
     """Random primitives on random stages; ones that raise ScheduleError are skipped (the
     schedule stays usable). Returns the schedule and the errors seen."""
     from tensorforge.compiler.schedule import ScheduleError
 
-    s = te.create_schedule([t.op for t in prog.outputs])
+    s = te.create_schedule([t.op for t in prog.outputs]) if start is None else start
     errors: list[str] = []
     for _ in range(data.draw(st.integers(1, 10), label="steps")):
         computes = [c for c in s.stages if c.is_compute]
         stage = data.draw(st.sampled_from(computes))
-        kind = data.draw(st.sampled_from(WILD))
+        kind = data.draw(st.sampled_from(kinds))
         try:
             _apply_wild(s, stage, kind, data)
         except ScheduleError as err:

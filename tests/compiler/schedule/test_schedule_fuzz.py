@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tensorforge.compiler import tir
 from tensorforge.compiler.build import build
 from tensorforge.compiler.schedule import PRIMITIVES, ScheduleError, primitive_name
+from tensorforge.compiler.tir import LoweringError
 
 PRIMITIVE_NAMES = {primitive_name(cls) for cls in PRIMITIVES}
 EXAMPLES = int(os.environ.get("TF_FUZZ_EXAMPLES", "0"))
@@ -105,5 +106,28 @@ def test_random_gpu_schedules_match_numpy_in_interpreter_and_opencl(prog, data) 
     got, want = _run(prog, lambda arrays: tir.interpret(func, arrays))
     _compare(prog, got, want, "interpreter")
     module = build(s, prog.args, target="opencl", name=prog.name)
+    got, want = _run(prog, lambda arrays: module(*arrays))
+    _compare(prog, got, want, "opencl")
+
+
+@settings(FUZZ, max_examples=EXAMPLES or 12)
+@given(prog=gpu_programs(), data=st.data())
+def test_any_gpu_schedule_raises_schedule_error_or_matches_numpy(prog, data) -> None:
+    """Random primitives (binds, double buffering among them) on top of a legal GPU schedule."""
+    _opencl_or_skip()
+    start = fz.draw_gpu_schedule(prog, data) if data.draw(st.booleans()) else None
+    s, _ = fz.draw_wild_schedule(prog, data, fz.WILD_GPU, start)
+    try:
+        func = tir.lower(s, prog.args, name=prog.name)
+    except ScheduleError as err:
+        assert str(err).split(":")[0] in PRIMITIVE_NAMES, str(err)
+        return
+    got, want = _run(prog, lambda arrays: tir.interpret(func, arrays))
+    _compare(prog, got, want, "interpreter")
+    try:
+        module = build(s, prog.args, target="opencl", name=prog.name)
+    except LoweringError as err:  # what the CPU allows but a GPU kernel cannot hold
+        assert re.match(r"^(kernel|stage) '", str(err)), str(err)
+        return
     got, want = _run(prog, lambda arrays: module(*arrays))
     _compare(prog, got, want, "opencl")
