@@ -252,6 +252,83 @@ def insert_storage_sync(func: PrimFunc) -> PrimFunc:
     return func.with_body(_InsertSync().visit(func.body))
 
 
+# ---- statements no thread loop covers ----------------------------------------------------------
+
+
+def _per_thread_buffers(body: Stmt) -> tuple[Buffer, ...]:
+    """Buffers a block body allocates outside shared memory: each thread has its own."""
+    return tuple(
+        n.buffer for n in walk(body) if isinstance(n, Allocate) and not is_shared(n.buffer)
+    )
+
+
+def _has_thread_loop(s: Stmt) -> bool:
+    return any(is_thread_loop(n) for n in walk(s) if isinstance(n, Stmt))
+
+
+class _OneThread:
+    """Wraps the statements of a block body that no thread loop covers and that write shared
+    or global memory in loops of extent 1 over each thread tag of the block."""
+
+    def __init__(self, extents: dict[str, int], private: tuple[Buffer, ...]) -> None:
+        self.tags = [t for t in ("threadIdx.z", "threadIdx.y", "threadIdx.x") if t in extents]
+        self.private = private
+
+    def writes_memory_of_others(self, s: Stmt) -> bool:
+        """Whether `s` stores to a buffer other threads see (shared memory, the arguments and
+        global workspace), not only to its own thread's buffers."""
+        return any(
+            isinstance(n, BufferStore) and not any(n.buffer is b for b in self.private)
+            for n in walk(s)
+            if isinstance(n, Stmt)
+        )
+
+    def wrap(self, s: Stmt) -> Stmt:
+        if not self.writes_memory_of_others(s):
+            return s
+        if not _has_thread_loop(s):
+            for tag in reversed(self.tags):
+                s = For(Var(f"{tag}.one"), IntImm(0), IntImm(1), ForKind.THREAD_BINDING, s, tag)
+            return s
+        if isinstance(s, SeqStmt):
+            return seq(*(self.wrap(c) for c in s.stmts))
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, self.wrap(s.body))
+        if isinstance(s, AttrStmt):
+            return AttrStmt(s.key, s.value, self.wrap(s.body))
+        if isinstance(s, For) and not is_thread_loop(s):
+            return For(s.var, s.min, s.extent, s.kind, self.wrap(s.body), s.thread_tag)
+        if isinstance(s, IfThenElse):
+            other = None if s.else_case is None else self.wrap(s.else_case)
+            return IfThenElse(s.condition, self.wrap(s.then_case), other)
+        return s
+
+
+class _SingleThreadWrites(StmtMutator):
+    def visit_For(self, s: For) -> Stmt:
+        if not is_block_root(s, False):
+            return For(s.var, s.min, s.extent, s.kind, self.visit(s.body), s.thread_tag)
+        if not s.thread_tag.startswith("blockIdx"):
+            return s  # the block is a thread loop: every statement is inside it
+        extents = thread_extents(s.body)
+        if all(n == 1 for n in extents.values()):
+            return s
+        body = _OneThread(extents, _per_thread_buffers(s.body)).wrap(s.body)
+        return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+
+
+def single_thread_writes(func: PrimFunc) -> PrimFunc:
+    """In a block of several threads, run the statements that no thread loop covers and that
+    write shared or global memory on thread 0 only: every thread runs the block body, so a
+    reduction into global memory there would be accumulated once per thread, and one thread's
+    initialisation could land after another's updates.
+
+    before: (blockIdx.x loop; S's copy bound to 4 threadIdx.x)  R[i] = 0  for k { R[i] += S[k] }
+    after:  for t in range(1) thread("threadIdx.x") { R[i] = 0  for k { R[i] += S[k] } }
+    """
+    return func.with_body(_SingleThreadWrites().visit(func.body))
+
+
 # ---- double buffering ------------------------------------------------------------------------
 
 

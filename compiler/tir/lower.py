@@ -266,7 +266,7 @@ def _check_private_threads(info: StageBounds) -> None:
         return
     for iv in stage.leaf_iter_vars:
         tag = stage.annotation(iv).thread_tag
-        if tag.startswith("threadIdx") and info.extent[iv] > 1:
+        if tag.startswith("threadIdx"):  # even a loop of 1: threads 1, 2, ... skip it
             raise ScheduleError(
                 f"bind: stage {stage.name!r} has scope {stage.scope!r}, private to each thread, "
                 f"so its loop {iv.name!r} cannot be bound to {tag} (each thread would hold only "

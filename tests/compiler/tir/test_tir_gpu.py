@@ -406,3 +406,38 @@ def test_a_local_stage_filled_by_several_threads_is_a_schedule_error() -> None:
         "bind: stage 'T' has scope 'local', private to each thread, so its loop 'i.j.fused' "
         "cannot be bound to threadIdx.x"
     )
+
+
+def test_a_reduction_no_thread_loop_covers_runs_on_one_thread_of_the_block() -> None:
+    """R's loops are not bound, but its block has 4 threads (S's copy is bound to them): every
+    thread ran R's init and updates on the same global element (before: 16 instead of 4 in the
+    interpreter, a race on OpenCL)."""
+    A = te.placeholder((2, 4), name="A")
+    S = te.compute((2, 4), lambda i, j: A[i, j] * 2.0, name="S")
+    k = te.reduce_axis((0, 4), "k")
+    R = te.compute((2,), lambda i: te.sum(S[i, k], axis=k), name="R")
+    s = te.create_schedule(R.op)
+    s[R].bind(R.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[S].set_scope("shared")
+    s[S].compute_at(s[R], R.op.axis[0])
+    s[S].bind(s[S].op.axis[1], te.thread_axis("threadIdx.x"))
+    func = tir.lower(s, [A, R], name="kernel")
+    assert 'for threadIdx.x.one in range(1) thread("threadIdx.x") {' in repr(func)
+    a, r = np.arange(8, dtype="float32").reshape(2, 4), np.zeros(2, "float32")
+    tir.interpret(func, [a, r])
+    np.testing.assert_array_equal(r, (a * 2).sum(axis=1))
+
+
+def test_a_local_stage_with_a_thread_loop_of_one_is_a_schedule_error() -> None:
+    """T local at B's thread loop (3 threads), T's own loop of 1 bound to threadIdx.x: only
+    thread 0 enters it, threads 1 and 2 read their T uninitialised (before: NaN)."""
+    A = te.placeholder((3,), name="A")
+    T = te.compute((3,), lambda i: A[i] + 1.0, name="T")
+    B = te.compute((3,), lambda i: T[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("threadIdx.x"))
+    s[T].set_scope("local")
+    s[T].compute_at(s[B], B.op.axis[0])
+    s[T].bind(T.op.axis[0], te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"^bind: stage 'T' has scope 'local', private to"):
+        tir.lower(s, [A, B], name="kernel")
