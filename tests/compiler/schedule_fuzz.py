@@ -356,7 +356,14 @@ def _draw_attach(s: Schedule, stage: Stage, data: Any) -> None:
     """compute_inline, compute_at a loop of a consumer, compute_root, or nothing."""
     if stage.is_output:
         return
-    consumers = [c for c in _consumers(s, stage) if c.attach is not AttachKind.INLINE]
+    consumers: list[Stage] = []
+    todo = _consumers(s, stage)
+    while todo:  # through inlined consumers to the stages that really read it
+        c = todo.pop(0)
+        if c.attach is AttachKind.INLINE:
+            todo.extend(_consumers(s, c))
+        elif c not in consumers:
+            consumers.append(c)
     choices = ["keep", "root"]
     if not stage.op.reduce_axis and not _is_multi(stage):
         choices.append("inline")
