@@ -262,8 +262,11 @@ def _check_private_threads(info: StageBounds) -> None:
     """A buffer private to each thread (`local`) cannot be filled by several threads: thread t
     would hold only the elements it computed, and a reader of the others reads garbage."""
     stage = info.stage
-    if stage.scope.startswith(("shared", "global")) or stage.is_output:
+    if stage.scope.startswith("shared") or stage.is_output:
         return
+    if stage.scope == "global" and stage.attach is not AttachKind.SCOPE:
+        return  # a kernel of its own, its buffer global workspace
+    # (a global stage computed inside a block is allocated there: one per thread, as local)
     for iv in stage.leaf_iter_vars:
         tag = stage.annotation(iv).thread_tag
         if tag.startswith("threadIdx"):  # even a loop of 1: threads 1, 2, ... skip it

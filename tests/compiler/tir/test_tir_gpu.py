@@ -441,3 +441,20 @@ def test_a_local_stage_with_a_thread_loop_of_one_is_a_schedule_error() -> None:
     s[T].bind(T.op.axis[0], te.thread_axis("threadIdx.x"))
     with pytest.raises(ScheduleError, match=r"^bind: stage 'T' has scope 'local', private to"):
         tir.lower(s, [A, B], name="kernel")
+
+
+def test_a_global_stage_inside_a_block_filled_by_several_threads_is_a_schedule_error() -> None:
+    """A stage in `global` scope computed at the block loop is allocated inside the block, one
+    per thread as a local one (before: NaN in the interpreter for the elements other threads
+    computed)."""
+    A = te.placeholder((4,), name="A")
+    T = te.compute((4,), lambda i: A[i] + 1.0, name="T")
+    B = te.compute((4,), lambda i: T[3 - i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=4)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    s[T].compute_at(s[B], bx)
+    s[T].bind(T.op.axis[0], te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"^bind: stage 'T' has scope 'global', private to"):
+        tir.lower(s, [A, B], name="kernel")
