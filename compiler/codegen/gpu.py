@@ -132,6 +132,13 @@ def _roots(s: Stmt, workspace: list[Buffer]) -> Iterator[Stmt]:
         yield from _roots(s.body, workspace)
     elif isinstance(s, AttrStmt):
         yield from _roots(s.body, workspace)
+    elif isinstance(s, Allocate) and len(list(_roots(s.body, []))) > 1:
+        # a kernel's local or shared memory does not outlive it
+        raise LoweringError(
+            f"stage {s.buffer.name!r} has scope {s.buffer.scope!r} but is computed at the root, "
+            "outside the GPU kernels that write and read it; compute it at a loop of its "
+            "consumer (compute_at) or give it scope 'global'"
+        )
     elif not is_no_op(s):
         yield s
 
@@ -168,8 +175,8 @@ def split_kernels(func: PrimFunc) -> GPUProgram:
     bind every stage, so this happens only for scalars.
 
     Raises:
-        LoweringError: for a parallel loop, a global allocation inside a kernel, or a thread loop
-            with a non-constant extent.
+        LoweringError: for a parallel loop, a global allocation inside a kernel, a local or
+            shared buffer that several kernels use, or a thread loop with a non-constant extent.
     """
     workspace: list[Buffer] = []
     roots = list(_roots(func.body, workspace))

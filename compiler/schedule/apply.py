@@ -258,7 +258,17 @@ def _annotate(sch: Schedule, r: Any, primitive: str, **changes: Any) -> tuple[St
     stage = sch.stage(r.stage, primitive)
     _check_transformable(stage, primitive)
     iv = stage.find_axis(r.axis, primitive)
-    stage.annotations[iv] = replace(stage.annotation(iv), **changes)
+    old, kind = stage.annotation(iv), changes.get("kind")
+    bound = ForKind.THREAD_BINDING
+    if kind is not None and kind is not old.kind and bound in (kind, old.kind):
+        # a loop runs one way: bound to a thread, or vectorized/unrolled/parallel, not both
+        if old.kind is bound or old.kind is not ForKind.SERIAL:
+            was = f"bound to {old.thread_tag}" if old.kind is bound else old.kind.value
+            raise ScheduleError(
+                f"{primitive}: axis {r.axis!r} of stage {stage.name!r} is already {was}; a "
+                "loop cannot be both"
+            )
+    stage.annotations[iv] = replace(old, **changes)
     return stage, iv
 
 

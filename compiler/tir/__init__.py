@@ -9,6 +9,7 @@ from .gpu import (
     inject_double_buffer,
     inject_virtual_threads,
     insert_storage_sync,
+    single_thread_writes,
     storage_sync,
 )
 from .gpu_fetch import cooperative_fetch
@@ -85,6 +86,7 @@ __all__ = [
     "inject_double_buffer",
     "inject_virtual_threads",
     "insert_storage_sync",
+    "single_thread_writes",
     "interpret",
     "loop_partition",
     "lower",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..schedule.stage import ForKind
-from ..te.expr import Call, CallKind, Expr, IntImm, Var
+from ..te.expr import BinOp, Call, CallKind, Expr, IntImm, Op, Var
 from .stmt import (
     Allocate,
     AttrStmt,
@@ -139,6 +139,29 @@ class _SyncPlanner:
             return is_thread_loop(s) and const_int(s.extent) == self.extents.get(s.thread_tag)
         return True
 
+    def widen(self, s: Stmt) -> Stmt:
+        """A thread loop that only some threads enter, and whose threads communicate through
+        shared memory inside it, as a loop over every thread of the block with its leaf
+        statements guarded: the barriers its body needs then go where all threads pass.
+
+        before: (4 threadIdx.x threads)  for t in range(3) thread(x) { for ko in range(5) {
+                  S[..] = ..   C[t] += S[t] } }
+        after:  for t in range(4) thread(x) { for ko in range(5) {
+                  if t < 3 { S[..] = .. }   if t < 3 { C[t] += S[t] } } }
+        """
+        if not is_thread_loop(s):
+            return s
+        assert isinstance(s, For)
+        full, extent, start = self.extents.get(s.thread_tag), const_int(s.extent), s.min
+        if full is None or extent is None or extent >= full or const_int(start) != 0:
+            return s
+        inner, _ = self.plan(s.body, _EMPTY)
+        if not any(is_barrier(n) for n in walk(inner) if isinstance(n, Stmt)):
+            return s
+        cond = BinOp(Op.LT, s.var, IntImm(extent), "bool")
+        body = _guard_leaves(s.body, cond)
+        return For(s.var, s.min, IntImm(full), s.kind, body, s.thread_tag)
+
     def plan(
         self, s: Stmt, state: _State, alternating: tuple[Buffer, ...] = ()
     ) -> tuple[Stmt, _State]:
@@ -165,6 +188,7 @@ class _SyncPlanner:
         reads, writes = _accesses(s)
         if not reads and not writes:
             return s, state
+        s = self.widen(s)
         sync = _meets(reads, state[1]) or _meets(writes, state[0])  # RAW or WAR
         if sync:
             state = _EMPTY
@@ -181,6 +205,26 @@ class _SyncPlanner:
         else:
             state = _join(state, (reads, writes))
         return (seq(storage_sync(), s) if sync else s), state
+
+
+def _guard_leaves(s: Stmt, cond: Expr) -> Stmt:
+    """`if cond { s }` with the condition pushed inside sequences, allocations, attributes and
+    loops of constant bounds (where a barrier may then go between the guarded statements)."""
+    if isinstance(s, SeqStmt):
+        return seq(*(_guard_leaves(c, cond) for c in s.stmts))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _guard_leaves(s.body, cond))
+    if isinstance(s, AttrStmt):
+        return AttrStmt(s.key, s.value, _guard_leaves(s.body, cond))
+    if (
+        isinstance(s, For)
+        and s.kind is not ForKind.VECTORIZED
+        and const_int(s.min) is not None
+        and const_int(s.extent) is not None
+        and (s.kind is not ForKind.THREAD_BINDING or not is_thread_loop(s))
+    ):
+        return For(s.var, s.min, s.extent, s.kind, _guard_leaves(s.body, cond), s.thread_tag)
+    return IfThenElse(cond, s)
 
 
 class _InsertSync(StmtMutator):
@@ -206,6 +250,83 @@ def insert_storage_sync(func: PrimFunc) -> PrimFunc:
     (the first barrier keeps iteration ko+1 from overwriting AA while others still read it).
     """
     return func.with_body(_InsertSync().visit(func.body))
+
+
+# ---- statements no thread loop covers ----------------------------------------------------------
+
+
+def _per_thread_buffers(body: Stmt) -> tuple[Buffer, ...]:
+    """Buffers a block body allocates outside shared memory: each thread has its own."""
+    return tuple(
+        n.buffer for n in walk(body) if isinstance(n, Allocate) and not is_shared(n.buffer)
+    )
+
+
+def _has_thread_loop(s: Stmt) -> bool:
+    return any(is_thread_loop(n) for n in walk(s) if isinstance(n, Stmt))
+
+
+class _OneThread:
+    """Wraps the statements of a block body that no thread loop covers and that write shared
+    or global memory in loops of extent 1 over each thread tag of the block."""
+
+    def __init__(self, extents: dict[str, int], private: tuple[Buffer, ...]) -> None:
+        self.tags = [t for t in ("threadIdx.z", "threadIdx.y", "threadIdx.x") if t in extents]
+        self.private = private
+
+    def writes_memory_of_others(self, s: Stmt) -> bool:
+        """Whether `s` stores to a buffer other threads see (shared memory, the arguments and
+        global workspace), not only to its own thread's buffers."""
+        return any(
+            isinstance(n, BufferStore) and not any(n.buffer is b for b in self.private)
+            for n in walk(s)
+            if isinstance(n, Stmt)
+        )
+
+    def wrap(self, s: Stmt) -> Stmt:
+        if not self.writes_memory_of_others(s):
+            return s
+        if not _has_thread_loop(s):
+            for tag in reversed(self.tags):
+                s = For(Var(f"{tag}.one"), IntImm(0), IntImm(1), ForKind.THREAD_BINDING, s, tag)
+            return s
+        if isinstance(s, SeqStmt):
+            return seq(*(self.wrap(c) for c in s.stmts))
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, self.wrap(s.body))
+        if isinstance(s, AttrStmt):
+            return AttrStmt(s.key, s.value, self.wrap(s.body))
+        if isinstance(s, For) and not is_thread_loop(s):
+            return For(s.var, s.min, s.extent, s.kind, self.wrap(s.body), s.thread_tag)
+        if isinstance(s, IfThenElse):
+            other = None if s.else_case is None else self.wrap(s.else_case)
+            return IfThenElse(s.condition, self.wrap(s.then_case), other)
+        return s
+
+
+class _SingleThreadWrites(StmtMutator):
+    def visit_For(self, s: For) -> Stmt:
+        if not is_block_root(s, False):
+            return For(s.var, s.min, s.extent, s.kind, self.visit(s.body), s.thread_tag)
+        if not s.thread_tag.startswith("blockIdx"):
+            return s  # the block is a thread loop: every statement is inside it
+        extents = thread_extents(s.body)
+        if all(n == 1 for n in extents.values()):
+            return s
+        body = _OneThread(extents, _per_thread_buffers(s.body)).wrap(s.body)
+        return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+
+
+def single_thread_writes(func: PrimFunc) -> PrimFunc:
+    """In a block of several threads, run the statements that no thread loop covers and that
+    write shared or global memory on thread 0 only: every thread runs the block body, so a
+    reduction into global memory there would be accumulated once per thread, and one thread's
+    initialisation could land after another's updates.
+
+    before: (blockIdx.x loop; S's copy bound to 4 threadIdx.x)  R[i] = 0  for k { R[i] += S[k] }
+    after:  for t in range(1) thread("threadIdx.x") { R[i] = 0  for k { R[i] += S[k] } }
+    """
+    return func.with_body(_SingleThreadWrites().visit(func.body))
 
 
 # ---- double buffering ------------------------------------------------------------------------
@@ -393,17 +514,30 @@ def check_gpu(func: PrimFunc) -> str | None:
     shared buffers are allocated inside a block; barriers are not under a condition or a thread
     loop that only some threads of the block enter.
     """
+    found = _gpu_violation(func)
+    return None if found is None else found[1]
+
+
+def check_gpu_schedule(func: PrimFunc) -> str | None:
+    """`check_gpu` of the loop IR fresh from a schedule (before any pass), as the message of a
+    ScheduleError: the primitive whose use breaks the invariant, then the reason."""
+    found = _gpu_violation(func)
+    return None if found is None else f"{found[0]}: {found[1]}"
+
+
+def _gpu_violation(func: PrimFunc) -> tuple[str, str] | None:
+    """(the schedule primitive that causes it, message) for the first broken GPU invariant."""
     body = func.body
     if not any(_is_hw_thread_loop(n) for n in walk(body) if isinstance(n, Stmt)):
         return None
     for node, ctx in _walk_with_context(body, ()):
-        message = _check_gpu_node(node, ctx)
-        if message is not None:
-            return message
+        found = _check_gpu_node(node, ctx)
+        if found is not None:
+            return found
     for root in _block_roots(body, False):
-        message = _check_block(block_body(root))
-        if message is not None:
-            return message
+        found = _check_block(block_body(root))
+        if found is not None:
+            return found
     return None
 
 
@@ -430,19 +564,22 @@ def _is_hw_thread_loop(s: Stmt) -> bool:
     return is_thread_loop(s, "blockIdx") or is_thread_loop(s, "threadIdx")
 
 
-def _check_gpu_node(node: Stmt, ctx: tuple[For | IfThenElse, ...]) -> str | None:
+def _check_gpu_node(node: Stmt, ctx: tuple[For | IfThenElse, ...]) -> tuple[str, str] | None:
     threads = [n.thread_tag for n in ctx if isinstance(n, For) and _is_hw_thread_loop(n)]
     if isinstance(node, For) and is_thread_loop(node, "blockIdx"):
         if any(t.startswith("threadIdx") for t in threads):
-            return f"block loop {node.var.name!r} must not be inside a thread loop"
+            return "bind", f"block loop {node.var.name!r} must not be inside a thread loop"
         if node.thread_tag in threads:
-            return f"{node.thread_tag} is bound twice around loop {node.var.name!r}"
+            return "bind", f"{node.thread_tag} is bound twice around loop {node.var.name!r}"
     if isinstance(node, Allocate) and is_shared(node.buffer) and not threads:
-        return f"shared buffer {node.buffer.name!r} must be allocated inside a thread block"
+        return "compute_at", (
+            f"shared buffer {node.buffer.name!r} must be allocated inside a thread block "
+            "(compute its stage at a loop inside the block)"
+        )
     return None
 
 
-def _check_block(body: Stmt) -> str | None:
+def _check_block(body: Stmt) -> tuple[str, str] | None:
     extents = thread_extents(body)
     for node, ctx in _walk_with_context(body, ()):
         loops = [n for n in ctx if isinstance(n, For) and is_thread_loop(n)]
@@ -450,16 +587,18 @@ def _check_block(body: Stmt) -> str | None:
             same = [n for n in loops if n.thread_tag == node.thread_tag]
             outer, inner = (const_int(same[-1].extent) if same else None), const_int(node.extent)
             if outer is not None and inner is not None and inner > outer:
-                return (
+                return "bind", (
                     f"thread loop {node.var.name!r} must not have more iterations than the "
                     f"enclosing {node.thread_tag} loop ({outer}), not {inner}"
                 )
         if is_barrier(node):
             if any(isinstance(n, IfThenElse) for n in ctx):
-                return "a barrier must not be inside a condition (divergent control flow)"
+                return "insert_storage_sync", (
+                    "a barrier must not be inside a condition (divergent control flow)"
+                )
             partial = [n for n in loops if const_int(n.extent) != extents[n.thread_tag]]
             if partial:
-                return (
+                return "insert_storage_sync", (
                     f"a barrier must not be inside thread loop {partial[0].var.name!r}, which "
                     "only some threads of the block enter (divergent control flow)"
                 )

@@ -52,6 +52,7 @@ class _CooperativeFetch(StmtMutator):
     def __init__(self) -> None:
         self.extents: dict[str, int] | None = None
         self.thread_vars: list[Var] = []  # enclosing thread-bound loop variables
+        self.enclosing: list[For] = []  # enclosing threadIdx loops inside the block
 
     def visit_For(self, s: For) -> Stmt:
         if self.extents is None and is_block_root(s, False):
@@ -65,10 +66,23 @@ class _CooperativeFetch(StmtMutator):
         bound = is_thread_loop(s)
         if bound:
             self.thread_vars.append(s.var)
+            self.enclosing.append(s)
         body = self.visit(s.body)
         if bound:
             self.thread_vars.pop()
+            self.enclosing.pop()
         return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+
+    def available(self) -> dict[str, int]:
+        """Threads per tag that reach this point: inside a thread loop only those below its
+        extent do (a loop of 3 threadIdx.x in a block of 4 leaves threads 0..2)."""
+        assert self.extents is not None
+        found = dict(self.extents)
+        for loop in self.enclosing:
+            extent = const_int(loop.extent)
+            if extent is not None:
+                found[loop.thread_tag] = min(found[loop.thread_tag], extent)
+        return found
 
     def is_per_thread(self, body: Stmt) -> bool:
         """Whether the copy depends on the thread running it (then it is not shared out)."""
@@ -77,9 +91,9 @@ class _CooperativeFetch(StmtMutator):
     def distribute(self, loops: list[For], body: Stmt) -> Stmt:
         from .passes import substitute_stmt
 
-        assert self.extents is not None
-        tags = [t for t in _TAG_ORDER if t in self.extents]
-        threads = math.prod(self.extents[t] for t in tags)
+        extents = self.available()
+        tags = [t for t in _TAG_ORDER if t in extents]
+        threads = math.prod(extents[t] for t in tags)
         sizes = [const_int(loop.extent) or 1 for loop in loops]  # constants, see _fetch_nest
         total = math.prod(sizes)
         if threads <= 1 or total <= 1:
@@ -87,7 +101,7 @@ class _CooperativeFetch(StmtMutator):
         tvars = [Var(t) for t in tags]
         tid: Expr = tvars[0]
         for t, v in zip(tags[1:], tvars[1:], strict=True):
-            tid = _i32(Op.ADD, _i32(Op.MUL, tid, self.extents[t]), v)
+            tid = _i32(Op.ADD, _i32(Op.MUL, tid, extents[t]), v)
         chunk = Var(f"{loops[0].var.name}.chunk")
         flat = _i32(Op.ADD, _i32(Op.MUL, chunk, threads), tid)
         mapping: dict[Var, Expr] = {}
@@ -102,7 +116,7 @@ class _CooperativeFetch(StmtMutator):
         rounds = -(-total // threads)
         stmt = For(chunk, IntImm(0), IntImm(rounds), ForKind.SERIAL, stmt)
         for tag, v in reversed(list(zip(tags, tvars, strict=True))):
-            stmt = For(v, IntImm(0), IntImm(self.extents[tag]), ForKind.THREAD_BINDING, stmt, tag)
+            stmt = For(v, IntImm(0), IntImm(extents[tag]), ForKind.THREAD_BINDING, stmt, tag)
         return stmt
 
 

@@ -13,6 +13,7 @@ from ..te.tensor import IterVar, IterVarKind, Tensor
 from ..te.visitor import ExprMutator, substitute
 from .arith import Analyzer
 from .bound import StageBounds, infer_bounds
+from .gpu import check_gpu_schedule
 from .stmt import (
     Allocate,
     AttrStmt,
@@ -257,12 +258,32 @@ def _allocate(ctx: _Context, stage: Stage, body: Stmt) -> Stmt:
     return body
 
 
+def _check_private_threads(info: StageBounds) -> None:
+    """A buffer private to each thread (`local`) cannot be filled by several threads: thread t
+    would hold only the elements it computed, and a reader of the others reads garbage."""
+    stage = info.stage
+    if stage.scope.startswith("shared") or stage.is_output:
+        return
+    if stage.scope == "global" and stage.attach is not AttachKind.SCOPE:
+        return  # a kernel of its own, its buffer global workspace
+    # (a global stage computed inside a block is allocated there: one per thread, as local)
+    for iv in stage.leaf_iter_vars:
+        tag = stage.annotation(iv).thread_tag
+        if tag.startswith("threadIdx"):  # even a loop of 1: threads 1, 2, ... skip it
+            raise ScheduleError(
+                f"bind: stage {stage.name!r} has scope {stage.scope!r}, private to each thread, "
+                f"so its loop {iv.name!r} cannot be bound to {tag} (each thread would hold only "
+                "its own part); give it scope 'shared', or compute it at its reader's thread loop"
+            )
+
+
 def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") -> PrimFunc:
     """The loop IR of a schedule before any pass: one loop nest per root stage, in order.
 
     Raises:
         ScheduleError: for primitives that are only found illegal with the whole schedule
-            (a stage computed at a loop its consumers are outside of).
+            (a stage computed at a loop its consumers are outside of, a thread loop bound
+            inside a shorter loop of the same tag, a shared stage outside every block).
         LoweringError: for arguments that do not match the schedule.
     """
     args = list(args)
@@ -273,6 +294,8 @@ def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") ->
         if names.count(t.name) > 1:
             raise LoweringError(f"lower: argument names must be unique, {t.name!r} repeats")
     ctx = _Context(sch, args)
+    for info in ctx.bounds.values():
+        _check_private_threads(info)
     roots = [
         s for s in sch.stages if s.is_compute and s.attach is AttachKind.ROOT and s in ctx.bounds
     ]
@@ -280,7 +303,11 @@ def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") ->
     for stage in reversed(roots):
         body = _allocate(ctx, stage, body)
     shapes = tuple(t.shape for t in args)
-    return PrimFunc(name, tuple(ctx.params), body, shapes)
+    func = PrimFunc(name, tuple(ctx.params), body, shapes)
+    message = check_gpu_schedule(func)  # thread bindings that nest wrongly are the schedule's
+    if message is not None:
+        raise ScheduleError(message)
+    return func
 
 
 def lower(

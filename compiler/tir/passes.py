@@ -8,7 +8,12 @@ from ..schedule.stage import ForKind
 from ..te.expr import BinOp, Call, CallKind, Expr, IntImm, Op, Select, Var
 from ..te.visitor import pre_order, structural_key
 from .arith import Analyzer
-from .gpu import inject_double_buffer, inject_virtual_threads, insert_storage_sync
+from .gpu import (
+    inject_double_buffer,
+    inject_virtual_threads,
+    insert_storage_sync,
+    single_thread_writes,
+)
 from .gpu_fetch import cooperative_fetch
 from .stmt import (
     Allocate,
@@ -378,6 +383,7 @@ DEFAULT_PIPELINE: tuple[Pass, ...] = (
     simplify,  # ... so that the guards of the first parts are proven and dropped
     unroll,  # expand loops marked unrolled, now that their bounds are constants
     cooperative_fetch,  # copies into shared memory no thread loop splits: share them out
+    single_thread_writes,  # other writes no thread loop covers: thread 0 only, not every thread
     storage_flatten,  # 1-D buffers: the form the CPU/GPU/VTA back-ends address
     simplify,  # fold the flattened index expressions
     remove_no_op,  # clean up what the passes above emptied

@@ -20,7 +20,7 @@ from compiler_ops import (
 from tensorforge.compiler import te
 from tensorforge.compiler.build import build_gpu
 from tensorforge.compiler.codegen.gpu import GPULimitError, split_kernels
-from tensorforge.compiler.tir import lower
+from tensorforge.compiler.tir import LoweringError, lower
 from tensorforge.compiler.topi.gpu import GPUScheduleConfig, schedule_auto
 from tensorforge.compiler.topi.gpu.dense import (
     DenseGPUConfig,
@@ -257,3 +257,16 @@ def test_ragged_dense_tiles_write_every_output(n, config) -> None:
     got = np.full((m, n), np.nan, "float32")
     f(a, w, got)
     np.testing.assert_allclose(got, a @ w, rtol=1e-5, atol=1e-4)
+
+
+def test_a_local_stage_at_the_root_that_several_kernels_use_names_itself() -> None:
+    """cache_write(T, "local") without compute_at leaves T.local at the root: written by one
+    kernel and read by the next, which a kernel's local memory cannot outlive (before: the
+    error blamed the global copy T, "computed inside a GPU kernel in global memory")."""
+    A = te.placeholder((4,), name="A")
+    T = te.compute((4,), lambda i: A[i] + 1.0, name="T")
+    B = te.compute((4,), lambda i: T[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    s.cache_write(T, "local")
+    with pytest.raises(LoweringError, match=r"^stage 'T.local' has scope 'local' but is comp"):
+        split_kernels(lower(s, [A, B], name="f"))

@@ -287,3 +287,34 @@ def test_compute_root_undoes_compute_at_and_keeps_results() -> None:
     out = np.zeros(op.out.shape, "float32")
     tir.interpret(rooted, [x, out])
     np.testing.assert_allclose(out, op.reference(x), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "message"),
+    [
+        ("bind", "vectorize", "vectorize: axis 'i' of stage 'C' is already bound to blockIdx.x"),
+        ("bind", "unroll", "unroll: axis 'i' of stage 'C' is already bound to blockIdx.x"),
+        ("bind", "parallel", "parallel: axis 'i' of stage 'C' is already bound to blockIdx.x"),
+        ("unroll", "bind", "bind: axis 'i' of stage 'C' is already unrolled"),
+        ("vectorize", "bind", "bind: axis 'i' of stage 'C' is already vectorized"),
+    ],
+)
+def test_a_loop_is_not_both_thread_bound_and_vectorized_unrolled_or_parallel(
+    first, then, message
+) -> None:
+    """Before: vectorize on a bound axis kept its thread tag, and lowering failed the
+    verifier (an internal VerifyError) on a vectorized loop with a thread tag."""
+    op, s = _matmul()
+    i = op.out.op.axis[0]
+    block = te.thread_axis("blockIdx.x")
+    apply = {
+        "bind": lambda: s[op.out].bind(i, block),
+        "vectorize": lambda: s[op.out].vectorize(i),
+        "unroll": lambda: s[op.out].unroll(i),
+        "parallel": lambda: s[op.out].parallel(i),
+    }
+    apply[first]()
+    with pytest.raises(ScheduleError, match=f"^{message}; a loop cannot be both"):
+        apply[then]()
+    assert len(s.primitives) == 1
+    assert tir.lower(s, op.args) is not None  # the schedule stays usable

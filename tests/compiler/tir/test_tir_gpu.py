@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tensorforge.compiler import te, tir
+from tensorforge.compiler.schedule import ScheduleError
 from tensorforge.compiler.tir.gpu import insert_storage_sync
 from tensorforge.compiler.topi.gpu.dense import schedule_matmul, spread_copy
 
@@ -319,3 +320,141 @@ def test_cooperative_fetch_guards_a_copy_not_divisible_by_the_threads() -> None:
     assert "for ax0.chunk in range(2) {" in text  # 12 elements over 9 threads
     got, expected = _run(op, s)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _partial_thread_matmul(bind_copy: int | None, threads: int = 3, k_factor: int = 1):
+    """(E = A*2 + 1) @ B with 3 output threads per block, but a block of 4 threads (E's shared
+    copy is bound to 4): B's shared tile is computed inside the accumulator's k loop, so inside
+    the thread loop of 3 that thread 3 skips. `bind_copy`: threads bound to B's copy (None:
+    left to cooperative_fetch); `threads`: output threads per block; `k_factor`: rows of B
+    per tile."""
+    n, m, p = 1, 5, 3
+    A, B = te.placeholder((n, m), name="A"), te.placeholder((m, p), name="B")
+    E = te.compute((n, m), lambda i, j: A[i, j] * 2.0 + 1.0, name="E")
+    k = te.reduce_axis((0, m), "k")
+    C = te.compute((n, p), lambda i, j: te.sum(E[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    BB = s.cache_read(B, "shared", [CL.op])
+    bx, tx = s[C].split(s[C].fuse(*C.op.axis), factor=threads)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], tx)
+    ko, _ = s[CL].split(s[CL].op.reduce_axis[0], factor=k_factor)
+    s[BB].compute_at(s[CL], ko)
+    if bind_copy is not None:
+        _, t = s[BB].split(s[BB].fuse(*s[BB].op.axis), factor=bind_copy)
+        s[BB].bind(t, te.thread_axis("threadIdx.x"))
+    s[E].set_scope("shared")
+    s[E].compute_at(s[C], bx)
+    _, t = s[E].split(s[E].fuse(*s[E].op.axis), factor=4)
+    s[E].bind(t, te.thread_axis("threadIdx.x"))
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, m), "float32"), rng.standard_normal((m, p), "float32")
+    return s, [A, B, C], (a, b), (a * 2 + 1) @ b
+
+
+@pytest.mark.parametrize("bind_copy", [2, None], ids=["bound", "cooperative"])
+def test_shared_tile_inside_a_partial_thread_loop_gets_its_barriers(bind_copy) -> None:
+    """Threads 0..2 fill B's tile then read each other's elements, inside a thread loop that
+    thread 3 of the block skips: no barrier can go there, so the loop runs over all 4 threads
+    with its statements guarded and the barriers between them (before: no barrier, a wrong
+    result; the unbound copy was shared over 4 threads inside a loop of 3, a VerifyError)."""
+    s, args, (a, b), want = _partial_thread_matmul(bind_copy)
+    func = tir.lower(s, args, name="kernel")
+    text = repr(func)
+    assert "if i.j.fused.inner_1 < 3 {" in text and text.count("@storage_sync()") == 3
+    got = np.zeros(want.shape, "float32")
+    tir.interpret(func, [a, b, got])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_binding_more_threads_than_an_enclosing_thread_loop_is_a_schedule_error() -> None:
+    """B's 2x1 tile, inside a thread loop of 1, bound to 2 threads: the 2nd thread never gets
+    there (before: a VerifyError, an internal error, from the verifier after lowering)."""
+    s, args, _, _ = _partial_thread_matmul(2, threads=1, k_factor=2)
+    with pytest.raises(ScheduleError, match=r"^bind: thread loop .* enclosing threadIdx.x loop"):
+        tir.lower(s, args, name="kernel")
+
+
+def test_a_local_stage_filled_by_several_threads_is_a_schedule_error() -> None:
+    """T computed at the block loop, its loop bound to 3 threads, in `local` scope: each thread
+    holds only its own element of T, and B's threads read the others' (before: NaN in the
+    interpreter, garbage on OpenCL; the same schedule in `shared` scope is right)."""
+    A = te.placeholder((1, 3), name="A")
+    T = te.compute((1, 3), lambda i, j: A[i, j] + 1.0, name="T")
+    B = te.compute((1, 3), lambda i, j: T[i, 2 - j] * 2.0, name="B")
+    results = {}
+    for scope in ("shared", "local"):
+        s = te.create_schedule(B.op)
+        bx, tx = s[B].split(s[B].fuse(*B.op.axis), factor=3)
+        s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B].bind(tx, te.thread_axis("threadIdx.x"))
+        s[T].set_scope(scope)
+        s[T].compute_at(s[B], bx)
+        s[T].bind(s[T].fuse(*s[T].op.axis), te.thread_axis("threadIdx.x"))
+        try:
+            func = tir.lower(s, [A, B], name="kernel")
+        except ScheduleError as err:
+            results[scope] = str(err)
+            continue
+        a, b = np.arange(3, dtype="float32").reshape(1, 3), np.zeros((1, 3), "float32")
+        tir.interpret(func, [a, b])
+        results[scope] = b.tolist()
+    assert results["shared"] == [[6.0, 4.0, 2.0]]
+    assert results["local"].startswith(
+        "bind: stage 'T' has scope 'local', private to each thread, so its loop 'i.j.fused' "
+        "cannot be bound to threadIdx.x"
+    )
+
+
+def test_a_reduction_no_thread_loop_covers_runs_on_one_thread_of_the_block() -> None:
+    """R's loops are not bound, but its block has 4 threads (S's copy is bound to them): every
+    thread ran R's init and updates on the same global element (before: 16 instead of 4 in the
+    interpreter, a race on OpenCL)."""
+    A = te.placeholder((2, 4), name="A")
+    S = te.compute((2, 4), lambda i, j: A[i, j] * 2.0, name="S")
+    k = te.reduce_axis((0, 4), "k")
+    R = te.compute((2,), lambda i: te.sum(S[i, k], axis=k), name="R")
+    s = te.create_schedule(R.op)
+    s[R].bind(R.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[S].set_scope("shared")
+    s[S].compute_at(s[R], R.op.axis[0])
+    s[S].bind(s[S].op.axis[1], te.thread_axis("threadIdx.x"))
+    func = tir.lower(s, [A, R], name="kernel")
+    assert 'for threadIdx.x.one in range(1) thread("threadIdx.x") {' in repr(func)
+    a, r = np.arange(8, dtype="float32").reshape(2, 4), np.zeros(2, "float32")
+    tir.interpret(func, [a, r])
+    np.testing.assert_array_equal(r, (a * 2).sum(axis=1))
+
+
+def test_a_local_stage_with_a_thread_loop_of_one_is_a_schedule_error() -> None:
+    """T local at B's thread loop (3 threads), T's own loop of 1 bound to threadIdx.x: only
+    thread 0 enters it, threads 1 and 2 read their T uninitialised (before: NaN)."""
+    A = te.placeholder((3,), name="A")
+    T = te.compute((3,), lambda i: A[i] + 1.0, name="T")
+    B = te.compute((3,), lambda i: T[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("threadIdx.x"))
+    s[T].set_scope("local")
+    s[T].compute_at(s[B], B.op.axis[0])
+    s[T].bind(T.op.axis[0], te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"^bind: stage 'T' has scope 'local', private to"):
+        tir.lower(s, [A, B], name="kernel")
+
+
+def test_a_global_stage_inside_a_block_filled_by_several_threads_is_a_schedule_error() -> None:
+    """A stage in `global` scope computed at the block loop is allocated inside the block, one
+    per thread as a local one (before: NaN in the interpreter for the elements other threads
+    computed)."""
+    A = te.placeholder((4,), name="A")
+    T = te.compute((4,), lambda i: A[i] + 1.0, name="T")
+    B = te.compute((4,), lambda i: T[3 - i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=4)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    s[T].compute_at(s[B], bx)
+    s[T].bind(T.op.axis[0], te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"^bind: stage 'T' has scope 'global', private to"):
+        tir.lower(s, [A, B], name="kernel")
