@@ -49,7 +49,8 @@ def child(name: str, target: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - every failure is a row
         return row | {"error": f"compile: {_first_line(exc)}"}
     row["compile_s"] = time.perf_counter() - start
-    row["groups"] = len(module.kernels)  # fused groups, each one program of device kernels
+    row["groups"] = len(module.calls)  # fused groups, each a call of a program
+    row["programs"] = len(module.kernels)  # groups of the same code share one
     row["launches"] = module.stats.get("device_kernels")
     if target != "opencl":  # CUDA: compiled to PTX by NVRTC, nothing runs
         no_ptx = [k.name for k in module.kernels if "ptx" not in json.loads(k.payload)]
@@ -88,12 +89,16 @@ def run_one(name: str, target: str, timeout_s: float) -> dict[str, Any]:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    head = "| model | groups | compile s | first run s | run s | rel. error | top-1 | note |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---|"]
+    head = (
+        "| model | groups | programs | compile s | first run s | run s | rel. error | top-1 "
+        "| note |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         cells = [
             r["model"],
             str(r.get("groups", "")),
+            str(r.get("programs", "")),
             _fmt(r.get("compile_s"), ".1f"),
             _fmt(r.get("first_run_s"), ".1f"),
             _fmt(r.get("run_s"), ".2f"),
