@@ -328,28 +328,32 @@ def _is_multi(stage: Stage) -> bool:
     return getattr(stage.origin_op, "num_outputs", 1) > 1
 
 
+def draw_legal_step(stage: Stage, data: Any) -> None:
+    """One legal split (factor or nparts), fuse of adjacent leaves of one kind, reorder or
+    tile of `stage`'s leaves (also tests/compiler/schedule/test_schedule_properties.py's)."""
+    leaves = list(stage.leaf_iter_vars)
+    kind = data.draw(st.sampled_from(["split", "fuse", "reorder", "tile"]))
+    if kind == "split":
+        iv = data.draw(st.sampled_from(leaves))
+        n = data.draw(st.integers(1, 5))
+        if data.draw(st.booleans()):
+            stage.split(iv, factor=n)
+        else:
+            stage.split(iv, nparts=n)
+    elif kind == "fuse":
+        pairs = [(a, b) for a, b in zip(leaves[:-1], leaves[1:], strict=True) if a.kind is b.kind]
+        if pairs:
+            stage.fuse(*data.draw(st.sampled_from(pairs)))
+    elif kind == "reorder":
+        stage.reorder(*data.draw(st.permutations(leaves)))
+    elif len(leaves) >= 2:
+        x, y = data.draw(st.lists(st.sampled_from(leaves), min_size=2, max_size=2, unique=True))
+        stage.tile(x, y, data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4)))
+
+
 def _draw_loop_transforms(stage: Stage, data: Any) -> None:
     for _ in range(data.draw(st.integers(0, 3), label=f"{stage.name} transforms")):
-        leaves = list(stage.leaf_iter_vars)
-        kind = data.draw(st.sampled_from(["split", "fuse", "reorder", "tile"]))
-        if kind == "split":
-            iv = data.draw(st.sampled_from(leaves))
-            n = data.draw(st.integers(1, 5))
-            if data.draw(st.booleans()):
-                stage.split(iv, factor=n)
-            else:
-                stage.split(iv, nparts=n)
-        elif kind == "fuse":
-            pairs = [
-                (a, b) for a, b in zip(leaves[:-1], leaves[1:], strict=True) if a.kind is b.kind
-            ]
-            if pairs:
-                stage.fuse(*data.draw(st.sampled_from(pairs)))
-        elif kind == "reorder":
-            stage.reorder(*data.draw(st.permutations(leaves)))
-        elif len(leaves) >= 2:
-            x, y = data.draw(st.lists(st.sampled_from(leaves), min_size=2, max_size=2, unique=True))
-            stage.tile(x, y, data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4)))
+        draw_legal_step(stage, data)
 
 
 def _draw_attach(s: Schedule, stage: Stage, data: Any) -> None:

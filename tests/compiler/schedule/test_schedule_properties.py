@@ -7,6 +7,7 @@ import compiler_ops as ops
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schedule_fuzz import draw_legal_step
 
 from tensorforge.compiler import te, tir
 from tensorforge.compiler.schedule import Schedule, ScheduleError, Stage
@@ -15,31 +16,9 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 PRIMITIVES = ["split", "fuse", "reorder", "tile"]
 
 
-def _adjacent_pairs(stage: Stage) -> list[tuple[te.IterVar, te.IterVar]]:
-    leaves = stage.leaf_iter_vars
-    return [(a, b) for a, b in zip(leaves[:-1], leaves[1:], strict=True) if a.kind is b.kind]
-
-
 def apply_legal(stage: Stage, data: st.DataObject, steps: int) -> None:
     for _ in range(steps):
-        leaves = list(stage.leaf_iter_vars)
-        kind = data.draw(st.sampled_from(PRIMITIVES))
-        if kind == "split":
-            iv = data.draw(st.sampled_from(leaves))
-            n = data.draw(st.integers(1, 5))
-            if data.draw(st.booleans()):
-                stage.split(iv, factor=n)
-            else:
-                stage.split(iv, nparts=n)
-        elif kind == "fuse":
-            pairs = _adjacent_pairs(stage)
-            if pairs:
-                stage.fuse(*data.draw(st.sampled_from(pairs)))
-        elif kind == "reorder":
-            stage.reorder(*data.draw(st.permutations(leaves)))
-        elif len(leaves) >= 2:
-            x, y = data.draw(st.lists(st.sampled_from(leaves), min_size=2, max_size=2, unique=True))
-            stage.tile(x, y, data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4)))
+        draw_legal_step(stage, data)
 
 
 def apply_illegal(stage: Stage, data: st.DataObject, kind: str) -> None:
