@@ -293,10 +293,11 @@ def assemble_module(
     for name in graph.outputs:
         if name in graph.constants:
             constants[name] = graph.constants[name]
+    placed = {s.value for s in plan.slots}
     tensors = {
         name: TensorSpec(graph.types[name].shape, graph.types[name].dtype)
         for name in [*graph.types]
-        if name in constants or name in {s.value for s in plan.slots}
+        if name in constants or name in placed
     }
     for name, value in constants.items():
         tensors.setdefault(name, TensorSpec(tuple(value.shape), str(value.dtype)))

@@ -11,6 +11,7 @@ dropped whenever the nodes change.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -188,7 +189,27 @@ class Graph:
             changes["groups"] = None
         if ("nodes" in changes or "groups" in changes) and "memory_plan" not in changes:
             changes["memory_plan"] = None
-        return dataclasses.replace(self, **changes)
+        new = dataclasses.replace(self, **changes)
+        if "nodes" not in changes and "_node_index" in self.__dict__:  # same nodes: same index
+            new.__dict__["_node_index"] = self.__dict__["_node_index"]
+        return new
+
+    @functools.cached_property
+    def _node_index(self) -> tuple[dict[str, Node], dict[str, frozenset[str]]]:
+        """(node name -> node, value -> the names of the nodes that read it), built once per
+        graph and kept by `replace` while the nodes stay: `node` and `readers` are then O(1),
+        not scans of every node (a compile looks up each group's nodes)."""
+        readers: dict[str, set[str]] = {}
+        for n in self.nodes:
+            for name in n.inputs:
+                if name:
+                    readers.setdefault(name, set()).add(n.name)
+        frozen = {k: frozenset(v) for k, v in readers.items()}
+        return {n.name: n for n in self.nodes}, frozen
+
+    def readers(self, value: str) -> frozenset[str]:
+        """The names of the nodes that read `value`."""
+        return self._node_index[1].get(value, frozenset())
 
     def producers(self) -> dict[str, Node]:
         """value name -> the node that computes it (inputs and constants have none)."""
@@ -204,10 +225,10 @@ class Graph:
         return result
 
     def node(self, name: str) -> Node:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(f"graph {self.name!r} has no node {name!r}")
+        found = self._node_index[0].get(name)
+        if found is None:
+            raise KeyError(f"graph {self.name!r} has no node {name!r}")
+        return found
 
 
 class GraphBuilder:

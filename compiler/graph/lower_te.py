@@ -341,9 +341,13 @@ def expression_growth(graph: Graph, node: Node) -> Growth | None:
 def group_outputs(graph: Graph, nodes: Sequence[Node]) -> tuple[str, ...]:
     """Values computed in the group that later groups or the graph's outputs read."""
     inside = {n.name for n in nodes}
-    used_outside = {i for n in graph.nodes if n.name not in inside for i in n.inputs}
-    used_outside.update(graph.outputs)
-    return tuple(o for n in nodes for o in n.outputs if o and o in used_outside)
+    outputs = set(graph.outputs)
+    return tuple(
+        o
+        for n in nodes
+        for o in n.outputs
+        if o and (o in outputs or not graph.readers(o) <= inside)
+    )
 
 
 def lower_group(
@@ -359,8 +363,7 @@ def lower_group(
         LoweringError: for an op without a CPU lowering (naming op and node) or a group shape
             the lowering does not handle.
     """
-    by_name = {n.name: n for n in graph.nodes}
-    nodes = [by_name[n] for n in group.nodes]
+    nodes = [graph.node(n) for n in group.nodes]
     outputs = group_outputs(graph, nodes)
     for value in outputs:
         if graph.types[value].size == 0:
