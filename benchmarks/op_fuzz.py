@@ -1,4 +1,5 @@
-"""Differential op fuzzer: small ONNX graphs compiled for the CPU (LLVM) against onnxruntime.
+"""Differential op fuzzer: small ONNX graphs compiled for the CPU (LLVM) or a GPU target against
+onnxruntime.
 
 For each op the importer supports (the cases in op_fuzz_cases.py, op_fuzz_shape.py and
 op_fuzz_nn.py: one op, or a short chain named `chain:...`) it builds graphs over the dtypes the
@@ -16,14 +17,19 @@ worker restarts) and classifies each case:
   GraphError or LoweringError whose message names the node);
 - `error`: any other exception of ours (TypeError, IndexError, an LLVM error, ...);
 - `crash` / `hang`: the worker died or passed `--timeout-s` in our code;
-- `ort-skip`: onnxruntime refuses the model (no kernel for the dtype, invalid attributes).
+- `ort-skip`: onnxruntime refuses the model (no kernel for the dtype, invalid attributes);
+- `compiled`: with `--target cuda`, the CUDA C compiled to PTX by NVRTC (nothing runs without a
+  GPU; a rejection by NVRTC is an `error`).
+
+`--target opencl` runs the same cases through the GPU back-end on the local OpenCL device
+(PoCL here); `--target cuda` compiles them only.
 
 Cases are deterministic: `op:seed:index` rebuilds the same model and inputs.
 
 Usage:
     python benchmarks/op_fuzz.py --seed 0 --budget-s 600 [--ops Conv,Add] [--per-op N]
-        [--out build/op_fuzz.jsonl]
-    python benchmarks/op_fuzz.py --replay Conv:0:12 [--save case.onnx]
+        [--out build/op_fuzz.jsonl] [--target llvm|opencl|cuda]
+    python benchmarks/op_fuzz.py --replay Conv:0:12 [--save case.onnx] [--target opencl]
 """
 
 from __future__ import annotations
@@ -46,8 +52,9 @@ sys.path.insert(0, str(HERE))
 
 OUTCOMES = (
     "match", "mismatch", "ort-deviates", "refused", "error", "crash", "hang", "ort-skip",
-    "gen-error",
+    "gen-error", "compiled",
 )  # fmt: skip
+TARGETS = ("llvm", "opencl", "cuda")
 # (rtol, atol relative to the largest finite expected magnitude, at least 1)
 TOLERANCE = {"float16": (4e-3, 2e-3), "float32": (1e-4, 1e-5), "float64": (1e-7, 1e-9)}
 
@@ -94,9 +101,9 @@ def _names(case) -> list[str]:
     return [n.name for n in case.model.graph.node]
 
 
-def run_ours(case) -> tuple[str, str, list[np.ndarray] | None]:
-    """(outcome, detail, outputs) of tensorforge on `case`; outcome is refused or error on an
-    exception."""
+def run_ours(case, target: str = "llvm") -> tuple[str, str, list[np.ndarray] | None]:
+    """(outcome, detail, outputs) of tensorforge on `case` compiled for `target`; outcome is
+    refused or error on an exception, compiled for "cuda" (NVRTC only: nothing runs)."""
     import tensorforge
     from tensorforge.compiler.frontend import OnnxImportError
     from tensorforge.compiler.graph.ir import GraphError
@@ -104,7 +111,11 @@ def run_ours(case) -> tuple[str, str, list[np.ndarray] | None]:
     from tensorforge.compiler.tir.stmt import LoweringError
 
     try:
-        module = tensorforge.compile(case.model, target="llvm")
+        module = tensorforge.compile(case.model, target=target)
+        if target == "cuda":
+            if not all("ptx" in json.loads(k.payload) for k in module.kernels):
+                return "error", "no PTX in a kernel payload: is NVRTC installed?", None
+            return "compiled", "", None
         result = module.run(case.feed)
     except Exception as exc:  # noqa: BLE001  (classified below)
         text = f"{type(exc).__name__}: {exc}"
@@ -119,8 +130,8 @@ def run_ours(case) -> tuple[str, str, list[np.ndarray] | None]:
     return "ran", "", [result[o.name] for o in case.model.graph.output]
 
 
-def check(name: str) -> dict:
-    """Build, run both sides and compare the case `name` (`op:seed:index`)."""
+def check(name: str, target: str = "llvm") -> dict:
+    """Build, run both sides and compare the case `name` (`op:seed:index`) on `target`."""
     from op_fuzz_cases import make_case
 
     op, seed, index = name.rsplit(":", 2)
@@ -132,7 +143,7 @@ def check(name: str) -> dict:
     if isinstance(want, str):
         return {"case": name, "outcome": "ort-skip", "detail": want}
     print(json.dumps({"phase": "ours"}), flush=True)
-    outcome, detail, got = run_ours(case)
+    outcome, detail, got = run_ours(case, target)
     if got is not None:
         problems = [
             f"{o.name}: {why}"
@@ -157,24 +168,25 @@ def matches_reference(case, got: list[np.ndarray]) -> bool:
     return all(differs(g, np.asarray(w)) is None for g, w in zip(got, want, strict=True))
 
 
-def worker() -> None:
+def worker(target: str) -> None:
     """Reads case names from stdin, writes one JSON result line per case."""
     for line in sys.stdin:
         name = line.strip()
         print(json.dumps({"start": name}), flush=True)
-        print(json.dumps(check(name)), flush=True)
+        print(json.dumps(check(name, target)), flush=True)
 
 
 class Driver:
     """One worker process at a time, restarted after a crash or a hang."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, target: str = "llvm") -> None:
         self.timeout_s = timeout_s
+        self.target = target
         self.proc: subprocess.Popen | None = None
 
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, __file__, "--worker"]
+        cmd = [sys.executable, __file__, "--worker", "--target", self.target]
         self.buffer = b""
         return subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -242,8 +254,11 @@ def family(result: dict) -> str:
     return f"{result['outcome']} {op} {kind}".strip()
 
 
-def fuzz(ops: list[str], seed: int, budget_s: float, per_op: int, timeout_s: float, out) -> list:
-    driver = Driver(timeout_s)
+def fuzz(
+    ops: list[str], seed: int, budget_s: float, per_op: int, timeout_s: float, out,
+    target: str = "llvm",
+) -> list:  # fmt: skip
+    driver = Driver(timeout_s, target)
     results = []
     start = time.monotonic()
     try:
@@ -256,7 +271,7 @@ def fuzz(ops: list[str], seed: int, budget_s: float, per_op: int, timeout_s: flo
                 if out:
                     out.write(json.dumps(result) + "\n")
                     out.flush()
-                if result["outcome"] not in ("match", "ort-skip", "refused"):
+                if result["outcome"] not in ("match", "ort-skip", "refused", "compiled"):
                     print(f"{result['outcome']:9} {result['case']}: {result['detail'][:160]}")
     finally:
         driver.close()
@@ -275,7 +290,7 @@ def summarize(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def replay(name: str, save: str | None) -> None:
+def replay(name: str, save: str | None, target: str = "llvm") -> None:
     from op_fuzz_cases import make_case
 
     op, seed, index = name.rsplit(":", 2)
@@ -287,7 +302,7 @@ def replay(name: str, save: str | None) -> None:
     print(onnx.printer.to_text(case.model.graph))
     for k, v in case.feed.items():
         print(k, v.dtype, v.shape, np.array2string(v.ravel()[:16]))
-    print(json.dumps(check(name), indent=1))
+    print(json.dumps(check(name, target), indent=1))
 
 
 def main() -> None:
@@ -302,12 +317,15 @@ def main() -> None:
     parser.add_argument("--out", default="", help="write one JSON line per case here")
     parser.add_argument("--replay", default="", help="run one case (op:seed:index) and show it")
     parser.add_argument("--save", default="", help="with --replay: save the model here")
+    parser.add_argument("--target", default="llvm", choices=TARGETS,
+                        help="llvm (CPU), opencl (run on the local OpenCL device) or cuda "
+                        "(NVRTC compile only)")  # fmt: skip
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker()
+        return worker(args.target)
     if args.replay:
-        return replay(args.replay, args.save or None)
+        return replay(args.replay, args.save or None, args.target)
     table = pick_family()
     ops = args.ops.split(",") if args.ops else list(table)
     unknown = [op for op in ops if op not in table]
@@ -315,7 +333,7 @@ def main() -> None:
         parser.error(f"--ops must be among {', '.join(table)}, not {unknown}")
     out = open(args.out, "w") if args.out else None  # noqa: SIM115
     try:
-        results = fuzz(ops, args.seed, args.budget_s, args.per_op, args.timeout_s, out)
+        results = fuzz(ops, args.seed, args.budget_s, args.per_op, args.timeout_s, out, args.target)
     finally:
         if out:
             out.close()

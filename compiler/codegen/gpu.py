@@ -249,8 +249,10 @@ def check_limits(program: GPUProgram, limits: Limits, device: str = "the target"
             )
 
 
-def gpu_payload(program: GPUProgram, target: Target) -> dict[str, Any]:
-    """The JSON-able description of a program for the runtime: source, buffers and launches.
+def gpu_payload(program: GPUProgram, target: Target, ptx: bool = True) -> dict[str, Any]:
+    """The JSON-able description of a program for the runtime: source, buffers and launches
+    (for CUDA with the PTX NVRTC compiles where it is installed, unless `ptx` is False:
+    `add_ptx` adds it later).
 
     Raises:
         GPULimitError: for a kernel over the target's limits.
@@ -289,12 +291,18 @@ def gpu_payload(program: GPUProgram, target: Target) -> dict[str, Any]:
             for k in program.kernels
         ],
     }
+    return add_ptx(payload, target, program.name) if ptx else payload
+
+
+def add_ptx(payload: dict[str, Any], target: Target, name: str) -> dict[str, Any]:
+    """`payload` with the PTX of its CUDA source (NVRTC, where installed; other targets and
+    machines without NVRTC: as it is)."""
     if target.kind == "cuda":
         from ...runtime.device.gpu import nvrtc
 
         arch = target.get("arch", nvrtc.DEFAULT_ARCH)
         if nvrtc.available():
-            payload["ptx"] = nvrtc.compile_ptx(source, arch, program.name)
+            payload["ptx"] = nvrtc.compile_ptx(payload["source"], arch, name)
             payload["arch"] = arch
     return payload
 

@@ -15,6 +15,8 @@ math functions and how fp16 is spelled. Semantics follow the LLVM back-end's
   `shift_left`/`shift_right` intrinsics, whose amounts are in range, are C's shifts;
 - `min`/`max` of floats keep the first operand when a comparison with NaN fails (as `select`);
 - `round` is half-to-even (`rint`), `rsqrt` is `1/sqrt`, `sigmoid` is `1/(1+exp(-x))`;
+- float32 `tanh` is +-1 from |x| = 9.02 on, as the LLVM back-end's (`tf_tanh_float32`: the
+  device's `tanh` may stop one ulp short of 1, as PoCL's does, even at infinity);
 - bool buffers hold one byte per element (as numpy), bool values are C truths.
 
 Example:
@@ -401,11 +403,17 @@ class KernelPrinter:
                     "ushort h; vstore_half_rte(a, 0, (__private half*)&h); "
                     "return vload_half(0, (__private const half*)&h);"
                 ),
+                # float32 tanh is +-1 from |a| = 9.02 on (and at +-inf); PoCL's tanh stops at
+                # 0.99999994, so a tanh-GELU of -1e6 was -0.03 and of -inf -inf (not -0, NaN)
+                "tanh": (
+                    f"return fabs{self.d.math_suffix}(a) >= 9.02f ? "
+                    f"copysign{self.d.math_suffix}(1.0f, a) : tanh{self.d.math_suffix}(a);"
+                ),
             }.get(kind) or self._shift_body(kind, dtype)
             if dtype == "float16" and self.d is CUDA and kind in ("min", "max"):
                 cmp = "<" if kind == "min" else ">"
                 body = f"return __half2float(b) {cmp} __half2float(a) ? b : a;"
-            args = f"{t} a" if kind == "round" else f"{t} a, {t} b"
+            args = f"{t} a" if kind in ("round", "tanh") else f"{t} a, {t} b"
             self.helpers[name] = f"{p} {t} {name}({args}) {{ {body} }}"
         return name
 
@@ -474,6 +482,8 @@ class KernelPrinter:
             return f"({one} / sqrt{suffix}({args[0]}))"
         if name == "sigmoid":
             return f"({one} / ({one} + exp{suffix}(-{args[0]})))"
+        if name == "tanh" and dtype == "float32":
+            return f"{self.helper('tanh', dtype)}({args[0]})"
         if name not in _MATH:
             raise LoweringError(f"{self.d.name} codegen: math intrinsic {name!r} is not supported")
         return f"{_MATH[name]}{suffix}({', '.join(args)})"

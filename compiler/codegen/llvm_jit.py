@@ -149,11 +149,11 @@ def target_features(target: Target | str = "llvm") -> frozenset[str]:
     return frozenset(words)
 
 
-def optimize(module: ir.Module, tm: Any, context: Any = None) -> Any:
-    """Parse, verify and run the O3 pipeline (with loop and SLP vectorization) on `module`, in
-    `context` (an `llvm.create_context()`; default LLVM's global one, which keeps the types and
-    constants of every module parsed into it for the life of the process)."""
-    mod = llvm.parse_assembly(str(module), context)
+def optimize(module: ir.Module | str, tm: Any, context: Any = None) -> Any:
+    """Parse, verify and run the O3 pipeline (with loop and SLP vectorization) on `module` (or
+    its text), in `context` (an `llvm.create_context()`; default LLVM's global one, which keeps
+    the types and constants of every module parsed into it for the life of the process)."""
+    mod = llvm.parse_assembly(module if isinstance(module, str) else str(module), context)
     try:
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
@@ -214,8 +214,9 @@ class JITModule:
         return self.tm.emit_assembly(self.llvm_module)
 
 
-def emit_object(module: ir.Module, target: Target | str) -> bytes:
-    """An ELF relocatable object for `target` (any triple LLVM was built with)."""
+def emit_object(module: ir.Module | str, target: Target | str) -> bytes:
+    """An ELF relocatable object for `target` (any triple LLVM was built with) from `module`
+    or its text."""
     tm = target_machine(target)
     # A context of its own, not the global one that keeps every module's types and constants
     # kernel after kernel (2 MiB of MobileNetV3-small's compile peak). Both are freed here, the

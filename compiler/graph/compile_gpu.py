@@ -23,14 +23,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...runtime.device.cpu import ParamSpec
 from ...runtime.module import Call, KernelImage, Module
-from ..codegen.gpu import encode_payload, gpu_payload, split_kernels
+from ..codegen.gpu import add_ptx, encode_payload, gpu_payload, split_kernels
 from ..schedule.stage import ForKind
 from ..target import Target
 from ..tir import lower
 from ..topi.gpu import GPUScheduleConfig, schedule_auto
-from .compile import assemble_module, call_label, is_optimized, kernel_symbol, progress_bar
+from .compile import (
+    KernelCache,
+    assemble_module,
+    call_label,
+    is_optimized,
+    kernel_symbol,
+    param_specs,
+    progress_bar,
+)
 from .ir import Graph
 from .lower_te import lower_group
 from .passes import FusedGroup, group_order, optimize
@@ -52,14 +59,16 @@ def compile_graph_gpu(
     start = time.perf_counter()
     optimized = graph if is_optimized(graph) else optimize(graph)
     t_opt = time.perf_counter() - start
-    kernels, calls, constants = [], [], {}
+    kernels: dict[str, KernelImage] = {}
+    calls, constants, cache = [], {}, KernelCache()  # groups of the same code share a kernel
     times = [0.0, 0.0]
     for k, (group, _) in enumerate(progress_bar(group_order(optimized), progress)):
-        image, call = build_gpu_group(optimized, group, k, tgt, constants, times)
-        kernels.append(image)
+        image, call = build_gpu_group(optimized, group, k, tgt, constants, times, cache=cache)
+        kernels.setdefault(image.name, image)
         calls.append(call)
-    module = assemble_module(optimized, str(tgt), kernels, calls, constants, start, t_opt, *times)
-    module.stats["device_kernels"] = sum(k.meta["launches"] for k in kernels)
+    images = list(kernels.values())
+    module = assemble_module(optimized, str(tgt), images, calls, constants, start, t_opt, *times)
+    module.stats["device_kernels"] = sum(k.meta["launches"] for k in images)
     return module
 
 
@@ -71,8 +80,10 @@ def build_gpu_group(
     constants: dict[str, Any],
     times: list[float],
     config: GPUScheduleConfig | None = None,
+    cache: KernelCache | None = None,
 ) -> tuple[KernelImage, Call]:
-    """Lower group number `k` for a GPU: its kernel image (source, launches) and its call."""
+    """Lower group number `k` for a GPU: its kernel image (source, launches) and its call
+    (with a `cache`, the kernel of an earlier group whose code is the same)."""
     t0 = time.perf_counter()
     kernel = lower_group(graph, group, target=str(target))
     sched = kernel.schedule
@@ -81,15 +92,19 @@ def build_gpu_group(
         sched = schedule_auto(outputs, config or _threads(target))
     func = lower(sched, kernel.args, name=kernel_symbol(k, group.name))
     t1 = time.perf_counter()
-    payload = gpu_payload(split_kernels(func), target)
+    payload = gpu_payload(split_kernels(func), target, ptx=False)
+    params = param_specs(func)
+    meta = {"target": str(target), "launches": len(payload["kernels"])}
+    # the code: the source and launches (buffers by dtype and size, not by name)
+    code = encode_payload({**payload, "buffers": [{**b, "name": ""} for b in payload["buffers"]]})
+
+    def make() -> KernelImage:  # (for CUDA, NVRTC compiles only a kernel not seen before)
+        built = encode_payload(add_ptx(payload, target, func.name))
+        return KernelImage(func.name, target.kind, params, built, meta)
+
+    image = (cache or KernelCache()).shared(code.decode(), func.name, params, make)
     times[0] += t1 - t0
     times[1] += time.perf_counter() - t1
-    params = tuple(
-        ParamSpec(buf.name, buf.dtype, tuple(shape))
-        for buf, shape in zip(func.params, func.arg_shapes, strict=True)
-    )
-    meta = {"target": str(target), "launches": len(payload["kernels"])}
-    image = KernelImage(func.name, target.kind, params, encode_payload(payload), meta)
     for name in kernel.params:
         if name in kernel.constants or name in graph.constants:
             constants[name] = kernel.constants.get(name, graph.constants.get(name))

@@ -43,6 +43,7 @@ from ..quantize.requant import MODES, WEIGHT_SCALES, default_mode, default_weigh
 from ..target import Target
 from .accel_kernels import accelerator_kernel, has_accelerator_kernel, packed_tensors
 from .compile import (
+    KernelCache,
     assemble_module,
     build_cpu_group,
     cpu_meta,
@@ -234,9 +235,10 @@ def compile_graph_vta(
     t_opt = time.perf_counter() - start
     host = Target.parse("llvm")
     meta = cpu_meta(host)
-    kernels: list[KernelImage] = []
+    kernels: dict[str, KernelImage] = {}
     calls: list[Call] = []
     constants: dict[str, Any] = {}
+    cache = KernelCache()  # CPU groups that lower to the same code share a kernel
     times = [0.0, 0.0]  # lowering (and accelerator code generation), LLVM
     for k, (group, nodes) in enumerate(progress_bar(group_order(q), progress)):
         if has_accelerator_kernel(q, nodes):
@@ -244,11 +246,12 @@ def compile_graph_vta(
             image, call = build_accelerator_group(q, group, k, cfg, device, vthreads, packed)
             times[0] += time.perf_counter() - t0
         else:
-            image, call = build_cpu_group(q, group, k, host, meta, constants, times)
-        kernels.append(image)
+            image, call = build_cpu_group(q, group, k, host, meta, constants, times, cache)
+        kernels.setdefault(image.name, image)
         calls.append(call)
-    module = assemble_module(stored, str(tgt), kernels, calls, constants, start, t_opt, *times)
-    module.stats.update(_accelerator_stats(q, cfg, kernels, depthwise))
+    images = list(kernels.values())
+    module = assemble_module(stored, str(tgt), images, calls, constants, start, t_opt, *times)
+    module.stats.update(_accelerator_stats(q, cfg, images, depthwise))
     module.stats["requant_mode"] = "given" if is_quantized(graph) else mode
     module.stats["weight_scales"] = "given" if is_quantized(graph) else weights
     module.stats["packed_tensors"] = list(packed)

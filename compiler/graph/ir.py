@@ -227,6 +227,7 @@ class GraphBuilder:
         self.types: dict[str, TensorType] = {}
         self.constants: dict[str, np.ndarray] = {}
         self._counter = 0
+        self._node_names: set[str] = set()  # of `nodes`: name checks in O(1), not a scan
 
     @classmethod
     def sharing(cls, graph: Graph) -> GraphBuilder:
@@ -243,10 +244,15 @@ class GraphBuilder:
     def fresh(self, hint: str) -> str:
         """A value or node name not used yet, starting with `hint`."""
         name = hint
-        while name in self.types or any(n.name == name for n in self.nodes) or not name:
+        while name in self.types or self._has_node(name) or not name:
             self._counter += 1
             name = f"{hint}_{self._counter}"
         return name
+
+    def _has_node(self, name: str) -> bool:
+        if len(self._node_names) != len(self.nodes):  # `nodes` edited directly: re-read them
+            self._node_names = {n.name for n in self.nodes}
+        return name in self._node_names
 
     def add_input(self, name: str, shape: Sequence[int], dtype: str) -> str:
         dtype = check_dtype(dtype, f"input {name!r}")
@@ -295,7 +301,7 @@ class GraphBuilder:
         from .registry import get_op
 
         spec = get_op(op)
-        node_name = name if name and not any(n.name == name for n in self.nodes) else None
+        node_name = name if name and not self._has_node(name) else None
         node_name = node_name or self.fresh(name or op.lower())
         if outputs is None:
             outputs = [
@@ -308,6 +314,7 @@ class GraphBuilder:
             if out:
                 self._define(out, ty)
         self.nodes.append(node)
+        self._node_names.add(node_name)
         return node.outputs
 
     def build(self, outputs: Iterable[str]) -> Graph:

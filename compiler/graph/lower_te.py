@@ -375,11 +375,14 @@ def lower_group(
         sched, out_tensors = _lower_injective(ctx, nodes, outputs)
     else:
         sched, out_tensors = _lower_anchored(ctx, nodes, anchor_at, outputs)
+    staged = {id(stage.op) for stage in sched.stages}
+    # a view built but never read is no operation of the schedule: a 1-D convolution's weights
+    # of one element (a constant folded into a compute) as they lie, beside their 2-D view
     for t in ctx.inline:
-        sched[t].compute_inline()
+        if id(t.op) in staged:
+            sched[t].compute_inline()
     # a parameter the computes never read (Gather's indices along an axis of size 1, where
     # every index is 0) is left out: it is no operation of the schedule
-    staged = {id(stage.op) for stage in sched.stages}
     params = tuple(p for p, t in ctx.params.items() if id(t.op) in staged)
     args = [ctx.params[p] for p in params] + out_tensors
     return Kernel(name or group.name, sched, args, params, outputs, ctx.constants, group.nodes)

@@ -108,7 +108,8 @@ def _check_reads(
         raise ValueError(
             f"conv2d groups of {cg} input -> {og} output channels must fill the last output "
             f"block of {cfg.block_out}: its input span of {r} blocks of {cfg.block_in} would "
-            f"end at block {end}, past the {blocks(ic, cfg.block_in)} of the {ic} input channels"
+            f"end at block {end}, past the input's {blocks(ic, cfg.block_in)} blocks "
+            f"({ic} channels)"
         )
     return q, r
 

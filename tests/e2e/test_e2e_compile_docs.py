@@ -17,4 +17,4 @@ def test_compile_guide_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     namespace: dict = {}
     exec(compile(source, str(DOC), "exec"), namespace)  # noqa: S102  (our own doc)
     assert (tmp_path / "resnet18.tfm").read_bytes()[:5] == b"TFMOD"
-    assert namespace["module"].stats["kernels"] == 24
+    assert namespace["module"].stats["calls"] == 24

@@ -81,6 +81,18 @@ class Emitter:
         shape = [d for i, d in enumerate(self.shape(part)) if i != axis]
         return self.reshape(part, shape)
 
+    def unstack(self, value: str, axis: int) -> list[str]:
+        """`value`'s slices along `axis`, that axis dropped: one Split (one kernel writing every
+        slice), not a Slice per index, whose offset would make each a kernel of its own."""
+        shape = self.shape(value)
+        if shape[axis] == 1:
+            return [self.take(value, axis, 0)]
+        n = shape[axis]
+        parts = self.b.add_node("Split", [value], {"axis": axis, "num_outputs": n},
+                                name=f"{self.node.name}_split", num_outputs=n)  # fmt: skip
+        rest = [d for i, d in enumerate(shape) if i != axis]
+        return [self.reshape(part, rest) for part in parts]
+
     def stack(self, values: Sequence[str], axis: int, **kw: Any) -> str:
         """`values` (one shape) stacked along a new `axis`."""
         shape = list(self.shape(values[0]))

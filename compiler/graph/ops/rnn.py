@@ -249,9 +249,10 @@ class _Unroll(Emitter):
             )
             reverse = attrs["direction"] == "reverse" or d == 1
             steps: dict[int, str] = {}
+            xts = self.unstack(xw, 0)  # each step's kernels the same code, reading its own xt
             for t in range(seq - 1, -1, -1) if reverse else range(seq):
                 h_prev, c_prev = h, c
-                xt = self.take(xw, 0, t)
+                xt = xts[t]
                 hr = self.add("MatMul", [h, rt])
                 if rb:
                     hr = self.binary("Add", hr, rb)

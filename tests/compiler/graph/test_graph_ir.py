@@ -30,6 +30,20 @@ def test_builder_infers_types() -> None:
     verify_graph(graph)
 
 
+def test_builder_names_stay_unique_as_nodes_are_added_or_edited() -> None:
+    """Node names are checked in a set (a scan of every node made an expansion of 25,000 nodes
+    take minutes); a pass that edits `nodes` directly still gets unused names."""
+    b = GraphBuilder()
+    x = b.add_input("x", (2,), "float32")
+    for _ in range(50):
+        (x,) = b.add_node("Relu", [x], name="relu")
+    b.nodes.append(Node("Relu", "relu_x", (x,), ("y_edit",), ()))  # (as a pass might)
+    assert b.fresh("relu_x") != "relu_x"
+    b.add_node("Relu", [x], name="relu_x")  # the name is taken: a fresh one
+    names = [n.name for n in b.nodes]
+    assert len(set(names)) == len(names) == 52
+
+
 def test_printer_golden_text() -> None:
     _, graph = _conv_graph()
     assert print_graph(graph) == (

@@ -48,3 +48,18 @@ def test_a_short_fuzz_run_finds_nothing(seed: int) -> None:
     bad = [r for r in results if r["outcome"] in BAD]
     assert not bad, op_fuzz.summarize(bad)
     assert sum(r["outcome"] == "match" for r in results) >= len(results) // 2
+
+
+def test_a_short_gpu_fuzz_run_finds_nothing() -> None:
+    """The same cases through the GPU back-end: run on OpenCL (PoCL), compiled for CUDA."""
+    ops = ["Gelu", "LpPool", "Softmax", "Conv", "chain:conv_epilogue"]
+    fuzz = op_fuzz.fuzz(ops, 0, budget_s=240, per_op=3, timeout_s=120, out=None, target="opencl")
+    assert not [r for r in fuzz if r["outcome"] in BAD], op_fuzz.summarize(fuzz)
+    assert sum(r["outcome"] == "match" for r in fuzz) >= len(fuzz) // 2
+    from tensorforge.runtime.device.gpu.nvrtc import available
+
+    if available():
+        cuda = op_fuzz.fuzz(ops[:2], 0, budget_s=120, per_op=2, timeout_s=120, out=None,
+                            target="cuda")  # fmt: skip
+        assert not [r for r in cuda if r["outcome"] in BAD], op_fuzz.summarize(cuda)
+        assert any(r["outcome"] == "compiled" for r in cuda)
