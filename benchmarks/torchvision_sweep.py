@@ -116,10 +116,10 @@ def _torch_model(name: str) -> Any:
         import timm
 
         model = timm.create_model(ctor, pretrained=False)
-        head = model.get_classifier()
-        if isinstance(head, torch.nn.Linear) and not head.weight.any():
-            # timm zeroes the MLP-Mixer family's heads: every logit would be the bias
-            torch.nn.init.normal_(head.weight, std=0.02)
+        for layer in model.get_classifier().modules():  # a Linear or a head holding one
+            if isinstance(layer, torch.nn.Linear) and not layer.weight.any():
+                # timm zeroes some heads (MLP-Mixer, Sequencer): every logit would be the bias
+                torch.nn.init.normal_(layer.weight, std=0.02)
         _calibrate_batch_norm(model, input_shapes(name)[0])
         return _Outputs(model, family)
     module = getattr(torchvision.models, family) if family else torchvision.models
