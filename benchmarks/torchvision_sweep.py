@@ -15,6 +15,13 @@ a child process of its own, its outputs compared with onnxruntime's (the largest
 to the output's largest magnitude, over all outputs; a match is at most `MATCH_RTOL`), and both
 runtimes timed at one thread (`zoo.interleaved_ms`). Names take an input size as `name@HxW`.
 
+`timm:<name>` runs a model of timm (`pip install timm`, PyTorch Image Models: random weights,
+its default input size, batch-norm statistics set the same way); `--models timm` runs
+`TIMM_PICKS`, one or two small members of each of 76 timm architecture families that torchvision
+does not have (selective-kernel, split-attention and ghost modules, MobileViT, LeViT, XCiT,
+CaiT, Swin, PVT, Twins, HRNet, DPN, normalizer-free nets, RepVGG and FastViT, EfficientViT,
+MLP-Mixer, gMLP, sequencer LSTMs, halo/lambda/bottleneck attention, EVA-02, Hiera, MaxViT, ...).
+
 Rows are appended to build/torchvision_sweep/rows.jsonl as they finish, and a model already
 there is not run again (delete the file to start over), so a long sweep can be resumed.
 
@@ -47,6 +54,24 @@ CHECK_LIMIT_S = 900
 FAMILIES = ("", "segmentation", "video", "optical_flow", "detection")  # name prefixes, e.g. video:
 
 
+#: one or two small members of each timm family that torchvision lacks (`--models timm`)
+TIMM_PICKS = """
+resnet18d seresnext26d_32x4d skresnet18 res2net50_14w_8s resnest14d ghostnet_100 ghostnetv2_100
+lcnet_050 mixnet_s tinynet_e efficientnet_lite0 efficientnetv2_rw_t rexnet_100 hardcorenas_a
+fbnetv3_b mobilenetv4_conv_small mobilevit_xxs mobilevitv2_050 edgenext_xx_small
+efficientformer_l1 efficientformerv2_s0 levit_128s poolformer_s12 coat_lite_tiny cait_xxs24_224
+xcit_nano_12_p16_224 deit_tiny_patch16_224 swin_tiny_patch4_window7_224 pvt_v2_b0
+twins_svt_small tresnet_m dla34 dpn68 hrnet_w18_small cspresnet50 ese_vovnet19b_dw selecsls42b
+nf_resnet26 gernet_s repvgg_a0 convnextv2_atto fastvit_t8 repvit_m0_9 efficientvit_b0
+efficientvit_m0 tiny_vit_5m_224 coatnet_nano_rw_224 gcvit_xxtiny sequencer2d_s
+crossvit_tiny_240 eva02_tiny_patch14_224 focalnet_tiny_srf davit_tiny visformer_tiny pit_ti_224
+halonet26t lambda_resnet26t gmlp_ti16_224 mixer_s16_224 convit_tiny mvitv2_tiny inception_v4
+xception41 botnet26t_256 hgnetv2_b0 starnet_s1 mambaout_femto fasternet_t0 shvit_s1
+inception_next_atto rdnet_tiny hiera_tiny_224 maxvit_nano_rw_256 volo_d1_224 resmlp_12_224
+nest_tiny_jx
+""".split()
+
+
 def all_models() -> list[str]:
     import torchvision
 
@@ -62,7 +87,11 @@ def input_shapes(name: str) -> list[tuple[int, ...]]:
     """The example inputs' shapes (without the batch) of `name` (`family:ctor[@HxW]`)."""
     base, _, size = name.partition("@")
     family, _, ctor = base.rpartition(":")
-    if family == "video":
+    if family == "timm":
+        import timm
+
+        shapes = [tuple(timm.models.get_pretrained_cfg(ctor).input_size)]
+    elif family == "video":
         big = ctor == "s3d" or ctor.startswith("mvit")
         shapes = [(3, 16, 224, 224) if big else (3, 8, 64, 64)]
     elif family == "optical_flow":
@@ -83,6 +112,16 @@ def _torch_model(name: str) -> Any:
 
     family, _, ctor = name.partition("@")[0].rpartition(":")
     torch.manual_seed(0)
+    if family == "timm":
+        import timm
+
+        model = timm.create_model(ctor, pretrained=False)
+        for layer in model.get_classifier().modules():  # a Linear or a head holding one
+            if isinstance(layer, torch.nn.Linear) and not layer.weight.any():
+                # timm zeroes some heads (MLP-Mixer, Sequencer): every logit would be the bias
+                torch.nn.init.normal_(layer.weight, std=0.02)
+        _calibrate_batch_norm(model, input_shapes(name)[0])
+        return _Outputs(model, family)
     module = getattr(torchvision.models, family) if family else torchvision.models
     kwargs: dict[str, Any] = {}
     if family in ("segmentation", "detection"):
@@ -259,6 +298,8 @@ def main() -> int:
         print(table(saved))
         return 0
     names = args.models.split(",") if args.models else all_models()
+    if names == ["timm"]:
+        names = [f"timm:{n}" for n in TIMM_PICKS]
     if args.list:
         print("\n".join(names))
         return 0
