@@ -80,7 +80,6 @@ class KernelCache:
 
     def __init__(self) -> None:
         self._built: dict[tuple[Any, ...], KernelImage] = {}
-        self.hits = 0
 
     def build(self, func: Any, target: Target, meta: dict[str, Any]) -> KernelImage:
         """The kernel of lowered function `func`: built with LLVM, or the earlier equal one."""
@@ -101,10 +100,8 @@ class KernelCache:
         digest = (hash(code), zlib.crc32(code.encode()), len(code))
         key = (digest, tuple((p.dtype, p.shape) for p in params))
         image = self._built.get(key)
-        if image is not None:
-            self.hits += 1
-            return image
-        image = self._built[key] = make()
+        if image is None:
+            image = self._built[key] = make()
         return image
 
 

@@ -47,16 +47,20 @@ def _compare(prog: fz.Program, got: list[np.ndarray], want: list[np.ndarray], wh
         )
 
 
-@FUZZ
-@given(prog=fz.programs(), data=st.data())
-def test_random_schedules_match_numpy_in_interpreter_and_llvm(prog, data) -> None:
-    s = fz.draw_schedule(prog, data)
+def _check_interpreter_and(prog, s, target: str) -> None:  # noqa: ANN001
+    """Schedule `s` of `prog` on the interpreter and built for `target`, each against numpy."""
     func = tir.lower(s, prog.args, name=prog.name)
     got, want = _run(prog, lambda arrays: tir.interpret(func, arrays))
     _compare(prog, got, want, "interpreter")
-    module = build(s, prog.args, target="llvm", name=prog.name)
+    module = build(s, prog.args, target=target, name=prog.name)
     got, want = _run(prog, lambda arrays: module(*arrays))
-    _compare(prog, got, want, "llvm")
+    _compare(prog, got, want, target)
+
+
+@FUZZ
+@given(prog=fz.programs(), data=st.data())
+def test_random_schedules_match_numpy_in_interpreter_and_llvm(prog, data) -> None:
+    _check_interpreter_and(prog, fz.draw_schedule(prog, data), "llvm")
 
 
 @FUZZ
@@ -101,13 +105,7 @@ def _opencl_or_skip() -> None:
 @given(prog=gpu_programs(), data=st.data())
 def test_random_gpu_schedules_match_numpy_in_interpreter_and_opencl(prog, data) -> None:
     _opencl_or_skip()
-    s = fz.draw_gpu_schedule(prog, data)
-    func = tir.lower(s, prog.args, name=prog.name)
-    got, want = _run(prog, lambda arrays: tir.interpret(func, arrays))
-    _compare(prog, got, want, "interpreter")
-    module = build(s, prog.args, target="opencl", name=prog.name)
-    got, want = _run(prog, lambda arrays: module(*arrays))
-    _compare(prog, got, want, "opencl")
+    _check_interpreter_and(prog, fz.draw_gpu_schedule(prog, data), "opencl")
 
 
 @settings(FUZZ, max_examples=EXAMPLES or 12)
