@@ -1,6 +1,6 @@
 """ONNX importer: an ONNX model (file, bytes or ModelProto; opsets 13 to 21) -> a graph IR `Graph`.
 
-Opsets 7 to 12 are upgraded to 13 first with onnx's version converter (`onnx_upgrade`).
+Opsets 1 to 12 are upgraded to 13 first with onnx's version converter (`onnx_upgrade`).
 Nodes of onnxruntime's contrib domain (`com.microsoft`, as its transformer optimizer writes
 them) map to the registry's ops of the qualified name (`registry_name`, `ops/contrib.py`).
 
@@ -530,8 +530,8 @@ def from_onnx(
         A `Graph` whose outputs are the model's outputs, with inferred static types.
 
     Raises:
-        OnnxImportError: malformed file, opset below 7 or unknown to onnx (7 to 12 are upgraded
-            to 13 first, `onnx_upgrade`), a failed upgrade, symbolic dims or
+        OnnxImportError: malformed file, opset unknown to onnx (1 to 12 are upgraded to 13
+            first, `onnx_upgrade`), a failed upgrade, symbolic dims or
             no shape, a shape mismatch, a tensor past MAX_TENSOR_BYTES, mismatched or
             disallowed input dtypes, a bad attribute (node named).
         UnsupportedOpError: listing every unsupported node (op type, node name, opset).

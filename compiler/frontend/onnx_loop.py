@@ -6,11 +6,13 @@ threaded from one copy to the next, scan outputs stacked along a new axis 0. tor
 exporter writes EmbeddingBag with offsets as such a Loop; its dynamo exporter writes a while-loop
 (no trip count, a condition computed from a loop-carried counter) that appends to a sequence.
 
-Sequences (SequenceEmpty, SequenceConstruct, SequenceInsert, SplitToSequence, SequenceMap,
-ConcatFromSequence) exist only at import: a sequence is a tuple of value names, SplitToSequence
-makes one of Slices, SequenceMap converts its body once per item and ConcatFromSequence becomes
-a Concat. Optionals (Optional, OptionalHasElement, OptionalGetElement) are resolved at import
-too: an optional is the name of its value or None when empty. A sequence or optional that
+Sequences (SequenceEmpty, SequenceConstruct, SequenceInsert, SequenceErase, SplitToSequence,
+SequenceMap, SequenceAt, SequenceLength, ConcatFromSequence) exist only at import: a sequence is
+a tuple of value names, SplitToSequence makes one of Slices, SequenceMap converts its body once
+per item, SequenceLength is a constant, SequenceAt the item (at a position computed at run time:
+a Gather from the items stacked, when they share one type) and ConcatFromSequence a Concat.
+Optionals (Optional, OptionalHasElement, OptionalGetElement) are resolved at import too: an
+optional is the name of its value or None when empty. A sequence or optional that
 leaves the graph (a model output) or enters it (a model input) is refused by name.
 """
 
@@ -33,6 +35,7 @@ UNROLL_LIMIT = 2048
 SEQUENCE_OPS = (
     "SequenceEmpty", "SequenceConstruct", "SequenceInsert", "ConcatFromSequence",
     "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement", "OptionalGetElement",
+    "SequenceAt", "SequenceErase", "SequenceLength",
 )  # fmt: skip
 
 
@@ -193,9 +196,22 @@ def convert_sequence_op(importer: _Importer, name: str, node: onnx.NodeProto, at
     elif op == "SequenceInsert":
         items = list(_sequence(importer, name, node.input[0]))
         at = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        position = len(items) if at is None else _position(importer, name, at, len(items))
+        position = len(items) if at is None else _position(importer, name, at, len(items), op)
         items.insert(position, node.input[1])
         seqs[out] = tuple(items)
+    elif op == "SequenceErase":
+        items = list(_sequence(importer, name, node.input[0]))
+        at = node.input[1] if len(node.input) > 1 and node.input[1] else None
+        if not items:
+            raise _error(f"{importer.where}: SequenceErase node {name!r} has an empty sequence")
+        position = len(items) - 1 if at is None else _position(importer, name, at, len(items), op)
+        del items[position]
+        seqs[out] = tuple(items)
+    elif op == "SequenceLength":
+        items = _sequence(importer, name, node.input[0])
+        importer.builder.add_constant(out, np.array(len(items), np.int64))
+    elif op == "SequenceAt":
+        _sequence_at(importer, name, node)
     else:
         _concat_from_sequence(importer, name, node, attrs)
 
@@ -209,17 +225,45 @@ def _sequence(importer: _Importer, name: str, value: str) -> tuple[str, ...]:
     return importer.sequences[value]
 
 
-def _position(importer: _Importer, name: str, at: str, length: int) -> int:
+def _position(importer: _Importer, name: str, at: str, length: int, op: str) -> int:
+    """The constant position `at` of SequenceInsert (which may point one past the end),
+    SequenceErase or SequenceAt in a sequence of `length` items, made non-negative."""
     folded = _scalar(importer, at)
     if folded is None:
-        raise _refuse(importer, "SequenceInsert at a position computed at run time", name)
+        raise _refuse(importer, f"{op} at a position computed at run time", name)
     position = int(folded.reshape(()))
-    if not -length <= position <= length:
+    last = length if op == "SequenceInsert" else length - 1
+    if not -length <= position <= last:
         raise _error(
-            f"{importer.where}: SequenceInsert node {name!r} position must lie in "
-            f"[{-length}, {length}], not {position}"
+            f"{importer.where}: {op} node {name!r} position must lie in [{-length}, {last}], "
+            f"not {position}"
         )
     return position + length if position < 0 else position
+
+
+def _sequence_at(importer: _Importer, name: str, node: onnx.NodeProto) -> None:
+    """SequenceAt: the item at a constant position, or, at a position computed at run time, a
+    Gather (which takes negative positions as SequenceAt does) from the items stacked on a new
+    axis 0, which needs one shape and dtype for all of them."""
+    items = _sequence(importer, name, node.input[0])
+    out, at = node.output[0], node.input[1]
+    if not items:
+        raise _error(f"{importer.where}: SequenceAt node {name!r} has an empty sequence")
+    if _scalar(importer, at) is not None:
+        importer.alias(items[_position(importer, name, at, len(items), "SequenceAt")], out, name)
+        return
+    types = {importer.builder.types[item] for item in items}
+    if len(types) > 1:
+        raise _refuse(
+            importer, "SequenceAt at a run-time position over items of different types", name
+        )
+    stacked = importer.builder.fresh(f"{name}/stacked")
+    _stack(importer, name, stacked, list(items))
+    position = importer.builder.fresh(f"{name}/position")
+    importer.emit("Reshape", [at, importer.builder.add_constant(
+        importer.builder.fresh(f"{name}/scalar"), np.zeros(0, np.int64))], [position],
+        f"{name}/position")  # fmt: skip
+    importer.emit("Gather", [stacked, position], [out], name, axis=0)
 
 
 def _concat_from_sequence(

@@ -1,6 +1,8 @@
-"""Models of opsets 7 to 12 (the ONNX model zoo's, older exporters') upgraded to opset 13 by
+"""Models of opsets 1 to 12 (the ONNX model zoo's, older exporters') upgraded to opset 13 by
 onnx's own version converter before import, with the semantics the converter drops put back:
-a Resize made from an opset-7-10 Upsample or Resize gets that op's coordinate rule.
+a Resize made from an opset-7-10 Upsample or Resize gets that op's coordinate rule, and the
+broadcasts of opsets 1-6 (arithmetic's `broadcast`/`axis`, PRelu's per-channel slope) are
+written as numpy ones first (`_legacy_broadcasts`).
 
 Before opset 11, Upsample and Resize mapped output pixel `i` to input coordinate `i / scale`
 (what opset 11 calls "asymmetric"), and onnxruntime's nearest mode takes the floor of it when
@@ -31,9 +33,15 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, version_converter
 
-#: the oldest default-domain opset the importer upgrades (older ones changed op semantics
-#: the converter cannot always carry, e.g. BatchNormalization's consumed_inputs)
-OLDEST_OPSET = 7
+#: the oldest default-domain opset the importer upgrades: every one (what the converter has no
+#: adapter for, such as opset 1's Pad or Cast, it refuses by name)
+OLDEST_OPSET = 1
+#: the opset that gave arithmetic numpy broadcasting (before: a `broadcast` flag and an `axis`)
+#: and PRelu a numpy-broadcast slope (before: one slope per channel, axis 1)
+_NUMPY_BROADCAST = 7
+#: the ops whose `broadcast`/`axis` attributes the converter's 6->7 adapter turns into numpy
+#: broadcasting (for an `axis` other than the suffix one it writes a broken Unsqueeze)
+_LEGACY_BROADCAST_OPS = ("Add", "Sub", "Mul", "Div", "Pow")
 _RESIZES = ("Upsample", "Resize")
 #: the last opset whose Upsample/Resize had the old coordinate rule
 _OLD_RESIZE = 10
@@ -135,6 +143,8 @@ def upgrade(model: onnx.ModelProto, where: str, opset: int, target: int) -> onnx
     rewritten = (*_REMOVED_REWRITES, *_VARIANT_REWRITES)
     if any(n.op_type in rewritten and n.domain in ("", "ai.onnx") for n in model.graph.node):
         model = _rewrite_old_ops(model)
+    if opset < _NUMPY_BROADCAST:
+        model = _legacy_broadcasts(model)
     if opset < _SCAN_UNBATCHED and any(n.op_type == "Scan" for n in model.graph.node):
         model = _hide_batched_scans(model)
     _check_schemas(model.graph, where, opset)
@@ -206,6 +216,62 @@ def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
                 found += _all_nodes(sub)
     return found
+
+
+def _legacy_broadcasts(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` (opset below 7) whose broadcasts mean under numpy's rule what they meant
+    under the old one, by an Unsqueeze of the second operand (axes as an attribute, as opsets 1-12
+    write it), so the converter has nothing left to move:
+
+    - Add/Sub/Mul/Div/Pow with `broadcast=1` and an `axis` matched B's dimensions to A's from
+      `axis` on: B gains trailing 1s up to A's rank and the `axis` goes (onnx's adapter writes
+      the Unsqueeze's axes as a third input of the arithmetic node for targets from 13);
+    - PRelu's 1-D slope of C > 1 values was one per channel (axis 1): it gains A's rank - 2
+      trailing 1s (the converter keeps it as it is, which numpy would broadcast on the last
+      axis: PReLU exported by torch before opset 7).
+
+    Ranks come from onnx's shape inference; a node whose ranks it cannot give is left to the
+    converter."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(copy).graph
+    except Exception:  # noqa: BLE001  (no ranks: every node is left as it is)
+        return copy
+    ranks = {
+        v.name: len(v.type.tensor_type.shape.dim)
+        for v in [*inferred.input, *inferred.value_info, *inferred.output]
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")
+    }
+    ranks.update({t.name: len(t.dims) for t in copy.graph.initializer})
+    taken = _value_names(copy.graph)
+    nodes = []
+    for i, node in enumerate(copy.graph.node):
+        default = node.domain in ("", "ai.onnx")
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        extra = None  # how many trailing 1s the second operand gains
+        if default and node.op_type in _LEGACY_BROADCAST_OPS and attrs.get("broadcast") == 1:
+            a, b = (ranks.get(v) for v in node.input[:2])
+            if "axis" in attrs and a is not None and b is not None:
+                axis = attrs["axis"] + a if attrs["axis"] < 0 else attrs["axis"]
+                extra = a - axis - b
+                keep = [x for x in node.attribute if x.name != "axis"]
+                del node.attribute[:]
+                node.attribute.extend(keep)
+        elif default and node.op_type == "PRelu" and len(node.input) == 2:
+            a, b = (ranks.get(v) for v in node.input)
+            if a is not None and a > 2 and b == 1:
+                extra = a - 2
+        if extra:
+            slope = node.input[1]
+            unsqueezed = _prefix(f"{slope}__unsqueeze{i}", taken)
+            nodes.append(helper.make_node("Unsqueeze", [slope], [unsqueezed],
+                                          axes=list(range(b, b + extra))))  # fmt: skip
+            node.input[1] = unsqueezed
+        nodes.append(node)
+    del copy.graph.node[:]
+    copy.graph.node.extend(nodes)
+    return copy
 
 
 #: the IR version from which initializers need not be listed as graph inputs: the converter

@@ -69,12 +69,13 @@ def _worker(names: list[str]) -> None:
         print(json.dumps({"case": name, "status": status, "detail": detail}), flush=True)
 
 
-def _drive(names: list[str]) -> dict[str, tuple[str, str]]:
-    """Runs `names` in worker processes one after another, restarting after a crash."""
+def _drive(names: list[str], script: str = __file__) -> dict[str, tuple[str, str]]:
+    """Runs `names` in worker processes of `script` (run as `script CASE...`, printing lines as
+    `_worker` does) one after another, restarting after a crash."""
     results: dict[str, tuple[str, str]] = {}
     todo = list(names)
     while todo:
-        cmd = [sys.executable, __file__, *todo]
+        cmd = [sys.executable, script, *todo]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         started = None
         for line in proc.stdout.splitlines():
@@ -89,17 +90,20 @@ def _drive(names: list[str]) -> dict[str, tuple[str, str]]:
         if started is not None:  # the process died in this case
             results[started] = ("crash", f"exit {proc.returncode}: {proc.stderr[-300:]}")
         elif proc.returncode != 0 and not all(n in results for n in todo):
-            raise RuntimeError(f"node-suite worker failed outside a case: {proc.stderr[-2000:]}")
+            raise RuntimeError(f"{script} failed outside a case: {proc.stderr[-2000:]}")
         todo = [n for n in todo if n not in results]
     return results
 
 
-def run_isolated(names: list[str], workers: int = 2) -> dict[str, tuple[str, str]]:
-    """case -> (status, detail) for every case in `names`, `workers` processes at a time."""
+def run_isolated(
+    names: list[str], workers: int = 2, script: str = __file__
+) -> dict[str, tuple[str, str]]:
+    """case -> (status, detail) for every case in `names`, `workers` processes of `script` at a
+    time."""
     chunks = [names[i::workers] for i in range(workers)]
     results: dict[str, tuple[str, str]] = {}
     with ThreadPoolExecutor(workers) as pool:
-        for part in pool.map(_drive, chunks):
+        for part in pool.map(functools.partial(_drive, script=script), chunks):
             results.update(part)
     return results
 

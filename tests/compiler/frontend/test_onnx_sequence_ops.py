@@ -1,6 +1,6 @@
-"""SplitToSequence, SequenceMap and the optional ops resolved at import (a sequence is a list of
-values, an optional the value it holds), compiled, against onnxruntime; what only run time
-could decide is refused by name."""
+"""SplitToSequence, SequenceMap, SequenceAt/Erase/Length and the optional ops resolved at
+import (a sequence is a list of values, an optional the value it holds), compiled, against
+onnxruntime; what only run time could decide is refused by name."""
 
 from __future__ import annotations
 
@@ -96,4 +96,39 @@ def test_an_optional_model_output_is_refused_by_name() -> None:
     nodes = [oh.make_node("Optional", ["x"], ["y"])]
     model = _model(nodes, [("x", (3,))], [("y", F)], {})
     with pytest.raises(UnsupportedOpError, match=r"an optional as a model output"):
+        tensorforge.compile(model)
+
+
+I64 = TensorProto.INT64
+
+
+@pytest.mark.parametrize("position", [0, 2, -1, -3])
+def test_sequence_at_erase_and_length(position: int) -> None:
+    """SequenceErase (at a constant position, and the last item by default), SequenceLength
+    and SequenceAt at a constant position and at one the model reads as an input."""
+    nodes = [
+        oh.make_node("SplitToSequence", ["x"], ["seq"], axis=1, keepdims=0),
+        oh.make_node("SequenceErase", ["seq", "one"], ["fewer"]),
+        oh.make_node("SequenceErase", ["fewer"], ["fewest"]),
+        oh.make_node("SequenceLength", ["fewest"], ["n"]),
+        oh.make_node("SequenceAt", ["fewer", "at"], ["picked"]),
+        oh.make_node("SequenceAt", ["seq", "where"], ["chosen"]),
+        oh.make_node("Add", ["picked", "chosen"], ["y"]),
+    ]
+    inits = {"one": np.array(1, np.int64), "at": np.array(position, np.int64)}
+    model = _model(nodes, [("x", (3, 5))], [("y", F), ("n", I64)], inits)
+    model.graph.input.append(oh.make_tensor_value_info("where", I64, ()))
+    x = np.arange(15, dtype=np.float32).reshape(3, 5)
+    for where in (0, 3, -5):
+        _compare(model, {"x": x, "where": np.array(where, np.int64)})
+
+
+def test_sequence_at_a_run_time_position_over_unlike_items_is_refused_by_name() -> None:
+    nodes = [
+        oh.make_node("SequenceConstruct", ["x", "z"], ["seq"]),
+        oh.make_node("SequenceAt", ["seq", "where"], ["y"], name="pick"),
+    ]
+    model = _model(nodes, [("x", (3,)), ("z", (4,))], [("y", F)], {})
+    model.graph.input.append(oh.make_tensor_value_info("where", I64, ()))
+    with pytest.raises(UnsupportedOpError, match=r"run-time position over items of .*'pick'"):
         tensorforge.compile(model)

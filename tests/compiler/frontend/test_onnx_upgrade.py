@@ -1,5 +1,7 @@
-"""Models of opsets 7-12 are upgraded to 13 (onnx's version converter) and compute what
-onnxruntime computes on the original model, old Upsample/Resize coordinate rules included."""
+"""Models of opsets 1-12 are upgraded to 13 (onnx's version converter) and compute what
+onnxruntime computes on the original model, old Upsample/Resize coordinate rules included; the
+opsets below 7, which onnxruntime does not promise to run, against numpy (their legacy broadcasts
+and per-channel PRelu slopes included)."""
 
 from __future__ import annotations
 
@@ -105,8 +107,8 @@ def test_a_file_with_large_weights_is_upgraded_whole(tmp_path: Path) -> None:
 
 def test_too_old_or_inexpressible_models_are_refused_by_name(tmp_path: Path) -> None:
     relu = oh.make_node("Relu", ["x"], ["y"])
-    with pytest.raises(OnnxImportError, match=r"must be 13 to 21, not 6 \(opsets 7 to 12 are"):
-        from_onnx(_model([relu], X.shape, 6))
+    with pytest.raises(OnnxImportError, match=r"must be 13 to 21, not 0 \(opsets 1 to 12 are"):
+        from_onnx(_model([relu], X.shape, 0))
     scales = np.array([1.0, 1.0, 2.0, 0.5], np.float32)
     both = oh.make_node("Upsample", ["x", "scales"], ["y"], mode="nearest", name="up")
     with pytest.raises(OnnxImportError, match=r"nearest 'up' both enlarges and shrinks"):
@@ -283,3 +285,69 @@ def test_squeeze_with_an_empty_axes_list_drops_every_unit_dim(opset: int) -> Non
         node.attribute.append(oh.make_attribute("axes", [], attr_type=onnx.AttributeProto.INTS))
     x = RNG.standard_normal((1, 3, 1, 4)).astype(np.float32)
     _check(_model([node], x.shape, opset, inits), x)
+
+
+def _run_old(nodes: list, opset: int, inits=(), x: np.ndarray = X) -> np.ndarray:  # noqa: ANN001
+    (y,) = tensorforge.compile(_model(nodes, x.shape, opset, inits)).run({"x": x}).values()
+    return y
+
+
+C = RNG.standard_normal(2).astype(np.float32)
+C_CHANNEL = C[None, :, None, None]
+
+
+@pytest.mark.parametrize("opset", [1, 6])
+@pytest.mark.parametrize(
+    ("op", "numpy_op"),
+    [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", np.divide)],
+)
+def test_legacy_broadcast_along_an_axis(opset: int, op: str, numpy_op) -> None:  # noqa: ANN001
+    """Before opset 7, `broadcast=1, axis=1` matched B's dims to A's from axis 1 on (a
+    per-channel bias of a caffe2 export); onnx's adapter fails on it."""
+    node = oh.make_node(op, ["x", "c"], ["y"], broadcast=1, axis=1)
+    got = _run_old([node], opset, [("c", C)])
+    np.testing.assert_allclose(got, numpy_op(X, C_CHANNEL), rtol=1e-6)
+    suffix = oh.make_node(op, ["x", "w"], ["y"], broadcast=1)  # (no axis: trailing dims)
+    w = RNG.standard_normal((5, 7)).astype(np.float32)
+    np.testing.assert_allclose(_run_old([suffix], opset, [("w", w)]), numpy_op(X, w), rtol=1e-6)
+
+
+def test_legacy_pow_broadcast_and_per_channel_prelu_slope() -> None:
+    """Opset-6 PRelu's 1-D slope is one per channel (numpy would broadcast it on the last
+    axis: torch's PReLU exports before opset 7)."""
+    base = np.abs(X) + 0.5
+    power = oh.make_node("Pow", ["x", "c"], ["y"], broadcast=1, axis=1)
+    got = _run_old([power], 6, [("c", C)], x=base)
+    np.testing.assert_allclose(got, base**C_CHANNEL, rtol=1e-5)
+    prelu = oh.make_node("PRelu", ["x", "slope"], ["y"])
+    slope = np.array([0.1, -2.0], np.float32)
+    got = _run_old([prelu], 6, [("slope", slope)])
+    np.testing.assert_allclose(got, np.where(X > 0, X, X * slope[None, :, None, None]))
+
+
+def test_opset1_ops_whose_attributes_changed() -> None:
+    """Opset 1's Reshape (shape attribute), Concat (axis 1 by default), BatchNormalization
+    (consumed_inputs, is_test) and experimental Upsample (height_scale, width_scale)."""
+    reshape = oh.make_node("Reshape", ["x"], ["y"], shape=[2, -1])
+    np.testing.assert_array_equal(_run_old([reshape], 1), X.reshape(2, -1))
+    concat = oh.make_node("Concat", ["x", "x"], ["y"])
+    np.testing.assert_array_equal(_run_old([concat], 1), np.concatenate([X, X], 1))
+    var = np.abs(C) + 0.1
+    bn = oh.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], is_test=1,
+                      consumed_inputs=[0, 0, 0, 1, 1], epsilon=1e-3)  # fmt: skip
+    got = _run_old([bn], 1, [("s", C), ("b", C), ("m", C), ("v", var)])
+    want = (X - C_CHANNEL) / np.sqrt(var[None, :, None, None] + 1e-3) * C_CHANNEL + C_CHANNEL
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    up = oh.make_node("Upsample", ["x"], ["y"], height_scale=2.0, width_scale=3.0)
+    np.testing.assert_array_equal(_run_old([up], 1), X.repeat(2, 2).repeat(3, 3))
+
+
+def test_old_ops_the_converter_cannot_carry_are_refused_by_name() -> None:
+    """Opset 1's Pad (paddings) and Cast (a type name) have no adapter in onnx's converter;
+    a training-mode Dropout (is_test=0) has no inference meaning."""
+    pad = oh.make_node("Pad", ["x"], ["y"], paddings=[0, 0, 1, 1, 0, 0, 1, 1])
+    with pytest.raises(OnnxImportError, match=r"opset 1 could not be upgraded .* for Pad"):
+        from_onnx(_model([pad], X.shape, 1))
+    dropout = oh.make_node("Dropout", ["x"], ["y"], is_test=0)
+    with pytest.raises(OnnxImportError, match=r"opset 1 could not be upgraded .*is_test"):
+        from_onnx(_model([dropout], X.shape, 1))

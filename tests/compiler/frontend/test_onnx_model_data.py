@@ -1,0 +1,53 @@
+"""The model files shipped in the onnx package's backend test data (torch exports at opset 6,
+hand-written sequence and Expand models, the classic model zoo CNNs in their light form) through
+`tensorforge.compile` and native code, against the outputs recorded with them; each batch of
+models in its own process. The passing set is asserted exactly (model_data_compiled.txt):
+a regression fails, and so does an improvement nobody recorded
+(`python model_data_compiled.py --update`)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from model_data_compiled import expected_passing, run_all  # noqa: E402
+
+pytestmark = pytest.mark.timeout(1200)
+
+
+@functools.cache
+def results() -> dict[str, tuple[str, str]]:
+    return run_all()
+
+
+def test_no_model_compiles_to_a_wrong_answer_an_error_or_a_crash() -> None:
+    bad = [
+        f"{n}: {s}: {d}" for n, (s, d) in sorted(results().items()) if s not in ("pass", "refused")
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_passing_models_are_exactly_the_recorded_ones() -> None:
+    passing = {n for n, (s, _) in results().items() if s == "pass"}
+    expected = expected_passing()
+    regressed, new = sorted(expected - passing), sorted(passing - expected)
+    assert not regressed, f"recorded as passing, now {[(n, results().get(n)) for n in regressed]}"
+    update = f"python {Path(__file__).parent / 'model_data_compiled.py'} --update"
+    assert not new, f"newly passing (record them: {update}): {new}"
+
+
+def test_every_torch_opset6_export_and_every_light_zoo_model_passes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What is refused is only what a static graph cannot hold: a shape that is a graph input,
+    a symbolic dim, string ops, training-only Gradient."""
+    counts = Counter(s for s, _ in results().values())
+    kinds = {n.split("/")[0] for n, (s, _) in results().items() if s != "pass"}
+    with capsys.disabled():
+        print(f"\nonnx's shipped model data through compiled CPU code: {dict(counts)}")
+    assert kinds <= {"simple"}, sorted(n for n, (s, _) in results().items() if s != "pass")
