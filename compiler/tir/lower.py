@@ -277,13 +277,69 @@ def _check_private_threads(info: StageBounds) -> None:
             )
 
 
+def _thread_loop_around(stage: Stage, prefixes: tuple[str, ...]) -> tuple[Stage, IterVar] | None:
+    """(stage, loop) of the innermost loop bound to a tag of `prefixes` at or outside the loop
+    where `stage` is computed (following compute_at up to a root stage); None when none is."""
+    at = stage
+    while at.attach is AttachKind.SCOPE and at.attach_stage is not None:
+        parent, ivar = at.attach_stage, at.attach_ivar
+        leaves = list(parent.leaf_iter_vars)
+        outer = leaves[: leaves.index(ivar) + 1] if ivar in leaves else leaves
+        for iv in reversed(outer):
+            if parent.annotation(iv).thread_tag.startswith(prefixes):
+                return parent, iv
+        at = parent
+    return None
+
+
+def _check_shared_reductions(info: StageBounds) -> None:
+    """A shared stage computed inside a thread loop covers the whole block's region in every
+    thread (its bounds are relaxed over the threads): a copy would only be written alike by
+    each thread, but a reduction's updates would add up once per thread."""
+    stage = info.stage
+    if not stage.scope.startswith("shared") or not getattr(stage.op, "reduce_axis", ()):
+        return
+    found = _thread_loop_around(stage, ("threadIdx",))
+    if found is not None:
+        parent, iv = found
+        raise ScheduleError(
+            f"set_scope: stage {stage.name!r} has scope 'shared' and a reduction, and is computed "
+            f"inside thread loop {iv.name!r} of {parent.name!r}: every thread of the block would "
+            "update all of it (a race); give it scope 'local', or compute it at the block loop "
+            "with its own loops bound to threads"
+        )
+
+
+def _check_blocks_of_attached_stages(info: StageBounds) -> None:
+    """A stage computed at a loop inside a thread block (a block or thread loop, or one inside
+    them) runs within each block: binding one of its own loops to a blockIdx would make each
+    block compute only its own slice of it, while the block's readers read all of it."""
+    stage = info.stage
+    bound = [
+        (iv, stage.annotation(iv).thread_tag)
+        for iv in stage.leaf_iter_vars
+        if stage.annotation(iv).thread_tag.startswith("blockIdx")
+    ]
+    found = _thread_loop_around(stage, ("blockIdx", "threadIdx", "vthread")) if bound else None
+    if found is not None:
+        (iv, tag), (parent, loop) = bound[0], found
+        raise ScheduleError(
+            f"bind: stage {stage.name!r} is computed inside loop {loop.name!r} of "
+            f"{parent.name!r}, in a thread block, so its loop {iv.name!r} cannot be bound to "
+            f"{tag} (each block would compute only its own slice of it); bind it to "
+            "threadIdx, or leave it serial"
+        )
+
+
 def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") -> PrimFunc:
     """The loop IR of a schedule before any pass: one loop nest per root stage, in order.
 
     Raises:
         ScheduleError: for primitives that are only found illegal with the whole schedule
             (a stage computed at a loop its consumers are outside of, a thread loop bound
-            inside a shorter loop of the same tag, a shared stage outside every block).
+            inside a shorter loop of the same tag, a shared stage outside every block, a
+            block loop of a stage computed inside a block, a shared reduction computed
+            inside a thread loop).
         LoweringError: for arguments that do not match the schedule.
     """
     args = list(args)
@@ -296,6 +352,8 @@ def lower_schedule(sch: Schedule, args: Sequence[Tensor], name: str = "main") ->
     ctx = _Context(sch, args)
     for info in ctx.bounds.values():
         _check_private_threads(info)
+        _check_blocks_of_attached_stages(info)
+        _check_shared_reductions(info)
     roots = [
         s for s in sch.stages if s.is_compute and s.attach is AttachKind.ROOT and s in ctx.bounds
     ]

@@ -458,3 +458,69 @@ def test_a_global_stage_inside_a_block_filled_by_several_threads_is_a_schedule_e
     s[T].bind(T.op.axis[0], te.thread_axis("threadIdx.x"))
     with pytest.raises(ScheduleError, match=r"^bind: stage 'T' has scope 'global', private to"):
         tir.lower(s, [A, B], name="kernel")
+
+
+def test_a_block_loop_of_a_stage_computed_inside_a_block_is_a_schedule_error() -> None:
+    """T shared at B's block loop, its own loop bound to blockIdx.y: each block would compute
+    only its blockIdx.y slice of T, and B reads all of it (before: a wrong answer on OpenCL).
+    The same loop bound to threadIdx.x is right."""
+    A = te.placeholder((2, 3), name="A")
+    T = te.compute((2, 3), lambda i, j: A[i, j] + 1.0, name="T")
+    B = te.compute((2, 3), lambda i, j: T[1 - i, 2 - j] * 2.0, name="B")
+    results = {}
+    for tag in ("threadIdx.x", "blockIdx.y"):
+        s = te.create_schedule(B.op)
+        bx, tx = s[B].split(s[B].fuse(*B.op.axis), factor=1)
+        s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B].bind(tx, te.thread_axis("threadIdx.x"))
+        s[T].set_scope("shared")
+        s[T].compute_at(s[B], bx)
+        outer, _ = s[T].split(s[T].fuse(*s[T].op.axis), factor=2)
+        s[T].bind(outer, te.thread_axis(tag))
+        try:
+            func = tir.lower(s, [A, B], name="kernel")
+        except ScheduleError as err:
+            results[tag] = str(err)
+            continue
+        a, b = np.arange(6, dtype="float32").reshape(2, 3), np.zeros((2, 3), "float32")
+        tir.interpret(func, [a, b])
+        results[tag] = b
+    np.testing.assert_array_equal(
+        results["threadIdx.x"], (np.arange(6)[::-1] + 1.0).reshape(2, 3) * 2
+    )
+    assert results["blockIdx.y"].startswith(
+        "bind: stage 'T' is computed inside loop 'i.j.fused.outer' of 'B', in a thread block, so "
+        "its loop 'i.j.fused.outer' cannot be bound to blockIdx.y"
+    )
+
+
+def test_a_shared_reduction_computed_inside_a_thread_loop_is_a_schedule_error() -> None:
+    """A cache_write stage made `shared` at the output's thread loop: its bounds are relaxed
+    over the threads, so every thread would run the whole reduction into the same buffer
+    (before: the sums doubled with two threads). In `local` scope it is right."""
+    A = te.placeholder((3, 3), name="A")
+    k = te.reduce_axis((0, 3), "k")
+    O = te.compute((3, 3), lambda y, x: te.sum(A[y, k] * A[k, x], axis=k), name="O")  # noqa: E741 - the output
+    results = {}
+    for scope in ("local", "shared"):
+        s = te.create_schedule(O.op)
+        OL = s.cache_write(O, "local")
+        b, t = s[O].split(s[O].fuse(*O.op.axis), factor=2)
+        s[O].bind(b, te.thread_axis("blockIdx.x"))
+        s[O].bind(t, te.thread_axis("threadIdx.x"))
+        s[OL].compute_at(s[O], t)
+        s[OL].set_scope(scope)
+        try:
+            func = tir.lower(s, [A, O], name="kernel")
+        except ScheduleError as err:
+            results[scope] = str(err)
+            continue
+        a, o = np.arange(9, dtype="float32").reshape(3, 3), np.zeros((3, 3), "float32")
+        tir.interpret(func, [a, o])
+        results[scope] = o
+    a = np.arange(9, dtype="float32").reshape(3, 3)
+    np.testing.assert_allclose(results["local"], a @ a)
+    assert results["shared"].startswith(
+        "set_scope: stage 'O.local' has scope 'shared' and a reduction, and is computed inside "
+        "thread loop 'y.x.fused.inner' of 'O'"
+    )
