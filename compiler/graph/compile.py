@@ -147,13 +147,16 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
     times = [0.0, 0.0]  # lowering, LLVM
     order = group_order(optimized)
     spent = last_readers(order)
+    pending: set[str] = set()  # spent constants not dropped yet (small ones wait: below)
     with kernel_garbage_collection() as collect:
         for k, (group, _) in enumerate(progress_bar(order, progress)):
             image, call = build_cpu_group(optimized, group, k, tgt, meta, constants, times, cache)
+            new = image.name not in kernels
             kernels.setdefault(image.name, image)
             calls.append(call)
-            optimized = drop_constants(optimized, spent.get(k, ()), constants)
-            collect()
+            optimized = drop_spent(optimized, pending, spent.get(k, ()), constants)
+            if new or k % COLLECT_EVERY == 0:  # (a group that reuses a kernel made no LLVM
+                collect()  # objects: its garbage waits for the next collection)
     return assemble_module(
         optimized, str(tgt), list(kernels.values()), calls, constants, start, t_opt, *times
     )
@@ -161,7 +164,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
 
 @contextlib.contextmanager
 def kernel_garbage_collection() -> Iterator[Callable[[], Any]]:
-    """A `collect()` to call after each kernel: a full collection of the objects made since
+    """A `collect()` to call after each new kernel: a full collection of the objects made since
     entry, then the free heap pages handed back (`heap_trimmer`). A kernel's LLVM IR
     (llvmlite.ir) and schedule are reference cycles that live through several young collections
     while it is built, so they reached the oldest generation and waited there for a full
@@ -201,13 +204,37 @@ def last_readers(order: list[tuple[FusedGroup, list[Any]]]) -> dict[int, list[st
     return readers
 
 
-def drop_constants(graph: Graph, spent: Sequence[str], kept: Mapping[str, Any]) -> Graph:
+#: compile_graph collects garbage after each new kernel and every this many groups
+COLLECT_EVERY = 16
+#: spent constants smaller than this wait (up to DROP_BATCH of them) to be dropped together:
+#: each drop copies the graph's mappings, which cost 45 s over the 5,758 groups of an unrolled
+#: LSTM (timm's Sequencer) when every group dropped its scalars
+DROP_BYTES, DROP_BATCH = 4096, 512
+
+
+def drop_spent(
+    graph: Graph, pending: set[str], spent: Sequence[str], kept: Mapping[str, Any]
+) -> Graph:
+    """`drop_constants` of `spent` and the constants still `pending`, once one of them is a
+    weight (DROP_BYTES or more) or DROP_BATCH of them wait; `pending` is updated."""
+    pending.update(v for v in spent if v in graph.constants and v not in kept)
+    batch = len(pending) >= DROP_BATCH
+    dropped = drop_constants(graph, pending, kept, min_bytes=0 if batch else DROP_BYTES)
+    if dropped is not graph or batch:
+        pending.clear()
+    return dropped
+
+
+def drop_constants(
+    graph: Graph, spent: Iterable[str], kept: Mapping[str, Any], min_bytes: int = 0
+) -> Graph:
     """`graph` without the constants among `spent` (values no later kernel reads) that the
     module does not keep (`kept`: a kernel reads them as they are) and that are not outputs:
     the original of each pre-packed weight, freed as soon as its packed copy is built rather
-    than at the end of the compile (the two together were the compile's peak memory)."""
+    than at the end of the compile (the two together were the compile's peak memory). `graph`
+    itself when none is, or when none has `min_bytes` or more."""
     done = {v for v in spent if v in graph.constants and v not in kept and v not in graph.outputs}
-    if not done:
+    if not done or max(graph.constants[v].nbytes for v in done) < min_bytes:
         return graph
     return graph.replace(constants={n: a for n, a in graph.constants.items() if n not in done})
 

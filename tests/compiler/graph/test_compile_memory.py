@@ -183,6 +183,7 @@ def test_the_heap_is_trimmed_after_every_kernel(monkeypatch: pytest.MonkeyPatch)
     trims: list[int] = []
     monkeypatch.setattr(compile_mod, "heap_trimmer", lambda: lambda: trims.append(1))
     module = compile_graph(from_onnx(mlp()), progress=False)
+    assert module.stats["kernels"] == module.stats["calls"]  # (each group its own kernel)
     assert len(trims) == module.stats["calls"]
     gc.disable()
     try:
@@ -262,3 +263,24 @@ def test_a_view_constant_must_be_a_read_only_view() -> None:
     w.setflags(write=False)
     b.add_constant("t", w.T, view=True)
     assert np.shares_memory(b.constants["t"], w)
+
+
+def test_small_spent_constants_wait_and_weights_go_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """drop_spent: scalars wait (a drop copies the graph's mappings), until a weight of
+    DROP_BYTES or more is spent too, or DROP_BATCH of them wait; what the module keeps stays."""
+    b = GraphBuilder("g")
+    x = b.add_input("x", (4,), "float32")
+    small = [b.add_constant(f"s{i}", np.full(4, i, np.float32)) for i in range(3)]
+    big = b.add_constant("w", np.ones(compile_mod.DROP_BYTES // 4, np.float32))
+    b.add_node("Add", [x, small[0]], name="a", outputs=["y"])
+    graph = b.build(["y"])
+    pending: set[str] = set()
+    after = compile_mod.drop_spent(graph, pending, small[:2], kept={})
+    assert after is graph and pending == {"s0", "s1"}
+    after = compile_mod.drop_spent(graph, pending, [small[2], big], kept={"s2": None})
+    assert not pending and set(after.constants) == {"s2"}
+    monkeypatch.setattr(compile_mod, "DROP_BATCH", 2)
+    after = compile_mod.drop_spent(graph, pending, small[:2], kept={})
+    assert not pending and set(after.constants) == {"s2", "w"}
