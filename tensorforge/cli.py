@@ -197,7 +197,8 @@ def _model_commands(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="[NAME=]FILE.npy",
-        help="an input array (NAME= may be left off for a model with one input)",
+        help="an input array, .npy or an ONNX TensorProto .pb (the model zoo's "
+        "test_data_set_0/input_0.pb); NAME= may be left off for a model with one input",
     )
     p.add_argument("--target", default="llvm", help=target_help + "; for an ONNX model")
     _calibrate_arg(p, "calibration inputs for a vta target (default: the --input arrays)")
@@ -511,10 +512,14 @@ def _print_config(cfg: object) -> int:
 
 
 def load_array(file: str, flag: str = "--input") -> np.ndarray:
-    """One array saved by `np.save` (never unpickled), or a ValueError naming the flag and the
-    file: missing, a folder, empty, cut off, pickled objects, or an .npz archive."""
+    """One array saved by `np.save` (never unpickled), or an ONNX TensorProto file (`.pb`, the
+    form of the ONNX model zoo's and backend tests' `test_data_set_*/input_*.pb`); a ValueError
+    naming the flag and the file: missing, a folder, empty, cut off, pickled objects, an .npz
+    archive, or a `.pb` that is not one tensor of numbers held in the file."""
     import zipfile
 
+    if file.endswith(".pb"):
+        return _load_tensor_proto(file, flag)
     try:
         value = np.load(file, allow_pickle=False)
     except OSError as e:
@@ -528,6 +533,33 @@ def load_array(file: str, flag: str = "--input") -> np.ndarray:
         raise ValueError(f"{flag} {file}: an .npz archive (of {names}), not one .npy array: "
                          "save each input with np.save")  # fmt: skip
     return value
+
+
+def _load_tensor_proto(file: str, flag: str) -> np.ndarray:
+    """The array of an ONNX TensorProto file (parsed by protobuf: nothing is executed)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+    from onnx import numpy_helper
+
+    try:
+        data = Path(file).read_bytes()
+    except OSError as e:
+        raise ValueError(f"{flag} {file}: cannot read it: {e.strerror or e}") from None
+    proto = onnx.TensorProto()
+    try:
+        proto.ParseFromString(data)
+    except DecodeError as e:
+        raise ValueError(f"{flag} {file}: not an ONNX TensorProto file ({e})") from None
+    if not data or not proto.data_type:
+        raise ValueError(f"{flag} {file}: not an ONNX TensorProto file (no data type)")
+    if proto.data_location == onnx.TensorProto.EXTERNAL:
+        raise ValueError(f"{flag} {file}: the tensor's data is in another file; save it as .npy")
+    if proto.data_type == onnx.TensorProto.STRING:
+        raise ValueError(f"{flag} {file}: a tensor of strings, not of numbers")
+    try:
+        return numpy_helper.to_array(proto)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{flag} {file}: a damaged ONNX TensorProto ({e})") from None
 
 
 def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:

@@ -105,3 +105,29 @@ def test_readme_tour_runs_on_the_sample(tmp_path, monkeypatch, capsys):
     assert f"max {want.max():.4g}" in out  # the CPU module agrees with onnxruntime
     assert main(["run", "model.onnx", "--target", "vta -config=pynq", "--input", "x.npy"]) == 0
     assert "tf.qdense (dense)" in capsys.readouterr().out  # int8 layers ran on the accelerator
+
+
+def test_inputs_may_be_onnx_tensor_proto_files(tmp_path, capsys):
+    """`--input input_0.pb` (the model zoo's and onnx's test_data_set files) reads the same
+    array as its .npy: the outputs printed are the same."""
+    import onnx
+    from onnx import numpy_helper
+
+    from tensorforge.cli import load_array
+    from tensorforge.compiler.frontend.onnx_builders import mlp
+
+    for array in (np.arange(6, dtype=np.float16).reshape(2, 3), np.array([-1, 7], np.int64)):
+        pb = tmp_path / "a.pb"
+        pb.write_bytes(numpy_helper.from_array(array, "a").SerializeToString())
+        got = load_array(str(pb))
+        assert got.dtype == array.dtype and np.array_equal(got, array)
+    model = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), model)
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "x.pb").write_bytes(numpy_helper.from_array(x, "x").SerializeToString())
+    printed = []
+    for name in ("x.npy", "x.pb"):
+        assert main(["run", str(model), "--input", str(tmp_path / name)]) == 0
+        printed.append(capsys.readouterr().out)
+    assert printed[0] == printed[1] and "float32[2, 10]" in printed[0]

@@ -134,6 +134,35 @@ def test_bad_npy_files_are_one_line_errors_naming_flag_and_file(
 
 
 @pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "not an ONNX TensorProto file (no data type)"),
+        (b"\xff\xff\xff", "not an ONNX TensorProto file (Error parsing message"),
+        ("strings", "a tensor of strings, not of numbers"),
+        ("external", "the tensor's data is in another file; save it as .npy"),
+    ],
+)
+def test_bad_tensor_proto_files_are_one_line_errors(
+    mlp_file, tmp_path, capsys, content, message
+) -> None:
+    import onnx
+    from onnx import helper
+
+    x = tmp_path / "input_0.pb"
+    if content == "strings":
+        proto = helper.make_tensor("x", onnx.TensorProto.STRING, [1], [b"a"])
+        x.write_bytes(proto.SerializeToString())
+    elif content == "external":
+        proto = helper.make_tensor("x", onnx.TensorProto.FLOAT, [2], [1.0, 2.0])
+        proto.data_location = onnx.TensorProto.EXTERNAL
+        x.write_bytes(proto.SerializeToString())
+    else:
+        x.write_bytes(content)
+    err = _one_line_error(["run", str(mlp_file), "--input", str(x)], capsys)
+    assert f"--input {x}: {message}" in err
+
+
+@pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--shape", "nope=2,64"], "--shape nope=2,64: the model has no input 'nope'; its inputs"),
