@@ -262,7 +262,7 @@ def _legacy_broadcasts(model: onnx.ModelProto) -> onnx.ModelProto:
             a, b = (ranks.get(v) for v in node.input)
             if a is not None and a > 2 and b == 1:
                 extra = a - 2
-        if extra:
+        if extra is not None and extra > 0:
             slope = node.input[1]
             unsqueezed = _prefix(f"{slope}__unsqueeze{i}", taken)
             nodes.append(helper.make_node("Unsqueeze", [slope], [unsqueezed],
