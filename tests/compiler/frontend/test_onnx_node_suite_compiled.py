@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from node_suite_compiled import expected_passing, run_isolated, supported_cases  # noqa: E402
 
 # the first test runs all 1335 cases (about 10 minutes on two busy cores), past the default 600 s
-pytestmark = pytest.mark.timeout(1800)
+# (the three tests share one run of every case, `results`: one worker runs them all)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.xdist_group("node_suite_compiled")]
 
 
 @functools.cache
