@@ -331,15 +331,27 @@ def _is_multi(stage: Stage) -> bool:
 def draw_legal_step(stage: Stage, data: Any) -> None:
     """One legal split (factor or nparts), fuse of adjacent leaves of one kind, reorder or
     tile of `stage`'s leaves (also tests/compiler/schedule/test_schedule_properties.py's)."""
-    leaves = list(stage.leaf_iter_vars)
     kind = data.draw(st.sampled_from(["split", "fuse", "reorder", "tile"]))
+    _draw_step(stage, kind, data, most=5, tile_most=4, any_run=False)
+
+
+def _draw_step(
+    stage: Stage, kind: str, data: Any, most: int, tile_most: int, any_run: bool
+) -> None:
+    """A split of a factor (or parts) up to `most`, a fuse (of adjacent leaves of one kind, or
+    with `any_run` of any run of leaves), a reorder or a tile of factors up to `tile_most`."""
+    leaves = list(stage.leaf_iter_vars)
     if kind == "split":
         iv = data.draw(st.sampled_from(leaves))
-        n = data.draw(st.integers(1, 5))
+        n = data.draw(st.integers(1, most))
         if data.draw(st.booleans()):
             stage.split(iv, factor=n)
         else:
             stage.split(iv, nparts=n)
+    elif kind == "fuse" and any_run:
+        start = data.draw(st.integers(0, len(leaves) - 1))
+        stop = data.draw(st.integers(start + 1, len(leaves)))
+        stage.fuse(*leaves[start:stop])
     elif kind == "fuse":
         pairs = [(a, b) for a, b in zip(leaves[:-1], leaves[1:], strict=True) if a.kind is b.kind]
         if pairs:
@@ -348,7 +360,7 @@ def draw_legal_step(stage: Stage, data: Any) -> None:
         stage.reorder(*data.draw(st.permutations(leaves)))
     elif len(leaves) >= 2:
         x, y = data.draw(st.lists(st.sampled_from(leaves), min_size=2, max_size=2, unique=True))
-        stage.tile(x, y, data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4)))
+        stage.tile(x, y, data.draw(st.integers(1, tile_most)), data.draw(st.integers(1, tile_most)))
 
 
 def _draw_loop_transforms(stage: Stage, data: Any) -> None:
@@ -492,23 +504,7 @@ def _apply_wild(s: Schedule, stage: Stage, kind: str, data: Any) -> None:
 
 
 def _draw_loop_transforms_once(stage: Stage, kind: str, data: Any) -> None:
-    leaves = list(stage.leaf_iter_vars)
-    if kind == "split":
-        iv = data.draw(st.sampled_from(leaves))
-        n = data.draw(st.integers(1, 8))
-        if data.draw(st.booleans()):
-            stage.split(iv, factor=n)
-        else:
-            stage.split(iv, nparts=n)
-    elif kind == "fuse":
-        start = data.draw(st.integers(0, len(leaves) - 1))
-        stop = data.draw(st.integers(start + 1, len(leaves)))
-        stage.fuse(*leaves[start:stop])
-    elif kind == "reorder":
-        stage.reorder(*data.draw(st.permutations(leaves)))
-    elif len(leaves) >= 2:
-        x, y = data.draw(st.lists(st.sampled_from(leaves), min_size=2, max_size=2, unique=True))
-        stage.tile(x, y, data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6)))
+    _draw_step(stage, kind, data, most=8, tile_most=6, any_run=True)
 
 
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "threadIdx.x", "threadIdx.y", "vthread")

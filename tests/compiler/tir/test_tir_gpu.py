@@ -33,6 +33,17 @@ def _run(op, s, passes=None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return out, op.reference(*inputs)
 
 
+def _error_or_output(s, args, arrays: list[np.ndarray]) -> str | np.ndarray:  # noqa: ANN001
+    """The ScheduleError's message of `tir.lower(s, args)`, or the last of `arrays` after the
+    interpreter ran the lowered function on them."""
+    try:
+        func = tir.lower(s, args, name="kernel")
+    except ScheduleError as err:
+        return str(err)
+    tir.interpret(func, arrays)
+    return arrays[-1]
+
+
 def test_gpu_matmul_with_shared_tiles_equals_numpy() -> None:
     op, s = gpu_matmul()
     got, expected = _run(op, s)
@@ -393,15 +404,9 @@ def test_a_local_stage_filled_by_several_threads_is_a_schedule_error() -> None:
         s[T].set_scope(scope)
         s[T].compute_at(s[B], bx)
         s[T].bind(s[T].fuse(*s[T].op.axis), te.thread_axis("threadIdx.x"))
-        try:
-            func = tir.lower(s, [A, B], name="kernel")
-        except ScheduleError as err:
-            results[scope] = str(err)
-            continue
         a, b = np.arange(3, dtype="float32").reshape(1, 3), np.zeros((1, 3), "float32")
-        tir.interpret(func, [a, b])
-        results[scope] = b.tolist()
-    assert results["shared"] == [[6.0, 4.0, 2.0]]
+        results[scope] = _error_or_output(s, [A, B], [a, b])
+    np.testing.assert_array_equal(results["shared"], [[6.0, 4.0, 2.0]])
     assert results["local"].startswith(
         "bind: stage 'T' has scope 'local', private to each thread, so its loop 'i.j.fused' "
         "cannot be bound to threadIdx.x"
@@ -477,14 +482,8 @@ def test_a_block_loop_of_a_stage_computed_inside_a_block_is_a_schedule_error() -
         s[T].compute_at(s[B], bx)
         outer, _ = s[T].split(s[T].fuse(*s[T].op.axis), factor=2)
         s[T].bind(outer, te.thread_axis(tag))
-        try:
-            func = tir.lower(s, [A, B], name="kernel")
-        except ScheduleError as err:
-            results[tag] = str(err)
-            continue
         a, b = np.arange(6, dtype="float32").reshape(2, 3), np.zeros((2, 3), "float32")
-        tir.interpret(func, [a, b])
-        results[tag] = b
+        results[tag] = _error_or_output(s, [A, B], [a, b])
     np.testing.assert_array_equal(
         results["threadIdx.x"], (np.arange(6)[::-1] + 1.0).reshape(2, 3) * 2
     )
@@ -510,14 +509,8 @@ def test_a_shared_reduction_computed_inside_a_thread_loop_is_a_schedule_error() 
         s[O].bind(t, te.thread_axis("threadIdx.x"))
         s[OL].compute_at(s[O], t)
         s[OL].set_scope(scope)
-        try:
-            func = tir.lower(s, [A, O], name="kernel")
-        except ScheduleError as err:
-            results[scope] = str(err)
-            continue
         a, o = np.arange(9, dtype="float32").reshape(3, 3), np.zeros((3, 3), "float32")
-        tir.interpret(func, [a, o])
-        results[scope] = o
+        results[scope] = _error_or_output(s, [A, O], [a, o])
     a = np.arange(9, dtype="float32").reshape(3, 3)
     np.testing.assert_allclose(results["local"], a @ a)
     assert results["shared"].startswith(
