@@ -219,9 +219,10 @@ def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
 
 
 def _legacy_broadcasts(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of `model` (opset below 7) whose broadcasts mean under numpy's rule what they meant
-    under the old one, by an Unsqueeze of the second operand (axes as an attribute, as opsets 1-12
-    write it), so the converter has nothing left to move:
+    """A copy of `model` (opset below 7; `model` itself when no node needs it) whose broadcasts
+    mean under numpy's rule what they meant under the old one, by an Unsqueeze of the second
+    operand (axes as an attribute, as opsets 1-12 write it), so the converter has nothing left
+    to move:
 
     - Add/Sub/Mul/Div/Pow with `broadcast=1` and an `axis` matched B's dimensions to A's from
       `axis` on: B gains trailing 1s up to A's rank and the `axis` goes (onnx's adapter writes
@@ -232,6 +233,8 @@ def _legacy_broadcasts(model: onnx.ModelProto) -> onnx.ModelProto:
 
     Ranks come from onnx's shape inference; a node whose ranks it cannot give is left to the
     converter."""
+    if not any(_legacy_broadcast(n) for n in model.graph.node):
+        return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     try:
@@ -247,18 +250,17 @@ def _legacy_broadcasts(model: onnx.ModelProto) -> onnx.ModelProto:
     taken = _value_names(copy.graph)
     nodes = []
     for i, node in enumerate(copy.graph.node):
-        default = node.domain in ("", "ai.onnx")
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        kind = _legacy_broadcast(node)
         extra = None  # how many trailing 1s the second operand gains
-        if default and node.op_type in _LEGACY_BROADCAST_OPS and attrs.get("broadcast") == 1:
+        if kind == "axis":
             a, b = (ranks.get(v) for v in node.input[:2])
-            if "axis" in attrs and a is not None and b is not None:
-                axis = attrs["axis"] + a if attrs["axis"] < 0 else attrs["axis"]
-                extra = a - axis - b
+            if a is not None and b is not None:
+                axis = next(x.i for x in node.attribute if x.name == "axis")
+                extra = a - (axis + a if axis < 0 else axis) - b
                 keep = [x for x in node.attribute if x.name != "axis"]
                 del node.attribute[:]
                 node.attribute.extend(keep)
-        elif default and node.op_type == "PRelu" and len(node.input) == 2:
+        elif kind == "slope":
             a, b = (ranks.get(v) for v in node.input)
             if a is not None and a > 2 and b == 1:
                 extra = a - 2
@@ -272,6 +274,18 @@ def _legacy_broadcasts(model: onnx.ModelProto) -> onnx.ModelProto:
     del copy.graph.node[:]
     copy.graph.node.extend(nodes)
     return copy
+
+
+def _legacy_broadcast(node: onnx.NodeProto) -> str | None:
+    """ "axis" for arithmetic broadcasting B from an axis, "slope" for a PRelu, else None."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "PRelu" and len(node.input) == 2:
+        return "slope"
+    names = {a.name: a for a in node.attribute}
+    if node.op_type in _LEGACY_BROADCAST_OPS and "axis" in names and "broadcast" in names:
+        return "axis" if names["broadcast"].i == 1 else None
+    return None
 
 
 #: the IR version from which initializers need not be listed as graph inputs: the converter

@@ -64,8 +64,13 @@ def _numbered(folder: Path, prefix: str) -> list[Path]:
     return sorted(folder.glob(f"{prefix}_*.pb"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
 
 
-def _data_sets(case: str, model) -> tuple[Path, list[tuple[dict, list]]]:
-    """The model file and its (feed, expected outputs) pairs."""
+def model_path(case: str) -> Path:
+    kind, name = case.split("/", 1)
+    return data_root() / kind / (f"{name}.onnx" if kind == "light" else f"{name}/model.onnx")
+
+
+def _data_sets(case: str, model) -> list[tuple[dict, list]]:
+    """The (feed, expected outputs) pairs of `case`, whose ModelProto is `model`."""
     kind, name = case.split("/", 1)
     root = data_root() / kind
     weights = {t.name for t in model.graph.initializer}
@@ -81,7 +86,7 @@ def _data_sets(case: str, model) -> tuple[Path, list[tuple[dict, list]]]:
                 if v.name not in weights
             }
         outputs = [_tensor(p) for p in _numbered(root, f"{name}_output")]
-        return root / f"{name}.onnx", [(feed, outputs)]
+        return [(feed, outputs)]
     sets = []
     for folder in sorted((root / name).glob("test_data_set_*")):
         inputs = [_tensor(p) for p in _numbered(folder, "input")]
@@ -91,7 +96,7 @@ def _data_sets(case: str, model) -> tuple[Path, list[tuple[dict, list]]]:
                 [_tensor(p) for p in _numbered(folder, "output")],
             )
         )
-    return root / name / "model.onnx", sets
+    return sets
 
 
 def _run_one(case: str) -> tuple[str, str]:
@@ -103,10 +108,8 @@ def _run_one(case: str) -> tuple[str, str]:
     from tensorforge.compiler.graph.registry import UnsupportedOpError
     from tensorforge.compiler.tir.stmt import LoweringError
 
-    kind, name = case.split("/", 1)
-    path = data_root() / kind / (f"{name}.onnx" if kind == "light" else f"{name}/model.onnx")
-    model = onnx.load(path)
-    path, sets = _data_sets(case, model)
+    path = model_path(case)
+    sets = _data_sets(case, onnx.load(path))
     try:
         module = tensorforge.compile(str(path))
     except (UnsupportedOpError, OnnxImportError, LoweringError, GraphError) as exc:
@@ -153,7 +156,10 @@ def run_all() -> dict[str, tuple[str, str]]:
 
 @functools.cache
 def expected_passing() -> frozenset[str]:
-    return frozenset(line.strip() for line in EXPECTED.read_text().splitlines() if line.strip())
+    sys.path.insert(0, str(HERE))
+    from node_suite_compiled import recorded
+
+    return recorded(EXPECTED)
 
 
 if __name__ == "__main__":

@@ -122,9 +122,33 @@ def supported_cases(ops: list[str] | None = None) -> list[str]:
         return sorted(c.name for op in ops or SUPPORTED for c in _cases().get(op, []))
 
 
+def recorded(path: Path) -> frozenset[str]:
+    """The case names listed in `path`, one a line."""
+    return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+
+
 @functools.cache
 def expected_passing() -> frozenset[str]:
-    return frozenset(line.strip() for line in EXPECTED.read_text().splitlines() if line.strip())
+    return recorded(EXPECTED)
+
+
+def assert_clean(results: dict[str, tuple[str, str]]) -> None:
+    """Every case passed or was refused clearly: none wrong, in error or crashed."""
+    bad = [
+        f"{n}: {s}: {d}" for n, (s, d) in sorted(results.items()) if s not in ("pass", "refused")
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def assert_recorded(
+    results: dict[str, tuple[str, str]], expected: frozenset[str], script: str
+) -> None:
+    """The passing cases are exactly `expected`: a regression fails, and so does an improvement
+    nobody recorded (`python script --update`)."""
+    passing = {n for n, (s, _) in results.items() if s == "pass"}
+    regressed, new = sorted(expected - passing), sorted(passing - expected)
+    assert not regressed, f"recorded as passing, now {[(n, results.get(n)) for n in regressed]}"
+    assert not new, f"newly passing (record them: python {script} --update): {new}"
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from model_data_compiled import expected_passing, run_all  # noqa: E402
+from node_suite_compiled import assert_clean, assert_recorded  # noqa: E402
 
 # the three tests share one run of every model (`results`): one worker runs them all
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.xdist_group("onnx_model_data")]
@@ -27,19 +28,13 @@ def results() -> dict[str, tuple[str, str]]:
 
 
 def test_no_model_compiles_to_a_wrong_answer_an_error_or_a_crash() -> None:
-    bad = [
-        f"{n}: {s}: {d}" for n, (s, d) in sorted(results().items()) if s not in ("pass", "refused")
-    ]
-    assert not bad, "\n".join(bad)
+    assert_clean(results())
 
 
 def test_the_passing_models_are_exactly_the_recorded_ones() -> None:
-    passing = {n for n, (s, _) in results().items() if s == "pass"}
-    expected = expected_passing()
-    regressed, new = sorted(expected - passing), sorted(passing - expected)
-    assert not regressed, f"recorded as passing, now {[(n, results().get(n)) for n in regressed]}"
-    update = f"python {Path(__file__).parent / 'model_data_compiled.py'} --update"
-    assert not new, f"newly passing (record them: {update}): {new}"
+    assert_recorded(
+        results(), expected_passing(), str(Path(__file__).parent / "model_data_compiled.py")
+    )
 
 
 def test_every_torch_opset6_export_and_every_light_zoo_model_passes(

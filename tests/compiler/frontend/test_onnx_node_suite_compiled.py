@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from node_suite_compiled import expected_passing, run_isolated, supported_cases  # noqa: E402
+from node_suite_compiled import (  # noqa: E402
+    assert_clean,
+    assert_recorded,
+    expected_passing,
+    run_isolated,
+    supported_cases,
+)
 
 # the first test runs all 1335 cases (about 10 minutes on two busy cores), past the default 600 s
 # (the three tests share one run of every case, `results`: one worker runs them all)
@@ -26,19 +32,13 @@ def results() -> dict[str, tuple[str, str]]:
 
 
 def test_no_case_compiles_to_a_wrong_answer_an_error_or_a_crash() -> None:
-    bad = [
-        f"{n}: {s}: {d}" for n, (s, d) in sorted(results().items()) if s not in ("pass", "refused")
-    ]
-    assert not bad, "\n".join(bad)
+    assert_clean(results())
 
 
 def test_the_passing_cases_are_exactly_the_recorded_ones() -> None:
-    passing = {n for n, (s, _) in results().items() if s == "pass"}
-    expected = expected_passing()
-    regressed, new = sorted(expected - passing), sorted(passing - expected)
-    assert not regressed, f"recorded as passing, now {[(n, results().get(n)) for n in regressed]}"
-    update = f"python {Path(__file__).parent / 'node_suite_compiled.py'} --update"
-    assert not new, f"newly passing (record them: {update}): {new}"
+    assert_recorded(
+        results(), expected_passing(), str(Path(__file__).parent / "node_suite_compiled.py")
+    )
 
 
 def test_compiled_node_suite_summary(capsys: pytest.CaptureFixture[str]) -> None:
