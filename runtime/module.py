@@ -32,6 +32,7 @@ import numpy as np
 
 from . import container
 from . import ndarray as nd
+from .checks import PREFIX, is_check, raise_failed
 from .device.cpu.elf import HOST_IS_ELF, elf_problem
 from .device.cpu.function import ParamSpec
 from .dtypes import storage_dtype
@@ -179,6 +180,9 @@ class Module:
 
     Attributes:
         inputs, outputs: value names with `tensors[name]` giving shape and dtype.
+        checks: the run-time checks (`runtime.checks`): uint8 scalars in the arena, read after
+            each run; one that is 0 raises `CheckFailed` with its message (an index outside
+            its axis).
         kernels: the compiled kernels; calls: the launches in execution order.
         slots: value -> arena offset (the static memory plan); arena_bytes: its size.
         constants: value -> array (weights, pre-packed where the kernels want it), read-only,
@@ -201,9 +205,11 @@ class Module:
         arena_bytes: int,
         constants: Mapping[str, np.ndarray],
         stats: Mapping[str, Any] | None = None,
+        checks: Sequence[str] = (),
     ) -> None:
         self.target = target
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self.checks = tuple(checks)
         self.tensors = dict(tensors)
         self.kernels = list(kernels)
         self.calls = list(calls)
@@ -237,6 +243,12 @@ class Module:
         for name in self.inputs:
             if name in self.constants:
                 raise ValueError(f"input {name!r} must not be a constant")
+        for name in self.checks:
+            spec = self.tensors.get(name) if isinstance(name, str) else None
+            if not is_check(name) or spec is None or (spec.shape, spec.dtype) != ((), "uint8"):
+                raise ValueError(f"check {name!r} must be a uint8 scalar named {PREFIX}...")
+            if name not in self.slots or name in self.outputs:
+                raise ValueError(f"check {name!r} must be in the arena and not an output")
         for name in self.outputs:
             if name not in self.slots and name not in self.constants:
                 raise ValueError(f"output {name!r} must be in the arena or a constant")
@@ -298,7 +310,7 @@ class Module:
         for k, call in enumerate(self.calls):
             for arg in call.args:
                 live.setdefault(arg, [k, k])[1] = k
-        for name in self.outputs:
+        for name in (*self.outputs, *self.checks):
             if name in self.slots and name not in live:
                 raise ValueError(f"output {name!r} must be an input or bound by a kernel call")
             live.setdefault(name, [len(self.calls), len(self.calls)])[1] = len(self.calls)
@@ -393,7 +405,7 @@ class Module:
             self.constants,
             calls,
             self.inputs,
-            self.outputs,
+            (*self.outputs, *self.checks),
             self._device_options,
         )
 
@@ -469,10 +481,17 @@ class Module:
 
         One module owns one arena, so runs from several Python threads take turns (a lock);
         for runs in parallel, give each thread its own module
-        (`Module.from_bytes(module.to_bytes())`)."""
+        (`Module.from_bytes(module.to_bytes())`).
+
+        Raises:
+            CheckFailed: (an IndexError) an index given at run time lies outside its axis
+                (Gather, GatherElements, GatherND, ScatterElements, ScatterND), as onnxruntime
+                refuses it: the message names the node, its input and the valid range.
+        """
         with self._lock:
             executor = self._bind_inputs(inputs)
             executor.run()
+            raise_failed(executor.views, self.checks)
             return {name: np.array(executor.views[name]) for name in self.outputs}
 
     def profile(
@@ -572,6 +591,7 @@ class Module:
             "target": self.target,
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
+            "checks": list(self.checks),
             "tensors": {n: [list(t.shape), t.dtype] for n, t in self.tensors.items()},
             "kernels": kernels,
             "calls": [[c.kernel, list(c.args), c.label] for c in self.calls],
@@ -737,4 +757,5 @@ def _from_header(
         arena_bytes=header["arena_bytes"],
         constants=constants,
         stats=stats,
+        checks=[_str(n, "a check") for n in _list(header.get("checks", []), "checks")],
     )

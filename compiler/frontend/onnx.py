@@ -54,6 +54,7 @@ from .onnx_checks import (
 )
 from .onnx_dropout import convert_dropout
 from .onnx_if import select_branches
+from .onnx_index_checks import INDEX_OPS, add_index_check
 from .onnx_load import RawWeights, load_model, read_model
 from .onnx_loop import SEQUENCE_OPS, convert_sequence_op, unroll_loop
 from .onnx_patterns import (
@@ -94,6 +95,8 @@ class _Importer:
         self.branch_results: set[str] = set()  # outputs of Ifs inlined at import
         self.sequences: dict[str, tuple[str, ...]] = {}  # sequence values: their items' names
         self.optionals: dict[str, str | None] = {}  # optional values: the value held, or None
+        self.checks: list[str] = []  # run-time index checks (onnx_index_checks): extra outputs
+        self.taken: list[str] = []  # bool scalars: the run-time If branches being converted
 
     def add_inputs(
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
@@ -211,9 +214,18 @@ class _Importer:
             inputs[3:5], outputs = self._batch_statistics(name, inputs, running, attrs), outputs[:1]
             attrs["training_mode"] = 0
         attrs = self._adjust(op, attrs, inputs, outputs, name)
+        if op in INDEX_OPS:
+            self._check_indices(op, name, inputs, attrs)
         if self._fold(op, name, inputs, outputs, attrs):
             return
         self.builder.add_node(op, inputs, attrs, name=name, outputs=outputs)
+
+    def _check_indices(self, op: str, name: str, inputs: list, attrs: dict) -> None:
+        """Refuse constant indices out of range now; check run-time ones at each run."""
+        taken = self.taken[-1] if self.taken else None
+        check = add_index_check(self.builder, op, name, inputs, attrs, len(self.checks), taken)
+        if check is not None:
+            self.checks.append(check)
 
     def _refuse_saved_statistics(self, name: str, saved: list[str]) -> None:
         """BatchNormalization-9's saved mean and variance (for a backward pass) have no
@@ -414,14 +426,14 @@ class _Importer:
             names.append(name)
         return names
 
-    def check_outputs(self, graph: Graph) -> None:
+    def check_outputs(self, graph: Graph, outputs: Sequence[str]) -> None:
         """Each output has the element type the model declares (onnxruntime refuses a file
         whose types disagree). A declared shape that differs from the computed one is a warning,
         as in onnxruntime: annotations written by onnx's shape inference can be wrong (ceil_mode
         pools, some Slices), and torch's TorchScript exporter declares an If's other branch's
         shape at times (scatter_reduce's guard on a 0-d input declares the flattened shape), so
         an If's outputs are not compared."""
-        for value, name in zip(self.model.graph.output, graph.outputs, strict=True):
+        for value, name in zip(self.model.graph.output, outputs, strict=True):
             tensor = value.type.tensor_type
             declared = np_dtype(tensor.elem_type, self.where) if tensor.elem_type else None
             if declared is not None and declared != graph.types[name].dtype:
@@ -527,7 +539,8 @@ def from_onnx(
         constant_inputs: graph inputs to bind to fixed values (they become constants).
 
     Returns:
-        A `Graph` whose outputs are the model's outputs, with inferred static types.
+        A `Graph` whose outputs are the model's outputs, with inferred static types, then its
+        run-time index checks (`runtime.checks`, named `tf.check:...`).
 
     Raises:
         OnnxImportError: malformed file, opset unknown to onnx (1 to 12 are upgraded to 13
@@ -570,8 +583,9 @@ def from_onnx(
         except UnsupportedOpError as exc:  # a variant the op's type inference refused
             items = [(op, name, opset if v is None else v) for op, name, v in exc.items]
             raise UnsupportedOpError(items, where=where) from None
-    graph = importer.builder.build(importer.distinct_outputs())
-    importer.check_outputs(graph)
+    outputs = importer.distinct_outputs()
+    graph = importer.builder.build([*outputs, *importer.checks])
+    importer.check_outputs(graph, outputs)
     return graph
 
 

@@ -43,25 +43,48 @@ def select_branches(importer: _Importer, name: str, node: onnx.NodeProto, attrs:
         missing = unsupported_nodes(branch.node, importer.opset)
         if missing:
             raise UnsupportedOpError(missing, where=f"{importer.where}: If node {name!r}")
-    results = [_convert(importer, name, node, branch, hint) for branch, hint in
-               zip(branches, ("then", "else"), strict=True)]  # fmt: skip
     scalar = importer.builder.fresh(f"{name}/cond_shape")
     importer.builder.add_constant(scalar, np.zeros(0, np.int64))
     flag = importer.builder.fresh(f"{name}/cond")
     importer.emit("Reshape", [cond, scalar], [flag], f"{name}/cond")
+    taken = _taken(importer, name, flag)
+    results = [_convert(importer, name, node, branch, hint, when) for branch, hint, when in
+               zip(branches, ("then", "else"), taken, strict=True)]  # fmt: skip
     for out, then, other in zip(node.output, *results, strict=True):
         if out:
             _check_alike(importer, name, out, then, other)
             importer.emit("Where", [flag, then, other], [out], f"{name}/{out}")
 
 
+def _taken(importer: _Importer, name: str, flag: str) -> tuple[str, str]:
+    """The bool scalars under which the then and the else branch are taken, inside the
+    branches of the Ifs around this one (their index checks hold only then)."""
+    b = importer.builder
+    (other,) = b.add_node("Not", [flag], name=f"{name}/else_taken")
+    if not importer.taken:
+        return flag, other
+    outer = importer.taken[-1]
+    (then,) = b.add_node("And", [outer, flag], name=f"{name}/then_taken")
+    (other,) = b.add_node("And", [outer, other], name=f"{name}/else_taken")
+    return then, other
+
+
 def _convert(
-    importer: _Importer, name: str, node: onnx.NodeProto, branch: onnx.GraphProto, hint: str
+    importer: _Importer,
+    name: str,
+    node: onnx.NodeProto,
+    branch: onnx.GraphProto,
+    hint: str,
+    taken: str,
 ) -> list[str]:
     if len(branch.output) != len(node.output):
         _refuse(importer, name, f"branches of {len(node.output)} outputs, not {hint}_branch's "
                 f"{len(branch.output)}")  # fmt: skip
-    results = importer.convert_subgraph(branch, f"{name}/{hint}", {})
+    importer.taken.append(taken)
+    try:
+        results = importer.convert_subgraph(branch, f"{name}/{hint}", {})
+    finally:
+        importer.taken.pop()
     for result in results:
         if result in importer.sequences or result in importer.optionals:
             kind = "a sequence" if result in importer.sequences else "an optional"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ...runtime import ndarray as nd
+from ...runtime.checks import raise_failed, split_outputs
 from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.cpu.loader import host_cpu
 from ...runtime.module import Call, KernelImage, Module, TensorSpec
@@ -314,7 +315,11 @@ def assemble_module(
     plan = graph.memory_plan
     if plan is None:
         raise GraphError(f"graph {graph.name!r} must have a memory plan")
-    for name in graph.outputs:
+    outputs, checks = split_outputs(graph.outputs)
+    # a check the folds decided: one that fails fails every run; one that holds is dropped
+    raise_failed(graph.constants, [c for c in checks if c in graph.constants])
+    checks = tuple(c for c in checks if c not in graph.constants)
+    for name in outputs:
         if name in graph.constants:
             constants[name] = graph.constants[name]
     placed = {s.value for s in plan.slots}
@@ -340,7 +345,8 @@ def assemble_module(
     return Module(
         target=target,
         inputs=graph.inputs,
-        outputs=graph.outputs,
+        outputs=outputs,
+        checks=checks,
         tensors=tensors,
         kernels=kernels,
         calls=calls,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...runtime import ndarray as nd
+from ...runtime.checks import split_outputs
 from ...runtime.dtypes import DTYPES
 
 if TYPE_CHECKING:
@@ -182,6 +183,12 @@ class Graph:
             k: v if not v.flags.writeable else _frozen_array(v) for k, v in self.constants.items()
         }
         object.__setattr__(self, "constants", MappingProxyType(consts))
+
+    @property
+    def model_outputs(self) -> tuple[str, ...]:
+        """The outputs the model declares: `outputs` without the run-time checks
+        (`runtime.checks`, named `tf.check:...`) that the ONNX importer lists after them."""
+        return split_outputs(self.outputs)[0]
 
     def replace(self, **changes: Any) -> Graph:
         """A copy with `changes`; a change of nodes drops the fusion groups and memory plan."""

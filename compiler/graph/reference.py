@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ...runtime.checks import is_check, raise_failed, split_outputs
 from .ir import Graph, GraphError, Node
 from .registry import get_op
 
@@ -44,11 +45,15 @@ def run_node(graph: Graph, node: Node, env: Mapping[str, np.ndarray]) -> dict[st
                 f"{value.dtype}{list(value.shape)}"
             )
         result[name] = value
+    # a run-time check fails here, before the node whose indices it checks (the importer puts
+    # the check first) reads out of range
+    raise_failed(result, [name for name in result if is_check(name)])
     return result
 
 
 def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Execute `graph` on `inputs` (name -> array); returns output name -> array.
+    """Execute `graph` on `inputs` (name -> array); returns output name -> array. The graph's
+    run-time checks (`runtime.checks`) raise `CheckFailed` when one fails and are not returned.
 
     >>> from tensorforge.compiler.graph import GraphBuilder
     >>> b = GraphBuilder()
@@ -62,7 +67,11 @@ def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.nd
     if graph.memory_plan is not None:
         from .passes.plan_memory import run_planned
 
-        return run_planned(graph, env)
-    for node in graph.nodes:
-        env.update(run_node(graph, node, env))
-    return {name: np.array(env[name]) for name in graph.outputs}
+        result = run_planned(graph, env)
+    else:
+        for node in graph.nodes:
+            env.update(run_node(graph, node, env))
+        result = {name: np.array(env[name]) for name in graph.outputs}
+    outputs, checks = split_outputs(graph.outputs)
+    raise_failed(result, checks)  # an index out of range: the error onnxruntime gives
+    return {name: result[name] for name in outputs}

@@ -44,7 +44,7 @@ def _run_all(model, feeds: dict[str, np.ndarray], **compile_kw):  # noqa: ANN001
     got = list(tensorforge.compile(model, **compile_kw).run(feeds).values())
     graph = from_onnx(model, **compile_kw)
     ref = run_graph(graph, feeds)
-    return want, got, [ref[o] for o in graph.outputs]
+    return want, got, [ref[o] for o in graph.model_outputs]
 
 
 def _check(model, feeds, rtol: float = 1e-4, atol: float = 1e-5, **kw) -> None:  # noqa: ANN001

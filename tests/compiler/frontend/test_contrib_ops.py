@@ -39,7 +39,7 @@ def _check(model, feeds: dict[str, np.ndarray], rtol: float = 1e-4, atol: float 
     got = list(tensorforge.compile(model).run(feeds).values())
     graph = from_onnx(model)
     ref = run_graph(graph, feeds)
-    for ours, base, theirs in zip(got, [ref[o] for o in graph.outputs], want, strict=True):
+    for ours, base, theirs in zip(got, [ref[o] for o in graph.model_outputs], want, strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol)
         np.testing.assert_allclose(base, theirs, rtol=rtol, atol=atol)
 

@@ -59,7 +59,7 @@ def _check(model: onnx.ModelProto, feed: dict, constant_inputs: dict | None = No
     )
     graph = from_onnx(model, constant_inputs=constant_inputs)
     got = tensorforge.compile(graph).run(feed)
-    for name, want in zip(graph.outputs, ref, strict=True):
+    for name, want in zip([o.name for o in model.graph.output], ref, strict=True):
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
         assert got[name].shape == want.shape
 

@@ -54,7 +54,7 @@ def test_imported_model_matches_onnxruntime(case: tuple) -> None:
     verify_graph(graph)
     got = run_graph(graph, feed)
     assert len(got) == len(want)
-    for out, ref in zip(graph.outputs, want, strict=True):
+    for out, ref in zip(graph.model_outputs, want, strict=True):
         assert got[out].shape == ref.shape
         _assert_close(got[out], ref)
 
@@ -67,7 +67,7 @@ def test_optimized_model_matches_onnxruntime(case: tuple, layout_block: int | No
     assert graph.groups is not None and graph.memory_plan is not None
     assert graph.memory_plan.peak_bytes < graph.memory_plan.naive_bytes
     got = run_graph(graph, feed)  # group by group out of the planned arena
-    for out, ref in zip(graph.outputs, want, strict=True):
+    for out, ref in zip(graph.model_outputs, want, strict=True):
         _assert_close(got[out], ref)
 
 
@@ -95,7 +95,7 @@ def test_quantized_model_matches_onnxruntime_bit_exactly() -> None:
     want = session.run(None, feed)
     for graph in (from_onnx(model), optimize(from_onnx(model))):
         got = run_graph(graph, feed)
-        for name, ref in zip(graph.outputs, want, strict=True):
+        for name, ref in zip(graph.model_outputs, want, strict=True):
             np.testing.assert_array_equal(got[name], ref)
 
 

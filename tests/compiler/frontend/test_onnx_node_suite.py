@@ -178,7 +178,7 @@ def case_graph(case) -> tuple | None:
 
 def mismatch(case, graph, got: dict, expected: list) -> str | None:
     """The first output that differs from the case's (dtype or values), or None."""
-    for name, want in zip(graph.outputs, expected, strict=True):
+    for name, want in zip(graph.model_outputs, expected, strict=True):
         try:
             assert got[name].dtype == want.dtype, f"dtype {got[name].dtype} != {want.dtype}"
             atol = max(case.atol, ATOL_OVER_CASE.get(case.name, 0.0))

@@ -150,7 +150,7 @@ def test_align_corners_interpolation_by_a_fractional_factor_matches_torch():
         want = [w.numpy() for w in net(x, v)]
     graph = optimize(from_torch(net, (x, v)))
     got = run_graph(graph, {graph.inputs[0]: x.numpy(), graph.inputs[1]: v.numpy()})
-    for name, theirs in zip(graph.outputs, want, strict=True):
+    for name, theirs in zip(graph.model_outputs, want, strict=True):
         np.testing.assert_allclose(got[name], theirs, rtol=1e-5, atol=1e-5)
 
 
@@ -172,7 +172,7 @@ def test_affine_grid_matches_torch():
     model = onnx.load_from_string(buffer.getvalue())
     assert [n.op_type for n in model.graph.node].count("AffineGrid") == 2
     got = run_graph(graph := optimize(from_onnx(model)), {graph.inputs[0]: theta.numpy()})
-    for name, want in zip(graph.outputs, Grid()(theta), strict=True):
+    for name, want in zip(graph.model_outputs, Grid()(theta), strict=True):
         np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-5, atol=1e-6)
 
 

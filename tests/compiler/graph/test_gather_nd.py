@@ -60,17 +60,23 @@ graph = oh.make_graph(
      oh.make_tensor_value_info("i", TensorProto.INT64, i.shape)],
     [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)])
 model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
-print(json.dumps(tensorforge.compile(model).run({"x": x, "i": i})["y"].tolist()))
+module = tensorforge.compile(model)
+print(json.dumps(module.run({"x": x, "i": i % 3})["y"].tolist()))  # in range: computed
+try:
+    module.run({"x": x, "i": i})
+except IndexError as exc:
+    print(json.dumps([type(exc).__name__, str(exc)]))
 """
 
 
 @pytest.mark.parametrize("index", [10**9, -(10**9), 2**32 + 1])
 @pytest.mark.parametrize("op", ["Gather", "GatherElements", "GatherND"])
-def test_run_time_indices_out_of_range_never_read_outside_the_data(op, index) -> None:
-    """An index outside [-n, n) is an error for onnxruntime; the kernels have no error channel,
-    so it is clamped into its axis (TVM's take) and the kernel never reads past the data (an
-    index of 10**9 read far outside it and crashed the process; 2**32 + 1 wrapped to 1). In a
-    child process, so a crash is a failure."""
+def test_run_time_indices_out_of_range_raise_and_never_read_outside_the_data(op, index) -> None:
+    """An index outside [-n, n) is an error for onnxruntime, and the run raises
+    `CheckFailed` naming the node and the range (`runtime.checks`); the kernels themselves
+    clamp it into its axis, so they never read past the data on the way (an index of 10**9
+    read far outside it and crashed the process; 2**32 + 1 wrapped to 1). The same module
+    then computes in-range indices exactly. In a child process, so a crash is a failure."""
     import json
     import subprocess
     import sys
@@ -80,16 +86,17 @@ def test_run_time_indices_out_of_range_never_read_outside_the_data(op, index) ->
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
-    got = np.array(json.loads(run.stdout.strip().splitlines()[-1]), np.float32)
+    lines = run.stdout.strip().splitlines()
+    got = np.array(json.loads(lines[-2]), np.float32)
+    kind, message = json.loads(lines[-1])
+    assert kind == "CheckFailed"
+    assert f"{op} node" in message and "input 'i' holds an index outside" in message
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    if op == "Gather":  # rows clamped into [0, 3)
-        np.testing.assert_array_equal(got, x[[[0, 2 if index > 0 else 0], [2, 2]]])
-        return
-    # GatherElements and GatherND gather from the flat data: the in-range picks are exact, the
-    # out-of-range one is some element of the data
-    bad = (slice(None), 1) if op == "GatherElements" else (1,)
-    want = x[:, [0, 0, 1, 3]] if op == "GatherElements" else np.array([1, 0], np.float32)
-    keep = np.ones(got.shape, bool)
-    keep[bad] = False
-    np.testing.assert_array_equal(got[keep], want[keep])
-    assert np.isin(got[bad], x).all()
+    if op == "Gather":
+        want = x[np.array([[0, index], [2, -1]]) % 3]
+    elif op == "GatherElements":
+        want = np.take_along_axis(x, np.array([[0, index, 1, 3]] * 3) % 3, axis=1)
+    else:
+        i = np.array([[0, 1], [index, 2]]) % 3
+        want = x[i[:, 0], i[:, 1]]
+    np.testing.assert_array_equal(got, want)
