@@ -77,6 +77,7 @@ def _digest_line(data: bytes, magic: bytes, legacy: tuple[int, ...], header: dic
 
 def _inspect_module(path: str, data: bytes, list_kernels: bool) -> list[str]:
     from .runtime import container
+    from .runtime.checks import check_message
     from .runtime.module import (
         LEGACY_VERSIONS,
         MAGIC,
@@ -106,6 +107,8 @@ def _inspect_module(path: str, data: bytes, list_kernels: bool) -> list[str]:
         f"  kernels    {len(module.kernels)} "
         f"({', '.join(f'{kind} {n}' for kind, n in sorted(kinds.items()))})",
         f"  calls      {len(module.calls)}",
+        f"  checks     {len(module.checks)}"
+        + "".join(f"\n    {check_message(c)}" for c in module.checks),
         f"  arena      {module.arena_bytes} B, {len(module.slots)} slots",
         f"  constants  {len(module.constants)}, "
         f"{sum(v.nbytes for v in module.constants.values())} B",

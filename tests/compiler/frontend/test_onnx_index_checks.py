@@ -147,3 +147,17 @@ def test_a_module_refuses_a_check_that_is_not_a_uint8_scalar() -> None:
             tensors=module.tensors, kernels=module.kernels, calls=module.calls,
             slots=module.slots, arena_bytes=module.arena_bytes, constants=module.constants,
         )  # fmt: skip
+
+
+def test_inspect_lists_a_saved_modules_checks(tmp_path, capsys) -> None:
+    import argparse
+
+    from tensorforge import cli_inspect
+
+    path = tmp_path / "g.tfm"
+    tensorforge.compile(_model(*CASES["Gather-axis1"][:3], None)).save(path)
+    parser = argparse.ArgumentParser()
+    cli_inspect.add_inspect_command(parser.add_subparsers(dest="command"))
+    assert cli_inspect.run_inspect(parser.parse_args(["inspect", str(path)])) == 0
+    out = capsys.readouterr().out
+    assert "  checks     1\n    Gather node 'pick': input 'i' holds an index outside [-4, 3]" in out
