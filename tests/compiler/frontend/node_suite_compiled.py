@@ -59,10 +59,7 @@ def _run_one(case) -> tuple[str, str]:
 
 
 def _worker(names: list[str]) -> None:
-    sys.path.insert(0, str(HERE))
-    from test_onnx_node_suite import _cases
-
-    by_name = {c.name: c for cases in _cases().values() for c in cases}
+    by_name = {c.name: c for cases in _all_cases().values() for c in cases}
     for name in names:
         print(json.dumps({"start": name}), flush=True)
         status, detail = _run_one(by_name[name])
@@ -108,18 +105,29 @@ def run_isolated(
     return results
 
 
+def _all_cases() -> dict[str, list]:
+    """op -> its cases and their function-expanded variants."""
+    sys.path.insert(0, str(HERE))
+    from test_onnx_node_suite import _cases, expanded_cases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain, expanded = _cases(), expanded_cases()
+    return {op: plain.get(op, []) + expanded.get(op, []) for op in {*plain, *expanded}}
+
+
 def supported_cases(ops: list[str] | None = None) -> list[str]:
     """Every case of the ops the importer supports (test_onnx_node_suite.SUPPORTED), or of
-    those of `ops`."""
+    those of `ops`, with the cases' function-expanded variants (`_expanded`: the op written
+    as a graph of primitive ops)."""
     sys.path.insert(0, str(HERE))
-    from test_onnx_node_suite import SUPPORTED, _cases
+    from test_onnx_node_suite import SUPPORTED
 
     unknown = sorted(set(ops or ()) - set(SUPPORTED))
     if unknown:
         raise SystemExit(f"ops must be among test_onnx_node_suite.SUPPORTED, not {unknown}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return sorted(c.name for op in ops or SUPPORTED for c in _cases().get(op, []))
+    cases = _all_cases()
+    return sorted(c.name for op in ops or SUPPORTED for c in cases.get(op, []))
 
 
 def recorded(path: Path) -> frozenset[str]:

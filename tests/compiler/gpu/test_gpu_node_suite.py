@@ -1,7 +1,9 @@
 """ONNX's backend node cases through the GPU back-end: every case the CPU back-end compiles and
 passes (the set tests/compiler/frontend/test_onnx_node_suite_compiled.py asserts) must compile for
 OpenCL and give the case's expected outputs (the suite's own data: independent of both
-back-ends), run on PoCL."""
+back-ends), run on PoCL. The cases' function-expanded variants, which the CPU suite also runs,
+are left out here to keep the suite's time (all 444 passed on PoCL when they were added,
+docs/graph.md)."""
 
 from __future__ import annotations
 
@@ -54,4 +56,4 @@ def test_opencl_node_suite_summary(capsys: pytest.CaptureFixture[str]) -> None:
     total = sum(_results(op)[0] for op in SUPPORTED)
     with capsys.disabled():
         print(f"\nONNX backend node cases on OpenCL (PoCL): {total} passed")
-    assert total == len(expected_passing())
+    assert total == len({name for name in expected_passing() if "_expanded" not in name})
