@@ -58,7 +58,7 @@ def max_pool_separable(
     x = ctx.get(node.inputs[0])
     n, c, h, w, *block = x.shape
     shape = ctx.type_of(node.outputs[0]).shape
-    low = te.min_value(x.dtype)
+    low = te.lowest(x.dtype)  # padding never wins, even over -inf
     ry, rx = te.reduce_axis((0, kernel[0]), "ry"), te.reduce_axis((0, kernel[1]), "rx")
 
     def fcol(nn: Any, cc: Any, y: Any, xx: Any, *ci: Any) -> Any:
@@ -103,7 +103,7 @@ def _pool_generic(
     x = ctx.get(node.inputs[0])
     shape = ctx.type_of(node.outputs[0]).shape
     raxes = [te.reduce_axis((0, k), f"r{a}") for a, k in enumerate(kernel)]
-    low = te.min_value(x.dtype) if kind == "max" else te.const(0, x.dtype)
+    low = te.lowest(x.dtype) if kind == "max" else te.const(0, x.dtype)
     read, extra = window_source(x, shape, kernel, begin, st, dil, low)
 
     def body(n: Any, c: Any, *o: Any) -> Any:

@@ -1,6 +1,7 @@
 """Regressions of the defect families the differential op fuzzer (benchmarks/op_fuzz.py) found,
 each checked against onnxruntime, compiled for the CPU: Slice's clamping of starts and ends,
-pools with auto_pad SAME and dilations, Celu with alpha 0."""
+pools with auto_pad SAME and dilations, Celu with alpha 0; and of the graph fuzzer
+(benchmarks/graph_fuzz.py): max pooling's padding against -inf."""
 
 from __future__ import annotations
 
@@ -214,3 +215,53 @@ def test_clip_absent_bound_is_the_finite_extreme_like_onnxruntime(bounds, dtype)
     )
     got, want = _run_both(model, {"x": x})
     np.testing.assert_array_equal(got, want)
+
+
+def _reference(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(model).run(None, feed)
+
+
+@pytest.mark.parametrize(("kernel", "dilation"), [(2, 1), (3, 1), (2, 2), (3, 2)])
+def test_max_pool_padding_never_wins_over_minus_infinity(kernel: int, dilation: int) -> None:
+    # (graph fuzzer) the padding of the separable, generic and topi max pools was the lowest
+    # finite value, so a padded window of -inf gave -3.4e38 (ONNX's reference evaluator and our
+    # own reference executor: -inf; onnxruntime gives -inf for dilated windows, and mixes
+    # -inf and -3.4e38 by position for undilated ones, so the spec's evaluator is the oracle)
+    x = np.full((1, 2, 5, 6), -np.inf, np.float32)
+    x[0, 1, 2:, 3:] = np.arange(9, dtype=np.float32).reshape(3, 3)
+    attrs = {"kernel_shape": [kernel] * 2, "pads": [1] * 4, "dilations": [dilation] * 2}
+    model = _model(helper.make_node("MaxPool", ["x"], ["y"], **attrs), x, {})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, _reference(model, {"x": x})[0])
+    if dilation > 1:
+        np.testing.assert_array_equal(got, _onnxruntime(model, {"x": x}))
+
+
+def test_blocked_max_pool_padding_never_wins_over_minus_infinity() -> None:
+    # the same in a chain the CPU keeps in NCHW16c (conv -> add -inf to a channel -> padded
+    # max pool -> conv): the pool's output, unblocked, is -inf in that channel
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 16, 5, 5)).astype(np.float32)
+    shift = np.zeros((16, 1, 1), np.float32)
+    shift[3] = -np.inf
+    inits = {"w1": rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1,
+             "w2": rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1,
+             "shift": shift}  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1] * 4),
+        helper.make_node("Add", ["c", "shift"], ["a"]),
+        helper.make_node("MaxPool", ["a"], ["y"], kernel_shape=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["y", "w2"], ["z"], pads=[1] * 4),
+    ]
+    graph = helper.make_graph(
+        nodes, "blocked", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_empty_tensor_value_info("y"), helper.make_empty_tensor_value_info("z")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    got = tensorforge.compile(model).run({"x": x})
+    want = _reference(model, {"x": x})[0]
+    assert np.isneginf(want[0, 3]).all()
+    np.testing.assert_allclose(got["y"], want, rtol=1e-5, atol=1e-5)
