@@ -179,14 +179,15 @@ def worker(target: str) -> None:
 class Driver:
     """One worker process at a time, restarted after a crash or a hang."""
 
-    def __init__(self, timeout_s: float, target: str = "llvm") -> None:
+    def __init__(self, timeout_s: float, target: str = "llvm", script: str = __file__) -> None:
         self.timeout_s = timeout_s
         self.target = target
+        self.script = script  # a fuzzer whose `--worker` reads case names (graph_fuzz.py too)
         self.proc: subprocess.Popen | None = None
 
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, __file__, "--worker", "--target", self.target]
+        cmd = [sys.executable, self.script, "--worker", "--target", self.target]
         self.buffer = b""
         return subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
