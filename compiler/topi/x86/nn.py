@@ -50,7 +50,7 @@ def pool2d(
     oh, ow = (h + 2 * padding - size) // stride + 1, (w + 2 * padding - size) // stride + 1
     if oh < 1 or ow < 1:
         raise ValueError(f"pool2d: output size must be positive, not {oh}x{ow}")
-    low = te.lowest(data.dtype) if kind == "max" else te.const(0, data.dtype)
+    low = te.min_value(data.dtype) if kind == "max" else te.const(0, data.dtype)
     ry, rx = te.reduce_axis((0, size), "ry"), te.reduce_axis((0, size), "rx")
 
     def window(nn: te.Expr, cc: te.Expr, y: te.Expr, x: te.Expr) -> te.Expr:
