@@ -41,8 +41,8 @@ def test_graph_cases_are_deterministic_dags_of_the_promised_ops() -> None:
 
 
 def test_a_short_graph_fuzz_run_finds_nothing() -> None:
-    results = graph_fuzz.fuzz(seed=11, cases=16, max_nodes=20, timeout_s=120, keep=False)
-    assert len(results) == 16
+    results = graph_fuzz.fuzz(seed=11, cases=20, max_nodes=30, timeout_s=120, keep=False)
+    assert len(results) == 20
     bad = [r for r in results if r["outcome"] in graph_fuzz.DEFECTS]
     assert not bad, graph_fuzz.summarize(results)
-    assert sum(r["outcome"] == "match" for r in results) >= 12
+    assert sum(r["outcome"] == "match" for r in results) >= 16
