@@ -110,7 +110,12 @@ def _window_nan_first(x: Any, pads: Sequence, st: Sequence, dil: Sequence) -> An
         pos = []
         for o, s, d, p, size in zip(out, st, dil, pads, spatial, strict=True):
             start = o * s - p  # the first tap inside the image: start + r * d >= 0
-            first = start + te.max((d - 1 - start) // d, 0) * d if p else start
+            if not p:
+                first = start
+            elif d == 1:
+                first = te.max(start, 0)
+            else:
+                first = start + te.max((d - 1 - start) // d, 0) * d
             pos.append(te.min(first, size - 1))  # (a ceil_mode window may start past it)
         value = x((n, c, *pos, *block))
         return te.select(value != value, value, v)
