@@ -71,14 +71,16 @@ def worker(target: str) -> None:
 
 def family(result: dict) -> str:
     """Groups defects with one likely cause: the outcome and the error's type and location, or
-    the kind of difference."""
+    the op making the first output that differs (outputs are named `<op>_<n>`) and how."""
     detail = result["detail"]
     if result["outcome"] == "error":
         return f"error {detail.split(':')[0]} at {detail.rsplit(' at ', 1)[-1]}"
     if result["outcome"] == "refused":
         return "refused " + detail.split(":")[0] + ": " + " ".join(detail.split()[1:6])
     if result["outcome"] == "mismatch":
-        return "mismatch " + " ".join(detail.split(":")[1].split()[:2])
+        output, how = detail.split(":", 1)
+        kind = "values" if "differ" in how.split(",")[0] else how.split()[0]
+        return f"mismatch {output.rsplit('_', 1)[0]} {kind}"
     return result["outcome"]
 
 
@@ -120,19 +122,22 @@ def fuzz(seed: int, cases: int, max_nodes: int = 30, budget_s: float = 1e9,
 
 
 def summarize(results: list[dict]) -> str:
+    """A table of the outcomes, then one line per group of non-matching cases (defects by
+    family, refusals by reason, onnxruntime's skips and deviations)."""
     counts = Counter(r["outcome"] for r in results)
-    ok = counts["match"]
     defects = sum(counts[o] for o in DEFECTS)
     lines = [
-        "| cases | ok | refused | ort-skip | defects |",
-        "|---:|---:|---:|---:|---:|",
-        f"| {len(results)} | {ok} | {counts['refused']} | {counts['ort-skip']} | {defects} |",
+        "| cases | ok | refused | ort-skip | ort-deviates | defects |",
+        "|---:|---:|---:|---:|---:|---:|",
+        f"| {len(results)} | {counts['match']} | {counts['refused']} | {counts['ort-skip']} "
+        f"| {counts['ort-deviates']} | {defects} |",
     ]
     groups: dict[str, list[str]] = defaultdict(list)
     for r in results:
-        if r["outcome"] in (*DEFECTS, "refused", "ort-skip"):
-            groups[family(r) if r["outcome"] != "ort-skip" else "ort-skip " + r["detail"][:60]]\
-                .append(r["case"])  # fmt: skip
+        if r["outcome"] in ("ort-skip", "ort-deviates"):
+            groups[f"{r['outcome']} {r['detail'][:60]}"].append(r["case"])
+        elif r["outcome"] != "match":
+            groups[family(r)].append(r["case"])
     for key, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"  {len(names):4}  {key[:150]}  e.g. {', '.join(names[:3])}")
     return "\n".join(lines)
