@@ -75,8 +75,10 @@ def max_pool_separable(
 
     red = te.compute(shape, frow, name="pool")
     out = red
-    if tail.nodes:
-        out = te.compute(shape, lambda *i: tail.epilogue(red[i], i), name="out")
+    first = _window_nan_first(x, pads, st, [1] * len(pads))
+    if tail.nodes or first is not None:
+        finish = first or (lambda v, i: v)
+        out = te.compute(shape, lambda *i: tail.epilogue(finish(red[i], i), i), name="out")
     s = te.create_schedule(out.op)
     if block:  # rows in parallel, the channel block in vector lanes (a fused column axis would
         # leave the column pass no bound narrower than the whole row)
@@ -93,6 +95,34 @@ def max_pool_separable(
     return s, [out]
 
 
+def _window_nan_first(x: Any, pads: Sequence, st: Sequence, dil: Sequence) -> Any:
+    """A float max pool's NaN rule, ReduceMax's (`_nan_first`): the max skips NaN, but a NaN
+    at the window's first position inside the image is the result, so a window of NaN only
+    gives NaN (not -inf). None for integers. `x` is `[N, C, *spatial]`, or blocked
+    `[N, C/c, H, W, c]` (the trailing block axis is not pooled)."""
+    if np.dtype(x.dtype).kind != "f":
+        return None
+    spatial = x.shape[2 : 2 + len(pads)]
+
+    def post(v: Any, i: Index) -> Any:
+        n, c, *rest = i
+        out, block = rest[: len(pads)], rest[len(pads) :]
+        pos = []
+        for o, s, d, p, size in zip(out, st, dil, pads, spatial, strict=True):
+            start = o * s - p  # the first tap inside the image: start + r * d >= 0
+            if not p:
+                first = start
+            elif d == 1:
+                first = te.max(start, 0)
+            else:
+                first = start + te.max((d - 1 - start) // d, 0) * d
+            pos.append(te.min(first, size - 1))  # (a ceil_mode window may start past it)
+        value = x((n, c, *pos, *block))
+        return te.select(value != value, value, v)
+
+    return post
+
+
 def _pool_generic(
     ctx: GroupContext, node: Node, tail: Tail, kind: str, kernel: tuple, geometry: tuple
 ) -> Result:
@@ -103,7 +133,10 @@ def _pool_generic(
     x = ctx.get(node.inputs[0])
     shape = ctx.type_of(node.outputs[0]).shape
     raxes = [te.reduce_axis((0, k), f"r{a}") for a, k in enumerate(kernel)]
-    low = te.min_value(x.dtype) if kind == "max" else te.const(0, x.dtype)
+    # max padding: the lowest finite value, as onnxruntime's pools (a padded window of -inf
+    # gives -3.4e38), but -inf in a dilated window, as its dilated kernel (and the ONNX spec)
+    low = (te.lowest if max(dil) > 1 else te.min_value)(x.dtype)
+    low = low if kind == "max" else te.const(0, x.dtype)
     read, extra = window_source(x, shape, kernel, begin, st, dil, low)
 
     def body(n: Any, c: Any, *o: Any) -> Any:
@@ -111,7 +144,7 @@ def _pool_generic(
         return (te.max if kind == "max" else te.sum)(read(n, c, *pos), axis=raxes)
 
     red = te.compute(shape, body, name="pool")
-    post = None
+    post = _window_nan_first(x, begin, st, dil) if kind == "max" else None
     if kind == "avg":
         include = bool(full_attrs(node)["count_include_pad"])
         lows = [-b for b in begin] if include else [0] * len(kernel)

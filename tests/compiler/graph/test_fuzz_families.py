@@ -1,6 +1,7 @@
 """Regressions of the defect families the differential op fuzzer (benchmarks/op_fuzz.py) found,
 each checked against onnxruntime, compiled for the CPU: Slice's clamping of starts and ends,
-pools with auto_pad SAME and dilations, Celu with alpha 0."""
+pools with auto_pad SAME and dilations, Celu with alpha 0; and of the graph fuzzer
+(benchmarks/graph_fuzz.py): a dilated max pool's padding, max pool windows of NaN only."""
 
 from __future__ import annotations
 
@@ -214,3 +215,85 @@ def test_clip_absent_bound_is_the_finite_extreme_like_onnxruntime(bounds, dtype)
     )
     got, want = _run_both(model, {"x": x})
     np.testing.assert_array_equal(got, want)
+
+
+def _reference(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(model).run(None, feed)
+
+
+@pytest.mark.parametrize("kernel", [2, 3])
+def test_dilated_max_pool_padding_is_minus_infinity(kernel: int) -> None:
+    # (graph fuzzer) a dilated max pool padded with the lowest finite value, so a padded window
+    # of -inf gave -3.4e38 (onnxruntime's dilated kernel and ONNX's reference evaluator: -inf;
+    # undilated, onnxruntime's pools give -3.4e38 there, which ours keep:
+    # tests/compiler/gpu/test_gpu_edge_cases.py)
+    x = np.full((1, 2, 5, 6), -np.inf, np.float32)
+    x[0, 1, 2:, 3:] = np.arange(9, dtype=np.float32).reshape(3, 3)
+    attrs = {"kernel_shape": [kernel] * 2, "pads": [1] * 4, "dilations": [2, 2]}
+    model = _model(helper.make_node("MaxPool", ["x"], ["y"], **attrs), x, {})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, _reference(model, {"x": x})[0])
+    np.testing.assert_array_equal(got, _onnxruntime(model, {"x": x}))
+
+
+# (kernel, dilation, pads, rank): the separable pool (undilated 2-D), the generic one (dilated,
+# 1-D), with and without padding
+NAN_POOLS = [(2, 1, 0, 2), (3, 1, 1, 2), (2, 2, 1, 2), (3, 1, 1, 1), (2, 1, 0, 1)]
+
+
+@pytest.mark.parametrize(("kernel", "dilation", "pad", "rank"), NAN_POOLS)
+def test_max_pool_window_of_nan_only_is_nan(kernel, dilation, pad, rank) -> None:
+    # (graph fuzzer, seed 3 case 145: a batch norm of negative variance) a window of NaN only
+    # gave -inf, or -3.4e38 padded; onnxruntime gives NaN for the 2-D undilated and dilated
+    # windows, but -3.4e38 (a scan from the lowest finite value) for 1-D ones and 2-D windows
+    # that overlap the padding, and onnx's reference evaluator fails on them; ours is NaN, as
+    # numpy's max. A NaN among numbers follows ReduceMax's rule (first in the window wins)
+    # where onnxruntime's vector lanes decide, so a whole NaN channel is compared, next to
+    # NaN-free ones
+    x = np.random.default_rng(1).standard_normal((2, 3, *[7] * rank)).astype(np.float32)
+    x[0, 1] = np.nan
+    attrs = {"kernel_shape": [kernel] * rank, "pads": [pad] * 2 * rank,
+             "dilations": [dilation] * rank}  # fmt: skip
+    model = _model(helper.make_node("MaxPool", ["x"], ["y"], **attrs), x, {})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    want = _onnxruntime(model, {"x": x})
+    assert np.isnan(got[0, 1]).all()
+    if rank == 2 and (dilation > 1 or not pad):
+        assert np.isnan(want[0, 1]).all()
+    got[0, 1], want[0, 1] = 0, 0
+    np.testing.assert_array_equal(got, want)
+
+
+def _blocked_pool_chain(shift: np.ndarray) -> tuple[onnx.ModelProto, np.ndarray]:
+    """conv -> add `shift` per channel -> padded max pool -> conv, kept in NCHW16c on the CPU;
+    outputs the pool's `y` and the last conv's `z`."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 16, 5, 5)).astype(np.float32)
+    inits = {"w1": rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1,
+             "w2": rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1,
+             "shift": shift}  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1] * 4),
+        helper.make_node("Add", ["c", "shift"], ["a"]),
+        helper.make_node("MaxPool", ["a"], ["y"], kernel_shape=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["y", "w2"], ["z"], pads=[1] * 4),
+    ]
+    graph = helper.make_graph(
+        nodes, "blocked", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_empty_tensor_value_info("y"), helper.make_empty_tensor_value_info("z")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model, x
+
+
+def test_blocked_max_pool_window_of_nan_only_is_nan() -> None:
+    shift = np.zeros((16, 1, 1), np.float32)
+    shift[5] = np.nan
+    model, x = _blocked_pool_chain(shift)
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    want = _onnxruntime(model, {"x": x})
+    assert np.isnan(want[0, 5]).all()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
