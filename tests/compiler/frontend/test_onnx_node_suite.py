@@ -83,13 +83,18 @@ def expanded_cases() -> dict[str, list]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = node.collect_testcases()
-    op_of = {c.name: c.model.graph.node[0].op_type for c in cases if "_expanded" not in c.name}
+    plain = {c.name: c for c in cases if "_expanded" not in c.name}
     by_op: dict[str, list] = {}
     for case in cases:
-        base = case.name.partition("_expanded")[0]
-        if "_expanded" in case.name and base in op_of:
-            by_op.setdefault(op_of[base], []).append(case)
+        base = plain.get(case.name.partition("_expanded")[0])
+        if "_expanded" in case.name and base is not None:
+            by_op.setdefault(base.model.graph.node[0].op_type, []).append(case)
+            _PLAIN_MODEL[case.name] = base.model
     return by_op
+
+
+# expanded case -> its plain case's model, whose op decides which inputs are shapes
+_PLAIN_MODEL: dict[str, onnx.ModelProto] = {}
 
 
 def _lift_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -192,7 +197,9 @@ def case_graph(case) -> tuple | None:
         return None
     if case.name in ONNXRUNTIME_OVER_REFERENCE:
         expected = _onnxruntime_outputs(model, inputs)
-    consts = _shape_inputs(model, list(inputs))
+    # an expanded case binds the inputs its plain case binds (a window's length, AffineGrid's
+    # size, Range's limits: what its op needs as constants, now read by primitive ops)
+    consts = _shape_inputs(_PLAIN_MODEL.get(case.name, model), list(inputs))
     graph = from_onnx(model, constant_inputs=consts)
     names = [v.name for v in model.graph.input]
     feed = {n: v for n, v in zip(names, inputs, strict=False) if n not in consts}

@@ -2,7 +2,7 @@
 passes (the set tests/compiler/frontend/test_onnx_node_suite_compiled.py asserts) must compile for
 OpenCL and give the case's expected outputs (the suite's own data: independent of both
 back-ends), run on PoCL. The cases' function-expanded variants, which the CPU suite also runs,
-are left out here to keep the suite's time (all 444 passed on PoCL when they were added,
+are left out here to keep the suite's time (all 458 passed on PoCL when they were added,
 docs/graph.md)."""
 
 from __future__ import annotations
