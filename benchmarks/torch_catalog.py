@@ -1078,7 +1078,13 @@ def export(name: str) -> dict[str, Any]:
                         dynamic_axes=dynamic,
                     )
                 else:
-                    torch.onnx.export(module, xs, dynamo=True, opset_version=18).save(str(path))
+                    shapes = None
+                    if exporter == "dynamo-dynamic":  # the exporter decides which stay symbolic
+                        shapes = tuple({0: torch.export.Dim.AUTO} if x.dim() else {} for x in xs)
+                    program = torch.onnx.export(
+                        module, xs, dynamo=True, opset_version=18, dynamic_shapes=shapes
+                    )
+                    program.save(str(path))
             break
         except Exception as exc:  # noqa: BLE001 - an exporter's failure is a row
             errors.append(f"{exporter}: {_first_line(exc)}")
@@ -1264,7 +1270,8 @@ def main() -> int:
         default="dynamo,ts",
         help="torch exporters to try in order (default dynamo, then ts where it fails); "
         "'ts' alone runs the catalog through the TorchScript exporter (build/torch_catalog/ts), "
-        "'ts-dynamic' through it with every input's first dimension symbolic ('batch')",
+        "'ts-dynamic' through it with every input's first dimension symbolic ('batch'), "
+        "'dynamo-dynamic' through the dynamo one with each first dimension Dim.AUTO",
     )
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--check", help=argparse.SUPPRESS)
