@@ -3,7 +3,12 @@
 A `PrimFunc` becomes `void name(ptr arg0, ptr arg1, ...)`: one `noalias` data pointer per
 parameter buffer (arguments must not overlap). Loops run as follows:
 
-- serial / unrolled (what `unroll` left): an ordinary counted loop;
+- serial / unrolled (what `unroll` left): an ordinary counted loop; one whose body loads, only
+  under a condition, at an index that is no affine function of its variable (a Gather's
+  table at `i % 4` inside a Pad's bounds test) is marked `llvm.loop.vectorize.enable false`:
+  LLVM 22's loop vectorizer turns such a load into one contiguous masked load, reading
+  other elements than the loop's (wrong answers, and crashes when the addresses leave the
+  buffer: `torch.nn.Unfold` with padding and dilation, benchmarks/torch_catalog.py);
 - vectorized with a constant extent whose body is stores of expressions: one iteration over
   `<extent x T>` vectors, in power-of-two runs when the extent is not one (contiguous accesses
   become vector loads/stores, others gathers and scatters); any other vectorized loop runs
@@ -106,6 +111,7 @@ class CodeGenLLVM(ExprEmitter):
         self.vloop: VectorLoop | None = None
         self.ana = Analyzer()
         self.outlined = 0
+        self._no_vectorize: ir.MDValue | None = None
 
     # ---- ExprEmitter hooks ------------------------------------------------------------------
 
@@ -266,9 +272,41 @@ class CodeGenLLVM(ExprEmitter):
         self.stmt(s.body)
         nxt = bld.add(i, ir.Constant(i.type, 1))
         i.add_incoming(nxt, bld.block)
-        bld.branch(header)
+        back = bld.branch(header)
+        if self.has_guarded_irregular_load(s):
+            back.set_metadata("llvm.loop", self.no_vectorize_loop_id())
         bld.position_at_end(exit_)
         del self.state.vars[s.var]
+
+    def has_guarded_irregular_load(self, s: For) -> bool:
+        """Whether a load that runs only under a condition (an `if_then_else` branch, an
+        `IfThenElse` statement) reads at an index that is not affine in `s`'s variable."""
+        for node in walk(s.body):
+            if isinstance(node, Call) and node.name == "if_then_else":
+                branches: tuple = tuple(node.args[1:])
+            elif isinstance(node, IfThenElse):
+                branches = (node.then_case, node.else_case) if node.else_case else (node.then_case,)
+            else:
+                continue
+            for branch in branches:
+                for inner in walk(branch):
+                    if isinstance(inner, BufferLoad) and any(
+                        self.ana.linear_in(index, s.var) is None for index in inner.indices
+                    ):
+                        return True
+        return False
+
+    def no_vectorize_loop_id(self) -> ir.MDValue:
+        """The loop ID (self-referential, as LLVM requires) that keeps LLVM's loop vectorizer
+        off a loop (see the module docstring: its masked loads at irregular indices)."""
+        if self._no_vectorize is None:
+            hint = self.module.add_metadata(
+                [ir.MetaDataString(self.module, "llvm.loop.vectorize.enable"), ir.IntType(1)(0)]
+            )
+            loop_id = self.module.add_metadata([hint])
+            loop_id.operands = (loop_id, hint)
+            self._no_vectorize = loop_id
+        return self._no_vectorize
 
     # ---- vectorized loops -------------------------------------------------------------------
 

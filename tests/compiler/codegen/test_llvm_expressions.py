@@ -164,6 +164,31 @@ def test_if_then_else_does_not_evaluate_the_untaken_branch() -> None:
     np.testing.assert_array_equal(p, np.pad(a, 2, constant_values=-1.0))
 
 
+def test_a_guarded_load_at_a_modulo_index_reads_each_lanes_element() -> None:
+    # torch.nn.Unfold with padding (benchmarks/torch_catalog.py): rows and columns are a
+    # Gather table's entries at o//3%3*4 + i//4 and o%3*4 + i%4, the column read under the
+    # padding's bounds test. LLVM 22's loop vectorizer read the column entries of lanes 0..7
+    # as one contiguous masked load (lanes 4..7 took entries 4..7, not 0..3): wrong values,
+    # or a crash past the table's end (padded here so that the failure is a wrong value)
+    table = np.array([0, 2, 4, 6, 2, 4, 6, 8, 4, 6, 8, 10] + [3] * 20, np.int64)
+    A = te.placeholder((121,), name="A")
+    T = te.placeholder(table.shape, dtype="int64", name="T")
+
+    def unfold(o, i):  # noqa: ANN001, ANN202
+        row = te.cast(T[o // 3 % 3 * 4 + i // 4], "int32")
+        col = te.cast(T[o % 3 * 4 + i % 4], "int32")
+        return te.if_then_else(row - 1 >= 0, A[row * 11 + col], 0.0)
+
+    C = te.compute((18, 16), unfold, name="C")
+    f = build(tir.lower(te.create_schedule(C.op), [A, T, C], name="unfold"))
+    a = np.random.default_rng(2).standard_normal(121).astype("float32")
+    c = np.zeros((18, 16), "float32")
+    f(a, table, c)
+    o, i = np.meshgrid(np.arange(18), np.arange(16), indexing="ij")
+    row, col = table[o // 3 % 3 * 4 + i // 4], table[o % 3 * 4 + i % 4]
+    np.testing.assert_array_equal(c, np.where(row >= 1, a[row * 11 + col], 0.0))
+
+
 SHIFT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 

@@ -400,6 +400,28 @@ def test_aspp_on_a_map_smaller_than_its_dilations() -> None:
     _check(model, {"x": rng.standard_normal((1, 16, 6, 5)).astype(np.float32)})
 
 
+def test_unfold_with_padding_and_dilation_as_the_dynamo_exporter_writes_it() -> None:
+    # torch.nn.Unfold(3, dilation=2, padding=1, stride=2) on a 2x9x9 map (torch 2.14, dynamo):
+    # Pad, a Gather of the rows and one of the columns (2-D index tables), Transpose, Reshape.
+    # One injective kernel reads the column table at a modulo index under the padding's test,
+    # which LLVM 22's loop vectorizer miscompiled (benchmarks/torch_catalog.py)
+    taps = np.array([[0, 2, 4, 6], [2, 4, 6, 8], [4, 6, 8, 10]], np.int64)  # kernel x output
+    nodes = [
+        oh.make_node("Pad", ["x", "pads"], ["xp"], mode="constant"),
+        oh.make_node("Gather", ["xp", "taps"], ["rows"], axis=2),
+        oh.make_node("Gather", ["rows", "taps"], ["cols"], axis=4),
+        oh.make_node("Transpose", ["cols"], ["t"], perm=[0, 1, 2, 4, 3, 5]),
+        oh.make_node("Reshape", ["t", "shape"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"),
+        numpy_helper.from_array(taps, "taps"),
+        numpy_helper.from_array(np.array([1, 18, -1], np.int64), "shape"),
+    ]
+    model = _model(nodes, [_float("x", [1, 2, 9, 9])], [_float("y", [1, 18, 16])], inits, 18)
+    _check(model, {"x": np.random.default_rng(4).standard_normal((1, 2, 9, 9), np.float32)})
+
+
 def _squeeze_excitation(pool: str):  # noqa: ANN202
     # MobileNetV3's block between 1x1 convolutions; the dynamo exporter writes its
     # adaptive_avg_pool2d(x, 1) as ReduceMean over axes [-1, -2], TorchScript as GlobalAveragePool
