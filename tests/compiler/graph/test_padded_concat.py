@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import tensorforge
@@ -94,3 +96,28 @@ def test_a_concat_with_other_readers_keeps_exact_channels() -> None:
     (cat,) = [n for n in after.nodes if n.op == "Concat"]
     assert after.types[cat.outputs[0]].shape == (1, 36, 6, 6, 8)
     _matches_onnxruntime(model)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    widths=st.lists(st.sampled_from([32, 64, 72, 88, 120, 144, 152]), min_size=2, max_size=4),
+    out=st.sampled_from([20, 32, 48]),
+    stem_too=st.booleans(),
+)
+def test_padded_concats_of_any_widths_match_onnxruntime(widths, out, stem_too) -> None:
+    """Branches of 3x3 convs of `widths` channels (and the 16-channel stem itself with
+    `stem_too`) meet in a Concat read by a 1x1 conv to `out` channels (20: kept NCHW, the
+    Concat gathered): the scattered weights put every channel where the Concat holds it."""
+    nodes, inits = [], []
+    stem = _conv(nodes, inits, "x", 16, 16, 3, "stem")
+    branches = [_conv(nodes, inits, stem, 16, w, 3, f"b{i}") for i, w in enumerate(widths)]
+    branches += [stem] if stem_too else []
+    nodes.append(helper.make_node("Concat", branches, ["cat"], name="cat", axis=1))
+    total = sum(widths) + 16 * stem_too
+    y = _conv(nodes, inits, "cat", total, out, 1, "after", False)
+    nodes.append(helper.make_node("Identity", [y], ["y"], name="y"))
+    graph = helper.make_graph(
+        nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    _matches_onnxruntime(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
