@@ -132,6 +132,9 @@ class _Rewriter:
     def visit(self, node: Node) -> None:
         if node.op == "Conv" and self._conv(node):
             return
+        if node.outputs and node.outputs[0] in self.concat_channels:
+            self._concat(node)  # its readers' weights expect the padding: blocked from NCHW too
+            return
         if self._follow(node):
             return
         inputs = [self.need_plain(i) for i in node.inputs]
@@ -256,9 +259,7 @@ class _Rewriter:
             self.emit_blocked(node, node.op, inputs, _pool_attrs(node), block)
             return True
         if node.op == "Concat" and _is_channel_concat(self.graph, node, self.block):
-            block = self.block_of(node.outputs[0])
-            inputs = [self.need_blocked(i, block) for i in node.inputs]
-            self.emit_blocked(node, "Concat", inputs, {"axis": 1}, block)
+            self._concat(node)
             return True
         if node.op == "BatchNormalization" and first in self.blocked:
             return self._batch_norm(node, block)
@@ -268,6 +269,11 @@ class _Rewriter:
             self.emit_blocked(node, "ReduceMean", inputs, {"keepdims": 1}, block)
             return True
         return False
+
+    def _concat(self, node: Node) -> None:
+        block = self.block_of(node.outputs[0])
+        inputs = [self.need_blocked(i, block) for i in node.inputs]
+        self.emit_blocked(node, "Concat", inputs, {"axis": 1}, block)
 
     def _keeps_padding(self, node: Node) -> bool:
         """Whether `node` may read and write padded values: finite padded channels stay finite

@@ -54,8 +54,8 @@ def _selecsls_block(mid: int, tail: str):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _matches_onnxruntime(model) -> None:
-    x = RNG.standard_normal((1, 16, 6, 6)).astype("f4")
+def _matches_onnxruntime(model, channels: int = 16) -> None:
+    x = RNG.standard_normal((1, channels, 6, 6)).astype("f4")
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = tensorforge.compile(model, progress=False).run({"x": x})["y"]
     np.testing.assert_allclose(got, want.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
@@ -121,3 +121,22 @@ def test_padded_concats_of_any_widths_match_onnxruntime(widths, out, stem_too) -
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
     )  # fmt: skip
     _matches_onnxruntime(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_a_padded_concat_of_nchw_values_is_built_blocked() -> None:
+    """No input of the Concat is blocked (the graph's input and a Sigmoid of it, 72 channels
+    each): the Concat is still built in the padded blocked layout its reader's scattered
+    weights expect (an NCHW Concat then padded at its end read channels 72-143 misplaced)."""
+    nodes, inits = [helper.make_node("Sigmoid", ["x"], ["s"], name="s")], []
+    nodes.append(helper.make_node("Concat", ["x", "s"], ["cat"], name="cat", axis=1))
+    y = _conv(nodes, inits, _conv(nodes, inits, "cat", 144, 32, 3, "c1"), 32, 32, 3, "c2")
+    nodes.append(helper.make_node("Identity", [y], ["y"], name="y"))
+    graph = helper.make_graph(
+        nodes, "nchw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 72, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    after = alter_layout(from_onnx(model), CPU_BLOCK, chains_only=True)
+    (cat,) = [n for n in after.nodes if n.op == "Concat"]
+    assert after.types[cat.outputs[0]].shape == (1, 10, 6, 6, 16)
+    _matches_onnxruntime(model, channels=72)
