@@ -77,7 +77,9 @@ class _Rewriter:
         input's channels start at the sum of the padded counts before it."""
         found = {}
         for node in self.graph.nodes:
-            out = node.outputs[0] if node.op == "Concat" and node.outputs else None
+            if not _is_channel_concat(self.graph, node, self.block):
+                continue  # another Concat of padded values reads them sliced, in NCHW
+            out = node.outputs[0]
             if out in self.layouts and self.is_padded(out):
                 starts = np.cumsum([0] + [self.padded(i) for i in node.inputs])
                 found[out] = np.concatenate([

@@ -140,3 +140,27 @@ def test_a_padded_concat_of_nchw_values_is_built_blocked() -> None:
     (cat,) = [n for n in after.nodes if n.op == "Concat"]
     assert after.types[cat.outputs[0]].shape == (1, 10, 6, 6, 16)
     _matches_onnxruntime(model, channels=72)
+
+
+def test_a_ghost_module_concat_of_narrow_halves_stays_nchw() -> None:
+    """GhostNet's Concat of two 36-channel halves (4-lane blocks: not a blocked Concat) whose
+    72 channels go on padded to 80: the Concat stays NCHW, the chain after it is padded."""
+    nodes, inits = [], []
+    half = _conv(nodes, inits, "x", 16, 36, 1, "primary")
+    w = (RNG.standard_normal((36, 1, 3, 3)) / 3).astype("f4")
+    inits.append(numpy_helper.from_array(w, "cheap_w"))
+    nodes.append(helper.make_node("Conv", [half, "cheap_w"], ["cheap"], name="cheap", group=36,
+                                  pads=[1] * 4))  # fmt: skip
+    nodes.append(helper.make_node("Concat", [half, "cheap"], ["cat"], name="cat", axis=1))
+    nodes.append(helper.make_node("Relu", ["cat"], ["act"], name="act"))
+    y = _conv(nodes, inits, _conv(nodes, inits, "act", 72, 72, 3, "c1"), 72, 32, 3, "c2")
+    nodes.append(helper.make_node("Identity", [y], ["y"], name="y"))
+    graph = helper.make_graph(
+        nodes, "ghost", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    after = alter_layout(from_onnx(model), CPU_BLOCK, chains_only=True)
+    (cat,) = [n for n in after.nodes if n.op == "Concat"]
+    assert after.types[cat.outputs[0]].shape == (1, 72, 6, 6)
+    _matches_onnxruntime(model)
