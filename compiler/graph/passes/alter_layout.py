@@ -70,8 +70,27 @@ class _Rewriter:
         self.b = GraphBuilder.sharing(graph)
         self.blocked: dict[str, tuple[str, int]] = {}  # NCHW value -> (blocked value, block)
         self.plain: set[str] = set(graph.inputs) | set(graph.constants)
+        self.concat_channels = self._padded_concats()
+
+    def _padded_concats(self) -> dict[str, np.ndarray]:
+        """Output of each padded Concat -> where its channels lie among the padded ones: each
+        input's channels start at the sum of the padded counts before it."""
+        found = {}
+        for node in self.graph.nodes:
+            if not _is_channel_concat(self.graph, node, self.block):
+                continue  # another Concat of padded values reads them sliced, in NCHW
+            out = node.outputs[0]
+            if out in self.layouts and self.is_padded(out):
+                starts = np.cumsum([0] + [self.padded(i) for i in node.inputs])
+                found[out] = np.concatenate([
+                    np.arange(self.graph.types[i].shape[1]) + start
+                    for i, start in zip(node.inputs, starts, strict=False)
+                ])  # fmt: skip
+        return found
 
     def need_plain(self, name: str) -> str:
+        if name in self.concat_channels and name not in self.plain:
+            return self._gather_channels(name)
         if name and name not in self.plain:
             blocked, block = self.blocked[name]
             attrs = {"src": "NCHWc", "dst": "NCHW", "block": block}
@@ -81,6 +100,17 @@ class _Rewriter:
                 "LayoutTransform", [blocked], attrs, name=f"{name}_to_nchw", outputs=[name]
             )
             self.plain.add(name)
+        return name
+
+    def _gather_channels(self, name: str) -> str:
+        """A padded Concat's output in NCHW: its padded channels, then its own gathered (the
+        Convs that read it scatter their weights instead; this serves a Conv kept NCHW)."""
+        blocked, block = self.blocked[name]
+        attrs = {"src": "NCHWc", "dst": "NCHW", "block": block}
+        (full,) = self.b.add_node("LayoutTransform", [blocked], attrs, name=f"{name}_to_nchw")
+        where = self.b.add_constant(self.b.fresh(f"{name}_channels"), self.concat_channels[name])
+        self.b.add_node("Gather", [full, where], {"axis": 1}, name=f"{name}_gather", outputs=[name])
+        self.plain.add(name)
         return name
 
     def need_blocked(self, name: str, block: int) -> str:
@@ -104,6 +134,9 @@ class _Rewriter:
     def visit(self, node: Node) -> None:
         if node.op == "Conv" and self._conv(node):
             return
+        if node.outputs and node.outputs[0] in self.concat_channels:
+            self._concat(node)  # its readers' weights expect the padding: blocked from NCHW too
+            return
         if self._follow(node):
             return
         inputs = [self.need_plain(i) for i in node.inputs]
@@ -125,6 +158,11 @@ class _Rewriter:
         out_ch = self.padded(node.outputs[0])
         weight = consts[node.inputs[1]]  # grouped ones are never padded (`_value_layouts`)
         ins = self.padded(node.inputs[0]) if node.attr("group") == 1 else weight.shape[1]
+        if node.inputs[0] in self.concat_channels:  # its input channels where the Concat put them
+            scattered = np.zeros((weight.shape[0], ins, *weight.shape[2:]), weight.dtype)
+            scattered[:, self.concat_channels[node.inputs[0]]] = weight
+            scattered.flags.writeable = False
+            weight = scattered
         # a view of the OIHW weight, copied into its blocked layout by compile_graph once the
         # imported graph is gone: the weights are held once while the graph is optimized (a
         # padded one: zero filters and input channels, copied once here)
@@ -223,9 +261,7 @@ class _Rewriter:
             self.emit_blocked(node, node.op, inputs, _pool_attrs(node), block)
             return True
         if node.op == "Concat" and _is_channel_concat(self.graph, node, self.block):
-            block = self.block_of(node.outputs[0])
-            inputs = [self.need_blocked(i, block) for i in node.inputs]
-            self.emit_blocked(node, "Concat", inputs, {"axis": 1}, block)
+            self._concat(node)
             return True
         if node.op == "BatchNormalization" and first in self.blocked:
             return self._batch_norm(node, block)
@@ -236,11 +272,18 @@ class _Rewriter:
             return True
         return False
 
+    def _concat(self, node: Node) -> None:
+        block = self.block_of(node.outputs[0])
+        inputs = [self.need_blocked(i, block) for i in node.inputs]
+        self.emit_blocked(node, "Concat", inputs, {"axis": 1}, block)
+
     def _keeps_padding(self, node: Node) -> bool:
         """Whether `node` may read and write padded values: finite padded channels stay finite
         (`_PAD_SAFE`, binary ops but a Div by a value, pools, batch norms, global means)."""
         if node.op in _PAD_SAFE or node.op in _POOLS or node.op == "BatchNormalization":
             return True
+        if node.op == "Concat":
+            return node.outputs[0] in self.concat_channels
         if node.op == "Div":
             return node.inputs[1] in self.graph.constants  # padded with ones
         return node.op in _BINARY or _is_global_mean(self.graph, node)
@@ -378,6 +421,20 @@ def _is_channel_concat(graph: Graph, node: Node, block: int) -> bool:
     return all(_is_vector_block(_block_for(c, block)) for c in channels)
 
 
+def _feeds_only_convs(graph: Graph, value: str, readers: dict[str, list[Node]]) -> bool:
+    """Whether every reader of `value` is an ungrouped Conv with constant weights reading it as
+    its data (and it is no graph output): such a Conv scatters its weights' input channels to
+    where a padded Concat holds them (`_Rewriter.concat_channels`), so the Concat's inputs may
+    be padded each (SelecSLS's 144 + 72 + 72 channels: 16-lane blocks for 80 + 80 rather than
+    8-lane ones for all)."""
+    found = readers.get(value, [])
+    return bool(found) and value not in graph.outputs and all(
+        n.op == "Conv" and n.inputs[0] == value and n.attr_dict.get("group", 1) == 1
+        and len(n.inputs) > 1 and n.inputs[1] in graph.constants
+        for n in found
+    )  # fmt: skip
+
+
 def _is_vector_block(block: int) -> bool:
     return block >= 8 and block & (block - 1) == 0
 
@@ -397,8 +454,9 @@ def _value_layouts(graph: Graph, block: int, pad: bool) -> dict[str, tuple[int, 
     `_block_for` and of the group-width blocks of the grouped convolutions that read or write
     them (`_group_blocks`), so producers and consumers agree.
     Values in no such set are left out (their block is their own `_block_for`). A set with a
-    Concat or a grouped convolution on it is not padded (their channel offsets and group
-    widths are exact); other sets' members all have the same channel count, padded alike."""
+    grouped convolution on it, or a Concat whose output other ops than Convs read, is not
+    padded (their channel offsets and group widths are exact); in other sets each member is
+    padded alike, a Concat's output holding each input's padding (`_feeds_only_convs`)."""
     parent: dict[str, str] = {}  # every value met, joined or capped
 
     def root(name: str) -> str:
@@ -411,6 +469,8 @@ def _value_layouts(graph: Graph, block: int, pad: bool) -> dict[str, tuple[int, 
 
     caps: dict[str, int] = {}
     exact: list[str] = []  # values whose channels take no padding
+    concats: list[Node] = []
+    readers = _readers(graph)
     for node in graph.nodes:
         out_ty = graph.types.get(node.outputs[0]) if node.outputs else None
         if out_ty is None or len(out_ty.shape) != 4:
@@ -419,7 +479,9 @@ def _value_layouts(graph: Graph, block: int, pad: bool) -> dict[str, tuple[int, 
         if _is_channel_concat(graph, node, block):
             for value in node.inputs:
                 join(value, out)
-            exact.append(out)
+            concats.append(node)
+            if not (pad and _feeds_only_convs(graph, out, readers)):
+                exact.append(out)
         elif node.op == "Conv" and len(node.inputs) > 1 and node.inputs[1] in graph.constants:
             if _is_depthwise(graph, node):
                 join(node.inputs[0], out)
@@ -435,20 +497,18 @@ def _value_layouts(graph: Graph, block: int, pad: bool) -> dict[str, tuple[int, 
                 if value not in graph.constants and ty and ty.shape[1:2] == (channels,):
                     join(value, out)
     unpadded = {root(value) for value in exact}
-    blocks: dict[str, int] = {}
-    members = list(parent)
-    for value in members:
-        channels = graph.types[value].shape[1]
-        if pad and root(value) not in unpadded:
-            channels = _padded(channels, block)
-        own = min(caps.get(value, channels), _block_for(channels, block))
-        blocks[root(value)] = int(np.gcd(blocks.get(root(value), own), own))
-    return {
-        value: (_padded(channels, block) if pad and root(value) not in unpadded else channels,
-                blocks[root(value)])
-        for value in members
+    padded = {
+        value: _padded(channels, block) if pad and root(value) not in unpadded else channels
+        for value in parent
         for channels in [graph.types[value].shape[1]]
     }  # fmt: skip
+    for node in concats:  # a padded Concat holds its inputs' padding where each one ends
+        padded[node.outputs[0]] = sum(padded[value] for value in node.inputs)
+    blocks: dict[str, int] = {}
+    for value in parent:
+        own = min(caps.get(value, padded[value]), _block_for(padded[value], block))
+        blocks[root(value)] = int(np.gcd(blocks.get(root(value), own), own))
+    return {value: (padded[value], blocks[root(value)]) for value in parent}
 
 
 def _is_depthwise(graph: Graph, node: Node) -> bool:
@@ -539,8 +599,10 @@ def alter_layout(graph: Graph, block: int = 8, chains_only: bool = False) -> Gra
     ConvNCHWc(%xb, %w_packed)` with `%w_packed: (4, 4, 3, 3, 32, 32)`, zero past 116 on both
     channel axes; `%c = LayoutTransform(%cb, channels=116)` where an NCHW op reads it. Only
     `_PAD_SAFE` ops, binary ops (a Div by a constant), pools, batch norms and global means
-    follow a padded value; sets with a Concat or grouped conv keep their channels exact; a
-    depthwise conv reads a padded value that enters the chain as NCHW (its kernel pads it).
+    follow a padded value; sets with a grouped conv, or a Concat that other ops than Convs
+    read, keep their channels exact (a Concat that only Convs read holds its inputs'
+    padding: they read it with zero weights there); a depthwise conv reads a padded value
+    that enters the chain as NCHW (its kernel pads it).
     """
     keep: frozenset = frozenset()
     while True:
