@@ -19,6 +19,7 @@ from urllib.parse import quote, unquote
 import numpy as np
 
 PREFIX = "tf.check:"
+SHOWN = 4  # failed checks named in one error
 
 
 class CheckFailed(IndexError):
@@ -49,7 +50,9 @@ def split_outputs(names: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...
 
 
 def raise_failed(values: Mapping[str, np.ndarray], checks: Iterable[str]) -> None:
-    """Raise `CheckFailed` listing every check of `checks` whose value in `values` is 0."""
+    """Raise `CheckFailed` listing the checks of `checks` whose value in `values` is 0 (the
+    first `SHOWN`, then how many more: an unrolled loop repeats its node's check)."""
     failed = [check_message(name) for name in checks if not int(np.asarray(values[name]))]
     if failed:
-        raise CheckFailed("; ".join(failed))
+        more = f"; and {len(failed) - SHOWN} more" if len(failed) > SHOWN else ""
+        raise CheckFailed("; ".join(failed[:SHOWN]) + more)

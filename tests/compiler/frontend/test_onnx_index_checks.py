@@ -161,3 +161,15 @@ def test_inspect_lists_a_saved_modules_checks(tmp_path, capsys) -> None:
     assert cli_inspect.run_inspect(parser.parse_args(["inspect", str(path)])) == 0
     out = capsys.readouterr().out
     assert "  checks     1\n    Gather node 'pick': input 'i' holds an index outside [-4, 3]" in out
+
+
+def test_many_failed_checks_name_the_first_few_and_count_the_rest() -> None:
+    from tensorforge.runtime.checks import SHOWN, check_name, raise_failed
+
+    names = [check_name(k, f"node {k} failed") for k in range(2 * SHOWN + 2)]
+    values = {name: np.uint8(k % 2) for k, name in enumerate(names)}  # even ones fail
+    with pytest.raises(CheckFailed) as info:
+        raise_failed(values, names)
+    shown = "; ".join(f"node {k} failed" for k in range(0, 2 * SHOWN, 2))
+    assert str(info.value) == f"{shown}; and 1 more"
+    raise_failed({name: np.uint8(1) for name in names}, names)  # none fails: no error
