@@ -173,3 +173,18 @@ def test_many_failed_checks_name_the_first_few_and_count_the_rest() -> None:
     shown = "; ".join(f"node {k} failed" for k in range(0, 2 * SHOWN, 2))
     assert str(info.value) == f"{shown}; and 1 more"
     raise_failed({name: np.uint8(1) for name in names}, names)  # none fails: no error
+
+
+def test_the_cli_reports_a_failed_check_in_one_line(tmp_path, capsys) -> None:
+    from tensorforge.cli import main
+
+    op, attrs, shape, good, bad, updates = case = CASES["Gather-axis1"]
+    path = tmp_path / "pick.onnx"
+    path.write_bytes(_model(op, attrs, shape, updates))
+    for name, value in _feeds(case, bad).items():
+        np.save(tmp_path / f"{name}.npy", value)
+    argv = ["run", str(path), "--input", f"x={tmp_path / 'x.npy'}"]
+    assert main([*argv, "--input", f"i={tmp_path / 'i.npy'}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tensorforge: error: Gather node 'pick': input 'i' holds an index")
+    assert err.count("\n") == 1 and "Traceback" not in err
