@@ -29,6 +29,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -172,13 +173,9 @@ def main() -> None:
         return worker(args.target)
     if args.replay:
         return replay(args.replay, args.save or None, args.target)
-    out = open(args.out, "w") if args.out else None  # noqa: SIM115
-    try:
+    with open(args.out, "w") if args.out else contextlib.nullcontext() as out:
         results = fuzz(args.seed, args.cases, args.max_nodes, args.budget_s, args.timeout_s, out,
                        target=args.target)  # fmt: skip
-    finally:
-        if out:
-            out.close()
     print(summarize(results))
 
 

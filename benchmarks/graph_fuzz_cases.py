@@ -8,7 +8,10 @@ and inputs, so a worker process rebuilds a case from its name alone.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -126,11 +129,25 @@ def _size_ok(shape: tuple[int, ...]) -> bool:
 
 # --- one generator per op family: returns False when it does not apply to the graph so far
 
+GenFn = Callable[["GraphBuilder"], bool]
 
-def gen_conv(b: GraphBuilder) -> bool:
-    x = b.pick(4)
-    if x is None:
-        return False
+
+def _on_value(*pick: Any) -> Callable[[Callable[[GraphBuilder, str], bool]], GenFn]:
+    """A generator over one value `b.pick(*pick)` draws: it does not apply when there is none."""
+
+    def wrap(fn: Callable[[GraphBuilder, str], bool]) -> GenFn:
+        @functools.wraps(fn)
+        def generator(b: GraphBuilder) -> bool:
+            x = b.pick(*pick)
+            return x is not None and fn(b, x)
+
+        return generator
+
+    return wrap
+
+
+@_on_value(4)
+def gen_conv(b: GraphBuilder, x: str) -> bool:
     n, c, h, w = b.shapes[x]
     r = b.rng
     group = int(r.choice([g for g in (1, 2, 3, 4, c) if c % g == 0]))
@@ -161,10 +178,8 @@ def gen_conv(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_batchnorm(b: GraphBuilder) -> bool:
-    x = b.pick(4)
-    if x is None:
-        return False
+@_on_value(4)
+def gen_batchnorm(b: GraphBuilder, x: str) -> bool:
     c = b.shapes[x][1]
     r = b.rng
     scale, bias = r.uniform(0.5, 1.5, c), r.uniform(-0.5, 0.5, c)
@@ -174,10 +189,8 @@ def gen_batchnorm(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_activation(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_activation(b: GraphBuilder, x: str) -> bool:
     op = str(b.rng.choice(["Relu", "Relu", "Sigmoid", "HardSwish", "Clip", "Clip"]))
     if op == "Clip":
         low = b.const(np.float32(b.rng.choice([0.0, -1.0])))
@@ -189,10 +202,8 @@ def gen_activation(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_pool(b: GraphBuilder) -> bool:
-    x = b.pick(4)
-    if x is None:
-        return False
+@_on_value(4)
+def gen_pool(b: GraphBuilder, x: str) -> bool:
     r = b.rng
     op = str(r.choice(["MaxPool", "AveragePool", "GlobalAveragePool"]))
     if op == "GlobalAveragePool":
@@ -220,10 +231,8 @@ def _positive(b: GraphBuilder, x: str) -> str:
     return p
 
 
-def gen_binary(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_binary(b: GraphBuilder, x: str) -> bool:
     r = b.rng
     shape = b.shapes[x]
     op = str(r.choice(["Add", "Add", "Mul", "Sub", "Div"]))
@@ -250,10 +259,8 @@ def gen_binary(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_concat(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_concat(b: GraphBuilder, x: str) -> bool:
     shape = b.shapes[x]
     r = b.rng
     axis = int(r.integers(len(shape)))
@@ -270,10 +277,8 @@ def gen_concat(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_split(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_split(b: GraphBuilder, x: str) -> bool:
     shape = b.shapes[x]
     axes = [i for i, d in enumerate(shape) if d >= 2]
     if not axes:
@@ -289,10 +294,8 @@ def gen_split(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_slice(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_slice(b: GraphBuilder, x: str) -> bool:
     shape = b.shapes[x]
     r = b.rng
     axis = int(r.integers(len(shape)))
@@ -311,10 +314,8 @@ def gen_slice(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_reshape(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_reshape(b: GraphBuilder, x: str) -> bool:
     shape = b.shapes[x]
     r = b.rng
     if len(shape) == 4 and r.random() < 0.4:
@@ -345,10 +346,8 @@ def gen_transpose(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_squeeze(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_squeeze(b: GraphBuilder, x: str) -> bool:
     shape = b.shapes[x]
     ones = [i for i, d in enumerate(shape) if d == 1]
     if ones and b.rng.random() < 0.6:
@@ -361,10 +360,8 @@ def gen_squeeze(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_reduce(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_reduce(b: GraphBuilder, x: str) -> bool:
     rank = len(b.shapes[x])
     r = b.rng
     choices = [[1], [2, 3], [1, 2, 3], [-1]] if rank == 4 else [[-1], [0]]
@@ -405,19 +402,15 @@ def gen_matmul(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_softmax(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_softmax(b: GraphBuilder, x: str) -> bool:
     axis = -1 if b.rng.random() < 0.6 else int(b.rng.integers(len(b.shapes[x])))
     b.add("Softmax", [x], axis=axis)
     return True
 
 
-def gen_where(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_where(b: GraphBuilder, x: str) -> bool:
     shape = b.shapes[x]
     r = b.rng
     cond_shape = tuple(d if r.random() < 0.6 else 1 for d in shape)
@@ -433,10 +426,8 @@ def gen_where(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_cast(b: GraphBuilder) -> bool:
-    x = b.pick()
-    if x is None:
-        return False
+@_on_value()
+def gen_cast(b: GraphBuilder, x: str) -> bool:
     (d,) = b.add("Cast", [x], float_out=False, to=TensorProto.DOUBLE)
     if b.rng.random() < 0.5:
         (d,) = b.add("Relu", [d], float_out=False)
@@ -458,10 +449,8 @@ def gen_resize(b: GraphBuilder) -> bool:
     return True
 
 
-def gen_pad(b: GraphBuilder) -> bool:
-    x = b.pick(4)
-    if x is None:
-        return False
+@_on_value(4)
+def gen_pad(b: GraphBuilder, x: str) -> bool:
     h, w = b.shapes[x][2:]
     r = b.rng
     mode = str(r.choice(["constant", "constant", "reflect", "edge"]))

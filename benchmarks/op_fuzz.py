@@ -35,6 +35,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
@@ -340,12 +341,8 @@ def main() -> None:
     unknown = [op for op in ops if op not in table]
     if unknown:
         parser.error(f"--ops must be among {', '.join(table)}, not {unknown}")
-    out = open(args.out, "w") if args.out else None  # noqa: SIM115
-    try:
+    with open(args.out, "w") if args.out else contextlib.nullcontext() as out:
         results = fuzz(ops, args.seed, args.budget_s, args.per_op, args.timeout_s, out, args.target)
-    finally:
-        if out:
-            out.close()
     print(summarize(results))
 
 

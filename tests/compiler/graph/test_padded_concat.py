@@ -32,6 +32,15 @@ def _conv(nodes, inits, x: str, cin: int, cout: int, k: int, name: str, relu=Tru
     return out
 
 
+def _model(nodes, inits, name: str, channels: int):
+    """The model of `nodes` from input x `[1, channels, 6, 6]` to output y, at opset 17."""
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _selecsls_block(mid: int, tail: str):
     """d1 = conv3x3(x); d2 = conv3x3(conv1x1(d1)) with mid/2 channels; d3 likewise; then
     `tail` reads Concat(d1, d2, d3): "conv" a 1x1 conv to 32 channels, "conv20" one to 20
@@ -47,11 +56,7 @@ def _selecsls_block(mid: int, tail: str):
     else:
         out = _conv(nodes, inits, "cat", 2 * mid, 32 if tail == "conv" else 20, 1, "c6", False)
         nodes.append(helper.make_node("Identity", [out], ["y"], name="y"))
-    graph = helper.make_graph(
-        nodes, "selecsls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
-    )  # fmt: skip
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _model(nodes, inits, "selecsls", 16)
 
 
 def _matches_onnxruntime(model, channels: int = 16) -> None:
@@ -116,11 +121,7 @@ def test_padded_concats_of_any_widths_match_onnxruntime(widths, out, stem_too) -
     total = sum(widths) + 16 * stem_too
     y = _conv(nodes, inits, "cat", total, out, 1, "after", False)
     nodes.append(helper.make_node("Identity", [y], ["y"], name="y"))
-    graph = helper.make_graph(
-        nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
-    )  # fmt: skip
-    _matches_onnxruntime(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    _matches_onnxruntime(_model(nodes, inits, "branches", 16))
 
 
 def test_a_padded_concat_of_nchw_values_is_built_blocked() -> None:
@@ -131,11 +132,7 @@ def test_a_padded_concat_of_nchw_values_is_built_blocked() -> None:
     nodes.append(helper.make_node("Concat", ["x", "s"], ["cat"], name="cat", axis=1))
     y = _conv(nodes, inits, _conv(nodes, inits, "cat", 144, 32, 3, "c1"), 32, 32, 3, "c2")
     nodes.append(helper.make_node("Identity", [y], ["y"], name="y"))
-    graph = helper.make_graph(
-        nodes, "nchw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 72, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = _model(nodes, inits, "nchw", 72)
     after = alter_layout(from_onnx(model), CPU_BLOCK, chains_only=True)
     (cat,) = [n for n in after.nodes if n.op == "Concat"]
     assert after.types[cat.outputs[0]].shape == (1, 10, 6, 6, 16)
@@ -155,11 +152,7 @@ def test_a_ghost_module_concat_of_narrow_halves_stays_nchw() -> None:
     nodes.append(helper.make_node("Relu", ["cat"], ["act"], name="act"))
     y = _conv(nodes, inits, _conv(nodes, inits, "act", 72, 72, 3, "c1"), 72, 32, 3, "c2")
     nodes.append(helper.make_node("Identity", [y], ["y"], name="y"))
-    graph = helper.make_graph(
-        nodes, "ghost", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = _model(nodes, inits, "ghost", 16)
     after = alter_layout(from_onnx(model), CPU_BLOCK, chains_only=True)
     (cat,) = [n for n in after.nodes if n.op == "Concat"]
     assert after.types[cat.outputs[0]].shape == (1, 72, 6, 6)
