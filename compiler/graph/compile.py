@@ -24,6 +24,7 @@ from ...runtime.checks import raise_failed, split_outputs
 from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.cpu.loader import host_cpu
 from ...runtime.module import Call, KernelImage, Module, TensorSpec
+from ...runtime.resident import release_code_pages
 from ..codegen.llvm import CodegenOptions, generate
 from ..codegen.llvm_jit import emit_object, target_features
 from ..target import Target
@@ -158,9 +159,11 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
             optimized = drop_spent(optimized, pending, spent.get(k, ()), constants)
             if new or k % COLLECT_EVERY == 0:  # (a group that reuses a kernel made no LLVM
                 collect()  # objects: its garbage waits for the next collection)
-    return assemble_module(
+    module = assemble_module(
         optimized, str(tgt), list(kernels.values()), calls, constants, start, t_opt, *times
     )
+    release_code_pages()  # LLVM's optimizer and code generator do not run again to run it
+    return module
 
 
 @contextlib.contextmanager
