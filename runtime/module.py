@@ -169,10 +169,17 @@ def _load_vta(kernels: Sequence[KernelImage], options: Mapping[str, Any]) -> dic
     return load_vta_kernels(kernels, options)
 
 
+def _load_loop(kernels: Sequence[KernelImage], options: Mapping[str, Any]) -> dict[str, Launch]:
+    from .loop import load_loop_kernels
+
+    return load_loop_kernels(kernels, options)
+
+
 _GPU_KINDS = ("opencl", "cuda")  # device-resident: run by runtime.device.gpu.GPUExecutor
 
 register_kernel_kind("llvm", _load_llvm)
 register_kernel_kind("vta", _load_vta)
+register_kernel_kind("loop", _load_loop)
 
 
 class Module:

@@ -136,3 +136,14 @@ def from_dlpack(producer: Any) -> NDArray:
     if not arr.flags.c_contiguous:
         raise ValueError("from_dlpack: the tensor must be C-contiguous, not strided")
     return NDArray(arr)
+
+
+def view_at(pointer: int, shape: Sequence[int], dtype: str) -> np.ndarray:
+    """A numpy array over `prod(shape)` elements of `dtype` at `pointer`, memory the caller owns
+    and keeps alive (a module's arena, as kernels implemented in Python see it)."""
+    import ctypes
+
+    dt = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = (ctypes.c_uint8 * (count * dt.itemsize)).from_address(pointer)
+    return np.frombuffer(raw, dtype=dt).reshape(tuple(shape))

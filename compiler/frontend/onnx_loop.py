@@ -62,57 +62,84 @@ def unroll_loop(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dic
     After:  three copies of the body, `%v_out = Identity(%v3)`,
             `%scan = Concat[axis=0](Unsqueeze(%v0 * 2), Unsqueeze(%v1 * 2), Unsqueeze(%v2 * 2))`
 
+    A loop without scan outputs whose trip count or condition is computed at run time, or that
+    would unroll past UNROLL_LIMIT nodes, becomes one run-time `Loop` node instead
+    (`onnx_runtime_loop`).
+
     Raises:
-        UnsupportedOpError: a trip count or condition computed at run time, or no trip count
-            and no condition (a loop without end), naming the node.
-        OnnxImportError: more than UNROLL_LIMIT unrolled body nodes, a scan output of a loop
-            that runs zero times (its shape is unknown), a body that does not fit the node.
+        UnsupportedOpError: a loop with scan outputs whose trip count or condition is computed
+            at run time, or no trip count and no condition (a loop without end), naming the node.
+        OnnxImportError: a loop with scan outputs of more than UNROLL_LIMIT unrolled body nodes,
+            a scan output of a loop that runs zero times (its shape is unknown), a body that does
+            not fit the node.
     """
+    from .onnx_runtime_loop import runtime_loop
+
     body: onnx.GraphProto = attrs["body"]
     trip_name, cond_name = (list(node.input) + ["", ""])[:2]
-    trips, cond = _bounds(importer, name, trip_name, cond_name)
     carried = len(node.input[2:])
     _check_body(importer, name, body, carried, len(node.output))
+    scans = any(node.output[carried:])  # scan outputs used: their length must be static
+    if not trip_name and not cond_name:
+        raise _refuse(importer, "Loop with neither a trip count nor a condition", name)
+    trips, cond = _bounds(importer, trip_name, cond_name)
+    if (trip_name and trips is None) or (cond_name and cond is None):
+        if scans:
+            what = "trip count" if trip_name and trips is None else "condition"
+            raise _refuse(
+                importer, f"Loop with scan outputs and a {what} computed at run time", name
+            )
+        runtime_loop(importer, name, node, body)
+        return
     limit = None if trips is None else int(trips.reshape(()))
     running = True if cond is None else bool(cond.reshape(()))
-    values, scans, i = list(node.input[2:]), [[] for _ in body.output[1 + carried :]], 0
+    values, parts, i = list(node.input[2:]), [[] for _ in body.output[1 + carried :]], 0
     size = max(len(body.node), 1)
     if not cond_name and limit is not None and limit * size > UNROLL_LIMIT:
-        raise _too_big(importer, name, limit, size)
+        if scans:
+            raise _too_big(importer, name, limit, size)
+        runtime_loop(importer, name, node, body)
+        return
+    checks = len(importer.checks)
     while running and (limit is None or i < limit):
         if (i + 1) * size > UNROLL_LIMIT:  # a condition might have ended it sooner
-            raise _too_big(importer, name, limit, size)
+            if scans:
+                raise _too_big(importer, name, limit, size)
+            del importer.checks[checks:]  # (the iterations converted so far are dead code)
+            runtime_loop(importer, name, node, body)
+            return
         results = _iteration(importer, name, body, i, running, values)
         values = results[1 : 1 + carried]
-        for parts, part in zip(scans, results[1 + carried :], strict=True):
-            parts.append(part)
+        for each, part in zip(parts, results[1 + carried :], strict=True):
+            each.append(part)
         if cond_name:  # the condition out is honoured when the node has a condition in
             folded = _scalar(importer, results[0])
             if folded is None:
-                raise _refuse(importer, "Loop whose body computes its condition at run time", name)
+                if scans:
+                    raise _refuse(
+                        importer, "Loop with scan outputs whose body computes its condition at "
+                        "run time", name)  # fmt: skip
+                del importer.checks[checks:]
+                runtime_loop(importer, name, node, body)
+                return
             running = bool(folded.reshape(()))
         i += 1
     outputs = list(node.output) + [""] * (len(body.output) - 1 - len(node.output))
     for out, value in zip(outputs[:carried], values, strict=True):
         if out:
             importer.alias(value, out, f"{name}/{out}")
-    for out, parts in zip(outputs[carried:], scans, strict=True):
+    for out, each in zip(outputs[carried:], parts, strict=True):
         if out:
-            _stack(importer, name, out, parts)
+            _stack(importer, name, out, each)
 
 
 def _bounds(
-    importer: _Importer, name: str, trip_name: str, cond_name: str
+    importer: _Importer, trip_name: str, cond_name: str
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The Loop's trip count and initial condition, each a constant or absent (None)."""
+    """The Loop's trip count and initial condition, each a constant, or None when absent or
+    computed at run time."""
     trips = _scalar(importer, trip_name) if trip_name else None
     cond = _scalar(importer, cond_name) if cond_name else None
-    if trip_name and trips is None:
-        raise _refuse(importer, "Loop with a trip count computed at run time", name)
-    if cond_name and cond is None:
-        raise _refuse(importer, "Loop with a condition computed at run time", name)
-    if not trip_name and not cond_name:
-        raise _refuse(importer, "Loop with neither a trip count nor a condition", name)
     return trips, cond
 
 

@@ -23,13 +23,14 @@ from ...runtime import ndarray as nd
 from ...runtime.checks import raise_failed, split_outputs
 from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.cpu.loader import host_cpu
+from ...runtime.dtypes import storage_dtype
 from ...runtime.module import Call, KernelImage, Module, TensorSpec
 from ...runtime.resident import release_code_pages
 from ..codegen.llvm import CodegenOptions, generate
 from ..codegen.llvm_jit import emit_object, target_features
 from ..target import Target
 from ..tir import lower
-from .ir import Graph, GraphError
+from .ir import Graph, GraphError, Node
 from .lower_te import Kernel, lower_group
 from .passes import FusedGroup, group_order, optimize
 from .passes.alter_layout import CPU_BLOCK
@@ -285,6 +286,13 @@ def build_cpu_group(
     LLVM to `times[0]` and `times[1]`. With a `cache`, a group that lowers to the code of an
     earlier one gets that kernel (the caller keeps each kernel once)."""
     t0 = time.perf_counter()
+    if len(group.nodes) == 1 and graph.node(group.nodes[0]).op == "Loop":
+        image, call = build_loop_kernel(graph, graph.node(group.nodes[0]), k, target)
+        for name in call.args:
+            if name in graph.constants:
+                constants[name] = graph.constants[name]
+        times[1] += time.perf_counter() - t0
+        return image, call
     kernel = lower_group(graph, group, target=str(target))  # its features pick int8 kernels
     func = lower(kernel.schedule, kernel.args, name=kernel_symbol(k, group.name))
     t1 = time.perf_counter()
@@ -295,6 +303,31 @@ def build_cpu_group(
         if name in kernel.constants or name in graph.constants:
             constants[name] = kernel.constants.get(name, graph.constants.get(name))
     return image, Call(image.name, kernel.bindings, call_label(graph, kernel))
+
+
+def build_loop_kernel(graph: Graph, node: Node, k: int, target: Target) -> tuple[KernelImage, Call]:
+    """A run-time `Loop` node (`graph/ops/loop.py`) as a kernel of kind "loop": its body
+    compiled into a module of its own, the payload (`runtime/loop.py` runs it)."""
+    from .ops.loop import body_graph
+
+    body = compile_graph(body_graph(node.attr_dict["body"]), target, progress=False)
+    values = [v for v in node.inputs if v] + list(node.outputs)
+    params = tuple(
+        ParamSpec(f"p{i}", storage_dtype(graph.types[v].dtype), graph.types[v].shape)
+        for i, v in enumerate(values)
+    )
+    attrs = node.attr_dict
+    meta = {
+        "has_trips": int(attrs["has_trips"]),
+        "has_cond": int(attrs["has_cond"]),
+        "carried": int(attrs["carried"]),
+        "node": str(attrs.get("name") or node.name),
+        "inputs": list(body_graph(attrs["body"]).inputs),
+        "outputs": list(body.outputs),
+    }
+    name = kernel_symbol(k, node.name)
+    image = KernelImage(name, "loop", params, body.to_bytes(), meta)
+    return image, Call(name, tuple(values), label_nodes(graph, (node.name,)))
 
 
 def _triple() -> str:

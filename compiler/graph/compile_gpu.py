@@ -28,6 +28,7 @@ from ..codegen.gpu import add_ptx, encode_payload, gpu_payload, split_kernels
 from ..schedule.stage import ForKind
 from ..target import Target
 from ..tir import lower
+from ..tir.stmt import LoweringError
 from ..topi.gpu import GPUScheduleConfig, schedule_auto
 from .compile import (
     KernelCache,
@@ -56,6 +57,12 @@ def compile_graph_gpu(
     tgt = Target.parse(target)
     if tgt.kind not in ("cuda", "opencl"):
         raise ValueError(f"compile_graph_gpu target must be cuda or opencl, not {tgt}")
+    loops = [n.name for n in graph.nodes if n.op == "Loop"]
+    if loops:
+        raise LoweringError(
+            f"Loop node {loops[0]!r} runs at run time (its trip count or condition is computed "
+            f"then): the {tgt.kind} back-end does not run such loops; compile for 'llvm'"
+        )
     start = time.perf_counter()
     optimized = graph if is_optimized(graph) else optimize(graph)
     t_opt = time.perf_counter() - start

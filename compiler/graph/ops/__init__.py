@@ -22,6 +22,7 @@ from . import (  # noqa: F401
     grid_sample,
     indexing,
     layout,
+    loop,
     losses,
     lp_pool,
     nn,

@@ -17,13 +17,11 @@ reports per layer.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from ...ndarray import view_at
 from ...program import ProgramImage
 from . import open_device
 from .base import Device, DeviceError, LoadedProgram, RunResult
@@ -71,14 +69,6 @@ def kernel_meta(operands: Sequence[Operand], device: str = "sim") -> dict[str, A
     return {"device": device, "operands": [o.to_json() for o in operands]}
 
 
-def _view(pointer: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """A numpy array over memory the caller owns (the module's arena)."""
-    dt = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    raw = (ctypes.c_uint8 * (count * dt.itemsize)).from_address(pointer)
-    return np.frombuffer(raw, dtype=dt).reshape(shape)
-
-
 class AcceleratorLaunch:
     """One vta kernel placed on a device: call it with one data pointer per parameter."""
 
@@ -106,7 +96,7 @@ class AcceleratorLaunch:
         inputs = {}
         for k in self._inputs:
             spec, op = self.params[k], self.operands[k]
-            x = _view(pointers[k], tuple(spec.shape), spec.dtype)
+            x = view_at(pointers[k], tuple(spec.shape), spec.dtype)
             if not op.packed:
                 x = pack_nchw(cfg, x.reshape(op.nchw), op.block or cfg.block_in)
             inputs[op.slot] = x
@@ -116,7 +106,7 @@ class AcceleratorLaunch:
             y = outputs[op.slot]
             if not op.packed:
                 y = unpack_nchw(cfg, y, op.nchw[0], op.nchw[1]).reshape(spec.shape)
-            _view(pointers[k], tuple(spec.shape), spec.dtype)[...] = y
+            view_at(pointers[k], tuple(spec.shape), spec.dtype)[...] = y
 
 
 class DeviceOwner:

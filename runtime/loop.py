@@ -1,0 +1,122 @@
+"""Kernels of kind "loop": an ONNX Loop run at run time, its body a compiled module of its own.
+
+A loop kernel's payload is the body's `Module` (`Module.to_bytes`), compiled by the CPU
+back-end from the graph op `Loop` (`compiler/graph/ops/loop.py`). Its parameters are the
+node's inputs (the trip count and the first condition when the node has them, the carried
+values' first values, the outer values the body reads) and then its outputs (the carried values'
+last values), each a pointer into the outer module's arena. Its `meta`: `has_trips`,
+`has_cond`, `carried`, `node` (the Loop's name, for errors), and the body module's input and
+output names in the body's order (iteration, condition, carried..., captured...; condition,
+carried...).
+
+`iterate` is the loop itself, shared with the reference executor: `for i in range(M) while
+cond: carried = body(i, cond, carried)`. A loop without a trip count stops with
+`LoopLimitError` after `WHILE_LIMIT` iterations rather than hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .ndarray import view_at
+
+#: iterations a loop without a trip count may run before it is stopped as runaway
+WHILE_LIMIT = 1 << 24
+
+
+class LoopLimitError(RuntimeError):
+    """A Loop without a trip count ran `WHILE_LIMIT` iterations without its condition turning
+    false."""
+
+
+Step = Callable[[int, np.ndarray, list[np.ndarray]], list[np.ndarray]]
+
+
+def iterate(
+    step: Step,
+    trips: np.ndarray | None,
+    cond: np.ndarray | None,
+    carried: Sequence[np.ndarray],
+    name: str,
+) -> list[np.ndarray]:
+    """Run `step(i, cond, carried) -> [cond, *carried]` while `i < trips` (when given) and
+    `cond` (when given) hold; the carried values after the last iteration (copies of the first
+    values when it runs zero times)."""
+    limit = None if trips is None else int(np.asarray(trips).reshape(-1)[0])
+    running = np.array(True) if cond is None else np.asarray(cond, bool).reshape(())
+    state = [np.array(a, copy=True) for a in carried]
+    i = 0
+    while bool(running) and (limit is None or i < limit):
+        if limit is None and i >= WHILE_LIMIT:
+            raise LoopLimitError(
+                f"Loop node {name!r} ran {WHILE_LIMIT} iterations and its condition is still "
+                "true: stopped (it has no trip count to bound it)"
+            )
+        result = step(i, running, state)
+        running = np.asarray(result[0], bool).reshape(())
+        state = [np.array(r, copy=True) for r in result[1:]]
+        i += 1
+    return state
+
+
+class LoopLaunch:
+    """One loop kernel, loaded: called with one data pointer per parameter."""
+
+    def __init__(self, kernel: Any, body: Any) -> None:
+        meta = kernel.meta
+        self.name, self.body, self.params = kernel.name, body, kernel.params
+        try:
+            self.node = str(meta.get("node", kernel.name))  # the ONNX node's name, for errors
+            self.has_trips, self.has_cond = bool(meta["has_trips"]), bool(meta["has_cond"])
+            self.carried = int(meta["carried"])
+            self.inputs = [str(v) for v in meta["inputs"]]
+            self.outputs = [str(v) for v in meta["outputs"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"loop kernel {self.name!r}: its meta is malformed ({exc!r})"
+            ) from None
+        self.fixed = int(self.has_trips) + int(self.has_cond)
+        self.captured = len(self.params) - self.fixed - 2 * self.carried
+        if (
+            self.carried < 1
+            or self.captured < 0
+            or len(self.inputs) != 2 + self.carried + self.captured
+            or len(self.outputs) != 1 + self.carried
+        ):
+            raise ValueError(
+                f"loop kernel {self.name!r}: its meta ({self.carried} carried values, "
+                f"{len(self.inputs)} body inputs, {len(self.outputs)} body outputs) does not fit "
+                f"its {len(self.params)} parameters"
+            )
+
+    def __call__(self, *pointers: int) -> None:
+        arrays = [view_at(p, s.shape, s.dtype) for p, s in zip(pointers, self.params, strict=True)]
+        head = arrays[: self.fixed]
+        trips = head.pop(0) if self.has_trips else None
+        cond = head.pop(0) if self.has_cond else None
+        carried = arrays[self.fixed : self.fixed + self.carried]
+        captured = arrays[self.fixed + self.carried : self.fixed + self.carried + self.captured]
+        outs = arrays[len(arrays) - self.carried :]
+
+        def step(i: int, c: np.ndarray, state: list[np.ndarray]) -> list[np.ndarray]:
+            values = [np.array(i, np.int64), c, *state, *captured]
+            feeds = dict(zip(self.inputs, values, strict=True))
+            result = self.body.run({k: feeds[k] for k in self.body.inputs})
+            return [result[name] for name in self.outputs]
+
+        for out, value in zip(outs, iterate(step, trips, cond, carried, self.node), strict=True):
+            out[...] = value.reshape(out.shape)
+
+
+def load_loop_kernels(kernels: Sequence[Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The Module loader of "loop" kernels: each body module read from its payload."""
+    from .module import Module
+
+    launches: dict[str, Any] = {}
+    for k in kernels:
+        body = Module.from_bytes(bytes(k.payload), f"loop kernel {k.name!r}")
+        launches[k.name] = LoopLaunch(k, body)
+    return launches

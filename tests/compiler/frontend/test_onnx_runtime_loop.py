@@ -1,0 +1,228 @@
+"""ONNX Loops that run at run time (frontend/onnx_runtime_loop.py, graph/ops/loop.py,
+runtime/loop.py): a trip count or condition computed at run time, or a loop past the unroll
+cap, compiled as one kernel of kind "loop" whose body is a module of its own. Oracles:
+onnxruntime (which runs the same files) and numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+import tensorforge
+from tensorforge.compiler.frontend import OnnxImportError, UnsupportedOpError, from_onnx
+from tensorforge.compiler.frontend.onnx_loop import UNROLL_LIMIT
+from tensorforge.compiler.graph import run_graph
+from tensorforge.runtime import loop as runtime_loop
+from tensorforge.runtime.module import Module
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+X = np.arange(6, dtype=np.float32).reshape(2, 3) / 5 - 0.4
+
+
+def _value(name: str, elem: int, shape: list | None = None) -> onnx.ValueInfoProto:
+    return oh.make_tensor_value_info(name, elem, shape)
+
+
+def _body(extra: list | None = None, cond: str = "data") -> onnx.GraphProto:
+    """(i, c, y) -> (sum(y') < limit, y' = y * w + i): `w` a weight, `limit` an outer value."""
+    nodes = [
+        oh.make_node("Mul", ["y_in", "w"], ["t"]),
+        oh.make_node("Cast", ["i"], ["fi"], to=F),
+        oh.make_node("Add", ["t", "fi"], ["y_out"]),
+        *(extra or []),
+    ]
+    if cond == "data":
+        nodes += [
+            oh.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),
+            oh.make_node("Less", ["s", "limit"], ["c_out"]),
+        ]
+    else:
+        nodes.append(oh.make_node("Identity", ["c"], ["c_out"]))
+    return oh.make_graph(
+        nodes,
+        "body",
+        [_value("i", I64, []), _value("c", B, []), _value("y_in", F, [2, 3])],
+        [_value("c_out", B, []), _value("y_out", F, [2, 3])],
+    )
+
+
+def _model(
+    loop_inputs: list[str], body: onnx.GraphProto, inputs: list, inits: dict | None = None
+) -> onnx.ModelProto:
+    inits = {"w": np.full((2, 3), 1.25, np.float32), **(inits or {})}
+    graph = oh.make_graph(
+        [oh.make_node("Loop", loop_inputs, ["y"], body=body, name="loop")],
+        "g",
+        inputs,
+        [_value("y", F, [2, 3])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
+RUNTIME_INPUTS = [
+    _value("M", I64, []),
+    _value("c0", B, []),
+    _value("x", F, [2, 3]),
+    _value("limit", F, []),
+]
+
+
+def _feeds(m: int, c0: bool, limit: float) -> dict:
+    return {
+        "M": np.array(m, np.int64),
+        "c0": np.array(c0),
+        "x": X,
+        "limit": np.array(limit, np.float32),
+    }
+
+
+def _check(model: onnx.ModelProto, feeds_list: list[dict]) -> Module:
+    """The compiled module and the reference executor match onnxruntime on every feed."""
+    session = ort.InferenceSession(model.SerializeToString())
+    graph = from_onnx(model)
+    module = tensorforge.compile(model)
+    assert [k.kind for k in module.kernels].count("loop") == 1
+    for feeds in feeds_list:
+        want = session.run(None, feeds)[0]
+        np.testing.assert_allclose(module.run(feeds)["y"], want, rtol=1e-6)
+        np.testing.assert_allclose(run_graph(graph, feeds)["y"], want, rtol=1e-6)
+    return module
+
+
+def test_trip_count_and_condition_given_at_run_time() -> None:
+    model = _model(["M", "c0", "x"], _body(), RUNTIME_INPUTS)
+    feeds = [
+        _feeds(5, True, 1e9),  # the trip count ends it
+        _feeds(0, True, 1e9),  # zero iterations: the first values
+        _feeds(40, True, 60.0),  # the body's condition ends it
+        _feeds(3, False, 1e9),  # a false first condition
+    ]
+    _check(model, feeds)
+
+
+def test_while_loop_without_a_trip_count() -> None:
+    model = _model(["", "c0", "x"], _body(), RUNTIME_INPUTS[1:])
+    feeds = [{k: v for k, v in _feeds(0, True, limit).items() if k != "M"} for limit in (3, 200)]
+    _check(model, feeds)
+
+
+def test_trip_count_only_and_a_body_reading_outer_values_in_a_nested_if() -> None:
+    """No condition input; the body reads a run-time outer value (`limit`) and a weight inside
+    an If of its own."""
+    then = oh.make_graph(
+        [oh.make_node("Mul", ["y_out", "w"], ["z"])], "then", [], [_value("z", F, [2, 3])]
+    )
+    other = oh.make_graph(
+        [oh.make_node("Sub", ["y_out", "limit"], ["z2"])], "else", [], [_value("z2", F, [2, 3])]
+    )
+    extra = [
+        oh.make_node("ReduceMax", ["y_out"], ["top"], keepdims=0),
+        oh.make_node("Less", ["top", "limit"], ["small"]),
+        oh.make_node("If", ["small"], ["picked"], then_branch=then, else_branch=other),
+    ]
+    body = _body(extra, cond="pass")
+    body.output[1].name = "picked"
+    inputs = [RUNTIME_INPUTS[0], RUNTIME_INPUTS[2], RUNTIME_INPUTS[3]]
+    model = _model(["M", "", "x"], body, inputs)
+    feeds = [{k: v for k, v in _feeds(m, True, 2.0).items() if k != "c0"} for m in (1, 4, 9)]
+    _check(model, feeds)
+
+
+def test_a_constant_trip_count_past_the_unroll_cap_runs_as_a_loop() -> None:
+    trips = UNROLL_LIMIT  # a body of 3 nodes: three times the cap unrolled
+    model = _model(["many", "", "x"], _body(cond="pass"), [RUNTIME_INPUTS[2]],
+                   {"many": np.array(trips, np.int64)})  # fmt: skip
+    w = np.float32(1.25)
+    module = tensorforge.compile(model)
+    got = module.run({"x": X})["y"]
+    assert np.isinf(got).all()  # 1.25**2048 overflows float32, as numpy's loop does:
+    y = X.copy()
+    with np.errstate(over="ignore"):
+        for i in range(trips):
+            y = (y * w + np.float32(i)).astype(np.float32)
+    np.testing.assert_array_equal(got, y)
+
+
+def test_a_loop_saved_and_loaded_runs_the_same() -> None:
+    model = _model(["M", "c0", "x"], _body(), RUNTIME_INPUTS)
+    module = tensorforge.compile(model)
+    feeds = _feeds(6, True, 1e9)
+    again = Module.from_bytes(module.to_bytes())
+    np.testing.assert_array_equal(again.run(feeds)["y"], module.run(feeds)["y"])
+
+
+def test_a_loop_inside_a_run_time_loop() -> None:
+    inner_body = _body(cond="pass")
+    outer = oh.make_graph(
+        [
+            oh.make_node("Loop", ["k", "", "y_in"], ["y_out"], body=inner_body),
+            oh.make_node("Identity", ["c"], ["c_out"]),
+        ],
+        "outer",
+        [_value("j", I64, []), _value("c", B, []), _value("y_in", F, [2, 3])],
+        [_value("c_out", B, []), _value("y_out", F, [2, 3])],
+    )
+    inputs = [RUNTIME_INPUTS[0], _value("k", I64, []), RUNTIME_INPUTS[2]]
+    model = _model(["M", "", "x"], outer, inputs)
+    feeds = [{"M": np.array(m, np.int64), "k": np.array(k, np.int64), "x": X}
+             for m, k in ((2, 3), (3, 0), (1, 5))]  # fmt: skip
+    _check(model, feeds)
+
+
+def test_a_runaway_while_loop_stops_with_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime_loop, "WHILE_LIMIT", 50)
+    model = _model(["", "c0", "x"], _body(cond="pass"), RUNTIME_INPUTS[1:3])
+    feeds = {"c0": np.array(True), "x": X}
+    with pytest.raises(runtime_loop.LoopLimitError, match="'loop' ran 50 iterations"):
+        tensorforge.compile(model).run(feeds)
+    with pytest.raises(runtime_loop.LoopLimitError, match="'loop' ran 50 iterations"):
+        run_graph(from_onnx(model), feeds)
+    feeds["c0"] = np.array(False)  # zero iterations: fine
+    np.testing.assert_array_equal(tensorforge.compile(model).run(feeds)["y"], X)
+
+
+def test_a_carried_value_that_changes_shape_is_refused_by_name() -> None:
+    body = _body(cond="pass")
+    body.node.append(oh.make_node("Concat", ["y_out", "y_out"], ["wide"], axis=0))
+    body.output[1].name = "wide"
+    model = _model(["M", "", "x"], body, [RUNTIME_INPUTS[0], RUNTIME_INPUTS[2]])
+    with pytest.raises(OnnxImportError, match=r"'loop': loop-carried value 0 .*float32\[2, 3\].*"
+                       r"float32\[4, 3\]"):  # fmt: skip
+        from_onnx(model)
+
+
+def test_scan_outputs_of_a_run_time_length_are_refused_by_name() -> None:
+    body = _body(cond="pass")
+    body.output.append(_value("t", F, [2, 3]))
+    graph = oh.make_graph(
+        [oh.make_node("Loop", ["M", "", "x"], ["y", "rows"], body=body, name="loop")],
+        "g",
+        [RUNTIME_INPUTS[0], RUNTIME_INPUTS[2]],
+        [_value("y", F, [2, 3]), _value("rows", F, None)],
+        [numpy_helper.from_array(np.ones((2, 3), np.float32), "w")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(UnsupportedOpError, match="scan outputs and a trip count computed at run"):
+        from_onnx(model)
+
+
+def test_a_body_that_reads_neither_the_iteration_nor_the_condition() -> None:
+    body = oh.make_graph(
+        [
+            oh.make_node("Mul", ["y_in", "w"], ["y_out"]),
+            oh.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),
+            oh.make_node("Less", ["s", "limit"], ["c_out"]),
+        ],
+        "body",
+        [_value("i", I64, []), _value("c", B, []), _value("y_in", F, [2, 3])],
+        [_value("c_out", B, []), _value("y_out", F, [2, 3])],
+    )
+    model = _model(["M", "c0", "x"], body, RUNTIME_INPUTS)
+    _check(model, [_feeds(9, True, 1e9), _feeds(50, True, 4.0)])
