@@ -156,7 +156,19 @@ def _check_kernel(k: Any) -> str:
 
         payload = parse_payload(bytes(k.payload), k.name)  # matched to the params at load
         return f"{payload.get('dialect')} program, {len(payload['kernels'])} launches"
-    raise ValueError("kernel kind must be one of ['cuda', 'llvm', 'opencl', 'vta']")
+    if k.kind == "loop":
+        from .runtime.loop import LoopLaunch
+        from .runtime.module import Module
+
+        body = Module.from_bytes(bytes(k.payload), "its body module")
+        LoopLaunch(k, body)  # its meta against its parameters and the body's names
+        notes = [_check_kernel(inner) for inner in body.kernels]  # (a loop in it: checked too)
+        kinds = ", ".join(sorted({inner.kind for inner in body.kernels}))
+        return (
+            f"a loop run at run time: its body a module of {len(notes)} kernels ({kinds}), "
+            f"{len(body.calls)} calls, all checked"
+        )
+    raise ValueError("kernel kind must be one of ['cuda', 'llvm', 'loop', 'opencl', 'vta']")
 
 
 def _inspect_program(path: str, data: bytes) -> list[str]:

@@ -226,3 +226,36 @@ def test_a_body_that_reads_neither_the_iteration_nor_the_condition() -> None:
     )
     model = _model(["M", "c0", "x"], body, RUNTIME_INPUTS)
     _check(model, [_feeds(9, True, 1e9), _feeds(50, True, 4.0)])
+
+
+def test_inspect_checks_a_loop_kernel_and_its_body(tmp_path, capsys) -> None:
+    import argparse
+
+    from tensorforge import cli_inspect
+
+    path = tmp_path / "loop.tfm"
+    tensorforge.compile(_model(["M", "c0", "x"], _body(), RUNTIME_INPUTS)).save(path)
+    parser = argparse.ArgumentParser()
+    cli_inspect.add_inspect_command(parser.add_subparsers(dest="command"))
+    assert cli_inspect.run_inspect(parser.parse_args(["inspect", str(path), "--kernels"])) == 0
+    out = capsys.readouterr().out
+    assert "kernels    1 (loop 1)" in out
+    assert "[loop, " in out and "its body a module of 3 kernels (llvm)" in out
+
+
+def test_a_loop_kernel_whose_meta_does_not_fit_is_refused() -> None:
+    module = tensorforge.compile(_model(["M", "c0", "x"], _body(), RUNTIME_INPUTS))
+    (kernel,) = module.kernels
+    bad = Module(
+        target=module.target,
+        inputs=module.inputs,
+        outputs=module.outputs,
+        tensors=module.tensors,
+        kernels=[type(kernel)(**{**kernel.__dict__, "meta": {**kernel.meta, "carried": 2}})],
+        calls=module.calls,
+        slots=module.slots,
+        arena_bytes=module.arena_bytes,
+        constants=module.constants,
+    )
+    with pytest.raises(ValueError, match="loop kernel 'tf_k0_loop': its meta .* does not fit"):
+        bad.run(_feeds(2, True, 1e9))
