@@ -1,13 +1,13 @@
 """Kernels of kind "loop": an ONNX Loop run at run time, its body a compiled module of its own.
 
 A loop kernel's payload is the body's `Module` (`Module.to_bytes`), compiled by the CPU
-back-end from the graph op `Loop` (`compiler/graph/ops/loop.py`). Its parameters are the
-node's inputs (the trip count and the first condition when the node has them, the carried
-values' first values, the outer values the body reads) and then its outputs (the carried values'
-last values), each a pointer into the outer module's arena. Its `meta`: `has_trips`,
-`has_cond`, `carried`, `node` (the Loop's name, for errors), and the body module's input and
-output names in the body's order (iteration, condition, carried..., captured...; condition,
-carried...).
+back-end from the graph op `Loop` (`compiler/graph/ops/loop.py`). Its parameters are the node's
+inputs (the trip count and the first condition when the node has them, the carried values'
+first values, the outer values the body reads), then its outputs (the carried values' last
+values, then the scan outputs), each a pointer into the outer module's arena. Its `meta`:
+`has_trips`, `has_cond`, `carried`, `scans`, `node` (the Loop's name, for errors), and the body
+module's input and output names in the body's order (iteration, condition, carried...,
+captured...; condition, carried..., scan values...).
 
 `iterate` is the loop itself, shared with the reference executor: `for i in range(M) while
 cond: carried = body(i, cond, carried)`. A loop without a trip count stops with
@@ -41,10 +41,13 @@ def iterate(
     cond: np.ndarray | None,
     carried: Sequence[np.ndarray],
     name: str,
+    scans: Sequence[np.ndarray] = (),
 ) -> list[np.ndarray]:
-    """Run `step(i, cond, carried) -> [cond, *carried]` while `i < trips` (when given) and
-    `cond` (when given) hold; the carried values after the last iteration (copies of the first
-    values when it runs zero times)."""
+    """Run `step(i, cond, carried) -> [cond, *carried, *scan values]` while `i < trips` (when
+    given) and `cond` (when given) hold; the carried values after the last iteration (copies of
+    the first values when it runs zero times). Iteration i's scan values are written to
+    `scans[k][i]` (a loop with scan outputs has a constant trip count and no condition, so each
+    scan output holds exactly `trips` rows)."""
     limit = None if trips is None else int(np.asarray(trips).reshape(-1)[0])
     running = np.array(True) if cond is None else np.asarray(cond, bool).reshape(())
     state = [np.array(a, copy=True) for a in carried]
@@ -57,7 +60,9 @@ def iterate(
             )
         result = step(i, running, state)
         running = np.asarray(result[0], bool).reshape(())
-        state = [np.array(r, copy=True) for r in result[1:]]
+        state = [np.array(r, copy=True) for r in result[1 : 1 + len(state)]]
+        for out, value in zip(scans, result[1 + len(state) :], strict=True):
+            out[i] = np.asarray(value).reshape(out.shape[1:])
         i += 1
     return state
 
@@ -71,7 +76,7 @@ class LoopLaunch:
         try:
             self.node = str(meta.get("node", kernel.name))  # the ONNX node's name, for errors
             self.has_trips, self.has_cond = bool(meta["has_trips"]), bool(meta["has_cond"])
-            self.carried = int(meta["carried"])
+            self.carried, self.scans = int(meta["carried"]), int(meta.get("scans", 0))
             self.inputs = [str(v) for v in meta["inputs"]]
             self.outputs = [str(v) for v in meta["outputs"]]
         except (KeyError, TypeError, ValueError) as exc:
@@ -79,17 +84,20 @@ class LoopLaunch:
                 f"loop kernel {self.name!r}: its meta is malformed ({exc!r})"
             ) from None
         self.fixed = int(self.has_trips) + int(self.has_cond)
-        self.captured = len(self.params) - self.fixed - 2 * self.carried
+        self.captured = len(self.params) - self.fixed - 2 * self.carried - self.scans
         if (
-            self.carried < 1
+            self.carried < 0
+            or self.scans < 0
+            or self.carried + self.scans < 1
             or self.captured < 0
+            or (self.scans and (not self.has_trips or self.has_cond))
             or len(self.inputs) != 2 + self.carried + self.captured
-            or len(self.outputs) != 1 + self.carried
+            or len(self.outputs) != 1 + self.carried + self.scans
         ):
             raise ValueError(
                 f"loop kernel {self.name!r}: its meta ({self.carried} carried values, "
-                f"{len(self.inputs)} body inputs, {len(self.outputs)} body outputs) does not fit "
-                f"its {len(self.params)} parameters"
+                f"{self.scans} scan outputs, {len(self.inputs)} body inputs, "
+                f"{len(self.outputs)} body outputs) does not fit its {len(self.params)} parameters"
             )
 
     def __call__(self, *pointers: int) -> None:
@@ -97,9 +105,10 @@ class LoopLaunch:
         head = arrays[: self.fixed]
         trips = head.pop(0) if self.has_trips else None
         cond = head.pop(0) if self.has_cond else None
+        at = self.fixed + self.carried + self.captured
         carried = arrays[self.fixed : self.fixed + self.carried]
-        captured = arrays[self.fixed + self.carried : self.fixed + self.carried + self.captured]
-        outs = arrays[len(arrays) - self.carried :]
+        captured = arrays[self.fixed + self.carried : at]
+        outs, scans = arrays[at : at + self.carried], arrays[at + self.carried :]
 
         def step(i: int, c: np.ndarray, state: list[np.ndarray]) -> list[np.ndarray]:
             values = [np.array(i, np.int64), c, *state, *captured]
@@ -107,7 +116,8 @@ class LoopLaunch:
             result = self.body.run({k: feeds[k] for k in self.body.inputs})
             return [result[name] for name in self.outputs]
 
-        for out, value in zip(outs, iterate(step, trips, cond, carried, self.node), strict=True):
+        final = iterate(step, trips, cond, carried, self.node, scans)
+        for out, value in zip(outs, final, strict=True):
             out[...] = value.reshape(out.shape)
 
 

@@ -62,14 +62,14 @@ def unroll_loop(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dic
     After:  three copies of the body, `%v_out = Identity(%v3)`,
             `%scan = Concat[axis=0](Unsqueeze(%v0 * 2), Unsqueeze(%v1 * 2), Unsqueeze(%v2 * 2))`
 
-    A loop without scan outputs whose trip count or condition is computed at run time, or that
-    would unroll past UNROLL_LIMIT nodes, becomes one run-time `Loop` node instead
-    (`onnx_runtime_loop`).
+    A loop whose trip count or condition is computed at run time, or that would unroll past
+    UNROLL_LIMIT nodes, becomes one run-time `Loop` node instead (`onnx_runtime_loop`), when its
+    scan outputs (if any) have a length known at import.
 
     Raises:
-        UnsupportedOpError: a loop with scan outputs whose trip count or condition is computed
-            at run time, or no trip count and no condition (a loop without end), naming the node.
-        OnnxImportError: a loop with scan outputs of more than UNROLL_LIMIT unrolled body nodes,
+        UnsupportedOpError: scan outputs whose length is known only at run time, or no trip
+            count and no condition (a loop without end), naming the node.
+        OnnxImportError: a while loop with scan outputs past UNROLL_LIMIT unrolled body nodes,
             a scan output of a loop that runs zero times (its shape is unknown), a body that does
             not fit the node.
     """
@@ -79,34 +79,27 @@ def unroll_loop(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dic
     trip_name, cond_name = (list(node.input) + ["", ""])[:2]
     carried = len(node.input[2:])
     _check_body(importer, name, body, carried, len(node.output))
-    scans = any(node.output[carried:])  # scan outputs used: their length must be static
     if not trip_name and not cond_name:
         raise _refuse(importer, "Loop with neither a trip count nor a condition", name)
     trips, cond = _bounds(importer, trip_name, cond_name)
     if (trip_name and trips is None) or (cond_name and cond is None):
-        if scans:
-            what = "trip count" if trip_name and trips is None else "condition"
-            raise _refuse(
-                importer, f"Loop with scan outputs and a {what} computed at run time", name
-            )
-        runtime_loop(importer, name, node, body)
+        runtime_loop(importer, name, node, body, trips, cond)
         return
     limit = None if trips is None else int(trips.reshape(()))
     running = True if cond is None else bool(cond.reshape(()))
     values, parts, i = list(node.input[2:]), [[] for _ in body.output[1 + carried :]], 0
     size = max(len(body.node), 1)
     if not cond_name and limit is not None and limit * size > UNROLL_LIMIT:
-        if scans:
-            raise _too_big(importer, name, limit, size)
-        runtime_loop(importer, name, node, body)
+        runtime_loop(importer, name, node, body, trips, cond)
         return
     checks = len(importer.checks)
+    scans = any(node.output[carried:])
     while running and (limit is None or i < limit):
         if (i + 1) * size > UNROLL_LIMIT:  # a condition might have ended it sooner
-            if scans:
+            if scans and limit is None:  # (a while loop's scan length is known only at its end)
                 raise _too_big(importer, name, limit, size)
             del importer.checks[checks:]  # (the iterations converted so far are dead code)
-            runtime_loop(importer, name, node, body)
+            runtime_loop(importer, name, node, body, trips, cond)
             return
         results = _iteration(importer, name, body, i, running, values)
         values = results[1 : 1 + carried]
@@ -115,12 +108,8 @@ def unroll_loop(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dic
         if cond_name:  # the condition out is honoured when the node has a condition in
             folded = _scalar(importer, results[0])
             if folded is None:
-                if scans:
-                    raise _refuse(
-                        importer, "Loop with scan outputs whose body computes its condition at "
-                        "run time", name)  # fmt: skip
                 del importer.checks[checks:]
-                runtime_loop(importer, name, node, body)
+                runtime_loop(importer, name, node, body, trips, cond)
                 return
             running = bool(folded.reshape(()))
         i += 1

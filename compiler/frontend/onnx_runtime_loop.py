@@ -28,9 +28,10 @@ from onnx import helper, numpy_helper
 
 from ...runtime.dtypes import is_narrow
 from ..graph.ops.loop import encode_body
+from ..graph.registry import UnsupportedOpError
 
 if TYPE_CHECKING:
-    from ..graph.ir import TensorType
+    from ..graph.ir import Graph, TensorType
     from .onnx import _Importer
 
 
@@ -65,16 +66,35 @@ def free_names(graph: onnx.GraphProto) -> list[str]:
 
 
 def runtime_loop(
-    importer: _Importer, name: str, node: onnx.NodeProto, body: onnx.GraphProto
+    importer: _Importer,
+    name: str,
+    node: onnx.NodeProto,
+    body: onnx.GraphProto,
+    trips: np.ndarray | None,
+    cond: np.ndarray | None,
 ) -> None:
-    """Convert Loop `node` (no scan output used) into one graph node `Loop`."""
+    """Convert Loop `node` into one graph node `Loop`. `trips` and `cond`: the trip count and
+    first condition when they are constants (else None).
+
+    Raises:
+        UnsupportedOpError: scan outputs whose length is known only at run time (a trip count
+            or condition computed then), naming the node.
+        OnnxImportError: a body that does not compile, or a carried value whose shape changes.
+    """
     from .onnx import from_onnx
 
     builder, where = importer.builder, f"{importer.where}: Loop node {name!r}"
     trip_name, cond_name = (list(node.input) + ["", ""])[:2]
     carried_in = list(node.input[2:])
-    if not carried_in:
-        raise _error(f"{where} runs at run time and carries no value: it computes nothing")
+    scan_outs = list(node.output[len(carried_in) :]) if any(node.output[len(carried_in) :]) else []
+    if not carried_in and not scan_outs:
+        raise _error(f"{where} runs at run time and gives no value: it computes nothing")
+    if scan_outs and trip_name and trips is None:
+        raise _refuse(
+            importer, "Loop with scan outputs and a trip count computed at run time", name
+        )
+    if scan_outs and (not trip_name or (cond_name and cond is None)):
+        raise _refuse(importer, "Loop with scan outputs and a condition computed at run time", name)
     for value, want in ((trip_name, "int64"), (cond_name, "bool")):
         if value and builder.types[value].dtype != want:
             raise _error(f"{where}: input {value!r} must be {want}, not {builder.types[value]}")
@@ -99,9 +119,8 @@ def runtime_loop(
             captured.append(value)
         else:
             raise _error(f"{where}: its body reads {outer!r}, which is not defined before it")
-    outputs = [
-        helper.make_tensor_value_info(o.name, 0, None) for o in body.output[: 1 + len(carried_in)]
-    ]
+    count = 1 + len(carried_in) + len(scan_outs)
+    outputs = [helper.make_tensor_value_info(o.name, 0, None) for o in body.output[:count]]
     graph = helper.make_graph(list(body.node), f"{name}_body", inputs, outputs, initializers)
     model = helper.make_model(graph, opset_imports=list(importer.model.opset_import))
     model.ir_version = importer.model.ir_version or onnx.IR_VERSION
@@ -110,7 +129,9 @@ def runtime_loop(
         imported = from_onnx(data)
     except Exception as exc:  # the body's own error, placed at this node
         raise type(exc)(f"{where}, in its body: {exc}") from exc
-    cond_out, *carried_out = (imported.types[o] for o in imported.model_outputs)
+    cond_out, *carried_out = (
+        imported.types[o] for o in imported.model_outputs[: count - len(scan_outs)]
+    )
     if cond_out.dtype != "bool" or int(np.prod(cond_out.shape)) != 1:
         raise _error(f"{where}: its body's condition must be one bool, not {cond_out}")
     for k, (before, after) in enumerate(zip(carried_types, carried_out, strict=True)):
@@ -120,22 +141,41 @@ def runtime_loop(
                 f"the loop and {after} after an iteration; a loop that runs at run time must keep "
                 "its carried values' shapes (TensorForge compiles static shapes)"
             )
-    outs = [
-        o or builder.fresh(f"{name}/unused_{k}")
-        for k, o in enumerate(node.output[: len(carried_in)])
-    ]
-    outs += [builder.fresh(f"{name}/unused_{k}") for k in range(len(outs), len(carried_in))]
+    has_cond = bool(cond_name)
+    if scan_outs and cond_name:  # true at first (else it was unrolled, zero times): and after?
+        if not _stays_true(imported, body):
+            raise _refuse(
+                importer, "Loop with scan outputs whose body computes its condition at run time",
+                name)  # fmt: skip
+        has_cond = False  # a condition true in every iteration: a for loop
+    given = list(node.output[: len(carried_in)])
+    named = given + [""] * (len(carried_in) - len(given)) + scan_outs
+    outs = [o or builder.fresh(f"{name}/unused_{k}") for k, o in enumerate(named)]
     attrs = {
         "body": encode_body(data),
         "carried": len(carried_in),
         "has_trips": int(bool(trip_name)),
-        "has_cond": int(bool(cond_name)),
+        "has_cond": int(has_cond),
+        "scans": len(scan_outs),
         "name": name,
     }
-    fixed = [v for v in (trip_name, cond_name) if v]
+    fixed = [v for v in (trip_name, cond_name if has_cond else "") if v]
     builder.add_node(
         "Loop", [*fixed, *carried_in, *captured], attrs, name=builder.fresh(name), outputs=outs
     )
+
+
+def _stays_true(imported: Graph, body: onnx.GraphProto) -> bool:
+    """Whether the body's condition out is true whenever its condition in is: a constant true,
+    or the condition in passed through."""
+    out = imported.model_outputs[0]
+    if out in imported.constants:
+        return bool(np.asarray(imported.constants[out]).reshape(-1)[0])
+    return body.output[0].name == body.input[1].name
+
+
+def _refuse(importer: _Importer, what: str, name: str) -> UnsupportedOpError:
+    return UnsupportedOpError([(what, name, importer.opset)], where=importer.where)
 
 
 def _value_info(name: str, ty: TensorType, where: str) -> onnx.ValueInfoProto:

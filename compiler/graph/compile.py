@@ -321,6 +321,7 @@ def build_loop_kernel(graph: Graph, node: Node, k: int, target: Target) -> tuple
         "has_trips": int(attrs["has_trips"]),
         "has_cond": int(attrs["has_cond"]),
         "carried": int(attrs["carried"]),
+        "scans": int(attrs.get("scans", 0)),
         "node": str(attrs.get("name") or node.name),
         "inputs": list(body_graph(attrs["body"]).inputs),
         "outputs": list(body.outputs),

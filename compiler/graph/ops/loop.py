@@ -2,17 +2,20 @@
 
 The ONNX importer unrolls a Loop whose trip count and condition fold at import
 (`frontend/onnx_loop.py`). One whose trip count or condition is computed at run time, or that
-would unroll past the cap, becomes this node when it has no scan outputs (those would have a
-length known only at run time): every loop-carried value keeps its shape, so the graph stays
-static. Its attribute `body` is the body as a self-contained ONNX model (base64 of its bytes):
+would unroll past the cap, becomes this node, unless it has scan outputs whose length would be
+known only at run time: every loop-carried value keeps its shape, so the graph stays static.
+Its attribute `body` is the body as a self-contained ONNX model (base64 of its bytes):
 
     inputs:  iteration (int64 scalar), condition (bool scalar), the carried values, then the
              outer values the body reads (`captured`)
-    outputs: the condition for the next iteration, then the carried values
+    outputs: the condition for the next iteration, the carried values, then the scan values
 
 The node's inputs are the trip count (`has_trips`), the first condition (`has_cond`), the
 carried values' first values and the captured values; its outputs the carried values' last
-values. `for i in range(M) while cond: carried = body(i, cond, carried, captured)`.
+values. `for i in range(M) while cond: carried = body(i, cond, carried, captured)`. A loop with
+a constant trip count and no condition (none given, or true from the start and in every
+iteration) may also have `scans` scan outputs: the body's further outputs, stacked along a new
+axis 0 over the M iterations.
 
 Here it runs on the reference executor (the body imported once and run by `run_graph` per
 iteration); the CPU back-end compiles the body into a module of its own, launched as a kernel of
@@ -45,12 +48,29 @@ def body_graph(body: str) -> Graph:
     return from_onnx(base64.b64decode(body))
 
 
+def _scan_types(attrs: dict[str, Any], trips: np.ndarray | None) -> list[TensorType]:
+    """The scan outputs' types: the body's scan values stacked over the constant trip count."""
+    if not attrs["scans"]:
+        return []
+    if trips is None or attrs["has_cond"]:
+        raise ValueError(
+            "a Loop with scan outputs must have a constant trip count and no condition"
+        )
+    graph = body_graph(attrs["body"])
+    length = int(np.asarray(trips).reshape(-1)[0])
+    values = graph.model_outputs[1 + attrs["carried"] :]
+    return [
+        TensorType((max(length, 0), *graph.types[v].shape), graph.types[v].dtype) for v in values
+    ]
+
+
 def _loop_types(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:
     fixed = int(attrs["has_trips"]) + int(attrs["has_cond"])
     carried = types[fixed : fixed + attrs["carried"]]
     if len(carried) != attrs["carried"]:
         raise ValueError(f"Loop must have {attrs['carried']} carried values, not {len(carried)}")
-    return [TensorType(t.shape, t.dtype) for t in carried]
+    scans = _scan_types(attrs, consts[0] if attrs["has_trips"] else None)
+    return [TensorType(t.shape, t.dtype) for t in carried] + scans
 
 
 def run_loop(attrs: dict[str, Any], *arrays: np.ndarray | None) -> tuple[np.ndarray, ...]:
@@ -65,13 +85,14 @@ def run_loop(attrs: dict[str, Any], *arrays: np.ndarray | None) -> tuple[np.ndar
     cond = values.pop(0) if attrs["has_cond"] else None
     carried = list(arrays[fixed : fixed + attrs["carried"]])
     captured = list(arrays[fixed + attrs["carried"] :])
+    scans = [np.empty(t.shape, t.dtype) for t in _scan_types(attrs, trips)]
 
     def step(i: int, c: np.ndarray, state: list[np.ndarray]) -> list[np.ndarray]:
         feeds = dict(zip(names, [np.array(i, np.int64), c, *state, *captured], strict=True))
         result = run_graph(graph, feeds)
         return [result[name] for name in outs]
 
-    return tuple(iterate(step, trips, cond, carried, attrs["name"]))
+    return (*iterate(step, trips, cond, carried, attrs["name"], scans), *scans)
 
 
 register(
@@ -80,7 +101,7 @@ register(
     _loop_types,
     run_loop,
     attrs={"body": REQUIRED, "carried": REQUIRED, "has_trips": REQUIRED, "has_cond": REQUIRED,
-           "name": ""},
+           "scans": 0, "name": ""},
     inputs=(0, 1 << 16),
     outputs=(0, 1 << 16),
 )  # fmt: skip

@@ -198,6 +198,55 @@ def test_a_carried_value_that_changes_shape_is_refused_by_name() -> None:
         from_onnx(model)
 
 
+def _scan_model(trips: int, cond: str) -> onnx.ModelProto:
+    """y, rows = Loop(trips, cond)(x): rows[i] = y_i + i (cond "" none, "const" torch's
+    scripted for loop: a constant true in and a Constant true out)."""
+    body = _body(cond="pass")
+    body.node.append(oh.make_node("Add", ["y_in", "fi"], ["row"]))
+    body.output.append(_value("row", F, [2, 3]))
+    if cond == "const":
+        del body.node[3]  # the Identity: a Constant true instead
+        body.node.append(
+            oh.make_node(
+                "Constant", [], ["c_out"], value=numpy_helper.from_array(np.array(True), "t")
+            )
+        )
+    graph = oh.make_graph(
+        [oh.make_node("Loop", ["M", cond and "yes", "x"], ["y", "rows"], body=body, name="loop")],
+        "g",
+        [RUNTIME_INPUTS[2]],
+        [_value("y", F, [2, 3]), _value("rows", F, [trips, 2, 3])],
+        [numpy_helper.from_array(np.full((2, 3), 0.999, np.float32), "w"),
+         numpy_helper.from_array(np.array(trips, np.int64), "M"),
+         numpy_helper.from_array(np.array(True), "yes")],
+    )  # fmt: skip
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("cond", ["", "const"])
+def test_scan_outputs_of_a_loop_past_the_unroll_cap(cond: str) -> None:
+    model = _scan_model(UNROLL_LIMIT, cond)  # 4 body nodes: four times the cap unrolled
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": X})
+    module = tensorforge.compile(model)
+    assert [k.kind for k in module.kernels] == ["loop"]
+    got = module.run({"x": X})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-5)
+    np.testing.assert_allclose(got["rows"], want[1], rtol=1e-5)
+    assert got["rows"].shape == (UNROLL_LIMIT, 2, 3)
+    small = _scan_model(5, cond)  # (unrolled: the same answers)
+    ref = run_graph(from_onnx(small), {"x": X})
+    np.testing.assert_allclose(ref["rows"], want[1][:5], rtol=1e-6)
+
+
+def test_the_reference_executor_runs_scan_outputs_of_a_run_time_loop() -> None:
+    model = _scan_model(UNROLL_LIMIT + 1, "")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": X})
+    graph = from_onnx(model)
+    assert [n.op for n in graph.nodes] == ["Loop"]
+    got = run_graph(graph, {"x": X})
+    np.testing.assert_allclose(got["rows"], want[1], rtol=1e-5)
+
+
 def test_scan_outputs_of_a_run_time_length_are_refused_by_name() -> None:
     body = _body(cond="pass")
     body.output.append(_value("t", F, [2, 3]))
@@ -259,3 +308,11 @@ def test_a_loop_kernel_whose_meta_does_not_fit_is_refused() -> None:
     )
     with pytest.raises(ValueError, match="loop kernel 'tf_k0_loop': its meta .* does not fit"):
         bad.run(_feeds(2, True, 1e9))
+
+
+def test_a_while_loop_with_scan_outputs_past_the_cap_names_the_cap() -> None:
+    """Its scan outputs' length is known only when it ends (here: never)."""
+    model = _scan_model(4, "")
+    model.graph.node[0].input[:2] = ["", "yes"]  # no trip count, a condition that stays true
+    with pytest.raises(OnnxImportError, match=f"trip count none.*cap of {UNROLL_LIMIT}"):
+        from_onnx(model)
