@@ -59,7 +59,7 @@ def iterate(
                 "true: stopped (it has no trip count to bound it)"
             )
         result = step(i, running, state)
-        running = np.asarray(result[0], bool).reshape(())
+        running = np.array(result[0], bool).reshape(())  # (a copy: result may be views)
         state = [np.array(r, copy=True) for r in result[1 : 1 + len(state)]]
         for out, value in zip(scans, result[1 + len(state) :], strict=True):
             out[i] = np.asarray(value).reshape(out.shape[1:])
@@ -112,9 +112,8 @@ class LoopLaunch:
 
         def step(i: int, c: np.ndarray, state: list[np.ndarray]) -> list[np.ndarray]:
             values = [np.array(i, np.int64), c, *state, *captured]
-            feeds = dict(zip(self.inputs, values, strict=True))
-            result = self.body.run({k: feeds[k] for k in self.body.inputs})
-            return [result[name] for name in self.outputs]
+            views = self.body.run_views(dict(zip(self.inputs, values, strict=True)))
+            return [views[name] for name in self.outputs]  # (copied by `iterate`)
 
         final = iterate(step, trips, cond, carried, self.node, scans)
         for out, value in zip(outs, final, strict=True):

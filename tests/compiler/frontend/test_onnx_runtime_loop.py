@@ -316,3 +316,34 @@ def test_a_while_loop_with_scan_outputs_past_the_cap_names_the_cap() -> None:
     model.graph.node[0].input[:2] = ["", "yes"]  # no trip count, a condition that stays true
     with pytest.raises(OnnxImportError, match=f"trip count none.*cap of {UNROLL_LIMIT}"):
         from_onnx(model)
+
+
+def test_an_index_outside_its_axis_inside_the_body_is_an_error_naming_the_node() -> None:
+    """The body's own run-time index checks hold inside the loop (onnxruntime refuses too)."""
+    body = oh.make_graph(
+        [
+            oh.make_node("Gather", ["table", "i"], ["row"], axis=0, name="pick"),
+            oh.make_node("Add", ["y_in", "row"], ["y_out"]),
+            oh.make_node("Identity", ["c"], ["c_out"]),
+        ],
+        "body",
+        [_value("i", I64, []), _value("c", B, []), _value("y_in", F, [3])],
+        [_value("c_out", B, []), _value("y_out", F, [3])],
+    )
+    graph = oh.make_graph(
+        [oh.make_node("Loop", ["M", "", "y0"], ["y"], body=body, name="loop")],
+        "g",
+        [_value("M", I64, []), _value("y0", F, [3])],
+        [_value("y", F, [3])],
+        [numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "table")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    module = tensorforge.compile(model)
+    y0 = np.zeros(3, np.float32)
+    session = ort.InferenceSession(model.SerializeToString())
+    want = session.run(None, {"M": np.array(4, np.int64), "y0": y0})[0]
+    np.testing.assert_array_equal(module.run({"M": np.array(4, np.int64), "y0": y0})["y"], want)
+    with pytest.raises(Exception):  # noqa: B017  (onnxruntime's own error type)
+        session.run(None, {"M": np.array(5, np.int64), "y0": y0})
+    with pytest.raises(IndexError, match="Gather node 'pick'.*outside \\[-4, 3\\]"):
+        module.run({"M": np.array(5, np.int64), "y0": y0})
