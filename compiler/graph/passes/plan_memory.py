@@ -84,6 +84,10 @@ def _lifetimes(graph: Graph, steps: list[list[str]]) -> dict[str, list[int]]:
     for name in graph.outputs:
         if name in made:
             spans.setdefault(name, [made[name], made[name]])[1] = len(steps)
+    for node in graph.nodes:  # a run-time Loop's kernel writes every output, read or not
+        if node.op == "Loop":
+            for name in node.outputs:
+                spans.setdefault(name, [made[name], made[name]])
     return spans
 
 

@@ -347,3 +347,73 @@ def test_an_index_outside_its_axis_inside_the_body_is_an_error_naming_the_node()
         session.run(None, {"M": np.array(5, np.int64), "y0": y0})
     with pytest.raises(IndexError, match="Gather node 'pick'.*outside \\[-4, 3\\]"):
         module.run({"M": np.array(5, np.int64), "y0": y0})
+
+
+def test_a_carried_value_nothing_reads_after_the_loop_still_has_its_memory() -> None:
+    """torch.jit.script's `for ...: if ...: break` carries a flag the graph never reads after
+    the loop: the loop kernel writes it all the same (it had no slot in the memory plan)."""
+    body = _body(cond="pass")
+    body.input.append(_value("k_in", I64, []))
+    body.node.append(oh.make_node("Add", ["k_in", "i"], ["k_out"]))
+    body.output.append(_value("k_out", I64, []))
+    model = _model(["M", "", "x", "k0"], body, [RUNTIME_INPUTS[0], RUNTIME_INPUTS[2]],
+                   {"k0": np.array(0, np.int64)})  # fmt: skip
+    model.graph.node[0].output.append("k_unread")
+    onnx.checker.check_model(model)
+    _check(model, [{"M": np.array(m, np.int64), "x": X} for m in (0, 3)])
+
+
+# torch.jit.script's loops, through its TorchScript exporter (torch: an optional extra). Oracle:
+# torch itself.
+
+
+def _scripted(kind: str):
+    torch = pytest.importorskip(
+        "torch", reason="torch is an optional extra: pip install '.[torch]'"
+    )
+
+    class Accumulate(torch.nn.Module):
+        def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+            acc = torch.zeros_like(x)
+            for i in range(n):
+                acc = acc + x * i
+            return acc
+
+    class Break(torch.nn.Module):
+        def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+            y = x
+            for _ in range(n):
+                y = y + 1
+                if bool(y.max() > 10):
+                    break
+            return y
+
+    class Halve(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x
+            while bool(y.abs().sum() > 1.0):
+                y = y * 0.5
+            return y
+
+    return torch, {"accumulate": Accumulate, "break": Break, "halve": Halve}[kind]()
+
+
+@pytest.mark.parametrize(("kind", "n"), [("accumulate", 6), ("break", 30), ("halve", None)])
+def test_scripted_torch_loops_match_torch(kind: str, n: int | None) -> None:
+    import io
+    import warnings
+
+    torch, module = _scripted(kind)
+    x = torch.from_numpy(X * 9)
+    args = (x,) if n is None else (x, torch.tensor(n))
+    names = ["x"] if n is None else ["x", "n"]
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(module)
+        torch.onnx.export(scripted, args, f, input_names=names, opset_version=17, dynamo=False)
+        want = scripted(x) if n is None else scripted(x, n)
+    compiled = tensorforge.compile(f.getvalue())
+    assert "loop" in [k.kind for k in compiled.kernels]
+    got = compiled.run({k: a.numpy() for k, a in zip(names, args, strict=True)})
+    np.testing.assert_allclose(next(iter(got.values())), want.numpy(), rtol=1e-6, atol=1e-6)
