@@ -87,6 +87,11 @@ def runtime_loop(
     trip_name, cond_name = (list(node.input) + ["", ""])[:2]
     carried_in = list(node.input[2:])
     scan_outs = list(node.output[len(carried_in) :]) if any(node.output[len(carried_in) :]) else []
+    listed = [v for v in carried_in if v in importer.sequences or v in importer.optionals]
+    if listed:  # a sequence's length, or an optional's presence, would be a run-time fact
+        raise _refuse(
+            importer, "Loop run at run time carrying a sequence or optional (a list built in the "
+            f"loop: its length is known only at run time; {listed[0]!r})", name)  # fmt: skip
     if not carried_in and not scan_outs:
         raise _error(f"{where} runs at run time and gives no value: it computes nothing")
     if scan_outs and trip_name and trips is None:

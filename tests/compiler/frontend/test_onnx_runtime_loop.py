@@ -417,3 +417,31 @@ def test_scripted_torch_loops_match_torch(kind: str, n: int | None) -> None:
     assert "loop" in [k.kind for k in compiled.kernels]
     got = compiled.run({k: a.numpy() for k, a in zip(names, args, strict=True)})
     np.testing.assert_allclose(next(iter(got.values())), want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_a_run_time_loop_carrying_a_list_is_refused_by_name() -> None:
+    """`outs.append(...)` in a loop of a run-time length: the list's length is a run-time fact
+    (it was a KeyError)."""
+    body = oh.make_graph(
+        [
+            oh.make_node("SequenceInsert", ["seq_in", "x"], ["seq_out"]),
+            oh.make_node("Identity", ["c"], ["c_out"]),
+        ],
+        "body",
+        [_value("i", I64, []), _value("c", B, []),
+         oh.make_tensor_sequence_value_info("seq_in", F, [2, 3])],
+        [_value("c_out", B, []), oh.make_tensor_sequence_value_info("seq_out", F, [2, 3])],
+    )  # fmt: skip
+    graph = oh.make_graph(
+        [
+            oh.make_node("SequenceEmpty", [], ["empty"], dtype=F),
+            oh.make_node("Loop", ["M", "", "empty"], ["seq"], body=body, name="loop"),
+            oh.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0, new_axis=1),
+        ],
+        "g",
+        [RUNTIME_INPUTS[0], RUNTIME_INPUTS[2]],
+        [_value("y", F, None)],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(UnsupportedOpError, match="carrying a sequence or optional.*'loop'"):
+        from_onnx(model)
