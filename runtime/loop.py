@@ -16,7 +16,9 @@ cond: carried = body(i, cond, carried)`. A loop without a trip count stops with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,8 @@ from .ndarray import view_at
 
 #: iterations a loop without a trip count may run before it is stopped as runaway
 WHILE_LIMIT = 1 << 24
+#: loops inside loops a module may hold (each body is a module of its own)
+MAX_NESTING = 32
 
 
 class LoopLimitError(RuntimeError):
@@ -115,17 +119,41 @@ class LoopLaunch:
             views = self.body.run_views(dict(zip(self.inputs, values, strict=True)))
             return [views[name] for name in self.outputs]  # (copied by `iterate`)
 
-        final = iterate(step, trips, cond, carried, self.node, scans)
+        with nested(self.name):  # (its body's own loops load and run inside this one)
+            final = iterate(step, trips, cond, carried, self.node, scans)
         for out, value in zip(outs, final, strict=True):
             out[...] = value.reshape(out.shape)
 
 
 def load_loop_kernels(kernels: Sequence[Any], options: Mapping[str, Any]) -> dict[str, Any]:
     """The Module loader of "loop" kernels: each body module read from its payload."""
-    from .module import Module
-
     launches: dict[str, Any] = {}
     for k in kernels:
-        body = Module.from_bytes(bytes(k.payload), f"loop kernel {k.name!r}")
-        launches[k.name] = LoopLaunch(k, body)
+        launches[k.name] = LoopLaunch(k, read_body(k))
     return launches
+
+
+_NESTING = threading.local()
+
+
+@contextlib.contextmanager
+def nested(name: str) -> Iterator[None]:
+    """Inside loop kernel `name` (running it, or inspecting its body): at most MAX_NESTING loops
+    deep, so a file nesting deeper is refused (a `ModuleFormatError`), not a recursion error."""
+    from .module import ModuleFormatError
+
+    depth = getattr(_NESTING, "depth", 0)
+    if depth >= MAX_NESTING:
+        raise ModuleFormatError(f"loop kernel {name!r} nests loops more than {MAX_NESTING} deep")
+    _NESTING.depth = depth + 1
+    try:
+        yield
+    finally:
+        _NESTING.depth = depth
+
+
+def read_body(kernel: Any) -> Any:
+    """The body `Module` of loop kernel `kernel`, read from its payload (no code runs)."""
+    from .module import Module
+
+    return Module.from_bytes(bytes(kernel.payload), f"loop kernel {kernel.name!r}")

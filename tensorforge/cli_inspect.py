@@ -157,12 +157,12 @@ def _check_kernel(k: Any) -> str:
         payload = parse_payload(bytes(k.payload), k.name)  # matched to the params at load
         return f"{payload.get('dialect')} program, {len(payload['kernels'])} launches"
     if k.kind == "loop":
-        from .runtime.loop import LoopLaunch
-        from .runtime.module import Module
+        from .runtime.loop import LoopLaunch, nested, read_body
 
-        body = Module.from_bytes(bytes(k.payload), "its body module")
-        LoopLaunch(k, body)  # its meta against its parameters and the body's names
-        notes = [_check_kernel(inner) for inner in body.kernels]  # (a loop in it: checked too)
+        with nested(k.name):
+            body = read_body(k)
+            LoopLaunch(k, body)  # its meta against its parameters and the body's names
+            notes = [_check_kernel(inner) for inner in body.kernels]  # (loops in it too)
         kinds = ", ".join(sorted({inner.kind for inner in body.kernels}))
         return (
             f"a loop run at run time: its body a module of {len(notes)} kernels ({kinds}), "

@@ -66,6 +66,7 @@ def _model(
     return model
 
 
+X_INPUT = _value("x", F, [2, 3])
 RUNTIME_INPUTS = [
     _value("M", I64, []),
     _value("c0", B, []),
@@ -174,6 +175,35 @@ def test_a_loop_inside_a_run_time_loop() -> None:
     feeds = [{"M": np.array(m, np.int64), "k": np.array(k, np.int64), "x": X}
              for m, k in ((2, 3), (3, 0), (1, 5))]  # fmt: skip
     _check(model, feeds)
+
+
+def test_loops_nested_past_the_limit_are_refused_not_a_recursion_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    import argparse
+
+    from tensorforge import cli_inspect
+    from tensorforge.runtime.module import ModuleFormatError
+
+    outer = oh.make_graph(
+        [
+            oh.make_node("Loop", ["k", "", "y_in"], ["y_out"], body=_body(cond="pass")),
+            oh.make_node("Identity", ["c"], ["c_out"]),
+        ],
+        "outer",
+        [_value("j", I64, []), _value("c", B, []), _value("y_in", F, [2, 3])],
+        [_value("c_out", B, []), _value("y_out", F, [2, 3])],
+    )
+    model = _model(["M", "", "x"], outer, [RUNTIME_INPUTS[0], _value("k", I64, []), X_INPUT])
+    path = tmp_path / "nested.tfm"
+    tensorforge.compile(model).save(path)
+    monkeypatch.setattr(runtime_loop, "MAX_NESTING", 1)  # (32 by default)
+    feeds = {"M": np.array(2, np.int64), "k": np.array(2, np.int64), "x": X}
+    with pytest.raises(ModuleFormatError, match="nests loops more than 1 deep"):
+        Module.load(path).run(feeds)
+    parser = argparse.ArgumentParser()
+    cli_inspect.add_inspect_command(parser.add_subparsers(dest="command"))
+    assert cli_inspect.run_inspect(parser.parse_args(["inspect", str(path)])) != 0
 
 
 def test_a_runaway_while_loop_stops_with_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
