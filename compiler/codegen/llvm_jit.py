@@ -9,7 +9,6 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ...runtime.device import cpu
-from ...runtime.resident import release_code_pages
 from ..target import Target
 
 # ELF e_machine values of the triples we cross-compile for (checked by tests).
@@ -22,7 +21,6 @@ def _init_native() -> None:
     llvm.initialize_native_asmprinter()
     for name, address in cpu.pool_symbols().items():
         llvm.add_symbol(name, address)
-    release_code_pages()  # LLVM's static constructors ran at its import, and run only then
 
 
 @functools.cache

@@ -25,7 +25,6 @@ from ...runtime.device.cpu import ParamSpec
 from ...runtime.device.cpu.loader import host_cpu
 from ...runtime.dtypes import storage_dtype
 from ...runtime.module import Call, KernelImage, Module, TensorSpec
-from ...runtime.resident import release_code_pages
 from ..codegen.llvm import CodegenOptions, generate
 from ..codegen.llvm_jit import emit_object, target_features
 from ..target import Target
@@ -160,11 +159,9 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
             optimized = drop_spent(optimized, pending, spent.get(k, ()), constants)
             if new or k % COLLECT_EVERY == 0:  # (a group that reuses a kernel made no LLVM
                 collect()  # objects: its garbage waits for the next collection)
-    module = assemble_module(
+    return assemble_module(
         optimized, str(tgt), list(kernels.values()), calls, constants, start, t_opt, *times
     )
-    release_code_pages()  # LLVM's optimizer and code generator do not run again to run it
-    return module
 
 
 @contextlib.contextmanager
