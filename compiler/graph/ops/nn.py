@@ -280,14 +280,31 @@ def _pool_pads(attrs: dict[str, Any], x: np.ndarray) -> tuple:
 
 
 def _max_pool_padded(attrs: dict[str, Any], x: np.ndarray) -> tuple:
-    """(Y, the padded input, the window geometry)."""
+    """(Y, the padded input, the window geometry). onnxruntime's semantics, which the compiled
+    pools follow (`strategy/reduce.py`): the padding is the lowest finite value (-inf in a
+    dilated window), and a float max skips NaN unless the window's first tap inside the
+    image is NaN (ReduceMax's rule), so a window of NaN only gives NaN."""
     geometry = _pool_pads(attrs, x)
     kernel, begin, end, extra, strides, dilations, outs = geometry
-    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    floating = x.dtype.kind == "f"
+    if floating:
+        low = -np.inf if max(dilations) > 1 else np.finfo(x.dtype).min
+    else:
+        low = np.iinfo(x.dtype).min
     widths = [(b, e + ex) for b, e, ex in zip(begin, end, extra, strict=True)]
     xp = np.pad(x, [(0, 0), (0, 0), *widths], constant_values=low)
     win = _windows(xp, outs, strides, dilations, kernel)
-    return np.ascontiguousarray(win.max(axis=tuple(range(-len(kernel), 0)))), xp, geometry
+    axes = tuple(range(-len(kernel), 0))
+    if not floating:
+        return np.ascontiguousarray(win.max(axis=axes)), xp, geometry
+    y = np.fmax.reduce(win, axis=axes)  # (NaN skipped)
+    firsts = []
+    for o, st, d, p, size in zip(outs, strides, dilations, begin, x.shape[2:], strict=True):
+        start = np.arange(o) * st - p  # the first tap inside the image: start + r * d >= 0
+        first = start + np.maximum(-(start // d), 0) * d
+        firsts.append(np.minimum(first, size - 1))  # (a ceil_mode window may start past it)
+    at = x[(slice(None), slice(None), *np.ix_(*firsts))]
+    return np.ascontiguousarray(np.where(np.isnan(at), at, y)), xp, geometry
 
 
 def max_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:

@@ -297,3 +297,32 @@ def test_blocked_max_pool_window_of_nan_only_is_nan() -> None:
     want = _onnxruntime(model, {"x": x})
     assert np.isnan(want[0, 5]).all()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "pad", "dilation", "ceil"),
+    [(2, 1, 1, 1, 0), (3, 2, 1, 1, 1), (3, 1, 2, 1, 0), (3, 2, 2, 2, 0), (2, 2, 1, 2, 1)],
+)
+def test_reference_max_pool_follows_the_compiled_rules(kernel, stride, pad, dilation, ceil) -> None:
+    """The reference executor's max pool (`ops/nn.py`) takes the compiled pools' rules: padding
+    the lowest finite value (-inf dilated), NaN skipped unless a window's first tap inside the
+    image is NaN. It padded with -inf and let any NaN win, so it disagreed with the code it
+    is the oracle for on windows of -inf beside padding and on NaN among numbers."""
+    from tensorforge.compiler.frontend import from_onnx
+    from tensorforge.compiler.graph import run_graph
+
+    rng = np.random.default_rng(kernel * 7 + pad)
+    x = rng.standard_normal((1, 2, 7, 6)).astype(np.float32)
+    x[0, 0, rng.random((7, 6)) < 0.3] = np.nan
+    x[0, 1, rng.random((7, 6)) < 0.4] = -np.inf
+    x[0, 0, :3, :3], x[0, 1, :3, :3] = np.nan, -np.inf
+    attrs = {"kernel_shape": [kernel] * 2, "strides": [stride] * 2, "pads": [pad] * 4,
+             "dilations": [dilation] * 2, "ceil_mode": ceil}  # fmt: skip
+    model = _model(helper.make_node("MaxPool", ["x"], ["y"], **attrs), x, {})
+    ref = run_graph(from_onnx(model), {"x": x})["y"]
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(ref, got)  # (NaN where NaN)
+    finite = np.where(np.isfinite(x), x, np.float32(0.5))  # and onnxruntime's on numbers
+    np.testing.assert_array_equal(
+        run_graph(from_onnx(model), {"x": finite})["y"], _onnxruntime(model, {"x": finite})
+    )
