@@ -18,7 +18,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def erf(x: np.ndarray) -> np.ndarray:
     """Elementwise error function (numpy has none), computed in double precision."""
-    return _erf(np.asarray(x, np.float64)).astype(np.float64)
+    return np.asarray(_erf(np.asarray(x, np.float64)), np.float64)  # (a 0-d one gives a float)
 
 
 def same_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:

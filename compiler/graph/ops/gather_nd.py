@@ -55,7 +55,7 @@ def gather_nd(attrs: dict[str, Any], data: np.ndarray, indices: np.ndarray) -> n
     data_b = data.reshape(batches, *data.shape[b:])
     index_b = wrapped.reshape(batches, -1, m)
     out = np.stack([data_b[i][tuple(index_b[i].T)] for i in range(batches)])
-    return out.reshape(*indices.shape[:-1], *data.shape[b + m :])
+    return out.reshape((*indices.shape[:-1], *data.shape[b + m :]))
 
 
 def expand(b: GraphBuilder, node: Node) -> None:
@@ -77,7 +77,7 @@ def expand(b: GraphBuilder, node: Node) -> None:
     if batch:  # each batch's positions start at its block of per_batch rows
         lead = ishape[:batch]
         offsets = np.arange(int(np.prod(lead)), dtype=np.int64).reshape(lead) * per_batch
-        offsets = offsets.reshape(*lead, *(1,) * (len(ishape) - 1 - batch))
+        offsets = offsets.reshape((*lead, *(1,) * (len(ishape) - 1 - batch)))
         linear = e.add("Add", [linear, e.const(offsets, "batch_offsets")])
     e.add("Gather", [flat, linear], {"axis": 0}, outputs=list(node.outputs[:1]))
 

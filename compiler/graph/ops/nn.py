@@ -12,6 +12,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..ir import TensorType, broadcast_shapes
 from ..registry import Pattern, get_op, register
 from .pool_indices import expand_max_pool_indices, max_pool_indices
+from .shape import nan_first
 
 _CONV_ATTRS = {
     "auto_pad": "NOTSET",
@@ -390,7 +391,16 @@ def _global(fn: Any) -> Any:
 
 
 register("GlobalAveragePool", Pattern.OUT_ELEMWISE_FUSABLE, _global_type, _global(np.mean))
-register("GlobalMaxPool", Pattern.OUT_ELEMWISE_FUSABLE, _global_type, _global(np.max))
+def _global_max(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    """ReduceMax over the spatial axes, its NaN rule included (`shape.nan_first`, as the
+    compiled pool): NaN skipped unless the image's first value is NaN."""
+    axes = tuple(range(2, x.ndim))
+    if x.dtype.kind != "f":
+        return x.max(axis=axes, keepdims=True)
+    return nan_first(x.astype(np.float64), axes, np.max, {"keepdims": 1}).astype(x.dtype)
+
+
+register("GlobalMaxPool", Pattern.OUT_ELEMWISE_FUSABLE, _global_type, _global_max)
 
 
 def _gemm_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorType]:

@@ -125,7 +125,7 @@ def reverse_sequence(attrs: dict[str, Any], x: np.ndarray, lengths: np.ndarray) 
     z = x if batch_axis == 0 else x.swapaxes(0, 1)  # [B, T, ...]
     t = np.arange(z.shape[1]).reshape(1, -1)
     source = _reverse_source(t, lengths.reshape(-1, 1))
-    out = np.take_along_axis(z, source.reshape(*source.shape, *(1,) * (z.ndim - 2)), axis=1)
+    out = np.take_along_axis(z, source.reshape((*source.shape, *(1,) * (z.ndim - 2))), axis=1)
     return out if batch_axis == 0 else out.swapaxes(0, 1)
 
 

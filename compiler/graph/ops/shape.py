@@ -428,14 +428,14 @@ def _reduce(fn: Any) -> tuple[Any, Any]:
         if x.size == 0 and fn is np.mean:  # an empty mean is 0, as onnxruntime's
             return np.zeros(out.shape, x.dtype)
         wide = x.astype(np.float64) if x.dtype.kind == "f" else x
-        if x.dtype.kind == "f" and fn in (np.max, np.min):  # NaN: `_nan_first`
-            return _nan_first(wide, axes, fn, attrs).astype(x.dtype)
+        if x.dtype.kind == "f" and fn in (np.max, np.min):  # NaN: `nan_first`
+            return nan_first(wide, axes, fn, attrs).astype(x.dtype)
         return np.asarray(fn(wide, axis=axes, keepdims=bool(attrs["keepdims"]))).astype(x.dtype)
 
     return infer, compute
 
 
-def _nan_first(x: np.ndarray, axes: Any, fn: Any, attrs: dict[str, Any]) -> np.ndarray:
+def nan_first(x: np.ndarray, axes: Any, fn: Any, attrs: dict[str, Any]) -> np.ndarray:
     """ReduceMax/ReduceMin of floats as onnxruntime's scan from the first element has NaN: the
     extreme of the numbers, but a NaN first in the reduced range is the result (so a range of
     NaN only is NaN). Its vectorized scan lets a NaN in some other places win too: not

@@ -191,6 +191,9 @@ def _global_pool(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     reducer = te.max if node.op == "GlobalMaxPool" else te.sum
     count = float(np.prod(spatial))
     post = (lambda v, i: v / count) if node.op == "GlobalAveragePool" else None
+    if node.op == "GlobalMaxPool" and np.dtype(x.dtype).kind == "f":  # ReduceMax's NaN rule:
+        # an image of NaN only gave -inf (onnxruntime: NaN)
+        post = _nan_first(x, tuple(range(2, len(x.shape))), True)
     if len(spatial) < 2:
         red = te.compute(
             shape, lambda n, c, *_: reducer(x((n, c, *raxes)), axis=raxes), name="gpool"

@@ -326,3 +326,59 @@ def test_reference_max_pool_follows_the_compiled_rules(kernel, stride, pad, dila
     np.testing.assert_array_equal(
         run_graph(from_onnx(model), {"x": finite})["y"], _onnxruntime(model, {"x": finite})
     )
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_global_max_pool_follows_reduce_max_on_nan(rank: int) -> None:
+    """GlobalMaxPool is ReduceMax over the spatial axes, NaN rule included: an image of NaN only
+    gave -inf compiled (onnxruntime: NaN) and any NaN won in the reference executor."""
+    from tensorforge.compiler.frontend import from_onnx
+    from tensorforge.compiler.graph import run_graph
+
+    x = np.random.default_rng(rank).standard_normal((2, 4, *[3] * rank)).astype(np.float32)
+    flat = x.reshape(2, 4, -1)
+    flat[0, 0] = np.nan  # NaN only
+    flat[0, 1, 1:] = np.nan  # NaN after a number: skipped
+    flat[0, 2, 0] = np.nan  # NaN first: the result
+    flat[1, 3, :-1] = np.nan  # (and -inf alone among NaN, NaN first)
+    flat[1, 3, -1] = -np.inf
+    model = _model(helper.make_node("GlobalMaxPool", ["x"], ["y"]), x, {})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    ref = run_graph(from_onnx(model), {"x": x})["y"]
+    np.testing.assert_array_equal(got, ref)
+    reduce_max = np.where(
+        np.isnan(flat[..., :1]),
+        np.nan,
+        np.nanmax(np.where(np.isnan(flat), -np.inf, flat), axis=-1, keepdims=True),
+    )
+    np.testing.assert_array_equal(got.reshape(2, 4, 1), reduce_max)
+    want = _onnxruntime(model, {"x": x})
+    assert np.isnan(got[0, 0]).all()
+    if rank > 1:  # (onnxruntime's 1-D pool scans from the lowest finite value: -3.4e38 there)
+        assert np.isnan(want[0, 0]).all()
+    np.testing.assert_array_equal(got[1, :3], want[1, :3])  # (NaN-free channels)
+
+
+@pytest.mark.parametrize("case", ["gelu", "erf", "gather_nd"])
+def test_reference_executor_on_rank_zero_results(case: str) -> None:
+    """The reference executor computed a 0-d Gelu/Erf as a Python float (`.astype` failed) and
+    reshaped a GatherND's scalar result with no dims (`reshape()` failed); the compiled code
+    and onnxruntime ran both."""
+    from tensorforge.compiler.frontend import from_onnx
+    from tensorforge.compiler.graph import run_graph
+
+    if case == "gather_nd":
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        node = helper.make_node("GatherND", ["x", "i"], ["y"])
+        consts = {"i": np.array([1, 2], np.int64)}
+    else:
+        x = np.array(0.75, np.float32)
+        node = helper.make_node("Gelu" if case == "gelu" else "Erf", ["x"], ["y"])
+        consts = {}
+    model = _model(node, x, consts)
+    ref = run_graph(from_onnx(model), {"x": x})["y"]
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    want = _onnxruntime(model, {"x": x})
+    assert ref.shape == want.shape == ()
+    np.testing.assert_allclose(ref, want, rtol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
