@@ -10,7 +10,8 @@ the input. The lowering computes them all as one reduction `phased[n, m, *p, *q]
 along the last `q`, contiguous reads of the padded input), then deals the phases out into the
 output with the bias and the group's elementwise tail. For `s = 2, k = 4` (the usual
 upsampling decoder) every phase has exactly 2 taps per axis, the multiplies a direct convolution
-of the output would need; a phase with fewer taps than its neighbours reads a zero weight.
+of the output would need; a phase with fewer taps than its neighbours adds 0 for the missing
+ones (selected, not a zero weight: x * 0 is NaN where x is infinite or NaN).
 """
 
 from __future__ import annotations
@@ -102,19 +103,18 @@ def _conv_transpose(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     rc = te.reduce_axis((0, c_g), "rc")
     rj = [te.reduce_axis((0, a.taps), f"rj{k}") for k, a in enumerate(axes)]
 
-    def tap_weight(c: Any, m: Any, phases: tuple, js: list) -> Any:
+    def tap(c: Any, m: Any, phases: tuple, js: list) -> tuple[Any, Any]:
+        """(the tap's weight, its liveness or None when every tap is live)."""
         ks = [
             a.first_tap(p) + (a.stride // a.g) * j for a, p, j in zip(axes, phases, js, strict=True)
         ]
         if not any(a.has_dead_taps() for a in axes):
-            return w((c, m % m_g, *ks))
+            return w((c, m % m_g, *ks)), None
         clamped = [te.min(k, a.kernel - 1) for k, a in zip(ks, axes, strict=True)]
         live = [a.is_live(p) for a, p in zip(axes, phases, strict=True)]
         live += [k < a.kernel for k, a in zip(ks, axes, strict=True) if a.has_dead_taps()]
-        zero = te.const(0, x.dtype)
-        return te.select(
-            te.all_of(*(v for v in live if v is not True)), w((c, m % m_g, *clamped)), zero
-        )
+        live = [v for v in live if v is not True]
+        return w((c, m % m_g, *clamped)), (te.all_of(*live) if live else None)
 
     def body(n: Any, m: Any, *pq: Any) -> Any:
         phases, steps = pq[:nd], pq[nd:]
@@ -123,7 +123,11 @@ def _conv_transpose(ctx: GroupContext, node: Node, tail: Tail) -> Result:
             q + a.offset(p) - j * (a.dilation // a.g) + b
             for a, p, q, j, (b, _) in zip(axes, phases, steps, rj, pads, strict=True)
         ]
-        return te.sum(read((n, c, *pos)) * tap_weight(c, m, phases, rj), axis=[rc, *rj])
+        weight, live = tap(c, m, phases, rj)
+        product = read((n, c, *pos)) * weight
+        if live is not None:  # a dead tap adds 0, not x * 0 (NaN where x is inf or NaN)
+            product = te.select(live, product, te.const(0, x.dtype))
+        return te.sum(product, axis=[rc, *rj])
 
     shape = (x.shape[0], m_g * group, *(a.stride for a in axes), *(a.steps for a in axes))
     phased = te.compute(shape, body, name="conv_transpose")

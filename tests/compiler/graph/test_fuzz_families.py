@@ -382,3 +382,23 @@ def test_reference_executor_on_rank_zero_results(case: str) -> None:
     assert ref.shape == want.shape == ()
     np.testing.assert_allclose(ref, want, rtol=1e-6)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("kernel", "stride", "dilation"), [(1, 3, 1), (3, 2, 1), (2, 2, 2)])
+def test_conv_transpose_tap_that_reaches_nothing_adds_zero_not_nan(
+    kernel, stride, dilation
+) -> None:
+    """A phase with fewer taps than its neighbours (kernel not a multiple of the stride, or
+    gcd(stride, dilation) > 1) multiplied the input by a zero weight there: an infinite input
+    made NaN in outputs it does not reach (onnxruntime: the bias)."""
+    rng = np.random.default_rng(kernel + stride)
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    x[0, 0, 2, 3], x[0, 1, 1, 4], x[0, 1, 4, 0] = np.inf, -np.inf, np.nan
+    w = rng.standard_normal((2, 3, kernel, kernel)).astype(np.float32)
+    attrs = {"strides": [stride] * 2, "dilations": [dilation] * 2}
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    model = _model(node, x, {"w": w, "b": np.array([0.5, -1.0, 2.0], np.float32)})
+    got = tensorforge.compile(model).run({"x": x})["y"]
+    want = _onnxruntime(model, {"x": x})
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
