@@ -24,12 +24,19 @@ worker restarts) and classifies each case:
 `--target opencl` runs the same cases through the GPU back-end on the local OpenCL device
 (PoCL here); `--target cuda` compiles them only.
 
+`--oracle reference` compares the compiled code with the project's own reference executor
+(`run_graph`, the numpy kernels other tests use as their oracle) instead of onnxruntime: the two
+should agree wherever both run (`ref-error`: the reference executor raised). `--specials` puts
+a NaN, +inf and -inf into every float input (at positions drawn from the case), for the rules
+on them (NaN in max pools, infinities times zero weights).
+
 Cases are deterministic: `op:seed:index` rebuilds the same model and inputs.
 
 Usage:
     python benchmarks/op_fuzz.py --seed 0 --budget-s 600 [--ops Conv,Add] [--per-op N]
         [--out build/op_fuzz.jsonl] [--target llvm|opencl|cuda]
     python benchmarks/op_fuzz.py --replay Conv:0:12 [--save case.onnx] [--target opencl]
+    python benchmarks/op_fuzz.py --oracle reference --specials --per-op 10
 """
 
 from __future__ import annotations
@@ -53,8 +60,9 @@ sys.path.insert(0, str(HERE))
 
 OUTCOMES = (
     "match", "mismatch", "ort-deviates", "refused", "error", "crash", "hang", "ort-skip",
-    "gen-error", "compiled",
+    "gen-error", "compiled", "ref-error",
 )  # fmt: skip
+ORACLES = ("onnxruntime", "reference")
 TARGETS = ("llvm", "opencl", "cuda")
 # (rtol, atol relative to the largest finite expected magnitude, at least 1)
 TOLERANCE = {"float16": (4e-3, 2e-3), "float32": (1e-4, 1e-5), "float64": (1e-7, 1e-9)}
@@ -131,7 +139,9 @@ def run_ours(case, target: str = "llvm") -> tuple[str, str, list[np.ndarray] | N
     return "ran", "", [result[o.name] for o in case.model.graph.output]
 
 
-def check(name: str, target: str = "llvm") -> dict:
+def check(
+    name: str, target: str = "llvm", oracle: str = "onnxruntime", specials: bool = False
+) -> dict:
     """Build, run both sides and compare the case `name` (`op:seed:index`) on `target`."""
     from op_fuzz_cases import make_case
 
@@ -140,8 +150,56 @@ def check(name: str, target: str = "llvm") -> dict:
         case = make_case(op, int(seed), int(index))
     except Exception as exc:  # noqa: BLE001  (a bug of the generator: reported, not ours)
         return {"case": name, "outcome": "gen-error", "detail": f"{type(exc).__name__}: {exc}"}
-    outcome, detail = compare(case, target)
+    if specials:
+        case = with_specials(case, int(index))
+    if oracle == "reference":
+        outcome, detail = compare_reference(case, target)
+    else:
+        outcome, detail = compare(case, target)
     return {"case": name, "outcome": outcome, "detail": detail[:500]}
+
+
+def with_specials(case, index: int):
+    """`case` with a NaN, +inf and -inf in each float input (positions drawn from `index`)."""
+    import dataclasses
+
+    rng = np.random.default_rng([index, 7])
+    feed = {}
+    for name, value in case.feed.items():
+        if value.dtype.kind == "f" and value.size:
+            value = value.copy()
+            flat = value.reshape(-1)
+            for special in (np.nan, np.inf, -np.inf):
+                flat[rng.integers(0, flat.size)] = special
+        feed[name] = value
+    return dataclasses.replace(case, feed=feed)
+
+
+def compare_reference(case, target: str = "llvm") -> tuple[str, str]:
+    """(outcome, detail) of `case` run by the reference executor (`run_graph`), then by ours."""
+    from tensorforge.compiler.frontend import from_onnx
+    from tensorforge.compiler.graph import run_graph
+
+    try:
+        result = run_graph(from_onnx(case.model), case.feed)
+        want = [result[o.name] for o in case.model.graph.output]
+    except Exception as exc:  # noqa: BLE001  (classified: the oracle's own failure)
+        outcome, _, got = run_ours(case, target)
+        if outcome == "refused":  # (both refuse the same import: no finding)
+            return "refused", f"{type(exc).__name__}: {exc}"[:300]
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        text = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return "ref-error", f"{text} at {Path(where.filename).name}:{where.lineno}"
+    print(json.dumps({"phase": "ours"}), flush=True)
+    outcome, detail, got = run_ours(case, target)
+    if got is not None:
+        problems = [
+            f"{o.name}: {why}"
+            for o, g, w in zip(case.model.graph.output, got, want, strict=True)
+            if (why := differs(g, np.asarray(w)))
+        ]
+        outcome, detail = ("mismatch", "; ".join(problems)) if problems else ("match", "")
+    return outcome, detail
 
 
 def compare(case, target: str = "llvm", reference: bool = True) -> tuple[str, str]:
@@ -177,26 +235,29 @@ def matches_reference(case, got: list[np.ndarray]) -> bool:
     return all(differs(g, np.asarray(w)) is None for g, w in zip(got, want, strict=True))
 
 
-def worker(target: str) -> None:
+def worker(target: str, oracle: str = "onnxruntime", specials: bool = False) -> None:
     """Reads case names from stdin, writes one JSON result line per case."""
     for line in sys.stdin:
         name = line.strip()
         print(json.dumps({"start": name}), flush=True)
-        print(json.dumps(check(name, target)), flush=True)
+        print(json.dumps(check(name, target, oracle, specials)), flush=True)
 
 
 class Driver:
     """One worker process at a time, restarted after a crash or a hang."""
 
-    def __init__(self, timeout_s: float, target: str = "llvm", script: str = __file__) -> None:
+    def __init__(
+        self, timeout_s: float, target: str = "llvm", script: str = __file__, extra: tuple = ()
+    ) -> None:
         self.timeout_s = timeout_s
         self.target = target
         self.script = script  # a fuzzer whose `--worker` reads case names (graph_fuzz.py too)
+        self.extra = list(extra)  # more of the worker's options (--oracle, --specials)
         self.proc: subprocess.Popen | None = None
 
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, self.script, "--worker", "--target", self.target]
+        cmd = [sys.executable, self.script, "--worker", "--target", self.target, *self.extra]
         self.buffer = b""
         return subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -266,9 +327,9 @@ def family(result: dict) -> str:
 
 def fuzz(
     ops: list[str], seed: int, budget_s: float, per_op: int, timeout_s: float, out,
-    target: str = "llvm",
+    target: str = "llvm", extra: tuple = (),
 ) -> list:  # fmt: skip
-    driver = Driver(timeout_s, target)
+    driver = Driver(timeout_s, target, extra=extra)
     results = []
     start = time.monotonic()
     try:
@@ -300,7 +361,10 @@ def summarize(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def replay(name: str, save: str | None, target: str = "llvm") -> None:
+def replay(
+    name: str, save: str | None, target: str = "llvm", oracle: str = "onnxruntime",
+    specials: bool = False,
+) -> None:  # fmt: skip
     from op_fuzz_cases import make_case
 
     op, seed, index = name.rsplit(":", 2)
@@ -312,7 +376,7 @@ def replay(name: str, save: str | None, target: str = "llvm") -> None:
     print(onnx.printer.to_text(case.model.graph))
     for k, v in case.feed.items():
         print(k, v.dtype, v.shape, np.array2string(v.ravel()[:16]))
-    print(json.dumps(check(name, target), indent=1))
+    print(json.dumps(check(name, target, oracle, specials), indent=1))
 
 
 def main() -> None:
@@ -330,19 +394,27 @@ def main() -> None:
     parser.add_argument("--target", default="llvm", choices=TARGETS,
                         help="llvm (CPU), opencl (run on the local OpenCL device) or cuda "
                         "(NVRTC compile only)")  # fmt: skip
+    parser.add_argument("--oracle", default="onnxruntime", choices=ORACLES,
+                        help="what the compiled code is compared with: onnxruntime, or the "
+                        "project's reference executor (run_graph)")  # fmt: skip
+    parser.add_argument("--specials", action="store_true",
+                        help="a NaN, +inf and -inf in every float input")  # fmt: skip
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    extra = ("--oracle", args.oracle, *(("--specials",) if args.specials else ()))
     if args.worker:
-        return worker(args.target)
+        return worker(args.target, args.oracle, args.specials)
     if args.replay:
-        return replay(args.replay, args.save or None, args.target)
+        return replay(args.replay, args.save or None, args.target, args.oracle, args.specials)
     table = pick_family()
     ops = args.ops.split(",") if args.ops else list(table)
     unknown = [op for op in ops if op not in table]
     if unknown:
         parser.error(f"--ops must be among {', '.join(table)}, not {unknown}")
     with open(args.out, "w") if args.out else contextlib.nullcontext() as out:
-        results = fuzz(ops, args.seed, args.budget_s, args.per_op, args.timeout_s, out, args.target)
+        results = fuzz(
+            ops, args.seed, args.budget_s, args.per_op, args.timeout_s, out, args.target, extra
+        )
     print(summarize(results))
 
 

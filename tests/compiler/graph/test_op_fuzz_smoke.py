@@ -63,3 +63,22 @@ def test_a_short_gpu_fuzz_run_finds_nothing() -> None:
                             target="cuda")  # fmt: skip
         assert not [r for r in cuda if r["outcome"] in BAD], op_fuzz.summarize(cuda)
         assert any(r["outcome"] == "compiled" for r in cuda)
+
+
+def test_compiled_code_agrees_with_the_reference_executor_on_nan_and_infinities() -> None:
+    """`--oracle reference --specials`: the compiled code against the numpy reference executor
+    (the oracle of many tests), a NaN, +inf and -inf in every float input. The families it
+    found (max pools' NaN and padding, a 0-d Erf/GatherND, ConvTranspose's dead taps) are
+    among these ops."""
+    ops = ["MaxPool", "GlobalMaxPool", "ConvTranspose", "Gelu", "GatherND", "ReduceMax", "Relu"]
+    results = op_fuzz.fuzz(ops, 1, budget_s=240, per_op=3, timeout_s=120, out=None,
+                           extra=("--oracle", "reference", "--specials"))  # fmt: skip
+    assert len(results) == len(ops) * 3
+    bad = [r for r in results if r["outcome"] in (*BAD, "ref-error")]
+    assert not bad, op_fuzz.summarize(bad)
+    assert sum(r["outcome"] == "match" for r in results) >= len(results) // 2
+    case = make_case("Relu", 1, 0)
+    case.feed = {"x": np.zeros((4, 5), np.float32), "n": np.arange(3)}
+    specials = op_fuzz.with_specials(case, 0).feed
+    assert {"nan", "inf", "-inf"} <= {str(v) for v in specials["x"].ravel()}
+    assert np.array_equal(specials["n"], np.arange(3)) and not case.feed["x"].any()
