@@ -129,8 +129,11 @@ def _cumsum(attrs: dict[str, Any], x: np.ndarray, axis: Any) -> np.ndarray:
     a = cumsum_axis(x.ndim, axis)
     flip = (lambda v: np.flip(v, a)) if attrs["reverse"] else (lambda v: v)
     total = np.cumsum(flip(x), axis=a, dtype=x.dtype)
-    if attrs["exclusive"]:
-        total = total - flip(x)
+    if attrs["exclusive"]:  # the sums before each position: shifted by one, 0 first (not
+        # `total - x`, which rounds differently and makes NaN of an infinite x)
+        total = np.moveaxis(total, a, 0)
+        total = np.concatenate([np.zeros_like(total[:1]), total[:-1]])
+        total = np.moveaxis(total, 0, a)
     return np.ascontiguousarray(flip(total))
 
 

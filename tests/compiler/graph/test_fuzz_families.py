@@ -402,3 +402,22 @@ def test_conv_transpose_tap_that_reaches_nothing_adds_zero_not_nan(
     want = _onnxruntime(model, {"x": x})
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_reference_exclusive_cumsum_is_the_sums_before_each_position(reverse: int) -> None:
+    """The reference executor computed an exclusive CumSum as the inclusive one minus x: an
+    infinite x made NaN from there on (onnxruntime and the compiled code: finite before it),
+    and finite sums rounded differently from theirs."""
+    from tensorforge.compiler.frontend import from_onnx
+    from tensorforge.compiler.graph import run_graph
+
+    x = np.random.default_rng(reverse).standard_normal((3, 7)).astype(np.float32)
+    x[1, 3], x[2, 5] = np.inf, -np.inf
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=1, reverse=reverse)
+    model = _model(node, x, {"axis": np.array(1, np.int64)})
+    ref = run_graph(from_onnx(model), {"x": x})["y"]
+    want = _onnxruntime(model, {"x": x})
+    np.testing.assert_array_equal(np.isfinite(ref), np.isfinite(want))
+    np.testing.assert_allclose(ref, want, rtol=1e-6, atol=1e-6)  # (its reverse sums differently)
+    np.testing.assert_allclose(ref, tensorforge.compile(model).run({"x": x})["y"], rtol=1e-6)
