@@ -501,12 +501,16 @@ register(
 
 
 def softmax(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    if x.size == 0:  # (no max of an empty row: nothing to compute)
+        return x.copy()
     z = x.astype(np.float64)
     z = np.exp(z - z.max(axis=attrs["axis"], keepdims=True))
     return (z / z.sum(axis=attrs["axis"], keepdims=True)).astype(x.dtype)
 
 
 def _log_softmax(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    if x.size == 0:
+        return x.copy()
     z = x.astype(np.float64)
     z = z - z.max(axis=attrs["axis"], keepdims=True)
     return (z - np.log(np.exp(z).sum(axis=attrs["axis"], keepdims=True))).astype(x.dtype)

@@ -421,3 +421,17 @@ def test_reference_exclusive_cumsum_is_the_sums_before_each_position(reverse: in
     np.testing.assert_array_equal(np.isfinite(ref), np.isfinite(want))
     np.testing.assert_allclose(ref, want, rtol=1e-6, atol=1e-6)  # (its reverse sums differently)
     np.testing.assert_allclose(ref, tensorforge.compile(model).run({"x": x})["y"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_reference_softmax_of_a_zero_size_tensor(op: str) -> None:
+    """(op fuzzer, reference oracle: Softmax:1:7) the reference executor took the max of an
+    empty row and raised; onnxruntime and the compiled code give the empty result."""
+    from tensorforge.compiler.frontend import from_onnx
+    from tensorforge.compiler.graph import run_graph
+
+    x = np.zeros((0, 3), np.float32)
+    model = _model(helper.make_node(op, ["x"], ["y"], axis=0), x, {})
+    ref = run_graph(from_onnx(model), {"x": x})["y"]
+    assert ref.shape == _onnxruntime(model, {"x": x}).shape == (0, 3)
+    assert tensorforge.compile(model).run({"x": x})["y"].shape == (0, 3)
