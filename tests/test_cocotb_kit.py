@@ -185,7 +185,6 @@ import numpy as np
 from tensorforge.cocotb import Testbench
 from tensorforge.compiler.quantize.residual import add_params
 from tensorforge.compiler.vta import conv2d, dense, max_pool2d
-from tensorforge.compiler.vta.layout import pack_nchw
 from tensorforge.hw.isa import AluInsn, AluOp, FinishInsn, MemInsn, MemType, Opcode, Uop
 from tensorforge.hw.isa import decode_program, encode
 from tensorforge.hw.regmap import Ctrl, LaunchError
@@ -216,15 +215,15 @@ async def compiled_layers_match_the_simulators(dut):
     add = add_params(0.5, 1.3, cfg, mode="mul", relu=True)  # MUL on the ALU
     conv = conv2d(cfg, x.shape, w, b, padding=1, shift=8, residual=add, vthreads=2)
     r = rng.integers(-127, 128, conv.residual_shape, dtype=np.int8)
-    out, _ = await tb.check_program(conv.image, {"X": conv.pack(x),
-                                                 "R": pack_nchw(cfg, r, cfg.block_out)})
+    out, _ = await tb.check_program(conv.image, conv.inputs(x, r))
     y = conv.unpack(out["Y"])
     assert np.array_equal(y, conv.reference(x, r))  # and the int8 oracle
     pool = max_pool2d(cfg, y.shape, 2)
-    out, _ = await tb.check_program(pool.image, {"X": pool.pack(y)})
+    out, _ = await tb.check_program(pool.image, pool.inputs(y))
+    assert np.array_equal(pool.unpack(out["Y"]), pool.reference(y))
     fc = dense(cfg, 2, rng.integers(-128, 128, (4, 8), dtype=np.int8), shift=7)
     a = rng.integers(-128, 128, (2, 8), dtype=np.int8)
-    out, _ = await tb.check_program(fc.image, {"X": fc.pack(a)})
+    out, _ = await tb.check_program(fc.image, fc.inputs(a))
     assert np.array_equal(fc.unpack(out["Y"]), fc.reference(a))
 
 
