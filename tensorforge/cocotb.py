@@ -502,24 +502,44 @@ sys.exit(run_tests("test_accel", str(here / "hwconfig.json"), simulator, test_di
 '''
 
 
-def write_testbench(config: str | HWConfig, out_dir: str | Path) -> Path:
+def sample_files(config: str | HWConfig) -> dict[str, str]:
+    """The sample test (``test_accel.py``) and runner (``run.py``) of `write_testbench`."""
+    from .hw.config import PRESETS
+    from .hw.regmap import HW_ID_MAGIC
+
+    cfg = HWConfig.load(config)
+    if PRESETS.get(cfg.name) == cfg:
+        config_ref = json.dumps(cfg.name)
+    else:  # the folder's own JSON, found next to the test
+        config_ref = 'str(__import__("pathlib").Path(__file__).with_name("hwconfig.json"))'
+    return {
+        "test_accel.py": SAMPLE_TEST.format(config=config_ref, hw_id=HW_ID_MAGIC),
+        "run.py": SAMPLE_RUNNER,
+    }
+
+
+def edited_files(config: str | HWConfig, out_dir: str | Path) -> list[str]:
+    """The files of `sample_files` in `out_dir` that differ from the samples (yours)."""
+    out = Path(out_dir)
+    return [name for name, text in sample_files(config).items() if (out / name).is_file()
+            and (out / name).read_text(errors="replace") != text]  # fmt: skip
+
+
+def write_testbench(config: str | HWConfig, out_dir: str | Path, force: bool = False) -> Path:
     """A ready-to-run cocotb project in `out_dir`: the exported top's Verilog (for reference and
     other flows), its ``hwconfig.json``, a sample test (``test_accel.py``) and its runner
-    (``run.py``); returns the folder."""
+    (``run.py``); returns the folder. Run again on a project, it refreshes the Verilog and the
+    JSON but keeps a test or runner you edited (`edited_files`) unless `force`."""
     from .hw.export import export_verilog
-    from .hw.regmap import HW_ID_MAGIC
+    from .runtime.container import write_atomic
 
     cfg = HWConfig.load(config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     export_verilog(cfg, out, "top")
-    (out / "hwconfig.json").write_text(cfg.to_json())
-    from .hw.config import PRESETS
-
-    if PRESETS.get(cfg.name) == cfg:
-        config_ref = json.dumps(cfg.name)
-    else:  # the folder's own JSON, found next to the test
-        config_ref = 'str(__import__("pathlib").Path(__file__).with_name("hwconfig.json"))'
-    (out / "test_accel.py").write_text(SAMPLE_TEST.format(config=config_ref, hw_id=HW_ID_MAGIC))
-    (out / "run.py").write_text(SAMPLE_RUNNER)
+    write_atomic(out / "hwconfig.json", cfg.to_json().encode())
+    keep = [] if force else edited_files(cfg, out)
+    for name, text in sample_files(cfg).items():
+        if name not in keep:
+            write_atomic(out / name, text.encode())
     return out
