@@ -315,7 +315,7 @@ def test_a_users_layers_on_a_custom_config_match_the_models(tmp_path):
 def test_hardware_guide_sample_runs_as_written(tmp_path):
     """docs/hardware.md's sample test, copied from the page, passes."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "hardware.md").read_text()
-    (block,) = re.findall(r"```python\n(.*?)```", doc, re.S)
+    block = re.findall(r"```python\n(.*?)```", doc, re.S)[0]  # the first: the sample
     folder = write_testbench("tiny", tmp_path / "tb")
     (folder / "test_doc.py").write_text(block)
     assert run_tests("test_doc", "tiny", test_dir=folder) == 0
