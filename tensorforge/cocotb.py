@@ -331,10 +331,19 @@ class Testbench:
         """Run a compiled module with its accelerator calls on this bench: (outputs, CYCLES of
         each call). The module's device is this bench's afterwards (`use_device` to change it).
         The default cycle limit of each call is 4x the cycle model's longest call plus 10,000
-        (`MAX_CYCLES` if the model cannot run it)."""
+        (`MAX_CYCLES` if the model cannot run it).
+
+        Raises:
+            DeviceError: a call stopped on an error or hung; the message names the call and
+                the cycle model's count for it.
+        """
         from cocotb.task import bridge
 
+        from .runtime.device.vta import DeviceError
+        from .runtime.executor import call_note
+
         options = self._options()
+        calls: dict[str, int] = {}
         try:
             _, calls = self.expected_module(module, inputs)
             limit = 4 * max(calls.values(), default=0) + 10_000
@@ -347,7 +356,16 @@ class Testbench:
             outputs = module.run(inputs)
             return outputs, {k: r.cycles for k, r in module.device_results().items()}
 
-        return await bridge(job)()
+        try:
+            return await bridge(job)()
+        except DeviceError as exc:
+            notes = getattr(exc, "__notes__", [])
+            call = next((c for c in module.calls if call_note(c.label, c.kernel) in notes), None)
+            if call is None:
+                raise
+            model = (f"the cycle model finishes it in {calls[call.label]} cycles"
+                     if call.label in calls else "the cycle model cannot run it")  # fmt: skip
+            raise DeviceError(f"{exc}; in call {call.label!r} ({model})") from None
 
     def expected_module(self, module: Any, inputs: dict[str, np.ndarray]
                         ) -> tuple[dict[str, np.ndarray], dict[str, int]]:  # fmt: skip

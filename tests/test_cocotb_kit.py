@@ -150,6 +150,7 @@ import numpy as np
 import tensorforge
 from tensorforge.cocotb import Testbench
 from tensorforge.compiler.frontend.onnx_builders import small_cnn
+from tensorforge.runtime.device.vta import DeviceError
 
 
 @cocotb.test()
@@ -165,6 +166,19 @@ async def a_compiled_cnn_matches_the_simulators(dut):
     assert len(calls) == 3 and min(calls.values()) > 0, calls
     for key, value in want.items():
         assert np.array_equal(outputs[key], value), key
+    # a call that hangs is named, with the model's count for it
+    tb.max_cycles = 300
+    await tb.reset()
+    try:
+        await tb.run_module(module, {name: x})
+    except DeviceError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("no DeviceError")
+    assert "hung: no DONE after" in message and "(limit 300" in message, message
+    hung = next(label for label, cycles in calls.items() if cycles > 300)  # in call order
+    assert message.endswith(f"; in call {hung!r} (the cycle model finishes it in "
+                            f"{calls[hung]} cycles)"), message
 """
 
 
