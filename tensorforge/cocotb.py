@@ -112,6 +112,7 @@ class Testbench:
         self._limit = max_cycles or MAX_CYCLES  # of the launch under way
         self._started_ns: float | None = None  # simulation time of the last START
         self._unfinished: str | None = None  # how the last launch ended, unless with DONE
+        self._verdict: str | None = None  # the cycle model's, for a START written by hand
         self.mem = SparseMemory(DRAM_BYTES)
         self.master: Any = None
         self.board: Any = None
@@ -144,7 +145,7 @@ class Testbench:
         await ClockCycles(self.dut.clk, 3)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
-        self._started_ns = self._unfinished = None
+        self._started_ns = self._unfinished = self._verdict = None
 
     # ---- stimulus ------------------------------------------------------------------------------
 
@@ -167,7 +168,8 @@ class Testbench:
         if offset == REGISTERS["CTRL"].offset and value & Ctrl.START:
             lo, hi, count = [await self.read_reg(r) for r in ("INSN_ADDR_LO", "INSN_ADDR_HI",
                                                                "INSN_COUNT")]  # fmt: skip
-            self._limit = self.max_cycles or self.stream_cycle_limit(hi << 32 | lo, count)[1]
+            self._verdict, limit = self.stream_cycle_limit(hi << 32 | lo, count)
+            self._limit = self.max_cycles or limit
         await self._write32(offset, int(value))
 
     async def _read32(self, offset: int) -> int:
@@ -176,7 +178,7 @@ class Testbench:
         if offset != REGISTERS["CTRL"].offset or self._started_ns is None:
             return value
         if value & (Ctrl.DONE | Ctrl.ERROR):
-            self._started_ns = None
+            self._started_ns = self._verdict = None
             self._unfinished = "stopped with ERROR" if value & Ctrl.ERROR else None
             return value
         cycles = self.cycles_since_start()
@@ -185,10 +187,11 @@ class Testbench:
             self._unfinished = "hung"
             status = int(await self.master.read_dword(REGISTERS["STATUS"].offset))
             name = Status(status).name if status in Status._value2member_map_ else str(status)
+            verdict, self._verdict = self._verdict, None
             raise LaunchError(
                 f"the accelerator (RTL under cocotb) hung: no DONE after {cycles} clock cycles "
                 f"(limit {self._limit}, Testbench(max_cycles=)); state: CTRL={_ctrl(value)}, "
-                f"STATUS={name}"
+                f"STATUS={name}" + (f"; the cycle model: {verdict}" if verdict else "")
             )
         return value
 
@@ -255,7 +258,7 @@ class Testbench:
         self._master()
         check_stream(insn_addr, insn_count)
         verdict, limit = self.stream_cycle_limit(insn_addr, insn_count)
-        self._limit = self.max_cycles or limit
+        self._limit, self._verdict = self.max_cycles or limit, None
         try:
             run = bridge(launch)
             return await run(resume(self._read32), resume(self._write32), self.config, insn_addr,
@@ -300,7 +303,7 @@ class Testbench:
 
         options = self._options()
         verdict, limit = self.program_cycle_limit(image, inputs)
-        self._limit = self.max_cycles or limit
+        self._limit, self._verdict = self.max_cycles or limit, None
 
         def job() -> tuple[dict[str, np.ndarray], Any]:
             device = open_device("pynq", self.config, **options)
@@ -349,7 +352,7 @@ class Testbench:
             limit = 4 * max(calls.values(), default=0) + 10_000
         except Exception:  # noqa: BLE001 - the run itself then reports what is wrong
             limit = MAX_CYCLES
-        self._limit = self.max_cycles or limit
+        self._limit, self._verdict = self.max_cycles or limit, None
 
         def job() -> tuple[dict[str, np.ndarray], dict[str, int]]:
             module.use_device("pynq", **options)

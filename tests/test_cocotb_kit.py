@@ -218,6 +218,11 @@ async def raises(awaitable, kind):
     raise AssertionError(f"no {kind.__name__}")
 
 
+async def poll_until_done(tb):
+    while not (await tb.read_reg("CTRL")) & (Ctrl.DONE | Ctrl.ERROR):
+        pass
+
+
 @cocotb.test()
 async def compiled_layers_match_the_simulators(dut):
     tb = Testbench(dut, CONFIG)
@@ -280,8 +285,7 @@ async def a_program_launched_by_hand_matches_the_simulators(dut):
     await tb.write_reg("INSN_ADDR_HI", 0)
     await tb.write_reg("INSN_COUNT", image.insn_count)
     await tb.write_reg("CTRL", Ctrl.START)
-    while not (await tb.read_reg("CTRL")) & (Ctrl.DONE | Ctrl.ERROR):
-        pass
+    await poll_until_done(tb)
     assert await tb.read_reg("CTRL") == Ctrl.DONE
     cycles = await tb.read_reg("CYCLES_LO")
     timed = simulate_timing(decode_program(insns, tb.config), tb.config,
@@ -303,6 +307,12 @@ async def a_stream_without_finish_ends_with_the_models_verdict(dut):
     assert "insn_count must be an int from 1" in message, message
     message = await raises(tb.start(), RuntimeError)
     assert "already started" in message, message
+    await tb.reset()
+    tb.max_cycles = 2000  # the same stream started by hand: the same verdict
+    for reg, value in (("INSN_ADDR_LO", 0x2000_0000), ("INSN_COUNT", 1), ("CTRL", Ctrl.START)):
+        await tb.write_reg(reg, value)
+    message = await raises(poll_until_done(tb), LaunchError)
+    assert "(limit 2000" in message and "; the cycle model: " in message, message
     await tb.reset()
     image = alu_program(tb.config)
     await tb.check_program(image, image.random_inputs(seed=3))
