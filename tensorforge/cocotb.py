@@ -516,10 +516,15 @@ import sys
 from pathlib import Path
 
 from tensorforge.cocotb import run_tests
+from tensorforge.runtime.device.vta import DeviceError
 
 here = Path(__file__).resolve().parent
 simulator = sys.argv[1] if len(sys.argv) > 1 else "icarus"
-sys.exit(run_tests("test_accel", str(here / "hwconfig.json"), simulator, test_dir=here))
+try:
+    failed = run_tests("test_accel", str(here / "hwconfig.json"), simulator, test_dir=here)
+except DeviceError as exc:  # a simulator that is missing or unknown, a failed build
+    sys.exit(f"run.py: {exc}")
+sys.exit(failed)
 '''
 
 

@@ -83,3 +83,19 @@ def test_rerunning_the_cli_keeps_the_test_you_edited(tmp_path, capsys, monkeypat
     assert (out / "run.py").read_text() == kit.sample_files("tiny")["run.py"]
     assert main([*args, "--force"]) == 0
     assert (out / "test_accel.py").read_text() == kit.sample_files("tiny")["test_accel.py"]
+
+
+def test_the_runner_names_an_unknown_simulator_in_one_line(tmp_path, monkeypatch):
+    """The written project's run.py: `python run.py questa` used to end in a traceback."""
+    import subprocess
+    import sys
+
+    from tensorforge.hw import export
+
+    monkeypatch.setattr(export, "export_verilog", lambda cfg, out_dir, top: None)
+    folder = kit.write_testbench("tiny", tmp_path / "tb")
+    proc = subprocess.run([sys.executable, "run.py", "questa"], cwd=folder, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr == ("run.py: simulator must be one of ['icarus', 'verilator'], not "
+                           "'questa'\n")  # fmt: skip
