@@ -24,6 +24,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Integral
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -88,11 +89,17 @@ _HASHED_KNOBS = (
     "log_acc_width", "log_uop_buff_size", "log_inp_buff_size", "log_wgt_buff_size",
     "log_acc_buff_size", "axi_data_width", "alu_mul", "insn_queue_depth", "dep_queue_depth",
 )  # fmt: skip
+# Knobs added later, hashed only away from their default so that every earlier config keeps
+# its CONFIG_HASH (bitstream manifests record it): gemm_requant changes what a GEMM computes,
+# max_outstanding_reads the LOAD engines and so every CYCLES count.
+_HASHED_UNLESS_DEFAULT = {"max_outstanding_reads": 1, "gemm_requant": False}
 
 
 def config_hash(cfg: HWConfig) -> int:
     """A 32-bit fingerprint of the hardware-relevant knobs (CRC-32 of their canonical JSON)."""
     knobs = {k: getattr(cfg, k) for k in _HASHED_KNOBS}
+    knobs.update({k: getattr(cfg, k) for k, default in _HASHED_UNLESS_DEFAULT.items()
+                  if getattr(cfg, k) != default})  # fmt: skip
     return zlib.crc32(json.dumps(knobs, sort_keys=True).encode()) & 0xFFFF_FFFF
 
 
@@ -123,8 +130,11 @@ def launch(
             a Python model in tests).
 
     Raises:
+        ValueError: ``insn_count`` not 1 to 2**32 - 1 (0 fetches nothing, so DONE never comes),
+            or ``insn_addr`` not a 16-byte aligned address below 2**64.
         LaunchError: naming the mismatch, the STATUS on error, or the timeout.
     """
+    check_stream(insn_addr, insn_count)
     check_identity(read32, cfg)
     write32(REGISTERS["INSN_ADDR_LO"].offset, insn_addr & 0xFFFF_FFFF)
     write32(REGISTERS["INSN_ADDR_HI"].offset, insn_addr >> 32)
@@ -151,6 +161,20 @@ def launch(
     lo = read32(REGISTERS["CYCLES_LO"].offset)
     hi = read32(REGISTERS["CYCLES_HI"].offset)
     return LaunchResult(cycles=hi << 32 | lo, polls=polls)
+
+
+def check_stream(insn_addr: int, insn_count: int) -> None:
+    """Raise ValueError unless INSN_ADDR/INSN_COUNT can hold the stream and fetch can run it."""
+    if not isinstance(insn_count, Integral) or not 0 < insn_count < 1 << 32:
+        raise ValueError(
+            "insn_count must be an int from 1 to 2**32 - 1 (INSN_COUNT; with 0 the core fetches "
+            f"nothing and never sets DONE), not {insn_count!r}"
+        )
+    if not isinstance(insn_addr, Integral) or not 0 <= insn_addr < 1 << 64 or insn_addr % 16:
+        raise ValueError(
+            "insn_addr must be a 16-byte aligned address from 0 to 2**64 - 1 (INSN_ADDR_LO/HI; "
+            f"instructions are 128 bits), not {insn_addr!r}"
+        )
 
 
 def check_identity(read32: Callable[[int], int], cfg: HWConfig) -> None:

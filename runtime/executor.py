@@ -69,6 +69,11 @@ class Profile:
         return Profile(rows, total, times.shape[0])
 
 
+def call_note(label: str, kernel: str) -> str:
+    """The note `Executor.run` adds to an error raised by a call."""
+    return f"in call {label!r} (kernel {kernel!r})"
+
+
 class Executor:
     """Binds kernel calls to an arena and constants, then runs them in order.
 
@@ -114,14 +119,19 @@ class Executor:
         self.step_args = [tuple(args) for _, _, _, args in calls]
 
     def run(self) -> None:
-        if self.checker is not None:
-            for step, args in zip(self.steps, self.step_args, strict=True):
-                self.checker.run(
-                    step.label, step.kernel, args, lambda s=step: s.launch(*s.pointers)
-                )
-            return
-        for step in self.steps:
-            step.launch(*step.pointers)
+        """Run every call in order; an error raised by a call gets a note naming it (type and
+        message unchanged): ``in call '<label>' (kernel '<name>')``."""
+        for step, args in zip(self.steps, self.step_args, strict=True):
+            try:
+                if self.checker is not None:
+                    self.checker.run(
+                        step.label, step.kernel, args, lambda s=step: s.launch(*s.pointers)
+                    )
+                else:
+                    step.launch(*step.pointers)
+            except Exception as exc:
+                exc.add_note(call_note(step.label, step.kernel))
+                raise
 
     def profile(self, repeat: int = 10) -> Profile:
         """Run `repeat` times, timing each call; medians per call."""

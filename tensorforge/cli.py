@@ -142,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _config_arg(p)
     p.add_argument("-o", "--output-dir", default="tb", help="the project folder (default: tb)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an edited test_accel.py or run.py with the samples (by default a run on "
+        "an existing project refreshes only the Verilog and hwconfig.json)",
+    )
 
     p = sub.add_parser(
         "demo",
@@ -354,11 +360,15 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "hw" and args.hw_command == "bitstream":
         return _hw_bitstream(args)
     if args.command == "hw" and args.hw_command == "testbench":
-        from .cocotb import write_testbench
+        from .cocotb import edited_files, write_testbench
 
-        out = write_testbench(HWConfig.load(args.config), args.output_dir)
+        cfg = HWConfig.load(args.config)
+        kept = [] if args.force else edited_files(cfg, args.output_dir)
+        out = write_testbench(cfg, args.output_dir, force=args.force)
         print(f"wrote a cocotb project in {out}/: run it with\n  cd {out} && python run.py "
               "[icarus|verilator]")  # fmt: skip
+        for name in kept:
+            print(f"kept your {name}: it differs from the sample (--force replaces it)")
         return 0
     if args.command == "demo":
         return _demo(args)

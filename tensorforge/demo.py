@@ -51,10 +51,14 @@ class MatmulKernel:
         device = open_device(backend, self.config, **options)
         try:
             prog = LoadedProgram.load(device, self.image)
-            outputs, result = prog.run({"A": pack_inp(self.config, self.a)})
+            outputs, result = prog.run(self.inputs())
             return unpack_out(self.config, outputs["C"]), result
         finally:
             device.close()
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        """The image's input slot ``A`` holding `a`, packed; the output slot is ``C``."""
+        return {"A": pack_inp(self.config, self.a)}
 
 
 def pack_inp(cfg: HWConfig, a: np.ndarray) -> np.ndarray:

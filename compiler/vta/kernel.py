@@ -130,14 +130,20 @@ class VtaKernel:
         ``residual``: the int8 operand of a fused residual add (``residual_shape``: the conv's
         output before any fused pooling).
         """
+        outputs, result = run_image(self.image, self.inputs(x, residual), backend, **options)
+        return self.unpack(outputs[OUTPUT]), result
+
+    def inputs(self, x: np.ndarray, residual: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The image's input slots for `x` (and a fused residual add's operand), packed: what
+        `run` gives the device, and what `LoadedProgram.run` or a cocotb `Testbench` take.
+        The output slot is ``Y`` (`unpack` it)."""
         inputs = {INPUT: self.pack(x)}
         r = self._residual(residual)
         if r is not None:
             wl = self.workload
             r4 = r.reshape(wl.n, wl.oc, wl.oh, wl.ow)
             inputs[RESIDUAL] = pack_nchw(self.config, r4, self.config.block_out)
-        outputs, result = run_image(self.image, inputs, backend, **options)
-        return self.unpack(outputs[OUTPUT]), result
+        return inputs
 
 
 def _pair(v: int | tuple[int, int], what: str) -> tuple[int, int]:

@@ -266,9 +266,17 @@ class PoolKernel:
         self, x: np.ndarray, backend: str = "sim", **options: object
     ) -> tuple[np.ndarray, RunResult]:
         """Run on a device backend: (int8 NCHW output, the run's result)."""
-        outputs, result = run_image(self.image, {INPUT: self.pack(x)}, backend,
-                                    **options)  # fmt: skip
-        return unpack_nchw(self.config, outputs[OUTPUT], self.workload.n, self.workload.c), result
+        outputs, result = run_image(self.image, self.inputs(x), backend, **options)
+        return self.unpack(outputs[OUTPUT]), result
+
+    def inputs(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """The image's input slot for `x`, packed (what `run` gives the device; the output slot
+        is ``Y``)."""
+        return {INPUT: self.pack(x)}
+
+    def unpack(self, y: np.ndarray) -> np.ndarray:
+        """The packed output slot -> NCHW."""
+        return unpack_nchw(self.config, y, self.workload.n, self.workload.c)
 
 
 def _pair(v: int | tuple[int, int], what: str) -> tuple[int, int]:

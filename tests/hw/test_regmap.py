@@ -39,6 +39,25 @@ def test_config_hash_separates_hardware_changes_only():
     assert config_hash(pynq) != config_hash(TINY)
 
 
+@pytest.mark.parametrize("knob", [{"gemm_requant": True}, {"max_outstanding_reads": 4}])
+def test_a_top_built_without_a_later_knob_refuses_its_programs(knob):
+    """gemm_requant (what a GEMM computes) and max_outstanding_reads (every CYCLES count) were
+    not hashed: a plain tiny top passed the identity check for a tiny+gemm_requant program,
+    whose requantizing GEMMs it then ran as plain accumulations, and a bitstream manifest
+    handed out the plain build for either."""
+    other = TINY.replace(**knob)
+    assert config_hash(other) != config_hash(TINY)
+    regs = model_for(open_device("sim", TINY))
+    with pytest.raises(LaunchError, match="built for another HWConfig"):
+        launch(regs.read32, regs.write32, other, 0, 1)
+
+
+def test_the_presets_keep_the_config_hash_their_bitstreams_record():
+    """The later knobs are hashed only away from their defaults (values from earlier runs)."""
+    assert config_hash(TINY) == 0x6F5A4B76
+    assert config_hash(HWConfig.preset("pynq")) == 0x0C9F0BC0
+
+
 def test_launch_runs_a_kernel_through_the_registers():
     device = open_device("sim", TINY)
     kernel = build_matmul(TINY, 16, 8, 8, seed=7)
@@ -85,3 +104,26 @@ def test_a_deadlocked_program_times_out_instead_of_hanging():
         where = _program_at(device, [waits, FinishInsn(pop_prev=True)])
         launch(regs.read32, regs.write32, TINY, *where, timeout_s=0.05)
     assert regs.read32(REGISTERS["CTRL"].offset) == Ctrl.BUSY
+
+
+@pytest.mark.parametrize(
+    ("addr", "count", "message"),
+    [
+        (0x1000, 0, r"insn_count must be an int from 1 to 2\*\*32 - 1 .*never sets DONE\), not 0"),
+        (0x1000, 1 << 32, "insn_count must be .*, not 4294967296"),
+        (0x1000, -1, "insn_count must be .*, not -1"),
+        (0x1008, 1, "insn_addr must be a 16-byte aligned address .*, not 4104"),
+        (-16, 1, "insn_addr must be .*, not -16"),
+        (1 << 64, 1, "insn_addr must be .*, not 18446744073709551616"),
+    ],
+)
+def test_launch_refuses_a_stream_the_registers_cannot_run(addr, count, message):
+    """Checked before any register access: a count of 0 used to poll until the time-out (the
+    core fetches nothing and never sets DONE; under cocotb 200,000 clock cycles), a negative
+    value reached the AXI-Lite master as an OverflowError."""
+    regs = model_for(open_device("sim", TINY))
+    touched = []
+    with pytest.raises(ValueError, match=message):
+        launch(lambda o: touched.append(o), lambda o, v: touched.append(o), TINY, addr, count,
+               timeout_s=0.05)  # fmt: skip
+    assert touched == [] and regs.read32(REGISTERS["CTRL"].offset) == 0

@@ -277,3 +277,32 @@ def test_one_token_queues_take_one_virtual_thread() -> None:
     ):
         out, _ = kern.run(x, "sim")
         assert np.array_equal(out, kern.reference(x))
+
+
+def test_kernels_give_the_input_slots_their_images_take() -> None:
+    """`inputs()` packs a kernel's operands into its image's slots, so a program can run on a
+    device of one's own (a cocotb `Testbench`, `LoadedProgram`) without knowing slot names or
+    layouts: the residual operand is packed in blocks of BLOCK_OUT, not BLOCK_IN, which on a
+    config where they differ (here 4 and 8) a hand-made `pack_nchw(cfg, r)` gets wrong.
+    Oracle: the int8 reference, through the functional simulator."""
+    from tensorforge.compiler.quantize.residual import add_params
+    from tensorforge.compiler.vta import max_pool2d
+    from tensorforge.demo import build_matmul, unpack_out
+    from tensorforge.runtime.device.vta import run_image
+
+    cfg = HWConfig.preset("tiny").replace(name="tiny_wide", log_block_out=3, log_acc_buff_size=13)
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (1, 4, 4, 4), dtype=np.int8)
+    w = rng.integers(-128, 128, (8, 4, 3, 3), dtype=np.int8)
+    add = add_params(0.5, 1.3, cfg, mode="mul", relu=True)
+    conv = conv2d(cfg, x.shape, w, None, padding=1, shift=8, residual=add)
+    r = rng.integers(-127, 128, conv.residual_shape, dtype=np.int8)
+    out, _ = run_image(conv.image, conv.inputs(x, r), "sim")
+    y = conv.unpack(out["Y"])
+    assert np.array_equal(y, conv.reference(x, r))
+    pool = max_pool2d(cfg, y.shape, 2)
+    out, _ = run_image(pool.image, pool.inputs(y), "sim")
+    assert np.array_equal(pool.unpack(out["Y"]), pool.reference(y))
+    mm = build_matmul(cfg, 4, 8, 8)
+    out, _ = run_image(mm.image, mm.inputs(), "sim")
+    assert np.array_equal(unpack_out(cfg, out["C"])[:, :8], mm.reference())
