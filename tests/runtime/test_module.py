@@ -139,7 +139,8 @@ def test_unknown_kernel_kind_is_rejected_at_load(module: Module) -> None:
     other = _with_kernels(module, [dataclasses.replace(k, kind="metal") for k in module.kernels])
     with pytest.raises(
         ValueError,
-        match=r"kernel kind must be one of \['cuda', 'llvm', 'loop', 'opencl', 'vta'\], not 'metal'",
+        match=r"kernel kind must be one of \['cuda', 'llvm', 'loop', 'opencl', 'vta'\], "
+        r"not 'metal'",
     ):
         other.run({"x": X})
 
