@@ -391,6 +391,8 @@ def _global(fn: Any) -> Any:
 
 
 register("GlobalAveragePool", Pattern.OUT_ELEMWISE_FUSABLE, _global_type, _global(np.mean))
+
+
 def _global_max(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
     """ReduceMax over the spatial axes, its NaN rule included (`shape.nan_first`, as the
     compiled pool): NaN skipped unless the image's first value is NaN."""
