@@ -23,6 +23,7 @@ Cases are deterministic: `seed:index:max_nodes` rebuilds the same model and inpu
 Usage:
     python benchmarks/graph_fuzz.py --seed 0 --cases 200 [--max-nodes 30] [--budget-s 1800]
         [--out build/graph_fuzz.jsonl] [--target llvm|opencl]
+        [--oracle reference] [--specials]   (op_fuzz.py's: the reference executor, NaN/inf)
     python benchmarks/graph_fuzz.py --replay 0:17[:30] [--save case.onnx]
 """
 
@@ -49,25 +50,27 @@ OUT_DIR = HERE.parent / "build" / "graph_fuzz"
 DEFECTS = ("mismatch", "error", "crash", "hang", "gen-error")
 
 
-def check(name: str, target: str = "llvm") -> dict:
+def check(
+    name: str, target: str = "llvm", oracle: str = "onnxruntime", specials: bool = False
+) -> dict:
     """Build, run both sides and compare the case `name` (`seed:index:max_nodes`)."""
     seed, index, max_nodes = (int(p) for p in name.split(":"))
     try:
         case = make_case(seed, index, max_nodes)
     except Exception as exc:  # noqa: BLE001  (a bug of the generator: reported, not ours)
         return {"case": name, "outcome": "gen-error", "detail": f"{type(exc).__name__}: {exc}"}
-    outcome, detail = op_fuzz.compare(case, target)
+    outcome, detail = op_fuzz.compare_with(case, target, oracle, specials, index)
     ops = sorted({n.op_type for n in case.model.graph.node})
     return {"case": name, "outcome": outcome, "detail": detail[:500], "ops": ops,
             "nodes": len(case.model.graph.node)}  # fmt: skip
 
 
-def worker(target: str) -> None:
+def worker(target: str, oracle: str = "onnxruntime", specials: bool = False) -> None:
     """Reads case names from stdin, writes one JSON result line per case."""
     for line in sys.stdin:
         name = line.strip()
         print(json.dumps({"start": name}), flush=True)
-        print(json.dumps(check(name, target)), flush=True)
+        print(json.dumps(check(name, target, oracle, specials)), flush=True)
 
 
 def family(result: dict) -> str:
@@ -98,10 +101,11 @@ def save(name: str) -> Path:
 
 def fuzz(seed: int, cases: int, max_nodes: int = 30, budget_s: float = 1e9,
          timeout_s: float = 120.0, out=None, keep: bool = True,
-         target: str = "llvm") -> list[dict]:  # fmt: skip
+         target: str = "llvm", extra: tuple = ()) -> list[dict]:  # fmt: skip
     """Run cases 0..`cases`-1 of `seed`, one worker process at a time, compiled for `target`
-    ("llvm", or "opencl": the GPU back-end on the local OpenCL device)."""
-    driver = op_fuzz.Driver(timeout_s, target, script=__file__)
+    ("llvm", or "opencl": the GPU back-end on the local OpenCL device); `extra`: the worker's
+    oracle options (`op_fuzz.oracle_options`)."""
+    driver = op_fuzz.Driver(timeout_s, target, script=__file__, extra=extra)
     results = []
     start = time.monotonic()
     try:
@@ -144,7 +148,10 @@ def summarize(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def replay(name: str, save_to: str | None, target: str = "llvm") -> None:
+def replay(
+    name: str, save_to: str | None, target: str = "llvm", oracle: str = "onnxruntime",
+    specials: bool = False,
+) -> None:  # fmt: skip
     seed, index, max_nodes = (int(p) for p in (name.split(":") + ["30"])[:3])
     case = make_case(seed, index, max_nodes)
     if save_to:
@@ -152,7 +159,7 @@ def replay(name: str, save_to: str | None, target: str = "llvm") -> None:
     print(onnx.printer.to_text(case.model.graph))
     for k, v in case.feed.items():
         print(k, v.dtype, v.shape)
-    print(json.dumps(check(f"{seed}:{index}:{max_nodes}", target), indent=1))
+    print(json.dumps(check(f"{seed}:{index}:{max_nodes}", target, oracle, specials), indent=1))
 
 
 def main() -> None:
@@ -168,14 +175,15 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--target", default="llvm", choices=("llvm", "opencl"),
                         help="llvm (CPU) or opencl (the local OpenCL device)")  # fmt: skip
+    op_fuzz.add_oracle_options(parser)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.target)
+        return worker(args.target, args.oracle, args.specials)
     if args.replay:
-        return replay(args.replay, args.save or None, args.target)
+        return replay(args.replay, args.save or None, args.target, args.oracle, args.specials)
     with open(args.out, "w") if args.out else contextlib.nullcontext() as out:
         results = fuzz(args.seed, args.cases, args.max_nodes, args.budget_s, args.timeout_s, out,
-                       target=args.target)  # fmt: skip
+                       target=args.target, extra=op_fuzz.oracle_options(args))  # fmt: skip
     print(summarize(results))
 
 

@@ -150,13 +150,34 @@ def check(
         case = make_case(op, int(seed), int(index))
     except Exception as exc:  # noqa: BLE001  (a bug of the generator: reported, not ours)
         return {"case": name, "outcome": "gen-error", "detail": f"{type(exc).__name__}: {exc}"}
-    if specials:
-        case = with_specials(case, int(index))
-    if oracle == "reference":
-        outcome, detail = compare_reference(case, target)
-    else:
-        outcome, detail = compare(case, target)
+    outcome, detail = compare_with(case, target, oracle, specials, int(index))
     return {"case": name, "outcome": outcome, "detail": detail[:500]}
+
+
+def compare_with(
+    case, target: str, oracle: str = "onnxruntime", specials: bool = False, index: int = 0
+) -> tuple[str, str]:
+    """`compare` (onnxruntime) or `compare_reference`, on `case` with its float inputs'
+    specials put in first when asked (positions drawn from `index`)."""
+    if specials:
+        case = with_specials(case, index)
+    if oracle == "reference":
+        return compare_reference(case, target)
+    return compare(case, target)
+
+
+def add_oracle_options(parser: argparse.ArgumentParser) -> None:
+    """--oracle and --specials (op_fuzz.py and graph_fuzz.py)."""
+    parser.add_argument("--oracle", default="onnxruntime", choices=ORACLES,
+                        help="what the compiled code is compared with: onnxruntime, or the "
+                        "project's reference executor (run_graph)")  # fmt: skip
+    parser.add_argument("--specials", action="store_true",
+                        help="a NaN, +inf and -inf in every float input")  # fmt: skip
+
+
+def oracle_options(args: argparse.Namespace) -> tuple[str, ...]:
+    """The worker's command-line options for `add_oracle_options`' values."""
+    return ("--oracle", args.oracle, *(("--specials",) if args.specials else ()))
 
 
 def with_specials(case, index: int):
@@ -394,14 +415,10 @@ def main() -> None:
     parser.add_argument("--target", default="llvm", choices=TARGETS,
                         help="llvm (CPU), opencl (run on the local OpenCL device) or cuda "
                         "(NVRTC compile only)")  # fmt: skip
-    parser.add_argument("--oracle", default="onnxruntime", choices=ORACLES,
-                        help="what the compiled code is compared with: onnxruntime, or the "
-                        "project's reference executor (run_graph)")  # fmt: skip
-    parser.add_argument("--specials", action="store_true",
-                        help="a NaN, +inf and -inf in every float input")  # fmt: skip
+    add_oracle_options(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    extra = ("--oracle", args.oracle, *(("--specials",) if args.specials else ()))
+    extra = oracle_options(args)
     if args.worker:
         return worker(args.target, args.oracle, args.specials)
     if args.replay:
