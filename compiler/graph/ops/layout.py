@@ -171,7 +171,17 @@ def conv_nchwc(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, b: Any = Non
         y = y.transpose(0, 3, 1, 2, 4)
     if b is not None:
         y = y + b.reshape(1, b.shape[0], 1, 1, b.shape[1])
-    return np.ascontiguousarray(y, dtype=x.dtype)
+    return np.ascontiguousarray(_real_channels(attrs, y), dtype=x.dtype)
+
+
+def _real_channels(attrs: dict[str, Any], y: np.ndarray) -> np.ndarray:
+    """`y` (N, O/bo, OH, OW, bo) with the channels from `channels` on (the padding of a
+    padded output) set to 0: computed, they are 0 x the input, NaN where it is infinite."""
+    real = attrs.get("channels", 0)
+    if not real or real >= y.shape[1] * y.shape[4]:
+        return y
+    index = np.arange(y.shape[1])[:, None] * y.shape[4] + np.arange(y.shape[4])
+    return np.where((index >= real)[None, :, None, None, :], np.zeros((), y.dtype), y)
 
 
 register(
@@ -180,5 +190,6 @@ register(
     _conv_nchwc_type,
     conv_nchwc,
     inputs=(2, 3),
-    attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1, "pads": None, "strides": None},
-)
+    attrs={"auto_pad": "NOTSET", "dilations": None, "group": 1, "pads": None, "strides": None,
+           "channels": 0},
+)  # fmt: skip

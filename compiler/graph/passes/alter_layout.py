@@ -184,6 +184,9 @@ class _Rewriter:
         attrs = {k: v for k, v in node.attrs if k not in drop}
         if depthwise:
             attrs["group"] = out_ch  # the padded channels are groups of their own
+        real = self.graph.types[node.outputs[0]].shape[1]
+        if out_ch > real and not depthwise:  # its padded outputs are 0, not 0 x an infinity
+            attrs["channels"] = real
         self.emit_blocked(node, "ConvNCHWc", inputs, attrs, bo)
         return True
 

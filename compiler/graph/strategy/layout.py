@@ -5,6 +5,8 @@ blocked layout, its tail in that layout)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ... import te
 from ...topi.x86 import conv2d_nchwc, schedule_conv2d_nchwc
 from ...topi.x86.conv2d import with_blocks
@@ -66,9 +68,24 @@ def _conv_nchwc(ctx: GroupContext, node: Node, tail: Tail) -> Result:
     data, kernel = ctx.as_tensor(node.inputs[0]), ctx.as_tensor(node.inputs[1])
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias = ctx.as_tensor(node.inputs[2], (ko * bo,)) if has_bias else None
+    epilogue = _real_channels(int(attrs.get("channels", 0)), ko * bo, bo, tail_epilogue(tail))
     op = conv2d_nchwc(data, kernel, tuple(strides), (*begin, *end), tuple(dils), bias,
-                      tail_epilogue(tail), config, None, group, blocked=True)  # fmt: skip
+                      epilogue, config, None, group, blocked=True)  # fmt: skip
     return schedule_conv2d_nchwc(op, config), [op.out]
+
+
+def _real_channels(real: int, channels: int, bo: int, epilogue: Any) -> Any:
+    """`epilogue` (at the blocked index `(v, n, ko, y, x, ki)`) after the padded output
+    channels, from `real` on, are set to 0: computed they are 0 x the input, NaN where that is
+    infinite, which the next conv's zero weights would carry into its real outputs."""
+    if not real or real >= channels:
+        return epilogue
+
+    def masked(v: Any, n: Any, ko: Any, y: Any, x: Any, ki: Any) -> Any:
+        v = te.select(ko * bo + ki < real, v, te.const(0, v.dtype))
+        return epilogue(v, n, ko, y, x, ki) if epilogue is not None else v
+
+    return masked
 
 
 def _depthwise_nchwc(ctx: GroupContext, node: Node, tail: Tail, view: ConvView) -> Result:

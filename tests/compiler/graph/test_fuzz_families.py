@@ -435,3 +435,34 @@ def test_reference_softmax_of_a_zero_size_tensor(op: str) -> None:
     ref = run_graph(from_onnx(model), {"x": x})["y"]
     assert ref.shape == _onnxruntime(model, {"x": x}).shape == (0, 3)
     assert tensorforge.compile(model).run({"x": x})["y"].shape == (0, 3)
+
+
+def test_padded_conv_channels_stay_zero_when_the_input_is_infinite() -> None:
+    """(graph fuzzer, reference oracle with specials: 5:63:30) a conv whose 30 output channels
+    are padded to a vector block of 32 computed the padded ones as 0 x its input: NaN beside an
+    infinite input, which the next conv's zero weights carried into real outputs. Here every
+    real channel there is -inf, so the Relu makes it 0 and onnxruntime's result is finite."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    x[0, 3, 2, 2] = np.inf
+    w1 = rng.standard_normal((30, 8, 3, 3)).astype(np.float32) * 0.2
+    w1[:, 3] = -np.abs(w1[:, 3]) - 0.1  # the infinite channel gives -inf everywhere it reaches
+    w2 = rng.standard_normal((16, 30, 1, 1)).astype(np.float32) * 0.2
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "padded", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    want = _onnxruntime(model, {"x": x})
+    assert np.isfinite(want).all()
+    module = tensorforge.compile(model)
+    assert any("ConvNCHWc" in c.label for c in module.calls), (
+        "the chain should run blocked (padded to 32 channels)"
+    )
+    np.testing.assert_allclose(module.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
