@@ -89,17 +89,15 @@ def runtime_loop(
     scan_outs = list(node.output[len(carried_in) :]) if any(node.output[len(carried_in) :]) else []
     listed = [v for v in carried_in if v in importer.sequences or v in importer.optionals]
     if listed:  # a sequence's length, or an optional's presence, would be a run-time fact
-        raise _refuse(
-            importer, "Loop run at run time carrying a sequence or optional (a list built in the "
-            f"loop: its length is known only at run time; {listed[0]!r})", name)  # fmt: skip
+        importer.refuse(
+            "Loop run at run time carrying a sequence or optional (a list built in the loop: its "
+            f"length is known only at run time; {listed[0]!r})", name)  # fmt: skip
     if not carried_in and not scan_outs:
         raise _error(f"{where} runs at run time and gives no value: it computes nothing")
     if scan_outs and trip_name and trips is None:
-        raise _refuse(
-            importer, "Loop with scan outputs and a trip count computed at run time", name
-        )
+        importer.refuse("Loop with scan outputs and a trip count computed at run time", name)
     if scan_outs and (not trip_name or (cond_name and cond is None)):
-        raise _refuse(importer, "Loop with scan outputs and a condition computed at run time", name)
+        importer.refuse("Loop with scan outputs and a condition computed at run time", name)
     for value, want in ((trip_name, "int64"), (cond_name, "bool")):
         if value and builder.types[value].dtype != want:
             raise _error(f"{where}: input {value!r} must be {want}, not {builder.types[value]}")
@@ -132,8 +130,10 @@ def runtime_loop(
     data = model.SerializeToString()
     try:
         imported = from_onnx(data)
-    except Exception as exc:  # the body's own error, placed at this node
-        raise type(exc)(f"{where}, in its body: {exc}") from exc
+    except UnsupportedOpError as exc:  # the body's own errors, placed at this node
+        raise UnsupportedOpError(exc.items, where=f"{where}, in its body") from exc
+    except Exception as exc:  # noqa: BLE001  (any other import error of the body)
+        raise _error(f"{where}, in its body: {exc}") from exc
     cond_out, *carried_out = (
         imported.types[o] for o in imported.model_outputs[: count - len(scan_outs)]
     )
@@ -149,9 +149,9 @@ def runtime_loop(
     has_cond = bool(cond_name)
     if scan_outs and cond_name:  # true at first (else it was unrolled, zero times): and after?
         if not _stays_true(imported, body):
-            raise _refuse(
-                importer, "Loop with scan outputs whose body computes its condition at run time",
-                name)  # fmt: skip
+            importer.refuse(
+                "Loop with scan outputs whose body computes its condition at run time", name
+            )
         has_cond = False  # a condition true in every iteration: a for loop
     given = list(node.output[: len(carried_in)])
     named = given + [""] * (len(carried_in) - len(given)) + scan_outs
@@ -177,10 +177,6 @@ def _stays_true(imported: Graph, body: onnx.GraphProto) -> bool:
     if out in imported.constants:
         return bool(np.asarray(imported.constants[out]).reshape(-1)[0])
     return body.output[0].name == body.input[1].name
-
-
-def _refuse(importer: _Importer, what: str, name: str) -> UnsupportedOpError:
-    return UnsupportedOpError([(what, name, importer.opset)], where=importer.where)
 
 
 def _value_info(name: str, ty: TensorType, where: str) -> onnx.ValueInfoProto:

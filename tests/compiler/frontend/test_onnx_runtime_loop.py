@@ -475,3 +475,22 @@ def test_a_run_time_loop_carrying_a_list_is_refused_by_name() -> None:
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
     with pytest.raises(UnsupportedOpError, match="carrying a sequence or optional.*'loop'"):
         from_onnx(model)
+
+
+def test_errors_of_the_body_name_the_loop() -> None:
+    """An op of the body that only the body's own import refuses (a NonZero of run-time data)
+    is listed as such, and any other error of the body's import names the loop (rebuilding the
+    error raised a TypeError for some error types)."""
+    body = _body(cond="pass")
+    body.node.append(oh.make_node("NonZero", ["y_out"], ["nz"]))
+    body.node.append(oh.make_node("ReduceSum", ["nz"], ["count"], keepdims=0))
+    model = _model(["M", "", "x"], body, [RUNTIME_INPUTS[0], X_INPUT])
+    with pytest.raises(UnsupportedOpError, match="NonZero's output shape depends") as info:
+        from_onnx(model)
+    assert [op for op, _, _ in info.value.items] == ["NonZero"]
+    body = _body(cond="pass")
+    body.node.append(oh.make_node("Reshape", ["y_out", "bad_shape"], ["flat"]))
+    model = _model(["M", "", "x"], body, [RUNTIME_INPUTS[0], X_INPUT],
+                   {"bad_shape": np.array([4], np.int64)})  # fmt: skip
+    with pytest.raises(OnnxImportError, match="Loop node 'loop', in its body: .*Reshape"):
+        from_onnx(model)
