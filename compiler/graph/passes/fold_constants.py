@@ -32,8 +32,20 @@ def _too_big(graph: Graph, node: Node) -> bool:
     return sum(graph.types[o].nbytes for o in node.outputs if o) > FOLD_LIMIT_BYTES
 
 
+# A run-time Loop of constants folds only with a trip count of at most this many iterations:
+# each is one run of its body on the reference executor at compile time (a while loop, without
+# a trip count, might not end for a long while, and stays a loop).
+LOOP_FOLD_TRIPS = 4096
+
+
 def _foldable(graph: Graph, node: Node, consts: dict[str, np.ndarray]) -> bool:
     if _too_big(graph, node):
+        return False
+    if node.op == "Loop" and not (
+        node.attr_dict.get("has_trips")
+        and node.inputs[0] in consts
+        and int(np.asarray(consts[node.inputs[0]]).reshape(-1)[0]) <= LOOP_FOLD_TRIPS
+    ):
         return False
     if node.op in SHAPE_ONLY_OPS:
         return True  # every shape is static

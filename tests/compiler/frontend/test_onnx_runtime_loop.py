@@ -494,3 +494,29 @@ def test_errors_of_the_body_name_the_loop() -> None:
                    {"bad_shape": np.array([4], np.int64)})  # fmt: skip
     with pytest.raises(OnnxImportError, match="Loop node 'loop', in its body: .*Reshape"):
         from_onnx(model)
+
+
+def test_a_loop_of_constants_folds_only_when_its_trip_count_is_small(monkeypatch) -> None:
+    """A run-time Loop whose inputs are all constants folds at compile time with a trip count
+    of at most LOOP_FOLD_TRIPS; a while loop of constants (no trip count) stays a loop, which
+    folding could have run for its 2**24 iterations."""
+    import importlib
+
+    fold = importlib.import_module("tensorforge.compiler.graph.passes.fold_constants")
+    monkeypatch.setattr(fold, "LOOP_FOLD_TRIPS", UNROLL_LIMIT + 1)
+    inits = {"many": np.array(UNROLL_LIMIT, np.int64), "x": X}
+    model = _model(["many", "", "x"], _body(cond="pass"), [], inits)
+    graph = from_onnx(model)
+    assert [n.op for n in graph.nodes] == ["Loop"]  # past the unroll cap: a loop at import
+    module = tensorforge.compile(graph)
+    assert module.kernels == [] and "y" in module.constants  # folded
+    monkeypatch.setattr(fold, "LOOP_FOLD_TRIPS", UNROLL_LIMIT - 1)
+    assert [k.kind for k in tensorforge.compile(from_onnx(model)).kernels] == ["loop"]
+    with np.errstate(over="ignore"):
+        y = X.copy()
+        for i in range(UNROLL_LIMIT):
+            y = (y * np.float32(1.25) + np.float32(i)).astype(np.float32)
+    np.testing.assert_array_equal(module.constants["y"], y)
+    endless = {"yes": np.array(True), "x": X}  # a condition passed through: it never ends
+    model = _model(["", "yes", "x"], _body(cond="pass"), [], endless)
+    assert [k.kind for k in tensorforge.compile(model).kernels] == ["loop"]  # (not run)
