@@ -209,6 +209,42 @@ class ExprEmitter:
         fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(ty, [ty]), name)
         return self.builder.call(fn, [v])
 
+    def _float_to_int(self, v: ir.Value, src: str, dst: str, lanes: int) -> ir.Value:
+        """A float converted to an integer as C casts do on x86-64 (onnxruntime's static_cast,
+        numpy's astype), out-of-range values, infinities and NaN included. LLVM's
+        fptosi/fptoui make poison of those, and its vector and scalar code then gave different
+        answers within one tensor (uint32: 4294967295 in vector lanes, 0 in the scalar tail).
+
+        - int32/int64: `cvtt` (truncation; outside the type, or NaN, its lowest value);
+        - 8- and 16-bit: the int32 result's low bits (3e9 -> 0, -1.0 -> 255 for uint8);
+        - uint32/uint64: `cvtt(x)` below 2**(bits-1), else `cvtt(x - 2**(bits-1))` with the top
+          bit flipped (3e9 -> 3000000000, -1.0 -> 2**bits - 1, 5e9 and inf -> 0, NaN -> 2**31);
+          from float16 to uint32, the int64 result's low bits (NaN and infinities -> 0).
+        """
+        b = self.builder
+        half_to_u32 = dt.bits(src) < 32 and dst == "uint32"  # (their C cast: via int64)
+        if dt.bits(src) < 32:  # (half: exact in float32, where 2**31 is a number)
+            v, src = b.fpext(v, vector_of(ir.FloatType(), lanes)), "float32"
+        bits = 64 if dt.bits(dst) == 64 or half_to_u32 else 32
+        wide = vector_of(I64 if bits == 64 else I32, lanes)
+        half = self.constant(src, float(2 ** (bits - 1)), lanes)
+
+        def cvtt(x: ir.Value) -> ir.Value:
+            inside = b.and_(
+                b.fcmp_ordered(">=", x, b.fneg(half)), b.fcmp_ordered("<", x, half)
+            )  # (NaN: false)
+            lowest = self.constant("int64" if bits == 64 else "int32", -(2 ** (bits - 1)), lanes)
+            return b.select(inside, b.fptosi(x, wide), lowest)
+
+        if dt.is_uint(dst) and dt.bits(dst) >= 32 and not half_to_u32:
+            top = self.constant("int64" if bits == 64 else "int32", -(2 ** (bits - 1)), lanes)
+            high = b.xor(cvtt(b.fsub(v, half)), top)
+            return b.select(b.fcmp_ordered(">=", v, half), high, cvtt(v))
+        result = cvtt(v)
+        return (
+            result if dt.bits(dst) == bits else b.trunc(result, vector_of(scalar_type(dst), lanes))
+        )
+
     def convert(self, v: ir.Value, src: str, dst: str) -> ir.Value:
         b, lanes = self.builder, lanes_of(v)
         to = vector_of(scalar_type(dst), lanes)
@@ -228,13 +264,7 @@ class ExprEmitter:
                 return b.fptrunc(self._double_to_float_odd(v, lanes), to)
             return b.fptrunc(v, to)
         if dt.is_float(src):
-            # 8- and 16-bit results go through int32, as C casts do on x86 (onnxruntime's
-            # static_cast, numpy's astype): an out-of-range value wraps, NaN and infinities
-            # become 0. A direct fptosi to i8 is poison there, and LLVM's vector code saturated
-            # where its scalar code wrapped.
-            if dt.bits(dst) < 32:
-                return b.trunc(b.fptosi(v, vector_of(I32, lanes)), to)
-            return b.fptoui(v, to) if dt.is_uint(dst) else b.fptosi(v, to)
+            return self._float_to_int(v, src, dst, lanes)
         unsigned = src == "bool" or dt.is_uint(src)
         if dt.is_float(dst):
             return b.uitofp(v, to) if unsigned else b.sitofp(v, to)
