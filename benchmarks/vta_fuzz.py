@@ -7,21 +7,23 @@ adds, pools, concat, flatten; a preset or a random valid HWConfig; random -mode,
 
 1. the oracle: `quantize_for` (the int8 graph the compiler builds, partitioned) run by the
    numpy reference kernels (`run_graph`);
-2. `tensorforge.compile(model, target="vta -config=... -device=sim ...", calibration=...)` run on
-   the functional simulator: every output must equal the oracle's bit for bit;
-3. the same module on `cyclesim`: the same outputs bit for bit, and cycles for every
-   accelerator call;
+2. `tensorforge.compile(model, target="vta -config=... -device=sim|cyclesim ...",
+   calibration=...)` run on the target's device: every output must equal the oracle's bit for
+   bit (float ops after a dequantize, LLVM code on the CPU, up to rounding: `ROUNDING`); the
+   module saved and loaded again gives the same outputs;
+3. the same module on the other device (`cyclesim` after `sim`, or the reverse): the same
+   outputs bit for bit, and cycles for every accelerator call;
 4. the float model on onnxruntime: the int8 outputs' error relative to the float outputs' range
    is reported (not asserted).
 
-Outcomes: `match`; `mismatch` (sim vs oracle), `cyclesim-mismatch` (cyclesim vs sim),
-`no-cycles`; `refused` (an invalid target option refused with a ValueError naming it, as the
-case expected); `not-refused` (an invalid option compiled); `error` (an exception of ours:
-in the oracle, compile, run or cyclesim phase); `crash` / `hang` (the worker died or passed
-`--timeout-s`: op_fuzz.Driver runs each case in a worker process and restarts it);
-`gen-error` (a bug of the generator). The defects are written to build/vta_fuzz/ as
-`<seed>_<index>.onnx` with inputs and calibration in a `.npz` and the target in a `.txt`
-(beside its HWConfig `.json`).
+Outcomes: `match`; `mismatch` (the module vs the oracle, or after save/load),
+`device-mismatch` (cyclesim vs sim), `no-cycles`; `refused` (an invalid target option refused
+with a ValueError naming it, as the case expected); `not-refused` (an invalid option
+compiled); `error` (an exception of ours, in the compile, oracle, sim, cyclesim, save-load or
+float phase); `crash` / `hang` (the worker died or passed `--timeout-s`: op_fuzz.Driver runs
+each case in a worker process and restarts it); `gen-error` (a bug of the generator). The
+defects are written to build/vta_fuzz/ as `<seed>_<index>.onnx` with inputs and calibration
+in a `.npz` and the target in a `.txt` (beside its HWConfig `.json`).
 
 Usage:
     python benchmarks/vta_fuzz.py --seed 0 --cases 200 [--max-nodes 8] [--budget-s 1800]
@@ -51,7 +53,7 @@ import op_fuzz  # noqa: E402
 from vta_fuzz_cases import VtaCase, make_case  # noqa: E402
 
 OUT_DIR = HERE.parent / "build" / "vta_fuzz"
-DEFECTS = ("mismatch", "cyclesim-mismatch", "no-cycles", "not-refused", "error", "crash",
+DEFECTS = ("mismatch", "device-mismatch", "no-cycles", "not-refused", "error", "crash",
            "hang", "gen-error")  # fmt: skip
 # Float CPU ops may round differently from numpy by this share of an output's largest value;
 # one int8 step of a dequantized output is at least 1/127 of it.
@@ -108,6 +110,7 @@ def run_case(case: VtaCase, workdir: str) -> dict:
     from tensorforge.compiler.graph import run_graph
     from tensorforge.compiler.graph.compile_vta import quantize_for
     from tensorforge.hw.config import HWConfig
+    from tensorforge.runtime.module import Module
 
     cfg = HWConfig.from_dict(case.config)
     path = None
@@ -124,26 +127,36 @@ def run_case(case: VtaCase, workdir: str) -> dict:
             return {"outcome": "not-refused", "detail": f"expected: {case.expect_refusal}", **facts}
         facts["accel_kernels"] = module.stats.get("accelerator_kernels", 0)
         facts["offloaded_macs"] = module.stats.get("offloaded_macs", 0.0)
+        kinds = {k.name: k.kind for k in module.kernels}
+        facts["vta_calls"] = sorted({c.label.split(" (")[0] for c in module.calls
+                                     if kinds[c.kernel] == "vta"})  # fmt: skip
         facts["cpu_layers"] = sorted({why for _, op, where, why in module.stats["placement"]
                                       if where == "cpu" and op in LAYERS})  # fmt: skip
         phase = "oracle"
         q = quantize_for(from_onnx(case.model), cfg, case.calibration, case.options["mode"],
                          case.options["weights"], case.options["depthwise"])  # fmt: skip
         want = run_graph(q, case.feed)
-        phase = "sim"
+        phase = case.options["device"]  # the device the target names runs first
         got = module.run(case.feed)
         # int8 work is bit-exact; float ops after a dequantize run as LLVM code on the CPU,
         # equal to the numpy kernels up to rounding (FMA contraction: docs/cpu_backend.md)
         if why := _differences(names, got, want, ROUNDING):
             return {"outcome": "mismatch", "detail": why, **facts}
         facts["float_rounding"] = bool(_differences(names, got, want))
-        phase = "cyclesim"
+        phase = "save-load"
+        module.save(Path(workdir) / "case.tfm")
+        if why := _differences(names, Module.load(Path(workdir) / "case.tfm").run(case.feed), got):
+            return {"outcome": "mismatch", "detail": f"after save/load: {why}", **facts}
         if not facts["accel_kernels"]:  # every layer on the CPU: no device to select
             return {"outcome": "match", "detail": "", **facts}
-        again = module.use_device("cyclesim").run(case.feed)
+        phase = "cyclesim" if case.options["device"] == "sim" else "sim"
+        if phase == "sim":
+            cycles = {k: getattr(r, "cycles", None) for k, r in module.device_results().items()}
+        again = module.use_device(phase).run(case.feed)
         if why := _differences(names, again, got):
-            return {"outcome": "cyclesim-mismatch", "detail": why, **facts}
-        cycles = {k: getattr(r, "cycles", None) for k, r in module.device_results().items()}
+            return {"outcome": "device-mismatch", "detail": why, **facts}
+        if phase == "cyclesim":
+            cycles = {k: getattr(r, "cycles", None) for k, r in module.device_results().items()}
         facts["cycles"] = sum(c or 0 for c in cycles.values())
         if any(not c or c <= 0 for c in cycles.values()):
             return {"outcome": "no-cycles", "detail": json.dumps(cycles)[:300], **facts}
@@ -196,7 +209,8 @@ def save(name: str, max_nodes: int = 8) -> Path:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     stem = OUT_DIR / name.replace(":", "_")
     onnx.save(case.model, f"{stem}.onnx")
-    np.savez(f"{stem}.npz", **case.feed, **{f"calib_{k}": v for k, v in case.calibration.items()})
+    calibration = {f"calib{i}_{k}": v for i, b in enumerate(case.calibration) for k, v in b.items()}
+    np.savez(f"{stem}.npz", **case.feed, **calibration)
     Path(f"{stem}.json").write_text(json.dumps(case.config, indent=1), encoding="utf-8")
     Path(f"{stem}.txt").write_text(case.target(f"{stem}.json") + "\n", encoding="utf-8")
     return Path(f"{stem}.onnx")
@@ -257,7 +271,7 @@ def replay(name: str, save_to: str | None, max_nodes: int = 8) -> None:
         onnx.save(case.model, save_to)
     print(onnx.printer.to_text(case.model.graph))
     for k, v in case.feed.items():
-        print(k, v.dtype, v.shape, "calibration", case.calibration[k].shape)
+        print(k, v.dtype, v.shape, "calibration", [b[k].shape for b in case.calibration])
     print("config", json.dumps(case.config))
     print("target", case.target(), "| expect refusal:", case.expect_refusal or "no")
     print(json.dumps(check(name, max_nodes), indent=1))

@@ -3,12 +3,13 @@ models of the kinds users compile for the VTA-like accelerator, each with a hard
 and target options.
 
 A case is `make_case(seed, index)`, deterministic: a float32 ONNX model (opset 17, built with
-graph_fuzz_cases.GraphBuilder, which infers every node's shapes), its inputs, a calibration
-batch, a HWConfig (a preset, or a random valid variation of one: batch rows, channel blocks,
-buffer sizes, bus width, queue depths, the ALU MUL and GEMM requant extensions) and the target
-options (`-mode`, `-weights`, `-depthwise`, `-vthreads`). A few cases in a hundred ask for an
-option the config cannot give (`-mode=mul` without the ALU MUL, `-weights=per-channel` with
-shifts): the compiler must refuse them by name.
+graph_fuzz_cases.GraphBuilder, which infers every node's shapes), its inputs, calibration
+batches (the inputs among them), a HWConfig (a preset, or a random valid variation of one:
+batch rows, channel blocks, buffer sizes, bus width, queue depths, the ALU MUL and GEMM requant
+extensions) and the target options (`-mode`, `-weights`, `-depthwise`, `-vthreads`,
+`-device`). A few cases in a hundred ask for an option the config cannot give (`-mode=mul`
+without the ALU MUL, `-weights=per-channel` with shifts): the compiler must refuse them by
+name.
 
 Models: CNNs (`[N, C, H, W]`, N 1-3, odd channel counts and image sizes) of convolutions with
 strides, symmetric and asymmetric padding, groups and depthwise, 1x1 and rectangular kernels,
@@ -48,10 +49,10 @@ class VtaCase:
     name: str
     model: onnx.ModelProto
     feed: dict[str, np.ndarray]
-    calibration: dict[str, np.ndarray]
+    calibration: list[dict[str, np.ndarray]]  # batches
     config: dict[str, Any]  # HWConfig knobs (a preset's own when `preset`)
     preset: str | None  # the preset name when the config is one, for -config=<name>
-    options: dict[str, str]  # -mode, -weights, -depthwise, -vthreads
+    options: dict[str, str]  # -mode, -weights, -depthwise, -vthreads, -device
     expect_refusal: str = ""  # why the target must be refused ("" when it must compile)
 
     def target(self, config_path: str | None = None) -> str:
@@ -74,9 +75,9 @@ def random_config(rng: np.random.Generator) -> tuple[dict[str, Any], str | None]
         return base, name
     knobs = dict(base, name=f"{name}-fuzz", board="sim")
     draws = {
-        "log_batch": lambda: int(rng.choice([0, 0, 1])),
-        "log_block_in": lambda: int(rng.choice([2, 3, 4])),
-        "log_block_out": lambda: int(rng.choice([2, 3, 4])),
+        "log_batch": lambda: int(rng.choice([0, 0, 1, 2])),
+        "log_block_in": lambda: int(rng.choice([1, 2, 3, 4, 5])),
+        "log_block_out": lambda: int(rng.choice([1, 2, 3, 4, 5])),
         "log_inp_buff_size": lambda: int(rng.integers(9, 16)),
         "log_wgt_buff_size": lambda: int(rng.integers(10, 19)),
         "log_acc_buff_size": lambda: int(rng.integers(10, 18)),
@@ -90,6 +91,13 @@ def random_config(rng: np.random.Generator) -> tuple[dict[str, Any], str | None]
     }
     for knob in rng.permutation(list(draws))[: int(rng.integers(1, 6))]:
         knobs[str(knob)] = draws[str(knob)]()
+    if rng.random() < 0.4:  # SRAMs of a few entries: layers tile, or just fit, or do not
+        elem = {"inp": knobs["log_batch"] + knobs["log_block_in"],
+                "wgt": knobs["log_block_out"] + knobs["log_block_in"],
+                "acc": knobs["log_batch"] + knobs["log_block_out"] + 2}  # fmt: skip
+        for buf, bits in elem.items():
+            knobs[f"log_{buf}_buff_size"] = bits + int(rng.integers(2, 9))
+        knobs["log_uop_buff_size"] = int(rng.integers(7, 12))
     return knobs, None
 
 
@@ -113,6 +121,7 @@ def random_options(rng: np.random.Generator, alu_mul: bool) -> tuple[dict[str, s
         "weights": weights,
         "depthwise": str(rng.choice(["accel", "cpu"])),
         "vthreads": str(rng.choice([1, 2])),
+        "device": str(rng.choice(["sim", "sim", "cyclesim"])),
     }
     draw, refusal = rng.random(), ""
     if draw < 0.02:
@@ -305,6 +314,9 @@ def _input_shape(rng: np.random.Generator) -> tuple[int, ...]:
     """A CNN image, a 1-D signal, rows or a sequence of an MLP."""
     n = int(rng.choice([1, 1, 2, 3]))
     kind = rng.random()
+    if kind < 0.1:  # a larger image, for tiling
+        return (1, int(rng.choice(SMALL + WIDE[:4])), int(rng.integers(13, 21)),
+                int(rng.integers(13, 21)))  # fmt: skip
     if kind < 0.55:
         return (n, _channels(rng), int(rng.integers(3, 13)), int(rng.integers(3, 13)))
     if kind < 0.75:
@@ -352,11 +364,16 @@ def make_case(seed: int, index: int, max_nodes: int = 8) -> VtaCase:
         knobs, preset = random_config(rng)
     options, refusal = random_options(rng, knobs["alu_mul"])
     b, outputs = make_model(rng, max_nodes)
-    rebatch = not any(n.op_type == "Reshape" for n in b.nodes)  # [n, -1] bakes in the batch
-    calibration = {
-        k: rng.uniform(-2, 2, (int(rng.choice([v.shape[0], 4])) if rebatch else v.shape[0],
-                               *v.shape[1:])).astype(v.dtype)
-        for k, v in b.feed.items()
-    }  # fmt: skip
+    # calibration: the inputs themselves and 1-3 more batches (of another batch size now and
+    # then, where no Reshape bakes in the graph's), so the int8 error measures the arithmetic
+    # rather than values outside the calibrated ranges
+    rebatch = not any(n.op_type == "Reshape" for n in b.nodes)
+    calibration = [dict(b.feed)]
+    for _ in range(int(rng.integers(1, 4))):
+        calibration.append({
+            k: rng.uniform(-2, 2, (int(rng.choice([v.shape[0], 4])) if rebatch else v.shape[0],
+                                   *v.shape[1:])).astype(v.dtype)
+            for k, v in b.feed.items()
+        })  # fmt: skip
     return VtaCase(f"{seed}:{index}", b.model(outputs), dict(b.feed), calibration, knobs,
                    preset, options, refusal)  # fmt: skip
