@@ -303,7 +303,66 @@ def gen_dense(b: GraphBuilder) -> bool:
     return True
 
 
+def _conv_same(b: GraphBuilder, x: str, cout: int, k: int, stride: int = 1) -> str:
+    """A k x k conv (k odd) with 'same' padding, a bias, to `cout` channels."""
+    c = b.shapes[x][1]
+    inputs = [x, b.weights((cout, c, k, k), c * k * k),
+              b.const(b.rng.uniform(-0.3, 0.3, cout).astype(np.float32), "bias")]  # fmt: skip
+    (y,) = b.add("Conv", inputs, kernel_shape=[k, k], strides=[stride, stride],
+                 pads=[k // 2] * 4)  # fmt: skip
+    return y
+
+
+@_on_value(4)
+def gen_res_block(b: GraphBuilder, x: str) -> bool:
+    """A ResNet basic block: conv-ReLU-conv added to the input (or to a strided 1x1 conv of it,
+    downsampling), then ReLU: the second conv's kernel absorbs the add."""
+    c = b.shapes[x][1]
+    r = b.rng
+    stride = int(r.choice([1, 1, 2]))
+    cout = c if stride == 1 and r.random() < 0.7 else _channels(r)
+    (y,) = b.add("Relu", [_conv_same(b, x, cout, 3, stride)])
+    y = _conv_same(b, y, cout, int(r.choice([1, 3])))
+    short = x if stride == 1 and cout == c else _conv_same(b, x, cout, 1, stride)
+    (y,) = b.add("Add", [y, short] if r.random() < 0.7 else [short, y])
+    if r.random() < 0.8:
+        b.add("Relu", [y])
+    return True
+
+
+@_on_value(4)
+def gen_conv_pool(b: GraphBuilder, x: str) -> bool:
+    """conv (ReLU) then a max pooling whose window equals its stride, without padding: the conv's
+    kernel absorbs it."""
+    h, w = b.shapes[x][2:]
+    k = int(b.rng.choice([2, 2, 3]))
+    y = _conv_same(b, x, _channels(b.rng), int(b.rng.choice([1, 3])))
+    if b.rng.random() < 0.7:
+        (y,) = b.add("Relu", [y])
+    if min(h, w) < k:
+        return False
+    b.add("MaxPool", [y], kernel_shape=[k, k], strides=[k, k])
+    return True
+
+
+@_on_value(2)
+def gen_dense_residual(b: GraphBuilder, x: str) -> bool:
+    """x + Gemm(x) (a square layer), maybe ReLU: the dense kernel absorbs the add."""
+    f = b.shapes[x][1]
+    r = b.rng
+    inputs = [x, b.weights((f, f), f), b.const(r.uniform(-0.3, 0.3, f).astype(np.float32))]
+    (y,) = b.add("Gemm", inputs)
+    if r.random() < 0.5:
+        (y,) = b.add("Relu", [y])
+    (y,) = b.add("Add", [y, x])
+    if r.random() < 0.5:
+        b.add("Relu", [y])
+    return True
+
+
 GENERATORS: dict[str, tuple[GenFn, int]] = {
+    "res_block": (gen_res_block, 3), "conv_pool": (gen_conv_pool, 3),
+    "dense_residual": (gen_dense_residual, 1),
     "conv": (gen_conv, 8), "conv1d": (gen_conv1d, 6), "residual": (gen_residual_add, 3),
     "pool": (gen_pool, 3), "concat": (gen_concat, 1), "flatten": (gen_flatten, 1),
     "dense": (gen_dense, 4), "activation": (gen_activation, 1), "batchnorm": (gen_batchnorm, 1),
