@@ -17,7 +17,8 @@ adds, pools, concat, flatten; a preset or a random valid HWConfig; random -mode,
    is reported (not asserted).
 
 Outcomes: `match`; `mismatch` (the module vs the oracle, or after save/load),
-`device-mismatch` (cyclesim vs sim), `no-cycles`; `refused` (an invalid target option refused
+`device-mismatch` (cyclesim vs sim), `bad-cycles` (no or too few cycles, or counters that
+differ between the simulators); `refused` (an invalid target option refused
 with a ValueError naming it, as the case expected); `not-refused` (an invalid option
 compiled); `error` (an exception of ours, in the compile, oracle, sim, cyclesim, save-load or
 float phase); `crash` / `hang` (the worker died or passed `--timeout-s`: op_fuzz.Driver runs
@@ -53,7 +54,7 @@ import op_fuzz  # noqa: E402
 from vta_fuzz_cases import VtaCase, make_case  # noqa: E402
 
 OUT_DIR = HERE.parent / "build" / "vta_fuzz"
-DEFECTS = ("mismatch", "device-mismatch", "no-cycles", "not-refused", "error", "crash",
+DEFECTS = ("mismatch", "device-mismatch", "bad-cycles", "not-refused", "error", "crash",
            "hang", "gen-error")  # fmt: skip
 # Float CPU ops may round differently from numpy by this share of an output's largest value;
 # one int8 step of a dequantized output is at least 1/127 of it.
@@ -90,6 +91,20 @@ def _differences(names: list[str], got: dict, want: dict, rounding: float = 0.0)
     )
 
 
+def implausible(sim: dict, cyclesim: dict) -> str | None:
+    """Why the cycle-accurate runs of the accelerator calls are not plausible, or None: each
+    call needs cycles, at least one per GEMM micro-op, and the functional simulator's counters
+    (operations, DMA bytes, instructions) must be the timing model's too."""
+    for label, timed in cyclesim.items():
+        if not timed.cycles or timed.cycles < timed.stats.get("gemm_counter", 0):
+            return f"{label}: {timed.cycles} cycles for {timed.stats.get('gemm_counter')} GEMMs"
+        counted = sim[label].stats
+        differ = {k: (v, timed.stats.get(k)) for k, v in counted.items() if timed.stats.get(k) != v}
+        if differ:
+            return f"{label}: counters (sim, cyclesim) differ: {differ}"
+    return None
+
+
 def float_error(case: VtaCase, got: dict[str, np.ndarray]) -> float | None:
     """The largest |int8 - float| over the float output's largest magnitude (onnxruntime)."""
     want = op_fuzz.run_onnxruntime(case)
@@ -112,11 +127,10 @@ def run_case(case: VtaCase, workdir: str) -> dict:
     from tensorforge.hw.config import HWConfig
     from tensorforge.runtime.module import Module
 
-    cfg = HWConfig.from_dict(case.config)
     path = None
-    if case.preset is None:
+    if case.preset is None:  # the knobs as drawn (a bad one when the case expects a refusal)
         path = Path(workdir) / "config.json"
-        path.write_text(cfg.to_json(), encoding="utf-8")
+        path.write_text(json.dumps(case.config), encoding="utf-8")
     target = case.target(str(path) if path else None)
     names = [o.name for o in case.model.graph.output]
     facts: dict = {"target": target}
@@ -133,6 +147,7 @@ def run_case(case: VtaCase, workdir: str) -> dict:
         facts["cpu_layers"] = sorted({why for _, op, where, why in module.stats["placement"]
                                       if where == "cpu" and op in LAYERS})  # fmt: skip
         phase = "oracle"
+        cfg = HWConfig.from_dict(case.config)
         q = quantize_for(from_onnx(case.model), cfg, case.calibration, case.options["mode"],
                          case.options["weights"], case.options["depthwise"])  # fmt: skip
         want = run_graph(q, case.feed)
@@ -150,16 +165,14 @@ def run_case(case: VtaCase, workdir: str) -> dict:
         if not facts["accel_kernels"]:  # every layer on the CPU: no device to select
             return {"outcome": "match", "detail": "", **facts}
         phase = "cyclesim" if case.options["device"] == "sim" else "sim"
-        if phase == "sim":
-            cycles = {k: getattr(r, "cycles", None) for k, r in module.device_results().items()}
+        first = module.device_results()
         again = module.use_device(phase).run(case.feed)
         if why := _differences(names, again, got):
             return {"outcome": "device-mismatch", "detail": why, **facts}
-        if phase == "cyclesim":
-            cycles = {k: getattr(r, "cycles", None) for k, r in module.device_results().items()}
-        facts["cycles"] = sum(c or 0 for c in cycles.values())
-        if any(not c or c <= 0 for c in cycles.values()):
-            return {"outcome": "no-cycles", "detail": json.dumps(cycles)[:300], **facts}
+        runs = {case.options["device"]: first, phase: module.device_results()}
+        facts["cycles"] = sum(r.cycles or 0 for r in runs["cyclesim"].values())
+        if why := implausible(runs["sim"], runs["cyclesim"]):
+            return {"outcome": "bad-cycles", "detail": why[:300], **facts}
         phase = "float"
         facts["float_error"] = float_error(case, got)
     except Exception as exc:  # noqa: BLE001  (classified: a clear refusal, or a defect)

@@ -102,7 +102,7 @@ def random_config(rng: np.random.Generator) -> tuple[dict[str, Any], str | None]
 
 
 def config_or_none(knobs: dict[str, Any]) -> Any:
-    """The HWConfig of `knobs`, or None when HWConfig refuses the combination."""
+    """The HWConfig of `knobs`, or None when HWConfig refuses them."""
     from tensorforge.hw.config import HWConfig
 
     try:
@@ -112,8 +112,8 @@ def config_or_none(knobs: dict[str, Any]) -> Any:
 
 
 def random_options(rng: np.random.Generator, alu_mul: bool) -> tuple[dict[str, str], str]:
-    """(target options, why they must be refused or ""): valid for the config, except in 4%
-    of the cases."""
+    """(target options, why they must be refused or ""): valid for the config, except in 6%
+    of the cases (a config with a bad knob among them: `bad_knobs`)."""
     mode = str(rng.choice(["mul", "shift"])) if alu_mul else "shift"
     weights = str(rng.choice(["per-channel", "per-tensor"])) if mode == "mul" else "per-tensor"
     options = {
@@ -133,7 +133,27 @@ def random_options(rng: np.random.Generator, alu_mul: bool) -> tuple[dict[str, s
     elif draw < 0.04:
         options["vthreads"] = "3"
         refusal = "-vthreads must be one of 1, 2"
+    elif draw < 0.05:
+        options["device"] = "fpga"
+        refusal = "-device must be one of sim, cyclesim, rtl"
+    elif draw < 0.06:
+        refusal = "a bad HWConfig knob"
     return options, refusal
+
+
+def bad_knobs(knobs: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """`knobs` with one knob out of its range, misspelt or of the wrong type."""
+    bad = dict(knobs, name=f"{knobs['name']}-bad")
+    kind = int(rng.integers(4))
+    if kind == 0:
+        bad["log_block_in"] = 7
+    elif kind == 1:
+        bad["log_blok_out"] = bad.pop("log_block_out")
+    elif kind == 2:
+        bad["alu_mul"] = "yes"
+    else:
+        bad["log_inp_buff_size"] = 2  # less than one INP element
+    return bad
 
 
 # --- model generators: each returns False when it does not apply to the graph so far ----------
@@ -422,6 +442,8 @@ def make_case(seed: int, index: int, max_nodes: int = 8) -> VtaCase:
     while config_or_none(knobs) is None:  # a combination HWConfig refuses: redraw
         knobs, preset = random_config(rng)
     options, refusal = random_options(rng, knobs["alu_mul"])
+    if refusal == "a bad HWConfig knob":
+        knobs, preset = bad_knobs(knobs, rng), None
     b, outputs = make_model(rng, max_nodes)
     # calibration: the inputs themselves and 1-3 more batches (of another batch size now and
     # then, where no Reshape bakes in the graph's), so the int8 error measures the arithmetic
