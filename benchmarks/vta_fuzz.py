@@ -10,7 +10,8 @@ adds, pools, concat, flatten; a preset or a random valid HWConfig; random -mode,
 2. `tensorforge.compile(model, target="vta -config=... -device=sim|cyclesim ...",
    calibration=...)` run on the target's device: every output must equal the oracle's bit for
    bit (float ops after a dequantize, LLVM code on the CPU, up to rounding: `ROUNDING`); the
-   module saved and loaded again gives the same outputs;
+   module saved and loaded again gives the same outputs, and so does the oracle's int8 graph
+   compiled as it is;
 3. the same module on the other device (`cyclesim` after `sim`, or the reverse): the same
    outputs bit for bit, and cycles for every accelerator call;
 4. the float model on onnxruntime: the int8 outputs' error relative to the float outputs' range
@@ -20,11 +21,11 @@ Outcomes: `match`; `mismatch` (the module vs the oracle, or after save/load),
 `device-mismatch` (cyclesim vs sim), `bad-cycles` (no or too few cycles, or counters that
 differ between the simulators); `refused` (an invalid target option refused
 with a ValueError naming it, as the case expected); `not-refused` (an invalid option
-compiled); `error` (an exception of ours, in the compile, oracle, sim, cyclesim, save-load or
-float phase); `crash` / `hang` (the worker died or passed `--timeout-s`: op_fuzz.Driver runs
-each case in a worker process and restarts it); `gen-error` (a bug of the generator). The
-defects are written to build/vta_fuzz/ as `<seed>_<index>.onnx` with inputs and calibration
-in a `.npz` and the target in a `.txt` (beside its HWConfig `.json`).
+compiled); `error` (an exception of ours, in the compile, oracle, sim, cyclesim, save-load,
+int8-graph or float phase); `crash` / `hang` (the worker died or passed `--timeout-s`:
+op_fuzz.Driver runs each case in a worker process and restarts it); `gen-error` (a bug of the
+generator). The defects are written to build/vta_fuzz/ as `<seed>_<index>.onnx` with inputs
+and calibration in a `.npz` and the target in a `.txt` (beside its HWConfig `.json`).
 
 Usage:
     python benchmarks/vta_fuzz.py --seed 0 --cases 200 [--max-nodes 8] [--budget-s 1800]
@@ -162,6 +163,10 @@ def run_case(case: VtaCase, workdir: str) -> dict:
         module.save(Path(workdir) / "case.tfm")
         if why := _differences(names, Module.load(Path(workdir) / "case.tfm").run(case.feed), got):
             return {"outcome": "mismatch", "detail": f"after save/load: {why}", **facts}
+        phase = "int8-graph"  # the oracle's own graph, compiled as it is (docs/compile_vta.md)
+        given = tensorforge.compile(q, target=target).run(case.feed)
+        if why := _differences(names, given, want, ROUNDING):
+            return {"outcome": "mismatch", "detail": f"the int8 graph compiled: {why}", **facts}
         if not facts["accel_kernels"]:  # every layer on the CPU: no device to select
             return {"outcome": "match", "detail": "", **facts}
         phase = "cyclesim" if case.options["device"] == "sim" else "sim"

@@ -409,6 +409,8 @@ def make_model(rng: np.random.Generator, max_nodes: int) -> tuple[GraphBuilder, 
     """A graph of up to `max_nodes` nodes (at least one conv or dense layer) and its outputs."""
     b = GraphBuilder(rng)
     first = b.graph_input(_input_shape(rng))
+    if rng.random() < 0.2:  # a second input of the same shape (added, concatenated)
+        b.graph_input(b.shapes[first])
     target = int(rng.integers(2, max_nodes + 1))
     names = list(GENERATORS)
     weights = np.array([GENERATORS[k][1] for k in names], float)
@@ -451,9 +453,9 @@ def make_case(seed: int, index: int, max_nodes: int = 8) -> VtaCase:
     rebatch = not any(n.op_type == "Reshape" for n in b.nodes)
     calibration = [dict(b.feed)]
     for _ in range(int(rng.integers(1, 4))):
+        n = int(rng.choice([0, 4])) if rebatch else 0  # 0: the graph's batch size
         calibration.append({
-            k: rng.uniform(-2, 2, (int(rng.choice([v.shape[0], 4])) if rebatch else v.shape[0],
-                                   *v.shape[1:])).astype(v.dtype)
+            k: rng.uniform(-2, 2, (n or v.shape[0], *v.shape[1:])).astype(v.dtype)
             for k, v in b.feed.items()
         })  # fmt: skip
     return VtaCase(f"{seed}:{index}", b.model(outputs), dict(b.feed), calibration, knobs,
