@@ -152,7 +152,7 @@ def bad_knobs(knobs: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]
     elif kind == 2:
         bad["alu_mul"] = "yes"
     else:
-        bad["log_inp_buff_size"] = 2  # less than one INP element
+        bad["log_inp_buff_size"] = knobs["log_batch"] + knobs["log_block_in"] - 1  # < 1 element
     return bad
 
 
