@@ -20,7 +20,7 @@ adds, pools, concat, flatten; a preset or a random valid HWConfig; random -mode,
 Outcomes: `match`; `mismatch` (the module vs the oracle, or after save/load),
 `device-mismatch` (cyclesim vs sim), `bad-cycles` (no or too few cycles, or counters that
 differ between the simulators); `refused` (an invalid target option refused
-with a ValueError naming it, as the case expected); `not-refused` (an invalid option
+with a ValueError saying what the case expected); `not-refused` (an invalid option
 compiled); `error` (an exception of ours, in the compile, oracle, sim, cyclesim, save-load,
 int8-graph or float phase); `crash` / `hang` (the worker died or passed `--timeout-s`:
 op_fuzz.Driver runs each case in a worker process and restarts it); `gen-error` (a bug of the
@@ -182,7 +182,8 @@ def run_case(case: VtaCase, workdir: str) -> dict:
         facts["float_error"] = float_error(case, got)
     except Exception as exc:  # noqa: BLE001  (classified: a clear refusal, or a defect)
         text = f"{type(exc).__name__}: {exc}"
-        if case.expect_refusal and phase == "compile" and isinstance(exc, ValueError):
+        if (case.expect_refusal and phase == "compile" and isinstance(exc, ValueError)
+                and case.expect_refusal in str(exc)):  # fmt: skip
             return {"outcome": "refused", "detail": text[:300], **facts}
         return {"outcome": "error", "detail": f"[{phase}] {text[:300]} at {_where(exc)}", **facts}
     return {"outcome": "match", "detail": "", **facts}

@@ -33,6 +33,7 @@ from graph_fuzz_cases import GraphBuilder, gen_activation, gen_batchnorm, pick_o
 from onnx.shape_inference import InferenceError
 
 PRESETS = ("tiny", "pynq", "ultra96", "kv260")
+BAD_KNOB = "config.json: "  # the refusal of a bad knob in a config file names the file
 SMALL = (1, 2, 3, 4, 5, 7, 8, 12)  # fewer than a pynq block: such layers mostly stay on the CPU
 WIDE = (16, 17, 20, 24, 31, 32, 33, 40)
 
@@ -53,7 +54,7 @@ class VtaCase:
     config: dict[str, Any]  # HWConfig knobs (a preset's own when `preset`)
     preset: str | None  # the preset name when the config is one, for -config=<name>
     options: dict[str, str]  # -mode, -weights, -depthwise, -vthreads, -device
-    expect_refusal: str = ""  # why the target must be refused ("" when it must compile)
+    expect_refusal: str = ""  # what the refusal's message must say ("" when it must compile)
 
     def target(self, config_path: str | None = None) -> str:
         cfg = self.preset or config_path or "<config.json>"
@@ -129,7 +130,7 @@ def random_options(rng: np.random.Generator, alu_mul: bool) -> tuple[dict[str, s
         refusal = "-weights=per-channel needs -mode=mul"
     elif draw < 0.04 and not alu_mul:
         options["mode"] = "mul"
-        refusal = "-mode=mul needs the config's ALU MUL"
+        refusal = "-mode=mul needs the ALU MUL"
     elif draw < 0.04:
         options["vthreads"] = "3"
         refusal = "-vthreads must be one of 1, 2"
@@ -137,7 +138,7 @@ def random_options(rng: np.random.Generator, alu_mul: bool) -> tuple[dict[str, s
         options["device"] = "fpga"
         refusal = "-device must be one of sim, cyclesim, rtl"
     elif draw < 0.06:
-        refusal = "a bad HWConfig knob"
+        refusal = BAD_KNOB
     return options, refusal
 
 
@@ -444,7 +445,7 @@ def make_case(seed: int, index: int, max_nodes: int = 8) -> VtaCase:
     while config_or_none(knobs) is None:  # a combination HWConfig refuses: redraw
         knobs, preset = random_config(rng)
     options, refusal = random_options(rng, knobs["alu_mul"])
-    if refusal == "a bad HWConfig knob":
+    if refusal == BAD_KNOB:
         knobs, preset = bad_knobs(knobs, rng), None
     b, outputs = make_model(rng, max_nodes)
     # calibration: the inputs themselves and 1-3 more batches (of another batch size now and
