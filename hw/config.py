@@ -276,6 +276,8 @@ class HWConfig:
             except UnicodeDecodeError as e:  # a binary file given by mistake
                 raise ValueError(f"{path}: not a JSON HWConfig (byte {e.start} is not "
                                  "UTF-8 text)") from None  # fmt: skip
+            except ValueError as e:  # a knob out of range, unknown or of the wrong type
+                raise ValueError(f"{path}: {e}") from None
         return cls.preset(str(spec))
 
 

@@ -74,7 +74,8 @@ def vta_options(target: Target, config: HWConfig | None = None) -> tuple[HWConfi
     ``-vthreads=`` (1 or 2; default 2).
 
     Raises:
-        ValueError: for an option value out of its set (named).
+        ValueError: for an option value out of its set (named), or -mode=mul on a config
+            without the ALU MUL.
     """
     cfg = config or HWConfig.load(target.get("config") or "pynq")
     device, mode = target.get("device") or "sim", target.get("mode") or default_mode(cfg)
@@ -87,6 +88,10 @@ def vta_options(target: Target, config: HWConfig | None = None) -> tuple[HWConfi
         if value not in allowed:
             raise ValueError(f"target option -{key} must be one of {', '.join(allowed)}, "
                              f"not {value!r} (in {str(target)!r})")  # fmt: skip
+    if mode == "mul" and not cfg.alu_mul:  # else refused per layer, or not at all without one
+        raise ValueError(f"target option -mode=mul needs the ALU MUL extension, and HWConfig "
+                         f"{cfg.name!r} has alu_mul=False: use -mode=shift (in "
+                         f"{str(target)!r})")  # fmt: skip
     return cfg, device, mode, int(vthreads)
 
 

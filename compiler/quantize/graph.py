@@ -174,13 +174,15 @@ class _Matcher:
             return w.T, None
         a = node.attr_dict
         c = node.inputs[2] if len(node.inputs) > 2 else ""
-        if a["alpha"] != 1.0 or a["transA"]:
-            return None, "a Gemm with alpha != 1 or transA"
+        if a["transA"]:
+            return None, "a Gemm with transA"
         if c and (a["beta"] != 1.0 or c not in self.graph.constants):
             return None, "a Gemm whose C is computed at run time or scaled by beta != 1"
         if c and self.graph.constants[c].size != w.shape[0 if a["transB"] else 1]:
             return None, "a Gemm whose C is not one bias per output column"
-        return (w if a["transB"] else w.T), None
+        weight = w if a["transB"] else w.T
+        # alpha * (x @ B) is x @ (alpha * B): the constant weight takes it (the same sums)
+        return (weight if a["alpha"] == 1.0 else weight * np.float32(a["alpha"])), None
 
     def _absorb(self, kind: str, node: Node, weight: np.ndarray) -> _Unit:
         bias = self._const(node.inputs[2]) if len(node.inputs) > 2 else None

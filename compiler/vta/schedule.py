@@ -130,11 +130,18 @@ class Conv2dWorkload:
         return self.group_blocks(cfg)[1]
 
     def in_blocks(self, cfg: HWConfig, tile_oc: int, tile_ic: int) -> int:
-        """Input-channel blocks a tile of ``tile_oc`` output blocks reads per reduction chunk
-        of ``tile_ic``: the chunk, once per group the tile spans (depthwise: ``tile_oc``)."""
+        """Input-channel blocks a tile of ``tile_oc`` output blocks loads per reduction chunk
+        of ``tile_ic``: the chunk when the tile's output blocks share their input blocks
+        (``q`` > 1: ``tile_oc`` divides ``q``); else output block ``o`` reads blocks
+        ``o * r + [0, tile_ic)`` and the load covers the interval from the tile's first block
+        to its last (the bound inference's region): ``(tile_oc - 1) * r + tile_ic`` blocks,
+        those of the chunks in between included (depthwise, ``r`` = 1: ``tile_oc``)."""
         if self.groups == 1:
             return tile_ic
-        return blocks(tile_oc, self.group_blocks(cfg)[0]) * tile_ic
+        q, r = self.group_blocks(cfg)
+        if q > 1:
+            return blocks(tile_oc, q) * tile_ic
+        return (tile_oc - 1) * r + tile_ic
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,22 @@ def test_readers_see_the_validated_options() -> None:
         weight_scales(Target.parse("vta -weights=per-row"), "mul")
 
 
+def test_mode_mul_on_a_config_without_the_alu_mul_is_refused_by_name(tmp_path) -> None:
+    """Found by the accelerator fuzzer: the option was refused only by the first layer's
+    quantization (naming the layer and a ratio), and a model whose layers all stay on the CPU
+    compiled with it."""
+    from tensorforge.hw.config import HWConfig
+
+    path = tmp_path / "nomul.json"
+    path.write_text(HWConfig.preset("tiny").replace(name="nomul", alu_mul=False).to_json())
+    with pytest.raises(ValueError, match="-mode=mul needs the ALU MUL extension, and HWConfig "
+                                         "'nomul' has alu_mul=False: use -mode=shift"):  # fmt: skip
+        vta_options(Target.parse(f"vta -config={path} -mode=mul"))
+    assert vta_options(Target.parse(f"vta -config={path}"))[2] == "shift"  # the default
+    with pytest.raises(ValueError, match="-mode=mul needs the ALU MUL"):
+        tensorforge.compile(mlp(), target=f"vta -config={path} -mode=mul", progress=False)
+
+
 @pytest.mark.parametrize("target", ["vta -confg=tiny", "llvm -frobnicate=1", "", " "])
 def test_compile_rejects_bad_targets_before_compiling(target: str) -> None:
     # previously "-confg=tiny" compiled for the default config and "" raised IndexError

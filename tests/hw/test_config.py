@@ -1,6 +1,7 @@
 """HWConfig: derived quantities against VTA's published table, validation, JSON round-trip."""
 
 import json
+import re
 
 import pytest
 
@@ -76,6 +77,21 @@ def test_load_accepts_preset_file_and_object(tmp_path):
     assert HWConfig.load(cfg) is cfg
     with pytest.raises(ValueError, match="unknown HWConfig preset 'zynq'"):
         HWConfig.load("zynq")
+
+
+@pytest.mark.parametrize(
+    ("knobs", "why"),
+    [({"log_block_in": 7}, r"log_block_in must be an int in \[0, 6\], not 7"),
+     ({"log_blok_out": 4}, r"unknown HWConfig knob\(s\) \['log_blok_out'\]"),
+     ({"alu_mul": "yes"}, "alu_mul must be a bool, not 'yes'")],
+)  # fmt: skip
+def test_a_bad_knob_in_a_config_file_is_refused_naming_the_file(tmp_path, knobs, why):
+    # found by the accelerator fuzzer (benchmarks/vta_fuzz.py): `-config=my.json` with a bad
+    # knob named the knob but not the file it came from
+    path = tmp_path / "board.json"
+    path.write_text(json.dumps({**HWConfig.preset("tiny").to_dict(), **knobs}))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: .*{why}"):
+        HWConfig.load(path)
 
 
 @pytest.mark.parametrize("spec", [None, 3, 2.5])

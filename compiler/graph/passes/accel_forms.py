@@ -91,7 +91,9 @@ def accelerator_forms(graph: Graph) -> Graph:
             (y2,) = b.add_node("MatMul", [x2, w], name=node.name,
                                outputs=[unused(f"{node.outputs[0]}.rows")])  # fmt: skip
             n = graph.constants[w].shape[1]
-            shape = b.add_constant(unused(f"{node.name}.shape"), np.array([*lead, n], np.int64))
+            # -1, not the batch: calibration batches may have another size (quantize's rebatch)
+            back = np.array([-1, *lead[1:], n], np.int64)
+            shape = b.add_constant(unused(f"{node.name}.shape"), back)
             b.add_node("Reshape", [y2, shape], name=f"{node.name}.unflatten",
                        outputs=list(node.outputs))  # fmt: skip
         elif _conv1d(graph, node):

@@ -97,3 +97,14 @@ def test_on_the_accelerator_bit_exact_with_the_int8_graph(graph, offloaded: list
     float_out = run_graph(graph, x)[graph.outputs[0]]
     error = np.linalg.norm(got - float_out) / np.linalg.norm(float_out)
     assert error < 0.1  # int8 of the float model: two layers calibrated on one batch, 6%
+
+
+def test_calibration_batches_of_another_size_than_the_graphs() -> None:
+    """The unflattening Reshape after an N-D MatMul must not bake in the graph's batch size:
+    calibration batches are run with their own (found by benchmarks/vta_fuzz.py, 0:4)."""
+    graph = _linear_layers()  # batch 2
+    calibration = {"x": np.random.default_rng(5).standard_normal((3, 5, 32), np.float32)}
+    module = compile_graph_vta(graph, "vta -config=pynq", calibration, progress=False)
+    q = quantize_for(graph, PYNQ, calibration, "mul")
+    x = _feed(graph, 6)
+    assert np.array_equal(module.run(x)[graph.outputs[0]], run_graph(q, x)[graph.outputs[0]])

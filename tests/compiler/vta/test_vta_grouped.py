@@ -193,3 +193,35 @@ def test_groups_that_leave_the_last_output_block_short_are_refused_or_exact() ->
     ref = kern.reference(x)
     assert np.unique(ref).size > 2
     assert np.array_equal(out, ref)
+
+
+def test_a_tile_across_groups_of_several_input_blocks_fits_what_it_loads() -> None:
+    """Each output block its own groups, spanning several input blocks (q = 1, r = 5: 4 groups
+    of 10 -> 2 channels on tiny): a tile of 2 output blocks over a chunk of the reduction loads
+    the interval from the first block's chunk to the last's, the other groups' blocks between
+    included; the footprint once counted only the chunks (2 of 6 blocks), so a schedule it
+    passed overflowed INP in the lowering, a LoweringError from `tensorforge.compile` instead
+    of a fallback (benchmarks/vta_fuzz.py 2:157 and 2:288). Every schedule that fits compiles
+    and is exact."""
+    cfg = HWConfig.preset("tiny")
+    rng = np.random.default_rng(10)
+    x = rng.integers(-127, 128, (1, 40, 6, 6), dtype=np.int8)
+    w = rng.integers(-127, 128, (8, 10, 3, 3), dtype=np.int8)
+    wl = Conv2dWorkload(1, 40, 6, 6, 8, 3, 3, pad_h=1, pad_w=1, groups=4)
+    assert wl.group_blocks(cfg) == (1, 5)
+    fitting = 0
+    for tile_h, tile_oc, tile_ic in ((6, 2, 1), (6, 2, 5), (3, 2, 2), (1, 2, 1), (6, 1, 1)):
+        sched = Conv2dSchedule(tile_h=tile_h, tile_oc=tile_oc, tile_ic=tile_ic)
+        if not sched.fits(cfg, wl):
+            continue
+        fitting += 1
+        kern = conv2d(cfg, x.shape, w, padding=1, shift=10, groups=4, schedule=sched)
+        out, _ = kern.run(x, "sim")
+        ref = kern.reference(x)
+        assert np.unique(ref).size > 2 and np.array_equal(out, ref), sched
+    assert fitting >= 2
+    # the fuzzer's layer: 40 -> 8 channels, a 5x2 kernel over 11x3, the default schedule
+    x = rng.integers(-127, 128, (1, 40, 11, 3), dtype=np.int8)
+    w = rng.integers(-127, 128, (8, 10, 5, 2), dtype=np.int8)
+    kern = conv2d(cfg, x.shape, w, padding=(1, 0), shift=10, groups=4)
+    assert np.array_equal(kern.run(x, "sim")[0], kern.reference(x))
