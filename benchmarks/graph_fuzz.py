@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import json
 import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -105,25 +104,16 @@ def fuzz(seed: int, cases: int, max_nodes: int = 30, budget_s: float = 1e9,
     """Run cases 0..`cases`-1 of `seed`, one worker process at a time, compiled for `target`
     ("llvm", or "opencl": the GPU back-end on the local OpenCL device); `extra`: the worker's
     oracle options (`op_fuzz.oracle_options`)."""
+
+    def report(result: dict) -> None:
+        if result["outcome"] in DEFECTS:
+            if keep and result["outcome"] != "gen-error":
+                save(result["case"])
+            print(f"{result['outcome']:9} {result['case']}: {result['detail'][:200]}")
+
     driver = op_fuzz.Driver(timeout_s, target, script=__file__, extra=extra)
-    results = []
-    start = time.monotonic()
-    try:
-        for index in range(cases):
-            if time.monotonic() - start > budget_s:
-                break
-            result = driver.run(f"{seed}:{index}:{max_nodes}")
-            results.append(result)
-            if out:
-                out.write(json.dumps(result) + "\n")
-                out.flush()
-            if result["outcome"] in DEFECTS:
-                if keep and result["outcome"] != "gen-error":
-                    save(result["case"])
-                print(f"{result['outcome']:9} {result['case']}: {result['detail'][:200]}")
-    finally:
-        driver.close()
-    return results
+    names = (f"{seed}:{index}:{max_nodes}" for index in range(cases))
+    return op_fuzz.run_cases(driver, names, budget_s, out, report)
 
 
 def summarize(results: list[dict]) -> str:

@@ -211,25 +211,12 @@ def compare_reference(case, target: str = "llvm") -> tuple[str, str]:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         text = f"{type(exc).__name__}: {str(exc)[:300]}"
         return "ref-error", f"{text} at {Path(where.filename).name}:{where.lineno}"
-    print(json.dumps({"phase": "ours"}), flush=True)
-    outcome, detail, got = run_ours(case, target)
-    if got is not None:
-        problems = [
-            f"{o.name}: {why}"
-            for o, g, w in zip(case.model.graph.output, got, want, strict=True)
-            if (why := differs(g, np.asarray(w)))
-        ]
-        outcome, detail = ("mismatch", "; ".join(problems)) if problems else ("match", "")
-    return outcome, detail
+    return run_and_compare(case, target, [np.asarray(w) for w in want])[:2]
 
 
-def compare(case, target: str = "llvm", reference: bool = True) -> tuple[str, str]:
-    """(outcome, detail) of `case` run by onnxruntime, then by ours (announced on stdout to the
-    Driver, so a crash from here on is ours); with `reference`, a mismatch equal to onnx's
-    reference evaluator is `ort-deviates`."""
-    want = run_onnxruntime(case)
-    if isinstance(want, str):
-        return "ort-skip", want
+def run_and_compare(case, target: str, want: list[np.ndarray]) -> tuple[str, str, list | None]:
+    """Ours on `case` (announced on stdout to the Driver, so a crash from here on is ours),
+    compared with the oracle's outputs `want`: (outcome, detail, our outputs or None)."""
     print(json.dumps({"phase": "ours"}), flush=True)
     outcome, detail, got = run_ours(case, target)
     if got is not None:
@@ -239,8 +226,19 @@ def compare(case, target: str = "llvm", reference: bool = True) -> tuple[str, st
             if (why := differs(g, w))
         ]
         outcome, detail = ("mismatch", "; ".join(problems)) if problems else ("match", "")
-        if problems and reference and matches_reference(case, got):
-            outcome = "ort-deviates"
+    return outcome, detail, got
+
+
+def compare(case, target: str = "llvm", reference: bool = True) -> tuple[str, str]:
+    """(outcome, detail) of `case` run by onnxruntime, then by ours (announced on stdout to the
+    Driver, so a crash from here on is ours); with `reference`, a mismatch equal to onnx's
+    reference evaluator is `ort-deviates`."""
+    want = run_onnxruntime(case)
+    if isinstance(want, str):
+        return "ort-skip", want
+    outcome, detail, got = run_and_compare(case, target, want)
+    if outcome == "mismatch" and reference and matches_reference(case, got):
+        outcome = "ort-deviates"
     return outcome, detail
 
 
@@ -350,21 +348,30 @@ def fuzz(
     ops: list[str], seed: int, budget_s: float, per_op: int, timeout_s: float, out,
     target: str = "llvm", extra: tuple = (),
 ) -> list:  # fmt: skip
-    driver = Driver(timeout_s, target, extra=extra)
+    def report(result: dict) -> None:
+        if result["outcome"] not in ("match", "ort-skip", "refused", "compiled"):
+            print(f"{result['outcome']:9} {result['case']}: {result['detail'][:160]}")
+
+    names = (f"{op}:{seed}:{index}" for index in range(per_op) for op in ops)
+    return run_cases(Driver(timeout_s, target, extra=extra), names, budget_s, out, report)
+
+
+def run_cases(driver: Driver, names, budget_s: float, out, report) -> list[dict]:
+    """Each case of `names` through `driver` (worker processes) until `budget_s` has passed:
+    its result written to `out` (a JSON line) when given and handed to `report`; the driver
+    closed at the end (op_fuzz.py, graph_fuzz.py and vta_fuzz.py)."""
     results = []
     start = time.monotonic()
     try:
-        for index in range(per_op):
-            for op in ops:
-                if time.monotonic() - start > budget_s:
-                    return results
-                result = driver.run(f"{op}:{seed}:{index}")
-                results.append(result)
-                if out:
-                    out.write(json.dumps(result) + "\n")
-                    out.flush()
-                if result["outcome"] not in ("match", "ort-skip", "refused", "compiled"):
-                    print(f"{result['outcome']:9} {result['case']}: {result['detail'][:160]}")
+        for name in names:
+            if time.monotonic() - start > budget_s:
+                break
+            result = driver.run(name)
+            results.append(result)
+            if out:
+                out.write(json.dumps(result) + "\n")
+                out.flush()
+            report(result)
     finally:
         driver.close()
     return results

@@ -239,25 +239,16 @@ def fuzz(seed: int, cases: int, max_nodes: int = 8, budget_s: float = 1e9,
          timeout_s: float = 120.0, out=None, keep: bool = True,
          first: int = 0) -> list[dict]:  # fmt: skip
     """Run cases `first`..`first + cases - 1` of `seed`, one worker process at a time."""
+
+    def report(result: dict) -> None:
+        if result["outcome"] in DEFECTS:
+            if keep and result["outcome"] != "gen-error":
+                save(result["case"], max_nodes)
+            print(f"{result['outcome']:9} {result['case']}: {result['detail'][:200]}")
+
     driver = op_fuzz.Driver(timeout_s, str(max_nodes), script=__file__)
-    results = []
-    start = time.monotonic()
-    try:
-        for index in range(first, first + cases):
-            if time.monotonic() - start > budget_s:
-                break
-            result = driver.run(f"{seed}:{index}")
-            results.append(result)
-            if out:
-                out.write(json.dumps(result) + "\n")
-                out.flush()
-            if result["outcome"] in DEFECTS:
-                if keep and result["outcome"] != "gen-error":
-                    save(result["case"], max_nodes)
-                print(f"{result['outcome']:9} {result['case']}: {result['detail'][:200]}")
-    finally:
-        driver.close()
-    return results
+    names = (f"{seed}:{index}" for index in range(first, first + cases))
+    return op_fuzz.run_cases(driver, names, budget_s, out, report)
 
 
 def summarize(results: list[dict]) -> str:
