@@ -37,10 +37,14 @@ from .device.cpu.elf import HOST_IS_ELF, elf_problem
 from .device.cpu.function import ParamSpec
 from .dtypes import storage_dtype
 from .executor import Executor, Launch, Profile
+from .tail import SECTION as TAIL_SECTION
+from .tail import Tail
 
 MAGIC = b"TFMOD\x00\x00\x01"
-VERSION = 3  # 2: the container carries an integrity digest; 3: sections 64-byte aligned
-OLDER_VERSIONS = (2,)  # read with their digest (their constants are copied to aligned memory)
+# 2: the container carries an integrity digest; 3: sections 64-byte aligned; 4: a data-dependent
+# tail (`runtime.tail`; only files with one are written as 4)
+VERSION = 4
+OLDER_VERSIONS = (2, 3)  # read with their digest (their constants are copied to aligned memory)
 LEGACY_VERSIONS = (1,)  # read without a digest (written before it existed): docs/security.md
 
 DTYPES = container.DTYPES  # what tensors, parameters and constants may have
@@ -197,6 +201,9 @@ class Module:
             themselves. An array given that way is kept as is (a loaded module's constants
             are views of the file's bytes); any other is copied once (`ndarray.aligned`).
         stats: compile-time statistics (seconds per phase, kernel count, bytes).
+        tail: the model's data-dependent part (`runtime.tail`), run after the compiled part by
+            `run`, or None. With a tail, `outputs` are the compiled part's (the model's outputs
+            it computes and the values the tail reads) and `model_outputs` the model's.
     """
 
     def __init__(
@@ -213,10 +220,14 @@ class Module:
         constants: Mapping[str, np.ndarray],
         stats: Mapping[str, Any] | None = None,
         checks: Sequence[str] = (),
+        tail: Tail | None = None,
     ) -> None:
         self.target = target
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
         self.checks = tuple(checks)
+        self.tail = tail
+        if tail is not None:
+            tail.check([*self.inputs, *self.outputs])
         self.tensors = dict(tensors)
         self.kernels = list(kernels)
         self.calls = list(calls)
@@ -499,7 +510,33 @@ class Module:
             executor = self._bind_inputs(inputs)
             executor.run()
             raise_failed(executor.views, self.checks)
-            return {name: np.array(executor.views[name]) for name in self.outputs}
+            results = {name: np.array(executor.views[name]) for name in self.outputs}
+        if self.tail is None:
+            return results
+        return self._run_tail(results, self._named_inputs(inputs))
+
+    def set_tail(self, tail: Tail) -> None:
+        """Run `tail` after the compiled part (`runtime.tail`); it must read only the
+        compiled part's inputs and outputs."""
+        tail.check([*self.inputs, *self.outputs])
+        self.tail = tail
+
+    @property
+    def model_outputs(self) -> tuple[str, ...]:
+        """The names `run` returns: the model's outputs (`outputs`, without a tail)."""
+        return self.outputs if self.tail is None else self.tail.outputs
+
+    def _run_tail(
+        self, results: dict[str, np.ndarray], inputs: Mapping[str, Any]
+    ) -> dict[str, np.ndarray]:
+        """The model's outputs: the tail run on the compiled part's results (and inputs)."""
+        assert self.tail is not None
+        values = dict(results)
+        for name in self.tail.inputs:
+            if name not in values:  # one of the module's inputs (checked by _bind_inputs)
+                values[name] = _as_input(inputs[name], self.tensors[name].dtype)
+        computed = self.tail.run(values)
+        return {n: computed[n] if n in computed else results[n] for n in self.tail.outputs}
 
     def run_views(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         """Run on `inputs` that already have the inputs' exact shapes and dtypes, unchecked (for
@@ -609,11 +646,14 @@ class Module:
         for name, value in self.constants.items():
             sections.append((f"const:{name}", np.ascontiguousarray(value)))  # no copy but pack's
             consts.append({"name": name, "dtype": str(value.dtype), "shape": list(value.shape)})
+        if self.tail is not None:
+            sections.append((TAIL_SECTION, self.tail.model))
         header = {
             "target": self.target,
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
             "checks": list(self.checks),
+            **({"tail": self.tail.header()} if self.tail is not None else {}),
             "tensors": {n: [list(t.shape), t.dtype] for n, t in self.tensors.items()},
             "kernels": kernels,
             "calls": [[c.kernel, list(c.args), c.label] for c in self.calls],
@@ -622,7 +662,10 @@ class Module:
             "constants": consts,
             "stats": self.stats,
         }
-        return container.pack(MAGIC, VERSION, header, sections, align=nd.ALIGNMENT)
+        # A file with a tail is version 4, which readers before it refuse (they would return the
+        # compiled part's outputs as the model's); any other file stays version 3.
+        version = VERSION if self.tail is not None else 3
+        return container.pack(MAGIC, version, header, sections, align=nd.ALIGNMENT)
 
     def save(self, path: str | Path) -> None:
         """Write the module to one file: magic TFMOD, JSON header (with a SHA-256 digest), kernel
@@ -780,4 +823,14 @@ def _from_header(
         constants=constants,
         stats=stats,
         checks=[_str(n, "a check") for n in _list(header.get("checks", []), "checks")],
+        tail=_tail(header, section) if "tail" in header else None,
     )
+
+
+def _tail(header: Mapping[str, Any], section: Callable[[str], bytes | memoryview]) -> Tail:
+    entry = header["tail"]
+    if not isinstance(entry, dict):
+        raise TypeError(f"tail must be an object, not {entry!r}")
+    inputs = [_str(n, "a tail input") for n in _list(entry["inputs"], "tail inputs")]
+    outputs = [_str(n, "a tail output") for n in _list(entry["outputs"], "tail outputs")]
+    return Tail(bytes(section(TAIL_SECTION)), tuple(inputs), tuple(outputs))

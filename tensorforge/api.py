@@ -20,16 +20,17 @@ def _is_torch_module(model: Any) -> bool:
     )
 
 
-def _as_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> Any:
-    from .compiler.frontend import from_onnx
+def _as_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None) -> tuple[Any, Any]:
+    """The model's static graph, and its data-dependent tail (`runtime.tail`) or None."""
+    from .compiler.frontend import from_onnx_split
     from .compiler.graph.ir import Graph
 
     if isinstance(model, Graph):
         if input_shapes:
             raise ValueError("input_shapes must be None for a Graph (its shapes are fixed)")
-        return model
+        return model, None
     if isinstance(model, str | Path | bytes) or type(model).__name__ == "ModelProto":
-        return from_onnx(model, input_shapes=input_shapes)
+        return from_onnx_split(model, input_shapes=input_shapes)
     raise TypeError(
         f"model must be an ONNX path, bytes, ModelProto, a Graph or a torch.nn.Module, not "
         f"{type(model).__name__}"
@@ -110,24 +111,28 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
             f"target {str(tgt)!r} is not built yet for whole models; targets must be one of "
             f"{', '.join(BUILT_TARGETS)}"
         )
-    if tgt.kind == "vta":
-        from .compiler.graph.compile_vta import compile_graph_vta
-
-        graph = _as_graph(model, input_shapes)
-        return compile_graph_vta(graph, tgt, calibration, progress=progress)
-    if calibration is not None:
+    if calibration is not None and tgt.kind != "vta":
         raise ValueError(f"calibration belongs to vta targets, not {str(tgt)!r}")
-    if tgt.kind in ("opencl", "cuda"):
-        from .compiler.graph.compile_gpu import compile_graph_gpu
-
-        return compile_graph_gpu(_as_graph(model, input_shapes), tgt, progress=progress)
-    if not tgt.is_host:
+    if tgt.kind not in ("vta", "opencl", "cuda") and not tgt.is_host:
         raise NotImplementedError(
             f"cross-compiling whole models (target {str(tgt)!r}) is not built yet; use 'llvm'"
         )
-    from .compiler.graph.compile import compile_graph
+    graph, tail = _as_graph(model, input_shapes)
+    if tgt.kind == "vta":
+        from .compiler.graph.compile_vta import compile_graph_vta
 
-    return compile_graph(_as_graph(model, input_shapes), tgt, progress=progress)
+        module = compile_graph_vta(graph, tgt, calibration, progress=progress)
+    elif tgt.kind in ("opencl", "cuda"):
+        from .compiler.graph.compile_gpu import compile_graph_gpu
+
+        module = compile_graph_gpu(graph, tgt, progress=progress)
+    else:
+        from .compiler.graph.compile import compile_graph
+
+        module = compile_graph(graph, tgt, progress=progress)
+    if tail is not None:  # the part whose shapes are known only at run time runs after it
+        module.set_tail(tail)
+    return module
 
 
 def _compile_tuned(

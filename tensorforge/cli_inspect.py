@@ -109,6 +109,7 @@ def _inspect_module(path: str, data: bytes, list_kernels: bool) -> list[str]:
         f"  calls      {len(module.calls)}",
         f"  checks     {len(module.checks)}"
         + "".join(f"\n    {check_message(c)}" for c in module.checks),
+        *_tail_lines(module),
         f"  arena      {module.arena_bytes} B, {len(module.slots)} slots",
         f"  constants  {len(module.constants)}, "
         f"{sum(v.nbytes for v in module.constants.values())} B",
@@ -119,6 +120,27 @@ def _inspect_module(path: str, data: bytes, list_kernels: bool) -> list[str]:
             lines.append(f"    {k.name} [{k.kind}, {len(k.payload)} B] ({params}): {note}")
     lines.append("  OK: integrity and consistency checked; no code was run")
     return lines
+
+
+def _tail_lines(module: Any) -> list[str]:
+    """The data-dependent tail (`runtime.tail`): its ops and what it reads and gives, read as
+    data (its ONNX model is parsed, not run)."""
+    if module.tail is None:
+        return []
+    import onnx
+
+    try:
+        model = onnx.load_from_string(module.tail.model)
+    except Exception as e:  # noqa: BLE001  (protobuf's DecodeError and others)
+        raise ValueError(f"its tail is not an ONNX model: {type(e).__name__}: {e}") from None
+    ops = Counter(n.op_type for n in model.graph.node)
+    gives = [n for n in module.tail.outputs if n not in module.outputs]
+    return [
+        f"  tail       {len(model.graph.node)} ONNX nodes run at run time "
+        f"({', '.join(f'{op} {n}' for op, n in ops.most_common())})",
+        f"    reads    {', '.join(module.tail.inputs) or '(weights only)'}",
+        f"    gives    {', '.join(gives)} (shapes known only at run time)",
+    ]
 
 
 def _check_kernel(k: Any) -> str:

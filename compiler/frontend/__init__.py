@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from ..graph.registry import UnsupportedOpError
-from .onnx import OnnxImportError, UnsupportedDtypeError, from_onnx
+from .onnx import OnnxImportError, UnsupportedDtypeError, from_onnx, from_onnx_split
 from .torch import export_onnx, from_torch
 
 __all__ = [
@@ -15,5 +15,6 @@ __all__ = [
     "UnsupportedOpError",
     "export_onnx",
     "from_onnx",
+    "from_onnx_split",
     "from_torch",
 ]

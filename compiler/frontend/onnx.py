@@ -31,8 +31,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..graph.ir import Graph, GraphBuilder, GraphError, check_shape
+from ...runtime.tail import Tail
+from ..graph.ir import DataDependentShapeError, Graph, GraphBuilder, GraphError, check_shape
 from ..graph.ops.shape import SHAPE_ONLY_OPS
+from ..graph.reference import run_graph
 from ..graph.registry import (
     DATA_DEPENDENT_SHAPE_OPS,
     UnsupportedOpError,
@@ -65,6 +67,7 @@ from .onnx_patterns import (
 )
 from .onnx_preview import convert_flex_attention, is_preview_op
 from .onnx_scan import is_batched_scan, unroll_batched_scan, unroll_scan
+from .onnx_tail import TailSplit, build_tail, tail_boundary
 from .onnx_upgrade import upgrade
 
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
@@ -97,6 +100,7 @@ class _Importer:
         self.optionals: dict[str, str | None] = {}  # optional values: the value held, or None
         self.checks: list[str] = []  # run-time index checks (onnx_index_checks): extra outputs
         self.taken: list[str] = []  # bool scalars: the run-time If branches being converted
+        self.evaluate = False  # fold every node of constants, whatever its size (evaluate_onnx)
 
     def add_inputs(
         self, constant_inputs: Mapping[str, Any], input_shapes: Mapping[str, Any]
@@ -384,11 +388,12 @@ class _Importer:
         present = [i for i in inputs if i]
         if op not in SHAPE_ONLY_OPS and not (present and all(i in consts for i in present)):
             return False
-        probe = GraphBuilder()
-        probe.types, probe.constants = dict(self.builder.types), dict(consts)
+        probe = GraphBuilder()  # (it needs only the node's inputs)
+        probe.types = {i: self.builder.types[i] for i in present if i in self.builder.types}
+        probe.constants = {i: consts[i] for i in present if i in consts}
         probe.add_node(op, inputs, attrs, name=name, outputs=outputs)
         types = [probe.types[o] for o in outputs if o]
-        if not all(t.size <= _fold_limit(t.dtype) for t in types):
+        if not self.evaluate and not all(t.size <= _fold_limit(t.dtype) for t in types):
             return False
         node = probe.nodes[-1]
         if op in SHAPE_ONLY_OPS:
@@ -402,14 +407,15 @@ class _Importer:
                 self.builder.add_constant(out, np.asarray(value))
         return True
 
-    def distinct_outputs(self) -> list[str]:
-        """The model's output names, a repeated one given its own copy (an Identity).
+    def distinct_outputs(self, declared: Sequence[onnx.ValueInfoProto] | None = None) -> list[str]:
+        """The names of the model's outputs (or of those `declared`), a repeated one given its
+        own copy (an Identity).
 
         A module that returns one tensor twice (`return y, y`) exports one value listed as
         two outputs; the compiled Module names each output once, so the copy keeps both.
         """
         names: list[str] = []
-        for value in self.model.graph.output:
+        for value in self.model.graph.output if declared is None else declared:
             name = value.name
             if name in self.sequences or name in self.optionals:
                 what = "a sequence" if name in self.sequences else "an optional"
@@ -426,14 +432,20 @@ class _Importer:
             names.append(name)
         return names
 
-    def check_outputs(self, graph: Graph, outputs: Sequence[str]) -> None:
+    def check_outputs(
+        self,
+        graph: Graph,
+        outputs: Sequence[str],
+        declared: Sequence[onnx.ValueInfoProto] | None = None,
+    ) -> None:
         """Each output has the element type the model declares (onnxruntime refuses a file
         whose types disagree). A declared shape that differs from the computed one is a warning,
         as in onnxruntime: annotations written by onnx's shape inference can be wrong (ceil_mode
         pools, some Slices), and torch's TorchScript exporter declares an If's other branch's
         shape at times (scatter_reduce's guard on a 0-d input declares the flattened shape), so
         an If's outputs are not compared."""
-        for value, name in zip(self.model.graph.output, outputs, strict=True):
+        declared = self.model.graph.output if declared is None else declared
+        for value, name in zip(declared, outputs, strict=True):
             tensor = value.type.tensor_type
             declared = np_dtype(tensor.elem_type, self.where) if tensor.elem_type else None
             if declared is not None and declared != graph.types[name].dtype:
@@ -549,6 +561,58 @@ def from_onnx(
             disallowed input dtypes, a bad attribute (node named).
         UnsupportedOpError: listing every unsupported node (op type, node name, opset).
     """
+    return _import(model, input_shapes, constant_inputs, split=False)[0]
+
+
+def from_onnx_split(
+    model: str | Path | bytes | onnx.ModelProto,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    constant_inputs: Mapping[str, np.ndarray] | None = None,
+) -> tuple[Graph, Tail | None]:
+    """`from_onnx` for a model whose later part has shapes known only at run time (a
+    detector's box selection: NonZero, NonMaxSuppression, a Reshape to a computed shape).
+
+    Returns:
+        The static graph, and the tail (`runtime.tail.Tail`, or None when every shape is
+        static): the nodes whose shapes depend on run-time values, with every node that reads
+        their results (`onnx_tail`). The graph's outputs are the model's outputs it computes,
+        then the values the tail reads, then its run-time checks; `tail.outputs` lists the
+        model's outputs in order. `tensorforge.compile` compiles the graph and runs the tail
+        after it (`Module.tail`).
+
+    Raises:
+        As `from_onnx`, but not for a shape that depends on run-time values, except inside an
+        If's branch or a Loop's body (there, as before, UnsupportedOpError).
+    """
+    return _import(model, input_shapes, constant_inputs, split=True)
+
+
+def evaluate_onnx(
+    model: str | Path | bytes | onnx.ModelProto, inputs: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Run `model` on `inputs` with the graph layer's reference ops (numpy), node by node as
+    it is imported: every value is computed as soon as its node is read, so a shape that
+    depends on values (NonZero, NonMaxSuppression, a Reshape to a computed shape) is known
+    when a later node needs it. This runs a data-dependent tail (`runtime.tail`).
+
+    Returns:
+        The model's outputs, name -> array.
+
+    Raises:
+        As `from_onnx`; CheckFailed (an IndexError) for an index outside its axis.
+    """
+    graph = _import(model, None, inputs, split=False, evaluate=True)[0]
+    return run_graph(graph, {})  # (any node left: one the import does not fold, a run-time Loop)
+
+
+def _import(
+    model: str | Path | bytes | onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    constant_inputs: Mapping[str, np.ndarray] | None,
+    split: bool,
+    evaluate: bool = False,
+) -> tuple[Graph, Tail | None]:
     proto, where, weights = read_model(model)
     try:
         if proto.functions:  # model-local functions (exporters' modules): inlined, as by ORT
@@ -568,14 +632,25 @@ def from_onnx(
             raise UnsupportedOpError(missing, where=where)
         _check_input_shapes(input_shapes, proto, where)
         importer = _Importer(proto, where, opset, weights)
+        importer.evaluate = evaluate
         importer.add_inputs(constant_inputs or {}, input_shapes or {})
     finally:
         if weights is not None:
             weights.close()
+    tail = TailSplit()
     for index, node in enumerate(proto.graph.node):
+        name = node.name or f"{node.op_type}_{index}"
+        if tail.reads_tail(node):
+            tail.add(node, name)
+            continue
+        mark = TailSplit.mark(importer) if split else ()
         try:
             importer.convert(index, node)
         except GraphError as exc:
+            if split and isinstance(exc, DataDependentShapeError):
+                TailSplit.undo(importer, mark)
+                tail.add(node, name)
+                continue
             if node.op_type in DATA_DEPENDENT_SHAPE_OPS and "decides the output shape" in str(exc):
                 items = _data_dependent_nodes(proto, index, opset)
                 raise UnsupportedOpError(items, where=where) from None
@@ -583,10 +658,25 @@ def from_onnx(
         except UnsupportedOpError as exc:  # a variant the op's type inference refused
             items = [(op, name, opset if v is None else v) for op, name, v in exc.items]
             raise UnsupportedOpError(items, where=where) from None
-    outputs = importer.distinct_outputs()
-    graph = importer.builder.build([*outputs, *importer.checks])
-    importer.check_outputs(graph, outputs)
-    return graph
+    if not tail:
+        outputs = importer.distinct_outputs()
+        graph = importer.builder.build([*outputs, *importer.checks])
+        importer.check_outputs(graph, outputs)
+        return graph, None
+    boundary = tail_boundary(tail, importer)
+    static = [v for v in proto.graph.output if v.name not in tail.dynamic]
+    outputs = importer.distinct_outputs(static)
+    dynamic = [v.name for v in proto.graph.output if v.name in tail.dynamic]
+    if len(set(dynamic)) != len(dynamic):
+        importer.refuse("an output whose shape is known only at run time, listed twice",
+                        tail.names[0])  # fmt: skip
+    computed = iter(outputs)
+    order = [v.name if v.name in tail.dynamic else next(computed) for v in proto.graph.output]
+    given = {*importer.builder.constants, *importer.builder.inputs, *outputs}  # (without a copy)
+    read = [b for b in boundary if b not in given]
+    graph = importer.builder.build([*outputs, *read, *importer.checks])
+    importer.check_outputs(graph, outputs, static)
+    return graph, build_tail(tail, importer, boundary, order)
 
 
 def _data_dependent_nodes(
@@ -646,7 +736,9 @@ __all__ = [
     "OnnxImportError",
     "UnsupportedDtypeError",
     "UnsupportedOpError",
+    "evaluate_onnx",
     "from_onnx",
+    "from_onnx_split",
     "graph_inputs",
     "load_model",
     "read_model",

@@ -107,7 +107,7 @@ def runtime_loop(
     ]
     carried_types = [builder.types[v] for v in carried_in]
     for inner, ty in zip(body.input[2:], carried_types, strict=True):
-        inputs.append(_value_info(inner.name, ty, where))
+        inputs.append(value_info(inner.name, ty, where))
     initializers, captured = [], []
     for outer in free_names(body):
         value = importer._resolve(outer)
@@ -118,7 +118,7 @@ def runtime_loop(
                 numpy_helper.from_array(np.asarray(builder.constants[value]), outer)
             )
         elif value in builder.types:
-            inputs.append(_value_info(outer, builder.types[value], where))
+            inputs.append(value_info(outer, builder.types[value], where))
             captured.append(value)
         else:
             raise _error(f"{where}: its body reads {outer!r}, which is not defined before it")
@@ -179,10 +179,10 @@ def _stays_true(imported: Graph, body: onnx.GraphProto) -> bool:
     return body.output[0].name == body.input[1].name
 
 
-def _value_info(name: str, ty: TensorType, where: str) -> onnx.ValueInfoProto:
+def value_info(name: str, ty: TensorType, where: str) -> onnx.ValueInfoProto:
+    """The ONNX declaration of value `name` of type `ty`, an input of a model the importer
+    writes (a run-time loop's body, a data-dependent tail): `where` names it in errors."""
     if is_narrow(ty.dtype):
-        raise _error(
-            f"{where}: a {ty.dtype} value ({name!r}) in a loop run at run time is unsupported"
-        )
+        raise _error(f"{where}: a {ty.dtype} value ({name!r}) passed into it is unsupported")
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(ty.dtype))
     return helper.make_tensor_value_info(name, elem, list(ty.shape))

@@ -40,6 +40,13 @@ class GraphError(ValueError):
     """A graph is malformed: an undefined value, a type mismatch, a bad attribute."""
 
 
+class DataDependentShapeError(GraphError):
+    """An output shape would depend on a value computed at run time (an input that decides
+    it, such as Reshape's shape or NonZero's data, is not a constant): the graph's shapes are
+    static. The ONNX importer sets such a node aside into the model's run-time tail
+    (`compiler/frontend/onnx_tail.py`)."""
+
+
 class ShapeError(GraphError):
     """A shape is invalid: a negative or non-integer dim, or more bytes than MAX_TENSOR_BYTES.
 

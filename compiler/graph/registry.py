@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...runtime.dtypes import is_narrow, wide_dtype
-from .ir import AttrValue, GraphError, Node, ShapeError, TensorType
+from .ir import AttrValue, DataDependentShapeError, GraphError, Node, ShapeError, TensorType
 
 # The ONNX opsets whose op definitions the registry implements (type rules come from them).
 ONNX_OPSETS = (13, 21)
@@ -56,8 +56,9 @@ class UnsupportedOpError(NotImplementedError):
         for op in dict.fromkeys(op for op, _ in nodes if op in DATA_DEPENDENT_SHAPE_OPS):
             lines.append(
                 f"{op}'s output shape depends on its input's values, here computed at run time;"
-                " TensorForge compiles static shapes, so compile the part of the model before it"
-                " (a detector's backbone, without its box selection)"
+                " a graph holds static shapes (tensorforge.compile runs such a node, and all"
+                " that reads its result, after the compiled part: docs/compile.md, data-dependent"
+                " shapes)"
             )
         for op in dict.fromkeys(op for op, _ in nodes if not _is_onnx_op(op)):
             hint = FOREIGN_OP_HINTS.get(op, "")
@@ -157,7 +158,7 @@ class OpSpec:
         consts = [constants.get(n) if n else None for n in node.inputs]
         for i in self.const_inputs:
             if i < len(node.inputs) and node.inputs[i] and consts[i] is None:
-                raise GraphError(
+                raise DataDependentShapeError(
                     f"input {i} ({node.inputs[i]!r}) of {self.name} node {node.name!r} must be a "
                     "constant: it decides the output shape"
                 )

@@ -143,16 +143,93 @@ def _corners(boxes: np.ndarray, center_point_box: int) -> np.ndarray:
                      np.maximum(x1, x2)], axis=-1)  # fmt: skip
 
 
-def _overlaps(box: np.ndarray, others: np.ndarray, threshold: float) -> np.ndarray:
-    """Whether each of `others` has an intersection over union with `box` above `threshold`
-    (boxes with no area or no intersection never do)."""
-    low, high = np.maximum(box[:2], others[:, :2]), np.minimum(box[2:], others[:, 2:])
-    sides = high - low
-    inter = np.where((sides > 0).all(axis=1), sides.prod(axis=1), 0.0)
-    area, areas = (box[2:] - box[:2]).prod(), (others[:, 2:] - others[:, :2]).prod(axis=1)
-    union = area + areas - inter
-    valid = (inter > 0) & (area > 0) & (areas > 0) & (union > 0)
+def _overlaps(boxes: np.ndarray, others: np.ndarray, threshold: float) -> np.ndarray:
+    """[len(boxes), len(others)]: whether each pair's intersection over union lies above
+    `threshold` (`_iou_above`)."""
+    return _iou_above(boxes[:, None], others[None], threshold)
+
+
+#: candidates whose overlaps are computed together (a tile of the pairs' matrix)
+_NMS_TILE = 256
+#: box pairs that meet along x, past which NMS works tile by tile instead (memory)
+_NMS_PAIRS = 1 << 25
+_PAIR_CHUNK = 1 << 20
+
+
+def _greedy(candidates: np.ndarray, threshold: float, limit: int) -> list[int]:
+    """Positions in `candidates` (corners, by falling score) that greedy NMS keeps: each box
+    that overlaps no kept box before it, at most `limit`.
+
+    The boxes that can overlap are found first by a sweep along x (sorted by their left
+    edge, a box can only overlap the boxes that start before its right edge), so a
+    detector's thousands of boxes, spread over the image (and over classes, by torchvision's
+    coordinate offsets), cost the pairs that meet, not all pairs."""
+    m = len(candidates)
+    left, right = candidates[:, 1], candidates[:, 3]
+    by_left = np.argsort(left, kind="stable")
+    ends = np.searchsorted(left[by_left], right[by_left], side="left")
+    counts = np.maximum(ends - np.arange(m) - 1, 0)
+    if int(counts.sum()) > _NMS_PAIRS:
+        return _greedy_tiled(candidates, threshold, limit)
+    firsts = np.repeat(np.arange(m), counts)
+    seconds = firsts + 1 + np.arange(len(firsts)) - np.repeat(np.cumsum(counts) - counts, counts)
+    edges = []
+    for at in range(0, len(firsts), _PAIR_CHUNK):
+        a = by_left[firsts[at : at + _PAIR_CHUNK]]
+        b = by_left[seconds[at : at + _PAIR_CHUNK]]
+        hit = _iou_above(candidates[a], candidates[b], threshold)
+        edges.append(np.stack([np.minimum(a[hit], b[hit]), np.maximum(a[hit], b[hit])]))
+    low, high = np.concatenate(edges, axis=1) if edges else np.zeros((2, 0), np.int64)
+    order = np.argsort(low, kind="stable")
+    low, high = low[order], high[order]
+    starts = np.searchsorted(low, np.arange(m + 1))
+    suppressed = bytearray(m)  # (a Python loop: bytes index faster than numpy's scalars)
+    first, later = starts.tolist(), high.tolist()
+    kept: list[int] = []
+    for k in range(m):
+        if suppressed[k]:
+            continue
+        kept.append(k)
+        if len(kept) >= limit:
+            break
+        for j in later[first[k] : first[k + 1]]:
+            suppressed[j] = 1
+    return kept
+
+
+def _iou_above(a: np.ndarray, b: np.ndarray, threshold: float) -> np.ndarray:
+    """Elementwise over broadcast corners `a` and `b` (..., 4): intersection over union above
+    `threshold`, boxes with no area or no intersection never (symmetric in a and b)."""
+    sides = np.minimum(a[..., 2:], b[..., 2:]) - np.maximum(a[..., :2], b[..., :2])
+    inter = np.where((sides > 0).all(axis=-1), sides[..., 0] * sides[..., 1], 0.0)
+    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
+    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+    union = area_a + area_b - inter
+    valid = (inter > 0) & (area_a > 0) & (area_b > 0) & (union > 0)
     return valid & (inter / np.where(valid, union, 1) > threshold)
+
+
+def _greedy_tiled(candidates: np.ndarray, threshold: float, limit: int) -> list[int]:
+    """`_greedy` for boxes that mostly meet (one pair matrix would not fit): tile by tile,
+    the kept boxes of earlier tiles suppress a tile's boxes in one step, then the tile is
+    resolved in order with its own overlaps."""
+    kept: list[int] = []
+    for start in range(0, len(candidates), _NMS_TILE):
+        if len(kept) >= limit:
+            break
+        tile = candidates[start : start + _NMS_TILE]
+        suppressed = np.zeros(len(tile), bool)
+        if kept:
+            suppressed |= _overlaps(candidates[kept], tile, threshold).any(axis=0)
+        inside = _overlaps(tile, tile, threshold)
+        for k in range(len(tile)):
+            if suppressed[k]:
+                continue
+            kept.append(start + k)
+            if len(kept) >= limit:
+                break
+            suppressed[k + 1 :] |= inside[k, k + 1 :]
+    return kept
 
 
 def _scalar(value: np.ndarray | None, default: float | None, what: str) -> float | None:
@@ -187,13 +264,9 @@ def non_max_suppression(
         order = np.argsort(-scores[n, c], kind="stable")
         if score_threshold is not None:
             order = order[scores[n, c, order] > score_threshold]
-        kept: list[int] = []
-        for i in order:
-            if len(kept) >= limit:
-                break
-            if not kept or not _overlaps(corners[n, i], corners[n, kept], iou_threshold).any():
-                kept.append(int(i))
-                rows.append((n, c, int(i)))
+        if limit:
+            kept = _greedy(corners[n, order], iou_threshold, limit)
+            rows += [(n, c, int(order[k])) for k in kept]
     return np.array(rows, np.int64).reshape(-1, 3)
 
 
@@ -215,9 +288,29 @@ def _nms_type(attrs: dict[str, Any], types: list, consts: list) -> list[TensorTy
         )
     if types[0].dtype not in _FLOATS:
         raise ValueError(f"NonMaxSuppression boxes must be a float type, not {types[0].dtype}")
-    return [TensorType(non_max_suppression(attrs, *consts).shape, "int64")]
+    return [TensorType(_selection(attrs, *consts).shape, "int64")]
 
 
-register("NonMaxSuppression", Pattern.OPAQUE, _nms_type, non_max_suppression,
+#: the last selection computed, with its inputs: type inference computes it to know its length,
+#: then the import's fold (or the reference executor) asks for the same one
+_LAST_SELECTION: list[tuple[tuple, tuple, np.ndarray]] = []
+
+
+def _selection(attrs: dict[str, Any], *arrays: np.ndarray | None) -> np.ndarray:
+    """`non_max_suppression`, computed once for the same read-only input arrays."""
+    key = (int(attrs.get("center_point_box", 0)), len(arrays))
+    frozen = all(a is None or not np.asarray(a).flags.writeable for a in arrays)
+    if frozen and _LAST_SELECTION:
+        last_key, last_arrays, last = _LAST_SELECTION[0]
+        if last_key == key and all(a is b for a, b in zip(arrays, last_arrays, strict=True)):
+            return last
+    selected = non_max_suppression(attrs, *arrays)
+    if frozen:  # (the arrays are held, so their identities stay theirs)
+        selected.flags.writeable = False
+        _LAST_SELECTION[:] = [(key, arrays, selected)]
+    return selected
+
+
+register("NonMaxSuppression", Pattern.OPAQUE, _nms_type, _selection,
          attrs={"center_point_box": 0}, inputs=(2, 5), const_inputs=(0, 1, 2, 3, 4),
          expand=_fold_expand("NonMaxSuppression"))  # fmt: skip

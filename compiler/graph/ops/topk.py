@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...tir.stmt import LoweringError
-from ..ir import GraphBuilder, Node, TensorType
+from ..ir import DataDependentShapeError, GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
 
@@ -32,7 +32,9 @@ MAX_SORT_N = 16384
 
 def _k_and_axis(attrs: dict[str, Any], shape: tuple[int, ...], k: Any, where: str) -> tuple:
     if k is None:
-        raise ValueError(f"{where}: K must be a constant (it decides the output shape)")
+        raise DataDependentShapeError(
+            f"{where}: K must be a constant (it decides the output shape)"
+        )
     k = int(np.asarray(k).reshape(-1)[0])
     if not shape:
         raise ValueError(f"{where}: the input must have at least one axis, not a scalar")

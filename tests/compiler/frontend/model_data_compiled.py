@@ -124,7 +124,7 @@ def _run_one(case: str) -> tuple[str, str]:
             got = module.run(feed)
         except Exception as exc:  # noqa: BLE001
             return "error", f"run: {type(exc).__name__}: {str(exc)[:300]}"
-        for out, want in zip(module.outputs, expected, strict=True):
+        for out, want in zip(module.model_outputs, expected, strict=True):
             try:
                 assert got[out].dtype == want.dtype, f"dtype {got[out].dtype} != {want.dtype}"
                 np.testing.assert_allclose(got[out], want, rtol=RTOL, atol=ATOL)

@@ -76,7 +76,7 @@ def test_data_dependent_shapes_are_named_once_with_the_reason() -> None:
         message
     )
     assert "NonZero's output shape depends on its input's values, here computed at run" in message
-    assert "a detector's backbone" in message
+    assert "tensorforge.compile runs such a node" in message
     assert len(message.splitlines()) == 3
     assert [name for _, name, _ in info.value.items] == [f"/NonZero_{c}" for c in range(5)]
 

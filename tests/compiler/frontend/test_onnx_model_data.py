@@ -40,8 +40,8 @@ def test_the_passing_models_are_exactly_the_recorded_ones() -> None:
 def test_every_torch_opset6_export_and_every_light_zoo_model_passes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """What is refused is only what a static graph cannot hold: a shape that is a graph input,
-    a symbolic dim, string ops, training-only Gradient."""
+    """What is refused is only what a compiled model cannot hold: a symbolic dim, string ops,
+    training-only Gradient (a shape that is a graph input runs in a data-dependent tail)."""
     counts = Counter(s for s, _ in results().values())
     kinds = {n.split("/")[0] for n, (s, _) in results().items() if s != "pass"}
     with capsys.disabled():
