@@ -97,9 +97,9 @@ def compile(  # noqa: A001  (the public name mirrors tvm.relay.build / torch.com
                 "a torch.nn.Module needs example_inputs (a tensor or a tuple of tensors) to be "
                 "exported: tensorforge.compile(module, example_inputs=(x,))"
             )
-        from .compiler.frontend.torch import from_torch
+        from .compiler.frontend.torch import export_onnx
 
-        model = from_torch(model, example_inputs)
+        model = export_onnx(model, example_inputs)  # (imported below: a detector keeps its tail)
     elif example_inputs is not None:
         raise ValueError(
             f"example_inputs belong to a torch.nn.Module, not a {type(model).__name__}"

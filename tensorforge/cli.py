@@ -662,7 +662,6 @@ def _load_model(args: argparse.Namespace, progress: bool = False):  # -> (Module
                              f"compiled module ({args.model})")  # fmt: skip
         module = Module.load(args.model)
         return module, _named_arrays(module.inputs, getattr(args, "input", []))
-    from .compiler.frontend import from_onnx
     from .compiler.target import Target
 
     target = Target.parse(args.target)  # a bad target fails before the model is read
@@ -674,15 +673,19 @@ def _load_model(args: argparse.Namespace, progress: bool = False):  # -> (Module
         if name not in shapes:
             raise ValueError(f"{args.model}: input {name!r} has symbolic dimensions; give its "
                              f"shape: --shape {name}=d0,d1,...")  # fmt: skip
-    graph = from_onnx(args.model, input_shapes=shapes)  # errors name the file
     calibration = _named_arrays(names, args.calibrate, "--calibrate") or None
     if target.kind == "vta" and calibration is None and inputs:
         print("note: calibrating the int8 scales on the --input arrays (--calibrate to choose)")
         calibration = inputs
     try:
-        module = api.compile(graph, target=args.target, progress=progress,
-                             calibration=calibration,
-                             tuning_log=args.tuning_log or None)  # fmt: skip
+        module = api.compile(
+            args.model,
+            target=args.target,
+            input_shapes=shapes or None,
+            progress=progress,
+            calibration=calibration,
+            tuning_log=args.tuning_log or None,
+        )  # errors name the file; fmt: skip
     except LoweringError as e:  # a compiler error, reported in one line like the others
         raise ValueError(f"{args.model}: {e}") from None
     tuning = module.stats.get("tuning")

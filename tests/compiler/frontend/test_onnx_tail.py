@@ -331,3 +331,23 @@ def test_inspect_names_the_tail(tmp_path, capsys) -> None:  # noqa: ANN001
     ops = "(NonZero 1, Transpose 1, GatherND 1, Mul 1)"
     assert f"tail       4 ONNX nodes run at run time {ops}" in out
     assert "gives    gs, nz (shapes known only at run time)" in out
+
+
+def test_the_command_line_compiles_and_runs_a_model_with_a_tail(tmp_path, capsys) -> None:  # noqa: ANN001
+    """`tensorforge compile` then `tensorforge run` on the .tfm: the tail's outputs are
+    printed with the rest (their shapes differ from run to run)."""
+    from tensorforge.cli import main
+
+    model, tfm, x = tmp_path / "m.onnx", tmp_path / "m.tfm", tmp_path / "x.npy"
+    model.write_bytes(_selection())
+    image = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.save(x, image)
+    assert main(["compile", str(model), "-o", str(tfm), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tfm), "--input", str(x)]) == 0
+    out = capsys.readouterr().out
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"x": image}
+    )
+    assert f"nz: int64{list(want[2].shape)}" in out
+    assert f"gs: float32{list(want[0].shape)}" in out
