@@ -38,7 +38,7 @@ from .device.cpu.function import ParamSpec
 from .dtypes import storage_dtype
 from .executor import Executor, Launch, Profile
 from .tail import SECTION as TAIL_SECTION
-from .tail import Tail
+from .tail import Tail, TailError
 
 MAGIC = b"TFMOD\x00\x00\x01"
 # 2: the container carries an integrity digest; 3: sections 64-byte aligned; 4: a data-dependent
@@ -536,6 +536,10 @@ class Module:
             if name not in values:  # one of the module's inputs (checked by _bind_inputs)
                 values[name] = _as_input(inputs[name], self.tensors[name].dtype)
         computed = self.tail.run(values)
+        missing = [n for n in self.tail.outputs if n not in computed and n not in results]
+        if missing:  # (a damaged or hand-made file: the digest cannot tell who wrote it)
+            raise TailError(f"the module's outputs {missing} come from neither its compiled "
+                            "part nor its tail")  # fmt: skip
         return {n: computed[n] if n in computed else results[n] for n in self.tail.outputs}
 
     def run_views(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:

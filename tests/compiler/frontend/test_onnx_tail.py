@@ -351,3 +351,11 @@ def test_the_command_line_compiles_and_runs_a_model_with_a_tail(tmp_path, capsys
     )
     assert f"nz: int64{list(want[2].shape)}" in out
     assert f"gs: float32{list(want[0].shape)}" in out
+
+
+def test_an_output_from_nowhere_is_named() -> None:
+    module = tensorforge.compile(_selection())
+    assert module.tail is not None
+    module.tail = Tail(module.tail.model, module.tail.inputs, (*module.tail.outputs, "ghost"))
+    with pytest.raises(TailError, match=r"\['ghost'\] come from neither"):
+        module.run({"x": np.zeros((1, 3, 8, 8), np.float32)})
