@@ -80,10 +80,10 @@ def _check(model: bytes, inputs: dict, target: str = "llvm") -> Module:
     return module
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_positions_above_a_threshold_match_onnxruntime(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "target"), [(0, "llvm"), (1, "llvm"), (0, "opencl")])
+def test_positions_above_a_threshold_match_onnxruntime(seed: int, target: str) -> None:
     x = np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    module = _check(_selection(), {"x": x})
+    module = _check(_selection(), {"x": x}, target)
     assert module.tail is not None
     assert module.model_outputs == ("gs", "s", "nz", "top")
     # the compiled part computes the static outputs and what the tail reads, no more
