@@ -52,7 +52,8 @@ def export(name: str, side: int, path: Path) -> None:
 
     torch.manual_seed(0)
     build = getattr(torchvision.models.detection, name)
-    extra = {"min_size": side, "max_size": side} if "rcnn" in name or "net_" in name else {}
+    resized = name.startswith(("fasterrcnn", "maskrcnn", "keypointrcnn", "retinanet", "fcos"))
+    extra = {"min_size": side, "max_size": side} if resized else {}
     model = build(weights=None, weights_backbone=None, **extra).eval()
     x = torch.rand(1, 3, side, side)
     with torch.no_grad():

@@ -117,22 +117,20 @@ def roi_align(attrs: dict[str, Any], x: np.ndarray, rois: np.ndarray, index: np.
     xs, ws = _bounds(attrs, rois, 0)
     gh, gw = _grid(attrs, hs, ph), _grid(attrs, ws, pw)
     for r in range(rois.shape[0]):
+        if not gh[r] or not gw[r]:  # a region of no samples: 0
+            continue
         image = x[index[r]].astype(np.float64)
-        rows = _samples(attrs, ys[r], hs[r], ph, gh[r], x.shape[2])
-        cols = _samples(attrs, xs[r], ws[r], pw, gw[r], x.shape[3])
-        for i, j in np.ndindex(ph, pw):
-            values = [
-                [wa * wb * image[:, a, b] for a, wa in ((y0, u0), (y1, u1))
-                 for b, wb in ((x0, v0), (x1, v1))]
-                for y0, y1, u0, u1 in rows[i] for x0, x1, v0, v1 in cols[j]
-            ]  # fmt: skip
-            if not values:
-                continue
-            stacked = np.array(values)  # [samples, 4 corners, C]
-            if attrs["mode"] == "avg":
-                y[r, :, i, j] = stacked.sum(axis=(0, 1)) / max(gh[r] * gw[r], 1)
-            else:
-                y[r, :, i, j] = stacked.max(axis=(0, 1))
+        rows = np.array(_samples(attrs, ys[r], hs[r], ph, gh[r], x.shape[2]))  # [ph, gh, 4]
+        cols = np.array(_samples(attrs, xs[r], ws[r], pw, gw[r], x.shape[3]))  # [pw, gw, 4]
+        at_rows = rows[..., :2].astype(np.int64)[:, :, :, None, None, None]
+        at_cols = cols[..., :2].astype(np.int64)[None, None, None]
+        # every sample's four corners, weighted: [C, ph, gh, 2, pw, gw, 2]
+        weights = rows[..., 2:][:, :, :, None, None, None] * cols[..., 2:][None, None, None]
+        corners = weights * image[:, at_rows, at_cols]
+        if attrs["mode"] == "avg":
+            y[r] = corners.sum(axis=(2, 3, 5, 6)) / (gh[r] * gw[r])
+        else:
+            y[r] = corners.max(axis=(2, 3, 5, 6))
     return y.astype(x.dtype)
 
 
