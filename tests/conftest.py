@@ -34,3 +34,23 @@ def rtl_simulator(request: pytest.FixtureRequest) -> str:
 def icarus() -> str:
     """Icarus Verilog, for RTL tests that need one simulator; skips when it is missing."""
     return _skip_without("icarus")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep `xdist_group` working (`make test`'s `--dist loadgroup`). pytest-xdist 3.8 groups a
+    test by appending `@group` to `item._nodeid` on each worker, which pytest 9.2 no longer
+    reads (a node's id is `item._id`), so every group was ignored: the compiled node suite and
+    the onnx model data, whose tests share one cached run, ran it again on the other worker
+    (8 minutes of a 48-minute suite). Here the suffix is put where pytest reads it, unless
+    xdist already managed to."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                 for m in item.iter_markers("xdist_group")}  # fmt: skip
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            from _pytest.nodes import coerce_node_id
+
+            item._id = coerce_node_id(item.nodeid + suffix)
