@@ -179,10 +179,14 @@ def _stays_true(imported: Graph, body: onnx.GraphProto) -> bool:
     return body.output[0].name == body.input[1].name
 
 
-def value_info(name: str, ty: TensorType, where: str) -> onnx.ValueInfoProto:
+def value_info(
+    name: str, ty: TensorType, where: str, narrow: bool = False
+) -> onnx.ValueInfoProto:
     """The ONNX declaration of value `name` of type `ty`, an input of a model the importer
-    writes (a run-time loop's body, a data-dependent tail): `where` names it in errors."""
-    if is_narrow(ty.dtype):
+    writes (a run-time loop's body, a data-dependent tail): `where` names it in errors. A
+    narrow type (bfloat16, float8, int4...) only with `narrow` (a loop kernel's body would move
+    it through the arena as its storage integer, which is not built)."""
+    if is_narrow(ty.dtype) and not narrow:
         raise _error(f"{where}: a {ty.dtype} value ({name!r}) passed into it is unsupported")
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(ty.dtype))
     return helper.make_tensor_value_info(name, elem, list(ty.shape))

@@ -123,7 +123,7 @@ def build_tail(
         if name in builder.constants:
             initializers.append(numpy_helper.from_array(np.asarray(builder.constants[name]), name))
         elif name in builder.types:
-            inputs.append(value_info(name, builder.types[name], where))
+            inputs.append(value_info(name, builder.types[name], where, narrow=True))
             runtime.append(name)
         else:
             raise importer_error(f"{where} reads {name!r}, which is not defined before it")

@@ -359,3 +359,45 @@ def test_an_output_from_nowhere_is_named() -> None:
     module.tail = Tail(module.tail.model, module.tail.inputs, (*module.tail.outputs, "ghost"))
     with pytest.raises(TailError, match=r"\['ghost'\] come from neither"):
         module.run({"x": np.zeros((1, 3, 8, 8), np.float32)})
+
+
+#: ops of the ONNX node suite whose cases pass a shape-deciding input (the suite's own harness
+#: binds those as constants, tests/compiler/frontend/test_onnx_node_suite.py)
+DECIDING_OPS = ("NonZero Compress Unique NonMaxSuppression Reshape Expand Range ConstantOfShape "
+                "Tile TopK OneHot Slice").split()  # fmt: skip
+
+
+@pytest.mark.parametrize("op", DECIDING_OPS)
+def test_node_suite_cases_with_shapes_given_at_run_time(op: str) -> None:
+    """Every case of the op whose shape-deciding inputs the suite binds as constants, here
+    given at run time instead: the compiled module's tail runs them, against the suite's
+    outputs."""
+    import sys
+    import warnings
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import test_onnx_node_suite as suite
+
+    checked = 0
+    for case in suite._cases().get(op, []):
+        ((inputs, expected),) = case.data_sets
+        inputs, expected = [suite._array(v) for v in inputs], [suite._array(v) for v in expected]
+        model = suite._lift_opset(case.model)
+        if model is None or not suite._shape_inputs(model, list(inputs)):
+            continue
+        if case.name in suite.ONNXRUNTIME_OVER_REFERENCE:
+            expected = suite._onnxruntime_outputs(model, inputs)
+        names = [v.name for v in model.graph.input]
+        feed = dict(zip(names, inputs, strict=False))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (declared output shapes the cases leave out)
+            module = tensorforge.compile(model.SerializeToString())
+        assert module.tail is not None, case.name
+        got = module.run(feed)
+        for name, want in zip(module.model_outputs, expected, strict=True):
+            assert got[name].dtype == want.dtype, (case.name, name)
+            np.testing.assert_allclose(got[name], want, rtol=max(case.rtol, 1e-5),
+                                       atol=max(case.atol, 1e-6), err_msg=case.name)  # fmt: skip
+        checked += 1
+    assert checked, f"no case of {op} has a shape-deciding input"
