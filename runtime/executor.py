@@ -57,6 +57,16 @@ class Profile:
     def __str__(self) -> str:
         return self.table()
 
+    def with_row(self, label: str, kernel: str, median_ms: float) -> Profile:
+        """This profile with one more row last (a module's data-dependent tail), shares
+        recomputed."""
+        medians = [(r.label, r.kernel, r.median_ms) for r in self.rows] + [
+            (label, kernel, median_ms)
+        ]
+        total = sum(m for _, _, m in medians)
+        rows = [ProfileRow(a, k, m, m / total if total else 0.0) for a, k, m in medians]
+        return Profile(rows, total, self.repeat)
+
     @staticmethod
     def of(calls: Sequence[tuple[str, str]], times: np.ndarray) -> Profile:
         """The profile of (label, kernel) calls timed in seconds, `times[repeat, call]`."""

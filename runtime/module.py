@@ -23,6 +23,7 @@ import math
 import numbers
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -560,13 +561,25 @@ class Module:
     def profile(
         self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray, repeat: int = 10
     ) -> Profile:
-        """Per-layer (per-kernel) median times over `repeat` runs; `str(profile)` is a table."""
+        """Per-layer (per-kernel) median times over `repeat` runs; `str(profile)` is a table.
+        A data-dependent tail (`runtime.tail`) is one row last, timed on the compiled part's
+        results."""
         if isinstance(repeat, bool) or not isinstance(repeat, numbers.Integral) or repeat < 1:
             raise ValueError(f"repeat must be an int of at least 1, not {repeat!r}")
         with self._lock:
             executor = self._bind_inputs(inputs)
             executor.run()  # warm up: page in the arena and the code
-            return executor.profile(repeat)
+            profile = executor.profile(repeat)
+            if self.tail is None:
+                return profile
+            results = {name: np.array(executor.views[name]) for name in self.outputs}
+        named, times = self._named_inputs(inputs), []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            self._run_tail(results, named)
+            times.append(time.perf_counter() - start)
+        label = f"data-dependent tail ({len(self.tail.inputs)} values in, reference ops)"
+        return profile.with_row(label, "tail", float(np.median(times)) * 1e3)
 
     # ---- accelerator devices ------------------------------------------------------------------
 

@@ -401,3 +401,12 @@ def test_node_suite_cases_with_shapes_given_at_run_time(op: str) -> None:
                                        atol=max(case.atol, 1e-6), err_msg=case.name)  # fmt: skip
         checked += 1
     assert checked, f"no case of {op} has a shape-deciding input"
+
+
+def test_the_profile_has_a_row_for_the_tail() -> None:
+    module = tensorforge.compile(_selection())
+    profile = module.profile({"x": np.ones((1, 3, 8, 8), np.float32)}, repeat=3)
+    last = profile.rows[-1]
+    assert last.kernel == "tail" and last.label.startswith("data-dependent tail (3 values in")
+    assert last.median_ms > 0 and abs(sum(r.share for r in profile.rows) - 1) < 1e-9
+    assert len(profile.rows) == len(module.calls) + 1
