@@ -67,7 +67,7 @@ from .onnx_patterns import (
 )
 from .onnx_preview import convert_flex_attention, is_preview_op
 from .onnx_scan import is_batched_scan, unroll_batched_scan, unroll_scan
-from .onnx_tail import TailSplit, build_tail, tail_boundary
+from .onnx_tail import TailSplit, beyond_lowering, build_tail, tail_boundary
 from .onnx_upgrade import upgrade
 
 # Reduce ops whose axes were an attribute before opset 18 (ReduceSum moved at 13).
@@ -640,7 +640,7 @@ def _import(
     tail = TailSplit()
     for index, node in enumerate(proto.graph.node):
         name = node.name or f"{node.op_type}_{index}"
-        if tail.reads_tail(node):
+        if tail.reads_tail(node) or (split and beyond_lowering(node, importer)):
             tail.add(node, name)
             continue
         mark = TailSplit.mark(importer) if split else ()

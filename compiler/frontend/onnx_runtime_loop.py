@@ -179,9 +179,7 @@ def _stays_true(imported: Graph, body: onnx.GraphProto) -> bool:
     return body.output[0].name == body.input[1].name
 
 
-def value_info(
-    name: str, ty: TensorType, where: str, narrow: bool = False
-) -> onnx.ValueInfoProto:
+def value_info(name: str, ty: TensorType, where: str, narrow: bool = False) -> onnx.ValueInfoProto:
     """The ONNX declaration of value `name` of type `ty`, an input of a model the importer
     writes (a run-time loop's body, a data-dependent tail): `where` names it in errors. A
     narrow type (bfloat16, float8, int4...) only with `narrow` (a loop kernel's body would move

@@ -2,7 +2,8 @@
 
 A node whose output shape would depend on a value computed at run time (NonZero, Compress,
 Unique or NonMaxSuppression of a computed tensor, a Reshape, Expand, Range, Slice, TopK, ... whose
-shape-deciding input is computed) cannot be a node of a static graph. With `TailSplit`, the
+shape-deciding input is computed) cannot be a node of a static graph; nor, compiled, can a TopK
+past the CPU lowering's limits (`beyond_lowering`). With `TailSplit`, the
 importer sets such a node aside instead of refusing the model, and with it every later node that
 reads a value set aside (directly, or from inside an If's branch or a Loop's body). The nodes
 that remain form the static graph, which compiles as usual.
@@ -22,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ...runtime.tail import Tail
+from ..graph.ops.topk import MAX_K, MAX_SORT_N
 from .onnx_runtime_loop import free_names, value_info
 
 if TYPE_CHECKING:
@@ -82,6 +84,23 @@ class TailSplit:
 
     def __bool__(self) -> bool:
         return bool(self.nodes)
+
+
+def beyond_lowering(node: onnx.NodeProto, importer: _Importer) -> bool:
+    """Whether `node` is one the CPU lowering refuses at its size but numpy runs well: a TopK
+    of K past the step-by-step selection over an axis past the ranking sort (Mask R-CNN's
+    region proposals: K=1000 of 19200 anchors). It goes into the tail, as a node of a
+    data-dependent shape does, and numpy's sort runs it."""
+    if node.op_type != "TopK" or len(node.input) < 2:
+        return False
+    types, k = importer.builder.types, importer.builder.constants.get(node.input[1])
+    if k is None or k.size != 1 or node.input[0] not in types:
+        return False
+    shape = types[node.input[0]].shape
+    axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+    if not shape or not -len(shape) <= axis < len(shape):
+        return False  # (the import names the error)
+    return int(k.reshape(-1)[0]) > MAX_K and shape[axis] > MAX_SORT_N
 
 
 def tail_boundary(split: TailSplit, importer: _Importer) -> list[str]:
