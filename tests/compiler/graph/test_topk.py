@@ -11,6 +11,8 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 import tensorforge
+from tensorforge.compiler.frontend import from_onnx
+from tensorforge.compiler.graph.compile import compile_graph
 from tensorforge.compiler.graph.ops.topk import MAX_K, MAX_SORT_N
 from tensorforge.compiler.tir.stmt import LoweringError
 
@@ -68,9 +70,19 @@ def test_a_k_beyond_the_selection_steps_sorts_by_rank(shape, k, axis, largest, d
     np.testing.assert_array_equal(got["indices"], want[1])
 
 
-def test_an_axis_too_long_to_rank_is_refused() -> None:
+def test_an_axis_too_long_to_rank_is_refused_by_the_lowering_and_runs_in_a_tail() -> None:
+    """The CPU lowering refuses it by name; `tensorforge.compile` runs it after the compiled
+    part with numpy's sort (docs/compile.md, "Data-dependent shapes")."""
+    model = _model((1, MAX_SORT_N + 1), MAX_K + 1, -1, 1)
     with pytest.raises(LoweringError, match=rf"K={MAX_K + 1} over an axis of {MAX_SORT_N + 1}"):
-        tensorforge.compile(_model((1, MAX_SORT_N + 1), MAX_K + 1, -1, 1))
+        compile_graph(from_onnx(model), progress=False)
+    module = tensorforge.compile(model)
+    assert module.tail is not None
+    x = np.random.default_rng(0).standard_normal((1, MAX_SORT_N + 1)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = module.run({"x": x})
+    for value, expected in zip(got.values(), want, strict=True):
+        np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-7)
 
 
 def _plain(shape: tuple[int, ...], k: int, axis: int, largest: int):  # noqa: ANN202
