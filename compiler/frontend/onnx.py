@@ -651,6 +651,8 @@ def _import(
                 TailSplit.undo(importer, mark)
                 tail.add(node, name)
                 continue
+            if getattr(exc, "refusal", None) is not None:  # (a run-time Loop's body's)
+                raise exc.refusal from None
             if node.op_type in DATA_DEPENDENT_SHAPE_OPS and "decides the output shape" in str(exc):
                 items = _data_dependent_nodes(proto, index, opset)
                 raise UnsupportedOpError(items, where=where) from None

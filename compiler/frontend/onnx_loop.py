@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 # grows without bound; such a loop wants a run-time loop, which the graph IR does not have.
 # (Compile time grows with it: EmbeddingBag's 200 bags, 800 nodes, compile in about 30 s.)
 UNROLL_LIMIT = 2048
+#: the cap when the import evaluates the model (`evaluate_onnx`): each iteration's values are
+#: computed on the spot (and held until the import ends)
+EVALUATE_LIMIT = 1 << 20
 SEQUENCE_OPS = (
     "SequenceEmpty", "SequenceConstruct", "SequenceInsert", "ConcatFromSequence",
     "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement", "OptionalGetElement",
@@ -89,13 +92,17 @@ def unroll_loop(importer: _Importer, name: str, node: onnx.NodeProto, attrs: dic
     running = True if cond is None else bool(cond.reshape(()))
     values, parts, i = list(node.input[2:]), [[] for _ in body.output[1 + carried :]], 0
     size = max(len(body.node), 1)
-    if not cond_name and limit is not None and limit * size > UNROLL_LIMIT:
+    # evaluated (a data-dependent tail, `evaluate_onnx`): each iteration's nodes fold as they
+    # are read, so the loop runs unrolled whatever its length (a run-time Loop node could not
+    # hold a body of data-dependent shapes: Mask R-CNN pastes each mask at its box's size)
+    cap = EVALUATE_LIMIT if importer.evaluate else UNROLL_LIMIT
+    if not cond_name and limit is not None and limit * size > cap:
         runtime_loop(importer, name, node, body, trips, cond)
         return
     checks = len(importer.checks)
     scans = any(node.output[carried:])
     while running and (limit is None or i < limit):
-        if (i + 1) * size > UNROLL_LIMIT:  # a condition might have ended it sooner
+        if (i + 1) * size > cap:  # a condition might have ended it sooner
             if scans and limit is None:  # (a while loop's scan length is known only at its end)
                 raise _too_big(importer, name, limit, size)
             del importer.checks[checks:]  # (the iterations converted so far are dead code)

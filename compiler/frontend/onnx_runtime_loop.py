@@ -27,8 +27,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ...runtime.dtypes import is_narrow
+from ..graph.ir import DataDependentShapeError
 from ..graph.ops.loop import encode_body
-from ..graph.registry import UnsupportedOpError
+from ..graph.registry import DATA_DEPENDENT_SHAPE_OPS, UnsupportedOpError
 
 if TYPE_CHECKING:
     from ..graph.ir import Graph, TensorType
@@ -131,6 +132,14 @@ def runtime_loop(
     try:
         imported = from_onnx(data)
     except UnsupportedOpError as exc:  # the body's own errors, placed at this node
+        if exc.items and all(op in DATA_DEPENDENT_SHAPE_OPS for op, _, _ in exc.items):
+            # a body of data-dependent shapes: the loop can run in the model's tail
+            error = DataDependentShapeError(
+                f"{where}: its body has shapes that depend on run-time values "
+                f"({', '.join(sorted({op for op, _, _ in exc.items}))})"
+            )
+            error.refusal = UnsupportedOpError(exc.items, where=f"{where}, in its body")
+            raise error from exc
         raise UnsupportedOpError(exc.items, where=f"{where}, in its body") from exc
     except Exception as exc:  # noqa: BLE001  (any other import error of the body)
         raise _error(f"{where}, in its body: {exc}") from exc

@@ -428,3 +428,38 @@ def test_a_top_k_past_the_cpu_lowering_runs_in_the_tail() -> None:
     x = np.random.default_rng(4).standard_normal((1, 20_000)).astype(np.float32)
     module = _check(model, {"x": x})
     assert module.tail is not None and module.tail.inputs == ("s",)
+
+
+def test_a_run_time_loop_whose_body_has_data_dependent_shapes_runs_in_the_tail() -> None:
+    """`for i in range(n): acc += count(x > i)` with NonZero inside, `n` computed: the body
+    cannot be a module of its own, so the loop runs in the tail, unrolled as it is evaluated."""
+    body = oh.make_graph(
+        [
+            oh.make_node("Cast", ["i"], ["fi"], to=F),
+            oh.make_node("Greater", ["x", "fi"], ["m"]),
+            oh.make_node("NonZero", ["m"], ["nz"]),
+            oh.make_node("Shape", ["nz"], ["shape"]),
+            oh.make_node("Cast", ["shape"], ["count"], to=F),
+            oh.make_node("ReduceSum", ["count"], ["k"], keepdims=0),
+            oh.make_node("Add", ["acc", "k"], ["acc_out"]),
+            oh.make_node("Identity", ["c"], ["c_out"]),
+        ],
+        "body",
+        [_value("i", I64, []), _value("c", B, []), _value("acc", F, [])],
+        [_value("c_out", B, []), _value("acc_out", F, [])],
+    )
+    model = _model(
+        [
+            oh.make_node("ReduceMax", ["x"], ["top"], keepdims=0),
+            oh.make_node("Cast", ["top"], ["n"], to=I64),
+            oh.make_node("Loop", ["n", "", "zero"], ["total"], body=body, name="count_loop"),
+        ],
+        [_value("x", F, [6])],
+        [_value("total", F, [])],
+        {"zero": np.float32(0)},
+    )
+    with pytest.raises(UnsupportedOpError, match="NonZero's output shape depends"):
+        from_onnx(model)  # (a graph: refused by name, as before)
+    for x in ([0.5, 3, 2, 7, 1, 0], [4, 4, 4, 4, 4, 4], [0] * 6):
+        module = _check(model, {"x": np.array(x, np.float32)})
+    assert module.tail is not None
