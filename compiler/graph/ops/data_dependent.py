@@ -173,18 +173,27 @@ def _greedy(candidates: np.ndarray, threshold: float, limit: int) -> list[int]:
         return _greedy_tiled(candidates, threshold, limit)
     firsts = np.repeat(np.arange(m), counts)
     seconds = firsts + 1 + np.arange(len(firsts)) - np.repeat(np.cumsum(counts) - counts, counts)
+    # the boxes' columns in left-edge order: each pair's two reads are near the last pair's
+    y1, x1, y2, x2 = (np.ascontiguousarray(candidates[by_left, i]) for i in range(4))
+    area = (y2 - y1) * (x2 - x1)
     edges = []
     for at in range(0, len(firsts), _PAIR_CHUNK):
-        a = by_left[firsts[at : at + _PAIR_CHUNK]]
-        b = by_left[seconds[at : at + _PAIR_CHUNK]]
-        hit = _iou_above(candidates[a], candidates[b], threshold)
-        edges.append(np.stack([np.minimum(a[hit], b[hit]), np.maximum(a[hit], b[hit])]))
+        a, b = firsts[at : at + _PAIR_CHUNK], seconds[at : at + _PAIR_CHUNK]
+        # `_iou_above`'s arithmetic, on columns (the same float operations, fewer copies)
+        h = np.minimum(y2[a], y2[b]) - np.maximum(y1[a], y1[b])
+        w = np.minimum(x2[a], x2[b]) - np.maximum(x1[a], x1[b])
+        inter = np.where((h > 0) & (w > 0), h * w, 0.0)
+        area_a, area_b = area[a], area[b]
+        union = area_a + area_b - inter
+        valid = (inter > 0) & (area_a > 0) & (area_b > 0) & (union > 0)
+        hit = valid & (inter / np.where(valid, union, 1) > threshold)
+        a, b = by_left[a[hit]], by_left[b[hit]]  # (positions in score order)
+        edges.append(np.stack([np.minimum(a, b), np.maximum(a, b)]))
     low, high = np.concatenate(edges, axis=1) if edges else np.zeros((2, 0), np.int64)
     order = np.argsort(low, kind="stable")
     low, high = low[order], high[order]
-    starts = np.searchsorted(low, np.arange(m + 1))
-    suppressed = bytearray(m)  # (a Python loop: bytes index faster than numpy's scalars)
-    first, later = starts.tolist(), high.tolist()
+    starts = np.searchsorted(low, np.arange(m + 1)).tolist()
+    suppressed = np.zeros(m, bool)
     kept: list[int] = []
     for k in range(m):
         if suppressed[k]:
@@ -192,8 +201,8 @@ def _greedy(candidates: np.ndarray, threshold: float, limit: int) -> list[int]:
         kept.append(k)
         if len(kept) >= limit:
             break
-        for j in later[first[k] : first[k + 1]]:
-            suppressed[j] = 1
+        if starts[k + 1] > starts[k]:
+            suppressed[high[starts[k] : starts[k + 1]]] = True
     return kept
 
 
