@@ -404,7 +404,10 @@ class _Importer:
         values = get_op(op).run(node, arrays)
         for out, value in zip(outputs, values, strict=False):
             if out:
-                self.builder.add_constant(out, np.asarray(value))
+                if self.evaluate:  # (run by the reference executor only: no aligned copy)
+                    self.builder.add_value(out, value)
+                else:
+                    self.builder.add_constant(out, np.asarray(value))
         return True
 
     def distinct_outputs(self, declared: Sequence[onnx.ValueInfoProto] | None = None) -> list[str]:

@@ -322,6 +322,20 @@ class GraphBuilder:
         self.constants[name] = array if frozen and not copy else _frozen_array(array)
         return name
 
+    def add_value(self, name: str, value: np.ndarray) -> str:
+        """Define constant `name` as `value` itself, made read-only, without the aligned copy
+        `add_constant` makes: for a graph only the reference executor runs (`evaluate_onnx`
+        evaluates a model's tail node by node, every value a constant), where the copies were
+        a third of the time (Mask R-CNN's mask pasting)."""
+        array = np.asarray(value)
+        dtype = check_dtype(str(array.dtype), f"constant {name!r}")
+        self._define(name, TensorType(array.shape, dtype))
+        if array.flags.writeable:
+            array = array.view()  # (the caller's own array stays writeable)
+            array.flags.writeable = False
+        self.constants[name] = array
+        return name
+
     def add_node(
         self,
         op: str,
