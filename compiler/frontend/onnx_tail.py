@@ -43,13 +43,7 @@ class TailSplit:
     def reads_tail(self, node: onnx.NodeProto) -> bool:
         """Whether `node` reads a value the tail defines (an input, or a name its sub-graphs
         read from outside)."""
-        if not self.dynamic:
-            return False
-        read = [*node.input]
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-                read += free_names(sub)
-        return any(name in self.dynamic for name in read if name)
+        return bool(self.dynamic) and any(name in self.dynamic for name in _reads(node))
 
     @staticmethod
     def mark(importer: _Importer) -> tuple[int, ...]:
@@ -86,6 +80,15 @@ class TailSplit:
         return bool(self.nodes)
 
 
+def _reads(node: onnx.NodeProto) -> list[str]:
+    """The values `node` reads: its inputs, and what its sub-graphs read from outside."""
+    read = [*node.input]
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            read += free_names(sub)
+    return [name for name in read if name]
+
+
 def beyond_lowering(node: onnx.NodeProto, importer: _Importer) -> bool:
     """Whether `node` is one the CPU lowering refuses at its size but numpy runs well: a TopK
     of K past the step-by-step selection over an axis past the ranking sort (Mask R-CNN's
@@ -111,12 +114,8 @@ def tail_boundary(split: TailSplit, importer: _Importer) -> list[str]:
     """
     read: dict[str, None] = {}
     for node in split.nodes:
-        names = [*node.input]
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-                names += free_names(sub)
-        for name in names:
-            if name and name not in split.dynamic:
+        for name in _reads(node):
+            if name not in split.dynamic:
                 read.setdefault(name)
     for name in read:
         if name in importer.sequences or name in importer.optionals:
