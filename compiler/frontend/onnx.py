@@ -585,8 +585,9 @@ def from_onnx_split(
         after it (`Module.tail`).
 
     Raises:
-        As `from_onnx`, but not for a shape that depends on run-time values, except inside an
-        If's branch or a Loop's body (there, as before, UnsupportedOpError).
+        As `from_onnx`, except for a node whose shape depends on run-time values (inside an
+        If's branch or a run-time Loop's body too): that node goes into the tail. A sequence
+        or optional value the tail would read is refused by name (UnsupportedOpError).
     """
     return _import(model, input_shapes, constant_inputs, split=True)
 
