@@ -172,6 +172,8 @@ class OpSpec:
         except UnsupportedOpError as exc:  # a variant known only from the types: name the node
             raise UnsupportedOpError([(op, node.name, v) for op, _, v in exc.items]) from None
         except (ValueError, IndexError, TypeError, ArithmeticError) as exc:
+            if isinstance(exc, DataDependentShapeError) and repr(node.name) not in str(exc):
+                raise DataDependentShapeError(f"{self.name} node {node.name!r}: {exc}") from exc
             if isinstance(exc, GraphError):
                 raise
             raise GraphError(f"{self.name} node {node.name!r}: {exc}") from exc

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import GraphBuilder, Node, TensorType
+from ..ir import DataDependentShapeError, GraphBuilder, Node, TensorType
 from ..registry import Pattern, register
 from .emit import Emitter
 
@@ -61,8 +61,8 @@ def _roi_align_type(attrs: dict[str, Any], types: list, consts: list) -> list[Te
         raise ValueError(f"RoiAlign batch_indices must be int64, not {index.dtype}")
     if consts[2] is not None and ((consts[2] < 0) | (consts[2] >= x.shape[0])).any():
         raise ValueError(f"RoiAlign batch_indices must lie in [0, {x.shape[0] - 1}]")
-    if attrs["sampling_ratio"] == 0 and consts[1] is None:
-        raise ValueError(
+    if attrs["sampling_ratio"] == 0 and consts[1] is None:  # (compiled: run in the tail)
+        raise DataDependentShapeError(
             "RoiAlign with sampling_ratio 0 takes a number of samples per bin that depends on "
             "each region's size: its rois must be constants"
         )

@@ -11,7 +11,7 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 import tensorforge
-from tensorforge.compiler.frontend import OnnxImportError
+from tensorforge.compiler.frontend import OnnxImportError, from_onnx
 
 X_SHAPE = (2, 3, 9, 11)
 
@@ -60,6 +60,15 @@ def test_roi_align_matches_onnxruntime(mode: str, ctm: str, const_rois: bool, ra
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_adaptive_sampling_of_run_time_regions_is_refused_by_name() -> None:
+def test_adaptive_sampling_of_run_time_regions_runs_in_the_tail() -> None:
+    """The samples per bin depend on each region's size: a graph refuses it by name, and
+    `tensorforge.compile` runs it after the compiled part (docs/compile.md)."""
+    model = _model(False, sampling_ratio=0, output_height=3, output_width=4)
     with pytest.raises(OnnxImportError, match=r"RoiAlign node 'align'.*rois must be constants"):
-        tensorforge.compile(_model(False, sampling_ratio=0))
+        from_onnx(model)
+    feed = {"x": np.random.default_rng(1).standard_normal(X_SHAPE).astype(np.float32),
+            "rois": _rois()}  # fmt: skip
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    module = tensorforge.compile(model)
+    assert module.tail is not None
+    np.testing.assert_allclose(module.run(feed)["y"], want, rtol=1e-4, atol=1e-5)
