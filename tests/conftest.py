@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import zlib
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("TENSORFORGE_CHECK_WRITES", "1")
@@ -34,6 +36,18 @@ def rtl_simulator(request: pytest.FixtureRequest) -> str:
 def icarus() -> str:
     """Icarus Verilog, for RTL tests that need one simulator; skips when it is missing."""
     return _skip_without("icarus")
+
+
+@pytest.fixture(autouse=True)
+def _reseed_module_rng(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test module's shared `RNG` generator starts each test from a seed of the test's own id,
+    so a test's random data does not depend on which tests ran before it on its worker (which
+    `make test`'s two workers and CI's share out differently): a failure seen anywhere is
+    reproduced by running that one test."""
+    module = getattr(request, "module", None)
+    if isinstance(getattr(module, "RNG", None), np.random.Generator):
+        test_id = request.node.nodeid.split("@", 1)[0]
+        monkeypatch.setattr(module, "RNG", np.random.default_rng(zlib.crc32(test_id.encode())))
 
 
 @pytest.hookimpl(trylast=True)

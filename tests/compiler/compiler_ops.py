@@ -15,6 +15,19 @@ import numpy as np
 from tensorforge.compiler import te, tir
 
 
+def sum_atol(reference: np.ndarray, floor: float = 1e-5) -> float:
+    """The absolute tolerance for float32 results that are long sums (convolutions, matmuls,
+    reductions) compared with another runtime's. Rounding error grows with the magnitude of the
+    terms summed, not of the result: an output near zero that is the difference of large partial
+    sums carries their error. The largest output stands for that magnitude; 4e-6 of it is some
+    32 ulps, what a different summation order (another vector width, another blocking) gives
+    over sums of a few thousand terms."""
+    if not np.issubdtype(reference.dtype, np.floating):
+        return floor
+    finite = np.abs(reference[np.isfinite(reference)])  # inf and nan are compared as such
+    return max(floor, 4e-6 * float(finite.max(initial=0.0)))
+
+
 @dataclass
 class Op:
     args: list[te.Tensor]

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tensorforge
+from compiler_ops import sum_atol
 
 RNG = np.random.default_rng(0)
 F32 = TensorProto.FLOAT
@@ -28,11 +29,12 @@ def _model(nodes, inputs, outputs, inits=(), opset=17):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _check(model, feeds, target="opencl", rtol=1e-4, atol=1e-5):
+def _check(model, feeds, target="opencl", rtol=1e-4, atol=None):
     module = tensorforge.compile(model, target=target)
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     for got, ref in zip(module.run(feeds).values(), want, strict=True):
-        np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
+        limit = sum_atol(ref) if atol is None else atol
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=limit)
     return module
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import tensorforge
+from compiler_ops import sum_atol
 from tensorforge.compiler import te
 from tensorforge.compiler.codegen.gpu import GPULimitError, gpu_payload, split_kernels
 from tensorforge.compiler.target import Target
@@ -41,7 +42,7 @@ def _check(model, feeds, target="opencl"):
     module = tensorforge.compile(model, target=target)
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     (got,) = module.run(feeds).values()
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=sum_atol(want))
     return module
 
 
