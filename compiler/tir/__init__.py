@@ -24,6 +24,7 @@ from .interp import (
 from .lower import lower, lower_schedule
 from .passes import (
     DEFAULT_PIPELINE,
+    hoist_invariant_guards,
     loop_partition,
     remove_no_op,
     run_pipeline,
@@ -87,6 +88,7 @@ __all__ = [
     "inject_virtual_threads",
     "insert_storage_sync",
     "single_thread_writes",
+    "hoist_invariant_guards",
     "interpret",
     "loop_partition",
     "lower",

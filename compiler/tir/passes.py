@@ -277,6 +277,70 @@ def loop_partition(func: PrimFunc) -> PrimFunc:
     return func.with_body(_partition(func.body, Analyzer()))
 
 
+# ---- hoist invariant guards ------------------------------------------------------------------
+
+_HOISTABLE = (ForKind.SERIAL, ForKind.VECTORIZED, ForKind.UNROLLED)
+
+
+def _invariant(cond: Expr, var: Var) -> bool:
+    """Whether `cond` reads neither `var` nor memory (a load could see the loop's own stores)."""
+    return not any(
+        n is var or isinstance(n, BufferLoad | BufferPtr)
+        or (isinstance(n, Call) and n.kind is CallKind.EXTERN)
+        for n in pre_order(cond)
+    )  # fmt: skip
+
+
+def _all_of(conds: list[Expr]) -> Expr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = BinOp(Op.AND, out, c, "bool")
+    return out
+
+
+def _guarded(stmt: Stmt) -> list[Expr] | None:
+    """The conjuncts of `stmt`'s guard when it is an `if` without an else, else None."""
+    if isinstance(stmt, IfThenElse) and stmt.else_case is None:
+        return _conjuncts(stmt.condition)
+    return None
+
+
+class _HoistGuards(StmtMutator):
+    def visit_For(self, s: For) -> Stmt:
+        body = self.visit(s.body)
+        parts = list(body.stmts) if isinstance(body, SeqStmt) else [body]
+        guards = [_guarded(p) for p in parts]
+        common: list[Expr] = []
+        if s.kind in _HOISTABLE and all(g is not None for g in guards):
+            keys = [{structural_key(c) for c in g} for g in guards]  # type: ignore[union-attr]
+            common = [c for c in guards[0] or [] if _invariant(c, s.var)
+                      and all(structural_key(c) in k for k in keys[1:])]  # fmt: skip
+        if not common:
+            return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag)
+        hoisted = {structural_key(c) for c in common}
+        inner = []
+        for part, conds in zip(parts, guards, strict=True):
+            rest = [c for c in conds or [] if structural_key(c) not in hoisted]
+            inner.append(IfThenElse(_all_of(rest), part.then_case) if rest else part.then_case)
+        loop = For(s.var, s.min, s.extent, s.kind, seq(*inner), s.thread_tag)
+        return IfThenElse(_all_of(common), loop)
+
+
+def hoist_invariant_guards(func: PrimFunc) -> PrimFunc:
+    """Move an `if` that is a loop's whole body out of the loop when its condition (or some of
+    its conjuncts) does not depend on the loop (loop unswitching); so too the conjuncts that
+    every statement of the body is guarded by. Guards of a tile that may
+    overrun (a compute_at copy's rows past the input) otherwise sit inside the innermost
+    vectorized loop, which then runs as scalars with a branch per element, and LLVM spends
+    seconds unrolling and threading those branches. Serial, vectorized and unrolled loops only:
+    a thread-bound or parallel loop keeps its body.
+
+    before: for y in range(2) { for c in range(32) vectorized { if t*10 + y < 30 && c < n {S} } }
+    after:  for y in range(2) { if t*10 + y < 30 { for c in range(32) vectorized { if c < n {S} } } }
+    """
+    return func.with_body(_HoistGuards().visit(func.body))
+
+
 # ---- unroll -----------------------------------------------------------------------------------
 
 
@@ -381,6 +445,7 @@ DEFAULT_PIPELINE: tuple[Pass, ...] = (
     simplify,  # fold the index arithmetic that substitution produced; drop provable guards
     loop_partition,  # cut loops where a split's guard starts to fail or a select switches
     simplify,  # ... so that the guards of the first parts are proven and dropped
+    hoist_invariant_guards,  # guards that do not depend on a loop: out of it (unswitching)
     unroll,  # expand loops marked unrolled, now that their bounds are constants
     cooperative_fetch,  # copies into shared memory no thread loop splits: share them out
     single_thread_writes,  # other writes no thread loop covers: thread 0 only, not every thread

@@ -195,6 +195,83 @@ def test_loop_partition_cuts_where_a_stored_if_then_else_switches() -> None:
         }""")
 
 
+def test_hoist_invariant_guards_unswitches_the_conjuncts_a_loop_does_not_change() -> None:
+    """A tile's overrun guard (`t*2 + y < 3`) leaves the vectorized loop and the loop above
+    it; the conjunct that reads the vectorized loop's variable stays inside."""
+    t, y, c = te.var("t"), te.var("y"), te.var("c")
+    cond = BinOp(Op.AND, t * 2 + y < 3, c < 3, "bool")
+    store = BufferStore(Y, te.const(1.0), (y, c))
+    body = _loop(y, 2, _loop(c, 4, IfThenElse(cond, store), ForKind.VECTORIZED))
+    before = _func(_loop(t, 2, body))
+    assert _body(tir.hoist_invariant_guards(before)) == _expect("""
+        for t in range(2) {
+          for y in range(2) {
+            if t*2 + y < 3 {
+              for c in range(4) vectorized {
+                if c < 3 {
+                  Y[y, c] = 1.0f
+                }
+              }
+            }
+          }
+        }""")
+
+
+def test_hoist_invariant_guards_keeps_guards_that_read_memory_or_have_an_else() -> None:
+    """A condition that loads (the loop may store what it reads), an `if` with an else, and
+    a parallel loop's body stay where they are."""
+    i = te.var("i")
+    reads = IfThenElse(BufferLoad(X, (te.const(0),), "float32") > 0.0,
+                       BufferStore(X, te.const(1.0), (i,)))  # fmt: skip
+    with_else = IfThenElse(te.var("n") < 3, BufferStore(X, te.const(1.0), (i,)),
+                           BufferStore(X, te.const(2.0), (i,)))  # fmt: skip
+    parallel = IfThenElse(te.var("n") < 3, BufferStore(X, te.const(1.0), (i,)))
+    for loop in (_loop(i, 8, reads), _loop(i, 8, with_else),
+                 _loop(i, 8, parallel, ForKind.PARALLEL)):  # fmt: skip
+        before = _func(loop)
+        assert _body(tir.hoist_invariant_guards(before)) == _body(before)
+
+
+def test_hoisted_guards_keep_results_and_vectorize_a_padded_copy() -> None:
+    """A 3x3 box filter per channel whose row tiles overrun the padded input (the compute_at
+    copy guards the rows past its end): numpy's values in the interpreter and in native code,
+    with and without the pass, and no per-element branch left in the copy's vectorized loop."""
+    from tensorforge.compiler.build import build
+
+    x = te.placeholder((2, 30, 16, 16), "float32", name="x")  # blocks, rows, columns, lanes
+    pad = te.compute((2, 32, 18, 16), lambda b, h, w, c: te.if_then_else(
+        te.all_of(h >= 1, h <= 30, w >= 1, w <= 16), x[b, h - 1, w - 1, c], 0.0), name="pad")
+    ry, rx = te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
+    out = te.compute((2, 30, 16, 16), lambda b, h, w, c: te.sum(
+        pad[b, h + ry, w + rx, c], axis=[ry, rx]), name="out")
+    s = te.create_schedule(out.op)
+    b, h, w, c = out.op.axis
+    ho, _ = s[out].split(h, factor=8)  # 30 rows in tiles of 8: the last tile overruns
+    fused = s[out].fuse(b, ho)  # as NCHWc kernels do: the guard reads fused % 4
+    s[out].parallel(fused)
+    s[pad].compute_at(s[out], fused)
+    s[pad].vectorize(s[pad].op.axis[3])
+    s[out].vectorize(c)  # fmt: skip
+    xv = np.random.default_rng(0).standard_normal((2, 30, 16, 16)).astype(np.float32)
+    padded = np.pad(xv, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(padded[:, a:a + 30, b:b + 16] for a in range(3) for b in range(3))
+    without = [p for p in tir.DEFAULT_PIPELINE if p is not tir.hoist_invariant_guards]
+    hoisted = tir.lower(s, [x, out], name="box")
+    for func in (hoisted, tir.lower(s, [x, out], name="box", passes=without)):
+        got = np.zeros_like(xv)
+        tir.interpret(func, [xv, got])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        native = np.zeros_like(xv)
+        build(func)(xv, native)
+        np.testing.assert_allclose(native, want, rtol=1e-5, atol=1e-5)
+    vector_loops = [n for n in tir.walk(hoisted.body)
+                    if isinstance(n, For) and n.kind is ForKind.VECTORIZED]  # fmt: skip
+    assert vector_loops
+    assert not any(isinstance(n, IfThenElse) for v in vector_loops for n in tir.walk(v.body))
+    assert any(isinstance(n, IfThenElse) for n in tir.walk(
+        tir.lower(s, [x, out], name="box", passes=without).body))  # the guard was there
+
+
 def test_unroll_copies_the_body_per_iteration() -> None:
     j = te.var("j")
     before = _func(
