@@ -311,7 +311,7 @@ class _HoistGuards(StmtMutator):
         parts = list(body.stmts) if isinstance(body, SeqStmt) else [body]
         guards = [_guarded(p) for p in parts]
         common: list[Expr] = []
-        if s.kind in _HOISTABLE and all(g is not None for g in guards):
+        if parts and s.kind in _HOISTABLE and all(g is not None for g in guards):
             keys = [{structural_key(c) for c in g} for g in guards]  # type: ignore[union-attr]
             common = [c for c in guards[0] or [] if _invariant(c, s.var)
                       and all(structural_key(c) in k for k in keys[1:])]  # fmt: skip
