@@ -419,7 +419,9 @@ def _vta_workload(wl: dict) -> tuple[Any, Any]:
 
     shape = (int(wl[f]) for f in _VTA_SHAPE)
     channel_scales, groups = bool(wl.get("channel_scales", False)), int(wl.get("groups", 1))
-    cw = Conv2dWorkload(*shape, channel_scales=channel_scales, groups=groups)
+    bottom, right = (int(wl[k]) if k in wl else None for k in ("pad_bottom", "pad_right"))
+    cw = Conv2dWorkload(*shape, channel_scales=channel_scales, groups=groups, pad_bottom=bottom,
+                        pad_right=right)  # fmt: skip
     return HWConfig.from_dict(dict(wl["hw"])), cw
 
 
@@ -452,7 +454,7 @@ def _vta_build(wl: dict, values: dict, target: str, seed: int) -> Artifact:
         relu = residual is None
         requant = {"requant": requant_params_per_channel(ratios, cfg, acc_bounds=bounds, relu=relu)}
     kern = conv2d(cfg, (cw.n, cw.ic, cw.h, cw.w), weight, bias, stride=(cw.stride_h, cw.stride_w),
-                  padding=(cw.pad_h, cw.pad_w), schedule=schedule_from(values), residual=residual,
+                  padding=cw.pads, schedule=schedule_from(values), residual=residual,
                   max_pool=pool, groups=cw.groups, **requant)  # fmt: skip
     inputs = {INPUT: kern.pack(x)}
     r = None
@@ -472,7 +474,7 @@ def _vta_flops(wl: dict) -> int:
 def _vta_check(wl: dict) -> None:
     fields = dict.fromkeys(_VTA_SHAPE, "size")
     fields.update(hw="dict", pad_h="pad", pad_w="pad", residual="flag?", channel_scales="flag?",
-                  groups="size?")  # fmt: skip
+                  groups="size?", pad_bottom="pad?", pad_right="pad?")  # fmt: skip
     check_fields("vta.conv2d", wl, fields)
     try:
         _, cw = _vta_workload(wl)

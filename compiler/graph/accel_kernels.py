@@ -210,13 +210,9 @@ def _anchored(cfg: HWConfig, graph: Graph, nodes: list[Node], vthreads: int) -> 
         kernel = vta.dense(cfg, x_shape[0], weight, bias, **common)
     else:
         a = anchor.attr_dict
-        top, left, bottom, right = a["pads"]
-        if (top, left) != (bottom, right):
-            raise ValueError(f"node {anchor.name!r}: the accelerator needs symmetric padding, "
-                             f"not {a['pads']}")  # fmt: skip
         window = tuple(pool.attr("kernel_shape")) if pool else None
         kernel = vta.conv2d(cfg, tuple(x_shape), weight, bias, stride=tuple(a["strides"]),
-                            padding=(top, left), max_pool=window, groups=a.get("group", 1),
+                            padding=tuple(a["pads"]), max_pool=window, groups=a.get("group", 1),
                             **common)  # fmt: skip
     return kernel, [INPUT, *([RESIDUAL] if add else []), OUTPUT]
 

@@ -95,8 +95,12 @@ class VtaKernel:
         if self.op == "dense":
             y = dense_reference(x, self.weight, self.bias, self.shift, self.relu, requant=rq)
             return y if self.residual is None else self._add(y, residual)
+        padding = (wl.pad_h, wl.pad_w)
+        if not wl.symmetric:  # zeros are exact (0 is the zero point): padded here, then none
+            x = np.pad(x, ((0, 0), (0, 0), (wl.pad_h, wl.pad_b), (wl.pad_w, wl.pad_r)))
+            padding = (0, 0)
         y = conv2d_reference(
-            x, self.weight, self.bias, (wl.stride_h, wl.stride_w), (wl.pad_h, wl.pad_w),
+            x, self.weight, self.bias, (wl.stride_h, wl.stride_w), padding,
             self.shift, self.relu, requant=rq, residual=self._residual(residual),
             add=self.residual, groups=wl.groups,
         )  # fmt: skip
@@ -226,7 +230,9 @@ def conv2d(
         data_shape: (N, C, H, W) of the int8 input.
         weight: (O, C / groups, KH, KW) int8; packed into the image as a constant.
         bias: (O,) int32 or None.
-        stride, padding: per dimension or one int for both; padding is zeros on each side.
+        stride, padding: per dimension or one int for both; padding is zeros on each side, or
+            (top, left, bottom, right) for different amounts before and after (TensorFlow's
+            "same" padding of strided convolutions, torch's even kernels).
         shift, relu: the shorthand requantization ``shift_requant(shift, relu)``: a floor
             arithmetic right shift, then a clip to [-127, 127] ([0, 127] with relu).
         schedule: the tiling knobs (need not divide the dimensions: edge tiles may be
@@ -256,11 +262,15 @@ def conv2d(
         raise ValueError(f"conv2d groups must be an int >= 1 dividing C={c}, not {groups!r}")
     if weight.ndim != 4 or weight.shape[1] != c // groups:
         raise ValueError(f"conv2d weights must be (O, {c // groups}, KH, KW), not {weight.shape}")
-    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
+    sh, sw = _pair(stride, "stride")
+    if isinstance(padding, tuple | list) and len(padding) == 4:  # (top, left, bottom, right)
+        ph, pw, pb, pr = (int(p) for p in padding)
+    else:
+        (ph, pw), pb, pr = _pair(padding, "padding"), None, None
     o, _, kh, kw = weight.shape
     pool = (1, 1) if max_pool is None else _pair(max_pool, "max_pool")
     scales = bool(requant.channel_multipliers)
-    wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw, *pool, scales, groups)
+    wl = Conv2dWorkload(n, c, h, w, o, kh, kw, sh, sw, ph, pw, *pool, scales, groups, pb, pr)
     wl.group_blocks(cfg)  # groups that do not fit the blocks: a ValueError naming them
     return _compile(cfg, "conv2d", wl, weight, bias, (shift, relu, requant, residual), schedule,
                     vthreads)  # fmt: skip
@@ -304,10 +314,12 @@ SHAPE_FIELDS = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "
 def tuning_workload(cfg: HWConfig, wl: Conv2dWorkload, residual: bool) -> dict:
     """The tuning workload of an accelerator conv2d/dense (``compiler.autotune.templates``):
     the hardware config, the conv2d's shape, whether a residual add is fused and (only when
-    set, so earlier logs keep their keys) whether the requantization is per channel."""
+    set, so earlier logs keep their keys) whether the requantization is per channel, the
+    groups and asymmetric padding's bottom and right."""
     shape = {f: getattr(wl, f) for f in SHAPE_FIELDS}
     extra = {"channel_scales": True} if wl.channel_scales else {}
     extra.update({"groups": wl.groups} if wl.groups > 1 else {})
+    extra.update({} if wl.symmetric else {"pad_bottom": wl.pad_b, "pad_right": wl.pad_r})
     return {"hw": cfg.to_dict(), **shape, "residual": residual, **extra}
 
 

@@ -136,7 +136,7 @@ def conv2d_te(
     X = te.placeholder((nb, icb, wl.h, wl.w, b, bi), "int8", name=INPUT)
     W = te.placeholder((ocb, rb, wl.kh, wl.kw, bo, bi), "int8", name=WEIGHTS)
     pad = te.compute(
-        (nb, icb, wl.h + 2 * ph, wl.w + 2 * pw, b, bi),
+        (nb, icb, wl.h + ph + wl.pad_b, wl.w + pw + wl.pad_r, b, bi),
         lambda n, c, y, x, i, k: te.if_then_else(
             te.all_of(y >= ph, y < wl.h + ph, x >= pw, x < wl.w + pw),
             X[n, c, y - ph, x - pw, i, k],

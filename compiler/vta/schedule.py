@@ -31,7 +31,9 @@ from .tile import memory_scopes
 
 @dataclass(frozen=True)
 class Conv2dWorkload:
-    """A conv2d's shape: data (n, ic, h, w), weights (oc, ic, kh, kw), stride and zero padding.
+    """A conv2d's shape: data (n, ic, h, w), weights (oc, ic, kh, kw), stride and zero padding
+(``pad_h`` rows above and ``pad_w`` columns left of the input; ``pad_bottom``/``pad_right``
+below and right of it, the same as above and left when None).
 
     ``pool_h``/``pool_w`` > 1: a non-overlapping max pooling (window = stride) fused after the
     epilogue; the output is then (ph, pw) = (oh // pool_h, ow // pool_w). ``channel_scales``:
@@ -57,15 +59,17 @@ class Conv2dWorkload:
     pool_w: int = 1
     channel_scales: bool = False
     groups: int = 1
+    pad_bottom: int | None = None
+    pad_right: int | None = None
 
     def __post_init__(self) -> None:
         names = ("n", "ic", "h", "w", "oc", "kh", "kw", "stride_h", "stride_w", "pool_h", "pool_w")
         for name in names:
             if getattr(self, name) < 1:
                 raise ValueError(f"conv2d {name} must be >= 1, not {getattr(self, name)!r}")
-        for name in ("pad_h", "pad_w"):
+        for name in ("pad_h", "pad_w", "pad_bottom", "pad_right"):
             pad = getattr(self, name)
-            if not 0 <= pad <= MAX_PAD:
+            if pad is not None and not 0 <= pad <= MAX_PAD:  # None: as the top or left one
                 raise ValueError(
                     f"conv2d {name} must be in [0, {MAX_PAD}] (the LOAD pad fields), not {pad!r}"
                 )
@@ -81,12 +85,31 @@ class Conv2dWorkload:
             )
 
     @property
+    def pad_b(self) -> int:
+        """Zero rows below the input: ``pad_bottom``, or ``pad_h`` (symmetric) when None."""
+        return self.pad_h if self.pad_bottom is None else self.pad_bottom
+
+    @property
+    def pad_r(self) -> int:
+        """Zero columns right of the input: ``pad_right``, or ``pad_w`` when None."""
+        return self.pad_w if self.pad_right is None else self.pad_right
+
+    @property
+    def symmetric(self) -> bool:
+        return (self.pad_b, self.pad_r) == (self.pad_h, self.pad_w)
+
+    @property
+    def pads(self) -> tuple[int, int, int, int]:
+        """(top, left, bottom, right), ONNX's order."""
+        return self.pad_h, self.pad_w, self.pad_b, self.pad_r
+
+    @property
     def oh(self) -> int:
-        return (self.h + 2 * self.pad_h - self.kh) // self.stride_h + 1
+        return (self.h + self.pad_h + self.pad_b - self.kh) // self.stride_h + 1
 
     @property
     def ow(self) -> int:
-        return (self.w + 2 * self.pad_w - self.kw) // self.stride_w + 1
+        return (self.w + self.pad_w + self.pad_r - self.kw) // self.stride_w + 1
 
     @property
     def ph(self) -> int:
@@ -105,7 +128,7 @@ class Conv2dWorkload:
     @property
     def wp(self) -> int:
         """Columns of an input tile in INP: the padded width."""
-        return self.w + 2 * self.pad_w
+        return self.w + self.pad_w + self.pad_r
 
     def rows_in(self, tile_h: int) -> int:
         """Input rows (padding included) that ``tile_h`` output rows read."""

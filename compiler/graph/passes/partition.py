@@ -11,8 +11,8 @@ where it runs, with the reason.
 The rules, one function per op (``PLACEMENT``):
 
 - ``tf.qconv2d``: input channels at least ``block_in`` (a first conv with 1 or 3 channels would
-  waste most of the GEMM core on zero padding), symmetric zero padding that fits the LOAD pad
-  fields, a requantization the ALU has (MUL only with ``alu_mul``), the config's acc width;
+  waste most of the GEMM core on zero padding), zero padding that fits the LOAD pad fields
+  (each side's amount its own: TensorFlow's "same" padding of strided convolutions too), a requantization the ALU has (MUL only with ``alu_mul``), the config's acc width;
   grouped (and depthwise) only with groups that fit the channel blocks
   (``compiler.vta.layout.group_blocks``: whole blocks per group, or whole groups per block with
   a block-diagonal weight tile) and unless ``grouped=False`` (none) or ``grouped="wide"``
@@ -82,9 +82,8 @@ def _place_conv(graph: Graph, node: Node, cfg: HWConfig) -> tuple[str, str]:
     if c < cfg.block_in:
         waste = 1 - c / _padded(c, cfg.block_in)
         return CPU, f"{c} input channel(s) < block_in {cfg.block_in} ({waste:.0%} padding)"
-    top, left, bottom, right = node.attr("pads")
-    if (top, left) != (bottom, right) or max(top, left) > MAX_PAD:
-        return CPU, f"padding {node.attr('pads')} must be symmetric and at most {MAX_PAD}"
+    if max(node.attr("pads")) > MAX_PAD:  # the LOAD's four pad fields: any amount per side
+        return CPU, f"padding {node.attr('pads')} must be at most {MAX_PAD} per side"
     problem = _requant_problem(node, cfg)
     if problem:
         return CPU, problem
@@ -182,9 +181,9 @@ def fit_problem(graph: Graph, nodes: list[Node], cfg: HWConfig) -> str | None:
     if anchor.op == "tf.qdense":
         wl = Conv2dWorkload(x[0], x[1], 1, 1, w[0], 1, 1, channel_scales=scales)
     else:
-        (sh, sw), (top, left, _, _) = a["strides"], a["pads"]
+        (sh, sw), (top, left, bottom, right) = a["strides"], a["pads"]
         wl = Conv2dWorkload(*x, w[0], w[2], w[3], sh, sw, top, left, *window, scales,
-                            a.get("group", 1))  # fmt: skip
+                            a.get("group", 1), bottom, right)  # fmt: skip
     return conv_fit_problem(cfg, wl, residual)
 
 

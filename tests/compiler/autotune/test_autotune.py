@@ -332,6 +332,28 @@ def test_a_depthwise_vta_task_is_extracted_with_its_groups_and_measured(builder,
     assert configs and all(r.ok for r in results), [r.message for r in results]
 
 
+def test_an_asymmetrically_padded_vta_task_carries_each_side_and_is_measured(builder, cyclesim):
+    """TensorFlow's "same" padding of a strided conv: the tuning workload names the bottom and
+    right padding (only then: symmetric workloads keep their keys), and every trial's output
+    is checked against the int8 reference of the same padding."""
+    from tensorforge.compiler.vta import conv2d
+    from tensorforge.compiler.vta.kernel import tuning_workload
+
+    cfg = HWConfig.preset("tiny")
+    kern = conv2d(cfg, (1, 8, 6, 6), np.ones((8, 8, 3, 3), np.int8), stride=2,
+                  padding=(0, 0, 1, 1))  # fmt: skip
+    wl = tuning_workload(cfg, kern.workload, False)
+    assert wl == {**TINY_CONV, "stride_h": 2, "stride_w": 2, "pad_h": 0, "pad_w": 0,
+                  "pad_bottom": 1, "pad_right": 1}  # fmt: skip
+    task = Task("vta.conv2d", wl, "vta -config=tiny")
+    assert task.flops == 2 * 8 * 9 * 8 * 9  # a 3x3 output
+    configs = [c.values for c in task.space][:3]
+    results = measure(task, configs, builder, cyclesim)
+    assert configs and all(r.ok for r in results), [r.message for r in results]
+    with pytest.raises(TaskError, match="pad_bottom"):
+        Task("vta.conv2d", {**wl, "pad_bottom": -1}, "vta -config=tiny")
+
+
 # ---- logs ----------------------------------------------------------------------------------------
 
 

@@ -306,3 +306,47 @@ def test_kernels_give_the_input_slots_their_images_take() -> None:
     mm = build_matmul(cfg, 4, 8, 8)
     out, _ = run_image(mm.image, mm.inputs(), "sim")
     assert np.array_equal(unpack_out(cfg, out["C"])[:, :8], mm.reference())
+
+
+ASYMMETRIC = {  # (top, left, bottom, right), stride, kernel: the "same" paddings users meet
+    "tf_same_stride2": ((0, 0, 1, 1), 2, 3),  # TensorFlow's SAME of a strided 3x3 (tf2onnx)
+    "torch_same_even": ((1, 1, 2, 2), 1, 4),  # torch's padding="same" with a 4x4 kernel
+    "one_side_each": ((0, 1, 1, 0), (1, 2), 2),
+    "uneven_rows": ((2, 0, 1, 3), 1, 3),
+}
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+@pytest.mark.parametrize("case", list(ASYMMETRIC))
+def test_asymmetric_padding_is_bit_exact(case: str, vthreads: int) -> None:
+    """Different zero padding before and after each axis (the LOAD's four pad fields), over
+    every fitting schedule of one thread count, on the behavioural and cycle-accurate
+    simulators; the oracle pads the input with numpy first (0 is the zero point)."""
+    from tensorforge.compiler.quantize import conv2d_int8
+
+    cfg = HWConfig.preset("tiny")
+    (top, left, bottom, right), stride, k = ASYMMETRIC[case]
+    x, w, b = _operands(21, (1, 8, 9, 7), (8, 8, k, k))
+    first = conv2d(cfg, x.shape, w, b, stride=stride, padding=(top, left, bottom, right), shift=10,
+                   vthreads=vthreads)  # fmt: skip
+    wl = first.workload
+    assert wl.pads == (top, left, bottom, right) and not wl.symmetric
+    padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    want = conv2d_int8(padded, w, b, stride=stride, requant=first.requant)
+    assert np.unique(want).size > 2
+    schedules = [s for s in candidate_schedules(cfg, wl, vthreads) if s.vthreads == vthreads]
+    assert len(schedules) > 3
+    for s in schedules[:: max(1, len(schedules) // 6)]:
+        kern = conv2d(cfg, x.shape, w, b, stride=stride, padding=(top, left, bottom, right),
+                      shift=10, schedule=s)  # fmt: skip
+        out, _ = kern.run(x)
+        assert np.array_equal(out, want), s
+    out, _ = first.run(x, "cyclesim")
+    assert np.array_equal(out, want)
+
+
+def test_asymmetric_padding_out_of_the_pad_fields_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="pad_bottom must be in"):
+        Conv2dWorkload(1, 8, 6, 6, 8, 3, 3, pad_h=0, pad_w=0, pad_bottom=99)
+    symmetric = Conv2dWorkload(1, 8, 6, 6, 8, 3, 3, pad_h=1, pad_w=1)
+    assert symmetric.symmetric and symmetric.pads == (1, 1, 1, 1)
