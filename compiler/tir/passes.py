@@ -336,7 +336,9 @@ def hoist_invariant_guards(func: PrimFunc) -> PrimFunc:
     a thread-bound or parallel loop keeps its body.
 
     before: for y in range(2) { for c in range(32) vectorized { if t*10 + y < 30 && c < n {S} } }
-    after:  for y in range(2) { if t*10 + y < 30 { for c in range(32) vectorized { if c < n {S} } } }
+    after:  for y in range(2) {
+              if t*10 + y < 30 { for c in range(32) vectorized { if c < n {S} } }
+            }
     """
     return func.with_body(_HoistGuards().visit(func.body))
 

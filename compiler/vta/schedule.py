@@ -32,16 +32,16 @@ from .tile import memory_scopes
 @dataclass(frozen=True)
 class Conv2dWorkload:
     """A conv2d's shape: data (n, ic, h, w), weights (oc, ic, kh, kw), stride and zero padding
-(``pad_h`` rows above and ``pad_w`` columns left of the input; ``pad_bottom``/``pad_right``
-below and right of it, the same as above and left when None).
+    (``pad_h`` rows above and ``pad_w`` columns left of the input; ``pad_bottom``/``pad_right``
+    below and right of it, the same as above and left when None).
 
-    ``pool_h``/``pool_w`` > 1: a non-overlapping max pooling (window = stride) fused after the
-    epilogue; the output is then (ph, pw) = (oh // pool_h, ow // pool_w). ``channel_scales``:
-    the requantization multiplies by one integer per output channel (per-channel weight scales),
-    a second per-channel vector in the accumulator buffer beside the bias. ``groups`` > 1: a
-    grouped (``groups == ic``: depthwise) conv whose weights are (oc, ic / groups, kh, kw); each
-    output-channel block reduces only over the input-channel blocks of its groups
-    (``layout.group_blocks``), and the schedule's ``tile_ic`` chunks that reduction.
+        ``pool_h``/``pool_w`` > 1: a non-overlapping max pooling (window = stride) fused after the
+        epilogue; the output is then (ph, pw) = (oh // pool_h, ow // pool_w). ``channel_scales``:
+        the requantization multiplies by one integer per output channel (per-channel weight scales),
+        a second per-channel vector in the accumulator buffer beside the bias. ``groups`` > 1: a
+        grouped (``groups == ic``: depthwise) conv whose weights are (oc, ic / groups, kh, kw); each
+        output-channel block reduces only over the input-channel blocks of its groups
+        (``layout.group_blocks``), and the schedule's ``tile_ic`` chunks that reduction.
     """
 
     n: int
@@ -73,6 +73,9 @@ below and right of it, the same as above and left when None).
                 raise ValueError(
                     f"conv2d {name} must be in [0, {MAX_PAD}] (the LOAD pad fields), not {pad!r}"
                 )
+        for name, same in (("pad_bottom", self.pad_h), ("pad_right", self.pad_w)):
+            if getattr(self, name) == same:  # one form per padding: equal workloads compare equal
+                object.__setattr__(self, name, None)
         if self.groups < 1 or self.ic % self.groups or self.oc % self.groups:
             raise ValueError(f"conv2d groups must be >= 1 and divide ic={self.ic} and "
                              f"oc={self.oc}, not {self.groups!r}")  # fmt: skip

@@ -12,7 +12,8 @@ The rules, one function per op (``PLACEMENT``):
 
 - ``tf.qconv2d``: input channels at least ``block_in`` (a first conv with 1 or 3 channels would
   waste most of the GEMM core on zero padding), zero padding that fits the LOAD pad fields
-  (each side's amount its own: TensorFlow's "same" padding of strided convolutions too), a requantization the ALU has (MUL only with ``alu_mul``), the config's acc width;
+  (each side's amount its own: TensorFlow's "same" padding of strided convolutions too), a
+  requantization the ALU has (MUL only with ``alu_mul``), the config's acc width;
   grouped (and depthwise) only with groups that fit the channel blocks
   (``compiler.vta.layout.group_blocks``: whole blocks per group, or whole groups per block with
   a block-diagonal weight tile) and unless ``grouped=False`` (none) or ``grouped="wide"``

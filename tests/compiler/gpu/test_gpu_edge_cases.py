@@ -9,10 +9,10 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
+from compiler_ops import sum_atol
 from onnx import TensorProto, helper, numpy_helper
 
 import tensorforge
-from compiler_ops import sum_atol
 
 RNG = np.random.default_rng(0)
 F32 = TensorProto.FLOAT

@@ -10,12 +10,12 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
+from compiler_ops import sum_atol
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import tensorforge
-from compiler_ops import sum_atol
 from tensorforge.compiler import te
 from tensorforge.compiler.codegen.gpu import GPULimitError, gpu_payload, split_kernels
 from tensorforge.compiler.target import Target

@@ -239,11 +239,19 @@ def test_hoisted_guards_keep_results_and_vectorize_a_padded_copy() -> None:
     from tensorforge.compiler.build import build
 
     x = te.placeholder((2, 30, 16, 16), "float32", name="x")  # blocks, rows, columns, lanes
-    pad = te.compute((2, 32, 18, 16), lambda b, h, w, c: te.if_then_else(
-        te.all_of(h >= 1, h <= 30, w >= 1, w <= 16), x[b, h - 1, w - 1, c], 0.0), name="pad")
+    pad = te.compute(
+        (2, 32, 18, 16),
+        lambda b, h, w, c: te.if_then_else(
+            te.all_of(h >= 1, h <= 30, w >= 1, w <= 16), x[b, h - 1, w - 1, c], 0.0
+        ),
+        name="pad",
+    )
     ry, rx = te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
-    out = te.compute((2, 30, 16, 16), lambda b, h, w, c: te.sum(
-        pad[b, h + ry, w + rx, c], axis=[ry, rx]), name="out")
+    out = te.compute(
+        (2, 30, 16, 16),
+        lambda b, h, w, c: te.sum(pad[b, h + ry, w + rx, c], axis=[ry, rx]),
+        name="out",
+    )
     s = te.create_schedule(out.op)
     b, h, w, c = out.op.axis
     ho, _ = s[out].split(h, factor=8)  # 30 rows in tiles of 8: the last tile overruns
@@ -254,7 +262,7 @@ def test_hoisted_guards_keep_results_and_vectorize_a_padded_copy() -> None:
     s[out].vectorize(c)  # fmt: skip
     xv = np.random.default_rng(0).standard_normal((2, 30, 16, 16)).astype(np.float32)
     padded = np.pad(xv, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    want = sum(padded[:, a:a + 30, b:b + 16] for a in range(3) for b in range(3))
+    want = sum(padded[:, a : a + 30, b : b + 16] for a in range(3) for b in range(3))
     without = [p for p in tir.DEFAULT_PIPELINE if p is not tir.hoist_invariant_guards]
     hoisted = tir.lower(s, [x, out], name="box")
     for func in (hoisted, tir.lower(s, [x, out], name="box", passes=without)):
@@ -268,8 +276,10 @@ def test_hoisted_guards_keep_results_and_vectorize_a_padded_copy() -> None:
                     if isinstance(n, For) and n.kind is ForKind.VECTORIZED]  # fmt: skip
     assert vector_loops
     assert not any(isinstance(n, IfThenElse) for v in vector_loops for n in tir.walk(v.body))
-    assert any(isinstance(n, IfThenElse) for n in tir.walk(
-        tir.lower(s, [x, out], name="box", passes=without).body))  # the guard was there
+    assert any(
+        isinstance(n, IfThenElse)
+        for n in tir.walk(tir.lower(s, [x, out], name="box", passes=without).body)
+    )  # the guard was there
 
 
 def test_unroll_copies_the_body_per_iteration() -> None:

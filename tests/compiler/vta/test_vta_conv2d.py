@@ -350,3 +350,7 @@ def test_asymmetric_padding_out_of_the_pad_fields_is_refused_by_name() -> None:
         Conv2dWorkload(1, 8, 6, 6, 8, 3, 3, pad_h=0, pad_w=0, pad_bottom=99)
     symmetric = Conv2dWorkload(1, 8, 6, 6, 8, 3, 3, pad_h=1, pad_w=1)
     assert symmetric.symmetric and symmetric.pads == (1, 1, 1, 1)
+    assert (
+        Conv2dWorkload(1, 8, 6, 6, 8, 3, 3, pad_h=1, pad_w=1, pad_bottom=1, pad_right=1)
+        == symmetric
+    )
