@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..schedule.stage import ForKind
-from ..te.expr import BinOp, Call, CallKind, Expr, IntImm, Op, Select, Var
+from ..te.expr import BinOp, Call, CallKind, Expr, IntImm, Op, Select, Var, all_of
 from ..te.visitor import pre_order, structural_key
 from .arith import Analyzer
 from .gpu import (
@@ -291,13 +291,6 @@ def _invariant(cond: Expr, var: Var) -> bool:
     )  # fmt: skip
 
 
-def _all_of(conds: list[Expr]) -> Expr:
-    out = conds[0]
-    for c in conds[1:]:
-        out = BinOp(Op.AND, out, c, "bool")
-    return out
-
-
 def _guarded(stmt: Stmt) -> list[Expr] | None:
     """The conjuncts of `stmt`'s guard when it is an `if` without an else, else None."""
     if isinstance(stmt, IfThenElse) and stmt.else_case is None:
@@ -321,9 +314,9 @@ class _HoistGuards(StmtMutator):
         inner = []
         for part, conds in zip(parts, guards, strict=True):
             rest = [c for c in conds or [] if structural_key(c) not in hoisted]
-            inner.append(IfThenElse(_all_of(rest), part.then_case) if rest else part.then_case)
+            inner.append(IfThenElse(all_of(*rest), part.then_case) if rest else part.then_case)
         loop = For(s.var, s.min, s.extent, s.kind, seq(*inner), s.thread_tag)
-        return IfThenElse(_all_of(common), loop)
+        return IfThenElse(all_of(*common), loop)
 
 
 def hoist_invariant_guards(func: PrimFunc) -> PrimFunc:
