@@ -281,7 +281,7 @@ def _tree_counts(expr: Any, leaves: Sequence[Any]) -> tuple[int, list[int]]:
     stack = [expr]
     while stack:
         node = stack[-1]
-        kids = list(children(node))
+        kids = children(node)
         todo = [k for k in kids if id(k) not in done]
         if todo:
             stack.extend(todo)

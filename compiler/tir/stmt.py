@@ -233,7 +233,7 @@ def walk(node: Stmt | Expr) -> Iterator[Stmt | Expr]:
     while stack:
         item = stack.pop()
         yield item
-        stack.extend(reversed(list(children(item, (Expr, Stmt)))))
+        stack.extend(reversed(children(item, (Expr, Stmt))))
 
 
 def const_int(expr: Expr) -> int | None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 from ..schedule.primitives import ScheduleError
 from ..te.expr import Expr, ProducerLoad, Reduce, Var
 from ..te.intrin import TensorIntrin
 from ..te.tensor import IterVar, IterVarKind
-from ..te.visitor import expr_to_str, pre_order, substitute
+from ..te.visitor import expr_to_str, field_names, pre_order, substitute
 from .arith import Analyzer
 from .bound import StageBounds
 from .stmt import BufferRegion, Stmt
@@ -27,8 +26,8 @@ def _shape_key(expr: Expr) -> Any:
         # the tile and stride checks match the ones inside.
         return ("reduce", expr.combiner.name, _shape_key(expr.source))
     parts: list[Any] = [type(expr).__name__]
-    for f in fields(expr):
-        value = getattr(expr, f.name)
+    for name in field_names(expr):
+        value = getattr(expr, name)
         if isinstance(value, Expr):
             parts.append(_shape_key(value))
         elif isinstance(value, tuple):
