@@ -73,3 +73,20 @@ def worker_json(script: str, threads: int, *args: str) -> dict:
     if done.returncode != 0:
         raise RuntimeError(f"worker with {threads} thread(s) failed:\n{done.stderr}")
     return json.loads(done.stdout.splitlines()[-1])
+
+
+def import_tvm() -> Any:
+    """apache-tvm, when `import tvm` works or works from the folder named by `TVM_PYTHONPATH`
+    (appended to sys.path, e.g. after `pip install --target DIR apache-tvm`); else None."""
+    try:
+        import tvm
+    except ImportError:
+        extra = os.environ.get("TVM_PYTHONPATH")
+        if not extra:
+            return None
+        sys.path.append(extra)
+        try:
+            import tvm
+        except ImportError:
+            return None
+    return tvm

@@ -37,12 +37,11 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from typing import Any
 
 import numpy as np
-from machine import cpu_model, median_ms, random_inputs
+from machine import cpu_model, import_tvm, median_ms, random_inputs
 
 MODELS = ("resnet18", "mobilenet_v2", "mobilenet_v2_blocks", "encoder")
 
@@ -89,23 +88,8 @@ def _onnxruntime(model: Any, inputs: dict, repeat: int) -> tuple[float, float, l
     return compile_s, median_ms(lambda: sess.run(None, inputs), repeat), outputs
 
 
-def _import_tvm() -> Any:
-    try:
-        import tvm
-    except ImportError:
-        extra = os.environ.get("TVM_PYTHONPATH")
-        if not extra:
-            return None
-        sys.path.append(extra)
-        try:
-            import tvm
-        except ImportError:
-            return None
-    return tvm
-
-
 def _tvm(model: Any, inputs: dict, repeat: int) -> tuple[float, float] | None:
-    tvm = _import_tvm()
+    tvm = import_tvm()
     if tvm is None:
         return None
     import llvmlite.binding as llvm

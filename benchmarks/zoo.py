@@ -13,7 +13,10 @@ standard ONNX exporter (TorchScript-based; the dynamo exporter only where that f
   (TensorForge: `runtime.device.cpu.set_num_threads`; onnxruntime: `intra_op_num_threads`).
 - The peak resident memory (ru_maxrss) of each runtime in a child process of its own that loads
   the model from the ONNX file (TensorForge: compile; onnxruntime: session creation) and runs it
-  once. Python, numpy and the runtime's own libraries count in both.
+  once. Python, numpy and the runtime's own libraries count in both. When apache-tvm imports
+  (installed, or from the folder named by `TVM_PYTHONPATH`), the `--memory-only` table adds its
+  compile's peak (Relax frontend, `tvm.compile`, untuned) as a third peer: a compiler's figure
+  beside a compiler's.
 
 Needs the `zoo` extra (torch, torchvision, onnxscript, onnxruntime): `pip install
 'tensorforge[zoo]'`. torch only exports: the timing and memory processes never import it.
@@ -48,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from machine import cpu_model, random_inputs
+from machine import cpu_model, import_tvm, random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "zoo"
@@ -334,9 +337,27 @@ def _memory_child(runtime: str, name: str, input_name: str) -> None:
         else:
             module = tensorforge.Module.load(path.with_suffix(".tfm"))
         module.run(inputs)
+    elif runtime == "apache-tvm":
+        _tvm_compile_and_run(path, inputs)
     else:
         _ort_session(path, 1).run(None, inputs)
     print(_peak_rss_mib())
+
+
+def _tvm_compile_and_run(path: Path, inputs: dict[str, np.ndarray]) -> None:
+    """apache-tvm's compile of the ONNX file (Relax frontend, `tvm.compile` with its default
+    pipeline for the host CPU, untuned, as benchmarks/models.py does) and one run, on one thread."""
+    os.environ["TVM_NUM_THREADS"] = "1"
+    tvm = import_tvm()
+    import onnx
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+    from tvm.target.codegen import llvm_get_system_cpu
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": llvm_get_system_cpu()})
+    executable = tvm.compile(from_onnx(onnx.load(str(path))), target=target)
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    vm["main"](*[tvm.runtime.tensor(v) for v in inputs.values()])
 
 
 def measure_memory(row: dict[str, Any]) -> None:
@@ -347,6 +368,8 @@ def measure_memory(row: dict[str, Any]) -> None:
     row["ort_mib"] = peak_mib("onnxruntime", name, input_name)
     if (CACHE / f"{name}.tfm").exists():
         row["tf_load_mib"] = peak_mib("tensorforge-load", name, input_name)
+    if import_tvm() is not None:
+        row["tvm_mib"] = peak_mib("apache-tvm", name, input_name)
 
 
 def memory_row(name: str) -> dict[str, Any]:
@@ -363,19 +386,30 @@ def memory_row(name: str) -> dict[str, Any]:
 
 def memory_table(rows: list[dict[str, Any]]) -> str:
     """The peak-memory columns of `rows` as a text table, with the geometric mean and worst."""
-    lines = [f"{'model':<26} {'tf':>6} {'tf.tfm':>6} {'ort':>6} {'x':>6} {'x.tfm':>6}"]
-    keys = {"compile": RATIOS["mem compile"], "load": RATIOS["mem load"]}
+    lines = [
+        f"{'model':<26} {'tf':>6} {'tf.tfm':>6} {'ort':>6} {'tvm':>6} {'x':>6} {'x.tfm':>6} "
+        f"{'x.tvm':>6}"
+    ]
+    keys = {"compile": RATIOS["mem compile"], "load": RATIOS["mem load"], "tvm": RATIOS["mem tvm"]}
     ratios: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         x = {k: _ratio(r, *pair) for k, pair in keys.items()}
         for k, v in x.items():
             if v is not None:
                 ratios[k].append(v)
-        mib = [_fmt(r.get(k), "6.1f") for k in ("tf_mib", "tf_load_mib", "ort_mib")]
-        lines.append(f"{r['model']:<26} {' '.join(mib)} {_x(x['compile']):>6} {_x(x['load']):>6}")
+        mib = [
+            f"{_fmt(r.get(k), '6.1f'):>6}" for k in ("tf_mib", "tf_load_mib", "ort_mib", "tvm_mib")
+        ]
+        xs = " ".join(f"{_x(x[k]):>6}" for k in keys)
+        lines.append(f"{r['model']:<26} {' '.join(mib)} {xs}")
     for title, pick in (("geometric mean", _geomean), ("worst (largest)", max)):
-        v = {k: _x(pick(ratios[k])) if ratios[k] else "n/a" for k in keys}
-        lines.append(f"{title:<26} {'':>20} {v['compile']:>6} {v['load']:>6}")
+        xs = " ".join(f"{_x(pick(ratios[k])) if ratios[k] else 'n/a':>6}" for k in keys)
+        lines.append(f"{title:<26} {'':>27} {xs}")
+    lines.append(
+        "(peak MiB, VmHWM of a child process per runtime that loads the model and runs it once: "
+        "tf compiles the ONNX file, tf.tfm loads the saved module, ort creates a session, tvm "
+        "compiles with apache-tvm; x = tf / ort, x.tfm = tf.tfm / ort, x.tvm = tvm / ort)"
+    )
     return "\n".join(lines)
 
 
@@ -506,6 +540,7 @@ RATIOS = {
     "2 threads": ("tf_ms_2", "ort_ms_2"),
     "mem compile": ("tf_mib", "ort_mib"),
     "mem load": ("tf_load_mib", "ort_mib"),
+    "mem tvm": ("tvm_mib", "ort_mib"),  # apache-tvm's compile, when it ran (memory table only)
 }
 
 
