@@ -1,6 +1,8 @@
 """Fixtures shared by the test tree: the RTL simulators the `rtl` tests run on; and the write
 checks of compiled kernels (runtime/guard.py) on for the whole suite, so a kernel that writes
-outside its arguments fails the test that ran it (set TENSORFORGE_CHECK_WRITES=0 to compare)."""
+outside its arguments fails the test that ran it (set TENSORFORGE_CHECK_WRITES=0 to compare),
+and the loop-IR verifier after every pass of the lowering pipeline (TENSORFORGE_VERIFY_EACH_PASS;
+compiles outside the suite check before the first pass and after the last)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TENSORFORGE_CHECK_WRITES", "1")
+os.environ.setdefault("TENSORFORGE_VERIFY_EACH_PASS", "1")  # the loop-IR verifier after each pass
 
 _TOOLS = {"icarus": "iverilog", "verilator": "verilator"}
 

@@ -343,6 +343,26 @@ def test_verifier_reports_broken_invariants(body, message) -> None:
         tir.verify_func(_func(body), "test")
 
 
+@pytest.mark.parametrize("each", ["1", "0"])
+def test_pipeline_verifies_after_each_pass_or_after_the_last(monkeypatch, each) -> None:
+    """A pass that breaks an invariant is caught either way: named with
+    TENSORFORGE_VERIFY_EACH_PASS=1 (the suite's setting), after the last pass without it."""
+    from tensorforge.compiler.tir.passes import VERIFY_EACH_PASS_ENV, run_pipeline
+
+    def breaks_types(func):
+        return func.with_body(BufferStore(X, te.const(1), (te.const(0),)))
+
+    def keeps(func):
+        return func
+
+    monkeypatch.setenv(VERIFY_EACH_PASS_ENV, each)
+    where = "breaks_types" if each == "1" else f"the passes .set {VERIFY_EACH_PASS_ENV}=1"
+    with pytest.raises(VerifyError, match=f"verify after {where}.*store of 'int32' into X"):
+        run_pipeline(_func(tir.Evaluate(te.const(0))), [breaks_types, keeps])
+    body = BufferStore(X, te.const(2.0), (te.const(0),))
+    assert run_pipeline(_func(body), [keeps, keeps]).body is body
+
+
 def test_verifier_rejects_a_loop_variable_redefined_in_its_loop() -> None:
     i = te.var("i")
     body = _loop(i, 2, _loop(i, 2, BufferStore(X, te.const(1.0), (i,))))
