@@ -332,9 +332,48 @@ class KernelPrinter:
             self.uses_fp16 = True
             if src == "float16":
                 as_float = self.half_to_float(text)
-                return as_float if dst == "float32" else f"(({self.ctype(dst)}){as_float})"
+                if dst == "float32":
+                    return as_float
+                if dt.is_int(dst):
+                    return self.float_to_int(as_float, "float32", dst, via_int64=dst == "uint32")
+                return f"(({self.ctype(dst)}){as_float})"
             return self.float_to_half(text if src == "float32" else f"((float){text})")
+        if dt.is_float(src) and dt.is_int(dst):
+            return self.float_to_int(text, src, dst)
         return f"(({self.ctype(dst)}){text})"
+
+    def float_to_int(self, text: str, src: str, dst: str, via_int64: bool = False) -> str:
+        """A float converted to an integer as C casts do on x86-64, as the CPU back-end does
+        (`llvm_expr` `_float_to_int`: onnxruntime's static_cast, numpy's astype): C leaves
+        out-of-range values, infinities and NaN undefined, and PoCL gave 4294967295 for NaN
+        into uint32 and -32768 for 3e9 into int16 (from float64; 0 from float32).
+
+        - int32/int64: truncation inside the type; outside it, or NaN, the type's lowest value
+          (x86's `cvtt`);
+        - 8- and 16-bit: the int32 result's low bits;
+        - uint32/uint64: that of `x` below 2**(bits-1), else that of `x - 2**(bits-1)` with the
+          top bit flipped; `via_int64` (float16 into uint32): the int64 result's low bits.
+        """
+        bits = 64 if dt.bits(dst) == 64 or via_int64 else 32
+        name = f"tf_f2i_{src}_{dst}{'_via64' if via_int64 else ''}"
+        if name not in self.helpers:
+            f, t = self.ctype(src), self.ctype(dst)
+            wide = self.ctype("int64" if bits == 64 else "int32")
+            half = f"{float(2 ** (bits - 1))!r}{'' if src == 'float64' else 'f'}"
+            lowest = f"(({wide})(-{2 ** (bits - 1) - 1} - 1))"
+
+            def cvtt(x: str) -> str:
+                return f"(({x}) >= -{half} && ({x}) < {half} ? ({wide})({x}) : {lowest})"
+
+            if dt.is_uint(dst) and dt.bits(dst) >= 32 and not via_int64:
+                top = f"(({t})1 << {bits - 1})"
+                body = (
+                    f"return a >= {half} ? ({t}){cvtt(f'a - {half}')} ^ {top} : ({t}){cvtt('a')};"
+                )
+            else:
+                body = f"return ({t}){cvtt('a')};"
+            self.helpers[name] = f"{self.d.helper_prefix} {t} {name}({f} a) {{ {body} }}"
+        return f"{name}({text})"
 
     def half_to_float(self, text: str) -> str:
         return f"__half2float({text})" if self.d is CUDA else text

@@ -75,6 +75,42 @@ def test_folded_grids_compile_with_nvrtc() -> None:
     assert "block_fold" in payload["source"] and ".target sm_80" in payload["ptx"]
 
 
+CAST_SPECIALS = [np.nan, np.inf, -np.inf, 3e9, -3e9, 5e9, -1.0, 1e19, 2.5e19, -1e19, 1.5, -2.7,
+                 2147483520.0, 4294967040.0, 65504.0, -65504.0, 300.7, -129.5, 0.0]  # fmt: skip
+CAST_INTS = ["int32", "uint32", "int64", "uint64", "int16", "uint16", "int8", "uint8"]
+
+
+def _cast_model(src: str, to: str, n: int):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(to))
+    source = helper.np_dtype_to_tensor_dtype(np.dtype(src))
+    return _model([helper.make_node("Cast", ["x"], ["y"], to=elem)], [("x", source, [n])],
+                  [("y", elem, [n])])  # fmt: skip
+
+
+@pytest.mark.parametrize("src", ["float32", "float64", "float16"])
+def test_casts_of_out_of_range_floats_on_opencl_are_cs_on_x86(src: str) -> None:
+    """(GPU out-of-range casts) C leaves a float outside the integer type undefined: PoCL gave
+    4294967295 for NaN into uint32 and -32768 for 3e9 into int16 from float64. The GPU code
+    converts as the CPU back-end does (x86-64's C casts: numpy's astype, onnxruntime's
+    static_cast), for every float type into every integer type."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.array(CAST_SPECIALS * 3, dtype=src)  # (float16: 3e9 and 1e19 are inf)
+    for to in CAST_INTS:
+        with np.errstate(invalid="ignore"):
+            want = x.astype(to)
+        got = tensorforge.compile(_cast_model(src, to, x.size), target="opencl").run({"x": x})
+        np.testing.assert_array_equal(got["y"], want, err_msg=f"{src} -> {to}")
+
+
+def test_casts_of_floats_to_integers_compile_with_nvrtc() -> None:
+    pytest.importorskip("nvidia.cuda_nvrtc")
+    for src in ("float32", "float64", "float16"):
+        for to in CAST_INTS:
+            module = tensorforge.compile(_cast_model(src, to, 57), target="cuda -arch=sm_80")
+            payload = json.loads(module.kernels[0].payload)
+            assert "tf_f2i_" in payload["source"] and ".target sm_80" in payload["ptx"]
+
+
 @pytest.mark.parametrize("target", ["opencl", "llvm"])
 @pytest.mark.parametrize("n", [10, 100])  # 100: the row template (`gpu.row_reduce`)
 def test_max_and_min_of_infinite_rows_are_infinite(n: int, target: str) -> None:
