@@ -1,8 +1,10 @@
 """Fixtures shared by the test tree: the RTL simulators the `rtl` tests run on; and the write
 checks of compiled kernels (runtime/guard.py) on for the whole suite, so a kernel that writes
 outside its arguments fails the test that ran it (set TENSORFORGE_CHECK_WRITES=0 to compare),
-and the loop-IR verifier after every pass of the lowering pipeline (TENSORFORGE_VERIFY_EACH_PASS;
-compiles outside the suite check before the first pass and after the last)."""
+the loop-IR verifier after every pass of the lowering pipeline (TENSORFORGE_VERIFY_EACH_PASS;
+compiles outside the suite check before the first pass and after the last), and the kernel
+cache's fingerprints checked against the code a repeat generates (TENSORFORGE_CHECK_KERNEL_CACHE,
+compile.KernelCache.build_lowered)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 
 os.environ.setdefault("TENSORFORGE_CHECK_WRITES", "1")
 os.environ.setdefault("TENSORFORGE_VERIFY_EACH_PASS", "1")  # the loop-IR verifier after each pass
+os.environ.setdefault("TENSORFORGE_CHECK_KERNEL_CACHE", "1")  # repeats built and compared anyway
 
 _TOOLS = {"icarus": "iverilog", "verilator": "verilator"}
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import os
 import re
 import time
 import zlib
@@ -28,7 +29,8 @@ from ...runtime.module import Call, KernelImage, Module, TensorSpec
 from ..codegen.llvm import CodegenOptions, generate
 from ..codegen.llvm_jit import emit_object, target_features
 from ..target import Target
-from ..tir import lower
+from ..tir import DEFAULT_PIPELINE, lower_schedule, run_pipeline
+from ..tir.fingerprint import fingerprint
 from .ir import Graph, GraphError, Node
 from .lower_te import Kernel, lower_group
 from .passes import FusedGroup, group_order, optimize
@@ -71,6 +73,16 @@ def label_nodes(graph: Graph, nodes: tuple[str, ...]) -> str:
     return f"{'+'.join(graph.node(n).op for n in nodes)} ({nodes[0]})"
 
 
+#: with this environment variable "1", `KernelCache.build_lowered` builds a repeat anyway and
+#: checks that it comes to the same LLVM IR (the test suite sets it, tests/conftest.py)
+CHECK_CACHE_ENV = "TENSORFORGE_CHECK_KERNEL_CACHE"
+
+
+class KernelCacheError(AssertionError):
+    """Two functions with one fingerprint that generated different code (a fingerprint that
+    misses something the passes or the code generator read): a compiler bug."""
+
+
 class KernelCache:
     """The kernels built so far in one compile, by what they compute: a fused group whose LLVM
     IR equals an earlier group's, but for its symbol, with parameters of the same dtypes and
@@ -78,10 +90,38 @@ class KernelCache:
     to the same code: ResNet-50's 57 groups are 28 kernels, ViT-B/16's 197 are 19 (its encoder
     layers differ only in their weights, which are arguments). TVM's compile engine caches
     lowered functions by their structure the same way. The key is two hashes of the IR text
-    (Python's keyed SipHash and CRC-32) and its length, so the cache holds no IR."""
+    (Python's keyed SipHash and CRC-32) and its length, so the cache holds no IR.
+
+    `build_lowered` finds a repeat earlier, from the loop IR before the pass pipeline
+    (`tir.fingerprint`), and skips the passes and code generation too: those were four fifths
+    of the compile time of ViT-B/16's 178 repeated groups."""
 
     def __init__(self) -> None:
         self._built: dict[tuple[Any, ...], KernelImage] = {}
+        self._lowered: dict[tuple[int, int, int], KernelImage] = {}
+        self.pipeline_s = 0.0  # seconds in the pass pipeline (`build_lowered`)
+
+    def build_lowered(self, func: Any, target: Target, meta: dict[str, Any]) -> KernelImage:
+        """The kernel of `func`, loop IR before the pass pipeline (`tir.lower_schedule`): that
+        of an earlier function with its fingerprint, else the pipeline's and LLVM's (`build`).
+        With TENSORFORGE_CHECK_KERNEL_CACHE=1 a repeat is built anyway and must come to the
+        earlier kernel's code (KernelCacheError)."""
+        key = fingerprint(func)
+        earlier = self._lowered.get(key) if key is not None else None
+        if earlier is not None and os.environ.get(CHECK_CACHE_ENV) != "1":
+            return earlier
+        start = time.perf_counter()
+        func = run_pipeline(func, DEFAULT_PIPELINE)
+        self.pipeline_s += time.perf_counter() - start
+        image = self.build(func, target, meta)
+        if earlier is not None and image is not earlier:
+            raise KernelCacheError(
+                f"kernel cache: {func.name} has the fingerprint of {earlier.name} but lowers "
+                "to other code"
+            )
+        if key is not None:
+            self._lowered.setdefault(key, image)
+        return image
 
     def build(self, func: Any, target: Target, meta: dict[str, Any]) -> KernelImage:
         """The kernel of lowered function `func`: built with LLVM, or the earlier equal one."""
@@ -291,11 +331,13 @@ def build_cpu_group(
         times[1] += time.perf_counter() - t0
         return image, call
     kernel = lower_group(graph, group, target=str(target))  # its features pick int8 kernels
-    func = lower(kernel.schedule, kernel.args, name=kernel_symbol(k, group.name))
-    t1 = time.perf_counter()
-    image = (cache or KernelCache()).build(func, target, meta)
-    times[0] += t1 - t0
-    times[1] += time.perf_counter() - t1
+    func = lower_schedule(kernel.schedule, kernel.args, name=kernel_symbol(k, group.name))
+    cache = cache or KernelCache()
+    t1, pipeline_s = time.perf_counter(), cache.pipeline_s
+    image = cache.build_lowered(func, target, meta)
+    pipeline_s = cache.pipeline_s - pipeline_s
+    times[0] += t1 - t0 + pipeline_s
+    times[1] += time.perf_counter() - t1 - pipeline_s
     for name in kernel.params:
         if name in kernel.constants or name in graph.constants:
             constants[name] = kernel.constants.get(name, graph.constants.get(name))

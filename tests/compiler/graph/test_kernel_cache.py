@@ -35,8 +35,8 @@ _CACHED = compile_mod.KernelCache
 
 def _compile_uncached(graph, monkeypatch: pytest.MonkeyPatch) -> Module:  # noqa: ANN001
     class Uncached(_CACHED):
-        def build(self, func, target, meta):  # noqa: ANN001, ANN202
-            return _CACHED().build(func, target, meta)
+        def build_lowered(self, func, target, meta):  # noqa: ANN001, ANN202
+            return _CACHED().build_lowered(func, target, meta)
 
     with monkeypatch.context() as m:
         m.setattr(compile_mod, "KernelCache", Uncached)
@@ -139,3 +139,29 @@ def test_gpu_groups_of_the_same_code_share_a_kernel_on_opencl() -> None:
     assert len(module.kernels) < len(module.calls) == module.stats["calls"]
     want = run_graph(graph, feed)[graph.outputs[0]]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_repeats_skip_the_pass_pipeline(monkeypatch) -> None:  # noqa: ANN001
+    """Outside the suite's check mode, a group whose loop IR has an earlier group's fingerprint
+    (`tir.fingerprint`) takes that kernel before the pass pipeline: the pipeline runs once per
+    kernel, not once per call, and the module computes the same."""
+    graph, feed = _blocks((0.5,) * 4, (16,) * 4)
+    runs = []
+    real = compile_mod.run_pipeline
+    monkeypatch.setattr(compile_mod, "run_pipeline", lambda f, p: runs.append(f.name) or real(f, p))
+    monkeypatch.setenv(compile_mod.CHECK_CACHE_ENV, "0")
+    module = compile_graph(graph, progress=False)
+    assert len(runs) == len(module.kernels) < len(module.calls)
+    want = run_graph(graph, feed)[graph.outputs[0]]
+    np.testing.assert_allclose(module.run(feed)[graph.outputs[0]], want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_check_mode_catches_a_fingerprint_that_misses_a_difference(monkeypatch) -> None:  # noqa: ANN001
+    """With TENSORFORGE_CHECK_KERNEL_CACHE=1 (the suite's setting) a repeat is built anyway and
+    must come to the earlier kernel's code: a fingerprint blind to the Mul's scale (0.5 against
+    0.25, folded into the code) is caught, not shared."""
+    monkeypatch.setattr(compile_mod, "fingerprint", lambda func: (0, 0, 0))
+    monkeypatch.setenv(compile_mod.CHECK_CACHE_ENV, "1")
+    graph, _ = _blocks((0.5, 0.25), (16, 16))
+    with pytest.raises(compile_mod.KernelCacheError, match="has the fingerprint of"):
+        compile_graph(graph, progress=False)
