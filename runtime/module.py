@@ -24,6 +24,7 @@ import numbers
 import struct
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,17 @@ ARENA_ALIGN = 64
 
 class ModuleFormatError(ValueError):
     """A module file is not one this TensorForge reads; the message names file and offset."""
+
+
+#: `Module.run` warns of an int8 model's input past its calibrated range when more than this
+#: share of its values clip, or one lies past the range by more than CLIP_REACH of its
+#: half-width (`CalibrationRangeWarning`)
+CLIP_SHARE, CLIP_REACH = 0.01, 0.25
+
+
+class CalibrationRangeWarning(UserWarning):
+    """An input of an int8 model holds values outside the range its calibration covered: the
+    model clips them (static quantization), so its answers may be far from the float model's."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +256,7 @@ class Module:
         self._launches: dict[str, Launch] | None = None
         self._device_options: dict[str, Any] = {}
         self._lock = threading.RLock()  # one run at a time over the one arena
+        self._warned_ranges: set[str] = set()  # inputs already warned of (calibration ranges)
 
     def _check_tensors(self) -> None:
         """Every tensor, parameter and constant has a valid shape and dtype; names resolve."""
@@ -476,6 +489,7 @@ class Module:
             )
         executor = self._load()
         quantized = any(k.kind == "vta" for k in self.kernels)
+        ranges = self.stats.get("calibrated_ranges") or {}
         for name in self.inputs:
             spec = self.tensors[name]
             value = _as_input(inputs[name], spec.dtype)
@@ -488,9 +502,47 @@ class Module:
                     f"input {name!r} holds {int((~np.isfinite(value)).sum())} NaN or infinite "
                     "value(s), which the model's int8 layers cannot represent"
                 )
+            if name in ranges and name not in self._warned_ranges:
+                self._warn_outside_calibration(name, value, ranges[name])
             if name in executor.views:
                 executor.views[name][...] = value
         return executor
+
+    def _warn_outside_calibration(self, name: str, value: np.ndarray, bounds: Any) -> None:
+        """A `CalibrationRangeWarning` (once per input and module) when `value` leaves the
+        range its int8 form represents (`stats["calibrated_ranges"]`) by much: more than
+        CLIP_SHARE of its values, or any by more than CLIP_REACH of the range's half-width
+        (those clip to its ends). A few values just past it are a fresh sample's tail, which
+        calibration on a finite set, or a percentile observer by design, leaves out."""
+        if value.size == 0 or value.dtype.kind != "f":
+            return
+        low, high = (float(b) for b in bounds)
+        smallest, largest = float(value.min()), float(value.max())
+        if math.isnan(smallest) or math.isnan(largest):  # (NaN has no range to leave)
+            value = value[~np.isnan(value)]
+            if value.size == 0:
+                return
+            smallest, largest = float(value.min()), float(value.max())
+        if low <= smallest and largest <= high:  # (two reductions per run, no copy)
+            return
+        center, half = (low + high) / 2, (high - low) / 2
+        distance = np.abs(value.astype(np.float64) - center)
+        count = int((distance > half).sum())
+        farthest = float(distance.max()) / half if half > 0 else math.inf
+        if count <= CLIP_SHARE * value.size and farthest <= 1 + CLIP_REACH:
+            return
+        self._warned_ranges.add(name)
+        warnings.warn(
+            CalibrationRangeWarning(
+                f"input {name!r}: {count} of {value.size} values lie outside "
+                f"[{low:.6g}, {high:.6g}], the range the int8 calibration covered, up to "
+                f"{farthest:.3g}x its half-width from its center (values from "
+                f"{smallest:.6g} to {largest:.6g} here); they clip to its "
+                "ends. Calibrate with inputs like these (quantize_graph's calibration_inputs, "
+                "`tensorforge.compile(..., calibration=...)`)"
+            ),
+            stacklevel=4,
+        )
 
     def run(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> dict[str, np.ndarray]:
         """Run the model: input name -> array in (or, in the order of `inputs`, a list of arrays,

@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 from .api import compile  # noqa: E402
 from .hw.config import HWConfig  # noqa: E402
 from .runtime.device.vta import LoadedProgram, open_device  # noqa: E402
-from .runtime.module import Module  # noqa: E402
+from .runtime.module import CalibrationRangeWarning, Module  # noqa: E402
 from .runtime.program import ProgramBuilder, ProgramImage  # noqa: E402
 
 #: read a module file written by `Module.save` (``tensorforge.load("m.tfm")``, as
@@ -18,6 +18,7 @@ from .runtime.program import ProgramBuilder, ProgramImage  # noqa: E402
 load = Module.load
 
 __all__ = [
+    "CalibrationRangeWarning",
     "HWConfig",
     "LoadedProgram",
     "Module",

@@ -183,6 +183,7 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
         # one, each OIHW weight freed as its copy is made, before LLVM's code pages load
         optimized = materialize_view(optimized, name)
     t_opt = time.perf_counter() - start
+    ranges = calibrated_ranges(optimized)  # (before the constants it reads are dropped)
     meta = cpu_meta(tgt)
     kernels: dict[str, KernelImage] = {}
     calls, constants, cache = [], {}, KernelCache()
@@ -199,9 +200,12 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
             optimized = drop_spent(optimized, pending, spent.get(k, ()), constants)
             if new or k % COLLECT_EVERY == 0:  # (a group that reuses a kernel made no LLVM
                 collect()  # objects: its garbage waits for the next collection)
-    return assemble_module(
+    module = assemble_module(
         optimized, str(tgt), list(kernels.values()), calls, constants, start, t_opt, *times
     )
+    if ranges:
+        module.stats["calibrated_ranges"] = ranges
+    return module
 
 
 @contextlib.contextmanager
@@ -431,3 +435,30 @@ def assemble_module(
         constants=constants,
         stats=stats,
     )
+
+
+def calibrated_ranges(graph: Graph) -> dict[str, list[float]]:
+    """Graph input -> [low, high]: the float values its int8 form represents without clipping,
+    where the graph quantizes the input itself (`quantize_graph`'s `tf.quantize` of the input,
+    or of the input minus a scalar constant offset; narrow int8, rounded to nearest). A run's
+    input outside that range clips (`Module.run` warns, `CalibrationRangeWarning`)."""
+    from ..quantize.scheme import qrange
+
+    producers = graph.producers()
+    low, high = qrange(8)
+    ranges: dict[str, list[float]] = {}
+    for node in graph.nodes:
+        if node.op != "tf.quantize":
+            continue
+        value, offset = node.inputs[0], 0.0
+        sub = producers.get(value)
+        if sub is not None and sub.op == "Sub" and sub.inputs[1] in graph.constants:
+            constant = graph.constants[sub.inputs[1]]
+            if constant.size != 1:
+                continue
+            value, offset = sub.inputs[0], float(constant.reshape(()))
+        if value not in graph.inputs:
+            continue
+        scale = float(node.attr("scale"))
+        ranges[value] = [offset + (low - 0.5) * scale, offset + (high + 0.5) * scale]
+    return ranges

@@ -46,6 +46,7 @@ from .compile import (
     KernelCache,
     assemble_module,
     build_cpu_group,
+    calibrated_ranges,
     cpu_meta,
     kernel_symbol,
     label_nodes,
@@ -256,6 +257,9 @@ def compile_graph_vta(
         calls.append(call)
     images = list(kernels.values())
     module = assemble_module(stored, str(tgt), images, calls, constants, start, t_opt, *times)
+    ranges = calibrated_ranges(q)
+    if ranges:
+        module.stats["calibrated_ranges"] = ranges
     module.stats.update(_accelerator_stats(q, cfg, images, depthwise))
     module.stats["requant_mode"] = "given" if is_quantized(graph) else mode
     module.stats["weight_scales"] = "given" if is_quantized(graph) else weights
