@@ -14,9 +14,9 @@ standard ONNX exporter (TorchScript-based; the dynamo exporter only where that f
 - The peak resident memory (ru_maxrss) of each runtime in a child process of its own that loads
   the model from the ONNX file (TensorForge: compile; onnxruntime: session creation) and runs it
   once. Python, numpy and the runtime's own libraries count in both. When apache-tvm imports
-  (installed, or from the folder named by `TVM_PYTHONPATH`), the `--memory-only` table adds its
-  compile's peak (Relax frontend, `tvm.compile`, untuned) as a third peer: a compiler's figure
-  beside a compiler's.
+  (installed, or from the folder named by `TVM_PYTHONPATH`), its compile's peak (Relax
+  frontend, `tvm.compile`, untuned) is measured as a third peer, a compiler's figure beside a
+  compiler's: the `--memory-only` table prints it, a full run's `--json` rows hold it.
 
 Needs the `zoo` extra (torch, torchvision, onnxscript, onnxruntime): `pip install
 'tensorforge[zoo]'`. torch only exports: the timing and memory processes never import it.
