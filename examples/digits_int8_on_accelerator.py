@@ -1,7 +1,10 @@
 """Compile the shipped digits CNN for the accelerator: quantized to int8, its conv/dense layers
 (and the max pooling one of them feeds) as program images on the behavioural simulator, the rest
 as native CPU code. Check the module against the int8 graph's numpy reference bit for bit, then
-compare accuracy with float and look at what the accelerator did."""
+compare accuracy with float and look at what the accelerator did; last, an input past the range
+the calibration covered, which run() warns of (`tensorforge.CalibrationRangeWarning`)."""
+
+import warnings
 
 import numpy as np
 
@@ -46,3 +49,13 @@ for weights in ("per-channel", "per-tensor"):
     assert np.array_equal(out, run_graph(qw, {"input": x})[qw.outputs[0]])  # bit for bit
     error = np.linalg.norm(out - float_logits) / np.linalg.norm(float_logits)
     print(f"mul, {weights} weight scales: error against float {error:.4f}")
+
+# Static quantization clips what the calibration did not see: an input far past the calibration
+# images' range (here, images 4x as bright) makes run() warn, naming the input, once per module.
+low, high = module.stats["calibrated_ranges"]["input"]
+print(f"calibrated input range [{low:.3f}, {high:.3f}]")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", tensorforge.CalibrationRangeWarning)
+    module.run({"input": 4 * x})
+assert any(issubclass(w.category, tensorforge.CalibrationRangeWarning) for w in caught)
+print(f"  {caught[0].message}")
