@@ -248,6 +248,7 @@ class Module:
         self.constants = {k: np.asarray(v) for k, v in constants.items()}
         self.stats = dict(stats or {})
         self._check_tensors()
+        self._calibrated_ranges()  # (a file's: checked as it loads)
         self._check_calls()
         self._check_plan()
         # Checked first (an object array cannot be viewed as bytes); the executor binds these.
@@ -489,7 +490,7 @@ class Module:
             )
         executor = self._load()
         quantized = any(k.kind == "vta" for k in self.kernels)
-        ranges = self.stats.get("calibrated_ranges") or {}
+        ranges = self._calibrated_ranges()
         for name in self.inputs:
             spec = self.tensors[name]
             value = _as_input(inputs[name], spec.dtype)
@@ -508,7 +509,38 @@ class Module:
                 executor.views[name][...] = value
         return executor
 
-    def _warn_outside_calibration(self, name: str, value: np.ndarray, bounds: Any) -> None:
+    def _calibrated_ranges(self) -> dict[str, tuple[float, float]]:
+        """`stats["calibrated_ranges"]` (input name -> [low, high], `compile.calibrated_ranges`)
+        checked: inputs of this module, two finite numbers each, low below high.
+
+        Raises:
+            ValueError: naming the entry that is not so (a damaged or hand-made file).
+        """
+        raw = self.stats.get("calibrated_ranges")
+        if raw is None:
+            return {}
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"module stats 'calibrated_ranges' must be a mapping, not {raw!r:.80}")
+        ranges = {}
+        for name, bounds in raw.items():
+            pair = tuple(bounds) if isinstance(bounds, list | tuple) else ()
+            if (
+                name not in self.inputs
+                or len(pair) != 2
+                or not all(isinstance(b, int | float) and math.isfinite(b) for b in pair)
+                or not pair[0] < pair[1]
+            ):
+                raise ValueError(
+                    f"module stats 'calibrated_ranges': {name!r}: {bounds!r:.80} must be an "
+                    f"input of the module ({list(self.inputs)}) with [low, high], two finite "
+                    "numbers, low below high"
+                )
+            ranges[name] = (float(pair[0]), float(pair[1]))
+        return ranges
+
+    def _warn_outside_calibration(
+        self, name: str, value: np.ndarray, bounds: tuple[float, float]
+    ) -> None:
         """A `CalibrationRangeWarning` (once per input and module) when `value` leaves the
         range its int8 form represents (`stats["calibrated_ranges"]`) by much: more than
         CLIP_SHARE of its values, or any by more than CLIP_REACH of the range's half-width
@@ -516,7 +548,7 @@ class Module:
         calibration on a finite set, or a percentile observer by design, leaves out."""
         if value.size == 0 or value.dtype.kind != "f":
             return
-        low, high = (float(b) for b in bounds)
+        low, high = bounds
         smallest, largest = float(value.min()), float(value.max())
         if math.isnan(smallest) or math.isnan(largest):  # (NaN has no range to leave)
             value = value[~np.isnan(value)]

@@ -90,3 +90,23 @@ def test_float_modules_have_no_ranges() -> None:
     float_module = tensorforge.compile(small_cnn())
     assert "calibrated_ranges" not in float_module.stats
     _no_warning(float_module, _x(scale=100.0))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"y": [-1.0, 1.0]},  # not an input
+        {"x": [1.0, -1.0]},  # low above high
+        {"x": [-1.0, float("inf")]},
+        {"x": ["-1", "1"]},
+        {"x": [-1.0]},
+        [["x", -1.0, 1.0]],  # not a mapping
+    ],
+)
+def test_damaged_ranges_are_refused_as_the_module_loads(module, bad) -> None:
+    """A module file whose ranges are not [low, high] of one of its inputs (damaged or made by
+    hand) is refused by name when it loads, not with a TypeError at its first run."""
+    names = "target inputs outputs tensors kernels calls slots arena_bytes constants checks tail"
+    fields = {k: getattr(module, k) for k in names.split()}
+    with pytest.raises(ValueError, match="module stats 'calibrated_ranges'"):
+        tensorforge.Module(**fields, stats={**module.stats, "calibrated_ranges": bad})
