@@ -564,13 +564,17 @@ class Module:
         if count <= CLIP_SHARE * value.size and farthest <= 1 + CLIP_REACH:
             return
         self._warned_ranges.add(name)
+        reach = (
+            f"up to {farthest:.3g}x its half-width from its center"
+            if math.isfinite(farthest)
+            else "infinities among them"
+        )
         warnings.warn(
             CalibrationRangeWarning(
                 f"input {name!r}: {count} of {value.size} values lie outside "
-                f"[{low:.6g}, {high:.6g}], the range the int8 calibration covered, up to "
-                f"{farthest:.3g}x its half-width from its center (values from "
-                f"{smallest:.6g} to {largest:.6g} here); they clip to its "
-                "ends. Calibrate with inputs like these (quantize_graph's calibration_inputs, "
+                f"[{low:.6g}, {high:.6g}], the range the int8 calibration covered, {reach} "
+                f"(values from {smallest:.6g} to {largest:.6g} here); they clip to its ends. "
+                "Calibrate with inputs like these (quantize_graph's calibration_inputs, "
                 "`tensorforge.compile(..., calibration=...)`)"
             ),
             stacklevel=4,

@@ -90,7 +90,8 @@ def _quantize_inputs(scale: float, dtype: str) -> np.ndarray:
     return flat[: flat.size // 7 * 7].reshape(1, 7, -1).astype(dtype)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.filterwarnings("ignore::tensorforge.CalibrationRangeWarning")  # (saturating is
+@pytest.mark.parametrize("dtype", ["float32", "float64"])  # what it checks)
 @pytest.mark.parametrize("scale", [2.0**-3, 0.0371, 1.0 / 3.0, 7.25e-5])
 def test_quantize_rounds_half_to_even_and_saturates_like_numpy(scale: float, dtype: str) -> None:
     x = _quantize_inputs(scale, dtype)

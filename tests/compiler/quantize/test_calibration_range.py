@@ -110,3 +110,23 @@ def test_damaged_ranges_are_refused_as_the_module_loads(module, bad) -> None:
     fields = {k: getattr(module, k) for k in names.split()}
     with pytest.raises(ValueError, match="module stats 'calibrated_ranges'"):
         tensorforge.Module(**fields, stats={**module.stats, "calibrated_ranges": bad})
+
+
+def test_an_int8_graph_compiled_for_the_cpu_warns_too_and_names_infinities() -> None:
+    """A `tf.quantize` of the input compiled for the CPU (int8 graphs on the CPU): the same
+    range, offset +- 127.5 x scale, and an infinite input (the accelerator refuses those) named
+    as such."""
+    from tensorforge.compiler.graph import GraphBuilder
+    from tensorforge.compiler.graph.compile import compile_graph
+
+    b = GraphBuilder("q")
+    x = b.add_input("x", (64,), "float32")
+    (y,) = b.add_node("tf.quantize", [x], {"scale": 0.5})
+    module = compile_graph(b.build([y]), progress=False)
+    assert module.stats["calibrated_ranges"] == {"x": [-63.75, 63.75]}
+    values = np.linspace(-63, 63, 64).astype(np.float32)
+    _no_warning(module, values)
+    values[3] = -np.inf
+    with pytest.warns(CalibrationRangeWarning, match=r"1 of 64 values lie outside .*, infinities"):
+        got = module.run({"x": values})[y]
+    np.testing.assert_array_equal(got, quantize(values, 0.5))  # clipped, as numpy clips
