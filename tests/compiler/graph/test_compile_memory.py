@@ -327,6 +327,7 @@ def test_each_oihw_weight_is_freed_as_its_blocked_copy_is_made(monkeypatch) -> N
     imported = from_onnx(_conv_chain())
     x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
     want = run_graph(imported, {"x": x})
+
     def memory(array: np.ndarray) -> np.ndarray:  # the array that owns a weight's memory
         while isinstance(array.base, np.ndarray):
             array = array.base
