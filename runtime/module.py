@@ -248,7 +248,7 @@ class Module:
         self.constants = {k: np.asarray(v) for k, v in constants.items()}
         self.stats = dict(stats or {})
         self._check_tensors()
-        self._calibrated_ranges()  # (a file's: checked as it loads)
+        self._ranges = self._calibrated_ranges()  # (checked once, as a file loads)
         self._check_calls()
         self._check_plan()
         # Checked first (an object array cannot be viewed as bytes); the executor binds these.
@@ -490,7 +490,7 @@ class Module:
             )
         executor = self._load()
         quantized = any(k.kind == "vta" for k in self.kernels)
-        ranges = self._calibrated_ranges()
+        ranges = self._ranges
         for name in self.inputs:
             spec = self.tensors[name]
             value = _as_input(inputs[name], spec.dtype)

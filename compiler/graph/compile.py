@@ -206,12 +206,10 @@ def compile_graph(graph: Graph, target: str | Target = "llvm", progress: bool = 
             optimized = drop_spent(optimized, pending, spent.get(k, ()), constants)
             if new or k % COLLECT_EVERY == 0:  # (a group that reuses a kernel made no LLVM
                 collect()  # objects: its garbage waits for the next collection)
-    module = assemble_module(
-        optimized, str(tgt), list(kernels.values()), calls, constants, start, t_opt, *times
-    )
-    if ranges:
-        module.stats["calibrated_ranges"] = ranges
-    return module
+    return assemble_module(
+        optimized, str(tgt), list(kernels.values()), calls, constants, start, t_opt, *times,
+        ranges=ranges,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -394,10 +392,12 @@ def assemble_module(
     constants: dict[str, Any],
     start: float,
     *times: float,
+    ranges: Mapping[str, list[float]] | None = None,
 ) -> Module:
     """The `Module` of a compiled graph: its kernels and calls, the memory plan's slots, the
     constants and tensor specs, and the compile statistics (`times`: optimize, lower, codegen
-    seconds; `start`: the compile's `perf_counter` start)."""
+    seconds; `start`: the compile's `perf_counter` start; `ranges`: `calibrated_ranges` of the
+    graph before its constants were dropped, kept as `stats["calibrated_ranges"]`)."""
     plan = graph.memory_plan
     if plan is None:
         raise GraphError(f"graph {graph.name!r} must have a memory plan")
@@ -428,6 +428,8 @@ def assemble_module(
         "constant_bytes": int(sum(v.nbytes for v in constants.values())),
         "code_bytes": sum(len(k.payload) for k in kernels),
     }
+    if ranges:
+        stats["calibrated_ranges"] = dict(ranges)
     return Module(
         target=target,
         inputs=graph.inputs,
@@ -450,12 +452,13 @@ def calibrated_ranges(graph: Graph) -> dict[str, list[float]]:
     input outside that range clips (`Module.run` warns, `CalibrationRangeWarning`)."""
     from ..quantize.scheme import qrange
 
+    quantizers = [node for node in graph.nodes if node.op == "tf.quantize"]
+    if not quantizers:  # (a float model: no producer table built)
+        return {}
     producers = graph.producers()
     low, high = qrange(8)
     ranges: dict[str, list[float]] = {}
-    for node in graph.nodes:
-        if node.op != "tf.quantize":
-            continue
+    for node in quantizers:
         value, offset = node.inputs[0], 0.0
         sub = producers.get(value)
         if sub is not None and sub.op == "Sub" and sub.inputs[1] in graph.constants:

@@ -256,10 +256,10 @@ def compile_graph_vta(
         kernels.setdefault(image.name, image)
         calls.append(call)
     images = list(kernels.values())
-    module = assemble_module(stored, str(tgt), images, calls, constants, start, t_opt, *times)
-    ranges = calibrated_ranges(q)
-    if ranges:
-        module.stats["calibrated_ranges"] = ranges
+    module = assemble_module(
+        stored, str(tgt), images, calls, constants, start, t_opt, *times,
+        ranges=calibrated_ranges(q),
+    )  # fmt: skip
     module.stats.update(_accelerator_stats(q, cfg, images, depthwise))
     module.stats["requant_mode"] = "given" if is_quantized(graph) else mode
     module.stats["weight_scales"] = "given" if is_quantized(graph) else weights
